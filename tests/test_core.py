@@ -1,0 +1,207 @@
+"""Unit tests of the correction objects (no Gymnasium): router, debiaser, weighter, corrector."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from wmrl_envs.core import (
+    AnchorRouter,
+    AnchorWeighter,
+    CostLedger,
+    IsotonicDebiaser,
+    WMRLCorrector,
+    group_disagreement,
+)
+
+
+# ---------------------------------------------------------------- router
+@pytest.mark.parametrize("fraction,n_groups", [(0.1, 8), (0.1, 10), (0.25, 16), (0.5, 4), (0.3, 7)])
+def test_router_fraction_and_minimum(fraction, n_groups):
+    router = AnchorRouter(anchor_fraction=fraction, seed=1)
+    counts = []
+    for _ in range(2000):
+        routes = router.route_step(n_groups)
+        assert len(routes) == n_groups
+        k = routes.count("anchor")
+        assert k >= 1  # at least one anchor group per step
+        counts.append(k)
+    expected = max(fraction, 1.0 / n_groups) if fraction * n_groups < 1 else fraction
+    assert router.realised_fraction == pytest.approx(expected, abs=0.02)
+    assert router.n_anchor_groups == sum(counts)
+
+
+def test_router_zero_fraction_has_no_anchors_and_cap():
+    assert AnchorRouter(0.0).route_step(8).count("anchor") == 0
+    assert AnchorRouter(1.0).route_step(8).count("anchor") == 8
+    assert AnchorRouter(1.0).route_step(8, free_slots=3).count("anchor") == 3
+    assert AnchorRouter(0.1).route_step(8, free_slots=0).count("anchor") == 0
+
+
+@pytest.mark.parametrize("kwargs", [{"anchor_fraction": -0.1}, {"anchor_fraction": 1.5}, {"min_anchor_groups": -1}])
+def test_router_rejects_bad_args(kwargs):
+    with pytest.raises(ValueError):
+        AnchorRouter(**kwargs)
+
+
+def test_router_state_roundtrip():
+    a = AnchorRouter(0.3, seed=5)
+    for _ in range(7):
+        a.route_step(5)
+    b = AnchorRouter(0.9, seed=0)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert [a.route_step(5) for _ in range(10)] == [b.route_step(5) for _ in range(10)]
+    assert a.realised_fraction == b.realised_fraction
+
+
+# ---------------------------------------------------------------- debiaser
+def test_debiaser_identity_until_min_pairs_then_fits():
+    deb = IsotonicDebiaser(min_pairs=10, refit_every=5)
+    deb.add_pairs(np.linspace(0, 1, 9), np.linspace(0, 1, 9) ** 2)
+    assert not deb.fitted
+    np.testing.assert_allclose(deb.transform([0.3, 0.7]), [0.3, 0.7])
+    deb.add_pairs([0.5], [0.25])
+    assert deb.fitted and deb.n_fits == 1
+    # isotonic fit of y = x^2 on a grid reproduces it at the grid points
+    assert deb.transform([0.5])[0] == pytest.approx(0.25, abs=1e-9)
+    # clipped outside the fitted range
+    assert deb.transform([2.0])[0] == pytest.approx(1.0)
+    assert deb.transform([-1.0])[0] == pytest.approx(0.0)
+    # refit only after refit_every new pairs
+    deb.add_pairs([0.1] * 4, [0.9] * 4)
+    assert deb.n_fits == 1
+    deb.add_pairs([0.1], [0.9])
+    assert deb.n_fits == 2
+
+
+def test_debiaser_fifo_none_and_frozen():
+    deb = IsotonicDebiaser(buffer_size=5, min_pairs=2, refit_every=1)
+    assert deb.add_pairs([0.1, None, 0.3, float("nan")], [0.0, 1.0, None, 0.5]) == 1
+    deb.add_pairs(range(10), range(10))
+    assert deb.n_pairs == 5 and deb.n_seen == 11
+    np.testing.assert_array_equal(deb.pairs()[0], [5, 6, 7, 8, 9])
+    deb.training = False
+    assert deb.add_pairs([1.0], [1.0]) == 0
+    assert deb.n_pairs == 5
+    out = deb.transform([None, 7.0])
+    assert math.isnan(out[0]) and out[1] == pytest.approx(7.0)
+    with pytest.raises(ValueError):
+        deb.add_pairs([1.0], [1.0, 2.0])
+
+
+def test_debiaser_state_roundtrip_predicts_identically():
+    rng = np.random.default_rng(0)
+    x = rng.random(300)
+    y = np.clip(np.sqrt(x) + rng.normal(0, 0.1, 300), 0, 1)
+    deb = IsotonicDebiaser(min_pairs=50, refit_every=64)
+    deb.add_pairs(x, y)
+    deb.add_pairs(x[:10], y[:10])  # pairs since the last fit are part of the state
+    other = IsotonicDebiaser()
+    other.load_state_dict(json.loads(json.dumps(deb.state_dict())))
+    grid = np.linspace(-0.2, 1.2, 301)
+    np.testing.assert_array_equal(deb.transform(grid), other.transform(grid))
+    # and they keep evolving identically
+    deb.add_pairs(x[:60], y[:60]); other.add_pairs(x[:60], y[:60])
+    np.testing.assert_array_equal(deb.transform(grid), other.transform(grid))
+    assert deb.n_fits == other.n_fits
+
+
+# ---------------------------------------------------------------- weighter
+@pytest.mark.parametrize(
+    "cal,real,expected",
+    [
+        ([0.0, 1.0], [0.0, 1.0], 0.0),  # perfect (affine shifts cancel)
+        ([0.5, 1.5], [0.0, 1.0], 0.0),
+        ([1.0, 0.0], [0.0, 1.0], 4.0),  # inverted: resid = ±1, var 0.25 -> 1/0.25
+        ([0.3, 0.3], [0.0, 1.0], 1.0),  # constant prediction: resid = r - mean r
+        ([0.0, 1.0], [0.5, 0.5], None),  # no real variance
+        ([0.0, None, 1.0], [0.0, 1.0, None], None),  # fewer than 2 graded
+    ],
+)
+def test_group_disagreement_values(cal, real, expected):
+    s2 = group_disagreement(cal, real)
+    if expected is None:
+        assert s2 is None
+    else:
+        assert s2 == pytest.approx(expected)
+
+
+def test_weighter_warmup_calibration_and_clip():
+    w = AnchorWeighter(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+    for _ in range(2):
+        w.update([0.3, 0.3], [0.0, 1.0])  # s2 = 1
+        assert w.rho == 1.0
+    w.update([0.3, 0.3], [0.0, 1.0])
+    assert w.c == pytest.approx(1.0)  # 1 + c * 1 = 2
+    assert w.rho == pytest.approx(2.0)
+    w.update([1.0, 0.0], [0.0, 1.0])  # s2 = 4, half-life 1 -> ema = 0.5*1 + 0.5*4 = 2.5
+    assert w.ema == pytest.approx(2.5)
+    assert w.rho == pytest.approx(3.5)
+    for _ in range(10):
+        w.update([1.0, 0.0], [0.0, 1.0])
+    assert w.rho == pytest.approx(4.0)  # clipped at rho_max
+    for _ in range(30):
+        w.update([0.0, 1.0], [0.0, 1.0])
+    assert w.rho == pytest.approx(1.0, abs=1e-6)  # perfect world model: back to plain weights
+
+
+def test_weighter_parameter_free_and_state():
+    w = AnchorWeighter(warmup_groups=1, half_life=64, mode="parameter_free")
+    w.update([0.3, 0.3], [0.0, 1.0])
+    assert w.rho == pytest.approx(2.0)
+    v = AnchorWeighter()
+    v.load_state_dict(json.loads(json.dumps(w.state_dict())))
+    assert v.rho == w.rho and v.mode == "parameter_free"
+    w.training = False
+    assert w.update([1.0, 0.0], [0.0, 1.0]) is None
+    assert w.rho == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        AnchorWeighter(mode="nope")
+
+
+# ---------------------------------------------------------------- corrector / ledger
+def test_corrector_routes_rewards_and_weights():
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    a = corr.correct_group("anchor", raw=[0.2, 0.4, None, 0.9], real=[0.0, 1.0, 1.0, None], group_id=3)
+    assert a.rewards == [0.0, 1.0, 1.0, None]  # real scores on anchors; ungraded stays None
+    assert a.advantage_weight == 1.0 and a.group_id == 3
+    assert corr.debiaser.n_pairs == 2
+    wm = corr.correct_group("world_model", raw=[0.2, None])
+    assert wm.advantage_weight == 1.0 and wm.rewards == [0.2, None]  # identity before fit
+    corr.correct_group("anchor", raw=[0.1, 0.3], real=[0.0, 1.0])
+    assert corr.debiaser.fitted
+    wm = corr.correct_group("world_model", raw=[0.15, 0.35])
+    assert wm.rewards == pytest.approx([0.0, 1.0])
+    assert corr.rho > 1.0  # after a 1-group warm-up with imperfect ranking
+    with pytest.raises(ValueError):
+        corr.correct_group("anchor", raw=[0.1])
+    with pytest.raises(ValueError):
+        corr.correct_group("bogus", raw=[0.1])
+
+
+def test_corrector_ablation_switches():
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=2, refit_every=1), AnchorWeighter(warmup_groups=1), debias=False, denoise=False)
+    corr.correct_group("anchor", raw=[0.1, 0.9], real=[1.0, 0.0])
+    assert corr.debiaser.fitted  # pairs still logged
+    assert corr.correct_group("world_model", raw=[0.1]).rewards == [0.1]
+    assert corr.rho == 1.0 and corr.weighter.rho > 1.0
+
+
+def test_ledger():
+    led = CostLedger()
+    led.add("execution", 1.5, 2)
+    with led.timed("world_model", count=3):
+        pass
+    other = CostLedger()
+    other.add("execution", 0.5)
+    led.merge(other)
+    assert led.count("execution") == 3 and led.seconds("execution") == pytest.approx(2.0)
+    assert led.count("world_model") == 3
+    c = CostLedger()
+    c.load_state_dict(json.loads(json.dumps(led.state_dict())))
+    assert c.to_dict() == led.to_dict()
+    with pytest.raises(ValueError):
+        led.add("x", -1.0)

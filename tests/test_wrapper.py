@@ -1,0 +1,230 @@
+"""Tests of AnchoredWorldModelWrapper on the Guess env with a synthetic world model.
+
+The real score is known (``1 - |a - t|``) and the world model applies a known monotone,
+non-affine bias (``x ** 3``) plus Gaussian noise, so the corrections' effect can be checked
+against exact numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from wmrl_envs import AnchoredWorldModelWrapper
+from wmrl_envs.envs.guess import GuessEnv, guess_score
+from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+
+
+def make(anchor_fraction=0.5, group_size=4, noise=0.03, seed=0, **kw):
+    env = GuessEnv()
+    wm = SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=noise, seed=seed)
+    wrapped = AnchoredWorldModelWrapper(env, wm, anchor_fraction=anchor_fraction, group_size=group_size, seed=seed, **kw)
+    return env, wm, wrapped
+
+
+def random_group(rng, g):
+    target = float(rng.random())
+    actions = [rng.random(1).astype(np.float32) for _ in range(g)]
+    return target, actions
+
+
+def test_calibration_beats_raw_and_rho_rises_with_noise():
+    env, wm, w = make(
+        anchor_fraction=0.5,
+        group_size=8,
+        debiaser_kwargs={"min_pairs": 100, "refit_every": 32},
+        weighter_kwargs={"warmup_groups": 16, "half_life": 8},
+    )
+    rng = np.random.default_rng(1)
+    rhos, warmed = [], []
+    for _ in range(120):
+        t, acts = random_group(rng, 8)
+        out = w.score_group(acts, options={"target": t})
+        rhos.append(out.advantage_weight if out.route == "anchor" else w.rho)
+        warmed.append(w.corrector.weighter.warmed_up)
+    # rho is exactly 1 before the warm-up of 16 anchor groups completes
+    first_warm = warmed.index(True)
+    assert all(r == 1.0 for r in rhos[: first_warm + 1])
+    assert w.corrector.debiaser.fitted
+    # fresh pairs: calibrated error well below raw error
+    raw, real = [], []
+    for _ in range(400):
+        t = float(rng.random()); a = rng.random(1).astype(np.float32)
+        raw.append(wm.predict([np.array([t])], [a])[0].score)
+        real.append(guess_score(np.array([t]), a))
+    raw, real = np.array(raw), np.array(real)
+    cal = np.array(w.corrector.calibrate(list(raw)))
+    raw_mae, cal_mae = np.mean(np.abs(raw - real)), np.mean(np.abs(cal - real))
+    assert raw_mae > 0.15
+    assert cal_mae < 0.4 * raw_mae, (raw_mae, cal_mae)
+    rho_before = w.rho
+    assert 1.0 < rho_before < 2.5  # calibrated to rho_target=2 at warm-up, small noise since
+    # degrade the world model mid-run: rho must rise on its own
+    wm.noise_std = 0.5
+    for _ in range(80):
+        t, acts = random_group(rng, 8)
+        w.score_group(acts, options={"target": t})
+    assert w.rho > rho_before + 0.5
+    assert w.rho > 2.0
+
+
+def test_world_model_groups_never_step_inner_env_and_routes_are_shared():
+    env, wm, w = make(anchor_fraction=0.25, group_size=3)
+    routes_by_group: dict[int, set] = {}
+    anchor_episodes = 0
+    for ep in range(3 * 40):
+        obs, info = w.reset(options={"target": 0.5} if ep % 3 == 0 else None)
+        gid, route = info["wmrl"]["group_id"], info["wmrl"]["route"]
+        before = env.n_steps
+        obs, r, term, trunc, info = w.step(np.array([0.25], dtype=np.float32))
+        assert term
+        assert info["wmrl"]["route"] == route and info["wmrl"]["group_id"] == gid
+        routes_by_group.setdefault(gid, set()).add(route)
+        if route == "world_model":
+            assert env.n_steps == before  # inner step never called
+            assert r == pytest.approx(0.75**3, abs=0.2)  # raw WM score (identity map, not fitted)
+            assert info["wmrl"]["real_score"] is None
+        else:
+            anchor_episodes += 1
+            assert env.n_steps == before + 1
+            assert r == pytest.approx(0.75)
+            assert info["wmrl"]["real_score"] == pytest.approx(0.75)
+    assert len(routes_by_group) == 40
+    assert all(len(v) == 1 for v in routes_by_group.values())  # whole groups share their route
+    assert env.n_steps == anchor_episodes == w.inner_step_calls
+    # groups_per_step defaults to ceil(1/f) = 4 -> exactly one anchor per block of 4 groups
+    assert w.router.realised_fraction == pytest.approx(0.25)
+
+
+def test_realised_fraction_with_steps_of_groups():
+    _, _, w = make(anchor_fraction=0.1, group_size=2, groups_per_step=8)
+    rng = np.random.default_rng(0)
+    anchors_per_step = []
+    for step in range(150):
+        routes = []
+        for _ in range(8):
+            t, acts = random_group(rng, 2)
+            routes.append(w.score_group(acts, options={"target": t}).route)
+        anchors_per_step.append(routes.count("anchor"))
+    assert min(anchors_per_step) >= 1
+    # 0.1 * 8 = 0.8 < 1 so the minimum of one per step dominates: realised 1/8
+    assert w.router.realised_fraction == pytest.approx(1 / 8)
+    _, _, w2 = make(anchor_fraction=0.1, group_size=2, groups_per_step=40)
+    for _ in range(40 * 30):
+        t, acts = random_group(rng, 2)
+        w2.score_group(acts, options={"target": t})
+    assert w2.router.realised_fraction == pytest.approx(0.1, abs=0.015)
+
+
+def test_group_reset_arguments_must_match():
+    _, _, w = make(group_size=2)
+    w.reset(seed=1, options={"target": 0.2})
+    w.step(np.array([0.1], dtype=np.float32))
+    with pytest.raises(ValueError, match="share one"):
+        w.reset(options={"target": 0.9})
+    obs, _ = w.reset()  # omitted -> the group's arguments are reused
+    assert obs[0] == pytest.approx(0.2)
+
+
+def test_reset_before_episode_end_raises_and_step_without_reset():
+    _, _, w = make(group_size=2)
+    with pytest.raises(RuntimeError):
+        w.step(np.array([0.1], dtype=np.float32))
+
+
+def test_state_roundtrip_continues_identically(tmp_path):
+    def run(w, wm, rng, n):
+        out = []
+        for _ in range(n):
+            t, acts = random_group(rng, 4)
+            g = w.score_group(acts, options={"target": t})
+            out.append((g.route, g.rewards, g.advantage_weight))
+        return out
+
+    kw = dict(anchor_fraction=0.3, group_size=4, debiaser_kwargs={"min_pairs": 20, "refit_every": 8},
+              weighter_kwargs={"warmup_groups": 3, "half_life": 4})
+    _, wm_a, a = make(noise=0.1, **kw)
+    rng = np.random.default_rng(3)
+    run(a, wm_a, rng, 30)
+    a.save(tmp_path / "wmrl_state.json")
+    wm_state = wm_a.state_dict()
+    rng_state = rng.bit_generator.state
+    cont_a = run(a, wm_a, rng, 40)
+    # a fresh process: new objects, load the saved state, continue
+    _, wm_b, b = make(noise=0.1, **kw)
+    b.load(tmp_path / "wmrl_state.json")
+    wm_b.load_state_dict(wm_state)
+    rng_b = np.random.default_rng(); rng_b.bit_generator.state = rng_state
+    cont_b = run(b, wm_b, rng_b, 40)
+    assert cont_a == cont_b
+    assert a.corrector.stats() == b.corrector.stats()
+    assert a.ledger.count("execution") == b.ledger.count("execution")
+
+
+def test_training_flag_freezes_corrections():
+    _, _, w = make(anchor_fraction=1.0)
+    w.training = False
+    w.score_group([np.array([0.1], dtype=np.float32)] * 3, options={"target": 0.5})
+    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.weighter.n_groups == 0
+    w.training = True
+    w.score_group([np.array([0.1], dtype=np.float32), np.array([0.9], dtype=np.float32)], options={"target": 0.5})
+    assert w.corrector.debiaser.n_pairs == 2
+
+
+def test_ungraded_world_model_rows_are_none_not_zero():
+    env = GuessEnv()
+    wm = SyntheticWorldModel(guess_score, ungraded_prob=1.0)
+    w = AnchoredWorldModelWrapper(env, wm, anchor_fraction=0.0, group_size=2)
+    out = w.score_group([np.array([0.5], dtype=np.float32)] * 2, options={"target": 0.5})
+    assert out.route == "world_model" and out.rewards == [None, None]
+    obs, info = w.reset(options={"target": 0.5})
+    _, r, _, _, info = w.step(np.array([0.5], dtype=np.float32))
+    assert r == 0.0 and info["wmrl"]["graded"] is False
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"anchor_fraction": 0.1, "world_model": None}, "world_model=None"),
+        ({"group_size": 0}, "group_size"),
+        ({"mode": "reward"}, "mode"),
+        ({"episode_score": "mean"}, "episode_score"),
+        ({"world_model": object()}, "predict"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    args = {"world_model": SyntheticWorldModel(guess_score), "anchor_fraction": 0.5, "group_size": 2}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        AnchoredWorldModelWrapper(GuessEnv(), **args)
+
+
+def test_real_only_without_world_model():
+    env = GuessEnv()
+    w = AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=2)
+    out = w.score_group([np.array([0.5], dtype=np.float32)] * 2, options={"target": 0.25})
+    assert out.route == "anchor" and out.rewards == [0.75, 0.75] and env.n_steps == 2
+    assert w.ledger.count("world_model") == 0 and w.ledger.count("execution") == 2
+
+
+@pytest.mark.parametrize("group_size,eval_route", [(1, "anchor"), (3, "anchor"), (3, "world_model")])
+def test_check_env_on_wrapped_in_evaluation_mode(group_size, eval_route):
+    check_env(GuessEnv())
+    _, _, w = make(anchor_fraction=0.5, group_size=group_size, noise=0.0, eval_route=eval_route)
+    w.training = False  # frozen: deterministic, as check_env requires
+    check_env(w, skip_render_check=True)
+    assert w.corrector.debiaser.n_pairs == 0 and w.n_groups_started == 0
+
+
+def test_evaluation_mode_then_training_resumes_groups():
+    env, _, w = make(anchor_fraction=0.5, group_size=2, eval_route="anchor")
+    w.training = False
+    obs, info = w.reset(options={"target": 0.5})
+    assert info["wmrl"]["route"] == "anchor" and info["wmrl"]["group_id"] is None
+    _, r, *_ , info = w.step(np.array([0.5], dtype=np.float32))
+    assert r == pytest.approx(1.0) and info["wmrl"]["real_score"] == pytest.approx(1.0)
+    assert info["wmrl"]["raw_score"] is None  # eval pays only for execution by default
+    w.training = True
+    _, info = w.reset(options={"target": 0.5})
+    assert info["wmrl"]["group_id"] == 0

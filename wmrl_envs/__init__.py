@@ -1,0 +1,45 @@
+"""wmrl_envs — world-model RL with anchored real execution (Yang et al., arXiv 2608.12564).
+
+Contents:
+    - :mod:`wmrl_envs.core` — the corrections as plain objects: routing, isotonic debiaser,
+      anchor weighter (ρ), the group-level corrector, the cost ledger.
+    - :mod:`wmrl_envs.wrappers` — :class:`AnchoredWorldModelWrapper` (Gymnasium).
+    - :mod:`wmrl_envs.world_models` — the world-model protocol, the LLM judge, a synthetic one.
+    - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code) and the tiny ``Guess`` env.
+    - :mod:`wmrl_envs.sandbox` — bubblewrap / Docker / subprocess sandboxes.
+
+Importing the package registers the Gymnasium ids ``wmrl/AutoResearch-v0`` and
+``wmrl/Guess-v0``. The method is explained in ``docs/method.md``.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from .core import AnchorRouter, AnchorWeighter, CostLedger, GroupCorrection, IsotonicDebiaser, WMRLCorrector
+from .wrappers import AnchoredWorldModelWrapper, GroupRollout
+
+__all__ = [
+    "AnchoredWorldModelWrapper",
+    "GroupRollout",
+    "AnchorRouter",
+    "IsotonicDebiaser",
+    "AnchorWeighter",
+    "WMRLCorrector",
+    "GroupCorrection",
+    "CostLedger",
+    "register_envs",
+]
+
+__version__ = "0.1.0"
+
+
+def register_envs() -> None:
+    """Register ``wmrl/AutoResearch-v0`` and ``wmrl/Guess-v0`` with Gymnasium (idempotent)."""
+    if "wmrl/Guess-v0" not in gym.registry:
+        gym.register(id="wmrl/Guess-v0", entry_point="wmrl_envs.envs.guess:GuessEnv")
+    if "wmrl/AutoResearch-v0" not in gym.registry:
+        gym.register(id="wmrl/AutoResearch-v0", entry_point="wmrl_envs.envs.autoresearch.env:AutoResearchEnv")
+
+
+register_envs()

@@ -1,0 +1,36 @@
+"""The WMRL corrections as plain objects (no Gymnasium dependency).
+
+Contents:
+    - :class:`AnchorRouter` — seeded routing of whole groups to ``anchor`` / ``world_model``.
+    - :class:`IsotonicDebiaser` — online debiasing (isotonic map from anchor pairs).
+    - :class:`AnchorWeighter`, :func:`group_disagreement` — inverse-variance denoising (ρ).
+    - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
+    - :class:`CostLedger` — counts and seconds per cost source.
+
+The wrapper (:mod:`wmrl_envs.wrappers`) and all adapters share these objects.
+"""
+
+from __future__ import annotations
+
+from .corrector import GroupCorrection, WMRLCorrector
+from .debias import IsotonicDebiaser
+from .denoise import AnchorWeighter, group_disagreement
+from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
+from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
+
+__all__ = [
+    "ANCHOR",
+    "WORLD_MODEL",
+    "Route",
+    "AnchorRouter",
+    "IsotonicDebiaser",
+    "AnchorWeighter",
+    "group_disagreement",
+    "WMRLCorrector",
+    "GroupCorrection",
+    "CostLedger",
+    "EXECUTION",
+    "WORLD_MODEL_SOURCE",
+    "GENERATION",
+    "UPDATE",
+]

@@ -1,0 +1,240 @@
+"""The group-level correction API shared by the Gymnasium wrapper and every adapter.
+
+:class:`WMRLCorrector` takes one scored group — its route, the world model's raw scores and,
+on anchor groups, the real scores — and returns what the agent should train on
+(:class:`GroupCorrection`): the rewards (real scores on anchor groups, calibrated world-model
+scores ``r̃ = f̂(r̂)`` on world-model groups) and the advantage weight (``ρ`` on anchor groups,
+1 on world-model groups). On anchor groups it also feeds the anchor pairs to the
+:class:`~wmrl_envs.core.debias.IsotonicDebiaser` and the group's disagreement to the
+:class:`~wmrl_envs.core.denoise.AnchorWeighter`. See ``docs/method.md``.
+
+The calibration error is tracked *prequentially*: each anchor group is scored with the map
+as it was before its own pairs were added, so "after calibration" is an honest out-of-sample
+figure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .debias import IsotonicDebiaser
+from .denoise import AnchorWeighter
+from .routing import ANCHOR, WORLD_MODEL, Route
+
+__all__ = ["GroupCorrection", "WMRLCorrector"]
+
+
+def _clean(values: Sequence[float | None] | None, n: int) -> list[float | None]:
+    if values is None:
+        return [None] * n
+    out: list[float | None] = []
+    for v in values:
+        out.append(None if v is None or not math.isfinite(float(v)) else float(v))
+    return out
+
+
+@dataclass
+class GroupCorrection:
+    """What the corrections made of one group (all lists have length G).
+
+    Attributes:
+        route: ``"anchor"`` or ``"world_model"``.
+        raw_scores: world-model raw scores r̂ (``None`` = world model could not grade).
+        calibrated_scores: ``f̂(r̂)`` (identity when debiasing is off or not yet fitted).
+        real_scores: real scores r on anchor groups (``None`` = ungraded / not executed).
+        rewards: the scores to train on: real on anchor groups, calibrated on world-model
+            groups; ``None`` rows are ungraded and must be dropped, not zeroed.
+        advantage_weight: ρ for anchor groups (the value before this group's own update, so
+            the streaming wrapper and the batch API agree), 1.0 for world-model groups.
+        disagreement: the group's ``s²`` (anchor groups with varying real scores), else ``None``.
+        group_id: caller's group id (int) or ``None``.
+    """
+
+    route: Route
+    raw_scores: list[float | None]
+    calibrated_scores: list[float | None]
+    real_scores: list[float | None]
+    rewards: list[float | None]
+    advantage_weight: float
+    disagreement: float | None = None
+    group_id: int | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (JSON-serialisable)."""
+        return asdict(self)
+
+
+class WMRLCorrector:
+    """Online debiasing + inverse-variance denoising behind one group-level call.
+
+    Args:
+        debiaser: the isotonic debiaser (default: reference settings).
+        weighter: the anchor weighter (default: reference settings).
+        debias: apply ``f̂`` to world-model scores (ablation switch; pairs are still logged).
+        denoise: use ``ρ`` as the anchor-group advantage weight (ablation switch; ``s²`` is
+            still tracked and logged).
+
+    Attributes:
+        training: propagates to the debiaser and the weighter; ``False`` freezes both
+            (evaluation), as ``VecNormalize.training`` does in Stable-Baselines3.
+
+    Example:
+        >>> corr = WMRLCorrector()
+        >>> out = corr.correct_group("anchor", raw=[0.1, 0.5], real=[0.0, 1.0])
+        >>> out.rewards, out.advantage_weight
+        ([0.0, 1.0], 1.0)
+    """
+
+    def __init__(
+        self,
+        debiaser: IsotonicDebiaser | None = None,
+        weighter: AnchorWeighter | None = None,
+        *,
+        debias: bool = True,
+        denoise: bool = True,
+    ) -> None:
+        self.debiaser = debiaser if debiaser is not None else IsotonicDebiaser()
+        self.weighter = weighter if weighter is not None else AnchorWeighter()
+        self.debias = bool(debias)
+        self.denoise = bool(denoise)
+        self._training = True
+        # prequential calibration error on anchor pairs
+        self._abs_err_raw = 0.0
+        self._abs_err_cal = 0.0
+        self._n_err = 0
+        self.n_groups = {ANCHOR: 0, WORLD_MODEL: 0}
+
+    # ------------------------------------------------------------------ flags
+    @property
+    def training(self) -> bool:
+        """Whether anchor groups update the debiaser and the weighter."""
+        return self._training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self._training = bool(value)
+        self.debiaser.training = self._training
+        self.weighter.training = self._training
+
+    @property
+    def rho(self) -> float:
+        """The anchor weight currently applied (1.0 when denoising is off)."""
+        return self.weighter.rho if self.denoise else 1.0
+
+    # ------------------------------------------------------------------ core
+    def calibrate(self, raw: Sequence[float | None]) -> list[float | None]:
+        """``f̂(r̂)`` for a batch (identity when ``debias`` is off), ``None`` kept as ``None``."""
+        if not self.debias:
+            return _clean(raw, len(raw))
+        cal = self.debiaser.transform(list(raw))
+        return [None if not np.isfinite(v) else float(v) for v in cal]
+
+    def correct_group(
+        self,
+        route: Route,
+        raw: Sequence[float | None],
+        real: Sequence[float | None] | None = None,
+        group_id: int | None = None,
+    ) -> GroupCorrection:
+        """Correct one group's scores and, on anchor groups, update the corrections.
+
+        Args:
+            route: ``"anchor"`` or ``"world_model"``.
+            raw: world-model raw scores r̂ of the G rollouts (float or ``None``), shape (G,).
+            real: real scores r, shape (G,); required for anchor groups, ignored otherwise.
+            group_id: optional id carried into the result.
+
+        Returns:
+            A :class:`GroupCorrection`.
+
+        Raises:
+            ValueError: unknown route; anchor group without ``real``; length mismatch.
+        """
+        g = len(raw)
+        raw_c = _clean(raw, g)
+        if route == WORLD_MODEL:
+            cal = self.calibrate(raw_c)
+            self.n_groups[WORLD_MODEL] += 1
+            return GroupCorrection(WORLD_MODEL, raw_c, cal, [None] * g, list(cal), 1.0, None, group_id)
+        if route != ANCHOR:
+            raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
+        if real is None:
+            raise ValueError("an anchor group needs its real scores (real=...), one per rollout")
+        if len(real) != g:
+            raise ValueError(f"raw and real differ in length: {g} vs {len(real)}")
+        real_c = _clean(real, g)
+        cal = self.calibrate(raw_c)  # the map *before* this group's pairs: prequential
+        rho = self.rho  # the weight as known when the group was routed, before its own update
+        s2: float | None = None
+        if self._training:
+            for a, c, r in zip(raw_c, cal, real_c):
+                if a is not None and c is not None and r is not None:
+                    self._abs_err_raw += abs(a - r)
+                    self._abs_err_cal += abs(c - r)
+                    self._n_err += 1
+            s2 = self.weighter.update(cal, real_c)
+            self.debiaser.add_pairs(raw_c, real_c)
+        self.n_groups[ANCHOR] += 1
+        return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
+
+    # ------------------------------------------------------------------ reporting
+    def calibration_error(self) -> dict[str, float]:
+        """Prequential mean absolute error on anchor pairs: raw vs calibrated.
+
+        Returns:
+            ``{"raw_mae", "calibrated_mae", "n"}``; NaN maes when no anchor pair was seen.
+        """
+        if self._n_err == 0:
+            return {"raw_mae": float("nan"), "calibrated_mae": float("nan"), "n": 0}
+        return {
+            "raw_mae": self._abs_err_raw / self._n_err,
+            "calibrated_mae": self._abs_err_cal / self._n_err,
+            "n": self._n_err,
+        }
+
+    def stats(self) -> dict[str, Any]:
+        """Flat dict for logging: ρ, s̄², pairs, fits, calibration errors, group counts."""
+        err = self.calibration_error()
+        ema = self.weighter.ema
+        return {
+            "rho": self.rho,
+            "disagreement_ema": None if not math.isfinite(ema) else ema,
+            "anchor_pairs": self.debiaser.n_pairs,
+            "debiaser_fitted": self.debiaser.fitted,
+            "debiaser_fits": self.debiaser.n_fits,
+            "calibration_mae_raw": err["raw_mae"],
+            "calibration_mae_calibrated": err["calibrated_mae"],
+            "anchor_groups": self.n_groups[ANCHOR],
+            "world_model_groups": self.n_groups[WORLD_MODEL],
+        }
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly (JSON-serialisable)."""
+        return {
+            "debiaser": self.debiaser.state_dict(),
+            "weighter": self.weighter.state_dict(),
+            "debias": self.debias,
+            "denoise": self.denoise,
+            "abs_err_raw": self._abs_err_raw,
+            "abs_err_cal": self._abs_err_cal,
+            "n_err": self._n_err,
+            "n_groups": dict(self.n_groups),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept)."""
+        self.debiaser.load_state_dict(state["debiaser"])
+        self.weighter.load_state_dict(state["weighter"])
+        self.debias = bool(state["debias"])
+        self.denoise = bool(state["denoise"])
+        self._abs_err_raw = float(state["abs_err_raw"])
+        self._abs_err_cal = float(state["abs_err_cal"])
+        self._n_err = int(state["n_err"])
+        self.n_groups = {ANCHOR: int(state["n_groups"][ANCHOR]), WORLD_MODEL: int(state["n_groups"][WORLD_MODEL])}
+        self.training = self._training

@@ -1,0 +1,209 @@
+"""Online debiasing: isotonic recalibration of world-model scores from anchor pairs.
+
+Every anchor rollout yields an *anchor pair* ``(r̂, r)``: the world model's raw score and the
+real score. The debiaser keeps the most recent pairs in a FIFO buffer and fits a monotone
+non-decreasing map ``f̂: r̂ -> E[r | r̂]`` with scikit-learn's
+:class:`~sklearn.isotonic.IsotonicRegression` (clipped outside the fitted range). Until
+``min_pairs`` pairs exist the map is the identity; afterwards it is refitted every
+``refit_every`` new pairs. See ``docs/method.md`` ("Online debiasing"), after Yang et al.,
+arXiv 2608.12564.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+
+__all__ = ["IsotonicDebiaser"]
+
+
+class IsotonicDebiaser:
+    """FIFO buffer of anchor pairs and the isotonic map fitted on it.
+
+    Args:
+        buffer_size: most pairs kept (oldest dropped first). Reference: 5000.
+        min_pairs: pairs needed before the first fit; the map is the identity before.
+            Reference: 200.
+        refit_every: refit after this many new pairs since the last fit. Reference: 64.
+
+    Attributes:
+        training: when ``False``, :meth:`add_pairs` is ignored (evaluation freezes the map).
+        n_fits: number of fits so far.
+        n_seen: pairs ever added (including those the FIFO dropped).
+
+    Raises:
+        ValueError: non-positive sizes.
+
+    Example:
+        >>> deb = IsotonicDebiaser(min_pairs=4, refit_every=4)
+        >>> deb.add_pairs([0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 1.0, 1.0])
+        4
+        >>> deb.transform([0.05, 0.35]).tolist()
+        [0.0, 1.0]
+    """
+
+    def __init__(self, buffer_size: int = 5000, min_pairs: int = 200, refit_every: int = 64) -> None:
+        if buffer_size < 1 or min_pairs < 1 or refit_every < 1:
+            raise ValueError(
+                f"buffer_size, min_pairs and refit_every must be >= 1, got "
+                f"{buffer_size}, {min_pairs}, {refit_every}"
+            )
+        self.buffer_size = int(buffer_size)
+        self.min_pairs = int(min_pairs)
+        self.refit_every = int(refit_every)
+        self.training = True
+        self._raw: deque[float] = deque(maxlen=self.buffer_size)
+        self._real: deque[float] = deque(maxlen=self.buffer_size)
+        self._since_fit = 0
+        self.n_fits = 0
+        self.n_seen = 0
+        self._iso: IsotonicRegression | None = None
+
+    # ------------------------------------------------------------------ updating
+    def add_pairs(self, raw: Iterable[float | None], real: Iterable[float | None]) -> int:
+        """Add anchor pairs; refit when due. Pairs with a ``None``/NaN member are skipped.
+
+        Args:
+            raw: world-model raw scores r̂ (floats, reward scale).
+            real: real scores r of the same rollouts.
+
+        Returns:
+            Number of pairs actually added (0 when ``training`` is ``False``).
+
+        Raises:
+            ValueError: ``raw`` and ``real`` differ in length.
+        """
+        raw, real = list(raw), list(real)
+        if len(raw) != len(real):
+            raise ValueError(f"raw and real differ in length: {len(raw)} vs {len(real)}")
+        if not self.training:
+            return 0
+        added = 0
+        for a, b in zip(raw, real):
+            if a is None or b is None or not np.isfinite(a) or not np.isfinite(b):
+                continue
+            self._raw.append(float(a))
+            self._real.append(float(b))
+            added += 1
+        self._since_fit += added
+        self.n_seen += added
+        if len(self._raw) >= self.min_pairs and (self._iso is None or self._since_fit >= self.refit_every):
+            self.fit()
+        return added
+
+    def fit(self) -> None:
+        """Fit the isotonic map on the current buffer now (normally called by :meth:`add_pairs`).
+
+        Raises:
+            RuntimeError: the buffer is empty.
+        """
+        if not self._raw:
+            raise RuntimeError("cannot fit the debiaser: no anchor pairs in the buffer")
+        self._fit_on(np.asarray(self._raw), np.asarray(self._real))
+        self._since_fit = 0
+        self.n_fits += 1
+
+    def _fit_on(self, x: np.ndarray, y: np.ndarray) -> None:
+        iso = IsotonicRegression(increasing=True, out_of_bounds="clip")
+        iso.fit(x, y)
+        self._iso = iso
+
+    # ------------------------------------------------------------------ using
+    @property
+    def fitted(self) -> bool:
+        """``True`` once a map has been fitted (before that :meth:`transform` is the identity)."""
+        return self._iso is not None
+
+    @property
+    def n_pairs(self) -> int:
+        """Pairs currently in the buffer."""
+        return len(self._raw)
+
+    def transform(self, raw: Sequence[float | None] | np.ndarray) -> np.ndarray:
+        """Calibrated scores ``r̃ = f̂(r̂)``.
+
+        Args:
+            raw: raw scores, shape (B,); ``None`` entries stay NaN.
+
+        Returns:
+            float64 array of shape (B,); NaN where the input was ``None``/NaN.
+        """
+        x = np.array([np.nan if v is None else v for v in raw], dtype=np.float64)
+        out = x.copy()
+        ok = np.isfinite(x)
+        if self._iso is not None and ok.any():
+            out[ok] = self._iso.predict(x[ok])
+        return out
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The buffered anchor pairs as two float64 arrays ``(raw, real)`` of shape (n_pairs,)."""
+        return np.asarray(self._raw, dtype=np.float64), np.asarray(self._real, dtype=np.float64)
+
+    def curve(self, n: int = 101) -> tuple[np.ndarray, np.ndarray]:
+        """The current map sampled on ``n`` points over [min r̂, max r̂] of the buffer (for plots)."""
+        raw, _ = self.pairs()
+        lo, hi = (float(raw.min()), float(raw.max())) if raw.size else (0.0, 1.0)
+        xs = np.linspace(lo, hi, n)
+        return xs, self.transform(xs)
+
+    def calibration_error(self, raw: Sequence[float] | None = None, real: Sequence[float] | None = None) -> dict[str, float]:
+        """Mean absolute error of raw and of calibrated scores against real ones.
+
+        Args:
+            raw, real: pairs to evaluate on (default: the buffer; in-sample, optimistic).
+
+        Returns:
+            ``{"raw_mae": float, "calibrated_mae": float, "n": int}``; NaNs when no pairs.
+        """
+        if raw is None or real is None:
+            x, y = self.pairs()
+        else:
+            x, y = np.asarray(raw, dtype=np.float64), np.asarray(real, dtype=np.float64)
+        if x.size == 0:
+            return {"raw_mae": float("nan"), "calibrated_mae": float("nan"), "n": 0}
+        return {
+            "raw_mae": float(np.mean(np.abs(x - y))),
+            "calibrated_mae": float(np.mean(np.abs(self.transform(x) - y))),
+            "n": int(x.size),
+        }
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Buffer, counters and the fitted map's thresholds (JSON-serialisable lists)."""
+        state: dict[str, Any] = {
+            "buffer_size": self.buffer_size,
+            "min_pairs": self.min_pairs,
+            "refit_every": self.refit_every,
+            "raw": list(self._raw),
+            "real": list(self._real),
+            "since_fit": self._since_fit,
+            "n_fits": self.n_fits,
+            "n_seen": self.n_seen,
+            "map_x": None,
+            "map_y": None,
+        }
+        if self._iso is not None:
+            state["map_x"] = self._iso.X_thresholds_.tolist()
+            state["map_y"] = self._iso.y_thresholds_.tolist()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the restored map predicts exactly as the saved one.
+
+        The map is restored by refitting the isotonic regression on its own thresholds, which
+        are already monotone, so the fit reproduces them (and hence ``predict``) exactly.
+        """
+        self.buffer_size = int(state["buffer_size"])
+        self.min_pairs = int(state["min_pairs"])
+        self.refit_every = int(state["refit_every"])
+        self._raw = deque(state["raw"], maxlen=self.buffer_size)
+        self._real = deque(state["real"], maxlen=self.buffer_size)
+        self._since_fit = int(state["since_fit"])
+        self.n_fits = int(state["n_fits"])
+        self.n_seen = int(state["n_seen"])
+        self._iso = None
+        if state.get("map_x") is not None:
+            self._fit_on(np.asarray(state["map_x"], dtype=np.float64), np.asarray(state["map_y"], dtype=np.float64))

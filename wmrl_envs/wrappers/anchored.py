@@ -1,0 +1,581 @@
+"""``AnchoredWorldModelWrapper``: route groups of episodes to real execution or a world model.
+
+The wrapper turns any expensive Gymnasium env into a WMRL env (Yang et al., arXiv
+2608.12564; see ``docs/method.md``). Episodes come in *groups* of ``group_size`` consecutive
+episodes that share their reset arguments (the G rollouts GRPO samples for one task). Each
+group is routed as a whole:
+
+* ``anchor`` — the inner env's real ``step`` runs AND the world model predicts; the agent is
+  rewarded with the real score, and the anchor pairs update the corrections;
+* ``world_model`` — in *outcome* mode the inner ``step`` is never called: the world model
+  predicts the observation/feedback and the score, and the agent is rewarded with the
+  calibrated score ``f̂(r̂)``.
+
+Every step's ``info["wmrl"]`` carries the route, group id, raw and calibrated world-model
+score, real score (anchors), whether the rollout was graded, and the advantage weight ``ρ``
+that a GRPO learner multiplies into the group's advantages.
+
+Two ways to use it:
+
+* the standard per-episode Gymnasium API (``reset``/``step``), which works with any loop;
+* :meth:`AnchoredWorldModelWrapper.score_group`, which scores a whole group of single-step
+  episodes at once (batched world-model inference) — what GRPO trainers such as ``wmrl train``
+  use.
+
+Both share one :class:`~wmrl_envs.core.AnchorRouter`, one
+:class:`~wmrl_envs.core.WMRLCorrector` and one :class:`~wmrl_envs.core.CostLedger`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, Sequence, SupportsFloat, TypeVar
+
+import gymnasium as gym
+import numpy as np
+
+from wmrl_envs.core import (
+    ANCHOR,
+    EXECUTION,
+    WORLD_MODEL,
+    WORLD_MODEL_SOURCE,
+    AnchorRouter,
+    AnchorWeighter,
+    CostLedger,
+    GroupCorrection,
+    IsotonicDebiaser,
+    Route,
+    WMRLCorrector,
+)
+from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+
+__all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
+
+ObsType = TypeVar("ObsType")
+ActType = TypeVar("ActType")
+
+_SENTINEL = object()
+
+
+@dataclass
+class GroupRollout:
+    """A whole group scored by :meth:`AnchoredWorldModelWrapper.score_group`.
+
+    Attributes:
+        group_id: running group index (int).
+        route: ``"anchor"`` or ``"world_model"``.
+        rewards: G training rewards (real on anchors, calibrated WM on WM groups); ``None`` =
+            ungraded (drop the row).
+        advantage_weight: ρ for anchor groups, 1.0 otherwise.
+        correction: the full :class:`~wmrl_envs.core.GroupCorrection`.
+        observations: G observations after the step (real on anchors, predicted otherwise).
+        infos: G per-rollout info dicts (inner env info on anchors; each has a ``"wmrl"`` key).
+        predictions: G world-model predictions (empty when the wrapper has no world model).
+        execution_seconds: wall-clock seconds of the real steps (0 on WM groups).
+        world_model_seconds: wall-clock seconds of world-model inference.
+    """
+
+    group_id: int
+    route: Route
+    rewards: list[float | None]
+    advantage_weight: float
+    correction: GroupCorrection
+    observations: list[Any]
+    infos: list[dict[str, Any]]
+    predictions: list[WorldModelPrediction] = field(default_factory=list)
+    execution_seconds: float = 0.0
+    world_model_seconds: float = 0.0
+
+
+class AnchoredWorldModelWrapper(
+    gym.Wrapper[ObsType, ActType, ObsType, ActType], gym.utils.RecordConstructorArgs, Generic[ObsType, ActType]
+):
+    """Route whole groups of episodes to real execution (anchors) or to a world model.
+
+    Args:
+        env: the expensive env. Its ``step`` is the real execution.
+        world_model: a :class:`~wmrl_envs.world_models.WorldModel` (batched
+            ``predict(contexts, actions)``). ``None`` is allowed only with
+            ``anchor_fraction=1`` (plain real-execution GRPO, no world-model calls).
+        anchor_fraction: target share of groups routed to real execution (default 0.1).
+        group_size: G, consecutive episodes per group (they share reset arguments).
+        mode: ``"outcome"`` (world-model episodes never call the inner ``step``). Reward mode
+            (inner env steps for dynamics, world model supplies the reward) is planned.
+        groups_per_step: groups per training step for the anchor schedule (at least
+            ``min_anchor_groups`` anchors among each block of this many groups). Default:
+            ``ceil(1 / anchor_fraction)`` (one anchor group per block at f = 0.1).
+        min_anchor_groups: anchors per block at least (default 1).
+        episode_steps: steps after which a world-model episode terminates (outcome mode;
+            AutoResearch: its ``max_turns``, default 1).
+        episode_score: how per-step world-model scores make the episode's score: ``"max"``
+            (AutoResearch: max over turns), ``"last"`` or ``"sum"``.
+        corrector: the correction object (default: reference debiaser and weighter, or one
+            built from ``debiaser_kwargs``/``weighter_kwargs``).
+        debiaser_kwargs: keyword arguments of :class:`~wmrl_envs.core.IsotonicDebiaser`.
+        weighter_kwargs: keyword arguments of :class:`~wmrl_envs.core.AnchorWeighter`.
+        seed: seed of the anchor router.
+        ledger: a :class:`~wmrl_envs.core.CostLedger` to record into (default: a new one).
+        eval_route: route of every episode while ``training`` is ``False`` (default
+            ``"anchor"``: evaluation on real scores).
+        eval_with_world_model: while evaluating on ``"anchor"``, also call the world model
+            (to log its scores); default ``False`` (evaluation pays only for execution).
+
+    Training and evaluation (like ``VecNormalize.training`` in Stable-Baselines3):
+        With ``training=True`` the wrapper is deliberately non-stationary: groups advance,
+        the router draws routes and the corrections learn. With ``training=False`` it is
+        frozen: every episode is routed to ``eval_route``, nothing is updated, no group
+        bookkeeping is done (``group_id`` is ``None``), so equal seeds and actions give equal
+        results — this is the mode in which ``gymnasium.utils.env_checker.check_env``
+        passes.
+
+    Raises:
+        ValueError: invalid arguments (each message says which and how to fix it).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from wmrl_envs import AnchoredWorldModelWrapper
+        >>> from wmrl_envs.world_models import WorldModelPrediction
+        >>> class EchoWM:  # predicts the action itself as the score
+        ...     def predict(self, contexts, actions):
+        ...         return [WorldModelPrediction(score=float(a[0])) for a in actions]
+        >>> env = AnchoredWorldModelWrapper(gym.make("wmrl/Guess-v0"), EchoWM(),
+        ...                                 anchor_fraction=0.5, group_size=2)
+        >>> obs, info = env.reset(seed=0)
+        >>> info["wmrl"]["route"] in ("anchor", "world_model")
+        True
+    """
+
+    def __init__(
+        self,
+        env: gym.Env[ObsType, ActType],
+        world_model: WorldModel | None,
+        anchor_fraction: float = 0.1,
+        group_size: int = 8,
+        *,
+        mode: Literal["outcome"] = "outcome",
+        groups_per_step: int | None = None,
+        min_anchor_groups: int = 1,
+        episode_steps: int = 1,
+        episode_score: Literal["max", "last", "sum"] = "max",
+        corrector: WMRLCorrector | None = None,
+        debiaser_kwargs: dict[str, Any] | None = None,
+        weighter_kwargs: dict[str, Any] | None = None,
+        seed: int = 0,
+        ledger: CostLedger | None = None,
+        eval_route: Route = ANCHOR,
+        eval_with_world_model: bool = False,
+    ) -> None:
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            anchor_fraction=anchor_fraction,
+            group_size=group_size,
+            mode=mode,
+            groups_per_step=groups_per_step,
+            min_anchor_groups=min_anchor_groups,
+            episode_steps=episode_steps,
+            episode_score=episode_score,
+            seed=seed,
+            eval_route=eval_route,
+            eval_with_world_model=eval_with_world_model,
+        )
+        gym.Wrapper.__init__(self, env)
+        if mode != "outcome":
+            raise ValueError(f"mode must be 'outcome' (reward mode is not implemented yet), got {mode!r}")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
+        if episode_steps < 1:
+            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
+        if episode_score not in ("max", "last", "sum"):
+            raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
+        if world_model is None and anchor_fraction != 1.0:
+            raise ValueError(
+                "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
+                f"for real); got anchor_fraction={anchor_fraction}. Pass a world model."
+            )
+        if world_model is not None and not callable(getattr(world_model, "predict", None)):
+            raise ValueError(
+                f"world_model must have a predict(contexts, actions) method, got {type(world_model).__name__}"
+            )
+        if eval_route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"eval_route must be 'anchor' or 'world_model', got {eval_route!r}")
+        if groups_per_step is None:
+            groups_per_step = 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
+        if groups_per_step < 1:
+            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        self.world_model = world_model
+        self.group_size = int(group_size)
+        self.mode = mode
+        self.groups_per_step = int(groups_per_step)
+        self.episode_steps = int(episode_steps)
+        self.episode_score = episode_score
+        self.eval_route: Route = eval_route
+        self.eval_with_world_model = bool(eval_with_world_model)
+        self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
+        if corrector is None:
+            corrector = WMRLCorrector(
+                IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {}))
+            )
+        elif debiaser_kwargs or weighter_kwargs:
+            raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+        self.corrector = corrector
+        self.ledger = ledger if ledger is not None else CostLedger()
+        self._route_queue: list[Route] = []
+        self._reset_group_state()
+        self.n_groups_started = 0
+        self.n_episodes = 0
+        self.inner_step_calls = 0
+
+    # ------------------------------------------------------------------ helpers
+    def _reset_group_state(self) -> None:
+        self._group_id: int | None = None
+        self._group_route: Route | None = None
+        self._group_rho = 1.0
+        self._group_reset_args: tuple[Any, Any] | None = None
+        self._group_raw: list[float | None] = []
+        self._group_real: list[float | None] = []
+        self._episode_in_group = 0  # episodes started in the current group
+        self._ep_ctx: Any = None
+        self._ep_steps = 0
+        self._ep_raw_steps: list[float] = []
+        self._ep_raw_graded = True
+        self._ep_real_return = 0.0
+        self._ep_real_graded = True
+        self._ep_done = True
+        self._eval_active = False
+
+    @property
+    def training(self) -> bool:
+        """``False`` freezes the debiaser and the weighter (evaluation); routing continues."""
+        return self.corrector.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self.corrector.training = value
+
+    @property
+    def rho(self) -> float:
+        """Current anchor weight ρ."""
+        return self.corrector.rho
+
+    def _next_route(self) -> Route:
+        if not self._route_queue:
+            self._route_queue = list(self.router.route_step(self.groups_per_step))
+        return self._route_queue.pop(0)
+
+    def _aggregate(self, scores: list[float]) -> float:
+        if self.episode_score == "max":
+            return max(scores)
+        if self.episode_score == "last":
+            return scores[-1]
+        return float(sum(scores))
+
+    def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
+        assert self.world_model is not None
+        t0 = time.perf_counter()
+        preds = list(self.world_model.predict(list(contexts), list(actions)))
+        self.ledger.add(WORLD_MODEL_SOURCE, time.perf_counter() - t0, len(actions))
+        if len(preds) != len(actions):
+            raise RuntimeError(
+                f"world model {type(self.world_model).__name__} returned {len(preds)} predictions "
+                f"for {len(actions)} actions; predict() must return one per action"
+            )
+        return preds
+
+    def _info(self, **kw: Any) -> dict[str, Any]:
+        base = {
+            "route": self._group_route,
+            "group_id": self._group_id,
+            "episode_in_group": self._episode_in_group - 1,
+            "raw_score": None,
+            "calibrated_score": None,
+            "real_score": None,
+            "graded": True,
+            "advantage_weight": self._group_rho if self._group_route == ANCHOR else 1.0,
+        }
+        base.update(kw)
+        return base
+
+    # ------------------------------------------------------------------ gym API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsType, dict[str, Any]]:
+        """Start the next episode of the current group, or a new group after G episodes.
+
+        The G episodes of a group share their reset arguments: give ``seed``/``options`` to
+        the group's first reset (later resets may omit them and get the same ones).
+
+        Raises:
+            ValueError: a later episode of a group passes different ``seed``/``options``.
+
+        An episode reset before it ends is abandoned: it does not count toward its group.
+        """
+        if not self.training:
+            return self._reset_eval(seed, options)
+        if not self._ep_done and self._episode_in_group > 0:
+            # The running episode is abandoned: it does not count toward its group.
+            self._episode_in_group -= 1
+            self.n_episodes -= 1
+            if self._episode_in_group == 0:
+                self._group_reset_args = (seed, options)
+        if self._group_id is None or self._episode_in_group >= self.group_size:
+            self._reset_group_state()
+            self._group_id = self.n_groups_started
+            self.n_groups_started += 1
+            self._group_route = self._next_route()
+            self._group_rho = self.corrector.rho
+            self._group_reset_args = (seed, options)
+        else:
+            g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
+            if (seed is not None and seed != g_seed) or (options is not None and options != g_opts):
+                raise ValueError(
+                    f"episode {self._episode_in_group} of group {self._group_id} was reset with "
+                    f"seed={seed!r}, options={options!r}, but its group started with seed={g_seed!r}, "
+                    f"options={g_opts!r}; all {self.group_size} episodes of a group share one "
+                    "task — pass the same arguments, or omit them after the first reset"
+                )
+            seed, options = g_seed, g_opts
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._episode_in_group += 1
+        self.n_episodes += 1
+        self._ep_ctx = obs
+        self._ep_steps = 0
+        self._ep_raw_steps = []
+        self._ep_raw_graded = True
+        self._ep_real_return = 0.0
+        self._ep_real_graded = True
+        self._ep_done = False
+        info = dict(info)
+        info["wmrl"] = self._info()
+        return obs, info
+
+    def _reset_eval(self, seed: int | None, options: dict[str, Any] | None) -> tuple[ObsType, dict[str, Any]]:
+        self._reset_group_state()
+        self._eval_active = True
+        self._group_route = self.eval_route
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._ep_ctx = obs
+        self._ep_done = False
+        info = dict(info)
+        info["wmrl"] = self._info(episode_in_group=None)
+        return obs, info
+
+    def step(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the episode: real step on anchor groups, world-model prediction always.
+
+        On world-model groups the reward is 0 until the episode's last step, which carries
+        the calibrated episode score ``f̂(r̂)`` (an ungraded episode gets 0.0 with
+        ``info["wmrl"]["graded"] = False``: drop it, do not train on it as a zero).
+
+        Raises:
+            RuntimeError: ``step`` before ``reset`` or after the episode ended.
+        """
+        if self._group_route is None or self._ep_done:
+            raise RuntimeError("step() called without an active episode; call reset() first")
+        route = self._group_route
+        ctx = self._ep_ctx
+        evaluating = self._eval_active
+        pred: WorldModelPrediction | None = None
+        if self.world_model is not None and (not evaluating or route == WORLD_MODEL or self.eval_with_world_model):
+            pred = self._predict([ctx], [action])[0]
+            if pred.score is None:
+                self._ep_raw_graded = False
+            else:
+                self._ep_raw_steps.append(float(pred.score))
+        self._ep_steps += 1
+        if route == ANCHOR:
+            t0 = time.perf_counter()
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.ledger.add(EXECUTION, time.perf_counter() - t0, 1)
+            self.inner_step_calls += 1
+            if info.get("graded", True) is False or reward is None:
+                self._ep_real_graded = False
+            else:
+                self._ep_real_return += float(reward)
+            info = dict(info)
+        else:
+            if pred is not None and pred.observation is not None:
+                obs = copy.deepcopy(pred.observation)
+            else:
+                obs = copy.deepcopy(ctx)
+            reward = 0.0
+            terminated = self._ep_steps >= self.episode_steps
+            truncated = False
+            info = {"feedback": pred.feedback if pred is not None else "", "status": pred.status if pred else None}
+        self._ep_ctx = obs
+        done = bool(terminated or truncated)
+        raw_ep = self._aggregate(self._ep_raw_steps) if (self._ep_raw_steps and self._ep_raw_graded) else None
+        wm_info: dict[str, Any] = self._info(raw_score=raw_ep)
+        if evaluating:
+            wm_info["episode_in_group"] = None
+        if done and evaluating:
+            self._ep_done = True
+            cal = self.corrector.calibrate([raw_ep])[0]
+            if route == WORLD_MODEL:
+                reward = 0.0 if cal is None else float(cal)
+                wm_info.update(calibrated_score=cal, graded=cal is not None)
+            else:
+                real_ep = self._ep_real_return if self._ep_real_graded else None
+                wm_info.update(calibrated_score=cal, real_score=real_ep, graded=real_ep is not None)
+        elif done:
+            self._ep_done = True
+            real_ep = (self._ep_real_return if self._ep_real_graded else None) if route == ANCHOR else None
+            if route == WORLD_MODEL:
+                cal = self.corrector.calibrate([raw_ep])[0]
+                reward = 0.0 if cal is None else float(cal)
+                wm_info.update(calibrated_score=cal, graded=cal is not None)
+            else:
+                cal = self.corrector.calibrate([raw_ep])[0]
+                wm_info.update(calibrated_score=cal, real_score=real_ep, graded=real_ep is not None)
+            self._group_raw.append(raw_ep)
+            self._group_real.append(real_ep)
+            if self._episode_in_group >= self.group_size:
+                corr = self.corrector.correct_group(
+                    route, self._group_raw, self._group_real if route == ANCHOR else None, self._group_id
+                )
+                wm_info["group_disagreement"] = corr.disagreement
+        info["wmrl"] = wm_info
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    # ------------------------------------------------------------------ group API
+    def score_group(
+        self,
+        actions: Sequence[ActType],
+        *,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        route: Route | None = None,
+    ) -> GroupRollout:
+        """Score a whole group of single-step episodes at once (one action per rollout).
+
+        The group is routed like any other (the router's schedule, or ``route`` to force
+        one); world-model inference runs as ONE batched ``predict`` call; on anchor groups
+        each action is also executed for real (``reset(seed, options)`` then ``step``). The
+        corrections are applied and updated exactly as in the per-episode API.
+
+        Args:
+            actions: the G actions of the group (G = ``len(actions)``, need not equal
+                ``group_size``).
+            seed, options: reset arguments shared by the group.
+            route: force ``"anchor"``/``"world_model"`` (e.g. evaluation); bypasses the router.
+
+        Returns:
+            A :class:`GroupRollout`.
+
+        Raises:
+            RuntimeError: a per-episode group is in progress.
+            ValueError: empty ``actions`` or an unknown ``route``.
+        """
+        if self._group_route is not None and self._episode_in_group < self.group_size and self._episode_in_group > 0:
+            raise RuntimeError(
+                "score_group() called while a per-episode group is in progress "
+                f"({self._episode_in_group}/{self.group_size} episodes); finish it first"
+            )
+        if len(actions) == 0:
+            raise ValueError("score_group() needs at least one action")
+        if route is not None and route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
+        self._reset_group_state()
+        group_id = self.n_groups_started
+        self.n_groups_started += 1
+        if route is None:
+            route = self._next_route() if self.training else self.eval_route
+        r: Route = route
+        if self.world_model is None and r == WORLD_MODEL:
+            raise ValueError("this wrapper has no world model; only route='anchor' is possible")
+        g = len(actions)
+        ctx, _ = self.env.reset(seed=seed, options=options)
+        preds: list[WorldModelPrediction] = []
+        wm_secs = 0.0
+        if self.world_model is not None:
+            t0 = time.perf_counter()
+            preds = self._predict([ctx] * g, list(actions))
+            wm_secs = time.perf_counter() - t0
+        raw = [p.score for p in preds] if preds else [None] * g
+        observations: list[Any] = []
+        infos: list[dict[str, Any]] = []
+        real: list[float | None] | None = None
+        exec_secs = 0.0
+        if r == ANCHOR:
+            real = []
+            for i, a in enumerate(actions):
+                if i > 0:
+                    self.env.reset(seed=seed, options=options)
+                t0 = time.perf_counter()
+                obs, reward, _term, _trunc, info = self.env.step(a)
+                dt = time.perf_counter() - t0
+                exec_secs += dt
+                self.ledger.add(EXECUTION, dt, 1)
+                self.inner_step_calls += 1
+                graded = info.get("graded", True) is not False and reward is not None
+                real.append(float(reward) if graded else None)
+                observations.append(obs)
+                infos.append(dict(info))
+        else:
+            for p in preds:
+                observations.append(copy.deepcopy(p.observation if p.observation is not None else ctx))
+                infos.append({"feedback": p.feedback, "status": p.status})
+        corr = self.corrector.correct_group(r, raw, real, group_id)
+        for i in range(g):
+            infos[i]["wmrl"] = {
+                "route": r,
+                "group_id": group_id,
+                "episode_in_group": i,
+                "raw_score": corr.raw_scores[i],
+                "calibrated_score": corr.calibrated_scores[i],
+                "real_score": corr.real_scores[i],
+                "graded": corr.rewards[i] is not None,
+                "advantage_weight": corr.advantage_weight,
+            }
+        self.n_episodes += g
+        return GroupRollout(
+            group_id, r, corr.rewards, corr.advantage_weight, corr, observations, infos, preds, exec_secs, wm_secs
+        )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Router, corrections, ledger and counters (JSON-serialisable).
+
+        Save at a group boundary: an unfinished per-episode group is not part of the state.
+        """
+        return {
+            "router": self.router.state_dict(),
+            "route_queue": list(self._route_queue),
+            "corrector": self.corrector.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "n_groups_started": self.n_groups_started,
+            "n_episodes": self.n_episodes,
+            "inner_step_calls": self.inner_step_calls,
+            "groups_per_step": self.groups_per_step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the next group continues the saved run."""
+        self.router.load_state_dict(state["router"])
+        self._route_queue = list(state["route_queue"])
+        self.corrector.load_state_dict(state["corrector"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.n_groups_started = int(state["n_groups_started"])
+        self.n_episodes = int(state["n_episodes"])
+        self.inner_step_calls = int(state["inner_step_calls"])
+        self.groups_per_step = int(state["groups_per_step"])
+        self._reset_group_state()
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to a JSON file atomically (the env itself is not saved).
+
+        Like ``VecNormalize.save`` in Stable-Baselines3: save beside the model checkpoint.
+        """
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.state_dict()))
+        tmp.replace(path)
+
+    def load(self, path: str | Path) -> None:
+        """Load a file written by :meth:`save` into this wrapper.
+
+        Raises:
+            FileNotFoundError: no such file.
+        """
+        self.load_state_dict(json.loads(Path(path).read_text()))
