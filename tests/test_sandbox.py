@@ -1,0 +1,494 @@
+"""Tests of the sandbox backends (``wmrl_envs.sandbox``).
+
+The isolation tests run for every isolating backend that works here: ``bubblewrap`` (skipped
+only where bwrap cannot run) and ``docker`` (skipped unless a daemon answers). Each runs a small
+hostile program and checks both what the program saw and that the host is unchanged. The
+``subprocess`` backend only gets the resource-limit tests (it isolates nothing) and must warn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from wmrl_envs.sandbox import (
+    BACKENDS,
+    BubblewrapSandbox,
+    DockerSandbox,
+    ExecutionResult,
+    Sandbox,
+    SandboxLimits,
+    SandboxUnavailableError,
+    SubprocessSandbox,
+    UnsafeSandboxWarning,
+    available_backends,
+    make_sandbox,
+)
+
+__all__: list[str] = []
+
+SANDBOX_UID = 65534
+# Generous slack for a noisy 2-core machine.
+SLACK_S = 10.0
+FAST = SandboxLimits(wall_time_s=30, cpu_time_s=30, memory_mb=1024, max_processes=32)
+
+
+# --------------------------------------------------------------------------- helpers
+def _program(body: str) -> str:
+    """Wrap ``body`` so that it prints its ``report`` dict as JSON on the last line."""
+    return "import json, os, sys\nreport = {}\n" + textwrap.dedent(body) + "\nprint(json.dumps(report))\n"
+
+
+def _report(result: ExecutionResult) -> dict:
+    lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+    assert lines, f"no output; exit={result.exit_code} stderr={result.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Number of host tasks (processes + threads) whose real uid is ``uid``."""
+    n = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                text = fh.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
+            n += int(fields.get("Threads", "1").strip() or 1)
+    return n
+
+
+def _wait_tasks_at_most(uid: int, baseline: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        n = _tasks_of_uid(uid)
+        if n <= baseline or time.monotonic() > deadline:
+            return n
+        time.sleep(0.1)
+
+
+def _make_isolating(name: str) -> Sandbox:
+    if name == "bubblewrap":
+        try:
+            return BubblewrapSandbox(FAST)
+        except SandboxUnavailableError as exc:
+            pytest.skip(f"bubblewrap unavailable here: {exc}")
+    if name == "docker":
+        if not DockerSandbox.is_available():
+            pytest.skip("docker backend: SDK missing or no Docker daemon reachable (start dockerd to test it)")
+        return DockerSandbox(FAST)
+    raise AssertionError(name)
+
+
+@pytest.fixture(scope="module", params=["bubblewrap", "docker"])
+def isolating(request) -> Sandbox:
+    sb = _make_isolating(request.param)
+    yield sb
+    sb.close()
+
+
+def _make_unsafe() -> SubprocessSandbox:
+    with pytest.warns(UnsafeSandboxWarning, match="NOT isolate"):
+        return SubprocessSandbox(FAST)
+
+
+@pytest.fixture(scope="module", params=["bubblewrap", "docker", "subprocess"])
+def any_sandbox(request) -> Sandbox:
+    """Every backend, for the resource-limit tests (subprocess must warn when built)."""
+    sb = _make_unsafe() if request.param == "subprocess" else _make_isolating(request.param)
+    yield sb
+    sb.close()
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    d = tmp_path / "job"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def root_secret():
+    """A hidden-labels file in /root (mode 700 on the host), when we may create one."""
+    if os.geteuid() != 0 or not os.access("/root", os.W_OK):
+        yield None
+        return
+    d = Path("/root") / f".wmrl_test_hidden_{uuid.uuid4().hex}"
+    d.mkdir()
+    f = d / "labels.csv"
+    f.write_text("id,label\n1,SECRET-ROOT-LABEL\n")
+    yield f
+    f.unlink(missing_ok=True)
+    d.rmdir()
+
+
+# --------------------------------------------------------------------------- isolation
+def test_network_is_unreachable(isolating: Sandbox, job: Path) -> None:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    try:
+        # Sanity: the host itself can reach the server.
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        src = _program(f"""
+            import socket
+            def attempt(fn):
+                try:
+                    fn()
+                    return "connected"
+                except OSError as exc:
+                    return type(exc).__name__
+            report["outside"] = attempt(lambda: socket.create_connection(("1.1.1.1", 80), timeout=2).close())
+            report["host_loopback"] = attempt(
+                lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+            )
+            def udp():
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                s.sendto(b"x", ("8.8.8.8", 53))
+            report["udp"] = attempt(udp)
+            def docker_sock():
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect("/var/run/docker.sock")
+            report["docker_sock"] = attempt(docker_sock)
+            report["dns"] = attempt(lambda: socket.getaddrinfo("example.com", 80))
+        """)
+        res = isolating.run_python(src, job)
+        assert res.ok, res.stderr
+        rep = _report(res)
+        assert all(v != "connected" for v in rep.values()), rep
+        assert set(rep) == {"outside", "host_loopback", "udp", "docker_sock", "dns"}
+    finally:
+        server.close()
+
+
+def test_hidden_files_outside_job_are_unreadable(
+    isolating: Sandbox, job: Path, tmp_path: Path, root_secret
+) -> None:
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    labels = hidden / "labels.csv"
+    labels.write_text("id,label\n1,SECRET-TMP-LABEL\n")
+    targets = [str(labels), str(Path(__file__).resolve()), "/proc/1/root" + str(labels)]
+    if root_secret is not None:
+        targets.append(str(root_secret))
+    src = _program(f"""
+        report["read"] = {{}}
+        for p in {targets!r}:
+            try:
+                with open(p) as fh:
+                    report["read"][p] = fh.read()
+            except OSError as exc:
+                report["read"][p] = type(exc).__name__
+        report["listdir"] = {{}}
+        for d in {[str(hidden), "/root", str(Path(__file__).resolve().parent)]!r}:
+            try:
+                report["listdir"][d] = os.listdir(d)
+            except OSError as exc:
+                report["listdir"][d] = type(exc).__name__
+    """)
+    res = isolating.run_python(src, job)
+    assert res.ok, res.stderr
+    rep = _report(res)
+    for p, outcome in rep["read"].items():
+        assert outcome in ("FileNotFoundError", "PermissionError"), (p, outcome)
+    assert rep["listdir"][str(hidden)] in ("FileNotFoundError", "PermissionError")
+    assert rep["listdir"][str(Path(__file__).resolve().parent)] in ("FileNotFoundError", "PermissionError")
+    root_listing = rep["listdir"]["/root"]
+    assert not any(".wmrl_test_hidden" in n for n in (root_listing if isinstance(root_listing, list) else []))
+    assert "SECRET" not in res.stdout + res.stderr
+    assert labels.read_text().endswith("SECRET-TMP-LABEL\n")
+
+
+def test_writes_outside_job_fail_and_host_is_unchanged(isolating: Sandbox, job: Path, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex
+    host_tmp_dir = tmp_path / "hostdir"
+    host_tmp_dir.mkdir(mode=0o777)
+    os.chmod(host_tmp_dir, 0o777)  # even world-writable on the host: must stay unreachable
+    targets = [
+        str(host_tmp_dir / f"escape_{tag}.txt"),
+        f"/tmp/wmrl_escape_{tag}.txt",  # the sandbox's private /tmp: allowed there, not on host
+        f"/usr/wmrl_escape_{tag}.txt",
+        os.path.join(sys.prefix, f"wmrl_escape_{tag}.txt"),
+        os.path.join(sys.base_prefix, f"wmrl_escape_{tag}.txt"),
+        "/etc/passwd",
+        f"/wmrl_escape_{tag}.txt",
+    ]
+    passwd_before = Path("/etc/passwd").read_bytes()
+    src = _program(f"""
+        report["write"] = {{}}
+        for p in {targets!r}:
+            try:
+                with open(p, "a") as fh:
+                    fh.write("pwned\\n")
+                report["write"][p] = "ok"
+            except OSError as exc:
+                report["write"][p] = type(exc).__name__
+        with open("inside.txt", "w") as fh:
+            fh.write("fine")
+    """)
+    res = isolating.run_python(src, job)
+    assert res.ok, res.stderr
+    rep = _report(res)["write"]
+    private_tmp = f"/tmp/wmrl_escape_{tag}.txt"
+    assert rep[private_tmp] == "ok"  # the private tmpfs is writable ...
+    for p, outcome in rep.items():
+        if p != private_tmp:
+            assert outcome != "ok", (p, outcome)
+    for p in targets:  # ... and nothing appeared (or changed) on the host
+        if p != "/etc/passwd":
+            assert not os.path.exists(p), p
+    assert Path("/etc/passwd").read_bytes() == passwd_before
+    assert (job / "inside.txt").read_text() == "fine"
+
+
+def test_fork_bomb_is_contained(isolating: Sandbox, job: Path) -> None:
+    max_procs, wall = 16, 4.0
+    baseline = _tasks_of_uid(SANDBOX_UID)
+    src = _program("""
+        import time
+        children = 0
+        for _ in range(200):
+            try:
+                pid = os.fork()
+            except OSError:
+                break
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            children += 1
+        print(json.dumps({"children": children}), flush=True)
+        while True:  # the real bomb
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """)
+    t0 = time.monotonic()
+    limits = SandboxLimits(wall_time_s=wall, cpu_time_s=30, memory_mb=512, max_processes=max_procs)
+    res = isolating.run_python(src, job, limits=limits)
+    elapsed = time.monotonic() - t0
+    assert res.timed_out and not res.ok and res.exit_code is None
+    assert elapsed < wall + SLACK_S
+    children = json.loads(res.stdout.splitlines()[0])["children"]
+    assert children < max_procs
+    if baseline == 0:  # RLIMIT_NPROC counts every task of the uid on the host
+        assert children > 0
+    # Every process of the sandbox is gone and the host can still start processes.
+    assert _wait_tasks_at_most(SANDBOX_UID, baseline) <= baseline
+    assert subprocess.run(["true"], timeout=10).returncode == 0
+
+
+def test_runs_as_unprivileged_uid_with_clean_env(isolating: Sandbox, job: Path, monkeypatch) -> None:
+    monkeypatch.setenv("WMRL_TEST_HOST_SECRET", "hunter2")
+    src = _program("""
+        report["uid"] = os.getuid(); report["euid"] = os.geteuid(); report["gid"] = os.getgid()
+        report["cwd"] = os.getcwd()
+        report["env"] = dict(os.environ)
+        report["caps"] = [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1]
+    """)
+    res = isolating.run_python(src, job, env={"EXTRA": "1"})
+    assert res.ok, res.stderr
+    rep = _report(res)
+    assert (rep["uid"], rep["euid"], rep["gid"]) == (SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+    assert int(rep["caps"], 16) == 0
+    assert rep["cwd"] == "/workspace"
+    env = rep["env"]
+    assert "WMRL_TEST_HOST_SECRET" not in env and "hunter2" not in json.dumps(env)
+    assert env["HOME"] == "/tmp" and env["EXTRA"] == "1"
+    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
+
+
+def test_special_files_left_in_job_folder_are_removed(isolating: Sandbox, job: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "labels.csv"
+    secret.write_text("SECRET")
+    src = _program(f"""
+        os.symlink({str(secret)!r}, "submission.csv")
+        os.mkfifo("pipe")
+        os.makedirs("sub")
+        os.symlink("/etc/passwd", "sub/link")
+        with open("real.csv", "w") as fh:
+            fh.write("ok")
+    """)
+    res = isolating.run_python(src, job)
+    assert res.ok, res.stderr
+    expected = ["submission.csv", "pipe", os.path.join("sub", "link")]
+    assert sorted(res.extras["removed_special_files"]) == sorted(expected)
+    assert not os.path.lexists(job / "submission.csv") and not os.path.lexists(job / "pipe")
+    assert (job / "real.csv").read_text() == "ok"
+    assert secret.read_text() == "SECRET"
+
+
+# --------------------------------------------------------------------------- resource limits (all backends)
+def test_memory_limit(any_sandbox: Sandbox, job: Path) -> None:
+    src = _program("""
+        chunks = []
+        try:
+            for _ in range(64):  # 64 x 32 MiB = 2 GiB
+                chunks.append(bytearray(32 << 20))
+        except MemoryError:
+            report["allocated_mb"] = 32 * len(chunks)
+            print(json.dumps(report), flush=True)
+            sys.exit(3)
+        report["allocated_mb"] = 32 * len(chunks)
+    """)
+    res = any_sandbox.run_python(src, job, limits=SandboxLimits(wall_time_s=60, cpu_time_s=60, memory_mb=256))
+    assert not res.ok and not res.timed_out
+    if res.exit_code == 3:  # MemoryError raised (RLIMIT_AS / RLIMIT_DATA)
+        assert _report(res)["allocated_mb"] <= 256
+    else:  # or killed by the cgroup OOM killer
+        assert res.exit_code is None and res.signal == 9, (res.exit_code, res.signal, res.stderr[-2000:])
+
+
+def test_infinite_loop_times_out(any_sandbox: Sandbox, job: Path) -> None:
+    wall = 2.0
+    limits = SandboxLimits(wall_time_s=wall, cpu_time_s=60)
+    res = any_sandbox.run_python("while True:\n    pass\n", job, limits=limits)
+    assert res.timed_out and res.exit_code is None and not res.ok
+    assert wall - 0.1 <= res.wall_time_s <= wall + SLACK_S
+
+
+def test_cpu_time_limit(any_sandbox: Sandbox, job: Path) -> None:
+    limits = SandboxLimits(wall_time_s=30, cpu_time_s=1)
+    res = any_sandbox.run_python("while True:\n    pass\n", job, limits=limits)
+    assert not res.ok and not res.timed_out and res.exit_code is None
+    assert res.signal in (24, 9)  # SIGXCPU at the soft limit, SIGKILL at the hard one
+    assert res.wall_time_s < 30
+
+
+def test_file_size_limit(any_sandbox: Sandbox, job: Path) -> None:
+    src = _program("""
+        try:
+            with open("big.bin", "wb") as fh:
+                for _ in range(8):
+                    fh.write(b"0" * (1 << 20))
+            report["outcome"] = "ok"
+        except OSError as exc:
+            report["outcome"] = type(exc).__name__
+    """)
+    res = any_sandbox.run_python(src, job, limits=SandboxLimits(wall_time_s=30, file_size_mb=2))
+    assert res.ok, res.stderr
+    assert _report(res)["outcome"] == "OSError"  # EFBIG
+    assert (job / "big.bin").stat().st_size <= 2 << 20
+
+
+def test_whole_process_group_killed_on_timeout(any_sandbox: Sandbox, job: Path, tmp_path: Path) -> None:
+    # A background child that would write a marker after the time-out must die with its parent.
+    src = textwrap.dedent("""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(1.5)
+            open("late_marker", "w").write("alive")
+            os._exit(0)
+        while True:
+            time.sleep(0.05)
+    """)
+    res = any_sandbox.run_python(src, job, limits=SandboxLimits(wall_time_s=1, cpu_time_s=30))
+    assert res.timed_out
+    time.sleep(1.5)
+    assert not (job / "late_marker").exists()
+
+
+def test_output_is_captured_and_truncated(any_sandbox: Sandbox, job: Path) -> None:
+    src = "import sys\nprint('x' * 300_000)\nprint('END')\nprint('err-tail', file=sys.stderr)\nsys.exit(5)\n"
+    res = any_sandbox.run_python(src, job)
+    assert res.exit_code == 5 and not res.ok
+    assert len(res.stdout.encode()) <= 64 * 1024 and res.stdout.rstrip().endswith("END")
+    assert "err-tail" in res.stderr
+    assert res.backend == any_sandbox.name
+
+
+# --------------------------------------------------------------------------- a real solution
+def test_sklearn_solution_writes_submission(any_sandbox: Sandbox, job: Path) -> None:
+    rows = ["id,x1,x2,y"] + [f"{i},{i % 7},{(i * 3) % 5},{int(i % 7 > 3)}" for i in range(200)]
+    (job / "train.csv").write_text("\n".join(rows) + "\n")
+    (job / "test.csv").write_text("id,x1,x2\n" + "\n".join(f"{i},{i % 7},{i % 5}" for i in range(50)) + "\n")
+    src = textwrap.dedent("""
+        import os
+        import numpy as np
+        import pandas as pd
+        from sklearn.ensemble import RandomForestClassifier
+        train = pd.read_csv("train.csv"); test = pd.read_csv("test.csv")
+        model = RandomForestClassifier(n_estimators=20, random_state=0).fit(train[["x1", "x2"]], train["y"])
+        pred = model.predict(test[["x1", "x2"]])
+        pd.DataFrame({"id": test["id"], "y": pred}).to_csv("submission.csv", index=False)
+        print("uid", os.getuid(), "numpy", np.__version__)
+    """)
+    limits = SandboxLimits(wall_time_s=60, cpu_time_s=60, memory_mb=2048)
+    res = any_sandbox.run_python(src, job, limits=limits)
+    assert res.ok and res.exit_code == 0 and not res.timed_out, res.stderr[-3000:]
+    sub = job / "submission.csv"
+    assert sub.is_file() and not sub.is_symlink()
+    lines = sub.read_text().splitlines()
+    assert lines[0] == "id,y" and len(lines) == 51
+    expected_uid = SANDBOX_UID if any_sandbox.isolates else os.getuid()
+    assert f"uid {expected_uid} " in res.stdout
+    assert sub.stat().st_uid == expected_uid
+
+
+# --------------------------------------------------------------------------- API / selection
+def test_subprocess_backend_warns_and_does_not_isolate() -> None:
+    with pytest.warns(UnsafeSandboxWarning):
+        sb = SubprocessSandbox()
+    assert sb.isolates is False and issubclass(UnsafeSandboxWarning, UserWarning)
+    with pytest.warns(UnsafeSandboxWarning):
+        assert make_sandbox("subprocess").name == "subprocess"
+
+
+def test_make_sandbox_names_and_auto(job: Path) -> None:
+    with pytest.raises(ValueError, match="bubblewrap.*docker.*subprocess"):
+        make_sandbox("firejail")
+    names = available_backends()
+    assert names[-1] == "subprocess" and set(names) <= set(BACKENDS)
+    if names[0] == "subprocess":
+        with pytest.warns(UnsafeSandboxWarning):
+            sb = make_sandbox("auto")
+    else:
+        sb = make_sandbox("auto", limits=SandboxLimits(wall_time_s=7))
+        assert sb.isolates and sb.limits.wall_time_s == 7
+    assert sb.name == names[0]
+    with sb:
+        res = sb.run_python("print(6 * 7)", job)
+    assert res.ok and res.stdout.strip() == "42" and res.wall_time_s > 0
+
+
+def test_bad_arguments(isolating: Sandbox, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        isolating.run_python("print(1)", tmp_path / "missing")
+    with pytest.raises(ValueError):
+        isolating.run_python("print(1)", tmp_path, filename="../escape.py")
+
+
+def test_missing_bwrap_is_reported(monkeypatch) -> None:
+    import wmrl_envs.sandbox.bubblewrap as bw
+
+    monkeypatch.setattr(bw.shutil, "which", lambda name: None)
+    with pytest.raises(SandboxUnavailableError, match="apt-get install -y bubblewrap"):
+        BubblewrapSandbox()
+
+
+def test_missing_docker_sdk_or_daemon_is_reported(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "docker", None)  # import docker -> ImportError
+    with pytest.raises(SandboxUnavailableError, match="pip install"):
+        DockerSandbox()
+    assert DockerSandbox.is_available() is False
+
+
+def test_unreachable_docker_daemon_is_reported(monkeypatch, tmp_path: Path) -> None:
+    pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
+    with pytest.raises(SandboxUnavailableError, match="dockerd"):
+        DockerSandbox()

@@ -1,0 +1,393 @@
+"""Default backend: `bubblewrap <https://github.com/containers/bubblewrap>`_ (``bwrap``).
+
+Contents:
+    * :class:`BubblewrapSandbox` -- backend ``"bubblewrap"``.
+
+Install the tool with ``apt-get install -y bubblewrap`` (``setpriv``, used as root, comes with
+util-linux).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal as _signal
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import ClassVar, Iterable, Mapping
+
+from .base import ExecutionResult, Sandbox, SandboxLimits, SandboxUnavailableError
+from .subprocess import (
+    _base_env,
+    _chown_tree,
+    _make_preexec,
+    _prepare_workdir,
+    _rlimits,
+    _run_process,
+    _sanitize_workdir,
+)
+
+__all__ = ["BubblewrapSandbox"]
+
+_MIB = 1024 * 1024
+#: Where the job folder appears inside the sandbox.
+WORKSPACE = "/workspace"
+_RESERVED = ("/", "/proc", "/dev", "/tmp", "/etc", WORKSPACE)
+_HOST_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime")
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _python_prefixes(python: str) -> list[str]:
+    """Folders the interpreter needs: venv prefix and base installation."""
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
+        dirs = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    else:
+        code = (
+            "import sys, json; "
+            "print(json.dumps([sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]))"
+        )
+        try:
+            out = subprocess.run(
+                [python, "-c", code], capture_output=True, text=True, timeout=60, check=True, env={}
+            ).stdout
+            dirs = json.loads(out)
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
+            raise SandboxUnavailableError(f"cannot query interpreter {python!r}: {exc}") from exc
+    real_exe_dir = os.path.dirname(os.path.realpath(python))
+    return [*dirs, real_exe_dir, os.path.dirname(os.path.abspath(python))]
+
+
+class BubblewrapSandbox(Sandbox):
+    """Runs each program in a fresh bubblewrap sandbox (Linux namespaces), as an unprivileged uid.
+
+    Isolation (as root, the measured-good configuration):
+        * **filesystem**: a new mount namespace on an empty root holding only ``/usr``, the
+          Python installation (venv ``sys.prefix`` and ``sys.base_prefix``, same paths) and
+          ``extra_ro_binds`` -- all read-only --, a private ``/proc`` and minimal ``/dev``, a
+          synthetic ``/etc`` (``passwd``/``group`` plus the loader cache and timezone), a fresh
+          ``tmp_size_mb``-MiB tmpfs on ``/tmp`` and on ``/dev/shm``, and the job folder
+          read-write at ``/workspace`` (the cwd). Home folders, the host ``/tmp``, the project
+          tree and hidden labels are simply absent;
+        * **network**: a new network namespace with only loopback (host loopback services and
+          the outside are unreachable);
+        * **processes**: new pid, IPC, UTS (and, if possible, cgroup) namespaces; the program
+          is started through ``setpriv`` as real uid/gid ``uid``/``gid`` (65534 = nobody) with
+          no capabilities (empty bounding set), no supplementary groups and ``no_new_privs``.
+          When bwrap dies, everything in the sandbox is SIGKILLed (``--die-with-parent``);
+        * **environment**: clean (``HOME=/tmp``, BLAS thread counts 1, plus ``env``).
+
+    Limits (rlimits inherited by the whole tree):
+        * ``memory_mb``: ``RLIMIT_AS`` in MiB (address space, not RSS: allocations beyond it
+          raise ``MemoryError``);
+        * ``cpu_time_s``: ``RLIMIT_CPU`` in seconds (rounded up; SIGXCPU, SIGKILL 1 s later);
+        * ``file_size_mb``: ``RLIMIT_FSIZE`` in MiB, per file;
+        * ``max_processes``: ``RLIMIT_NPROC`` -- counts all tasks (processes *and* threads) of
+          the sandbox uid **on the whole host**, so concurrent sandboxes with the same ``uid``
+          share it: give concurrent workers distinct ``uid`` values to keep a fork bomb in one
+          from starving the others;
+        * ``wall_time_s``: seconds, then the bwrap process group is SIGKILLed, which kills
+          the whole pid namespace;
+        * ``tmp_size_mb``: size in MiB of ``/tmp`` and (separately) of ``/dev/shm``;
+        * open files: 256.
+
+        ``memory_mb``, ``cpu_time_s`` and ``file_size_mb`` are rlimits, i.e. **per process**: a
+        program that forks may use up to ``max_processes`` times as much in total (the wall
+        clock still bounds the run). Docker's memory limit, by contrast, covers the container.
+
+    Not isolated / not limited: the kernel is shared (no seccomp filter; the program may create
+    unprivileged user namespaces); ``/usr``, the Python installation and ``/proc``'s system-wide
+    files (``/proc/meminfo``, ``/proc/cpuinfo``) are readable; total disk use of the job folder
+    is bounded only per file; CPU *share* is not limited (only CPU time). Without root, bwrap
+    falls back to an unprivileged user namespace (``--unshare-user --uid``), where the program
+    keeps the caller's host uid, so ``RLIMIT_NPROC`` counts the caller's own processes.
+
+    After each run, symlinks, FIFOs, sockets and device nodes the program left in the job folder
+    are deleted (``extras["removed_special_files"]``), so a grader reading ``submission.csv``
+    cannot be pointed at a file outside the folder.
+
+    Args:
+        limits: default limits (see :class:`~wmrl_envs.sandbox.base.SandboxLimits`).
+        python: interpreter to run inside (default ``sys.executable``; its installation is
+            bound read-only at the same paths).
+        uid: host uid the program runs as (root mode) / appears as (user-namespace mode).
+        gid: host gid, likewise.
+        extra_ro_binds: further host folders/files made visible read-only at the same path.
+        bwrap: path of the ``bwrap`` binary (default: found on ``PATH``).
+
+    Raises:
+        SandboxUnavailableError: bwrap/setpriv missing, or a probe run failed here.
+    """
+
+    name = "bubblewrap"
+    isolates = True
+
+    _probe_cache: ClassVar[dict[tuple, tuple[bool, str]]] = {}
+    _probe_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        python: str | None = None,
+        uid: int = 65534,
+        gid: int = 65534,
+        extra_ro_binds: Iterable[str | os.PathLike] = (),
+        bwrap: str | None = None,
+    ) -> None:
+        super().__init__(limits)
+        self.python = os.path.abspath(python or sys.executable)
+        self.uid = int(uid)
+        self.gid = int(gid)
+        self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        self.as_root = os.geteuid() == 0
+        if not self.bwrap:
+            raise SandboxUnavailableError(
+                "bubblewrap is not installed: run `apt-get install -y bubblewrap` "
+                "(or choose backend 'docker')."
+            )
+        if self.as_root and not os.access(self.setpriv, os.X_OK):
+            raise SandboxUnavailableError(
+                "setpriv (util-linux) is missing: run `apt-get install -y util-linux`."
+            )
+        self._etc_dir: str | None = None
+        self._finalizer: weakref.finalize | None = None
+        self._binds = self._interpreter_binds()
+        self._etc()
+        ok, why = self._probe()
+        if not ok:
+            raise SandboxUnavailableError(f"bubblewrap does not work here: {why}")
+
+    # ------------------------------------------------------------------ availability
+    @classmethod
+    def is_available(cls, python: str | None = None) -> bool:
+        """Whether bubblewrap runs here (probed once per interpreter, then cached)."""
+        try:
+            sb = cls(python=python)
+        except SandboxUnavailableError:
+            return False
+        sb.close()
+        return True
+
+    def _probe(self) -> tuple[bool, str]:
+        key = (self.bwrap, self.python, self.as_root, self.uid, self.gid, tuple(self.extra_ro_binds))
+        with self._probe_lock:
+            if key in self._probe_cache:
+                return self._probe_cache[key]
+            expected = sys.prefix if self.python == os.path.abspath(sys.executable) else None
+            code = "import sys, os; print(sys.prefix); print(os.getuid())"
+            with tempfile.TemporaryDirectory(prefix="wmrl-bwrap-probe-") as tmp:
+                try:
+                    res = self.run_python(
+                        code,
+                        tmp,
+                        limits=SandboxLimits(wall_time_s=30, cpu_time_s=30, memory_mb=1024),
+                        filename="probe.py",
+                    )
+                except OSError as exc:
+                    result = (False, f"cannot start bwrap: {exc}")
+                else:
+                    lines = res.stdout.split()
+                    if not res.ok:
+                        result = (False, f"probe exited {res.exit_code}: {res.stderr.strip()[-2000:]}")
+                    elif expected is not None and (not lines or lines[0] != expected):
+                        result = (False, f"interpreter inside has sys.prefix={lines[:1]}, expected {expected}")
+                    elif self.as_root and (len(lines) < 2 or lines[1] != str(self.uid)):
+                        result = (False, f"program did not run as uid {self.uid}: {lines}")
+                    else:
+                        result = (True, "")
+            self._probe_cache[key] = result
+            return result
+
+    # ------------------------------------------------------------------ mount plan
+    def _interpreter_binds(self) -> list[tuple[str, str]]:
+        """(host source, sandbox destination) pairs, read-only, deduplicated."""
+        wanted: list[str] = [*_python_prefixes(self.python), *self.extra_ro_binds]
+        pairs: set[tuple[str, str]] = set()
+        for p in wanted:
+            if not p or not os.path.exists(p):
+                continue
+            absp = os.path.abspath(p)
+            real = os.path.realpath(p)
+            for dest in {absp, real}:
+                if dest in _RESERVED or _under(dest, WORKSPACE):
+                    raise SandboxUnavailableError(f"cannot bind {p!r} at reserved path {dest!r}")
+                if any(_under(dest, r) for r in ("/proc", "/dev", "/etc")):
+                    continue
+                pairs.add((real, dest))
+        # /usr is bound wholesale; drop binds that an enclosing bind already provides.
+        base = [("/usr", "/usr")] + sorted(pairs, key=lambda sd: (sd[1].count("/"), sd[1]))
+        kept: list[tuple[str, str]] = []
+        for src, dest in base:
+            covered = False
+            for s0, d0 in kept:
+                if _under(dest, d0) and src == os.path.realpath(s0 + dest[len(d0):]):
+                    covered = True
+                    break
+            if not covered:
+                kept.append((src, dest))
+        return kept[1:]
+
+    def _etc(self) -> str:
+        """A private folder with a minimal ``passwd`` and ``group`` for the sandbox."""
+        if self._etc_dir is None:
+            d = tempfile.mkdtemp(prefix="wmrl-bwrap-etc-")
+            os.chmod(d, 0o755)
+            users = {0: "root", self.uid: "sandbox"}
+            groups = {0: "root", self.gid: "sandbox"}
+            with open(os.path.join(d, "passwd"), "w") as fh:
+                for u, n in users.items():
+                    fh.write(f"{n}:x:{u}:{self.gid if u else 0}:{n}:/tmp:/usr/sbin/nologin\n")
+            with open(os.path.join(d, "group"), "w") as fh:
+                for g, n in groups.items():
+                    fh.write(f"{n}:x:{g}:\n")
+            with open(os.path.join(d, "hostname"), "w") as fh:
+                fh.write("sandbox\n")
+            for f in ("passwd", "group", "hostname"):
+                os.chmod(os.path.join(d, f), 0o644)
+            self._etc_dir = d
+            self._finalizer = weakref.finalize(self, shutil.rmtree, d, True)
+        return self._etc_dir
+
+    def _argv(self, workdir: Path, limits: SandboxLimits, filename: str) -> list[str]:
+        tmp_bytes = str(max(1, int(limits.tmp_size_mb)) * _MIB)
+        argv = [
+            self.bwrap,
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+        ]
+        if not self.as_root:
+            argv += [
+                "--unshare-user",
+                "--uid", str(self.uid),
+                "--gid", str(self.gid),
+                "--disable-userns",
+                "--cap-drop", "ALL",
+            ]
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(top):
+                argv += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                argv += ["--ro-bind", top, top]
+        argv += [
+            "--proc", "/proc",
+            "--dev", "/dev",
+            "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
+            "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm",
+        ]
+        etc = self._etc()
+        etc_binds = [(os.path.join(etc, f), f"/etc/{f}") for f in ("passwd", "group", "hostname")]
+        etc_binds += [(f, f) for f in _HOST_ETC_FILES if os.path.exists(f)]
+        # Folders bwrap would create on the way to a bind point get mode 0700: pre-create them
+        # world-traversable, or the unprivileged uid could not reach the interpreter.
+        dests = [d for _, d in self._binds] + [d for _, d in etc_binds]
+        mounted = ["/usr", "/proc", "/dev", "/tmp", *dests]
+        parents: set[str] = set()
+        for d in dests:
+            parent = os.path.dirname(d)
+            while parent not in ("/", ""):
+                if any(_under(parent, m) for m in mounted):
+                    break
+                parents.add(parent)
+                parent = os.path.dirname(parent)
+        for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
+            argv += ["--perms", "0755", "--dir", parent]
+        for src, dest in [*self._binds, *etc_binds]:
+            argv += ["--ro-bind", src, dest]
+        argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE, "--"]
+        if self.as_root:
+            argv += [
+                self.setpriv,
+                "--reuid", str(self.uid),
+                "--regid", str(self.gid),
+                "--clear-groups",
+                "--no-new-privs",
+                "--bounding-set", "-all",
+                "--inh-caps", "-all",
+                "--",
+            ]
+        argv += [self.python, filename]
+        return argv
+
+    # ------------------------------------------------------------------ running
+    def run_python(
+        self,
+        source: str,
+        workdir: str | Path,
+        *,
+        limits: SandboxLimits | None = None,
+        env: Mapping[str, str] | None = None,
+        filename: str = "solution.py",
+    ) -> ExecutionResult:
+        lim = limits or self.limits
+        path = _prepare_workdir(workdir, source, filename)
+        if self.as_root:
+            _chown_tree(path, self.uid, self.gid)
+        argv = self._argv(path, lim, filename)
+        # As root RLIMIT_NPROC is ignored by bwrap/setpriv and applies once setpriv drops to uid.
+        preexec = _make_preexec(_rlimits(lim, nproc=int(lim.max_processes)))
+        try:
+            out = _run_process(
+                argv,
+                cwd="/",
+                env=_base_env("/tmp", "/tmp", env),
+                wall_time_s=lim.wall_time_s,
+                preexec_fn=preexec,
+            )
+        except FileNotFoundError as exc:
+            raise SandboxUnavailableError(f"cannot run bwrap: {exc}") from exc
+        removed = _sanitize_workdir(path)
+        rc = out.returncode
+        sig: int | None = None
+        exit_code: int | None = rc
+        if rc < 0:  # bwrap itself was killed (time-out)
+            sig, exit_code = -rc, None
+        elif 128 < rc < 128 + 65:  # bwrap reports a signalled child as 128 + signal
+            sig, exit_code = rc - 128, None
+        if out.timed_out:
+            exit_code = None
+            sig = sig or int(_signal.SIGKILL)
+        extras = {
+            "uid": self.uid,
+            "gid": self.gid,
+            "raw_exit_code": rc,
+            "output_truncated": out.truncated,
+            "removed_special_files": removed,
+            "user_namespace": not self.as_root,
+        }
+        if rc == 1 and out.stderr.startswith("bwrap: "):
+            extras["bwrap_error"] = out.stderr.splitlines()[0]
+        return ExecutionResult(
+            exit_code=exit_code,
+            stdout=out.stdout,
+            stderr=out.stderr,
+            wall_time_s=out.wall_time_s,
+            timed_out=out.timed_out,
+            signal=sig,
+            backend=self.name,
+            extras=extras,
+        )
+
+    def close(self) -> None:
+        """Remove the private ``/etc`` folder. Safe to call twice."""
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._etc_dir = None

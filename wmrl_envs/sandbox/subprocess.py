@@ -1,0 +1,408 @@
+"""Unsafe fallback backend: a plain child process under resource limits, **no isolation**.
+
+Contents:
+    * :class:`UnsafeSandboxWarning` -- the warning every :class:`SubprocessSandbox` emits.
+    * :class:`SubprocessSandbox` -- backend ``"subprocess"``.
+
+The module also holds the process-running helpers the other backends share (output capture
+with bounded buffers, rlimit set-up, job-folder preparation and clean-up); they are private.
+
+Note: this module is named ``subprocess`` but, as every module here uses absolute imports,
+``import subprocess`` inside the package still means the standard library.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import signal as _signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .base import ExecutionResult, Sandbox, SandboxLimits
+
+__all__ = ["SubprocessSandbox", "UnsafeSandboxWarning"]
+
+#: Bytes of stdout / stderr kept (the tail).
+OUTPUT_TAIL_BYTES = 64 * 1024
+_MIB = 1024 * 1024
+#: Open-file limit given to sandboxed programs.
+DEFAULT_NOFILE = 256
+#: Seconds to wait for output readers after the process tree is gone.
+_READER_JOIN_S = 5.0
+
+
+class UnsafeSandboxWarning(UserWarning):
+    """Emitted when a backend that does not isolate filesystem and network is used."""
+
+
+# --------------------------------------------------------------------------- shared helpers
+def _check_filename(filename: str) -> None:
+    if (
+        not filename
+        or filename in (".", "..")
+        or "/" in filename
+        or "\\" in filename
+        or "\0" in filename
+    ):
+        raise ValueError(f"filename must be a plain file name, got {filename!r}")
+
+
+def _prepare_workdir(workdir: str | Path, source: str, filename: str) -> Path:
+    """Resolve ``workdir`` (must exist) and write the script into it."""
+    _check_filename(filename)
+    path = Path(workdir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"job folder does not exist: {path}")
+    path = path.resolve()
+    script = path / filename
+    if script.is_symlink() or (script.exists() and not script.is_file()):
+        script.unlink()  # never write through a symlink/fifo left by an earlier run
+    script.write_text(source, encoding="utf-8")
+    return path
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything under it to ``uid:gid`` (never following symlinks).
+
+    Symlinks are skipped entirely: chown/chmod through a symlink planted by an earlier run
+    would hand a host file to the sandbox user.
+    """
+
+    def fix(path: str, is_dir: bool) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            return
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            return
+        if st.st_uid != uid or st.st_gid != gid:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        want = stat.S_IMODE(st.st_mode) | (0o700 if is_dir else 0o600)
+        if want != stat.S_IMODE(st.st_mode):
+            os.chmod(path, want)
+
+    fix(str(root), True)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames:
+            fix(os.path.join(dirpath, name), True)
+        for name in filenames:
+            fix(os.path.join(dirpath, name), False)
+
+
+def _sanitize_workdir(root: Path) -> list[str]:
+    """Remove everything in ``root`` that is neither a regular file nor a directory.
+
+    Symlinks (e.g. ``submission.csv -> /root/hidden/labels.csv``), FIFOs (which would block a
+    grader's ``open``), sockets and device nodes created by the program are deleted so that
+    the host reading the job folder afterwards only ever sees real files; set-uid/set-gid bits
+    are cleared. Returns the removed paths, relative to ``root``.
+    """
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in list(dirnames) + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                if mode & (stat.S_ISUID | stat.S_ISGID):  # no set-id files left on the host
+                    try:
+                        os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    except OSError:
+                        pass
+                continue
+            try:
+                os.unlink(path)
+                removed.append(os.path.relpath(path, root))
+            except OSError:
+                pass
+            if name in dirnames:
+                dirnames.remove(name)
+    return removed
+
+
+def _rlimits(limits: SandboxLimits, *, nproc: int | None) -> dict[int, tuple[int, int]]:
+    """The rlimits (resource -> (soft, hard)) that implement ``limits``."""
+    cpu = max(1, int(math.ceil(limits.cpu_time_s)))
+    mem = int(limits.memory_mb) * _MIB
+    fsize = int(limits.file_size_mb) * _MIB
+    out = {
+        resource.RLIMIT_AS: (mem, mem),
+        resource.RLIMIT_CPU: (cpu, cpu + 1),  # SIGXCPU first, SIGKILL one second later
+        resource.RLIMIT_FSIZE: (fsize, fsize),
+        resource.RLIMIT_NOFILE: (DEFAULT_NOFILE, DEFAULT_NOFILE),
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    if nproc is not None:
+        out[resource.RLIMIT_NPROC] = (nproc, nproc)
+    return out
+
+
+def _make_preexec(rlimits: Mapping[int, tuple[int, int]]) -> Callable[[], None]:
+    items = list(rlimits.items())
+
+    def preexec() -> None:  # runs in the child between fork and exec: keep it minimal
+        for res, value in items:
+            resource.setrlimit(res, value)
+
+    return preexec
+
+
+def _base_env(home: str, tmpdir: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """A clean environment for the program: no host variables leak in."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": tmpdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": tmpdir,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+        "VECLIB_MAXIMUM_THREADS": "1",
+    }
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+class _TailReader(threading.Thread):
+    """Drains a pipe, keeping only the last ``OUTPUT_TAIL_BYTES`` bytes."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.buf = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                self.buf += chunk
+                if len(self.buf) > 2 * OUTPUT_TAIL_BYTES:
+                    del self.buf[: len(self.buf) - OUTPUT_TAIL_BYTES]
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        return bytes(self.buf[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > OUTPUT_TAIL_BYTES
+
+
+def _tail_text(data: bytes) -> str:
+    return data[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+@dataclass
+class _ProcOutcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_time_s: float
+    timed_out: bool
+    truncated: bool
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, _signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    wall_time_s: float,
+    preexec_fn: Callable[[], None] | None,
+    pass_fds: Sequence[int] = (),
+) -> _ProcOutcome:
+    """Run ``argv`` in a new session; on wall-clock time-out kill its whole process group."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=tuple(pass_fds),
+        preexec_fn=preexec_fn,
+    )
+    readers = [_TailReader(proc.stdout), _TailReader(proc.stderr)]
+    for r in readers:
+        r.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=max(0.0, wall_time_s))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:  # e.g. KeyboardInterrupt: never leave the tree running
+        _kill_group(proc.pid)
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        # Kill leftovers of the group even after a normal exit (background children).
+        _kill_group(proc.pid)
+    if timed_out:
+        proc.kill()
+        proc.wait()
+    wall = time.monotonic() - start
+    for r in readers:
+        r.join(_READER_JOIN_S)
+    for stream in (proc.stdout, proc.stderr):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    return _ProcOutcome(
+        returncode=proc.returncode,
+        stdout=readers[0].text(),
+        stderr=readers[1].text(),
+        wall_time_s=wall,
+        timed_out=timed_out,
+        truncated=readers[0].truncated or readers[1].truncated,
+    )
+
+
+def _count_tasks_of_uid(uid: int) -> int:
+    """Tasks (processes + threads) whose real uid is ``uid``; what RLIMIT_NPROC counts."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as fh:
+                real_uid = threads = None
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        real_uid = int(line.split()[1])
+                    elif line.startswith(b"Threads:"):
+                        threads = int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+        if real_uid == uid:
+            count += threads or 1
+    return count
+
+
+# --------------------------------------------------------------------------- the backend
+class SubprocessSandbox(Sandbox):
+    """Runs the program as a plain child process under rlimits. **It does not isolate.**
+
+    What it limits:
+        * memory: ``RLIMIT_AS`` = ``memory_mb`` MiB of address space (allocations beyond it
+          raise ``MemoryError``);
+        * CPU: ``RLIMIT_CPU`` = ``ceil(cpu_time_s)`` seconds (then SIGXCPU, SIGKILL 1 s later);
+        * file size: ``RLIMIT_FSIZE`` = ``file_size_mb`` MiB per file;
+        * open files: ``RLIMIT_NOFILE`` = 256;
+        * processes: ``RLIMIT_NPROC`` -- only when the caller is not root (root ignores it):
+          set to the caller's current task count + ``max_processes``. As root there is **no**
+          fork-bomb guard;
+        * wall clock: ``wall_time_s`` seconds, then the whole process group (new session) is
+          SIGKILLed.
+
+    The rlimits are per process (children inherit their own copy of each budget).
+
+    What it does NOT do: the program runs with the caller's uid and sees the caller's whole
+    filesystem (it can read hidden labels, write anywhere the caller can) and network, and can
+    escape the process group with ``setsid``. The environment is clean (no host variables),
+    ``HOME``/``TMPDIR`` point at the job folder. ``tmp_size_mb`` is not enforced.
+
+    Use only for trusted code or when nothing else runs; constructing it emits an
+    :class:`UnsafeSandboxWarning`.
+
+    Args:
+        limits: default limits (see :class:`~wmrl_envs.sandbox.base.SandboxLimits`).
+        python: interpreter to run (default: ``sys.executable``).
+    """
+
+    name = "subprocess"
+    isolates = False
+
+    def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None) -> None:
+        super().__init__(limits)
+        self.python = python or sys.executable
+        warnings.warn(
+            "SubprocessSandbox does NOT isolate the filesystem or the network: the untrusted "
+            "program runs as your user and can read hidden labels, write outside its job "
+            "folder and open connections; only resource limits apply. Use the 'bubblewrap' "
+            "(apt-get install -y bubblewrap) or 'docker' backend for untrusted code.",
+            UnsafeSandboxWarning,
+            stacklevel=2,
+        )
+
+    def run_python(
+        self,
+        source: str,
+        workdir: str | Path,
+        *,
+        limits: SandboxLimits | None = None,
+        env: Mapping[str, str] | None = None,
+        filename: str = "solution.py",
+    ) -> ExecutionResult:
+        lim = limits or self.limits
+        path = _prepare_workdir(workdir, source, filename)
+        uid = os.getuid()
+        nproc = None if uid == 0 else _count_tasks_of_uid(uid) + int(lim.max_processes)
+        preexec = _make_preexec(_rlimits(lim, nproc=nproc))
+        out = _run_process(
+            [self.python, filename],
+            cwd=str(path),
+            env=_base_env(str(path), str(path), env),
+            wall_time_s=lim.wall_time_s,
+            preexec_fn=preexec,
+        )
+        removed = _sanitize_workdir(path)
+        rc = out.returncode
+        sig = -rc if rc < 0 else None
+        exit_code = None if (rc < 0 or out.timed_out) else rc
+        if out.timed_out and sig is None:
+            sig = int(_signal.SIGKILL)
+        return ExecutionResult(
+            exit_code=exit_code,
+            stdout=out.stdout,
+            stderr=out.stderr,
+            wall_time_s=out.wall_time_s,
+            timed_out=out.timed_out,
+            signal=sig,
+            backend=self.name,
+            extras={
+                "uid": uid,
+                "nproc_limit": nproc,
+                "output_truncated": out.truncated,
+                "removed_special_files": removed,
+            },
+        )
