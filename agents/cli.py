@@ -1,0 +1,71 @@
+"""``wmrl`` command line.
+
+Usage:
+    wmrl train [--preset default|tiny] [--run-dir DIR] [--FIELD VALUE ...]
+    wmrl train --resume RUN_DIR
+    wmrl presets
+
+Every :class:`agents.trainer.TrainConfig` field is a flag (``--steps 4 --anchor-fraction 0.2``),
+parsed by tyro on top of the chosen preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _train(argv: list[str]) -> int:
+    pre = argparse.ArgumentParser(prog="wmrl train", add_help=False)
+    pre.add_argument("--preset", default="default")
+    pre.add_argument("--run-dir", default=None)
+    pre.add_argument("--resume", default=None, metavar="RUN_DIR")
+    pre.add_argument("--quiet", action="store_true")
+    known, rest = pre.parse_known_args(argv)
+    from agents.trainer import PRESETS, train
+
+    if known.resume:
+        if rest and rest != ["--help"]:
+            print(f"wmrl train --resume takes no other settings (the run's config.json is used); got {rest}", file=sys.stderr)
+            return 2
+        train(PRESETS["default"], known.resume, resume=True, quiet=known.quiet)
+        return 0
+    if known.preset not in PRESETS:
+        print(f"unknown preset {known.preset!r}; choose one of {sorted(PRESETS)}", file=sys.stderr)
+        return 2
+    import tyro
+
+    base = dataclasses.replace(PRESETS[known.preset], preset=known.preset)
+    cfg = tyro.cli(type(base), default=base, args=rest, prog="wmrl train",
+                   description="GRPO with WMRL rewards on AutoResearch (see README).")
+    run_dir = Path(known.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    train(cfg, run_dir, quiet=known.quiet)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``wmrl`` script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "train":
+        return _train(rest)
+    if cmd == "presets":
+        from agents.trainer import PRESETS
+
+        for name, cfg in PRESETS.items():
+            print(name, dataclasses.asdict(cfg))
+        return 0
+    print(f"unknown command {cmd!r}; try `wmrl train` or `wmrl --help`", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

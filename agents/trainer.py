@@ -1,0 +1,605 @@
+"""The main job: GRPO of an LLM agent on AutoResearch with WMRL rewards (``wmrl train``).
+
+One flat loop, readable top to bottom (in the spirit of CleanRL):
+
+1. evaluate the untrained policy on the held-out tasks (real execution, avg@k);
+2. per step: sample ``groups_per_step`` training tasks, sample G solutions for each
+   (:class:`agents.llm_policy.LLMPolicy`), score every group through
+   :meth:`wmrl_envs.AnchoredWorldModelWrapper.score_group` (world model for every group;
+   real sandboxed execution on anchor groups; online debiasing and the anchor weight ρ),
+   build GRPO advantages (ρ on anchor rows, ungraded rows dropped) and take one policy
+   step (:func:`agents.grpo.grpo_loss`); log metrics and write a checkpoint;
+3. evaluate again, plot the calibration, write and print the summary.
+
+A run folder holds ``config.json``, ``metrics.jsonl``, ``checkpoint/`` (LoRA weights,
+optimiser, RNG states, the wrapper's routing/correction state including every anchor pair),
+``calibration.png``, ``summary.json`` and ``summary.md``. ``wmrl train --resume RUN_DIR``
+continues from the last checkpoint. The method: ``docs/method.md`` (Yang et al., arXiv
+2608.12564).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = ["TrainConfig", "PRESETS", "train", "load_config"]
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of ``wmrl train`` (every field is a CLI flag: ``--steps 10``)."""
+
+    # --- schedule
+    steps: int = 8
+    """GRPO steps (policy updates)."""
+    groups_per_step: int = 4
+    """Groups (tasks) per step; the anchor schedule puts at least one anchor group in each step."""
+    group_size: int = 4
+    """G, rollouts per group."""
+    anchor_fraction: float = 0.1
+    """Target share of groups that are also executed for real (anchors)."""
+    min_anchor_groups: int = 1
+    """Anchor groups per step at least."""
+    # --- corrections (reference defaults in docs/method.md; warm-ups shortened for CPU runs)
+    debias: bool = True
+    """Apply online debiasing (isotonic map) to world-model scores."""
+    denoise: bool = True
+    """Apply the anchor weight ρ to anchor-group advantages."""
+    min_pairs: int = 16
+    """Anchor pairs before the first isotonic fit (reference 200)."""
+    refit_every: int = 8
+    """Refit after this many new pairs (reference 64)."""
+    buffer_size: int = 5000
+    """FIFO capacity of anchor pairs."""
+    warmup_groups: int = 3
+    """Anchor groups before ρ leaves 1 (reference 32)."""
+    half_life: float = 64.0
+    """Half-life in groups of the disagreement EMA."""
+    rho_target: float = 2.0
+    """ρ at calibration time."""
+    rho_max: float = 4.0
+    """Upper clip of ρ."""
+    rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
+    """How ρ is scaled: fixed at warm-up (calibrated) or c = 1 (parameter_free)."""
+    # --- agent
+    solution_mode: Literal["line", "script"] = "line"
+    """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""
+    max_new_tokens: int = 32
+    """Completion budget of the policy in tokens."""
+    temperature: float = 0.8
+    """Sampling temperature of the policy."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lr: float = 2e-4
+    """AdamW learning rate of the LoRA weights."""
+    kl_coef: float = 0.04
+    """β of the KL penalty to the frozen reference."""
+    entropy_coef: float = 0.002
+    """Entropy bonus."""
+    clip_eps: float = 0.2
+    """PPO clip range."""
+    scale_advantages: bool = True
+    """Standardise advantages within groups (False: centring only)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    # --- world model (LLM judge on the agent's own frozen backbone)
+    judge_max_new_tokens: int = 48
+    """Token budget of the judge's structured prediction."""
+    judge_max_prompt_tokens: int = 640
+    """Judge prompts longer than this are cut in the middle."""
+    judge_batch_size: int = 8
+    """Judge batch size."""
+    # --- environment
+    sandbox: str = "auto"
+    """Sandbox backend: auto, bubblewrap, docker or subprocess."""
+    exec_wall_time_s: float = 90.0
+    """Wall-clock limit of one real execution in seconds."""
+    exec_memory_mb: int = 3072
+    """Memory limit of one real execution in MiB."""
+    eval_k: int = 2
+    """Trajectories per held-out task for avg@k."""
+    eval_tasks: int = 0
+    """Held-out tasks evaluated (0 = all)."""
+    # --- run
+    seed: int = 0
+    """Seed of task sampling, routing, sampling and the judge."""
+    threads: int = 1
+    """torch threads (1 measured fastest for generation on 2 cores)."""
+    preset: str = "default"
+    """Name of the preset these values came from (informational)."""
+
+
+PRESETS: dict[str, TrainConfig] = {
+    "default": TrainConfig(),
+    "tiny": TrainConfig(
+        steps=2, groups_per_step=2, group_size=2, eval_k=1, eval_tasks=2, max_new_tokens=24,
+        judge_max_new_tokens=40, min_pairs=2, refit_every=2, warmup_groups=1, preset="tiny",
+    ),
+}
+"""Built-in presets: ``default`` (the README's main job, <= 15 min on 2 CPU cores) and
+``tiny`` (CI's end-to-end run, a few minutes)."""
+
+
+def load_config(run_dir: str | Path) -> TrainConfig:
+    """Read ``RUN_DIR/config.json``.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a run folder (no config.json).
+        ValueError: config.json has keys this version does not know.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a wmrl run folder: {path} is missing")
+    data = json.loads(path.read_text())
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{path} has unknown keys {sorted(unknown)}; was it written by another wmrl version?")
+    return TrainConfig(**data)
+
+
+def _validate(cfg: TrainConfig) -> None:
+    checks = [
+        (cfg.steps >= 1, f"steps must be >= 1, got {cfg.steps}"),
+        (cfg.groups_per_step >= 1, f"groups_per_step must be >= 1, got {cfg.groups_per_step}"),
+        (cfg.group_size >= 2, f"group_size must be >= 2 (GRPO compares rollouts within a group), got {cfg.group_size}"),
+        (0.0 <= cfg.anchor_fraction <= 1.0, f"anchor_fraction must be in [0, 1], got {cfg.anchor_fraction}"),
+        (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
+        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+
+
+# ---------------------------------------------------------------------- helpers
+def _atomic_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_json_default))
+    tmp.replace(path)
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.bool_):
+        return bool(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(xs)) if xs else None
+
+
+@dataclass
+class _Components:
+    policy: Any
+    judge: Any
+    env: Any
+    wrapper: Any
+    optimizer: Any
+    train_tasks: list[str]
+    heldout_tasks: list[str]
+    get_task: Any
+
+
+def _build(cfg: TrainConfig) -> _Components:
+    import torch
+
+    from agents.llm_policy import LLMPolicy
+    from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+    from wmrl_envs.sandbox import SandboxLimits
+    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.world_models.smollm2 import load_smollm2
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    model, tokenizer = load_smollm2()
+    policy = LLMPolicy(
+        model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
+        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+    )
+    # The world model is the agent's own backbone, frozen: the same weights, adapters off.
+    judge = LLMJudgeWorldModel(
+        policy.model, tokenizer, max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
+        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, disable_adapters=True,
+    )
+    limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
+    env = AutoResearchEnv(tasks="all", sandbox=cfg.sandbox, limits=limits)
+    corrector = WMRLCorrector(
+        IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
+        AnchorWeighter(
+            warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
+            rho_max=cfg.rho_max, mode=cfg.rho_mode,
+        ),
+        debias=cfg.debias,
+        denoise=cfg.denoise,
+    )
+    wrapper = AnchoredWorldModelWrapper(
+        env, judge, anchor_fraction=cfg.anchor_fraction, group_size=cfg.group_size,
+        groups_per_step=cfg.groups_per_step, min_anchor_groups=cfg.min_anchor_groups,
+        corrector=corrector, seed=cfg.seed,
+    )
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
+    heldout = list_tasks("heldout")
+    if cfg.eval_tasks:
+        heldout = heldout[: cfg.eval_tasks]
+    return _Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
+
+
+def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> dict[str, Any]:
+    """Held-out avg@k with real execution (not counted in the training compute)."""
+    from agents.evaluation import avg_at_k
+
+    env, policy = c.env, c.policy
+    prompts, specs = [], []
+    for t in c.heldout_tasks:
+        obs, _ = env.reset(options={"task_id": t})
+        spec = c.get_task(t)
+        specs.append(spec)
+        prompts.append(policy.build_prompt(obs, spec))
+    t0 = time.perf_counter()
+    samples = policy.sample(prompts, cfg.eval_k)
+    gen_s = time.perf_counter() - t0
+    positions: dict[str, list[float | None]] = {}
+    scores: list[float] = []
+    statuses: dict[str, int] = {}
+    t0 = time.perf_counter()
+    for t, spec, texts in zip(c.heldout_tasks, specs, samples.texts):
+        positions[t] = []
+        for text in texts:
+            env.reset(options={"task_id": t})
+            _, reward, _, _, info = env.step(policy.completion_to_action(text, spec))
+            positions[t].append(info.get("position") if info.get("status") == "valid" else None)
+            scores.append(float(reward))
+            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+    exec_s = time.perf_counter() - t0
+    res = avg_at_k(positions, {t: c.get_task(t).category for t in c.heldout_tasks}, k=cfg.eval_k)
+    res.update(mean_score=_mean(scores), statuses=statuses, generation_s=gen_s, execution_s=exec_s,
+               n_tasks=len(c.heldout_tasks), k=cfg.eval_k)
+    return res
+
+
+# ---------------------------------------------------------------------- checkpoints
+def _save_checkpoint(run_dir: Path, c: _Components, step: int, rng: np.random.Generator, extra: dict[str, Any]) -> None:
+    import torch
+
+    tmp = run_dir / "checkpoint.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(
+        {
+            "adapter": c.policy.adapter_state_dict(),
+            "optimizer": c.optimizer.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+        },
+        tmp / "weights.pt",
+    )
+    state = {
+        "step": step,
+        "wrapper": c.wrapper.state_dict(),
+        "numpy_rng": rng.bit_generator.state,
+        "policy_sample_calls": c.policy._n_sample_calls,
+        "judge": c.judge.state_dict() if hasattr(c.judge, "state_dict") else {},
+        **extra,
+    }
+    _atomic_json(tmp / "state.json", state)
+    final = run_dir / "checkpoint"
+    old = run_dir / "checkpoint.old"
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        final.rename(old)
+    tmp.rename(final)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _load_checkpoint(run_dir: Path, c: _Components, rng: np.random.Generator) -> dict[str, Any]:
+    import torch
+
+    folder = run_dir / "checkpoint"
+    if not folder.exists() and (run_dir / "checkpoint.old").exists():
+        folder = run_dir / "checkpoint.old"  # killed between the two renames
+    if not (folder / "state.json").exists():
+        raise FileNotFoundError(
+            f"{run_dir} has no checkpoint to resume from (expected {folder}/state.json); "
+            "start a new run without --resume"
+        )
+    w = torch.load(folder / "weights.pt", weights_only=False)
+    c.policy.load_adapter_state_dict(w["adapter"])
+    c.optimizer.load_state_dict(w["optimizer"])
+    torch.set_rng_state(w["torch_rng"])
+    state = json.loads((folder / "state.json").read_text())
+    c.wrapper.load_state_dict(state["wrapper"])
+    rng.bit_generator.state = state["numpy_rng"]
+    c.policy._n_sample_calls = int(state["policy_sample_calls"])
+    if state.get("judge") and hasattr(c.judge, "load_state_dict"):
+        c.judge.load_state_dict(state["judge"])
+    return state
+
+
+# ---------------------------------------------------------------------- main loop
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Run (or resume) the main job; returns the summary dict (also written to the run folder).
+
+    Args:
+        cfg: the configuration (ignored on resume: the run folder's config.json is used).
+        run_dir: the run folder (created; must not hold another run unless ``resume``).
+        resume: continue the run in ``run_dir`` from its last checkpoint.
+        quiet: no progress bar or table.
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
+        FileNotFoundError: ``resume`` without a checkpoint in ``run_dir``.
+        ValueError: invalid configuration.
+    """
+    import torch
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agents.grpo import build_advantages, grpo_loss
+    from wmrl_envs.core import GENERATION, UPDATE
+
+    run_dir = Path(run_dir)
+    console = Console(quiet=quiet)
+    if resume:
+        cfg = load_config(run_dir)
+    else:
+        _validate(cfg)
+        if (run_dir / "config.json").exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or choose another --run-dir"
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_json(run_dir / "config.json", asdict(cfg))
+    random.seed(cfg.seed)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    t_start = time.perf_counter()
+    console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
+    c = _build(cfg)
+    ledger = c.wrapper.ledger
+    rng = np.random.default_rng(cfg.seed)
+    metrics_path = run_dir / "metrics.jsonl"
+    start_step = 0
+    prior_wall = 0.0
+    if resume:
+        state = _load_checkpoint(run_dir, c, rng)
+        start_step = int(state["step"]) + 1
+        eval_before = state["eval_before"]
+        prior_wall = float(state.get("wall_s", 0.0))
+        # drop metrics lines of steps after the checkpoint (the killed step is redone)
+        if metrics_path.exists():
+            lines = [ln for ln in metrics_path.read_text().splitlines() if ln.strip()]
+            kept = [ln for ln in lines if json.loads(ln).get("step", -1) < start_step]
+            metrics_path.write_text("".join(ln + "\n" for ln in kept))
+        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
+    else:
+        console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
+        eval_before = evaluate(c, cfg)
+        _save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
+
+    policy, wrapper = c.policy, c.wrapper
+    progress = Progress(
+        TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"), console=console, disable=quiet,
+    )
+    with progress:
+        bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
+        for step in range(start_step, cfg.steps):
+            t_step = time.perf_counter()
+            replace = cfg.groups_per_step > len(c.train_tasks)
+            task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step, replace=replace)]
+            specs = [c.get_task(t) for t in task_ids]
+            prompts = []
+            for t, spec in zip(task_ids, specs):
+                obs, _ = c.env.reset(options={"task_id": t})
+                prompts.append(policy.build_prompt(obs, spec))
+            with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+                samples = policy.sample(prompts, cfg.group_size)
+            groups = []
+            for t, spec, texts in zip(task_ids, specs, samples.texts):
+                actions = [policy.completion_to_action(x, spec) for x in texts]
+                groups.append(wrapper.score_group(actions, options={"task_id": t}))
+            batch = build_advantages(
+                [g.rewards for g in groups], [g.advantage_weight for g in groups],
+                scale=cfg.scale_advantages, drop_zero_advantage=True,
+            )
+            # ---- policy update: one gradient step over all kept rows, accumulated per group
+            loss_v = kl_v = ent_v = 0.0
+            t0 = time.perf_counter()
+            n_rows = len(batch.row_index)
+            if n_rows:
+                policy.model.train()
+                c.optimizer.zero_grad(set_to_none=True)
+                adv_by_row = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
+                for gi in range(len(groups)):
+                    rows = [j for j in range(cfg.group_size) if gi * cfg.group_size + j in adv_by_row]
+                    if not rows:
+                        continue
+                    comps = [samples.completion_ids[gi][j] for j in rows]
+                    adv = torch.tensor([adv_by_row[gi * cfg.group_size + j] for j in rows], dtype=torch.float32)
+                    ref, _, _ = policy.group_logprobs(samples.prompt_ids[gi], comps, reference=True)
+                    lp, mask, ent = policy.group_logprobs(samples.prompt_ids[gi], comps, with_entropy=cfg.entropy_coef > 0)
+                    out = grpo_loss(lp, lp.detach(), ref, adv, mask, clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
+                                    entropy=ent, entropy_coef=cfg.entropy_coef)
+                    (out.loss * len(rows) / n_rows).backward()
+                    loss_v += float(out.loss) * len(rows) / n_rows
+                    kl_v += float(out.kl) * len(rows) / n_rows
+                    ent_v += float(out.entropy) * len(rows) / n_rows
+                torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)
+                c.optimizer.step()
+                c.optimizer.zero_grad(set_to_none=True)
+            ledger.add(UPDATE, time.perf_counter() - t0, 1)
+            # ---- metrics
+            anchors = [g for g in groups if g.route == "anchor"]
+            statuses: dict[str, int] = {}
+            for g in anchors:
+                for info in g.infos:
+                    s = info.get("status", "?")
+                    statuses[s] = statuses.get(s, 0) + 1
+            stats = wrapper.corrector.stats()
+            rec = {
+                "step": step,
+                "tasks": task_ids,
+                "routes": [g.route for g in groups],
+                "reward_mean": _mean([r for g in groups for r in g.rewards]),
+                "real_score_mean": _mean([r for g in anchors for r in g.correction.real_scores]),
+                "raw_wm_score_mean": _mean([r for g in groups for r in g.correction.raw_scores]),
+                "anchor_statuses": statuses,
+                "rows_trained": n_rows,
+                "groups_used": batch.n_groups_used,
+                "groups_skipped": batch.n_groups_skipped,
+                "ungraded_rows": batch.n_ungraded,
+                "loss": loss_v, "kl": kl_v, "entropy": ent_v,
+                "new_tokens": samples.new_tokens,
+                "realised_anchor_fraction": wrapper.router.realised_fraction,
+                **stats,
+                "ledger": ledger.to_dict(),
+                "step_s": time.perf_counter() - t_step,
+                "sample_completions": samples.texts[0][:2],
+            }
+            with metrics_path.open("a") as f:
+                f.write(json.dumps(rec, default=_json_default) + "\n")
+            _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
+                                                     "wall_s": prior_wall + time.perf_counter() - t_start})
+            progress.update(bar, advance=1, info=(
+                f"reward {rec['reward_mean'] if rec['reward_mean'] is not None else float('nan'):.3f} "
+                f"rho {stats['rho']:.2f} pairs {stats['anchor_pairs']}"
+            ))
+
+    console.print("evaluating the trained policy on the held-out tasks (real execution)")
+    eval_after = evaluate(c, cfg)
+    wall = prior_wall + time.perf_counter() - t_start
+    summary = _summarise(cfg, c, eval_before, eval_after, wall)
+    _atomic_json(run_dir / "summary.json", summary)
+    _plot_calibration(c, run_dir / "calibration.png")
+    md = _summary_markdown(summary)
+    (run_dir / "summary.md").write_text(md)
+    _print_summary(console, summary)
+    c.env.close()
+    return summary
+
+
+def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall: float) -> dict[str, Any]:
+    led = c.wrapper.ledger
+    stats = c.wrapper.corrector.stats()
+    judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
+    return {
+        "preset": cfg.preset,
+        "steps": cfg.steps,
+        "rollouts": c.wrapper.n_episodes,
+        "real_executions": led.count("execution"),
+        "world_model_predictions": led.count("world_model"),
+        "world_model_calls": judge_stats,
+        "anchor_groups": c.wrapper.router.n_anchor_groups,
+        "groups": c.wrapper.router.n_groups,
+        "realised_anchor_fraction": c.wrapper.router.realised_fraction,
+        "configured_anchor_fraction": cfg.anchor_fraction,
+        "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
+        "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
+        "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
+        "rho": stats["rho"],
+        "disagreement_ema": stats["disagreement_ema"],
+        "anchor_pairs": stats["anchor_pairs"],
+        "debiaser_fitted": stats["debiaser_fitted"],
+        "calibration_mae_raw": stats["calibration_mae_raw"],
+        "calibration_mae_calibrated": stats["calibration_mae_calibrated"],
+        "heldout_before": before,
+        "heldout_after": after,
+        "wall_clock_s": wall,
+    }
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    sec = s["seconds"]
+    return [
+        ("rollouts (training)", _fmt(s["rollouts"])),
+        ("real executions (training)", _fmt(s["real_executions"])),
+        ("world-model predictions", _fmt(s["world_model_predictions"])),
+        ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
+        ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
+        ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
+        ("seconds executing", _fmt(sec["execution"], 1)),
+        ("seconds in the world model", _fmt(sec["world_model"], 1)),
+        ("seconds generating", _fmt(sec["generation"], 1)),
+        ("seconds updating", _fmt(sec["update"], 1)),
+        ("seconds per real execution", _fmt(s["seconds_per_execution"], 2)),
+        ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
+        ("anchor weight rho", _fmt(s["rho"], 2)),
+        ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
+        ("calibration MAE before (raw WM)", _fmt(s["calibration_mae_raw"])),
+        ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
+        (f"held-out avg@{s['heldout_before']['k']} before (percentile)", _fmt(s["heldout_before"]["overall"], 1)),
+        (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
+        ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
+        ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
+    ]
+
+
+def _summary_markdown(s: dict[str, Any]) -> str:
+    lines = ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in _rows(s)]
+    return "\n".join(lines) + "\n"
+
+
+def _print_summary(console: Any, s: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="wmrl train — summary")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for k, v in _rows(s):
+        table.add_row(k, v)
+    console.print(table)
+
+
+def _plot_calibration(c: _Components, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deb = c.wrapper.corrector.debiaser
+    raw, real = deb.pairs()
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    if raw.size:
+        jitter = np.random.default_rng(0).normal(0, 0.006, size=(2, raw.size))
+        ax.scatter(raw + jitter[0], real + jitter[1], s=14, alpha=0.5, label=f"anchor pairs (n={raw.size})")
+        xs, ys = deb.curve()
+        ax.plot(xs, ys, color="C3", lw=2, label="fitted isotonic map" if deb.fitted else "map (identity, not fitted)")
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="identity")
+    ax.set_xlabel("world-model raw score r̂")
+    ax.set_ylabel("real score r")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("Online debiasing: anchor pairs and f̂")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
