@@ -48,8 +48,12 @@ def group_advantages(
     if ok.sum() < 2:
         return None
     adv = np.full_like(r, np.nan)
+    std = r[ok].std()
+    if std <= 1e-9:  # all graded rollouts scored alike: no signal (and no float noise / eps)
+        adv[ok] = 0.0
+        return adv
     centred = r[ok] - r[ok].mean()
-    adv[ok] = centred / (r[ok].std() + eps) if scale else centred
+    adv[ok] = centred / (std + eps) if scale else centred
     return adv
 
 

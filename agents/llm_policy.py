@@ -278,7 +278,7 @@ class LLMPolicy:
         cache = out_p.past_key_values
         cache.batch_repeat_interleave(g)
         attn = torch.ones(g, p.shape[1] + c, dtype=torch.long)
-        out_c = self.model(input_ids=comp, past_key_values=cache, attention_mask=attn, use_cache=False)
+        out_c = self.model(input_ids=comp, cache=cache, attention_mask=attn, use_cache=False)
         first = out_p.logits[:, -1:, :].expand(g, 1, -1)
         logits = torch.cat([first, out_c.logits[:, :-1, :]], dim=1).float() / self.temperature
         logp_all = torch.log_softmax(logits, dim=-1)

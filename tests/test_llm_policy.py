@@ -1,0 +1,134 @@
+"""LLMPolicy on a tiny randomly initialised LLaMA (fast): log-probs, reference, sampling, update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agents.grpo import grpo_loss
+from agents.llm_policy import LLMPolicy, extract_code
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+def tiny_model(tokenizer, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+class Spec:
+    task_id = "demo"
+    overview = "Binary classification of noisy records."
+    metric = "roc_auc"
+    higher_is_better = True
+    starter_code = "import pandas as pd\nfrom sklearn.linear_model import LogisticRegression\nmodel = LogisticRegression()\nprint('ok')\n"
+
+    def starter_code_with(self, line):
+        return self.starter_code.replace("model = LogisticRegression()", line)
+
+
+def naive_logprobs(model, prompt_ids, comp, temperature):
+    ids = torch.tensor([list(prompt_ids) + list(comp)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(comp).unsqueeze(-1)).squeeze(-1)
+
+
+def test_group_logprobs_match_full_forward_and_reference_is_base(tokenizer):
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer, temperature=0.7, max_new_tokens=8)
+    with torch.no_grad():  # make the adapters non-trivial
+        for n, p in pol.model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    prompt = pol.build_prompt({"prompt": "x"}, Spec())
+    assert prompt.endswith("model =")
+    pids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    comps = [[100, 200, 300], [400, 500], [600]]
+    lp, mask, ent = pol.group_logprobs(pids, comps, with_entropy=True)
+    assert lp.shape == mask.shape == ent.shape == (3, 3)
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 0]]
+    for i, c in enumerate(comps):
+        torch.testing.assert_close(lp[i, : len(c)].detach(), naive_logprobs(pol.model, pids, c, 0.7), atol=1e-4, rtol=1e-4)
+    ref, _, _ = pol.group_logprobs(pids, comps, reference=True)
+    with pol.model.disable_adapter():
+        base = naive_logprobs(pol.model, pids, comps[0], 0.7)
+    torch.testing.assert_close(ref[0], base, atol=1e-4, rtol=1e-4)
+    assert (ref[0] - lp[0].detach()).abs().max() > 1e-3  # adapters change the policy
+
+
+def test_sample_shapes_and_actions(tokenizer):
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6, seed=3)
+    prompts = [pol.build_prompt({}, Spec()), pol.build_prompt({}, Spec())]
+    s = pol.sample(prompts, 3)
+    assert len(s.completion_ids) == 2 and all(len(g) == 3 for g in s.completion_ids)
+    assert all(1 <= len(c) <= 6 for g in s.completion_ids for c in g)
+    assert s.new_tokens == sum(len(c) for g in s.completion_ids for c in g)
+    action = pol.completion_to_action(" RandomForestClassifier()\nextra", Spec())
+    assert "model = RandomForestClassifier()" in action and "extra" not in action
+    assert "LogisticRegression()" not in action.split("\n")[2]
+    # same seed -> same samples
+    pol2 = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6, seed=3)
+    assert pol2.sample(prompts, 3).completion_ids == s.completion_ids
+
+
+def test_one_update_changes_only_adapters(tokenizer):
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6)
+    base_before = {n: p.detach().clone() for n, p in pol.model.named_parameters() if not p.requires_grad}
+    lora_before = pol.adapter_state_dict()
+    opt = torch.optim.AdamW(pol.trainable_parameters(), lr=1e-2)
+    pids = tokenizer(pol.build_prompt({}, Spec()), add_special_tokens=False)["input_ids"]
+    comps = [[100, 200], [300, 400]]
+    lp, mask, _ = pol.group_logprobs(pids, comps)
+    ref, _, _ = pol.group_logprobs(pids, comps, reference=True)
+    out = grpo_loss(lp, lp.detach(), ref, torch.tensor([1.0, -1.0]), mask)
+    out.loss.backward()
+    opt.step()
+    after = pol.adapter_state_dict()
+    assert any((after[n] - lora_before[n]).abs().max() > 0 for n in after)
+    for n, p in pol.model.named_parameters():
+        if not p.requires_grad:
+            assert torch.equal(p, base_before[n])
+    # the positive-advantage completion became more likely
+    lp2, _, _ = pol.group_logprobs(pids, comps)
+    assert lp2[0].sum() > lp[0].detach().sum()
+    assert lp2[1].sum() < lp[1].detach().sum()
+    # adapter state round-trip
+    pol.load_adapter_state_dict(lora_before)
+    lp3, _, _ = pol.group_logprobs(pids, comps)
+    torch.testing.assert_close(lp3.detach(), lp.detach())
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("```python\nprint(1)\n```\nthanks", "print(1)"),
+        ("print(2)", "print(2)"),
+        ("Here:\n```py\nx = 1\n", "x = 1"),
+    ],
+)
+def test_extract_code(text, expected):
+    assert extract_code(text) == expected
+
+
+def test_bad_arguments(tokenizer):
+    with pytest.raises(ValueError):
+        LLMPolicy(tiny_model(tokenizer), tokenizer, mode="poem")
+    with pytest.raises(ValueError):
+        LLMPolicy(tiny_model(tokenizer), tokenizer, temperature=0.0)
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer)
+    with pytest.raises(ValueError, match="task spec"):
+        pol.build_prompt({}, None)
