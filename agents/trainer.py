@@ -444,7 +444,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                     out = grpo_loss(lp, lp.detach(), ref, adv, mask, clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
                                     entropy=ent, entropy_coef=cfg.entropy_coef)
                     (out.loss * len(rows) / n_rows).backward()
-                    loss_v += float(out.loss) * len(rows) / n_rows
+                    loss_v += float(out.loss.detach()) * len(rows) / n_rows
                     kl_v += float(out.kl) * len(rows) / n_rows
                     ent_v += float(out.entropy) * len(rows) / n_rows
                 torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)

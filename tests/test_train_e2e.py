@@ -1,0 +1,62 @@
+"""End to end: `wmrl train --preset tiny` with real sandboxed execution and the real SmolLM2
+judge, killed after its first step and resumed from the checkpoint with its anchor pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
+    import agents.trainer as trainer
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    original_save = trainer._save_checkpoint
+
+    def crashing_save(run_dir, c, step, rng, extra):
+        original_save(run_dir, c, step, rng, extra)
+        if step == 0:
+            raise KeyboardInterrupt("simulated kill after step 0's checkpoint")
+
+    monkeypatch.setattr(trainer, "_save_checkpoint", crashing_save)
+    with pytest.raises(KeyboardInterrupt):
+        main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
+    state0 = json.loads((run / "checkpoint" / "state.json").read_text())
+    assert state0["step"] == 0
+    pairs0 = state0["wrapper"]["corrector"]["debiaser"]["raw"], state0["wrapper"]["corrector"]["debiaser"]["real"]
+    n_exec0 = state0["wrapper"]["ledger"]["execution"]["count"]
+    assert n_exec0 >= 2  # at least one anchor group of G=2 was executed for real
+    assert len(pairs0[0]) >= 1
+    monkeypatch.setattr(trainer, "_save_checkpoint", original_save)
+
+    # a bad resume target fails clearly
+    assert main(["train", "--resume", str(run), "--steps", "9"]) == 2
+    with pytest.raises(FileNotFoundError, match="not a wmrl run folder"):
+        main(["train", "--resume", str(tmp_path / "nope"), "--quiet"])
+
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    final = json.loads((run / "checkpoint" / "state.json").read_text())
+    deb = final["wrapper"]["corrector"]["debiaser"]
+    # the anchor pairs from before the kill are intact, in order, at the head of the buffer
+    assert deb["raw"][: len(pairs0[0])] == pairs0[0]
+    assert deb["real"][: len(pairs0[1])] == pairs0[1]
+    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1]
+    # accounting: tiny = 2 steps x 2 groups x G=2; >= 1 anchor group per step
+    assert summary["rollouts"] == 8
+    assert summary["groups"] == 4 and summary["anchor_groups"] >= 2
+    assert summary["real_executions"] == 2 * summary["anchor_groups"]
+    assert summary["world_model_predictions"] == 8
+    assert summary["seconds"]["execution"] > 0 and summary["seconds"]["world_model"] > 0
+    assert summary["seconds"]["generation"] > 0 and summary["seconds"]["update"] > 0
+    assert 0.0 <= summary["heldout_after"]["overall"] <= 100.0
+    assert (run / "calibration.png").stat().st_size > 1000
+    assert "realised anchor fraction" in (run / "summary.md").read_text()
+    # starting a new run in a used folder is refused
+    with pytest.raises(FileExistsError):
+        main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
