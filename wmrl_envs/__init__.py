@@ -38,8 +38,9 @@ def register_envs() -> None:
     """Register ``wmrl/AutoResearch-v0`` and ``wmrl/Guess-v0`` with Gymnasium (idempotent)."""
     if "wmrl/Guess-v0" not in gym.registry:
         gym.register(id="wmrl/Guess-v0", entry_point="wmrl_envs.envs.guess:GuessEnv")
-    if "wmrl/AutoResearch-v0" not in gym.registry:
-        gym.register(id="wmrl/AutoResearch-v0", entry_point="wmrl_envs.envs.autoresearch.env:AutoResearchEnv")
+    from .envs.autoresearch import register_envs as _register_autoresearch
+
+    _register_autoresearch()
 
 
 register_envs()

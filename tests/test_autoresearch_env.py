@@ -1,0 +1,451 @@
+"""Tests of the AutoResearch environment: registry, grading, leaderboards, Gymnasium API.
+
+Real executions use a small stand-in sandbox (plain ``subprocess.run`` with the test's
+Python, no isolation) and the cheapest task; most checks need no execution at all.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from wmrl_envs.envs.autoresearch import ENV_ID, register_envs
+from wmrl_envs.envs.autoresearch.env import (
+    CHARSET,
+    FEEDBACK_MAX_CHARS,
+    PROMPT_MAX_CHARS,
+    AutoResearchEnv,
+    build_prompt,
+    format_feedback,
+    next_observation,
+    sanitize_text,
+)
+from wmrl_envs.envs.autoresearch.grading import (
+    PUBLIC_FILES,
+    REFERENCE_SOLUTIONS,
+    check_source,
+    evaluate,
+    get_leaderboard,
+    load_leaderboards,
+    read_submission,
+    task_data,
+    write_public_files,
+)
+from wmrl_envs.envs.autoresearch.scale import position_score, score_from_status
+from wmrl_envs.envs.autoresearch.tasks import CATEGORIES, METRICS, get_task, list_tasks
+from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
+
+TASK = "house-prices"  # the cheapest task to execute (about 1 s for the starter)
+LABEL_TASK = "sensor-fault"  # string class labels
+LIMITS = SandboxLimits(wall_time_s=60.0, cpu_time_s=60.0)
+
+RAISING = "import sys\nprint('loading data')\nraise RuntimeError('boom')\n"
+NO_SUBMISSION = "print('hello, I forgot to write the submission')\n"
+WRONG_LENGTH = "open('submission.csv', 'w').write('id,price\\n18000,1.0\\n18001,2.0\\n')\n"
+SYNTAX_ERROR = "import pandas as pd\ndef f(:\n    pass\n"
+
+
+class LocalSubprocessSandbox(Sandbox):
+    """Stand-in sandbox: runs the script with this Python in the job folder (no isolation)."""
+
+    name = "test-subprocess"
+    isolates = False
+
+    def __init__(self, limits: SandboxLimits | None = None) -> None:
+        super().__init__(limits)
+        self.calls = 0
+        self.closed = False
+
+    def run_python(self, source, workdir, *, limits=None, env=None, filename="solution.py"):
+        workdir = Path(workdir)
+        if not workdir.is_dir():
+            raise FileNotFoundError(workdir)
+        self.calls += 1
+        (workdir / filename).write_text(source)
+        lim = limits or self.limits
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(
+                [sys.executable, filename], cwd=workdir, capture_output=True, text=True,
+                timeout=lim.wall_time_s, env={**os.environ, **(env or {})},
+            )
+            return ExecutionResult(p.returncode, p.stdout, p.stderr, time.perf_counter() - t0, backend=self.name)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            return ExecutionResult(None, out, err, time.perf_counter() - t0, timed_out=True, backend=self.name)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ForbiddenSandbox(Sandbox):
+    """A sandbox that must not be called (host-side pre-checks decide without executing)."""
+
+    name = "forbidden"
+
+    def run_python(self, source, workdir, *, limits=None, env=None, filename="solution.py"):
+        raise AssertionError("the sandbox was called for a source that fails the host pre-check")
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> LocalSubprocessSandbox:
+    return LocalSubprocessSandbox(LIMITS)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("public-cache")
+
+
+def run(task_id, source, sandbox, tmp_path, cache_dir, **kw):
+    g, _ = evaluate(task_id, source, sandbox, workdir_root=tmp_path, limits=LIMITS, cache_dir=cache_dir, **kw)
+    return g
+
+
+# ---------------------------------------------------------------------------------- registry
+
+
+def test_registry_split_is_disjoint_and_covers_categories():
+    train, heldout, every = list_tasks("train"), list_tasks("heldout"), list_tasks()
+    assert 8 <= len(every) <= 12
+    assert not set(train) & set(heldout)
+    assert sorted(train + heldout) == sorted(every)
+    assert list_tasks("all") == every
+    for split in (train, heldout):
+        assert {get_task(t).category for t in split} == set(CATEGORIES)
+    for tid in every:
+        t = get_task(tid)
+        assert t.task_id == tid and t.split in ("train", "heldout")
+        assert t.higher_is_better == METRICS[t.metric]
+        assert t.problem_type == ("regression" if t.metric in ("rmse", "mae", "r2") else "classification")
+        assert t.overview and t.metric in t.overview
+    with pytest.raises(ValueError, match="valid ids: .*house-prices"):
+        get_task("no-such-task")
+    with pytest.raises(ValueError, match="unknown split"):
+        list_tasks("test")
+
+
+def test_starter_code_has_one_swappable_model_line():
+    t = get_task(TASK)
+    lines = t.starter_code.split("\n")
+    assert sum(line.startswith("model = ") for line in lines) == 1
+    new = t.starter_code_with("model = HistGradientBoostingRegressor(max_iter=50)")
+    assert "model = HistGradientBoostingRegressor(max_iter=50)" in new
+    assert t.starter_model_line not in new
+    assert len(new.split("\n")) == len(lines)
+    assert t.starter_code_with("DummyRegressor()") == t.starter_code_with("model = DummyRegressor()")
+    with pytest.raises(ValueError):
+        t.starter_code_with("model = A()\nmodel = B()")
+    with pytest.raises(ValueError):
+        t.starter_code_with("   ")
+    for tid in list_tasks():
+        compile(get_task(tid).starter_code, "solution.py", "exec")
+
+
+def test_task_data_is_deterministic_and_realistic_in_size():
+    for tid in list_tasks():
+        t = get_task(tid)
+        d = task_data(tid)
+        n_rows = len(d.X_train) + len(d.X_test)
+        assert n_rows >= 8000, tid
+        assert d.X_train.shape[1] >= 20, tid
+        assert list(d.X_train.columns) == list(d.X_test.columns)
+        assert t.target not in d.X_train.columns and "id" not in d.X_train.columns
+        assert len(d.y_train) == len(d.X_train) and len(d.y_test) == len(d.X_test)
+        assert set(t.categorical_columns) <= set(d.X_train.columns)
+        assert t.has_missing == bool(d.X_train.isna().any().any()), tid
+    t = get_task(TASK)
+    a, b = t.make_data(), t.make_data()
+    pd.testing.assert_frame_equal(a[0], b[0])
+    pd.testing.assert_series_equal(a[3], b[3])
+    c = t.make_data(seed=7)
+    assert not a[3].equals(c[3])
+
+
+# ------------------------------------------------------------------------ scale and leaderboard
+
+
+def test_position_score_hand_examples():
+    board = [0.5, 0.6, 0.7, 0.8]  # higher is better
+    assert position_score(0.9, board, True) == 1.0
+    assert position_score(0.8, board, True) == 1.0  # a tie counts as beating
+    assert position_score(0.75, board, True) == 0.75
+    assert position_score(0.55, board, True) == 0.25
+    assert position_score(0.4, board, True) == 0.0
+    errors = [3.0, 2.0, 1.0]  # lower is better
+    assert position_score(0.5, errors, False) == 1.0
+    assert position_score(1.5, errors, False) == pytest.approx(2 / 3)
+    assert position_score(3.5, errors, False) == 0.0
+    assert score_from_status("valid", 0.5) == 0.75
+    with pytest.raises(ValueError):
+        position_score(1.0, [], True)
+
+
+def test_shipped_leaderboard_matches_registry():
+    boards = load_leaderboards()["tasks"]
+    assert set(boards) == set(list_tasks())
+    for tid, board in boards.items():
+        t = get_task(tid)
+        refs = REFERENCE_SOLUTIONS[t.problem_type]
+        assert board["metric"] == t.metric and board["higher_is_better"] == t.higher_is_better
+        assert [e["name"] for e in board["entries"]] == [name for name, _ in refs]
+        assert [e["model_line"] for e in board["entries"]] == [line for _, line in refs]
+        assert 6 <= len(board["entries"]) <= 10
+        values = get_leaderboard(tid)
+        assert all(math.isfinite(v) for v in values)
+        assert len(set(np.round(values, 6))) >= 4, f"{tid}: the leaderboard should spread"
+        assert t.starter_model_line in [line for _, line in refs]
+    with pytest.raises(ValueError):
+        get_leaderboard("no-such-task")
+
+
+# ---------------------------------------------------------------------------------- job folder
+
+
+def test_public_files_hide_the_labels(tmp_path, cache_dir):
+    t = get_task(TASK)
+    paths = write_public_files(t, tmp_path / "job", cache_dir=cache_dir)
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == sorted(PUBLIC_FILES)
+    assert [p.name for p in paths] == list(PUBLIC_FILES)
+    d = task_data(TASK)
+    train = pd.read_csv(tmp_path / "job" / "train.csv")
+    test = pd.read_csv(tmp_path / "job" / "test.csv")
+    sample = pd.read_csv(tmp_path / "job" / "sample_submission.csv")
+    assert list(train.columns) == list(d.X_train.columns) + [t.target]
+    assert list(test.columns) == ["id"] + list(d.X_test.columns)
+    assert list(sample.columns) == ["id", t.target] and sample[t.target].nunique() == 1
+    assert len(test) == len(sample) == len(d.y_test)
+    # No column of any public file holds the hidden test labels.
+    y_test = d.y_test.to_numpy(dtype=float)
+    for df in (train, test, sample):
+        for c in df.columns:
+            col = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
+            assert len(col) != len(y_test) or not np.allclose(col, y_test, rtol=1e-3, equal_nan=False), c
+    # The cached copy is reused (identical bytes).
+    write_public_files(t, tmp_path / "job2", cache_dir=cache_dir)
+    assert (tmp_path / "job" / "test.csv").read_bytes() == (tmp_path / "job2" / "test.csv").read_bytes()
+
+
+def test_read_submission_validates_format(tmp_path, cache_dir):
+    t = get_task(LABEL_TASK)
+    d = task_data(LABEL_TASK)
+    ids = d.test_ids
+    job = tmp_path / "job"
+    job.mkdir()
+
+    def check(df) -> str:
+        df.to_csv(job / "submission.csv", index=False)
+        preds, reason = read_submission(t, job)
+        return "" if preds is not None else reason
+
+    assert "not found" in read_submission(t, job)[1]
+    good = pd.DataFrame({"id": ids[::-1], "fault": d.y_test.to_numpy()[::-1]})  # any row order
+    assert check(good) == ""
+    preds, _ = read_submission(t, job)
+    assert (preds == d.y_test.to_numpy()).all()
+    assert "rows" in check(good.iloc[:-1])
+    assert "duplicate" in check(good.assign(id=np.r_[ids[:-1], ids[0]]))
+    assert "ids" in check(good.assign(id=ids + 1))
+    assert "unknown class labels" in check(good.assign(fault="broken"))
+    assert "missing" in check(good.assign(fault=[None] + ["healthy"] * (len(ids) - 1)))
+    assert "lacks column" in check(good.rename(columns={"fault": "label"}))
+    reg = get_task(TASK)
+    (job / "submission.csv").write_text("id,price\n" + "".join(f"{i},abc\n" for i in task_data(TASK).test_ids))
+    assert "numeric" in read_submission(reg, job)[1]
+
+
+def test_host_precheck_needs_no_sandbox(tmp_path, cache_dir):
+    forbidden = ForbiddenSandbox()
+    for src, status in [("", "malformed"), ("  \n\t\n", "malformed"), (SYNTAX_ERROR, "syntax_err")]:
+        g = run(TASK, src, forbidden, tmp_path, cache_dir)
+        assert (g.status, g.score, g.executed) == (status, 0.0, False)
+    assert check_source(SYNTAX_ERROR)[0] == "syntax_err"
+    assert "SyntaxError" in run(TASK, SYNTAX_ERROR, forbidden, tmp_path, cache_dir).stderr_tail
+    assert check_source("print(1)\n") is None
+    assert list(tmp_path.iterdir()) == []  # no job folder was created
+
+
+# ----------------------------------------------------------------------------- real execution
+
+
+@pytest.fixture(scope="module")
+def graded(sandbox, tmp_path_factory, cache_dir):
+    """Grades of hand-written solutions on the cheapest task (the only real executions here)."""
+    t = get_task(TASK)
+    root = tmp_path_factory.mktemp("jobs")
+    sources = {
+        "raising": RAISING,
+        "no_submission": NO_SUBMISSION,
+        "wrong_length": WRONG_LENGTH,
+        "timeout": "import time\ntime.sleep(30)\n",
+        "starter": t.starter_code,
+        "strong": t.starter_code_with("model = HistGradientBoostingRegressor(max_iter=200, random_state=0)"),
+    }
+    out = {}
+    for name, src in sources.items():
+        limits = SandboxLimits(wall_time_s=1.0) if name == "timeout" else LIMITS
+        out[name], _ = evaluate(t, src, sandbox, workdir_root=root, limits=limits, cache_dir=cache_dir)
+    assert list(root.iterdir()) == []  # job folders are cleaned up
+    return out
+
+
+def test_failure_statuses_follow_the_scale(graded):
+    assert (graded["raising"].status, graded["raising"].score) == ("runtime_err", 0.1)
+    assert "RuntimeError: boom" in graded["raising"].stderr_tail
+    assert "loading data" in graded["raising"].stdout_tail
+    assert (graded["timeout"].status, graded["timeout"].score) == ("runtime_err", 0.1)
+    assert graded["timeout"].timed_out
+    assert (graded["no_submission"].status, graded["no_submission"].score) == ("ran_no_sub", 0.2)
+    assert "not found" in graded["no_submission"].message
+    assert (graded["wrong_length"].status, graded["wrong_length"].score) == ("ran_no_sub", 0.2)
+    assert "rows" in graded["wrong_length"].message
+
+
+def test_starter_and_strong_solution_are_valid(graded):
+    t = get_task(TASK)
+    board = get_leaderboard(TASK)
+    base, strong = graded["starter"], graded["strong"]
+    for g in (base, strong):
+        assert g.status == "valid", g.stderr_tail
+        assert g.position == position_score(g.metric_value, board, t.higher_is_better)
+        assert g.score == pytest.approx(0.5 + 0.5 * g.position)
+        assert g.n_reference == len(board) and g.runtime_s > 0
+    ridge = [e for e in load_leaderboards()["tasks"][TASK]["entries"] if e["name"] == "ridge"][0]
+    assert base.metric_value == pytest.approx(ridge["metric_value"], rel=1e-6)
+    assert 0.0 < base.position < 1.0
+    assert strong.score >= base.score and strong.metric_value > base.metric_value
+
+
+def test_format_feedback_imitates_a_log(graded):
+    fb = format_feedback(graded["raising"])
+    assert fb.startswith("$ python solution.py") and "RuntimeError: boom" in fb and "exit code 1" in fb
+    assert "status: runtime_err" in fb
+    fb = format_feedback(graded["starter"])
+    assert "status: valid" in fb and "r2 = " in fb and "reference solutions" in fb
+    assert "killed" in format_feedback(graded["timeout"])
+    assert all(c in CHARSET for c in fb) and len(fb) <= FEEDBACK_MAX_CHARS
+
+
+# ---------------------------------------------------------------------------------- environment
+
+
+def test_check_env_passes(sandbox):
+    env = AutoResearchEnv(tasks=[TASK, "digits-shifted"], sandbox=sandbox, limits=LIMITS)
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+    assert not sandbox.closed  # the env did not create it, so it does not close it
+
+
+def test_reset_observation_and_options(sandbox):
+    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=LIMITS, render_mode="ansi")
+    assert set(env.observation_space.spaces) == {"task_id", "prompt", "feedback", "turn"}
+    obs, info = env.reset(seed=0, options={"task_id": "credit-default"})
+    assert obs["task_id"] == info["task_id"] == "credit-default"
+    assert set(obs) == {"task_id", "prompt", "feedback", "turn"}
+    assert obs["feedback"] == "" and obs["turn"] == 0
+    assert env.observation_space.contains(obs)
+    assert {"task_id", "category", "metric", "starter_code"} <= set(info)
+    assert info["category"] == "tabular-classification" and info["metric"] == "roc_auc"
+    p = obs["prompt"]
+    assert "roc_auc on the hidden test labels (higher is better)" in p and "train.csv: 24000 rows" in p and "income: float64" in p
+    assert "f08 .. f11: float64 (4 columns)" in p and "grade: " in p and "categorical: A, B, C" in p and "model = make_pipeline" in p
+    assert "credit-default" in env.render()
+    ids = {env.reset(seed=s)[0]["task_id"] for s in range(30)}
+    assert len(ids) > 3
+    with pytest.raises(ValueError, match="valid ids"):
+        env.reset(options={"task_id": "nope"})
+    env.close()
+    train_env = AutoResearchEnv(tasks="train", sandbox=sandbox)
+    with pytest.raises(ValueError, match="not one of this environment's tasks"):
+        train_env.reset(options={"task_id": "customer-churn"})
+    with pytest.raises(RuntimeError):
+        AutoResearchEnv(tasks="train", sandbox=sandbox).step("print(1)")
+    for tid in list_tasks():
+        prompt = build_prompt(tid)
+        assert len(prompt) < PROMPT_MAX_CHARS and "```python" in prompt, tid
+    with pytest.raises(ValueError):
+        AutoResearchEnv(tasks="everything", sandbox=sandbox)
+    with pytest.raises(TypeError):
+        AutoResearchEnv(sandbox=42)  # type: ignore[arg-type]
+
+
+def test_single_turn_step(sandbox, tmp_path):
+    env = AutoResearchEnv(tasks=[TASK], sandbox=sandbox, limits=LIMITS, workdir_root=str(tmp_path))
+    obs0, _ = env.reset(seed=1)
+    calls = sandbox.calls
+    obs, reward, terminated, truncated, info = env.step(NO_SUBMISSION)
+    assert sandbox.calls == calls + 1
+    assert (reward, terminated, truncated) == (0.2, True, False)
+    assert info["status"] == "ran_no_sub" and info["task_id"] == TASK
+    assert {"status", "score", "metric_value", "position", "runtime_s", "stdout_tail", "stderr_tail",
+            "task_id"} <= set(info)
+    assert obs == next_observation(obs0, obs["feedback"])
+    assert obs["turn"] == 1 and "ran_no_sub" in obs["feedback"] and env.observation_space.contains(obs)
+    assert not list((tmp_path / "jobs").iterdir())
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("print(1)")
+    env.close()
+
+
+def test_multi_turn_return_is_the_max(sandbox):
+    env = AutoResearchEnv(tasks=[TASK], sandbox=sandbox, limits=LIMITS, max_turns=3)
+    obs, _ = env.reset(seed=0)
+    rewards, statuses = [], []
+    for i, src in enumerate([RAISING, NO_SUBMISSION, SYNTAX_ERROR]):
+        obs, r, terminated, truncated, info = env.step(src)
+        rewards.append(r)
+        statuses.append(info["status"])
+        assert obs["turn"] == i + 1 and terminated == (i == 2) and not truncated
+        assert info["status"] in obs["feedback"]
+    assert statuses == ["runtime_err", "ran_no_sub", "syntax_err"]
+    assert rewards == pytest.approx([0.1, 0.1, 0.0])
+    assert sum(rewards) == pytest.approx(0.2) == info["best_score"]
+    assert "SyntaxError" in obs["feedback"]
+    env.close()
+
+
+def test_keep_job_dirs_and_sanitising(sandbox, tmp_path):
+    env = AutoResearchEnv(tasks=[TASK], sandbox=sandbox, limits=LIMITS, workdir_root=str(tmp_path), keep_job_dirs=True)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("print('caf\u00e9 \u2014 ok \u4e2d')\n")
+    job = Path(info["job_dir"])
+    assert info["status"] == "ran_no_sub"
+    assert sorted(p.name for p in job.iterdir()) == sorted([*PUBLIC_FILES, "solution.py"])
+    env.close()
+    assert job.is_dir()
+    assert sanitize_text("caf\u00e9 \u2014 x", 100) == "caf? - x"
+    assert sanitize_text("a" * 500, 200, keep="tail").endswith("a") and len(sanitize_text("a" * 500, 200)) == 200
+
+
+def test_backend_name_is_resolved_lazily():
+    env = AutoResearchEnv(tasks=[TASK], sandbox="no-such-backend")
+    env.reset(seed=0)
+    _, r, _, _, info = env.step(SYNTAX_ERROR)  # decided on the host: no sandbox needed
+    assert (r, info["status"], env._sandbox) == (0.0, "syntax_err", None)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="unknown sandbox backend"):
+        env.step(NO_SUBMISSION)
+    env.close()
+
+
+def test_registration_and_gym_make(sandbox):
+    register_envs()
+    register_envs()  # idempotent
+    assert ENV_ID in gym.registry
+    env = gym.make(ENV_ID, tasks=[TASK], sandbox=sandbox, max_turns=2)
+    obs, info = env.reset(seed=0)
+    assert info["task_id"] == TASK and env.observation_space["turn"].n == 3
+    _, r, terminated, _, info = env.step("")
+    assert (r, terminated, info["status"]) == (0.0, False, "malformed")
+    env.close()

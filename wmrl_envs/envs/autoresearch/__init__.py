@@ -1,0 +1,113 @@
+"""AutoResearch: an RL environment where the agent writes ML code and real execution grades it.
+
+One episode is one machine-learning task (tabular classification / regression, small-image
+classification) built from data that ship with scikit-learn. The agent's action is the
+complete Python source of a solution; the environment runs it in a sandbox on the task's
+public files, grades ``submission.csv`` against hidden labels and a reference leaderboard,
+and returns a score on the WMRL reward scale. Executing a solution takes seconds, which is
+the cost world-model RL (``docs/method.md``) sets out to cut.
+
+Modules:
+    * :mod:`~wmrl_envs.envs.autoresearch.scale` — reward scale (statuses, position score).
+    * :mod:`~wmrl_envs.envs.autoresearch.tasks` — task registry (:class:`TaskSpec`,
+      :func:`list_tasks`, :func:`get_task`).
+    * :mod:`~wmrl_envs.envs.autoresearch.grading` — job folders, grading (:class:`Grade`,
+      :func:`grade`, :func:`evaluate`) and reference leaderboards
+      (:func:`build_leaderboards`, shipped as ``leaderboards.json``).
+    * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`,
+      :func:`format_feedback`, :func:`next_observation`.
+
+Functions here:
+    * :func:`register_envs` — register ``wmrl/AutoResearch-v0`` with Gymnasium (idempotent).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light to import)
+    from wmrl_envs.envs.autoresearch.env import (
+        AutoResearchEnv,
+        build_prompt,
+        format_feedback,
+        next_observation,
+        sanitize_text,
+    )
+    from wmrl_envs.envs.autoresearch.grading import (
+        Grade,
+        build_leaderboards,
+        check_source,
+        evaluate,
+        get_leaderboard,
+        grade,
+        load_leaderboards,
+        write_public_files,
+    )
+    from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
+    from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
+
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        ["AutoResearchEnv", "build_prompt", "format_feedback", "next_observation", "sanitize_text"], "env"
+    ),
+    **dict.fromkeys(
+        ["Grade", "build_leaderboards", "check_source", "evaluate", "get_leaderboard", "grade",
+         "load_leaderboards", "write_public_files"],
+        "grading",
+    ),
+    **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),
+    **dict.fromkeys(["TaskSpec", "get_task", "list_tasks"], "tasks"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ENV_ID",
+    "register_envs",
+    "AutoResearchEnv",
+    "build_prompt",
+    "format_feedback",
+    "next_observation",
+    "sanitize_text",
+    "Grade",
+    "build_leaderboards",
+    "check_source",
+    "evaluate",
+    "get_leaderboard",
+    "grade",
+    "load_leaderboards",
+    "write_public_files",
+    "STATUSES",
+    "position_score",
+    "score_from_status",
+    "TaskSpec",
+    "get_task",
+    "list_tasks",
+]
+
+ENV_ID = "wmrl/AutoResearch-v0"
+"""Gymnasium id of :class:`AutoResearchEnv`."""
+
+
+def register_envs() -> None:
+    """Register :data:`ENV_ID` with Gymnasium unless it is registered already.
+
+    The environment is registered as ``nondeterministic``: wall-clock run times appear in the
+    feedback, and agent programs need not be deterministic.
+    """
+    import gymnasium
+
+    if ENV_ID in gymnasium.registry:
+        return
+    gymnasium.register(
+        id=ENV_ID,
+        entry_point="wmrl_envs.envs.autoresearch.env:AutoResearchEnv",
+        nondeterministic=True,
+    )

@@ -1,0 +1,569 @@
+"""``AutoResearchEnv``: one ML task per episode; the agent writes Python, real execution scores it.
+
+Each episode draws one task from the registry (:mod:`~wmrl_envs.envs.autoresearch.tasks`).
+The observation describes the task (overview, metric and direction, the data files with
+their columns, dtypes and shapes) and shows the task's starter script as a working example.
+The action is the full Python source of a solution. :meth:`AutoResearchEnv.step` pre-checks
+the source on the host (empty / syntax errors are graded without executing anything), writes
+the public files into a fresh job folder, runs the program in a sandbox
+(:class:`~wmrl_envs.sandbox.base.Sandbox`) and grades ``submission.csv`` against hidden labels
+(:mod:`~wmrl_envs.envs.autoresearch.grading`). The reward is the episode score on the WMRL
+reward scale (:mod:`~wmrl_envs.envs.autoresearch.scale`).
+
+By default an episode is a single turn. With ``max_turns=K > 1`` the feedback of each turn
+(status and the tail of the program's output, see :func:`format_feedback`) is part of the next
+observation, the episode's score is the maximum over turns, and each step's reward is the
+increase of that running maximum, so the return equals the episode score.
+
+Contents:
+    * :class:`AutoResearchEnv` — the Gymnasium environment (registered as
+      ``wmrl/AutoResearch-v0`` by :func:`wmrl_envs.envs.autoresearch.register_envs`).
+    * :func:`format_feedback` — the feedback text of a :class:`~.grading.Grade`, imitating a
+      sandbox log.
+    * :func:`next_observation` — the observation a step returns, from the previous
+      observation and a feedback text (for world models that predict observations).
+    * :func:`build_prompt` — the task prompt of an observation.
+    * :func:`sanitize_text` — clamp text to the observation charset and a maximum length.
+    * :data:`CHARSET`, :data:`PROMPT_MAX_CHARS`, :data:`FEEDBACK_MAX_CHARS`,
+      :data:`ACTION_MAX_CHARS`, :data:`TASK_ID_MAX_CHARS` — the text-space parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import string
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from wmrl_envs.envs.autoresearch.grading import (
+    EXEC_ENV,
+    SOLUTION_FILE,
+    SUBMISSION_FILE,
+    Grade,
+    check_source,
+    evaluate,
+    get_leaderboard,
+    task_data,
+)
+from wmrl_envs.envs.autoresearch.grading import grade as grade_solution
+from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, TaskSpec, get_task, list_tasks
+from wmrl_envs.sandbox.base import Sandbox, SandboxLimits
+
+__all__ = [
+    "AutoResearchEnv",
+    "format_feedback",
+    "next_observation",
+    "build_prompt",
+    "sanitize_text",
+    "CHARSET",
+    "PROMPT_MAX_CHARS",
+    "FEEDBACK_MAX_CHARS",
+    "ACTION_MAX_CHARS",
+    "TASK_ID_MAX_CHARS",
+]
+
+CHARSET: str = string.printable
+"""Characters allowed in observation and action texts: printable ASCII, newline, tab (and
+``\\r``, ``\\x0b``, ``\\x0c``)."""
+
+PROMPT_MAX_CHARS = 16_000
+FEEDBACK_MAX_CHARS = 6_000
+ACTION_MAX_CHARS = 20_000
+TASK_ID_MAX_CHARS = 64
+
+_CHARSET_SET = frozenset(CHARSET)
+_TRUNCATION_MARK = "\n...[truncated]...\n"
+_REPLACEMENTS = {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-", "\u2014": "-",
+                 "\u2026": "...", "\u00a0": " ", "\u2192": "->", "\u00d7": "x"}
+
+
+def sanitize_text(text: Any, max_length: int, *, keep: str = "head") -> str:
+    """Clamp a text to :data:`CHARSET` and a maximum length.
+
+    Common typographic characters are mapped to ASCII look-alikes, any other character
+    outside the charset becomes ``?``; a too-long text is cut, keeping its beginning
+    (``keep="head"``) or its end (``keep="tail"``), with a ``...[truncated]...`` mark.
+
+    Args:
+        text: the text (non-str values are converted with ``str``; ``None`` gives ``""``).
+        max_length: the most characters of the result (>= 0).
+        keep: ``"head"`` or ``"tail"``.
+
+    Returns:
+        A str of at most ``max_length`` characters from :data:`CHARSET`.
+
+    Raises:
+        ValueError: negative ``max_length`` or unknown ``keep``.
+    """
+    if max_length < 0:
+        raise ValueError(f"max_length must be >= 0, got {max_length}")
+    if keep not in ("head", "tail"):
+        raise ValueError(f"keep must be 'head' or 'tail', got {keep!r}")
+    s = "" if text is None else str(text)
+    if any(c not in _CHARSET_SET for c in s):
+        s = "".join(c if c in _CHARSET_SET else _REPLACEMENTS.get(c, "?") for c in s)
+    if len(s) > max_length:
+        mark = _TRUNCATION_MARK if max_length > 4 * len(_TRUNCATION_MARK) else ""
+        n = max_length - len(mark)
+        s = s[:n] + mark if keep == "head" else mark + s[len(s) - n:]
+    return s
+
+
+# ----------------------------------------------------------------------------------------------
+# Prompt and feedback
+# ----------------------------------------------------------------------------------------------
+
+
+def _column_lines(df, max_lines: int = 60) -> list[str]:
+    """Describe columns compactly; runs of >= 4 same-pattern numeric columns (f00..f30) are grouped."""
+    from pandas.api.types import is_numeric_dtype
+
+    info = [(str(c), str(df[c].dtype), float(df[c].isna().mean())) for c in df.columns]
+    numeric = {str(c): is_numeric_dtype(df[c]) for c in df.columns}
+
+    def key(k: int) -> tuple[str, str] | None:
+        name, dtype, miss = info[k]
+        return None if miss > 0 or not numeric[name] else (re.sub(r"\d+", "#", name), dtype)
+
+    lines: list[str] = []
+    i = 0
+    while i < len(info):
+        j = i
+        if key(i) is not None:
+            while j + 1 < len(info) and key(j + 1) == key(i):
+                j += 1
+        if j - i + 1 >= 4:
+            lines.append(f"  {info[i][0]} .. {info[j][0]}: {info[i][1]} ({j - i + 1} columns)")
+        else:
+            for n, d, m in info[i : j + 1]:
+                extra = f", {m:.1%} missing" if m > 0 else ""
+                if not numeric[n]:
+                    cats = sorted(map(str, df[n].dropna().unique()))
+                    shown = ", ".join(cats[:8]) + (", ..." if len(cats) > 8 else "")
+                    extra += f", categorical: {shown}"
+                lines.append(f"  {n}: {d}{extra}")
+        i = j + 1
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"  ... ({len(lines) - max_lines} more columns)"]
+    return lines
+
+
+def build_prompt(task: TaskSpec | str) -> str:
+    """The task prompt of an observation.
+
+    It holds the task overview, the metric and its direction, the data inventory (files,
+    shapes, columns with dtypes / missing rates / categories, the target's classes or
+    range), the rules of execution, and the starter script as a working example.
+
+    Args:
+        task: a :class:`TaskSpec` or task id.
+
+    Returns:
+        Plain text within :data:`CHARSET` and at most :data:`PROMPT_MAX_CHARS` characters.
+
+    Raises:
+        ValueError: unknown task id.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    data = task_data(task.task_id)
+    n_tr, n_feat = data.X_train.shape
+    n_te = len(data.X_test)
+    y = data.y_train
+    if task.problem_type == "classification":
+        freq = y.value_counts(normalize=True)
+        target_desc = "classes " + ", ".join(f"{k} ({v:.1%})" for k, v in sorted(freq.items(), key=lambda kv: str(kv[0])))
+    else:
+        target_desc = f"mean {y.mean():.4g}, std {y.std():.4g}, min {y.min():.4g}, max {y.max():.4g}"
+    parts = [
+        f"# Task {task.task_id} ({task.category})",
+        "",
+        task.overview,
+        "",
+        "## Data (files in the working directory)",
+        f"- train.csv: {n_tr} rows x {n_feat + 1} columns ({n_feat} features + target '{task.target}')",
+        f"- test.csv: {n_te} rows x {n_feat + 1} columns ('{ID_COLUMN}' + {n_feat} features; no target)",
+        f"- sample_submission.csv: {n_te} rows, columns '{ID_COLUMN}', '{task.target}' (placeholder values)",
+        f"Target '{task.target}' ({data.y_train.dtype}): {target_desc}",
+        "Feature columns (dtype, missing rate, categories):",
+        *_column_lines(data.X_train),
+        "",
+        "## Execution",
+        f"Your program runs as `python {SOLUTION_FILE}` with the data folder as its working directory "
+        f"(read files by relative path), one CPU thread, no network and limited time and memory. It must "
+        f"write {SUBMISSION_FILE} there. numpy, pandas, scipy and scikit-learn are available.",
+        "",
+        "## Starter code (a complete, working baseline; the line starting with `model = ` builds the estimator)",
+        "```python",
+        task.starter_code.rstrip("\n"),
+        "```",
+    ]
+    return sanitize_text("\n".join(parts), PROMPT_MAX_CHARS)
+
+
+def format_feedback(grade: Grade) -> str:
+    """The feedback text of one graded turn, imitating a sandbox log.
+
+    Layout::
+
+        $ python solution.py
+        <stdout tail>
+        <stderr tail>
+        [exit code 0 | 2.31 s]
+        [grader] status: valid | roc_auc = 0.87754 (higher is better) | beats 7 of 8 reference solutions (position 0.875) | score 0.9375
+
+    Args:
+        grade: the :class:`~wmrl_envs.envs.autoresearch.grading.Grade`.
+
+    Returns:
+        Text within :data:`CHARSET` and at most :data:`FEEDBACK_MAX_CHARS` characters
+        (the start of the log is cut first).
+    """
+    lines = [f"$ python {SOLUTION_FILE}"]
+    if grade.status == "malformed":
+        lines.append(f"[grader] status: malformed | {grade.message} | score {grade.score:.4g}")
+        return sanitize_text("\n".join(lines), FEEDBACK_MAX_CHARS, keep="tail")
+    out = (grade.stdout_tail or "").rstrip("\n")
+    err = (grade.stderr_tail or "").rstrip("\n")
+    if out:
+        lines.append(out)
+    if err:
+        lines.append(err)
+    if grade.timed_out:
+        lines.append(f"[killed: wall-clock time limit exceeded after {grade.runtime_s:.2f} s]")
+    elif grade.status == "syntax_err":
+        lines.append(f"[exit code 1 | {grade.runtime_s:.2f} s]")
+    elif grade.exit_code is None:
+        lines.append(f"[killed | {grade.runtime_s:.2f} s]")
+    else:
+        lines.append(f"[exit code {grade.exit_code} | {grade.runtime_s:.2f} s]")
+    if grade.status == "valid":
+        direction = "higher is better" if grade.higher_is_better else "lower is better"
+        beaten = int(round((grade.position or 0.0) * grade.n_reference))
+        lines.append(
+            f"[grader] status: valid | {grade.metric} = {grade.metric_value:.5g} ({direction}) | beats "
+            f"{beaten} of {grade.n_reference} reference solutions (position {grade.position:.3f}) | "
+            f"score {grade.score:.4g}"
+        )
+    else:
+        lines.append(f"[grader] status: {grade.status} | {grade.message} | score {grade.score:.4g}")
+    return sanitize_text("\n".join(lines), FEEDBACK_MAX_CHARS, keep="tail")
+
+
+def next_observation(obs: dict, feedback: str) -> dict:
+    """The observation a step returns, from the previous observation and a feedback text.
+
+    The task id and prompt carry over, ``feedback`` is the (sanitised) feedback text and
+    ``turn`` increases by one. The environment builds its own step observations with this
+    function, so a world model that predicts feedback predicts observations of the same form.
+
+    Args:
+        obs: the previous observation (keys ``task_id``, ``prompt``, ``feedback``, ``turn``).
+        feedback: the feedback text of the step (real or predicted).
+
+    Returns:
+        A new dict with the four keys.
+
+    Raises:
+        KeyError: ``obs`` lacks a key.
+    """
+    return {
+        "task_id": str(obs["task_id"]),
+        "prompt": str(obs["prompt"]),
+        "feedback": sanitize_text(feedback, FEEDBACK_MAX_CHARS, keep="tail"),
+        "turn": int(obs["turn"]) + 1,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# The environment
+# ----------------------------------------------------------------------------------------------
+
+
+class AutoResearchEnv(gym.Env):
+    """One ML task per episode; the action is Python source, graded by real sandboxed execution.
+
+    Observation (``spaces.Dict``):
+        * ``task_id`` — ``Text``: the task id.
+        * ``prompt`` — ``Text``: overview, metric and direction, data inventory, starter code.
+        * ``feedback`` — ``Text``: the last turn's feedback (:func:`format_feedback`), ``""``
+          after reset.
+        * ``turn`` — ``Discrete(max_turns + 1)``: turns taken so far (int).
+
+    Action: ``Text`` — the complete Python source of a solution (charset :data:`CHARSET`,
+    at most :data:`ACTION_MAX_CHARS` characters; longer or non-ASCII sources are still
+    executed as given).
+
+    Reward: the increase of the episode's running maximum score (the first step: its score),
+    so the return equals the best score over the episode's turns. Scores follow
+    :mod:`~wmrl_envs.envs.autoresearch.scale`: malformed / syntax error 0.0, runtime error
+    0.1, ran without a valid submission 0.2, valid ``0.5 + 0.5 * position``.
+
+    Step info: ``status``, ``score``, ``best_score``, ``metric``, ``metric_value``,
+    ``position``, ``runtime_s``, ``stdout_tail``, ``stderr_tail``, ``message``, ``task_id``,
+    ``turn``, ``executed``, and ``job_dir`` (str, only with ``keep_job_dirs``).
+
+    Args:
+        tasks: ``"train"``, ``"heldout"``, ``"all"``, or a list of task ids.
+        sandbox: a :class:`~wmrl_envs.sandbox.base.Sandbox` (or any object with a compatible
+            ``run_python``), or a backend name for
+            :func:`wmrl_envs.sandbox.make_sandbox` (resolved at the first execution; the
+            environment then owns and closes it).
+        limits: per-run :class:`~wmrl_envs.sandbox.base.SandboxLimits` (``None``: the
+            sandbox's defaults).
+        max_turns: turns per episode (>= 1).
+        workdir_root: folder for job folders (a private temporary folder if ``None``).
+        keep_job_dirs: keep job folders after grading (for debugging).
+        render_mode: ``None``, ``"ansi"`` (``render()`` returns text) or ``"human"`` (prints).
+
+    Raises:
+        ValueError: unknown task id / split, empty task list, ``max_turns < 1``, unknown
+            render mode.
+        TypeError: ``sandbox`` is neither a str nor an object with ``run_python``.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(
+        self,
+        tasks: str | Sequence[str] = "train",
+        sandbox: Sandbox | str = "auto",
+        limits: SandboxLimits | None = None,
+        max_turns: int = 1,
+        workdir_root: str | None = None,
+        keep_job_dirs: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(tasks, str):
+            if tasks not in ("train", "heldout", "all"):
+                raise ValueError(
+                    f"tasks must be 'train', 'heldout', 'all' or a list of task ids, got {tasks!r}"
+                )
+            task_ids = list_tasks(None if tasks == "all" else tasks)
+        else:
+            task_ids = [get_task(t).task_id for t in tasks]  # validates
+            if not task_ids:
+                raise ValueError("tasks is an empty list")
+            task_ids = list(dict.fromkeys(task_ids))
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if not isinstance(sandbox, str) and not callable(getattr(sandbox, "run_python", None)):
+            raise TypeError(f"sandbox must be a Sandbox instance or a backend name, got {type(sandbox).__name__}")
+
+        self.task_ids: list[str] = task_ids
+        self.max_turns = int(max_turns)
+        self.limits = limits
+        self.keep_job_dirs = bool(keep_job_dirs)
+        self.render_mode = render_mode
+        self._sandbox_spec = sandbox
+        self._sandbox: Any = None if isinstance(sandbox, str) else sandbox
+        self._owns_sandbox = isinstance(sandbox, str)
+        self._workdir_root_arg = workdir_root
+        self._root: Path | None = None
+        self._owns_root = False
+        self._root_finalizer: weakref.finalize | None = None
+
+        text = dict(charset=CHARSET)
+        self.observation_space = spaces.Dict(
+            {
+                "task_id": spaces.Text(max_length=TASK_ID_MAX_CHARS, min_length=1, **text),
+                "prompt": spaces.Text(max_length=PROMPT_MAX_CHARS, min_length=0, **text),
+                "feedback": spaces.Text(max_length=FEEDBACK_MAX_CHARS, min_length=0, **text),
+                "turn": spaces.Discrete(self.max_turns + 1),
+            }
+        )
+        self.action_space = spaces.Text(max_length=ACTION_MAX_CHARS, min_length=0, **text)
+
+        self._task: TaskSpec | None = None
+        self._obs: dict | None = None
+        self._turn = 0
+        self._best = 0.0
+        self._done = False
+        self._last_grade: Grade | None = None
+        self._prompts: dict[str, str] = {}
+
+    # -------------------------------------------------------------------------- helpers
+    @property
+    def task(self) -> TaskSpec | None:
+        """The current episode's task (``None`` before the first reset)."""
+        return self._task
+
+    @property
+    def last_grade(self) -> Grade | None:
+        """The :class:`~wmrl_envs.envs.autoresearch.grading.Grade` of the last step (``None`` after reset)."""
+        return self._last_grade
+
+    @property
+    def sandbox(self) -> Any:
+        """The sandbox, created on first access when the environment was given a backend name."""
+        if self._sandbox is None:
+            from wmrl_envs.sandbox import make_sandbox
+
+            self._sandbox = make_sandbox(backend=self._sandbox_spec, limits=self.limits)
+        return self._sandbox
+
+    def _workdir_root(self) -> Path:
+        if self._root is None:
+            if self._workdir_root_arg is None:
+                self._root = Path(tempfile.mkdtemp(prefix="wmrl-autoresearch-"))
+                self._owns_root = True
+                if not self.keep_job_dirs:  # also clean up if the env is dropped without close()
+                    self._root_finalizer = weakref.finalize(self, shutil.rmtree, str(self._root), True)
+            else:
+                self._root = Path(self._workdir_root_arg)
+                self._root.mkdir(parents=True, exist_ok=True)
+        return self._root
+
+    def _prompt(self, task_id: str) -> str:
+        if task_id not in self._prompts:
+            self._prompts[task_id] = build_prompt(task_id)
+        return self._prompts[task_id]
+
+    def _observation(self) -> dict:
+        assert self._obs is not None
+        return dict(self._obs)
+
+    # -------------------------------------------------------------------------- gym API
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        """Start an episode on one task.
+
+        Args:
+            seed: seeds the environment's ``np_random`` (task sampling).
+            options: ``{"task_id": id}`` picks that task (must be one of the environment's
+                tasks); otherwise a task is drawn uniformly with ``np_random``.
+
+        Returns:
+            ``(observation, info)``; info holds ``task_id``, ``category``, ``split``,
+            ``metric``, ``higher_is_better``, ``starter_code``, ``max_turns``.
+
+        Raises:
+            ValueError: ``options["task_id"]`` is not one of the environment's tasks.
+        """
+        super().reset(seed=seed)
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
+        elif task_id not in self.task_ids:
+            get_task(task_id)  # unknown ids: the registry's error lists all ids
+            raise ValueError(f"task {task_id!r} is not one of this environment's tasks: {', '.join(self.task_ids)}")
+        self._task = get_task(task_id)
+        self._turn = 0
+        self._best = 0.0
+        self._done = False
+        self._last_grade = None
+        self._obs = {
+            "task_id": sanitize_text(task_id, TASK_ID_MAX_CHARS),
+            "prompt": self._prompt(task_id),
+            "feedback": "",
+            "turn": 0,
+        }
+        info = {
+            "task_id": task_id,
+            "category": self._task.category,
+            "split": self._task.split,
+            "metric": self._task.metric,
+            "higher_is_better": self._task.higher_is_better,
+            "starter_code": self._task.starter_code,
+            "max_turns": self.max_turns,
+        }
+        if self.render_mode == "human":
+            self.render()
+        return self._observation(), info
+
+    def step(self, action: str) -> tuple[dict, float, bool, bool, dict]:
+        """Execute and grade one solution.
+
+        Args:
+            action: the complete Python source (str).
+
+        Returns:
+            ``(observation, reward, terminated, truncated, info)``; ``terminated`` is ``True``
+            once ``max_turns`` turns were taken; ``truncated`` is always ``False``.
+
+        Raises:
+            RuntimeError: ``step`` before ``reset`` or after the episode ended.
+            TypeError: ``action`` is not a str.
+            SandboxUnavailableError: the sandbox backend broke.
+        """
+        if self._task is None or self._obs is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError("the episode is over; call reset() to start a new one")
+        if not isinstance(action, str):
+            raise TypeError(f"the action must be Python source (str), got {type(action).__name__}")
+        task = self._task
+        if check_source(action) is not None:  # decided on the host: no sandbox, no job folder
+            grade, job_dir = grade_solution(task, None, None, source=action), None
+        else:
+            root = self._workdir_root()
+            grade, job_dir = evaluate(
+                task, action, self.sandbox, workdir_root=root / "jobs", limits=self.limits,
+                cache_dir=root / "public-cache", keep_job_dir=self.keep_job_dirs,
+                leaderboard=get_leaderboard(task.task_id), env=EXEC_ENV,
+            )
+        self._turn += 1
+        self._last_grade = grade
+        feedback = format_feedback(grade)
+        new_best = max(self._best, grade.score)
+        reward = float(new_best - self._best)
+        self._best = new_best
+        terminated = self._turn >= self.max_turns
+        self._done = terminated
+        self._obs = next_observation(self._obs, feedback)
+        info = {
+            "task_id": task.task_id,
+            "turn": self._turn,
+            "status": grade.status,
+            "score": float(grade.score),
+            "best_score": float(self._best),
+            "metric": task.metric,
+            "metric_value": grade.metric_value,
+            "position": grade.position,
+            "runtime_s": float(grade.runtime_s),
+            "executed": bool(grade.executed),
+            "message": grade.message,
+            "stdout_tail": grade.stdout_tail,
+            "stderr_tail": grade.stderr_tail,
+        }
+        if job_dir is not None:
+            info["job_dir"] = str(job_dir)
+        if self.render_mode == "human":
+            self.render()
+        return self._observation(), reward, terminated, False, info
+
+    def render(self) -> str | None:
+        """``"ansi"``: the current observation as text; ``"human"``: print it; else ``None``."""
+        if self.render_mode is None or self._obs is None:
+            return None
+        o = self._obs
+        text = f"[{o['task_id']} | turn {o['turn']}/{self.max_turns} | best score {self._best:.4g}]\n"
+        text += o["feedback"] if o["feedback"] else o["prompt"]
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        """Close the sandbox if the environment created it; delete its own temporary folder."""
+        if self._owns_sandbox and self._sandbox is not None:
+            try:
+                self._sandbox.close()
+            finally:
+                self._sandbox = None
+        if self._root is not None:
+            if self._owns_root and not self.keep_job_dirs:
+                if self._root_finalizer is not None:
+                    self._root_finalizer()  # rmtree(root, ignore_errors=True), once
+                    self._root_finalizer = None
+            elif not self._owns_root:
+                shutil.rmtree(self._root / "public-cache", ignore_errors=True)
+            self._root = None
+        super().close()

@@ -1,0 +1,782 @@
+"""Materialise AutoResearch tasks into job folders, grade executed solutions, keep leaderboards.
+
+A *job folder* is the working directory of one execution. It holds only public files:
+
+* ``train.csv`` — the training features plus the target column (last column);
+* ``test.csv`` — ``id`` plus the test features, **no labels**;
+* ``sample_submission.csv`` — ``id`` plus the target column filled with a placeholder.
+
+The hidden test labels never touch the disk: they stay in this process's memory
+(:func:`task_data`). After the program ran, :func:`grade` reads ``submission.csv`` from the
+job folder, checks its format, computes the task metric and places it on the task's
+reference leaderboard (:func:`~wmrl_envs.envs.autoresearch.scale.position_score`), then maps
+the outcome to the reward scale with
+:func:`~wmrl_envs.envs.autoresearch.scale.score_from_status`.
+
+Contents:
+    * :class:`Grade` — the graded outcome of one solution.
+    * :class:`TaskData` / :func:`task_data` — a task's canonical data (cached in memory).
+    * :func:`write_public_files` — materialise a task into a job folder.
+    * :func:`check_source` — host-side pre-check (``malformed`` / ``syntax_err``), no execution.
+    * :func:`read_submission` — parse and validate ``submission.csv``.
+    * :func:`compute_metric` — the task metrics (accuracy, macro_f1, roc_auc, rmse, mae, r2).
+    * :func:`grade` — grade one execution (``ExecutionResult``) of one task.
+    * :func:`evaluate` — pre-check, materialise, execute in a sandbox, grade, clean up.
+    * :data:`REFERENCE_SOLUTIONS`, :func:`load_leaderboards`, :func:`get_leaderboard`,
+      :func:`build_leaderboards`, :func:`main` — the per-task reference leaderboards, shipped
+      as ``leaderboards.json`` next to this module and recomputable with
+      ``python -m wmrl_envs.envs.autoresearch.grading``.
+    * :data:`EXEC_ENV`, :data:`TAIL_CHARS` — execution environment variables and log-tail size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
+from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, LABEL_METRICS, TaskSpec, get_task, list_tasks
+from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
+
+__all__ = [
+    "Grade",
+    "TaskData",
+    "task_data",
+    "PUBLIC_FILES",
+    "SUBMISSION_FILE",
+    "SOLUTION_FILE",
+    "EXEC_ENV",
+    "TAIL_CHARS",
+    "write_public_files",
+    "check_source",
+    "read_submission",
+    "compute_metric",
+    "grade",
+    "evaluate",
+    "REFERENCE_SOLUTIONS",
+    "LEADERBOARD_PATH",
+    "load_leaderboards",
+    "get_leaderboard",
+    "build_leaderboards",
+    "main",
+]
+
+PUBLIC_FILES: tuple[str, ...] = ("train.csv", "test.csv", "sample_submission.csv")
+"""The files every job folder starts with."""
+
+SUBMISSION_FILE = "submission.csv"
+SOLUTION_FILE = "solution.py"
+
+EXEC_ENV: dict[str, str] = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONHASHSEED": "0",
+    "PYTHONUNBUFFERED": "1",
+}
+"""Environment variables of every execution: one BLAS/OpenMP thread (the timing budget of the
+tasks assumes one core) and a fixed hash seed."""
+
+TAIL_CHARS = 2000
+"""Characters of stdout / stderr kept in a :class:`Grade` (the tail)."""
+
+MAX_SUBMISSION_BYTES = 64 * 1024 * 1024
+_CSV_FLOAT_FORMAT = "%.6g"
+
+LEADERBOARD_PATH = Path(__file__).with_name("leaderboards.json")
+"""The shipped leaderboards (JSON)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Grade
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Grade:
+    """The graded outcome of one solution on one task.
+
+    Attributes:
+        task_id: the task.
+        status: one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`.
+        score: reward in [0, 1] (:func:`~wmrl_envs.envs.autoresearch.scale.score_from_status`).
+        metric: name of the task metric.
+        higher_is_better: direction of the metric.
+        metric_value: the submission's metric value (task units), ``None`` unless ``valid``.
+        position: leaderboard position score in [0, 1], ``None`` unless ``valid``.
+        n_reference: number of reference solutions on the task's leaderboard.
+        runtime_s: wall-clock seconds of the execution (0.0 when not executed).
+        executed: whether the program was run (``False`` for ``malformed`` / ``syntax_err``).
+        exit_code: the program's exit status (``None`` when killed or not executed).
+        timed_out: whether the wall-clock limit killed it.
+        message: the grader's explanation (why the submission is invalid, the syntax error...).
+        stdout_tail: last :data:`TAIL_CHARS` characters of stdout.
+        stderr_tail: last :data:`TAIL_CHARS` characters of stderr (for ``syntax_err``: the
+            error as Python would print it).
+        n_rows: number of rows of a valid submission (``None`` otherwise).
+    """
+
+    task_id: str
+    status: str
+    score: float
+    metric: str
+    higher_is_better: bool
+    metric_value: float | None = None
+    position: float | None = None
+    n_reference: int = 0
+    runtime_s: float = 0.0
+    executed: bool = False
+    exit_code: int | None = None
+    timed_out: bool = False
+    message: str = ""
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    n_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; expected one of {STATUSES}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The grade as a plain dict (JSON-serialisable)."""
+        return asdict(self)
+
+
+def _tail(text: str | None, n: int = TAIL_CHARS) -> str:
+    text = text or ""
+    return text if len(text) <= n else text[-n:]
+
+
+# ----------------------------------------------------------------------------------------------
+# Task data and public files
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """A task's canonical data, held in memory on the host.
+
+    Attributes:
+        task: the :class:`~wmrl_envs.envs.autoresearch.tasks.TaskSpec`.
+        X_train: training features, shape ``(n_train, n_features)``.
+        y_train: training target, length ``n_train``.
+        X_test: test features, shape ``(n_test, n_features)``.
+        y_test: hidden test target, length ``n_test`` (never written to a job folder).
+        test_ids: int64 array of the ``id`` column of ``test.csv``, length ``n_test``.
+        classes: sorted class labels (classification) or ``None`` (regression).
+    """
+
+    task: TaskSpec
+    X_train: pd.DataFrame
+    y_train: pd.Series
+    X_test: pd.DataFrame
+    y_test: pd.Series
+    test_ids: np.ndarray
+    classes: np.ndarray | None
+
+    @property
+    def train_frame(self) -> pd.DataFrame:
+        """``train.csv`` as a DataFrame: features + target column."""
+        df = self.X_train.copy()
+        df[self.task.target] = self.y_train.to_numpy()
+        return df
+
+    @property
+    def test_frame(self) -> pd.DataFrame:
+        """``test.csv`` as a DataFrame: ``id`` + features (no target)."""
+        df = self.X_test.copy()
+        df.insert(0, ID_COLUMN, self.test_ids)
+        return df
+
+    @property
+    def sample_submission(self) -> pd.DataFrame:
+        """``sample_submission.csv``: ``id`` + a placeholder target (majority class, 0.5 or mean)."""
+        t = self.task
+        if t.metric == "roc_auc":
+            fill: Any = 0.5
+        elif t.problem_type == "classification":
+            fill = self.y_train.value_counts().index[0]
+        else:
+            fill = round(float(self.y_train.mean()), 4)
+        return pd.DataFrame({ID_COLUMN: self.test_ids, t.target: [fill] * len(self.test_ids)})
+
+
+@functools.lru_cache(maxsize=None)
+def task_data(task_id: str) -> TaskData:
+    """The canonical :class:`TaskData` of a task (generated once per process, then cached).
+
+    Raises:
+        ValueError: unknown task id.
+    """
+    task = get_task(task_id)
+    X_tr, y_tr, X_te, y_te = task.make_data()
+    ids = np.arange(len(X_tr), len(X_tr) + len(X_te), dtype=np.int64)
+    classes = np.array(sorted(pd.unique(y_tr))) if task.problem_type == "classification" else None
+    return TaskData(task, X_tr, y_tr, X_te, y_te, ids, classes)
+
+
+def _write_public_files_uncached(task: TaskSpec, job_dir: Path) -> None:
+    data = task_data(task.task_id)
+    data.train_frame.to_csv(job_dir / "train.csv", index=False, float_format=_CSV_FLOAT_FORMAT)
+    data.test_frame.to_csv(job_dir / "test.csv", index=False, float_format=_CSV_FLOAT_FORMAT)
+    data.sample_submission.to_csv(job_dir / "sample_submission.csv", index=False)
+
+
+def write_public_files(task: TaskSpec | str, job_dir: str | Path, cache_dir: str | Path | None = None) -> list[Path]:
+    """Write the public files of a task into a job folder.
+
+    Args:
+        task: a :class:`TaskSpec` or a task id.
+        job_dir: the job folder (created if missing).
+        cache_dir: optional host folder, *outside* any job folder, where the rendered CSVs
+            are kept (``cache_dir/<task_id>/``) so later calls only copy them.
+
+    Returns:
+        Paths of the written files (:data:`PUBLIC_FILES`, in order).
+
+    Raises:
+        ValueError: unknown task id.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    job_dir = Path(job_dir)
+    job_dir.mkdir(parents=True, exist_ok=True)
+    if cache_dir is None:
+        _write_public_files_uncached(task, job_dir)
+    else:
+        src = Path(cache_dir) / task.task_id
+        if not all((src / f).is_file() for f in PUBLIC_FILES):
+            tmp = Path(cache_dir) / f".{task.task_id}.{uuid.uuid4().hex}"
+            tmp.mkdir(parents=True)
+            _write_public_files_uncached(task, tmp)
+            try:
+                tmp.rename(src)
+            except OSError:  # another writer won the race (or a stale partial folder)
+                if not all((src / f).is_file() for f in PUBLIC_FILES):
+                    shutil.rmtree(src, ignore_errors=True)
+                    tmp.rename(src)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        for f in PUBLIC_FILES:
+            shutil.copyfile(src / f, job_dir / f)
+    return [job_dir / f for f in PUBLIC_FILES]
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks, submission parsing and metrics
+# ----------------------------------------------------------------------------------------------
+
+
+def check_source(source: Any) -> tuple[str, str, str] | None:
+    """Host-side pre-check of a solution, without executing it.
+
+    Args:
+        source: the solution's Python source (str expected).
+
+    Returns:
+        ``None`` if the source compiles; otherwise ``(status, message, stderr)`` with status
+        ``"malformed"`` (not a string, empty / whitespace-only, or containing NUL bytes) or
+        ``"syntax_err"`` (``compile()`` fails), and ``stderr`` the error as Python would print
+        it when running ``solution.py``.
+    """
+    if not isinstance(source, str):
+        return "malformed", f"the solution is not text (got {type(source).__name__})", ""
+    if not source.strip():
+        return "malformed", "the solution is empty", ""
+    if "\x00" in source:
+        return "malformed", "the solution contains NUL bytes", ""
+    try:
+        compile(source, SOLUTION_FILE, "exec", dont_inherit=True)
+    except SyntaxError as e:  # includes IndentationError / TabError
+        err = "".join(traceback.format_exception_only(type(e), e))
+        return "syntax_err", f"{type(e).__name__}: {e.msg} (line {e.lineno})", err
+    except (ValueError, RecursionError, MemoryError, OverflowError) as e:
+        return "syntax_err", f"{type(e).__name__}: {e}", f"{type(e).__name__}: {e}\n"
+    return None
+
+
+def _normalise_labels(values: pd.Series, classes: np.ndarray) -> tuple[np.ndarray | None, str]:
+    if classes.dtype.kind in "iub":
+        num = pd.to_numeric(values, errors="coerce")
+        if num.isna().any():
+            bad = values[num.isna()].iloc[0]
+            return None, f"non-numeric class label {str(bad)[:40]!r}; expected one of {classes.tolist()}"
+        arr = num.to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            return None, f"class labels must be integers, one of {classes.tolist()}"
+        arr = arr.astype(np.int64)
+    else:
+        arr = values.astype(str).str.strip().to_numpy(dtype=object)
+    unknown = sorted({str(v) for v in set(arr.tolist()) - set(classes.tolist())})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        return None, f"unknown class labels [{shown}]; expected one of {classes.tolist()}"
+    return arr, ""
+
+
+def read_submission(task: TaskSpec | str, job_dir: str | Path) -> tuple[np.ndarray | None, str]:
+    """Parse and validate ``submission.csv`` of a job folder.
+
+    Checks: the file exists and parses as CSV; it has columns ``id`` and the target; one row
+    per test id (no duplicates, none missing or extra); no missing predictions; predictions
+    of the right type (class labels from the training set for ``accuracy`` / ``macro_f1``,
+    finite numbers otherwise). Extra columns are ignored.
+
+    Args:
+        task: a :class:`TaskSpec` or task id.
+        job_dir: the job folder.
+
+    Returns:
+        ``(predictions, "")`` with predictions aligned to the test ids (array of length
+        ``n_test``: int64/object labels, or float64 scores/values), or ``(None, reason)``.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    data = task_data(task.task_id)
+    path = Path(job_dir) / SUBMISSION_FILE
+    if path.is_symlink():
+        return None, f"{SUBMISSION_FILE} must be a regular file, not a symbolic link"
+    if not path.is_file():
+        return None, f"{SUBMISSION_FILE} not found in the working directory"
+    if path.stat().st_size > MAX_SUBMISSION_BYTES:
+        return None, f"{SUBMISSION_FILE} is too large ({path.stat().st_size} bytes)"
+    label_task = task.metric in LABEL_METRICS
+    try:
+        sub = pd.read_csv(
+            path,
+            dtype={task.target: str} if label_task else None,
+            keep_default_na=not label_task,
+            na_values=[""] if label_task else None,
+        )
+    except Exception as e:  # noqa: BLE001 - any parse failure is a format error
+        return None, f"could not parse {SUBMISSION_FILE}: {type(e).__name__}: {str(e)[:200]}"
+    sub.columns = [str(c).strip() for c in sub.columns]
+    missing_cols = [c for c in (ID_COLUMN, task.target) if c not in sub.columns]
+    if missing_cols:
+        return None, (
+            f"{SUBMISSION_FILE} lacks column(s) {missing_cols}; expected columns "
+            f"['{ID_COLUMN}', '{task.target}'], got {list(sub.columns)[:10]}"
+        )
+    n_test = len(data.test_ids)
+    if len(sub) != n_test:
+        return None, f"{SUBMISSION_FILE} has {len(sub)} rows; expected {n_test} (one per test id)"
+    ids = pd.to_numeric(sub[ID_COLUMN], errors="coerce").to_numpy(dtype=np.float64)
+    if np.isnan(ids).any() or not np.all(ids == np.round(ids)):
+        return None, f"column '{ID_COLUMN}' must hold the integer ids of test.csv"
+    ids = ids.astype(np.int64)
+    if len(np.unique(ids)) != len(ids):
+        return None, f"column '{ID_COLUMN}' has duplicate ids"
+    if not np.array_equal(np.sort(ids), np.sort(data.test_ids)):
+        return None, f"column '{ID_COLUMN}' does not match the ids of test.csv"
+    col = sub[task.target]
+    if col.isna().any():
+        return None, f"column '{task.target}' has {int(col.isna().sum())} missing values"
+    if label_task:
+        values, reason = _normalise_labels(col, data.classes)
+        if values is None:
+            return None, reason
+    else:
+        num = pd.to_numeric(col, errors="coerce")
+        if num.isna().any():
+            bad = col[num.isna()].iloc[0]
+            return None, f"column '{task.target}' must be numeric; found {str(bad)[:40]!r}"
+        values = num.to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(values)):
+            return None, f"column '{task.target}' has non-finite values (inf)"
+    order = np.argsort(ids)
+    pos_of_id = np.searchsorted(ids[order], data.test_ids)
+    return values[order][pos_of_id], ""
+
+
+def compute_metric(metric: str, y_true: Sequence | np.ndarray, y_pred: Sequence | np.ndarray) -> float:
+    """Compute a task metric.
+
+    Args:
+        metric: ``accuracy`` / ``macro_f1`` (labels), ``roc_auc`` (binary 0/1 truth, real
+            scores), ``rmse`` / ``mae`` / ``r2`` (real values).
+        y_true: ground truth, length n.
+        y_pred: predictions, length n.
+
+    Returns:
+        The metric value (float).
+
+    Raises:
+        ValueError: unknown metric or invalid inputs.
+    """
+    from sklearn import metrics as skm
+
+    y_true = np.asarray(y_true)
+    y_pred = np.asarray(y_pred)
+    if metric == "accuracy":
+        return float(skm.accuracy_score(y_true, y_pred))
+    if metric == "macro_f1":
+        return float(skm.f1_score(y_true, y_pred, average="macro", labels=np.unique(y_true)))
+    if metric == "roc_auc":
+        return float(skm.roc_auc_score(y_true, y_pred.astype(np.float64)))
+    if metric == "rmse":
+        return float(math.sqrt(skm.mean_squared_error(y_true, y_pred)))
+    if metric == "mae":
+        return float(skm.mean_absolute_error(y_true, y_pred))
+    if metric == "r2":
+        return float(skm.r2_score(y_true, y_pred))
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Grading
+# ----------------------------------------------------------------------------------------------
+
+
+def _base(task: TaskSpec, status: str, **kw: Any) -> Grade:
+    return Grade(
+        task_id=task.task_id, status=status, score=score_from_status(status) if status != "valid" else 0.0,
+        metric=task.metric, higher_is_better=task.higher_is_better, **kw,
+    )
+
+
+def grade(
+    task: TaskSpec | str,
+    job_dir: str | Path | None,
+    execution_result: ExecutionResult | None,
+    *,
+    source: str | None = None,
+    leaderboard: Sequence[float] | None = None,
+) -> Grade:
+    """Grade one execution of a solution.
+
+    Args:
+        task: a :class:`TaskSpec` or task id.
+        job_dir: the job folder the program ran in (holds ``submission.csv``); may be
+            ``None`` when the source fails the pre-check.
+        execution_result: the sandbox's result; may be ``None`` when ``source`` is given and
+            fails :func:`check_source` (no execution is needed then).
+        source: the solution source; when given, :func:`check_source` runs first and decides
+            ``malformed`` / ``syntax_err`` without looking at the execution.
+        leaderboard: reference metric values; defaults to the shipped leaderboard of the task.
+
+    Returns:
+        The :class:`Grade`.
+
+    Raises:
+        ValueError: unknown task, or no ``execution_result`` for a source that passes the
+            pre-check (or for no source at all).
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    if source is not None:
+        pre = check_source(source)
+        if pre is not None:
+            status, message, err = pre
+            return _base(task, status, message=message, stderr_tail=_tail(err))
+    if execution_result is None:
+        raise ValueError("execution_result is required unless `source` fails the host pre-check")
+    r = execution_result
+    common = dict(
+        runtime_s=float(r.wall_time_s), executed=True, exit_code=r.exit_code, timed_out=bool(r.timed_out),
+        stdout_tail=_tail(r.stdout), stderr_tail=_tail(r.stderr),
+    )
+    if r.timed_out:
+        return _base(task, "runtime_err", message="killed: wall-clock time limit exceeded", **common)
+    if r.exit_code != 0:
+        why = f"exited with status {r.exit_code}" if r.exit_code is not None else (
+            f"killed by signal {r.signal}" if r.signal else "killed"
+        )
+        return _base(task, "runtime_err", message=f"the program {why}", **common)
+    if job_dir is None:
+        raise ValueError("job_dir is required to grade a program that ran")
+    preds, reason = read_submission(task, job_dir)
+    if preds is None:
+        return _base(task, "ran_no_sub", message=reason, **common)
+    data = task_data(task.task_id)
+    try:
+        value = compute_metric(task.metric, data.y_test.to_numpy(), preds)
+    except ValueError as e:
+        return _base(task, "ran_no_sub", message=f"could not score the submission: {e}", **common)
+    if not math.isfinite(value):
+        return _base(task, "ran_no_sub", message=f"the metric is not finite ({value})", **common)
+    board = list(leaderboard) if leaderboard is not None else get_leaderboard(task.task_id)
+    pos = position_score(value, board, task.higher_is_better)
+    return Grade(
+        task_id=task.task_id, status="valid", score=score_from_status("valid", pos), metric=task.metric,
+        higher_is_better=task.higher_is_better, metric_value=value, position=pos, n_reference=len(board),
+        message=f"valid submission with {len(preds)} rows", n_rows=len(preds), **common,
+    )
+
+
+def evaluate(
+    task: TaskSpec | str,
+    source: str,
+    sandbox: Sandbox,
+    *,
+    workdir_root: str | Path | None = None,
+    limits: SandboxLimits | None = None,
+    cache_dir: str | Path | None = None,
+    keep_job_dir: bool = False,
+    leaderboard: Sequence[float] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Grade, Path | None]:
+    """Pre-check, materialise, execute in a sandbox and grade one solution.
+
+    Sources that fail :func:`check_source` are graded without any execution (and without a
+    job folder).
+
+    Args:
+        task: a :class:`TaskSpec` or task id.
+        source: the solution's Python source.
+        sandbox: anything with ``run_python(source, workdir, *, limits, env, filename)``.
+        workdir_root: where to create the job folder (system temp dir if ``None``).
+        limits: per-run limits (``None``: the sandbox's defaults).
+        cache_dir: rendered-CSV cache for :func:`write_public_files`.
+        keep_job_dir: keep the job folder (else it is deleted after grading).
+        leaderboard: reference values (default: shipped leaderboard).
+        env: environment variables for the program (default :data:`EXEC_ENV`).
+
+    Returns:
+        ``(grade, job_dir)``; ``job_dir`` is ``None`` when no folder was created or it was
+        deleted.
+
+    Raises:
+        ValueError: unknown task.
+        FileNotFoundError, SandboxUnavailableError: from the sandbox.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    pre = check_source(source)
+    if pre is not None:
+        return grade(task, None, None, source=source, leaderboard=leaderboard), None
+    root = Path(workdir_root) if workdir_root is not None else Path(tempfile.gettempdir())
+    root.mkdir(parents=True, exist_ok=True)
+    job_dir = Path(tempfile.mkdtemp(prefix=f"{task.task_id}-", dir=root))
+    try:
+        write_public_files(task, job_dir, cache_dir=cache_dir)
+        result = sandbox.run_python(
+            source, job_dir, limits=limits, env=dict(EXEC_ENV if env is None else env), filename=SOLUTION_FILE
+        )
+        g = grade(task, job_dir, result, leaderboard=leaderboard)
+    finally:
+        if not keep_job_dir:
+            shutil.rmtree(job_dir, ignore_errors=True)
+    return g, (job_dir if keep_job_dir else None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Leaderboards
+# ----------------------------------------------------------------------------------------------
+
+REFERENCE_SOLUTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "classification": (
+        ("majority", "model = DummyClassifier(strategy='prior')"),
+        ("stump", "model = DecisionTreeClassifier(max_depth=2, random_state=0)"),
+        ("naive_bayes", "model = GaussianNB()"),
+        ("knn", "model = make_pipeline(StandardScaler(), KNeighborsClassifier(n_neighbors=25))"),
+        ("logistic", "model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))"),
+        ("decision_tree", "model = DecisionTreeClassifier(max_depth=10, min_samples_leaf=20, random_state=0)"),
+        ("random_forest", "model = RandomForestClassifier(n_estimators=60, min_samples_leaf=2, random_state=0)"),
+        ("gradient_boosting", "model = HistGradientBoostingClassifier(random_state=0)"),
+    ),
+    "regression": (
+        ("mean", "model = DummyRegressor()"),
+        ("stump", "model = DecisionTreeRegressor(max_depth=2, random_state=0)"),
+        ("knn", "model = make_pipeline(StandardScaler(), KNeighborsRegressor(n_neighbors=25))"),
+        ("ridge", "model = make_pipeline(StandardScaler(), Ridge(alpha=1.0))"),
+        ("decision_tree", "model = DecisionTreeRegressor(max_depth=10, min_samples_leaf=20, random_state=0)"),
+        (
+            "extra_trees",
+            "model = ExtraTreesRegressor(n_estimators=60, max_features=0.33, min_samples_leaf=2, random_state=0)",
+        ),
+        (
+            "random_forest",
+            "model = RandomForestRegressor(n_estimators=60, max_features=0.33, min_samples_leaf=2, random_state=0)",
+        ),
+        ("gradient_boosting", "model = HistGradientBoostingRegressor(random_state=0)"),
+    ),
+}
+"""Reference solutions per problem type: ``(name, model_line)`` pairs, weak to strong. Each is
+run as :meth:`TaskSpec.starter_code_with(model_line) <TaskSpec.starter_code_with>`; the
+starter's own line is among them (``logistic`` / ``ridge``)."""
+
+
+class _HostRunner(Sandbox):
+    """Runs *trusted* reference scripts with the host Python (no isolation, for leaderboards)."""
+
+    name = "host"
+    isolates = False
+
+    def run_python(self, source, workdir, *, limits=None, env=None, filename=SOLUTION_FILE):  # noqa: D102
+        workdir = Path(workdir)
+        if not workdir.is_dir():
+            raise FileNotFoundError(workdir)
+        (workdir / filename).write_text(source)
+        lim = limits or self.limits
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(
+                [sys.executable, filename], cwd=workdir, env=full_env, capture_output=True, text=True,
+                timeout=lim.wall_time_s,
+            )
+            return ExecutionResult(p.returncode, p.stdout, p.stderr, time.perf_counter() - t0, backend=self.name)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            return ExecutionResult(None, out, err, time.perf_counter() - t0, timed_out=True, backend=self.name)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_leaderboards_cached(path: str, mtime: float) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_leaderboards(path: str | Path | None = None) -> dict:
+    """Load a leaderboards JSON file (cached while the file is unchanged).
+
+    Args:
+        path: the file; ``None`` for the shipped :data:`LEADERBOARD_PATH`.
+
+    Returns:
+        ``{"version": 1, "created": ..., "environment": {...}, "tasks": {task_id: {"metric",
+        "higher_is_better", "entries": [{"name", "model_line", "metric_value", "runtime_s"},
+        ...]}}}``. Treat it as read-only.
+
+    Raises:
+        FileNotFoundError: the file does not exist (build it with :func:`build_leaderboards`).
+    """
+    p = Path(path) if path is not None else LEADERBOARD_PATH
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"leaderboard file {p} not found; build it with "
+            "`python -m wmrl_envs.envs.autoresearch.grading --out <path>`"
+        )
+    return _load_leaderboards_cached(str(p.resolve()), p.stat().st_mtime)
+
+
+def get_leaderboard(task_id: str, path: str | Path | None = None) -> list[float]:
+    """Reference metric values of one task (task units, in reference-solution order).
+
+    Raises:
+        ValueError: unknown task id, or the task is missing from the leaderboard file.
+        FileNotFoundError: no leaderboard file.
+    """
+    get_task(task_id)  # validates the id
+    boards = load_leaderboards(path)["tasks"]
+    if task_id not in boards:
+        raise ValueError(
+            f"task {task_id!r} has no leaderboard in {path or LEADERBOARD_PATH}; rebuild it with build_leaderboards()"
+        )
+    return [float(e["metric_value"]) for e in boards[task_id]["entries"]]
+
+
+def build_leaderboards(
+    task_ids: Sequence[str] | None = None,
+    *,
+    path: str | Path | None = LEADERBOARD_PATH,
+    sandbox: Sandbox | None = None,
+    limits: SandboxLimits | None = None,
+    n_jobs: int = 1,
+    verbose: bool = True,
+) -> dict:
+    """(Re)compute the reference leaderboards by executing every reference solution.
+
+    Each entry of :data:`REFERENCE_SOLUTIONS` for the task's problem type is run as a full
+    script (``task.starter_code_with(model_line)``) in a fresh job folder and graded with
+    :func:`read_submission` / :func:`compute_metric`, exactly like an agent's solution.
+
+    Args:
+        task_ids: tasks to (re)compute; ``None`` for all. Tasks already in an existing file at
+            ``path`` and not listed are kept.
+        path: output JSON file (``None``: do not write).
+        sandbox: executor; ``None`` runs the trusted reference scripts with the host Python.
+        limits: per-run limits (default: 600 s wall time).
+        n_jobs: executions run in parallel (each single-threaded, see :data:`EXEC_ENV`).
+        verbose: print one line per execution to stderr.
+
+    Returns:
+        The leaderboards dict (format of :func:`load_leaderboards`).
+
+    Raises:
+        ValueError: unknown task id.
+        RuntimeError: a reference solution failed (its stderr tail is in the message).
+    """
+    import sklearn
+
+    ids = list(task_ids) if task_ids is not None else list_tasks()
+    tasks = [get_task(t) for t in ids]
+    runner = sandbox or _HostRunner(SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192))
+    limits = limits or SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192)
+    jobs = [(t, name, line) for t in tasks for name, line in REFERENCE_SOLUTIONS[t.problem_type]]
+    with tempfile.TemporaryDirectory(prefix="wmrl-leaderboards-") as tmp:
+        cache = Path(tmp) / "cache"
+        for t in tasks:  # render the CSVs once, sequentially
+            write_public_files(t, Path(tmp) / "warm" / t.task_id, cache_dir=cache)
+
+        def run_one(job: tuple[TaskSpec, str, str]) -> dict:
+            t, name, line = job
+            src = t.starter_code_with(line)
+            g, _ = evaluate(t, src, runner, workdir_root=Path(tmp) / "jobs", limits=limits, cache_dir=cache,
+                            leaderboard=[0.0])
+            if g.status != "valid":
+                raise RuntimeError(
+                    f"reference solution {name!r} failed on task {t.task_id!r}: {g.status}: {g.message}\n{g.stderr_tail}"
+                )
+            if verbose:
+                print(f"[leaderboard] {t.task_id:18s} {name:18s} {t.metric}={g.metric_value:.5f} "
+                      f"({g.runtime_s:.2f} s)", file=sys.stderr, flush=True)
+            return {"name": name, "model_line": line, "metric_value": g.metric_value, "runtime_s": round(g.runtime_s, 3)}
+
+        with ThreadPoolExecutor(max_workers=max(1, int(n_jobs))) as pool:
+            results = list(pool.map(run_one, jobs))
+
+    out: dict = {"version": 1, "tasks": {}}
+    if path is not None and Path(path).is_file():
+        try:
+            out["tasks"].update(json.loads(Path(path).read_text(encoding="utf-8")).get("tasks", {}))
+        except (OSError, json.JSONDecodeError):
+            pass
+    out["created"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out["environment"] = {
+        "python": sys.version.split()[0], "numpy": np.__version__, "pandas": pd.__version__,
+        "scikit-learn": sklearn.__version__, "exec_env": dict(EXEC_ENV),
+        "note": "runtime_s: wall-clock seconds of the whole script (Python start-up included) on the build machine",
+    }
+    for t in tasks:
+        out["tasks"][t.task_id] = {
+            "metric": t.metric, "higher_is_better": t.higher_is_better, "category": t.category,
+            "entries": [r for (jt, _, _), r in zip(jobs, results) if jt.task_id == t.task_id],
+        }
+    out["tasks"] = {tid: out["tasks"][tid] for tid in list_tasks() if tid in out["tasks"]}
+    if path is not None:
+        tmp_path = Path(path).with_suffix(".json.tmp")
+        tmp_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        tmp_path.replace(path)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: ``python -m wmrl_envs.envs.autoresearch.grading [--tasks ID ...] [--out PATH] [--jobs N]``."""
+    ap = argparse.ArgumentParser(description="Recompute the AutoResearch reference leaderboards.")
+    ap.add_argument("--tasks", nargs="*", default=None, help="task ids (default: all)")
+    ap.add_argument("--out", default=str(LEADERBOARD_PATH), help="output JSON (default: the shipped file)")
+    ap.add_argument("--jobs", type=int, default=1, help="parallel executions")
+    args = ap.parse_args(argv)
+    build_leaderboards(args.tasks, path=args.out, n_jobs=args.jobs)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,821 @@
+"""The AutoResearch task registry: realistic, self-contained ML tasks built from bundled data.
+
+Every task is a Kaggle-style supervised-learning problem whose data are generated on the fly
+from data that ship with scikit-learn (the bundled ``digits`` images and seeded generators
+such as :func:`~sklearn.datasets.make_classification` and
+:func:`~sklearn.datasets.make_friedman1`), so nothing is downloaded. Tasks are sized so that
+*executing* a solution takes seconds, not milliseconds (about 1–4 s for the starter baseline,
+2–10 s for a random forest / gradient boosting model on one core, Python start-up included):
+execution is the cost the WMRL method exists to cut, so it must be realistic.
+
+Contents:
+    * :class:`TaskSpec` — one task: id, category, split, metric and direction, overview text,
+      deterministic data generator, and a working starter script.
+    * :data:`CATEGORIES`, :data:`SPLITS`, :data:`METRICS` — the allowed values.
+    * :func:`list_tasks` — task ids, optionally of one split (``"train"`` / ``"heldout"``).
+    * :func:`get_task` — the :class:`TaskSpec` of one id (``ValueError`` lists valid ids).
+    * :func:`render_starter_code` — builds a starter script around one ``model = ...`` line.
+
+The starter script of every task reads ``train.csv`` / ``test.csv`` from its working
+directory, preprocesses (one-hot encoding of categorical columns, median imputation), fits the
+estimator built on the single line that starts with ``model = `` (marked by the comment
+:data:`MODEL_LINE_MARKER` just above it), and writes ``submission.csv`` (``id`` + target
+column). :meth:`TaskSpec.starter_code_with` swaps that one line, so an agent (or a reference
+leaderboard) can try any scikit-learn estimator without touching the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "TaskSpec",
+    "CATEGORIES",
+    "SPLITS",
+    "METRICS",
+    "MODEL_LINE_MARKER",
+    "ID_COLUMN",
+    "list_tasks",
+    "get_task",
+    "render_starter_code",
+]
+
+CATEGORIES: tuple[str, ...] = (
+    "tabular-classification",
+    "tabular-regression",
+    "image-classification",
+)
+"""Task categories; every category has tasks in both splits."""
+
+SPLITS: tuple[str, ...] = ("train", "heldout")
+"""``train`` tasks are for RL training, ``heldout`` tasks for evaluation only."""
+
+METRICS: dict[str, bool] = {
+    "accuracy": True,
+    "macro_f1": True,
+    "roc_auc": True,
+    "rmse": False,
+    "mae": False,
+    "r2": True,
+}
+"""Supported metrics mapped to ``higher_is_better``."""
+
+LABEL_METRICS: frozenset[str] = frozenset({"accuracy", "macro_f1"})
+"""Metrics whose submission column holds class labels (``roc_auc`` takes scores)."""
+
+MODEL_LINE_MARKER = "# MODEL: the next line builds the estimator; replace it to try another one."
+"""Comment that precedes the single ``model = ...`` line of every starter script."""
+
+ID_COLUMN = "id"
+"""Name of the row-id column of ``test.csv`` and ``submission.csv``."""
+
+DataTuple = tuple[pd.DataFrame, pd.Series, pd.DataFrame, pd.Series]
+
+
+# ----------------------------------------------------------------------------------------------
+# TaskSpec
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One AutoResearch task.
+
+    Attributes:
+        task_id: unique id (str, kebab-case).
+        category: one of :data:`CATEGORIES`.
+        split: ``"train"`` or ``"heldout"``.
+        metric: one of :data:`METRICS` (``accuracy``, ``macro_f1``, ``roc_auc``, ``rmse``,
+            ``mae``, ``r2``).
+        higher_is_better: direction of ``metric``.
+        problem_type: ``"classification"`` or ``"regression"``.
+        target: name of the target column in ``train.csv`` / ``submission.csv``.
+        overview: task description for the agent (plain ASCII text).
+        data_seed: the seed that defines the task's one dataset (used when
+            :meth:`make_data` gets no seed).
+        categorical_columns: columns holding string categories (need encoding).
+        has_missing: whether some feature values are missing (NaN, empty in the CSV).
+        starter_code: complete, working baseline script (see the module docstring).
+        generator: ``generator(seed) -> (X_train, y_train, X_test, y_test)``; call
+            :meth:`make_data` instead.
+    """
+
+    task_id: str
+    category: str
+    split: str
+    metric: str
+    higher_is_better: bool
+    problem_type: str
+    target: str
+    overview: str
+    data_seed: int
+    categorical_columns: tuple[str, ...] = ()
+    has_missing: bool = False
+    starter_code: str = ""
+    generator: Callable[[int], DataTuple] | None = field(default=None, repr=False, compare=False)
+
+    def make_data(self, seed: int | None = None) -> DataTuple:
+        """Generate the task's data (deterministic for a given seed).
+
+        Args:
+            seed: generator seed; ``None`` (the default) gives the task's canonical dataset,
+                the one the environment and the shipped leaderboard use.
+
+        Returns:
+            ``(X_train, y_train, X_test, y_test)``: feature DataFrames of shape
+            ``(n_train, n_features)`` / ``(n_test, n_features)`` (float64/int64 numeric
+            columns, string (``object`` / ``str``) columns for :attr:`categorical_columns`, NaN where
+            missing) and target Series of length ``n_train`` / ``n_test`` (int64 or str
+            labels for classification, float64 for regression), named :attr:`target`.
+            Indexes are ``RangeIndex``; the rows are in random order.
+
+        Raises:
+            RuntimeError: the task has no generator.
+        """
+        if self.generator is None:
+            raise RuntimeError(f"task {self.task_id!r} has no data generator")
+        X_tr, y_tr, X_te, y_te = self.generator(self.data_seed if seed is None else int(seed))
+        y_tr = pd.Series(np.asarray(y_tr), name=self.target)
+        y_te = pd.Series(np.asarray(y_te), name=self.target)
+        return X_tr.reset_index(drop=True), y_tr, X_te.reset_index(drop=True), y_te
+
+    def starter_code_with(self, model_line: str) -> str:
+        """Return the starter script with its ``model = ...`` line replaced.
+
+        Args:
+            model_line: one line of Python; either a full assignment ``"model = <expr>"`` or
+                just the estimator expression ``"<expr>"`` (``"model = "`` is prepended).
+                The names imported by the starter (see :attr:`starter_code`) are available.
+
+        Returns:
+            The new script (str).
+
+        Raises:
+            ValueError: ``model_line`` is empty or spans several lines.
+        """
+        return _swap_model_line(self.starter_code, model_line)
+
+    @property
+    def starter_model_line(self) -> str:
+        """The starter's own ``model = ...`` line (str)."""
+        return _find_model_line(self.starter_code)[1]
+
+
+def _find_model_line(source: str) -> tuple[int, str]:
+    lines = source.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("model = "):
+            return i, line
+    raise ValueError("source has no line starting with 'model = '")
+
+
+def _swap_model_line(source: str, model_line: str) -> str:
+    line = model_line.strip()
+    if not line:
+        raise ValueError("model_line is empty")
+    if "\n" in line or "\r" in line:
+        raise ValueError(f"model_line must be a single line, got {model_line!r}")
+    if not (line.startswith("model =") or line.startswith("model=")):
+        line = "model = " + line
+    idx, _ = _find_model_line(source)
+    lines = source.split("\n")
+    lines[idx] = line
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Starter scripts
+# ----------------------------------------------------------------------------------------------
+
+_CLF_IMPORTS = """\
+from sklearn.dummy import DummyClassifier
+from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier, RandomForestClassifier
+from sklearn.linear_model import LogisticRegression
+from sklearn.naive_bayes import GaussianNB
+from sklearn.neighbors import KNeighborsClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.tree import DecisionTreeClassifier"""
+
+_REG_IMPORTS = """\
+from sklearn.dummy import DummyRegressor
+from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
+from sklearn.linear_model import Lasso, Ridge
+from sklearn.neighbors import KNeighborsRegressor
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.tree import DecisionTreeRegressor"""
+
+_DEFAULT_MODEL_LINES: dict[str, str] = {
+    "classification": "model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))",
+    "regression": "model = make_pipeline(StandardScaler(), Ridge(alpha=1.0))",
+}
+
+
+def render_starter_code(
+    *,
+    task_id: str,
+    metric: str,
+    higher_is_better: bool,
+    problem_type: str,
+    target: str,
+    categorical_columns: tuple[str, ...] = (),
+    has_missing: bool = False,
+    model_line: str | None = None,
+) -> str:
+    """Build a complete, working baseline script for a task.
+
+    The script reads ``train.csv`` and ``test.csv`` from its working directory, encodes
+    categorical columns (one-hot), fills missing values with training medians, fits the
+    estimator of its ``model = ...`` line and writes ``submission.csv`` with columns
+    ``id`` and ``target`` (class labels; positive-class scores for ``roc_auc``; numbers for
+    regression).
+
+    Args:
+        task_id: the task id (used in the script's docstring).
+        metric: one of :data:`METRICS`.
+        higher_is_better: metric direction (for the docstring).
+        problem_type: ``"classification"`` or ``"regression"``.
+        target: target column name.
+        categorical_columns: string columns to one-hot encode.
+        has_missing: whether to add median imputation.
+        model_line: the ``model = ...`` line; ``None`` uses a scaled logistic regression
+            (classification) or ridge regression (regression).
+
+    Returns:
+        Python source (str) with exactly one line starting with ``model = ``.
+
+    Raises:
+        ValueError: unknown ``problem_type`` or ``metric``.
+    """
+    if problem_type not in _DEFAULT_MODEL_LINES:
+        raise ValueError(f"unknown problem_type {problem_type!r}; expected one of {sorted(_DEFAULT_MODEL_LINES)}")
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; expected one of {sorted(METRICS)}")
+    direction = "higher is better" if higher_is_better else "lower is better"
+    imports = _CLF_IMPORTS if problem_type == "classification" else _REG_IMPORTS
+    parts = [
+        f'"""Starter solution for task {task_id!r}: metric {metric} ({direction}).',
+        "",
+        "Reads train.csv and test.csv from the working directory, fits `model`, and writes",
+        "submission.csv (id + target column). Change the `model = ...` line to try another estimator.",
+        '"""',
+        "import numpy as np",
+        "import pandas as pd",
+        imports,
+        "",
+        f'TARGET = "{target}"',
+        "",
+        'train = pd.read_csv("train.csv")',
+        'test = pd.read_csv("test.csv")',
+        "y = train.pop(TARGET)",
+        f'ids = test.pop("{ID_COLUMN}")',
+    ]
+    if categorical_columns:
+        parts += [
+            "",
+            "# One-hot encode the categorical columns (jointly, so train and test get the same columns).",
+            f"CATEGORICAL = {list(categorical_columns)!r}",
+            "both = pd.get_dummies(pd.concat([train, test], keys=['train', 'test']), columns=CATEGORICAL, dtype=float)",
+            "X, X_test = both.loc['train'], both.loc['test']",
+        ]
+    else:
+        parts += ["X, X_test = train, test"]
+    if has_missing:
+        parts += [
+            "",
+            "# Fill missing values with the training medians.",
+            "medians = X.median()",
+            "X, X_test = X.fillna(medians), X_test.fillna(medians)",
+        ]
+    parts += [
+        "",
+        MODEL_LINE_MARKER,
+        model_line or _DEFAULT_MODEL_LINES[problem_type],
+        "model.fit(X, y)",
+        "",
+    ]
+    if metric == "roc_auc":
+        parts += [
+            "# roc_auc is computed from a score for the positive class (1): probabilities or margins.",
+            'if hasattr(model, "predict_proba"):',
+            "    pred = model.predict_proba(X_test)[:, list(model.classes_).index(1)]",
+            "else:",
+            "    pred = model.decision_function(X_test)",
+        ]
+    else:
+        parts += ["pred = model.predict(X_test)"]
+    parts += [
+        "",
+        'pd.DataFrame({"id": ids, TARGET: pred}).to_csv("submission.csv", index=False)',
+        'print(f"fitted {type(model).__name__} on {X.shape[0]} rows x {X.shape[1]} features; "',
+        '      f"wrote submission.csv with {len(pred)} rows")',
+        "",
+    ]
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data generators (all deterministic in ``seed``)
+# ----------------------------------------------------------------------------------------------
+
+
+def _split(X: pd.DataFrame, y: np.ndarray, rng: np.random.Generator, test_frac: float = 0.25) -> DataTuple:
+    n = len(X)
+    perm = rng.permutation(n)
+    n_test = int(round(n * test_frac))
+    te, tr = perm[:n_test], perm[n_test:]
+    y = np.asarray(y)
+    return (
+        X.iloc[tr].reset_index(drop=True),
+        pd.Series(y[tr]),
+        X.iloc[te].reset_index(drop=True),
+        pd.Series(y[te]),
+    )
+
+
+def _quantile_categories(values: np.ndarray, labels: list[str], rng: np.random.Generator, noise: float) -> np.ndarray:
+    """Bin ``values`` (plus Gaussian noise of ``noise`` std-units) into ``labels`` by quantile."""
+    v = values + noise * values.std() * rng.standard_normal(len(values))
+    edges = np.quantile(v, np.linspace(0, 1, len(labels) + 1)[1:-1])
+    return np.asarray(labels, dtype=object)[np.searchsorted(edges, v)]
+
+
+def _mask_missing(df: pd.DataFrame, columns: list[str], frac: float, rng: np.random.Generator) -> pd.DataFrame:
+    df = df.copy()
+    for c in columns:
+        m = rng.random(len(df)) < frac
+        if df[c].dtype.kind in "iu":
+            df[c] = df[c].astype(float)
+        df.loc[m, c] = np.nan
+    return df
+
+
+def _gen_credit_default(seed: int) -> DataTuple:
+    from sklearn.datasets import make_classification
+
+    rng = np.random.default_rng(seed)
+    n = 32000
+    X, y = make_classification(
+        n_samples=n, n_features=36, n_informative=10, n_redundant=8, n_repeated=0,
+        n_clusters_per_class=3, weights=[0.88], flip_y=0.04, class_sep=0.7,
+        shuffle=False, random_state=seed,
+    )
+    # Nonlinear, skewed "financial" columns from informative ones.
+    income = np.round(np.exp(10.3 + 0.45 * X[:, 2]), 0)
+    utilisation = 1 / (1 + np.exp(-1.5 * X[:, 3]))
+    grade = _quantile_categories(X[:, 0], ["A", "B", "C", "D", "E", "F"], rng, 0.3)
+    region = _quantile_categories(X[:, 1], ["north", "east", "south", "west", "central"], rng, 1.0)
+    home = rng.choice(np.array(["rent", "own", "mortgage"], dtype=object), size=n, p=[0.45, 0.15, 0.40])
+    age = np.clip(np.round(42 + 11 * rng.standard_normal(n) - 3 * X[:, 4]), 18, 90).astype(np.int64)
+    rest = X[:, 5:]
+    perm = rng.permutation(rest.shape[1])
+    df = pd.DataFrame(rest[:, perm], columns=[f"f{i:02d}" for i in range(rest.shape[1])])
+    df.insert(0, "age", age)
+    df.insert(1, "income", income)
+    df.insert(2, "utilisation", utilisation)
+    df.insert(3, "grade", grade)
+    df.insert(4, "region", region)
+    df.insert(5, "home_ownership", home)
+    df = _mask_missing(df, ["income", "f03", "f07", "f12", "f19", "f25"], 0.06, rng)
+    return _split(df, y.astype(np.int64), rng)
+
+
+def _gen_land_cover(seed: int) -> DataTuple:
+    from sklearn.datasets import make_classification
+
+    rng = np.random.default_rng(seed)
+    X, y = make_classification(
+        n_samples=26000, n_features=32, n_informative=14, n_redundant=6, n_classes=6,
+        n_clusters_per_class=2, weights=[0.30, 0.25, 0.18, 0.12, 0.10, 0.05],
+        class_sep=1.1, flip_y=0.02, random_state=seed,
+    )
+    names = np.array(["forest", "grassland", "cropland", "urban", "water", "wetland"], dtype=object)
+    bands = [f"band_{i:02d}" for i in range(X.shape[1])]
+    # Spectral bands are reflectances: squash into (0, 1).
+    df = pd.DataFrame(1 / (1 + np.exp(-0.7 * X)), columns=bands)
+    df["elevation_m"] = np.round(400 + 150 * X[:, 0] + 60 * rng.standard_normal(len(df)), 1)
+    df["slope_deg"] = np.round(np.abs(8 * X[:, 1] + 4 * rng.standard_normal(len(df))), 2)
+    return _split(df, names[y], rng)
+
+
+def _gen_hastie_noisy(seed: int) -> DataTuple:
+    from sklearn.datasets import make_hastie_10_2
+
+    rng = np.random.default_rng(seed)
+    n = 22000
+    X, y = make_hastie_10_2(n_samples=n, random_state=seed)
+    noise = rng.standard_normal((n, 20))
+    mix = X @ rng.standard_normal((10, 6)) / 3.0 + 0.5 * rng.standard_normal((n, 6))
+    full = np.hstack([X, noise, mix])
+    perm = rng.permutation(full.shape[1])
+    df = pd.DataFrame(full[:, perm], columns=[f"x{i:02d}" for i in range(full.shape[1])])
+    return _split(df, (y > 0).astype(np.int64), rng)
+
+
+def _gen_friedman_sensors(seed: int) -> DataTuple:
+    from sklearn.datasets import make_friedman1
+
+    rng = np.random.default_rng(seed)
+    X, y = make_friedman1(n_samples=26000, n_features=40, noise=1.0, random_state=seed)
+    perm = rng.permutation(X.shape[1])
+    df = pd.DataFrame(X[:, perm], columns=[f"sensor_{i:02d}" for i in range(X.shape[1])])
+    return _split(df, y, rng)
+
+
+def _gen_sparse_linear(seed: int) -> DataTuple:
+    from sklearn.datasets import make_regression
+
+    rng = np.random.default_rng(seed)
+    n = 24000
+    X, y = make_regression(
+        n_samples=n, n_features=50, n_informative=12, effective_rank=20, tail_strength=0.4,
+        noise=0.0, random_state=seed,
+    )
+    y = (y - y.mean()) / y.std()
+    y = y + 0.35 * np.sin(2.5 * X[:, 0] / X[:, 0].std()) + 0.25 * (X[:, 1] / X[:, 1].std()) ** 2
+    y = 100 + 25 * y + 6 * rng.standard_t(df=2, size=n)  # heavy-tailed noise: MAE metric
+    df = pd.DataFrame(X / X.std(axis=0), columns=[f"x{i:02d}" for i in range(X.shape[1])])
+    return _split(df, y, rng)
+
+
+def _gen_house_prices(seed: int) -> DataTuple:
+    rng = np.random.default_rng(seed)
+    n = 24000
+    hoods = np.array([f"district_{c}" for c in "ABCDEFGHIJKL"], dtype=object)
+    hood_idx = rng.integers(0, len(hoods), n)
+    hood_effect = rng.normal(0, 0.25, len(hoods))[hood_idx]
+    sqft = np.round(np.exp(rng.normal(7.3, 0.35, n)))
+    bedrooms = np.clip(np.round(sqft / 600 + rng.normal(0, 0.8, n)), 1, 8).astype(np.int64)
+    bathrooms = np.clip(np.round(bedrooms * 0.6 + rng.normal(0, 0.5, n)), 1, 6).astype(np.int64)
+    year_built = rng.integers(1900, 2024, n)
+    age = 2024 - year_built
+    lot = np.round(np.exp(rng.normal(8.6, 0.5, n)))
+    lat = rng.uniform(0, 10, n)
+    lon = rng.uniform(0, 10, n)
+    dist_center = np.hypot(lat - 5.2, lon - 4.7)
+    cond_names = np.array(["poor", "fair", "good", "excellent"], dtype=object)
+    cond_idx = rng.choice(4, n, p=[0.1, 0.3, 0.45, 0.15])
+    garage = rng.integers(0, 3, n)
+    school = np.clip(rng.normal(6, 2, n) - 0.2 * dist_center, 0, 10).round(1)
+    crime = np.clip(np.exp(rng.normal(1.0, 0.6, n)) + 0.1 * dist_center, 0, None).round(2)
+    log_price = (
+        12.4
+        + 0.8 * (np.log(sqft) - 7.3)
+        + hood_effect
+        - 0.07 * dist_center
+        + 0.012 * np.maximum(dist_center - 5.0, 0) ** 2
+        + np.where(age < 10, 0.15, 0.0) - 0.002 * age + 0.000025 * (age - 60) ** 2 * (age > 60)
+        + 0.08 * (cond_idx - 1.5) * (1 + 0.004 * age)
+        + 0.05 * garage
+        + 0.04 * (school - 6)
+        - 0.03 * crime
+        + 0.06 * np.log(lot / 5400)
+        + 0.03 * (bathrooms - bedrooms * 0.6)
+        + rng.normal(0, 0.12, n)
+    )
+    price = np.round(np.exp(log_price), -2)
+    df = pd.DataFrame({
+        "sqft": sqft, "bedrooms": bedrooms, "bathrooms": bathrooms, "year_built": year_built,
+        "lot_sqft": lot, "latitude": lat.round(4), "longitude": lon.round(4),
+        "neighborhood": hoods[hood_idx], "condition": cond_names[cond_idx], "garage_spaces": garage,
+        "school_rating": school, "crime_index": crime,
+    })
+    # Weakly or un-related listing attributes.
+    for i in range(10):
+        df[f"listing_attr_{i}"] = np.round(rng.normal(0, 1, n) + (0.3 * np.log(sqft) if i < 3 else 0), 3)
+    df = _mask_missing(df, ["lot_sqft", "year_built", "school_rating"], 0.05, rng)
+    return _split(df, price.astype(np.float64), rng)
+
+
+def _load_digits_images() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.images.astype(np.float64), d.target.astype(np.int64)
+
+
+def _shift(img: np.ndarray, dy: int, dx: int) -> np.ndarray:
+    out = np.zeros_like(img)
+    h, w = img.shape[-2:]
+    ys, yd = (slice(0, h - dy), slice(dy, h)) if dy >= 0 else (slice(-dy, h), slice(0, h + dy))
+    xs, xd = (slice(0, w - dx), slice(dx, w)) if dx >= 0 else (slice(-dx, w), slice(0, w + dx))
+    out[..., yd, xd] = img[..., ys, xs]
+    return out
+
+
+def _digits_split(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
+    """Split the original images (not their augmentations) so no digit leaks into the test set."""
+    rng = np.random.default_rng(seed)
+    images, labels = _load_digits_images()
+    perm = rng.permutation(len(images))
+    n_test = len(images) // 4
+    is_test = np.zeros(len(images), dtype=bool)
+    is_test[perm[:n_test]] = True
+    return rng, images, labels, is_test
+
+
+def _gen_digits_shifted(seed: int) -> DataTuple:
+    rng, images, labels, is_test = _digits_split(seed)
+    aug_x, aug_y, aug_t = [], [], []
+    for dy in (-1, 0, 1):
+        for dx in (-1, 0, 1):
+            shifted = _shift(images, dy, dx)
+            noisy = np.clip(np.round(shifted + rng.normal(0, 1.5, shifted.shape)), 0, 16)
+            aug_x.append(noisy.reshape(len(images), -1))
+            aug_y.append(labels)
+            aug_t.append(is_test)
+    X = np.vstack(aug_x).astype(np.int64)
+    y = np.concatenate(aug_y)
+    t = np.concatenate(aug_t)
+    cols = [f"px_{r}_{c}" for r in range(8) for c in range(8)]
+    tr = rng.permutation(np.flatnonzero(~t))
+    te = rng.permutation(np.flatnonzero(t))
+    return (
+        pd.DataFrame(X[tr], columns=cols), pd.Series(y[tr]),
+        pd.DataFrame(X[te], columns=cols), pd.Series(y[te]),
+    )
+
+
+def _gen_digits_upscaled(seed: int) -> DataTuple:
+    from scipy.ndimage import zoom
+
+    rng, images, labels, is_test = _digits_split(seed)
+    big = zoom(images, (1, 1.5, 1.5), order=1)  # (n, 12, 12), bilinear upscaling
+    aug_x, aug_y, aug_t = [], [], []
+    for _ in range(5):
+        dy = rng.integers(-2, 3, len(big))
+        dx = rng.integers(-2, 3, len(big))
+        out = np.empty_like(big)
+        for sy in range(-2, 3):
+            for sx in range(-2, 3):
+                m = (dy == sy) & (dx == sx)
+                if m.any():
+                    out[m] = _shift(big[m], sy, sx)
+        contrast = rng.uniform(0.6, 1.2, (len(big), 1, 1))
+        out = np.clip(np.round(out * contrast * 255 / 16 + rng.normal(0, 40, out.shape)), 0, 255)
+        aug_x.append(out.reshape(len(big), -1))
+        aug_y.append(labels)
+        aug_t.append(is_test)
+    X = np.vstack(aug_x).astype(np.int64)
+    y = np.concatenate(aug_y)
+    t = np.concatenate(aug_t)
+    cols = [f"px_{r:02d}_{c:02d}" for r in range(12) for c in range(12)]
+    tr = rng.permutation(np.flatnonzero(~t))
+    te = rng.permutation(np.flatnonzero(t))
+    return (
+        pd.DataFrame(X[tr], columns=cols), pd.Series(y[tr]),
+        pd.DataFrame(X[te], columns=cols), pd.Series(y[te]),
+    )
+
+
+def _gen_churn(seed: int) -> DataTuple:
+    from sklearn.datasets import make_classification
+
+    rng = np.random.default_rng(seed)
+    n = 30000
+    X, y = make_classification(
+        n_samples=n, n_features=30, n_informative=9, n_redundant=6, n_clusters_per_class=4,
+        weights=[0.92], flip_y=0.03, class_sep=0.6, shuffle=False, random_state=seed,
+    )
+    plan = _quantile_categories(X[:, 0], ["basic", "standard", "plus", "premium"], rng, 0.5)
+    contract = _quantile_categories(X[:, 1], ["monthly", "annual", "two_year"], rng, 0.6)
+    payment = rng.choice(np.array(["card", "bank", "voucher", "invoice"], dtype=object), n)
+    tenure = np.clip(np.round(24 + 14 * X[:, 2] + 6 * rng.standard_normal(n)), 0, 120).astype(np.int64)
+    monthly = np.round(np.exp(3.6 + 0.3 * X[:, 3] + 0.1 * rng.standard_normal(n)), 2)
+    support_calls = rng.poisson(np.exp(0.2 + 0.5 * np.tanh(X[:, 4])))
+    rest = X[:, 5:]
+    perm = rng.permutation(rest.shape[1])
+    df = pd.DataFrame(rest[:, perm], columns=[f"usage_{i:02d}" for i in range(rest.shape[1])])
+    df.insert(0, "tenure_months", tenure)
+    df.insert(1, "monthly_charge", monthly)
+    df.insert(2, "support_calls", support_calls.astype(np.int64))
+    df.insert(3, "plan", plan)
+    df.insert(4, "contract", contract)
+    df.insert(5, "payment_method", payment)
+    df = _mask_missing(df, ["monthly_charge", "usage_02", "usage_09", "usage_17"], 0.05, rng)
+    return _split(df, y.astype(np.int64), rng)
+
+
+def _gen_energy_load(seed: int) -> DataTuple:
+    rng = np.random.default_rng(seed)
+    n = 26000
+    hour = rng.integers(0, 24, n)
+    weekday = rng.integers(0, 7, n)
+    month = rng.integers(1, 13, n)
+    season_temp = 12 - 10 * np.cos(2 * math.pi * (month - 1) / 12)
+    temp = season_temp + 5 * np.sin(2 * math.pi * (hour - 9) / 24) + rng.normal(0, 4, n)
+    humidity = np.clip(60 - 1.2 * (temp - 12) + rng.normal(0, 12, n), 5, 100)
+    wind = np.abs(rng.normal(4, 2.5, n))
+    solar = np.clip(800 * np.sin(math.pi * (hour - 6) / 12), 0, None) * rng.uniform(0.3, 1.0, n)
+    occupancy = np.clip(rng.normal(0.6, 0.2, n) + 0.3 * ((hour >= 8) & (hour <= 18) & (weekday < 5)), 0, 1)
+    load = (
+        120
+        + 35 * np.sin(2 * math.pi * (hour - 7) / 24) * (weekday < 5)
+        + 15 * np.sin(2 * math.pi * (hour - 10) / 24) * (weekday >= 5)
+        + 0.35 * (temp - 18) ** 2
+        + 0.4 * np.maximum(humidity - 70, 0) * (temp > 22)
+        + 90 * occupancy
+        - 0.02 * solar
+        + 2.0 * wind * (temp < 8)
+        + rng.normal(0, 8, n)
+    )
+    df = pd.DataFrame({
+        "hour": hour, "weekday": weekday, "month": month, "temperature_c": temp.round(2),
+        "humidity_pct": humidity.round(1), "wind_ms": wind.round(2), "solar_wm2": solar.round(1),
+        "occupancy": occupancy.round(3),
+    })
+    for i in range(22):
+        base = [temp, humidity, wind, solar][i % 4] if i < 8 else 0.0
+        df[f"meter_{i:02d}"] = np.round(0.5 * base + rng.normal(0, 3, n), 3)
+    return _split(df, load.astype(np.float64), rng)
+
+
+def _gen_sensor_fault(seed: int) -> DataTuple:
+    from sklearn.datasets import make_classification
+
+    rng = np.random.default_rng(seed)
+    n = 24000
+    X, y = make_classification(
+        n_samples=n, n_features=36, n_informative=8, n_redundant=10, n_classes=4,
+        n_clusters_per_class=3, weights=[0.4, 0.25, 0.2, 0.15], class_sep=1.4, flip_y=0.02,
+        random_state=seed,
+    )
+    # Sensors respond nonlinearly: cube, exponential and absolute-value channels.
+    X[:, 0:6] = X[:, 0:6] ** 3
+    X[:, 6:12] = np.exp(0.8 * X[:, 6:12])
+    X[:, 12:18] = np.abs(X[:, 12:18])
+    names = np.array(["healthy", "bearing_wear", "misalignment", "imbalance"], dtype=object)
+    df = pd.DataFrame(X.round(5), columns=[f"vib_{i:02d}" for i in range(X.shape[1])])
+    df["rpm"] = np.round(1500 + 300 * rng.standard_normal(n))
+    df["temperature_c"] = np.round(55 + 4 * X[:, 20] + 3 * rng.standard_normal(n), 2)
+    return _split(df, names[y], rng)
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry
+# ----------------------------------------------------------------------------------------------
+
+_SUBMISSION_NOTE = {
+    "accuracy": "one predicted class label per test row",
+    "macro_f1": "one predicted class label per test row",
+    "roc_auc": "one score per test row for the positive class 1 (a probability or any monotone score)",
+    "rmse": "one predicted number per test row",
+    "mae": "one predicted number per test row",
+    "r2": "one predicted number per test row",
+}
+
+
+def _make(
+    task_id: str,
+    category: str,
+    split: str,
+    metric: str,
+    target: str,
+    description: str,
+    generator: Callable[[int], DataTuple],
+    data_seed: int,
+    categorical_columns: tuple[str, ...] = (),
+    has_missing: bool = False,
+) -> TaskSpec:
+    problem_type = "regression" if metric in ("rmse", "mae", "r2") else "classification"
+    hib = METRICS[metric]
+    overview = (
+        f"{description.strip()}\n\n"
+        f"Evaluation: {metric} on the hidden test labels ({'higher' if hib else 'lower'} is better).\n"
+        f"Submission: a CSV file submission.csv with columns '{ID_COLUMN}' and '{target}', "
+        f"{_SUBMISSION_NOTE[metric]}, covering every id of test.csv."
+    )
+    starter = render_starter_code(
+        task_id=task_id, metric=metric, higher_is_better=hib, problem_type=problem_type,
+        target=target, categorical_columns=categorical_columns, has_missing=has_missing,
+    )
+    return TaskSpec(
+        task_id=task_id, category=category, split=split, metric=metric, higher_is_better=hib,
+        problem_type=problem_type, target=target, overview=overview, data_seed=data_seed,
+        categorical_columns=categorical_columns, has_missing=has_missing, starter_code=starter,
+        generator=generator,
+    )
+
+
+_TASKS: dict[str, TaskSpec] = {
+    t.task_id: t
+    for t in [
+        # ------------------------------------------------------------------ train split
+        _make(
+            "credit-default", "tabular-classification", "train", "roc_auc", "default",
+            "Predict whether a loan applicant defaults (1) or repays (0). The applicant table mixes "
+            "demographics, a skewed income, a credit utilisation ratio, categorical credit grade, "
+            "region and home ownership, and 31 anonymised bureau features f00..f30. About 12% of "
+            "loans default; some values are missing.",
+            _gen_credit_default, 1101, ("grade", "region", "home_ownership"), True,
+        ),
+        _make(
+            "land-cover", "tabular-classification", "train", "macro_f1", "cover_type",
+            "Classify the land cover of satellite pixels into six classes (forest, grassland, "
+            "cropland, urban, water, wetland) from 32 spectral reflectance bands, elevation and "
+            "slope. Classes are imbalanced (wetland is rare), so the metric averages F1 over classes.",
+            _gen_land_cover, 1102,
+        ),
+        _make(
+            "hastie-noisy", "tabular-classification", "train", "accuracy", "label",
+            "Binary classification where the label depends nonlinearly on a hidden subset of the "
+            "features (a radial decision boundary). The 36 columns x00..x35 mix relevant features, "
+            "pure noise and noisy linear mixtures of the relevant ones.",
+            _gen_hastie_noisy, 1103,
+        ),
+        _make(
+            "friedman-sensors", "tabular-regression", "train", "rmse", "output",
+            "Predict a plant's output from 40 sensor readings sensor_00..sensor_39 in [0, 1]. Only "
+            "a few sensors matter, through interactions and smooth nonlinearities; the rest are "
+            "noise. The target is measured with Gaussian noise.",
+            _gen_friedman_sensors, 1104,
+        ),
+        _make(
+            "sparse-linear", "tabular-regression", "train", "mae", "y",
+            "Regression on 50 correlated, standardised features x00..x49 of which about a dozen "
+            "carry signal, mostly linearly with a few mild nonlinear effects. The target has "
+            "heavy-tailed noise (occasional large outliers), hence the MAE metric.",
+            _gen_sparse_linear, 1105,
+        ),
+        _make(
+            "house-prices", "tabular-regression", "train", "r2", "price",
+            "Predict the sale price of houses from size, rooms, year built, lot size, location "
+            "(latitude/longitude, neighborhood), condition, garage, school rating, crime index and "
+            "ten listing attributes of little value. Prices are right-skewed; some values are missing.",
+            _gen_house_prices, 1106, ("neighborhood", "condition"), True,
+        ),
+        _make(
+            "digits-shifted", "image-classification", "train", "accuracy", "digit",
+            "Recognise handwritten digits 0-9 in 8x8 grey-scale images (pixel intensities 0-16, "
+            "64 columns px_<row>_<col>). Images are shifted by up to one pixel and noisy; test "
+            "digits come from writers' samples never seen in training.",
+            _gen_digits_shifted, 1107,
+        ),
+        # ---------------------------------------------------------------- heldout split
+        _make(
+            "customer-churn", "tabular-classification", "heldout", "roc_auc", "churned",
+            "Predict which telecom customers churn (1) next month. Features: tenure, monthly "
+            "charge, support calls, plan, contract and payment method (categorical), and 25 "
+            "anonymised usage statistics. Only about 8% churn; some values are missing.",
+            _gen_churn, 2101, ("plan", "contract", "payment_method"), True,
+        ),
+        _make(
+            "sensor-fault", "tabular-classification", "heldout", "accuracy", "fault",
+            "Diagnose the fault of a rotating machine (healthy, bearing_wear, misalignment, imbalance) "
+            "from 36 vibration features vib_00..vib_35 (several with strongly skewed, nonlinear "
+            "responses), shaft speed and temperature.",
+            _gen_sensor_fault, 2102,
+        ),
+        _make(
+            "energy-load", "tabular-regression", "heldout", "mae", "load_kw",
+            "Forecast a building's electric load (kW) from the hour, weekday and month, weather "
+            "(temperature, humidity, wind, solar radiation), occupancy, and 22 auxiliary meter "
+            "readings, some of which echo the weather.",
+            _gen_energy_load, 2103,
+        ),
+        _make(
+            "digits-upscaled", "image-classification", "heldout", "macro_f1", "digit",
+            "Recognise handwritten digits 0-9 in 12x12 grey-scale scans (intensities 0-255, 144 "
+            "columns px_<row>_<col>) that are shifted by up to two pixels, vary in contrast and "
+            "carry strong sensor noise. Test digits come from samples never seen in training.",
+            _gen_digits_upscaled, 2104,
+        ),
+    ]
+}
+
+
+def list_tasks(split: str | None = None) -> list[str]:
+    """Ids of the registered tasks, in registry order.
+
+    Args:
+        split: ``"train"``, ``"heldout"``, or ``None``/``"all"`` for every task.
+
+    Returns:
+        List of task ids (str).
+
+    Raises:
+        ValueError: unknown split.
+    """
+    if split is None or split == "all":
+        return list(_TASKS)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {SPLITS} or None/'all'")
+    return [tid for tid, t in _TASKS.items() if t.split == split]
+
+
+def get_task(task_id: str) -> TaskSpec:
+    """The :class:`TaskSpec` registered under ``task_id``.
+
+    Raises:
+        ValueError: unknown id (the message lists the valid ids).
+    """
+    try:
+        return _TASKS[task_id]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown task id {task_id!r}; valid ids: {', '.join(_TASKS)}") from None
