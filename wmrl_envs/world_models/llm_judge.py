@@ -501,6 +501,15 @@ class LLMJudgeWorldModel:
         stop_at_brace: stop a sequence's generation at the first generated token that
             contains ``}`` (the end of the JSON answer), which saves decoding time; the
             parser tolerates a feedback string cut there.
+        decoding: ``"sample"`` (reference: sample the JSON answer and parse it) or
+            ``"expected"``: read the model's next-token distribution over the five statuses
+            right after :data:`PREFILL` and, given ``valid``, over the four buckets, and
+            score the *expected* value ``Σ p(status)·score(status)`` (valid: ``0.5 + 0.5·Σ
+            p(bucket)·pos(bucket)``). One prompt pass plus a few tokens, no decoding; the
+            status/bucket reported are the most likely ones, the feedback has no model log.
+            A small judge whose sampled answer barely depends on the code (SmolLM2-135M:
+            always the first listed status) still shifts these probabilities with the code,
+            which the isotonic debiaser can use.
 
     Attributes:
         n_model_calls: actions graded by the model so far (int).
@@ -533,6 +542,7 @@ class LLMJudgeWorldModel:
         disable_adapters: bool = True,
         system_prompt: str | None = None,
         stop_at_brace: bool = True,
+        decoding: str = "sample",
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -556,6 +566,10 @@ class LLMJudgeWorldModel:
         self.disable_adapters = bool(disable_adapters)
         self.system_prompt = SYSTEM_PROMPT if system_prompt is None else str(system_prompt)
         self.stop_at_brace = bool(stop_at_brace)
+        if decoding not in ("sample", "expected"):
+            raise ValueError(f"decoding must be 'sample' or 'expected', got {decoding!r}")
+        self.decoding = decoding
+        self._choice_ids: tuple[list[int], list[int], list[int]] | None = None
         self._brace_ids: Any = None
         self.n_model_calls = 0
         self.n_generate_calls = 0
@@ -776,6 +790,57 @@ class LLMJudgeWorldModel:
             results.append((tok.decode(row[:n], skip_special_tokens=True), n))
         return results
 
+    def _choices(self) -> tuple[list[int], list[int], list[int]]:
+        """First token ids of each status and bucket word, and the ids of the bridge text."""
+        if self._choice_ids is None:
+            tok = self.tokenizer
+            first = lambda w: tok(w, add_special_tokens=False)["input_ids"][0]  # noqa: E731
+            st = [first(w) for w in STATUSES]
+            bk = [first(w) for w in QUALITY_BUCKETS]
+            if len(set(st)) != len(st) or len(set(bk)) != len(bk):
+                raise ValueError("decoding='expected' needs status and bucket words with distinct first tokens")
+            bridge = tok('valid", "bucket": "', add_special_tokens=False)["input_ids"]
+            self._choice_ids = (st, bk, bridge)
+        return self._choice_ids
+
+    def _expected(self, prompts: list[str]) -> list[tuple[str, str, float, dict[str, float]]]:
+        """Expected-score grading of one batch (see ``decoding`` in the class docstring)."""
+        import torch
+
+        st, bk, bridge = self._choices()
+        tok = self.tokenizer
+        old_side = getattr(tok, "padding_side", "left")
+        tok.padding_side = "left"
+        try:
+            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        finally:
+            tok.padding_side = old_side
+        device = self._device()
+        ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
+        b = ids.shape[0]
+        with torch.no_grad(), self._frozen_backbone():
+            out = self.model(input_ids=ids, attention_mask=attn, use_cache=True)
+            p_status = torch.softmax(out.logits[:, -1, st].float(), dim=-1)
+            nxt = torch.tensor([bridge] * b, device=device)
+            attn2 = torch.cat([attn, torch.ones_like(nxt)], dim=1)
+            out2 = self.model(input_ids=nxt, attention_mask=attn2, cache=out.past_key_values, use_cache=False)
+            p_bucket = torch.softmax(out2.logits[:, -1, bk].float(), dim=-1)
+        self.n_generate_calls += 1
+        pos = torch.tensor([BUCKET_POSITIONS[w] for w in QUALITY_BUCKETS])
+        results = []
+        for r in range(b):
+            ps, pb = p_status[r].cpu(), p_bucket[r].cpu()
+            valid_score = 0.5 + 0.5 * float((pb * pos).sum())
+            score = sum(
+                float(ps[k]) * (valid_score if w == "valid" else score_from_status(w)) for k, w in enumerate(STATUSES)
+            )
+            status = STATUSES[int(ps.argmax())]
+            bucket = QUALITY_BUCKETS[int(pb.argmax())] if status == "valid" else None
+            probs = {w: float(ps[k]) for k, w in enumerate(STATUSES)}
+            probs.update({f"bucket_{w}": float(pb[k]) for k, w in enumerate(QUALITY_BUCKETS)})
+            results.append((status, bucket, float(score), probs))
+        return results
+
     # ---------------------------------------------------------------- protocol
     def predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         """Predict the sandbox outcome of each action.
@@ -844,6 +909,21 @@ class LLMJudgeWorldModel:
         for start in range(0, len(todo), self.batch_size):
             idx = todo[start : start + self.batch_size]
             t0 = time.perf_counter()
+            if self.decoding == "expected":
+                for i, (status, bucket, score, probs) in zip(idx, self._expected([prompts[i] for i in idx])):
+                    self.n_model_calls += 1
+                    feedback = format_predicted_feedback(status, "", score, bucket=bucket)
+                    results[i] = WorldModelPrediction(
+                        score=score,
+                        status=status,
+                        feedback=feedback,
+                        observation=_next_obs(next_observation, contexts[i], feedback),
+                        raw_output="",
+                        model_called=True,
+                        extras={"bucket": bucket, "parse_error": False, "new_tokens": 0, "log": "", "probs": probs},
+                    )
+                self.seconds += time.perf_counter() - t0
+                continue
             outs = self._generate([prompts[i] for i in idx])
             self.seconds += time.perf_counter() - t0
             for i, (continuation, n_new) in zip(idx, outs):
