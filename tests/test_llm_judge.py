@@ -662,3 +662,31 @@ def test_strip_gguf_quantizer_allows_save(tokenizer, tmp_path):
     assert not hasattr(model.config, "quantization_config")
     model.save_pretrained(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / "config.json").is_file()
+
+
+def test_expected_decoding_matches_manual_probabilities(tokenizer, next_observation):
+    """decoding='expected': score = Σ p(status)·score(status), valid via the bucket distribution."""
+    from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, score_from_status
+
+    model = _tiny_llama(tokenizer, seed=1)
+    acts = [GOOD_CODE, "x = (", BUGGY_CODE]
+    judge = LLMJudgeWorldModel(model, tokenizer, decoding="expected", batch_size=2)
+    preds = judge.predict([_obs(0)] * 3, acts)
+    assert preds[1].model_called is False and preds[1].score == 0.0  # pre-check still first
+    first = lambda w: tokenizer(w, add_special_tokens=False)["input_ids"][0]  # noqa: E731
+    for code, p in ((GOOD_CODE, preds[0]), (BUGGY_CODE, preds[2])):
+        prompt = judge.build_prompt(_obs(0), code)
+        ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        bridge = tokenizer('valid", "bucket": "', add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            ps = torch.softmax(model(input_ids=ids).logits[0, -1, [first(w) for w in STATUSES]], -1)
+            full = torch.cat([ids, bridge], dim=1)
+            pb = torch.softmax(model(input_ids=full).logits[0, -1, [first(w) for w in QUALITY_BUCKETS]], -1)
+        valid = 0.5 + 0.5 * sum(float(pb[k]) * BUCKET_POSITIONS[w] for k, w in enumerate(QUALITY_BUCKETS))
+        expected = sum(float(ps[k]) * (valid if w == "valid" else score_from_status(w)) for k, w in enumerate(STATUSES))
+        assert p.score == pytest.approx(expected, abs=1e-4)
+        assert p.status == STATUSES[int(ps.argmax())]
+        assert sum(p.extras["probs"][w] for w in STATUSES) == pytest.approx(1.0, abs=1e-5)
+        assert p.observation["feedback"] == p.feedback
+    with pytest.raises(ValueError, match="decoding"):
+        LLMJudgeWorldModel(model, tokenizer, decoding="beam")
