@@ -100,6 +100,9 @@ class TrainConfig:
     """Judge prompts longer than this are cut in the middle."""
     judge_batch_size: int = 8
     """Judge batch size."""
+    judge_decoding: Literal["sample", "expected"] = "sample"
+    """'sample': sample and parse the JSON prediction (reference); 'expected': expected score from
+    the status/bucket probabilities (one prompt pass, no decoding)."""
     # --- environment
     sandbox: str = "auto"
     """Sandbox backend: auto, bubblewrap, docker or subprocess."""
@@ -220,6 +223,7 @@ def _build(cfg: TrainConfig) -> _Components:
     judge = LLMJudgeWorldModel(
         policy.model, tokenizer, max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
         max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, disable_adapters=True,
+        decoding=cfg.judge_decoding,
     )
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
     env = AutoResearchEnv(tasks="all", sandbox=cfg.sandbox, limits=limits)
