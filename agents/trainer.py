@@ -41,7 +41,7 @@ class TrainConfig:
     """Configuration of ``wmrl train`` (every field is a CLI flag: ``--steps 10``)."""
 
     # --- schedule
-    steps: int = 8
+    steps: int = 7
     """GRPO steps (policy updates)."""
     groups_per_step: int = 4
     """Groups (tasks) per step; the anchor schedule puts at least one anchor group in each step."""
