@@ -412,6 +412,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
         for step in range(start_step, cfg.steps):
             t_step = time.perf_counter()
+            wrapper.plan_step(cfg.groups_per_step)
             replace = cfg.groups_per_step > len(c.train_tasks)
             task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step, replace=replace)]
             specs = [c.get_task(t) for t in task_ids]

@@ -228,3 +228,12 @@ def test_evaluation_mode_then_training_resumes_groups():
     w.training = True
     _, info = w.reset(options={"target": 0.5})
     assert info["wmrl"]["group_id"] == 0
+
+
+def test_plan_step_caps_anchors_by_free_slots():
+    _, _, w = make(anchor_fraction=1.0, group_size=2, groups_per_step=4)
+    assert w.plan_step(4, free_slots=1).count("anchor") == 1
+    rng = np.random.default_rng(0)
+    routes = [w.score_group(random_group(rng, 2)[1], options={"target": 0.5}).route for _ in range(4)]
+    assert routes.count("anchor") == 1
+    assert w.router.realised_fraction == pytest.approx(0.25)

@@ -266,6 +266,25 @@ class AnchoredWorldModelWrapper(
             self._route_queue = list(self.router.route_step(self.groups_per_step))
         return self._route_queue.pop(0)
 
+    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+        """Draw the routes of the next training step now (replacing any unused ones).
+
+        Call it at the start of each step when the number of groups per step varies, or to
+        cap the anchors by the real-execution slots that are free right now; the next
+        ``n_groups`` groups then take these routes in order.
+
+        Args:
+            n_groups: groups in the coming step (default ``groups_per_step``).
+            free_slots: free real-execution slots, in groups (caps the anchor count; the
+                realised fraction then reflects the cap).
+
+        Returns:
+            The planned routes.
+        """
+        routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
+        self._route_queue = list(routes)
+        return routes
+
     def _aggregate(self, scores: list[float]) -> float:
         if self.episode_score == "max":
             return max(scores)
