@@ -1,12 +1,12 @@
 """``wmrl`` command line.
 
 Usage:
-    wmrl train [--preset default|tiny] [--run-dir DIR] [--FIELD VALUE ...]
-    wmrl train --resume RUN_DIR
+    wmrl train [--preset default|tiny] [--run-dir DIR] [--quiet] [--FIELD VALUE ...]
+    wmrl train --resume RUN_DIR [--quiet]
     wmrl presets
 
-Every :class:`agents.trainer.TrainConfig` field is a flag (``--steps 4 --anchor-fraction 0.2``),
-parsed by tyro on top of the chosen preset.
+Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
+parsed by tyro on top of the chosen preset; `wmrl train --help` lists them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from pathlib import Path
 
 __all__ = ["main"]
 
+_TRAIN_HELP = (
+    "GRPO with WMRL rewards on AutoResearch: a frozen LLM judge scores most groups, anchor groups "
+    "are also executed for real in a sandbox (see README and docs/method.md).\n\n"
+    "Run options (besides the settings below): --preset NAME (default | tiny) picks the base "
+    "settings; --run-dir DIR (default runs/<preset>-<time>); --resume RUN_DIR continues a killed "
+    "run from its last checkpoint (no other settings allowed); --quiet hides progress and the table."
+)
+
 
 def _train(argv: list[str]) -> int:
     pre = argparse.ArgumentParser(prog="wmrl train", add_help=False)
@@ -29,41 +37,47 @@ def _train(argv: list[str]) -> int:
     known, rest = pre.parse_known_args(argv)
     from agents.trainer import PRESETS, train
 
-    if known.resume:
-        if rest and rest != ["--help"]:
-            print(f"wmrl train --resume takes no other settings (the run's config.json is used); got {rest}", file=sys.stderr)
-            return 2
-        train(PRESETS["default"], known.resume, resume=True, quiet=known.quiet)
-        return 0
     if known.preset not in PRESETS:
-        print(f"unknown preset {known.preset!r}; choose one of {sorted(PRESETS)}", file=sys.stderr)
+        print(f"error: unknown preset {known.preset!r}; choose one of {sorted(PRESETS)}", file=sys.stderr)
+        return 2
+    if known.resume and rest and not any(a in ("-h", "--help") for a in rest):
+        print(f"error: wmrl train --resume takes no other settings (the run's config.json is used); got {rest}",
+              file=sys.stderr)
         return 2
     import tyro
 
     base = dataclasses.replace(PRESETS[known.preset], preset=known.preset)
-    cfg = tyro.cli(type(base), default=base, args=rest, prog="wmrl train",
-                   description="GRPO with WMRL rewards on AutoResearch (see README).")
+    cfg = tyro.cli(type(base), default=base, args=rest, prog="wmrl train", description=_TRAIN_HELP)
+    if known.resume:
+        train(cfg, known.resume, resume=True, quiet=known.quiet)
+        return 0
     run_dir = Path(known.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
     train(cfg, run_dir, quiet=known.quiet)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``wmrl`` script; returns the exit status."""
+    """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
+    from wmrl_envs.sandbox import SandboxUnavailableError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
     cmd, rest = argv[0], argv[1:]
-    if cmd == "train":
-        return _train(rest)
-    if cmd == "presets":
-        from agents.trainer import PRESETS
+    try:
+        if cmd == "train":
+            return _train(rest)
+        if cmd == "presets":
+            from agents.trainer import PRESETS
 
-        for name, cfg in PRESETS.items():
-            print(name, dataclasses.asdict(cfg))
-        return 0
-    print(f"unknown command {cmd!r}; try `wmrl train` or `wmrl --help`", file=sys.stderr)
+            for name, cfg in PRESETS.items():
+                print(name, dataclasses.asdict(cfg))
+            return 0
+    except (ValueError, FileExistsError, FileNotFoundError, SandboxUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"error: unknown command {cmd!r}; try `wmrl train` or `wmrl --help`", file=sys.stderr)
     return 2
 
 

@@ -165,6 +165,18 @@ def _validate(cfg: TrainConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
+    from wmrl_envs.core import AnchorWeighter, IsotonicDebiaser
+    from wmrl_envs.sandbox import BACKENDS
+
+    if cfg.sandbox not in ("auto", *BACKENDS):
+        raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
+    if cfg.solution_mode not in ("line", "script"):
+        raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
+    # the correction objects check their own arguments: build throwaway ones now, before any
+    # model is loaded or run folder written
+    IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every)
+    AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
+                   rho_max=cfg.rho_max, mode=cfg.rho_mode)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -208,7 +220,7 @@ def _build(cfg: TrainConfig) -> _Components:
     from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
-    from wmrl_envs.sandbox import SandboxLimits
+    from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
     from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 
@@ -226,7 +238,15 @@ def _build(cfg: TrainConfig) -> _Components:
         decoding=cfg.judge_decoding,
     )
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
-    env = AutoResearchEnv(tasks="all", sandbox=cfg.sandbox, limits=limits)
+    sandbox = make_sandbox(cfg.sandbox, limits)
+    if cfg.sandbox == "auto" and not sandbox.isolates:
+        sandbox.close()
+        raise SandboxUnavailableError(
+            "no isolating sandbox works here (bubblewrap or a Docker daemon), so agent-written code "
+            "would run unisolated. Install bubblewrap (`apt-get install -y bubblewrap`, as "
+            "scripts/setup.sh does), or pass --sandbox subprocess to accept running it unisolated."
+        )
+    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits)
     corrector = WMRLCorrector(
         IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
         AnchorWeighter(
@@ -375,13 +395,19 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             raise FileExistsError(
                 f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or choose another --run-dir"
             )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_json(run_dir / "config.json", asdict(cfg))
     random.seed(cfg.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t_start = time.perf_counter()
     console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
+    if resume and (run_dir / "summary.json").exists():
+        raise ValueError(
+            f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
+            "with --run-dir, nothing to resume"
+        )
     c = _build(cfg)
+    if not resume:  # written only once everything is built, so a failed start leaves no folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_json(run_dir / "config.json", asdict(cfg))
     ledger = c.wrapper.ledger
     rng = np.random.default_rng(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
@@ -394,8 +420,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         prior_wall = float(state.get("wall_s", 0.0))
         # drop metrics lines of steps after the checkpoint (the killed step is redone)
         if metrics_path.exists():
-            lines = [ln for ln in metrics_path.read_text().splitlines() if ln.strip()]
-            kept = [ln for ln in lines if json.loads(ln).get("step", -1) < start_step]
+            kept = []
+            for ln in metrics_path.read_text().splitlines():
+                try:
+                    if json.loads(ln).get("step", -1) < start_step:
+                        kept.append(ln)
+                except json.JSONDecodeError:  # a line torn by the kill: that step is redone
+                    continue
             metrics_path.write_text("".join(ln + "\n" for ln in kept))
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
     else:
@@ -503,6 +534,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     (run_dir / "summary.md").write_text(md)
     _print_summary(console, summary)
     c.env.close()
+    c.env.sandbox.close()
     return summary
 
 
@@ -513,6 +545,7 @@ def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall
     return {
         "preset": cfg.preset,
         "steps": cfg.steps,
+        "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
         "rollouts": c.wrapper.n_episodes,
         "real_executions": led.count("execution"),
         "world_model_predictions": led.count("world_model"),
@@ -548,6 +581,7 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     sec = s["seconds"]
     return [
         ("rollouts (training)", _fmt(s["rollouts"])),
+        ("sandbox", _fmt(s.get("sandbox_backend"))),
         ("real executions (training)", _fmt(s["real_executions"])),
         ("world-model predictions", _fmt(s["world_model_predictions"])),
         ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
@@ -606,7 +640,7 @@ def _plot_calibration(c: _Components, path: Path) -> None:
     ax.set_xlim(-0.05, 1.05)
     ax.set_ylim(-0.05, 1.05)
     ax.set_title("Online debiasing: anchor pairs and f̂")
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="best", fontsize=8, framealpha=0.6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

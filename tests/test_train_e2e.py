@@ -35,8 +35,7 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
 
     # a bad resume target fails clearly
     assert main(["train", "--resume", str(run), "--steps", "9"]) == 2
-    with pytest.raises(FileNotFoundError, match="not a wmrl run folder"):
-        main(["train", "--resume", str(tmp_path / "nope"), "--quiet"])
+    assert main(["train", "--resume", str(tmp_path / "nope"), "--quiet"]) == 2  # not a run folder
 
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
     summary = json.loads((run / "summary.json").read_text())
@@ -57,6 +56,27 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert 0.0 <= summary["heldout_after"]["overall"] <= 100.0
     assert (run / "calibration.png").stat().st_size > 1000
     assert "realised anchor fraction" in (run / "summary.md").read_text()
-    # starting a new run in a used folder is refused
-    with pytest.raises(FileExistsError):
-        main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
+    assert summary["sandbox_backend"] == "bubblewrap"  # real isolation, not the fallback
+    # starting a new run in a used folder, or resuming a finished one, is refused
+    assert main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"]) == 2
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--steps", "0"],
+        ["--anchor-fraction", "2"],
+        ["--group-size", "1"],
+        ["--sandbox", "nope"],
+        ["--min-pairs", "0"],
+        ["--rho-target", "9"],
+    ],
+)
+def test_bad_settings_fail_fast_without_a_run_folder(tmp_path, args, capsys):
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--run-dir", str(run), *args]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert not run.exists()

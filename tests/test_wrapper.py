@@ -237,3 +237,27 @@ def test_plan_step_caps_anchors_by_free_slots():
     routes = [w.score_group(random_group(rng, 2)[1], options={"target": 0.5}).route for _ in range(4)]
     assert routes.count("anchor") == 1
     assert w.router.realised_fraction == pytest.approx(0.25)
+
+
+def test_world_model_contract_errors_consume_nothing():
+    class Floats:
+        def predict(self, contexts, actions):
+            return [0.5 for _ in actions]
+
+    class Short:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=0.5)]
+
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    for wm, exc, match in ((Floats(), TypeError, "WorldModelPrediction"), (Short(), RuntimeError, "one per action")):
+        w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2)
+        with pytest.raises(exc, match=match):
+            w.score_group([np.array([0.5], dtype=np.float32)] * 2, options={"target": 0.5})
+        assert w.n_groups_started == 0 and w.router.n_groups == 0 and w.ledger.count("world_model") == 0
+
+
+@pytest.mark.parametrize("fraction", [float("nan"), -0.5, "0.1"])
+def test_bad_anchor_fraction(fraction):
+    with pytest.raises(ValueError, match="anchor_fraction"):
+        AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), anchor_fraction=fraction)

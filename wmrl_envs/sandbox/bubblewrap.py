@@ -298,11 +298,13 @@ class BubblewrapSandbox(Sandbox):
         # Folders bwrap would create on the way to a bind point get mode 0700: pre-create them
         # world-traversable, or the unprivileged uid could not reach the interpreter.
         dests = [d for _, d in self._binds] + [d for _, d in etc_binds]
-        mounted = ["/usr", "/proc", "/dev", "/tmp", *dests]
+        # (The sandbox's own tmpfs on /tmp is ours to fill: a venv under the host's /tmp, e.g. a
+        # CI checkout there, needs its parents created there too.)
+        mounted = ["/usr", "/proc", "/dev", *dests]
         parents: set[str] = set()
         for d in dests:
             parent = os.path.dirname(d)
-            while parent not in ("/", ""):
+            while parent not in ("/", "", "/tmp"):
                 if any(_under(parent, m) for m in mounted):
                     break
                 parents.add(parent)

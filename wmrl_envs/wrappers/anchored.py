@@ -191,6 +191,8 @@ class AnchoredWorldModelWrapper(
             raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
         if episode_score not in ("max", "last", "sum"):
             raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
+        if not (isinstance(anchor_fraction, (int, float)) and 0.0 <= anchor_fraction <= 1.0):
+            raise ValueError(f"anchor_fraction must be a number in [0, 1], got {anchor_fraction!r}")
         if world_model is None and anchor_fraction != 1.0:
             raise ValueError(
                 "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
@@ -249,7 +251,7 @@ class AnchoredWorldModelWrapper(
 
     @property
     def training(self) -> bool:
-        """``False`` freezes the debiaser and the weighter (evaluation); routing continues."""
+        """``False`` = evaluation: corrections frozen, every episode routed to ``eval_route``."""
         return self.corrector.training
 
     @training.setter
@@ -296,12 +298,19 @@ class AnchoredWorldModelWrapper(
         assert self.world_model is not None
         t0 = time.perf_counter()
         preds = list(self.world_model.predict(list(contexts), list(actions)))
-        self.ledger.add(WORLD_MODEL_SOURCE, time.perf_counter() - t0, len(actions))
+        dt = time.perf_counter() - t0
         if len(preds) != len(actions):
             raise RuntimeError(
                 f"world model {type(self.world_model).__name__} returned {len(preds)} predictions "
                 f"for {len(actions)} actions; predict() must return one per action"
             )
+        bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
+        if bad is not None:
+            raise TypeError(
+                f"world model {type(self.world_model).__name__} returned a {type(bad).__name__}; "
+                "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
+            )
+        self.ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
         return preds
 
     def _info(self, **kw: Any) -> dict[str, Any]:
@@ -496,21 +505,21 @@ class AnchoredWorldModelWrapper(
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         self._reset_group_state()
-        group_id = self.n_groups_started
-        self.n_groups_started += 1
+        g = len(actions)
+        ctx, _ = self.env.reset(seed=seed, options=options)
+        preds: list[WorldModelPrediction] = []
+        wm_secs = 0.0
+        if self.world_model is not None:  # before routing: a failing world model consumes no route
+            t0 = time.perf_counter()
+            preds = self._predict([ctx] * g, list(actions))
+            wm_secs = time.perf_counter() - t0
         if route is None:
             route = self._next_route() if self.training else self.eval_route
         r: Route = route
         if self.world_model is None and r == WORLD_MODEL:
             raise ValueError("this wrapper has no world model; only route='anchor' is possible")
-        g = len(actions)
-        ctx, _ = self.env.reset(seed=seed, options=options)
-        preds: list[WorldModelPrediction] = []
-        wm_secs = 0.0
-        if self.world_model is not None:
-            t0 = time.perf_counter()
-            preds = self._predict([ctx] * g, list(actions))
-            wm_secs = time.perf_counter() - t0
+        group_id = self.n_groups_started
+        self.n_groups_started += 1
         raw = [p.score for p in preds] if preds else [None] * g
         observations: list[Any] = []
         infos: list[dict[str, Any]] = []

@@ -445,9 +445,13 @@ class AutoResearchEnv(gym.Env):
             ``metric``, ``higher_is_better``, ``starter_code``, ``max_turns``.
 
         Raises:
-            ValueError: ``options["task_id"]`` is not one of the environment's tasks.
+            ValueError: ``options["task_id"]`` is not one of the environment's tasks, or an
+                option other than ``task_id`` was given (e.g. a typo).
         """
         super().reset(seed=seed)
+        unknown = set(options or {}) - {"task_id"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; the only option is 'task_id'")
         task_id = (options or {}).get("task_id")
         if task_id is None:
             task_id = self.task_ids[int(self.np_random.integers(len(self.task_ids)))]
