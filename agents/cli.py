@@ -3,6 +3,7 @@
 Usage:
     wmrl train [--preset default|tiny] [--run-dir DIR] [--quiet] [--FIELD VALUE ...]
     wmrl train --resume RUN_DIR [--quiet]
+    wmrl bench [--FIELD VALUE ...]
     wmrl presets
 
 Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
@@ -68,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cmd == "train":
             return _train(rest)
+        if cmd == "bench":
+            import tyro
+
+            from agents.bench import BenchConfig, main_bench
+
+            cfg = tyro.cli(BenchConfig, args=rest, prog="wmrl bench",
+                           description="The method benchmark: six methods side by side (see benchmarks/README.md).")
+            main_bench(cfg)
+            return 0
         if cmd == "presets":
             from agents.trainer import PRESETS
 

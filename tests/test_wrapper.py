@@ -261,3 +261,17 @@ def test_world_model_contract_errors_consume_nothing():
 def test_bad_anchor_fraction(fraction):
     with pytest.raises(ValueError, match="anchor_fraction"):
         AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), anchor_fraction=fraction)
+
+
+def test_parallel_anchor_execution_matches_sequential():
+    wm = SyntheticWorldModel(guess_score)
+    seq = AnchoredWorldModelWrapper(GuessEnv(step_seconds=0.05), wm, anchor_fraction=1.0, group_size=6)
+    extra = [GuessEnv(step_seconds=0.05)]
+    par = AnchoredWorldModelWrapper(GuessEnv(step_seconds=0.05), wm, anchor_fraction=1.0, group_size=6,
+                                    execution_envs=extra)
+    acts = [np.array([x], dtype=np.float32) for x in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)]
+    a = seq.score_group(acts, options={"target": 0.5})
+    b = par.score_group(acts, options={"target": 0.5})
+    assert a.rewards == b.rewards == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    assert extra[0].n_steps == 3 and par.env.unwrapped.n_steps == 3
+    assert par.ledger.count("execution") == 6

@@ -123,6 +123,10 @@ class AnchoredWorldModelWrapper(
             ``"anchor"``: evaluation on real scores).
         eval_with_world_model: while evaluating on ``"anchor"``, also call the world model
             (to log its scores); default ``False`` (evaluation pays only for execution).
+        execution_envs: extra instances of the same env; :meth:`score_group` then executes
+            an anchor group's rollouts concurrently on ``env`` and these (threads; use it when
+            the real step runs out of process, e.g. in a sandbox). The ledger still records
+            each execution's own seconds; the group's wall-clock shrinks.
 
     Training and evaluation (like ``VecNormalize.training`` in Stable-Baselines3):
         With ``training=True`` the wrapper is deliberately non-stationary: groups advance,
@@ -168,6 +172,7 @@ class AnchoredWorldModelWrapper(
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
         eval_with_world_model: bool = False,
+        execution_envs: Sequence[gym.Env] = (),
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -216,6 +221,7 @@ class AnchoredWorldModelWrapper(
         self.episode_score = episode_score
         self.eval_route: Route = eval_route
         self.eval_with_world_model = bool(eval_with_world_model)
+        self.execution_envs = list(execution_envs)
         self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
         if corrector is None:
             corrector = WMRLCorrector(
@@ -526,14 +532,33 @@ class AnchoredWorldModelWrapper(
         real: list[float | None] | None = None
         exec_secs = 0.0
         if r == ANCHOR:
-            real = []
-            for i, a in enumerate(actions):
-                if i > 0:
-                    self.env.reset(seed=seed, options=options)
+            envs = [self.env, *self.execution_envs]
+
+            def execute(job: tuple[int, Any]) -> tuple[Any, Any, dict, float]:
+                i, a = job
+                e = envs[i % len(envs)]
+                if i > 0:  # self.env was reset above for rollout 0
+                    e.reset(seed=seed, options=options)
                 t0 = time.perf_counter()
-                obs, reward, _term, _trunc, info = self.env.step(a)
-                dt = time.perf_counter() - t0
-                exec_secs += dt
+                obs, reward, _term, _trunc, info = e.step(a)
+                return obs, reward, info, time.perf_counter() - t0
+
+            t_group = time.perf_counter()
+            if len(envs) == 1:
+                outcomes = [execute((i, a)) for i, a in enumerate(actions)]
+            else:
+                from concurrent.futures import ThreadPoolExecutor
+
+                # rollout i runs on env i % n; each env runs its rollouts in order
+                def lane(k: int) -> list[tuple[int, tuple]]:
+                    return [(i, execute((i, actions[i]))) for i in range(k, g, len(envs))]
+
+                with ThreadPoolExecutor(max_workers=len(envs)) as pool:
+                    lanes = list(pool.map(lane, range(len(envs))))
+                outcomes = [o for _, o in sorted((x for ln in lanes for x in ln), key=lambda t: t[0])]
+            exec_secs = time.perf_counter() - t_group
+            real = []
+            for obs, reward, info, dt in outcomes:
                 self.ledger.add(EXECUTION, dt, 1)
                 self.inner_step_calls += 1
                 graded = info.get("graded", True) is not False and reward is not None

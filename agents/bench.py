@@ -1,0 +1,578 @@
+"""The method benchmark (``wmrl bench``): the paper's comparison at CPU scale, side by side.
+
+Trains the same agent on the AutoResearch training tasks under six methods, with the same
+seeds, and evaluates every trained policy on the held-out tasks (avg@k leaderboard
+percentile per category and overall; ``docs/method.md``, "Evaluation"):
+
+1. ``real`` — GRPO with real execution for every group (no world model);
+2. ``wm_only`` — GRPO on raw world-model scores only (no anchors, no corrections);
+3. ``wmrl`` — anchors + online debiasing + inverse-variance denoising;
+4. ``debias_only``; 5. ``denoise_only``; 6. ``anchors_raw`` — anchors, raw world model,
+   no correction.
+
+Compute is measured as the paper measures GPU-hours: the wall-clock of the training process
+(excluding held-out evaluation), one method after another in the same invocation, broken down
+into execution, world-model inference, generation and policy update, and reported as a ratio
+to method 1. Every rollout pays for its own execution (no result cache).
+
+Comparisons: at equal steps (``steps``), and at equal compute — the held-out score each
+method reaches within the compute WMRL used for ``steps`` steps and within the compute
+method 1 used (cheap methods train for more steps, up to ``max_steps_factor × steps``, to fill
+those budgets). To evaluate each method at all three points from one training run, the
+policy is snapshotted after every step together with its cumulative compute; snapshots are
+evaluated afterwards.
+
+Outputs (in ``out_dir``): ``results.json`` (everything), ``table.md`` (the paper's layout:
+method, compute ratio, held-out score per category and overall, mean ± spread over seeds),
+``score_vs_compute.png``, ``rho_calibration.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Protocol, Sequence
+
+import numpy as np
+
+__all__ = [
+    "METHODS",
+    "MethodSpec",
+    "BenchConfig",
+    "BenchAgent",
+    "run_method",
+    "run_bench",
+    "select_snapshots",
+    "format_table",
+]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """How one method routes and corrects.
+
+    Attributes:
+        name: short id.
+        label: name in tables.
+        anchor_fraction: ``None`` = the benchmark's configured fraction; 1.0 = every group real.
+        world_model: whether a world model scores groups.
+        debias: apply the isotonic map.
+        denoise: apply ρ.
+    """
+
+    name: str
+    label: str
+    anchor_fraction: float | None
+    world_model: bool
+    debias: bool
+    denoise: bool
+
+
+METHODS: dict[str, MethodSpec] = {
+    m.name: m
+    for m in [
+        MethodSpec("real", "GRPO, real execution", 1.0, False, False, False),
+        MethodSpec("wm_only", "GRPO, world model only", 0.0, True, False, False),
+        MethodSpec("wmrl", "WMRL (debias + denoise)", None, True, True, True),
+        MethodSpec("debias_only", "anchors + debiasing only", None, True, True, False),
+        MethodSpec("denoise_only", "anchors + denoising only", None, True, False, True),
+        MethodSpec("anchors_raw", "anchors, no correction", None, True, False, False),
+    ]
+}
+"""The six methods of the comparison, in table order."""
+
+
+class BenchAgent(Protocol):
+    """What the harness needs from an agent plugin (grammar agent, LLM agent, ...)."""
+
+    def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
+        """G actions (Python source) per task, plus a handle for :meth:`update`."""
+
+    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
+        """One GRPO step on the kept rows (flat indices into the sampled actions)."""
+
+    def snapshot(self) -> Any:
+        """A copy of the policy's parameters (cheap to keep one per step)."""
+
+    def restore(self, snap: Any) -> None:
+        """Load a snapshot."""
+
+
+@dataclass
+class BenchConfig:
+    """Configuration of ``wmrl bench`` (each field is a CLI flag)."""
+
+    methods: tuple[str, ...] = tuple(METHODS)
+    """Methods to run (subset of real, wm_only, wmrl, debias_only, denoise_only, anchors_raw)."""
+    seeds: int = 3
+    """Seeds per method (0..seeds-1)."""
+    steps: int = 6
+    """Equal-steps budget S."""
+    max_steps_factor: float = 4.0
+    """Cheap methods train up to this many times S steps to fill the equal-compute budgets."""
+    groups_per_step: int = 4
+    """Groups (tasks) per step."""
+    group_size: int = 4
+    """G, rollouts per group."""
+    anchor_fraction: float = 0.1
+    """Anchor fraction of the anchored methods (at least one anchor group per step)."""
+    agent: Literal["grammar", "llm"] = "grammar"
+    """'grammar': fast template agent; 'llm': SmolLM2 LoRA agent (the GPU-scale configuration)."""
+    world_model: Literal["embedding", "degraded", "llm"] = "embedding"
+    """'embedding': MiniLM + regression head fitted on other tasks; 'degraded': the same with
+    its information destroyed (wm_information); 'llm': the LLM judge."""
+    wm_information: float = 0.0
+    """For world_model='degraded': 0 = pure noise, 1 = the embedding world model."""
+    eval_k: int = 4
+    """Trajectories per held-out task (avg@k)."""
+    eval_parallel: int = 2
+    """Concurrent sandboxed executions during evaluation."""
+    lr: float = 0.1
+    """Learning rate of the agent."""
+    kl_coef: float = 0.0
+    """KL coefficient of the GRPO loss."""
+    min_pairs: int = 16
+    """Debiaser warm-up (anchor pairs)."""
+    refit_every: int = 8
+    """Debiaser refit period (pairs)."""
+    warmup_groups: int = 3
+    """ρ warm-up (anchor groups)."""
+    half_life: float = 16.0
+    """EMA half-life of the disagreement (groups)."""
+    sandbox: str = "auto"
+    """Sandbox backend."""
+    out_dir: str = "runs/bench"
+    """Output folder."""
+
+
+# ---------------------------------------------------------------------- one method, one seed
+@dataclass
+class StepRecord:
+    step: int
+    compute_s: float
+    seconds: dict[str, float]
+    rho: float
+    disagreement_ema: float | None
+    calibration_mae_raw: float | None
+    calibration_mae_calibrated: float | None
+    reward_mean: float | None
+    executions: int
+    anchor_groups: int
+
+
+@dataclass
+class MethodRun:
+    method: str
+    seed: int
+    records: list[StepRecord] = field(default_factory=list)
+    snapshots: list[Any] = field(default_factory=list)  # snapshots[i] = policy after step i (0 = initial)
+
+    def compute_at(self, step: int) -> float:
+        return 0.0 if step == 0 else self.records[step - 1].compute_s
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    v = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else None
+
+
+def run_method(
+    spec: MethodSpec,
+    seed: int,
+    cfg: BenchConfig,
+    make_agent: Callable[[int], BenchAgent],
+    make_env: Callable[[], Any],
+    world_model: Any | None,
+    train_tasks: Sequence[str],
+    *,
+    max_steps: int,
+    compute_budget_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> MethodRun:
+    """Train one method with one seed; snapshot the policy after every step.
+
+    Stops after ``max_steps`` steps or once the cumulative compute reaches
+    ``compute_budget_s`` (seconds; ``None`` = no compute stop).
+
+    Returns:
+        A :class:`MethodRun` with per-step records (cumulative compute in seconds, ρ,
+        calibration errors) and ``max_steps + 1`` or fewer snapshots.
+    """
+    from agents.grpo import build_advantages
+    from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs.core import GENERATION, UPDATE
+
+    f = spec.anchor_fraction if spec.anchor_fraction is not None else cfg.anchor_fraction
+    corrector = WMRLCorrector(
+        IsotonicDebiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
+        AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life),
+        debias=spec.debias,
+        denoise=spec.denoise,
+    )
+    env = make_env()
+    wrapper = AnchoredWorldModelWrapper(
+        env, world_model if spec.world_model else None, anchor_fraction=f, group_size=cfg.group_size,
+        groups_per_step=cfg.groups_per_step, min_anchor_groups=0 if f == 0 else 1, corrector=corrector, seed=seed,
+    )
+    agent = make_agent(seed)
+    rng = np.random.default_rng(10_000 + seed)
+    run = MethodRun(spec.name, seed, snapshots=[agent.snapshot()])
+    ledger = wrapper.ledger
+    compute = 0.0
+    for step in range(1, max_steps + 1):
+        t0 = time.perf_counter()
+        wrapper.plan_step(cfg.groups_per_step)
+        tasks = [str(t) for t in rng.choice(list(train_tasks), size=cfg.groups_per_step, replace=cfg.groups_per_step > len(train_tasks))]
+        with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+            actions, handle = agent.sample(tasks, cfg.group_size)
+        groups = [wrapper.score_group(a, options={"task_id": t}) for t, a in zip(tasks, actions)]
+        batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], drop_zero_advantage=True)
+        with ledger.timed(UPDATE):
+            if len(batch.row_index):
+                agent.update(handle, batch.row_index, batch.advantages)
+        compute += time.perf_counter() - t0
+        stats = corrector.stats()
+        run.records.append(StepRecord(
+            step=step,
+            compute_s=compute,
+            seconds={s: ledger.seconds(s) for s in ("execution", "world_model", "generation", "update")},
+            rho=stats["rho"] if spec.denoise else corrector.weighter.rho,
+            disagreement_ema=stats["disagreement_ema"],
+            calibration_mae_raw=stats["calibration_mae_raw"],
+            calibration_mae_calibrated=stats["calibration_mae_calibrated"],
+            reward_mean=_mean([r for g in groups for r in g.rewards]),
+            executions=ledger.count("execution"),
+            anchor_groups=wrapper.router.n_anchor_groups,
+        ))
+        run.snapshots.append(agent.snapshot())
+        if progress:
+            progress(f"{spec.name} seed {seed} step {step}: compute {compute:.1f}s reward {run.records[-1].reward_mean}")
+        if compute_budget_s is not None and compute >= compute_budget_s:
+            break
+    env.close()
+    return run
+
+
+def select_snapshots(run: MethodRun, steps: int, budgets: dict[str, float]) -> dict[str, int]:
+    """Which snapshot to evaluate for each comparison point.
+
+    Args:
+        run: the method's run.
+        steps: the equal-steps budget S.
+        budgets: name -> compute budget in seconds (e.g. ``{"compute_wmrl": .., "compute_real": ..}``).
+
+    Returns:
+        ``{"steps": i, name: j, ...}`` snapshot indices: at step ``min(S, last)``, and the last
+        step whose cumulative compute is within each budget (0 = the initial policy).
+
+    Example:
+        >>> r = MethodRun("m", 0, [StepRecord(i, 10.0 * i, {}, 1, None, None, None, None, 0, 0) for i in (1, 2, 3)])
+        >>> select_snapshots(r, 2, {"c": 25.0})
+        {'steps': 2, 'c': 2}
+    """
+    last = len(run.records)
+    out = {"steps": min(steps, last)}
+    for name, b in budgets.items():
+        j = 0
+        for rec in run.records:
+            if rec.compute_s <= b * 1.0001:
+                j = rec.step
+        out[name] = j
+    return out
+
+
+# ---------------------------------------------------------------------- evaluation
+def evaluate_snapshot(
+    agent: BenchAgent,
+    snap: Any,
+    heldout_tasks: Sequence[str],
+    k: int,
+    sandbox: Any,
+    parallel: int = 2,
+) -> dict[str, Any]:
+    """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time)."""
+    from agents.evaluation import avg_at_k
+    from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
+    from wmrl_envs.envs.autoresearch.tasks import get_task
+
+    agent.restore(snap)
+    actions, _ = agent.sample(list(heldout_tasks), k)
+    jobs = [(t, a) for t, acts in zip(heldout_tasks, actions) for a in acts]
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        grades = list(pool.map(lambda ja: run_solution(ja[0], ja[1], sandbox)[0], jobs))
+    positions: dict[str, list[float | None]] = {t: [] for t in heldout_tasks}
+    for (t, _), g in zip(jobs, grades):
+        positions[t].append(g.position if g.status == "valid" else None)
+    res = avg_at_k(positions, {t: get_task(t).category for t in heldout_tasks}, k=k)
+    res["mean_score"] = float(np.mean([g.score for g in grades]))
+    return res
+
+
+# ---------------------------------------------------------------------- reporting
+def _agg(values: Sequence[float]) -> tuple[float, float]:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def format_table(results: dict[str, Any], point: str) -> str:
+    """Markdown table in the paper's layout for one comparison point.
+
+    Args:
+        results: the ``results.json`` structure of :func:`run_bench`.
+        point: ``"steps"``, ``"compute_wmrl"`` or ``"compute_real"``.
+
+    Returns:
+        The table (str): method, compute ratio to method 1, held-out avg@k per category and
+        overall as ``mean ± std`` over seeds.
+    """
+    cats = sorted({c for m in results["methods"].values() for s in m["seeds"] for c in s["eval"][point]["per_category"]})
+    head = "| method | compute ratio | steps | " + " | ".join(cats) + " | overall |"
+    lines = [head, "|" + "---|" * (4 + len(cats))]
+    real_c = _agg([s["compute_at"][point] for s in results["methods"].get("real", {"seeds": []})["seeds"]])[0] if "real" in results["methods"] else float("nan")
+    for name, m in results["methods"].items():
+        comp = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
+        ratio = comp / real_c if real_c and math.isfinite(real_c) and real_c > 0 else float("nan")
+        st = _agg([s["snapshot"][point] for s in m["seeds"]])[0]
+        cells = []
+        for c in cats:
+            mu, sd = _agg([s["eval"][point]["per_category"].get(c) for s in m["seeds"]])
+            cells.append(f"{mu:.1f} ± {sd:.1f}")
+        mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
+        lines.append(f"| {METHODS[name].label} | {ratio:.2f} | {st:.1f} | " + " | ".join(cells) + f" | **{mu:.1f} ± {sd:.1f}** |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(results: dict[str, Any], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for i, (name, m) in enumerate(results["methods"].items()):
+        pts = []
+        for point in ("steps", "compute_wmrl", "compute_real"):
+            c = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
+            mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
+            pts.append((c, mu, sd))
+        pts = sorted(set(pts))
+        xs, ys, es = zip(*pts)
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=METHODS[name].label, color=f"C{i}")
+    ax.set_xlabel("training compute (wall-clock seconds, excluding evaluation)")
+    ax.set_ylabel("held-out avg@k leaderboard percentile")
+    ax.set_title("Held-out score against compute")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "score_vs_compute.png", dpi=120)
+    plt.close(fig)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (name, m) in enumerate(results["methods"].items()):
+        if not METHODS[name].world_model or METHODS[name].anchor_fraction == 0.0:
+            continue
+        n = min(len(s["records"]) for s in m["seeds"])
+        steps = np.arange(1, n + 1)
+        rho = np.mean([[r["rho"] for r in s["records"][:n]] for s in m["seeds"]], axis=0)
+        a1.plot(steps, rho, label=METHODS[name].label, color=f"C{i}")
+        raw = [[r["calibration_mae_raw"] if r["calibration_mae_raw"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
+        cal = [[r["calibration_mae_calibrated"] if r["calibration_mae_calibrated"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
+        if METHODS[name].debias:
+            a2.plot(steps, np.nanmean(raw, axis=0), ls="--", color=f"C{i}", label=f"{METHODS[name].label}: raw")
+            a2.plot(steps, np.nanmean(cal, axis=0), color=f"C{i}", label=f"{METHODS[name].label}: calibrated")
+    a1.set_xlabel("step"); a1.set_ylabel("anchor weight ρ (mean over seeds)"); a1.legend(fontsize=7)
+    a1.set_title("ρ over training (computed; applied only where denoising is on)")
+    a2.set_xlabel("step"); a2.set_ylabel("prequential MAE on anchor pairs"); a2.legend(fontsize=7)
+    a2.set_title("Calibration error over training")
+    fig.tight_layout()
+    fig.savefig(out_dir / "rho_calibration.png", dpi=120)
+    plt.close(fig)
+
+
+def run_bench(
+    cfg: BenchConfig,
+    *,
+    make_agent: Callable[[int], BenchAgent],
+    make_env: Callable[[], Any],
+    world_model: Any | None,
+    train_tasks: Sequence[str],
+    heldout_tasks: Sequence[str],
+    sandbox: Any,
+    evaluate: Callable[..., dict[str, Any]] = evaluate_snapshot,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run every method for every seed, evaluate the comparison points, write the outputs.
+
+    Per seed, ``real`` runs first (S steps, fixing the budget ``compute_real``), then
+    ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the others; every method
+    except ``real`` trains until it reaches ``compute_real`` or ``max_steps_factor × S`` steps.
+
+    Returns:
+        The results dict (also written to ``out_dir/results.json``).
+
+    Raises:
+        ValueError: unknown method names, or a comparison without ``real``/``wmrl`` budgets.
+    """
+    unknown = [m for m in cfg.methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    order = [m for m in ("real", "wmrl") if m in cfg.methods] + [m for m in cfg.methods if m not in ("real", "wmrl")]
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
+    results: dict[str, Any] = {"config": asdict(cfg), "methods": {m: {"seeds": []} for m in order}}
+    t_all = time.perf_counter()
+    for seed in range(cfg.seeds):
+        runs: dict[str, MethodRun] = {}
+        budget_real: float | None = None
+        for name in order:
+            spec = METHODS[name]
+            steps_cap = cfg.steps if name == "real" else max_steps
+            t0 = time.perf_counter()
+            runs[name] = run_method(spec, seed, cfg, make_agent, make_env, world_model, train_tasks,
+                                    max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real)
+            log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute "
+                f"{runs[name].records[-1].compute_s:.1f}s (wall {time.perf_counter() - t0:.1f}s)")
+            if name == "real":
+                budget_real = runs[name].records[-1].compute_s
+        budgets = {}
+        if "real" in runs:
+            budgets["compute_real"] = runs["real"].compute_at(min(cfg.steps, len(runs["real"].records)))
+        if "wmrl" in runs:
+            budgets["compute_wmrl"] = runs["wmrl"].compute_at(min(cfg.steps, len(runs["wmrl"].records)))
+        agent = make_agent(seed)
+        for name in order:
+            run = runs[name]
+            sel = select_snapshots(run, cfg.steps, budgets)
+            evals: dict[int, dict[str, Any]] = {}
+            for point, idx in sel.items():
+                if idx not in evals:
+                    evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel)
+            entry = {
+                "seed": seed,
+                "snapshot": sel,
+                "compute_at": {p: run.compute_at(i) for p, i in sel.items()},
+                "eval": {p: evals[i] for p, i in sel.items()},
+                "records": [asdict(r) for r in run.records],
+                "budgets": budgets,
+            }
+            for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
+                entry["snapshot"].setdefault(p, sel["steps"])
+                entry["compute_at"].setdefault(p, entry["compute_at"]["steps"])
+                entry["eval"].setdefault(p, entry["eval"]["steps"])
+            results["methods"][name]["seeds"].append(entry)
+            log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
+                f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
+        results["wall_clock_s"] = time.perf_counter() - t_all
+        (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    tables = []
+    for point, title in (("steps", f"Equal steps ({cfg.steps})"), ("compute_wmrl", "Equal compute: WMRL's"),
+                         ("compute_real", "Equal compute: real-execution GRPO's")):
+        tables.append(f"### {title}\n\n" + format_table(results, point))
+    (out_dir / "table.md").write_text("\n".join(tables))
+    _plot(results, out_dir)
+    return results
+
+
+# ---------------------------------------------------------------------- agents and factories
+class GrammarBenchAgent:
+    """:class:`agents.grammar_policy.GrammarPolicy` behind the :class:`BenchAgent` protocol.
+
+    Each grammar choice is a "token": the GRPO loss (:func:`agents.grpo.grpo_loss`) runs on the
+    per-choice log-probabilities, one Adam step per training step.
+    """
+
+    def __init__(self, seed: int, lr: float = 0.1, kl_coef: float = 0.0) -> None:
+        import copy
+
+        import torch
+
+        from agents.grammar_policy import GrammarPolicy
+
+        self.policy = GrammarPolicy(seed=seed)
+        self.reference = copy.deepcopy(self.policy).requires_grad_(False) if kl_coef > 0 else None
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr)
+        self.kl_coef = float(kl_coef)
+
+    def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
+        from wmrl_envs.envs.autoresearch.tasks import get_task
+
+        programs = self.policy.sample([get_task(t) for t in task_ids], group_size)
+        return [[p.code for p in g] for g in programs], [p for g in programs for p in g]
+
+    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
+        import torch
+
+        from agents.grpo import grpo_loss
+
+        progs = [handle[int(i)] for i in row_index]
+        lp, mask = self.policy.token_logprobs(progs)
+        ref = self.reference.token_logprobs(progs)[0].detach() if self.reference is not None else lp.detach()
+        out = grpo_loss(lp, lp.detach(), ref, torch.as_tensor(advantages, dtype=lp.dtype), mask, kl_coef=self.kl_coef)
+        self.optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        self.optimizer.step()
+        return {"loss": float(out.loss.detach()), "kl": float(out.kl)}
+
+    def snapshot(self) -> Any:
+        return {k: (v.detach().clone() if hasattr(v, "detach") else v) for k, v in self.policy.state_dict().items()}
+
+    def restore(self, snap: Any) -> None:
+        self.policy.load_state_dict(snap)
+
+
+def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
+    """The world model the anchored methods use (see :attr:`BenchConfig.world_model`)."""
+    if cfg.world_model in ("embedding", "degraded"):
+        from wmrl_envs.world_models.embedding import DegradedWorldModel, EmbeddingWorldModel, load_execution_log
+
+        # frozen during training; each training task is predicted by a head fitted on the
+        # logged executions of the *other* tasks (held-out tasks are never used)
+        wm = EmbeddingWorldModel(seed=seed).fit_leave_one_task_out(load_execution_log(split="train"))
+        if cfg.world_model == "degraded":
+            return DegradedWorldModel(wm, information=cfg.wm_information, seed=seed)
+        return wm
+    if cfg.world_model == "llm":
+        from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+
+        return LLMJudgeWorldModel.from_smollm2(seed=seed, max_prompt_tokens=640)
+    raise ValueError(f"world_model must be 'embedding', 'degraded' or 'llm', got {cfg.world_model!r}")
+
+
+def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``wmrl bench``: build the real components and run :func:`run_bench`."""
+    import torch
+
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+    from wmrl_envs.sandbox import make_sandbox
+
+    torch.set_num_threads(1)
+    if cfg.agent != "grammar":
+        raise ValueError(
+            "agent='llm' in the benchmark needs a GPU-scale budget; on CPU use agent='grammar' "
+            "(the LLM agent runs end to end in `wmrl train`)"
+        )
+    sandbox = make_sandbox(cfg.sandbox)
+    if cfg.sandbox == "auto" and not sandbox.isolates:
+        raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
+    wm = build_world_model(cfg)
+    log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} seeds={cfg.seeds}")
+    try:
+        return run_bench(
+            cfg,
+            make_agent=lambda seed: GrammarBenchAgent(seed, lr=cfg.lr, kl_coef=cfg.kl_coef),
+            make_env=lambda: AutoResearchEnv(tasks="train", sandbox=sandbox),
+            world_model=wm,
+            train_tasks=list_tasks("train"),
+            heldout_tasks=list_tasks("heldout"),
+            sandbox=sandbox,
+            log=log,
+        )
+    finally:
+        sandbox.close()

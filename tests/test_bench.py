@@ -1,0 +1,94 @@
+"""The benchmark harness's logic on fake, instant components (the real run is in
+tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selection, the table."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.bench import METHODS, BenchConfig, format_table, run_bench
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+
+class FakeEnv(gym.Env):
+    """Action = a number as text; real score = that number; each step costs 2 ms."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Text(16)
+    steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        time.sleep(0.002)
+        FakeEnv.steps += 1
+        return 0, float(action), True, False, {}
+
+
+class FakeWM:
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(a) ** 2) for a in actions]
+
+
+class FakeAgent:
+    def __init__(self, seed):
+        self.mu = 0.2
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, task_ids, group_size):
+        acts = [[f"{np.clip(self.rng.normal(self.mu, 0.2), 0, 1):.3f}" for _ in range(group_size)] for _ in task_ids]
+        flat = [float(a) for g in acts for a in g]
+        return acts, flat
+
+    def update(self, handle, rows, adv):
+        self.mu += 0.05 * float(np.sum([handle[i] * a for i, a in zip(rows, adv)]))
+        return {}
+
+    def snapshot(self):
+        return self.mu
+
+    def restore(self, snap):
+        self.mu = snap
+
+
+def fake_eval(agent, snap, tasks, k, sandbox, parallel):
+    return {"overall": 100 * snap, "per_category": {"a": 100 * snap, "b": 50 * snap}, "per_task": {}}
+
+
+def test_run_bench_routing_budgets_and_table(tmp_path):
+    cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
+                      groups_per_step=5, group_size=4, anchor_fraction=0.2, out_dir=str(tmp_path))
+    FakeEnv.steps = 0
+    res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
+                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    for seed in res["methods"]["real"]["seeds"]:
+        rec = seed["records"]
+        assert len(rec) == 4  # real runs exactly S steps
+        assert rec[-1]["executions"] == 4 * 5 * 4  # a real execution for every rollout
+        assert seed["snapshot"]["steps"] == 4 and seed["snapshot"]["compute_real"] == 4
+    for seed in res["methods"]["wmrl"]["seeds"]:
+        rec = seed["records"]
+        # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
+        assert all(r["anchor_groups"] == r["step"] for r in rec)
+        assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
+        # cheaper per step, so it trains longer to fill the real-execution budget
+        assert len(rec) > 4
+        assert seed["snapshot"]["compute_wmrl"] == 4
+    for seed in res["methods"]["wm_only"]["seeds"]:
+        assert seed["records"][-1]["executions"] == 0 and len(seed["records"]) == 12  # capped at 3 x S
+    table = (tmp_path / "table.md").read_text()
+    for m in cfg.methods:
+        assert METHODS[m].label in table
+    assert table.count("| GRPO, real execution | 1.00 |") == 3  # its own ratio at every point
+    assert (tmp_path / "score_vs_compute.png").exists() and (tmp_path / "rho_calibration.png").exists()
+    assert format_table(res, "steps").count("\n") == 2 + len(cfg.methods)
+
+
+def test_unknown_method():
+    with pytest.raises(ValueError, match="unknown methods"):
+        run_bench(BenchConfig(methods=("nope",)), make_agent=FakeAgent, make_env=FakeEnv, world_model=None,
+                  train_tasks=["t"], heldout_tasks=["h"], sandbox=None)
