@@ -255,7 +255,8 @@ def run_method(
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
-            progress(f"{spec.name} seed {seed} step {step}: compute {compute:.1f}s reward {run.records[-1].reward_mean}")
+            rm = run.records[-1].reward_mean
+            progress(f"{spec.name} seed {seed} step {step}: compute {compute:.0f}s reward {rm if rm is None else round(rm, 3)} rho {run.records[-1].rho:.2f}")
         if compute_budget_s is not None and compute >= compute_budget_s:
             break
     for e in (env, *extra_envs):
@@ -432,50 +433,65 @@ def run_bench(
     out_dir.mkdir(parents=True, exist_ok=True)
     max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
     results: dict[str, Any] = {"config": asdict(cfg), "methods": {m: {"seeds": []} for m in order}}
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[info]}"), transient=False)
     t_all = time.perf_counter()
-    for seed in range(cfg.seeds):
-        runs: dict[str, MethodRun] = {}
-        budget_real: float | None = None
-        for name in order:
-            spec = METHODS[name]
-            steps_cap = cfg.steps if name == "real" else max_steps
-            t0 = time.perf_counter()
-            runs[name] = run_method(spec, seed, cfg, make_agent, make_env, world_model, train_tasks,
-                                    max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real)
-            log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute "
-                f"{runs[name].records[-1].compute_s:.1f}s (wall {time.perf_counter() - t0:.1f}s)")
-            if name == "real":
-                budget_real = runs[name].records[-1].compute_s
-        budgets = {}
-        if "real" in runs:
-            budgets["compute_real"] = runs["real"].compute_at(min(cfg.steps, len(runs["real"].records)))
-        if "wmrl" in runs:
-            budgets["compute_wmrl"] = runs["wmrl"].compute_at(min(cfg.steps, len(runs["wmrl"].records)))
-        agent = make_agent(seed)
-        for name in order:
-            run = runs[name]
-            sel = select_snapshots(run, cfg.steps, budgets)
-            evals: dict[int, dict[str, Any]] = {}
-            for point, idx in sel.items():
-                if idx not in evals:
-                    evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel)
-            entry = {
-                "seed": seed,
-                "snapshot": sel,
-                "compute_at": {p: run.compute_at(i) for p, i in sel.items()},
-                "eval": {p: evals[i] for p, i in sel.items()},
-                "records": [asdict(r) for r in run.records],
-                "budgets": budgets,
-            }
-            for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
-                entry["snapshot"].setdefault(p, sel["steps"])
-                entry["compute_at"].setdefault(p, entry["compute_at"]["steps"])
-                entry["eval"].setdefault(p, entry["eval"]["steps"])
-            results["methods"][name]["seeds"].append(entry)
-            log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
-                f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
-        results["wall_clock_s"] = time.perf_counter() - t_all
-        (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    progress.start()
+    try:
+        for seed in range(cfg.seeds):
+            runs: dict[str, MethodRun] = {}
+            budget_real: float | None = None
+            for name in order:
+                spec = METHODS[name]
+                steps_cap = cfg.steps if name == "real" else max_steps
+                t0 = time.perf_counter()
+                bar = progress.add_task(f"seed {seed} {name:12s}", total=steps_cap, info="")
+
+                def tick(msg: str, bar: Any = bar) -> None:
+                    progress.update(bar, advance=1, info=msg.split(": ", 1)[-1])
+
+                runs[name] = run_method(spec, seed, cfg, make_agent, make_env, world_model, train_tasks,
+                                        max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real,
+                                        progress=tick)
+                progress.update(bar, total=len(runs[name].records))
+                log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute "
+                    f"{runs[name].records[-1].compute_s:.1f}s (wall {time.perf_counter() - t0:.1f}s)")
+                if name == "real":
+                    budget_real = runs[name].records[-1].compute_s
+            budgets = {}
+            if "real" in runs:
+                budgets["compute_real"] = runs["real"].compute_at(min(cfg.steps, len(runs["real"].records)))
+            if "wmrl" in runs:
+                budgets["compute_wmrl"] = runs["wmrl"].compute_at(min(cfg.steps, len(runs["wmrl"].records)))
+            agent = make_agent(seed)
+            for name in order:
+                run = runs[name]
+                sel = select_snapshots(run, cfg.steps, budgets)
+                evals: dict[int, dict[str, Any]] = {}
+                for point, idx in sel.items():
+                    if idx not in evals:
+                        evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel)
+                entry = {
+                    "seed": seed,
+                    "snapshot": sel,
+                    "compute_at": {p: run.compute_at(i) for p, i in sel.items()},
+                    "eval": {p: evals[i] for p, i in sel.items()},
+                    "records": [asdict(r) for r in run.records],
+                    "budgets": budgets,
+                }
+                for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
+                    entry["snapshot"].setdefault(p, sel["steps"])
+                    entry["compute_at"].setdefault(p, entry["compute_at"]["steps"])
+                    entry["eval"].setdefault(p, entry["eval"]["steps"])
+                results["methods"][name]["seeds"].append(entry)
+                log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
+                    f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
+            results["wall_clock_s"] = time.perf_counter() - t_all
+            (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    finally:
+        progress.stop()
     tables = []
     for point, title in (("steps", f"Equal steps ({cfg.steps})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's")):
