@@ -335,13 +335,15 @@ def format_table(results: dict[str, Any], point: str) -> str:
         point: ``"steps"``, ``"compute_wmrl"`` or ``"compute_real"``.
 
     Returns:
-        The table (str): method, compute ratio to method 1, held-out avg@k per category and
-        overall as ``mean ± std`` over seeds.
+        The table (str): method, compute used at that point as a ratio to method 1's compute
+        at S steps, mean steps, held-out avg@k per category and overall as ``mean ± std``
+        over seeds.
     """
     cats = sorted({c for m in results["methods"].values() for s in m["seeds"] for c in s["eval"][point]["per_category"]})
     head = "| method | compute ratio | steps | " + " | ".join(cats) + " | overall |"
     lines = [head, "|" + "---|" * (4 + len(cats))]
-    real_c = _agg([s["compute_at"][point] for s in results["methods"].get("real", {"seeds": []})["seeds"]])[0] if "real" in results["methods"] else float("nan")
+    # the unit of compute is method 1's compute at S steps, in every table
+    real_c = _agg([s["compute_at"]["steps"] for s in results["methods"]["real"]["seeds"]])[0] if "real" in results["methods"] else float("nan")
     for name, m in results["methods"].items():
         comp = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
         ratio = comp / real_c if real_c and math.isfinite(real_c) and real_c > 0 else float("nan")
