@@ -49,7 +49,6 @@ import contextlib
 import json
 import re
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -395,20 +394,9 @@ def precheck_code(code: Any, filename: str = SOLUTION_FILENAME) -> tuple[str, st
         ``"SyntaxError: '(' was never closed (line 3)"``, ``stderr`` the error as Python prints
         it when running the file).
     """
-    if not isinstance(code, str):
-        return "malformed", f"the solution is not text (got {type(code).__name__})", ""
-    if not code.strip():
-        return "malformed", "the solution is empty", ""
-    if "\x00" in code:
-        return "malformed", "the solution contains NUL bytes", ""
-    try:
-        compile(code, filename, "exec", dont_inherit=True)
-    except SyntaxError as err:  # includes IndentationError / TabError
-        stderr = "".join(traceback.format_exception_only(type(err), err))
-        return "syntax_err", f"{type(err).__name__}: {err.msg} (line {err.lineno})", stderr
-    except (ValueError, MemoryError, RecursionError, OverflowError) as err:  # absurd nesting
-        return "syntax_err", f"{type(err).__name__}: {err}", f"{type(err).__name__}: {err}\n"
-    return None
+    from wmrl_envs.envs.autoresearch.grading import check_source
+
+    return check_source(code, filename)  # one implementation: the real grader's
 
 
 _GRADER_MESSAGES = {
@@ -737,12 +725,7 @@ class LLMJudgeWorldModel:
         import torch
 
         tok = self.tokenizer
-        old_side = getattr(tok, "padding_side", "left")
-        tok.padding_side = "left"
-        try:
-            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        finally:
-            tok.padding_side = old_side
+        enc = self._encode_left(prompts)
         device = self._device()
         input_ids = enc["input_ids"].to(device)
         attention_mask = enc["attention_mask"].to(device)
@@ -803,18 +786,23 @@ class LLMJudgeWorldModel:
             self._choice_ids = (st, bk, bridge)
         return self._choice_ids
 
+    def _encode_left(self, prompts: list[str]) -> Any:
+        """Tokenise a batch with left padding (whatever the tokenizer's own setting)."""
+        tok = self.tokenizer
+        old_side = getattr(tok, "padding_side", "left")
+        tok.padding_side = "left"
+        try:
+            return tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        finally:
+            tok.padding_side = old_side
+
     def _expected(self, prompts: list[str]) -> list[tuple[str, str, float, dict[str, float]]]:
         """Expected-score grading of one batch (see ``decoding`` in the class docstring)."""
         import torch
 
         st, bk, bridge = self._choices()
         tok = self.tokenizer
-        old_side = getattr(tok, "padding_side", "left")
-        tok.padding_side = "left"
-        try:
-            enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        finally:
-            tok.padding_side = old_side
+        enc = self._encode_left(prompts)
         device = self._device()
         ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
         b = ids.shape[0]

@@ -283,7 +283,7 @@ def write_public_files(task: TaskSpec | str, job_dir: str | Path, cache_dir: str
 # ----------------------------------------------------------------------------------------------
 
 
-def check_source(source: Any) -> tuple[str, str, str] | None:
+def check_source(source: Any, filename: str = SOLUTION_FILE) -> tuple[str, str, str] | None:
     """Host-side pre-check of a solution, without executing it.
 
     Args:
@@ -302,7 +302,7 @@ def check_source(source: Any) -> tuple[str, str, str] | None:
     if "\x00" in source:
         return "malformed", "the solution contains NUL bytes", ""
     try:
-        compile(source, SOLUTION_FILE, "exec", dont_inherit=True)
+        compile(source, filename, "exec", dont_inherit=True)
     except SyntaxError as e:  # includes IndentationError / TabError
         err = "".join(traceback.format_exception_only(type(e), e))
         return "syntax_err", f"{type(e).__name__}: {e.msg} (line {e.lineno})", err
