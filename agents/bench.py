@@ -101,6 +101,9 @@ class BenchAgent(Protocol):
     def restore(self, snap: Any) -> None:
         """Load a snapshot."""
 
+    def reseed(self, seed: int) -> None:
+        """Reset the sampling stream (evaluation draws common random numbers across methods)."""
+
 
 @dataclass
 class BenchConfig:
@@ -134,8 +137,8 @@ class BenchConfig:
     exec_parallel: int = 2
     """Concurrent sandboxed executions of an anchor group's rollouts during training (same for
     every method, so compute ratios are unaffected; 2 = one per core here)."""
-    lr: float = 0.1
-    """Learning rate of the agent."""
+    lr: float | None = None
+    """Learning rate of the agent (default: 0.1 for the grammar agent, 2e-4 for the LLM's LoRA)."""
     kl_coef: float = 0.0
     """KL coefficient of the GRPO loss."""
     min_pairs: int = 16
@@ -146,6 +149,11 @@ class BenchConfig:
     """ρ warm-up (anchor groups)."""
     half_life: float = 16.0
     """EMA half-life of the disagreement (groups)."""
+    rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
+    """ρ's scale: fixed at warm-up so that ρ = rho_target there ('calibrated', the reference),
+    or c = 1 ('parameter_free', DESIGN §3.4)."""
+    rho_target: float = 2.0
+    """ρ at the end of warm-up in 'calibrated' mode."""
     sandbox: str = "auto"
     """Sandbox backend."""
     out_dir: str = "runs/bench"
@@ -212,7 +220,8 @@ def run_method(
     f = spec.anchor_fraction if spec.anchor_fraction is not None else cfg.anchor_fraction
     corrector = WMRLCorrector(
         IsotonicDebiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
-        AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life),
+        AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, mode=cfg.rho_mode,
+                       rho_target=cfg.rho_target),
         debias=spec.debias,
         denoise=spec.denoise,
     )
@@ -300,13 +309,21 @@ def evaluate_snapshot(
     k: int,
     sandbox: Any,
     parallel: int = 2,
+    eval_seed: int | None = None,
 ) -> dict[str, Any]:
-    """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time)."""
+    """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time).
+
+    With ``eval_seed`` the agent's sampling stream is reset before sampling, so every snapshot
+    of every method of one bench seed is evaluated on the same random draws (common random
+    numbers: score differences then come from the policies, not from the draws).
+    """
     from agents.evaluation import avg_at_k
     from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
     agent.restore(snap)
+    if eval_seed is not None:
+        agent.reseed(eval_seed)
     actions, _ = agent.sample(list(heldout_tasks), k)
     jobs = [(t, a) for t, acts in zip(heldout_tasks, actions) for a in acts]
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
@@ -474,7 +491,8 @@ def run_bench(
                 evals: dict[int, dict[str, Any]] = {}
                 for point, idx in sel.items():
                     if idx not in evals:
-                        evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel)
+                        evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
+                                             eval_seed=1_000_003 + seed)
                 entry = {
                     "seed": seed,
                     "snapshot": sel,
@@ -549,6 +567,79 @@ class GrammarBenchAgent:
     def restore(self, snap: Any) -> None:
         self.policy.load_state_dict(snap)
 
+    def reseed(self, seed: int) -> None:
+        self.policy.generator.manual_seed(int(seed))
+
+
+class LLMBenchAgent:
+    """The LLM agent of ``wmrl train`` (:class:`agents.llm_policy.LLMPolicy`, SmolLM2 + LoRA,
+    line mode) behind the :class:`BenchAgent` protocol — the GPU-scale configuration of the
+    benchmark (``wmrl bench --agent llm``). One AdamW step per training step over all kept
+    rows, accumulated group by group, with the same loss as ``wmrl train``.
+    """
+
+    def __init__(self, seed: int, lr: float = 2e-4, kl_coef: float = 0.0, *, lora_r: int = 16,
+                 max_new_tokens: int = 32, temperature: float = 0.8, max_grad_norm: float = 1.0) -> None:
+        import torch
+
+        from agents.llm_policy import LLMPolicy
+        from wmrl_envs.world_models.smollm2 import load_smollm2
+
+        torch.manual_seed(seed)
+        model, tokenizer = load_smollm2()
+        self.policy = LLMPolicy(model, tokenizer, mode="line", lora_r=lora_r, lora_alpha=2 * lora_r,
+                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+        self.optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=lr, weight_decay=0.0)
+        self.kl_coef = float(kl_coef)
+        self.max_grad_norm = float(max_grad_norm)
+
+    def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
+        from wmrl_envs.envs.autoresearch.tasks import get_task
+
+        specs = [get_task(t) for t in task_ids]
+        samples = self.policy.sample([self.policy.build_prompt({}, s) for s in specs], group_size)
+        actions = [[self.policy.completion_to_action(x, s) for x in texts] for s, texts in zip(specs, samples.texts)]
+        return actions, (samples, group_size)
+
+    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
+        import torch
+
+        from agents.grpo import grpo_loss
+
+        samples, g = handle
+        adv_by_row = dict(zip((int(i) for i in row_index), (float(a) for a in advantages)))
+        n_rows = len(adv_by_row)
+        self.policy.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_v = kl_v = 0.0
+        for gi in range(len(samples.completion_ids)):
+            rows = [j for j in range(g) if gi * g + j in adv_by_row]
+            if not rows:
+                continue
+            comps = [samples.completion_ids[gi][j] for j in rows]
+            adv = torch.tensor([adv_by_row[gi * g + j] for j in rows], dtype=torch.float32)
+            if self.kl_coef > 0:
+                ref = self.policy.group_logprobs(samples.prompt_ids[gi], comps, reference=True)[0]
+            lp, mask, _ = self.policy.group_logprobs(samples.prompt_ids[gi], comps)
+            out = grpo_loss(lp, lp.detach(), ref if self.kl_coef > 0 else lp.detach(), adv, mask, kl_coef=self.kl_coef)
+            (out.loss * len(rows) / n_rows).backward()
+            loss_v += float(out.loss.detach()) * len(rows) / n_rows
+            kl_v += float(out.kl) * len(rows) / n_rows
+        torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": loss_v, "kl": kl_v}
+
+    def snapshot(self) -> Any:
+        return {k: v.detach().clone() for k, v in self.policy.adapter_state_dict().items()}
+
+    def restore(self, snap: Any) -> None:
+        self.policy.load_adapter_state_dict(snap)
+
+    def reseed(self, seed: int) -> None:
+        self.policy.seed = int(seed)
+        self.policy._n_sample_calls = 0
+
 
 def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
     """The world model the anchored methods use (see :attr:`BenchConfig.world_model`)."""
@@ -577,11 +668,17 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     from wmrl_envs.sandbox import make_sandbox
 
     torch.set_num_threads(1)
-    if cfg.agent != "grammar":
-        raise ValueError(
-            "agent='llm' in the benchmark needs a GPU-scale budget; on CPU use agent='grammar' "
-            "(the LLM agent runs end to end in `wmrl train`)"
-        )
+    if cfg.agent not in ("grammar", "llm"):
+        raise ValueError(f"agent must be 'grammar' or 'llm', got {cfg.agent!r}")
+    if cfg.agent == "llm":
+        # the LLM agent learns at a small rate; the grammar agent's default (0.1) would wreck LoRA
+        lr = cfg.lr if cfg.lr is not None else 2e-4
+
+        def make_agent(seed: int) -> BenchAgent:
+            return LLMBenchAgent(seed, lr=lr, kl_coef=cfg.kl_coef)
+    else:
+        def make_agent(seed: int) -> BenchAgent:
+            return GrammarBenchAgent(seed, lr=cfg.lr if cfg.lr is not None else 0.1, kl_coef=cfg.kl_coef)
     sandbox = make_sandbox(cfg.sandbox)
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
@@ -590,7 +687,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     try:
         return run_bench(
             cfg,
-            make_agent=lambda seed: GrammarBenchAgent(seed, lr=cfg.lr, kl_coef=cfg.kl_coef),
+            make_agent=make_agent,
             make_env=lambda: AutoResearchEnv(tasks="train", sandbox=sandbox),
             world_model=wm,
             train_tasks=list_tasks("train"),

@@ -172,7 +172,8 @@ class LLMPolicy:
         task's starter script; in script mode the code is extracted from the completion.
         """
         if self.mode == "line":
-            line = completion.split("\n", 1)[0].rstrip()
+            # any line boundary ends the line (a sampled "\r" or U+2028 must not break the script)
+            line = (completion.splitlines() or [""])[0].rstrip()
             return task.starter_code_with("model =" + line)
         return extract_code(completion)
 

@@ -55,7 +55,11 @@ class FakeAgent:
         self.mu = snap
 
 
-def fake_eval(agent, snap, tasks, k, sandbox, parallel):
+EVAL_SEEDS = []
+
+
+def fake_eval(agent, snap, tasks, k, sandbox, parallel, eval_seed=None):
+    EVAL_SEEDS.append(eval_seed)
     return {"overall": 100 * snap, "per_category": {"a": 100 * snap, "b": 50 * snap}, "per_task": {}}
 
 
@@ -63,6 +67,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
                       groups_per_step=5, group_size=4, anchor_fraction=0.2, out_dir=str(tmp_path))
     FakeEnv.steps = 0
+    EVAL_SEEDS.clear()
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
                     heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
     for seed in res["methods"]["real"]["seeds"]:
@@ -89,6 +94,38 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     assert "| GRPO, real execution | 1.00 |" in steps_t and "| GRPO, real execution | 1.00 |" in real_t
     assert (tmp_path / "score_vs_compute.png").exists() and (tmp_path / "rho_calibration.png").exists()
     assert format_table(res, "steps").count("\n") == 2 + len(cfg.methods)
+    # every evaluation of one bench seed draws the same random numbers, seeds differ
+    assert len(set(EVAL_SEEDS)) == 2 and None not in EVAL_SEEDS
+
+
+def test_rho_mode_reaches_the_weighter():
+    from agents.bench import run_method
+
+    seen = {}
+    for mode in ("calibrated", "parameter_free"):
+        cfg = BenchConfig(steps=3, groups_per_step=3, group_size=4, anchor_fraction=0.34, warmup_groups=1, rho_mode=mode)
+        run = run_method(METHODS["wmrl"], 0, cfg, FakeAgent, FakeEnv, FakeWM(), ["t1"], max_steps=3)
+        seen[mode] = [r.rho for r in run.records]
+    # parameter-free: ρ = 1 + s̄² (c = 1) stays near 1 for a good world model; calibrated starts at rho_target
+    assert seen["calibrated"][0] == pytest.approx(2.0)
+    assert all(1.0 <= r < 1.6 for r in seen["parameter_free"])
+
+
+def test_grammar_agent_reseed_gives_common_random_numbers():
+    from agents.bench import GrammarBenchAgent
+
+    a = GrammarBenchAgent(seed=0)
+    snap = a.snapshot()
+    a.sample(["digits-shifted"], 8)  # advance the stream
+    a.restore(snap)
+    a.reseed(123)
+    first, _ = a.sample(["digits-shifted"], 8)
+    b = GrammarBenchAgent(seed=5)
+    b.restore(snap)
+    b.reseed(123)
+    assert b.sample(["digits-shifted"], 8)[0] == first
+    b.reseed(124)
+    assert b.sample(["digits-shifted"], 8)[0] != first
 
 
 def test_unknown_method():

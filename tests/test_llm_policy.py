@@ -132,3 +132,39 @@ def test_bad_arguments(tokenizer):
     pol = LLMPolicy(tiny_model(tokenizer), tokenizer)
     with pytest.raises(ValueError, match="task spec"):
         pol.build_prompt({}, None)
+
+
+def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
+    """`wmrl bench --agent llm` adapter: line-mode actions, a GRPO step changes only LoRA,
+    snapshot/restore round-trips, reseed gives common random numbers."""
+    import numpy as np
+
+    import wmrl_envs.world_models.smollm2 as sm
+    from agents.bench import LLMBenchAgent
+
+    monkeypatch.setattr(sm, "load_smollm2", lambda: (tiny_model(tokenizer), tokenizer))
+    agent = LLMBenchAgent(seed=0, lr=1e-2, max_new_tokens=6)
+    actions, handle = agent.sample(["house-prices", "digits-shifted"], 3)
+    assert [len(a) for a in actions] == [3, 3]
+    assert all("model =" in a and "submission.csv" in a for g in actions for a in g)  # starter script with the line
+    snap = agent.snapshot()
+    agent.update(handle, np.array([0, 2, 3]), np.array([1.0, -1.0, 0.5]))
+    after = agent.snapshot()
+    assert any(not torch.equal(snap[k], after[k]) for k in snap)
+    agent.restore(snap)
+    assert all(torch.equal(snap[k], v) for k, v in agent.snapshot().items())
+    agent.reseed(7)
+    first, _ = agent.sample(["house-prices"], 4)
+    agent.sample(["house-prices"], 4)
+    agent.reseed(7)
+    assert agent.sample(["house-prices"], 4)[0] == first
+
+
+def test_line_mode_cuts_at_any_line_boundary(tokenizer):
+    from wmrl_envs.envs.autoresearch.tasks import get_task
+
+    policy = LLMPolicy(tiny_model(tokenizer), tokenizer, mode="line")
+    task = get_task("house-prices")
+    for sep in ("\r", "\n", "\u2028", "\r\n"):
+        code = policy.completion_to_action(" Ridge(alpha=2.0)" + sep + "junk", task)
+        assert "model = Ridge(alpha=2.0)\n" in code and "junk" not in code
