@@ -188,7 +188,7 @@ def test_ungraded_world_model_rows_are_none_not_zero():
     [
         ({"anchor_fraction": 0.1, "world_model": None}, "world_model=None"),
         ({"group_size": 0}, "group_size"),
-        ({"mode": "reward"}, "mode"),
+        ({"mode": "rewards"}, "mode"),
         ({"episode_score": "mean"}, "episode_score"),
         ({"world_model": object()}, "predict"),
     ],

@@ -2,8 +2,9 @@
 
 Contents:
 
-* :class:`WorldModel`, :class:`WorldModelPrediction` (:mod:`.base`) — the protocol any world
-  model implements, and one prediction.
+* :class:`WorldModel`, :class:`WorldModelPrediction`, :class:`Trajectory` (:mod:`.base`) — the
+  protocol any world model implements, one prediction, and the episode a reward-mode world
+  model scores.
 * :class:`LLMJudgeWorldModel` (:mod:`.llm_judge`) — the LLM-as-judge world model of the WMRL
   method (Yang et al., arXiv 2608.12564; ``docs/method.md``, "World model") for AutoResearch:
   predicts status / quality bucket / sandbox log of a solution script.
@@ -25,9 +26,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 __all__ = [
+    "Trajectory",
     "WorldModel",
     "WorldModelPrediction",
     "LLMJudgeWorldModel",

@@ -9,6 +9,12 @@ predicted sandbox log). See ``docs/method.md`` ("World model").
 Anything with a ``predict(contexts, actions)`` method returning one
 :class:`WorldModelPrediction` per action plugs into
 :class:`wmrl_envs.AnchoredWorldModelWrapper`.
+
+In *reward* mode (LIBERO, robot manipulation) the inner environment steps for the dynamics
+and the world model is a reward model: the wrapper hands it the episode so far as a
+:class:`Trajectory` in place of an action (context = the reset observation, e.g. with the task
+instruction), and the world model returns the episode's score (e.g. Robometer's progress
+reward), optionally with dense per-step values in ``extras["progress"]``.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-__all__ = ["WorldModel", "WorldModelPrediction"]
+__all__ = ["Trajectory", "WorldModel", "WorldModelPrediction"]
 
 
 @dataclass
@@ -44,6 +50,28 @@ class WorldModelPrediction:
     raw_output: str = ""
     model_called: bool = True
     extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """An episode (or its prefix) as a reward-mode world model sees it.
+
+    Attributes:
+        observations: the observations o_0 … o_T (o_0 = the reset observation), T + 1 items
+            (for LIBERO: dicts with camera images ``uint8 (H, W, 3)``, ``proprio`` and
+            ``instruction``).
+        actions: the actions a_0 … a_{T-1} (T items).
+        done: ``True`` when the episode has ended (the world model scores a whole episode);
+            ``False`` for a prefix (dense rewards during the episode).
+    """
+
+    observations: list[Any] = field(default_factory=list)
+    actions: list[Any] = field(default_factory=list)
+    done: bool = False
+
+    def __len__(self) -> int:
+        """Number of steps T (actions taken)."""
+        return len(self.actions)
 
 
 @runtime_checkable

@@ -9,7 +9,10 @@ group is routed as a whole:
   rewarded with the real score, and the anchor pairs update the corrections;
 * ``world_model`` — in *outcome* mode the inner ``step`` is never called: the world model
   predicts the observation/feedback and the score, and the agent is rewarded with the
-  calibrated score ``f̂(r̂)``.
+  calibrated score ``f̂(r̂)``. In *reward* mode (robot manipulation, LIBERO) the inner env
+  steps for the dynamics in every episode, the world model (a reward model such as
+  Robometer) scores the trajectory, and the real reward (the simulator's sparse success) is
+  withheld from the agent.
 
 Every step's ``info["wmrl"]`` carries the route, group id, raw and calibrated world-model
 score, real score (anchors), whether the rollout was graded, and the advantage weight ``ρ``
@@ -20,7 +23,8 @@ Two ways to use it:
 * the standard per-episode Gymnasium API (``reset``/``step``), which works with any loop;
 * :meth:`AnchoredWorldModelWrapper.score_group`, which scores a whole group of single-step
   episodes at once (batched world-model inference) — what GRPO trainers such as ``wmrl train``
-  use.
+  use; in reward mode :meth:`AnchoredWorldModelWrapper.score_trajectories` does the same for
+  a group of trajectories that were rolled out elsewhere (e.g. in a vector env).
 
 Both share one :class:`~wmrl_envs.core.AnchorRouter`, one
 :class:`~wmrl_envs.core.WMRLCorrector` and one :class:`~wmrl_envs.core.CostLedger`.
@@ -51,7 +55,7 @@ from wmrl_envs.core import (
     Route,
     WMRLCorrector,
 )
-from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
 
@@ -103,8 +107,19 @@ class AnchoredWorldModelWrapper(
             ``anchor_fraction=1`` (plain real-execution GRPO, no world-model calls).
         anchor_fraction: target share of groups routed to real execution (default 0.1).
         group_size: G, consecutive episodes per group (they share reset arguments).
-        mode: ``"outcome"`` (world-model episodes never call the inner ``step``). Reward mode
-            (inner env steps for dynamics, world model supplies the reward) is planned.
+        mode: ``"outcome"`` (world-model episodes never call the inner ``step``; the world
+            model predicts the outcome of each action) or ``"reward"`` (the inner env steps for
+            the dynamics in every episode; the world model is a reward model that scores the
+            episode's :class:`~wmrl_envs.world_models.Trajectory`; on world-model episodes the
+            real reward and the ``withheld_info_keys`` of ``info`` are withheld from the agent).
+        reward_timing: reward mode only. ``"episode"`` (default): the world-model reward is
+            paid at the episode's last step, ``f̂(r̂)`` of the whole trajectory (0 before).
+            ``"dense"``: the world model also scores the trajectory so far every
+            ``dense_every`` steps and pays the increments ``f̂(r̂_t) − f̂(r̂_{t'})`` (potential-
+            based shaping; the episode's rewards sum to ``f̂(r̂_T)`` as in ``"episode"``).
+        dense_every: steps between world-model calls with ``reward_timing="dense"``.
+        withheld_info_keys: reward mode: ``info`` keys removed on world-model episodes (they
+            reveal the real outcome; default ``("success", "is_success")``).
         groups_per_step: groups per training step for the anchor schedule (at least
             ``min_anchor_groups`` anchors among each block of this many groups). Default:
             ``ceil(1 / anchor_fraction)`` (one anchor group per block at f = 0.1).
@@ -160,7 +175,7 @@ class AnchoredWorldModelWrapper(
         anchor_fraction: float = 0.1,
         group_size: int = 8,
         *,
-        mode: Literal["outcome"] = "outcome",
+        mode: Literal["outcome", "reward"] = "outcome",
         groups_per_step: int | None = None,
         min_anchor_groups: int = 1,
         episode_steps: int = 1,
@@ -173,6 +188,9 @@ class AnchoredWorldModelWrapper(
         eval_route: Route = ANCHOR,
         eval_with_world_model: bool = False,
         execution_envs: Sequence[gym.Env] = (),
+        reward_timing: Literal["episode", "dense"] = "episode",
+        dense_every: int = 1,
+        withheld_info_keys: Sequence[str] = ("success", "is_success"),
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -186,10 +204,17 @@ class AnchoredWorldModelWrapper(
             seed=seed,
             eval_route=eval_route,
             eval_with_world_model=eval_with_world_model,
+            reward_timing=reward_timing,
+            dense_every=dense_every,
+            withheld_info_keys=tuple(withheld_info_keys),
         )
         gym.Wrapper.__init__(self, env)
-        if mode != "outcome":
-            raise ValueError(f"mode must be 'outcome' (reward mode is not implemented yet), got {mode!r}")
+        if mode not in ("outcome", "reward"):
+            raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
+        if reward_timing not in ("episode", "dense"):
+            raise ValueError(f"reward_timing must be 'episode' or 'dense', got {reward_timing!r}")
+        if dense_every < 1:
+            raise ValueError(f"dense_every must be >= 1 (steps between world-model calls), got {dense_every}")
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
         if episode_steps < 1:
@@ -222,6 +247,9 @@ class AnchoredWorldModelWrapper(
         self.eval_route: Route = eval_route
         self.eval_with_world_model = bool(eval_with_world_model)
         self.execution_envs = list(execution_envs)
+        self.reward_timing = reward_timing
+        self.dense_every = int(dense_every)
+        self.withheld_info_keys = tuple(withheld_info_keys)
         self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
         if corrector is None:
             corrector = WMRLCorrector(
@@ -254,6 +282,8 @@ class AnchoredWorldModelWrapper(
         self._ep_real_graded = True
         self._ep_done = True
         self._eval_active = False
+        self._traj: Trajectory | None = None
+        self._ep_wm_paid = 0.0  # reward mode: calibrated world-model reward paid so far
 
     @property
     def training(self) -> bool:
@@ -380,6 +410,8 @@ class AnchoredWorldModelWrapper(
         self._ep_real_return = 0.0
         self._ep_real_graded = True
         self._ep_done = False
+        self._traj = Trajectory(observations=[obs]) if self.mode == "reward" else None
+        self._ep_wm_paid = 0.0
         info = dict(info)
         info["wmrl"] = self._info()
         return obs, info
@@ -391,6 +423,8 @@ class AnchoredWorldModelWrapper(
         obs, info = self.env.reset(seed=seed, options=options)
         self._ep_ctx = obs
         self._ep_done = False
+        self._traj = Trajectory(observations=[obs]) if self.mode == "reward" else None
+        self._ep_wm_paid = 0.0
         info = dict(info)
         info["wmrl"] = self._info(episode_in_group=None)
         return obs, info
@@ -407,6 +441,8 @@ class AnchoredWorldModelWrapper(
         """
         if self._group_route is None or self._ep_done:
             raise RuntimeError("step() called without an active episode; call reset() first")
+        if self.mode == "reward":
+            return self._step_reward_mode(action)
         route = self._group_route
         ctx = self._ep_ctx
         evaluating = self._eval_active
@@ -472,6 +508,68 @@ class AnchoredWorldModelWrapper(
         info["wmrl"] = wm_info
         return obs, float(reward), bool(terminated), bool(truncated), info
 
+
+    def _step_reward_mode(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Reward mode: the inner env always steps; the world model pays the reward on WM routes."""
+        assert self._traj is not None
+        route = self._group_route
+        evaluating = self._eval_active
+        t0 = time.perf_counter()
+        obs, real_reward, terminated, truncated, info = self.env.step(action)
+        self.ledger.add(EXECUTION, time.perf_counter() - t0, 1)
+        self.inner_step_calls += 1
+        info = dict(info)
+        if info.get("graded", True) is False or real_reward is None:
+            self._ep_real_graded = False
+        else:
+            self._ep_real_return += float(real_reward)
+        self._traj.actions.append(action)
+        self._traj.observations.append(obs)
+        self._ep_steps += 1
+        done = bool(terminated or truncated)
+        use_wm = self.world_model is not None and (not evaluating or route == WORLD_MODEL or self.eval_with_world_model)
+        dense_now = self.reward_timing == "dense" and self._ep_steps % self.dense_every == 0
+        raw: float | None = None
+        cal: float | None = None
+        if use_wm and (done or dense_now):
+            traj = Trajectory(list(self._traj.observations), list(self._traj.actions), done=done)
+            pred = self._predict([self._ep_ctx], [traj])[0]
+            raw = None if pred.score is None else float(pred.score)
+            cal = self.corrector.calibrate([raw])[0]
+        if route == WORLD_MODEL:
+            for key in self.withheld_info_keys:
+                info.pop(key, None)
+            reward = 0.0
+            if cal is not None:  # pay the increment of the calibrated score (sums to f̂(r̂_T))
+                reward = float(cal) - self._ep_wm_paid
+                self._ep_wm_paid = float(cal)
+        else:
+            reward = float(real_reward) if real_reward is not None else 0.0
+        raw_ep = raw if done else None  # the episode's score: the world model on the whole trajectory
+        wm_info: dict[str, Any] = self._info(raw_score=raw_ep if done else raw)
+        if evaluating:
+            wm_info["episode_in_group"] = None
+        if done:
+            self._ep_done = True
+            real_ep = (self._ep_real_return if self._ep_real_graded else None) if route == ANCHOR else None
+            cal_ep = self.corrector.calibrate([raw_ep])[0]
+            if route == WORLD_MODEL:
+                wm_info.update(calibrated_score=cal_ep, graded=cal_ep is not None)
+            else:
+                wm_info.update(calibrated_score=cal_ep, real_score=real_ep, graded=real_ep is not None)
+            if not evaluating:
+                self._group_raw.append(raw_ep)
+                self._group_real.append(real_ep)
+                if self._episode_in_group >= self.group_size:
+                    corr = self.corrector.correct_group(
+                        route, self._group_raw, self._group_real if route == ANCHOR else None, self._group_id
+                    )
+                    wm_info["group_disagreement"] = corr.disagreement
+        elif cal is not None:
+            wm_info["calibrated_score"] = cal
+        info["wmrl"] = wm_info
+        return obs, reward, bool(terminated), bool(truncated), info
+
     # ------------------------------------------------------------------ group API
     def score_group(
         self,
@@ -501,6 +599,11 @@ class AnchoredWorldModelWrapper(
             RuntimeError: a per-episode group is in progress.
             ValueError: empty ``actions`` or an unknown ``route``.
         """
+        if self.mode != "outcome":
+            raise ValueError(
+                "score_group() executes single-step actions (outcome mode); in reward mode roll the "
+                "episodes out in the env and score them with score_trajectories()"
+            )
         if self._group_route is not None and self._episode_in_group < self.group_size and self._episode_in_group > 0:
             raise RuntimeError(
                 "score_group() called while a per-episode group is in progress "
@@ -585,6 +688,83 @@ class AnchoredWorldModelWrapper(
         return GroupRollout(
             group_id, r, corr.rewards, corr.advantage_weight, corr, observations, infos, preds, exec_secs, wm_secs
         )
+
+
+    def score_trajectories(
+        self,
+        contexts: Sequence[Any],
+        trajectories: Sequence[Trajectory],
+        real_returns: Sequence[float | None],
+        *,
+        route: Route | None = None,
+    ) -> GroupRollout:
+        """Reward mode: score a whole group of finished episodes rolled out elsewhere.
+
+        For GRPO loops that roll a group's G episodes out themselves (e.g. in a Gymnasium
+        vector env, all from one initial state): the group is routed like any other, the world
+        model scores all G trajectories in ONE batched ``predict`` call, and the training
+        rewards are the real returns on anchor groups and the calibrated world-model scores
+        ``f̂(r̂)`` on world-model groups — where ``real_returns`` are never used (neither as
+        reward nor as a pair): they stay withheld, as in the per-episode API.
+
+        Args:
+            contexts: G reset observations (what the world model conditions on, e.g. the
+                instruction); one per trajectory.
+            trajectories: G :class:`~wmrl_envs.world_models.Trajectory` (``done=True``).
+            real_returns: G real episode returns (e.g. sparse success 0/1; ``None`` = could not
+                be graded).
+            route: force ``"anchor"``/``"world_model"``; bypasses the router.
+
+        Returns:
+            A :class:`GroupRollout` (``observations`` = the final observations; ``infos``
+            carry ``info["wmrl"]``; the world-model predictions keep dense per-frame values in
+            their ``extras`` when the world model gives them).
+
+        Raises:
+            ValueError: not in reward mode, empty group, mismatched lengths, unknown route.
+        """
+        if self.mode != "reward":
+            raise ValueError("score_trajectories() is for reward mode; outcome-mode groups use score_group()")
+        g = len(trajectories)
+        if g == 0:
+            raise ValueError("score_trajectories() needs at least one trajectory")
+        if len(contexts) != g or len(real_returns) != g:
+            raise ValueError(
+                f"got {len(contexts)} contexts, {g} trajectories and {len(real_returns)} real returns; "
+                "pass one of each per episode of the group"
+            )
+        if route is not None and route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
+        self._reset_group_state()
+        preds: list[WorldModelPrediction] = []
+        wm_secs = 0.0
+        if self.world_model is not None:
+            t0 = time.perf_counter()
+            preds = self._predict(list(contexts), [Trajectory(list(t.observations), list(t.actions), True) for t in trajectories])
+            wm_secs = time.perf_counter() - t0
+        r: Route = route if route is not None else (self._next_route() if self.training else self.eval_route)
+        if self.world_model is None and r == WORLD_MODEL:
+            raise ValueError("this wrapper has no world model; only route='anchor' is possible")
+        group_id = self.n_groups_started
+        self.n_groups_started += 1
+        raw = [p.score for p in preds] if preds else [None] * g
+        real = [None if x is None else float(x) for x in real_returns] if r == ANCHOR else None
+        corr = self.corrector.correct_group(r, raw, real, group_id)
+        infos: list[dict[str, Any]] = []
+        for i in range(g):
+            infos.append({"wmrl": {
+                "route": r,
+                "group_id": group_id,
+                "episode_in_group": i,
+                "raw_score": corr.raw_scores[i],
+                "calibrated_score": corr.calibrated_scores[i],
+                "real_score": corr.real_scores[i],
+                "graded": corr.rewards[i] is not None,
+                "advantage_weight": corr.advantage_weight,
+            }})
+        self.n_episodes += g
+        finals = [t.observations[-1] if t.observations else None for t in trajectories]
+        return GroupRollout(group_id, r, corr.rewards, corr.advantage_weight, corr, finals, infos, preds, 0.0, wm_secs)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
