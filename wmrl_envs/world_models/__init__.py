@@ -16,6 +16,12 @@ Contents:
   :func:`load_execution_log` (:mod:`.embedding`) — a fast learned world model (frozen
   all-MiniLM-L6-v2 sentence encoder + regression head fitted on the shipped log of real
   executions, with leave-one-task-out heads), and a variant with controlled information.
+* :class:`RobometerWorldModel`, :class:`RobometerModel`, :class:`RobometerProcessor`,
+  :class:`RobometerHeadConfig`, :func:`robometer_reward`, :func:`uniform_frame_indices`,
+  :func:`build_tiny_robometer`, :class:`RobometerWeightsNotFoundError` (:mod:`.robometer`) —
+  the Robometer reward model (Qwen3-VL + progress/success heads) as the reward-mode world
+  model of LIBERO, with its reference reward (8 uniform frames, mean progress of the last 3
+  minus the first 3).
 
 ``import wmrl_envs.world_models`` stays light: the torch-heavy modules are imported on first
 access of their names (module ``__getattr__``).
@@ -41,6 +47,14 @@ __all__ = [
     "DegradedWorldModel",
     "SentenceEncoder",
     "load_execution_log",
+    "RobometerWorldModel",
+    "RobometerModel",
+    "RobometerProcessor",
+    "RobometerHeadConfig",
+    "RobometerWeightsNotFoundError",
+    "robometer_reward",
+    "uniform_frame_indices",
+    "build_tiny_robometer",
 ]
 
 _LAZY = {
@@ -53,6 +67,14 @@ _LAZY = {
     "DegradedWorldModel": "wmrl_envs.world_models.embedding",
     "SentenceEncoder": "wmrl_envs.world_models.embedding",
     "load_execution_log": "wmrl_envs.world_models.embedding",
+    "RobometerWorldModel": "wmrl_envs.world_models.robometer",
+    "RobometerModel": "wmrl_envs.world_models.robometer",
+    "RobometerProcessor": "wmrl_envs.world_models.robometer",
+    "RobometerHeadConfig": "wmrl_envs.world_models.robometer",
+    "RobometerWeightsNotFoundError": "wmrl_envs.world_models.robometer",
+    "robometer_reward": "wmrl_envs.world_models.robometer",
+    "uniform_frame_indices": "wmrl_envs.world_models.robometer",
+    "build_tiny_robometer": "wmrl_envs.world_models.robometer",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +85,16 @@ if TYPE_CHECKING:  # pragma: no cover
         EmbeddingWorldModel,
         SentenceEncoder,
         load_execution_log,
+    )
+    from wmrl_envs.world_models.robometer import (
+        RobometerHeadConfig,
+        RobometerModel,
+        RobometerProcessor,
+        RobometerWeightsNotFoundError,
+        RobometerWorldModel,
+        build_tiny_robometer,
+        robometer_reward,
+        uniform_frame_indices,
     )
 
 

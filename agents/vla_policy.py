@@ -1,0 +1,1016 @@
+"""``VLAPolicy``: an OpenVLA / MiniVLA-style vision-language-action policy with LoRA, for GRPO.
+
+The agent of the LIBERO transfer experiment (``/work/shared/DESIGN.md`` §3.8; Yang et al.,
+arXiv 2608.12564): MiniVLA-1B (Belkhale & Sadigh 2024, "MiniVLA: A Better VLA with a Smaller
+Footprint", Stanford ILIAD; a Prismatic VLM with a Qwen2.5-0.5B language model) fine-tuned with
+LoRA adapters on its language model.
+
+Action representation (OpenVLA: Kim et al. 2024, arXiv 2406.09246, §3.3 and its
+``prismatic/vla/action_tokenizer.py``; MiniVLA keeps it for its non-VQ models): every action
+dimension (x, y, z, roll, pitch, yaw, gripper), normalised to [-1, 1], is discretised into
+uniform bins and written as one token among the **last 256 ids of the vocabulary**; a 7-D action
+is 7 tokens, an action chunk of C steps is ``C * 7`` tokens (step after step). The policy samples
+these tokens autoregressively with the logits restricted to that id range, so every sample
+decodes to a valid action. Its probability model is the *restricted* distribution (softmax over
+the 256 action ids at temperature τ): sampling, :meth:`VLAPolicy.logprobs` and the frozen
+reference all use it, so GRPO's ratios and KL (:mod:`agents.grpo`) are exact.
+
+Backbones: any Hugging Face image-text-to-text model with a processor (``processor(images=...,
+text=..., return_tensors="pt")``) — LLaVA-style models (vision tower + projector + causal LM,
+the structure of Prismatic/OpenVLA/MiniVLA) are the tested family. :func:`load_vla` loads a
+Hugging Face-format OpenVLA/MiniVLA folder; :func:`build_tiny_vla` builds a tiny randomly
+initialised LLaVA (SigLIP vision tower + Qwen2 language model, like MiniVLA's Qwen2.5) with a
+processor made entirely offline, for tests and CPU smoke runs.
+
+Observations are the LIBERO env's dicts ``{"agentview_image": uint8 (H, W, 3), "wrist_image":
+uint8 (H, W, 3), "proprio": float32 (8,), "instruction": str}``; OpenVLA/MiniVLA use the
+third-person image (and MiniVLA's "wrist" variants the wrist image too, see ``image_keys``) and
+the instruction, not the proprioceptive state. Actions come out in the model's normalised
+[-1, 1] space; :func:`unnormalize_actions` maps them to the robot's range with OpenVLA's
+q01/q99 statistics.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import torch
+
+from agents.grpo import build_advantages, grpo_loss
+
+__all__ = [
+    "ActionTokenizer",
+    "VLASamples",
+    "VLAPolicy",
+    "VLAWeightsNotFoundError",
+    "OPENVLA_PROMPT",
+    "MINIVLA_QWEN_PROMPT",
+    "LIBERO_IMAGE_KEYS",
+    "load_vla",
+    "build_tiny_vla",
+    "unnormalize_actions",
+]
+
+OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
+"""OpenVLA's prompt (Kim et al. 2024; ``PurePromptBuilder`` of the OpenVLA code)."""
+
+MINIVLA_QWEN_PROMPT = (
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>user\nWhat action should the robot take to {instruction}?<|im_end|>\n<|im_start|>assistant\n"
+)
+"""MiniVLA's prompt for its Qwen2.5 backbone (the Qwen chat format of ``QwenPromptBuilder`` in
+Stanford-ILIAD/openvla-mini); pass it as ``prompt_template`` for real MiniVLA checkpoints."""
+
+LIBERO_IMAGE_KEYS = ("agentview_image", "wrist_image")
+"""Image keys of the LIBERO observation dict (third-person camera, wrist camera)."""
+
+_LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)"
+
+
+# ---------------------------------------------------------------------------------- tokenizer
+class ActionTokenizer:
+    """OpenVLA's uniform-bin action tokenizer: continuous actions ↔ the last ``n_bins`` token ids.
+
+    Following OpenVLA's implementation exactly (so real checkpoints decode correctly):
+    ``n_bins`` uniformly spaced *edges* span ``[low, high]``; a value is clipped to that range and
+    digitised against the edges (``d = #edges <= value``, in ``1..n_bins``; a value on an edge
+    goes to the bin above it), and written as token ``vocab_size - d``. Larger values therefore
+    get *smaller* ids, and the ids used are ``vocab_size - n_bins .. vocab_size - 1``. Decoding
+    returns the centre of bin ``d`` among the ``n_bins - 1`` intervals between edges (``d = n_bins``,
+    reached only by ``value == high``, shares the last interval), so a round trip is exact to within
+    half a bin width ``(high - low) / (n_bins - 1) / 2`` (≈0.0039 for the default 256 bins on
+    [-1, 1]).
+
+    Args:
+        vocab_size: number of token ids the action tokens end at (exclusive): OpenVLA-7B uses the
+            Llama tokenizer's 32000; MiniVLA's "extra" tokenizer uses ``len(tokenizer)`` after its
+            added ``<|extra_i|>`` tokens.
+        n_bins: bins per dimension (OpenVLA: 256).
+        low, high: the normalised action range (OpenVLA: [-1, 1]).
+        action_dim: dimensions per action step (7: x, y, z, roll, pitch, yaw, gripper).
+
+    Raises:
+        ValueError: ``n_bins < 2``, ``vocab_size < n_bins``, ``low >= high`` or ``action_dim < 1``.
+
+    Example:
+        >>> tok = ActionTokenizer(vocab_size=32000)
+        >>> ids = tok.encode(np.array([0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 0.01]))
+        >>> ids.tolist()  # 2.0 is clipped to 1.0
+        [31872, 31744, 31999, 31808, 31936, 31744, 31871]
+        >>> tok.decode(ids).astype(float).round(3).tolist()
+        [0.0, 0.996, -0.996, 0.502, -0.502, 0.996, 0.008]
+        >>> tok.decode_chunk(tok.encode_chunk(np.zeros((2, 7)))).shape  # a chunk of 2 steps = 14 tokens
+        (2, 7)
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        n_bins: int = 256,
+        low: float = -1.0,
+        high: float = 1.0,
+        action_dim: int = 7,
+    ) -> None:
+        if n_bins < 2:
+            raise ValueError(f"n_bins must be >= 2, got {n_bins}")
+        if vocab_size < n_bins:
+            raise ValueError(f"vocab_size ({vocab_size}) must be >= n_bins ({n_bins})")
+        if not low < high:
+            raise ValueError(f"need low < high, got [{low}, {high}]")
+        if action_dim < 1:
+            raise ValueError(f"action_dim must be >= 1, got {action_dim}")
+        self.vocab_size = int(vocab_size)
+        self.n_bins = int(n_bins)
+        self.low = float(low)
+        self.high = float(high)
+        self.action_dim = int(action_dim)
+        self.edges = np.linspace(self.low, self.high, self.n_bins)
+        self.centers = (self.edges[:-1] + self.edges[1:]) / 2.0
+
+    @property
+    def token_begin(self) -> int:
+        """First action token id (inclusive): ``vocab_size - n_bins``."""
+        return self.vocab_size - self.n_bins
+
+    @property
+    def token_end(self) -> int:
+        """End of the action token ids (exclusive): ``vocab_size``."""
+        return self.vocab_size
+
+    @property
+    def bin_width(self) -> float:
+        """Width of one bin in action units, ``(high - low) / (n_bins - 1)``."""
+        return (self.high - self.low) / (self.n_bins - 1)
+
+    def encode(self, actions: Any) -> np.ndarray:
+        """Token ids of actions.
+
+        Args:
+            actions: float array-like of shape (..., action_dim), normalised actions; values
+                outside ``[low, high]`` are clipped.
+
+        Returns:
+            int64 array of shape (..., action_dim), ids in ``[token_begin, token_end)``.
+
+        Raises:
+            ValueError: the last axis is not ``action_dim`` long, or a value is NaN.
+        """
+        a = np.asarray(actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions, dtype=np.float64)
+        if a.ndim == 0 or a.shape[-1] != self.action_dim:
+            raise ValueError(f"actions must have shape (..., {self.action_dim}), got {a.shape}")
+        if np.isnan(a).any():
+            raise ValueError("actions contain NaN")
+        a = np.clip(a, self.low, self.high)
+        d = np.digitize(a, self.edges)  # 1..n_bins after clipping
+        return (self.vocab_size - d).astype(np.int64)
+
+    def decode(self, token_ids: Any) -> np.ndarray:
+        """Actions (bin centres) of token ids.
+
+        Args:
+            token_ids: integer array-like (or tensor) of shape (..., action_dim).
+
+        Returns:
+            float32 array of the same shape, values in ``[low, high]``.
+
+        Raises:
+            ValueError: the last axis is not ``action_dim`` long, or an id lies outside
+                ``[token_begin, token_end)`` (not an action token).
+        """
+        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
+        if ids.ndim == 0 or ids.shape[-1] != self.action_dim:
+            raise ValueError(f"token_ids must have shape (..., {self.action_dim}), got {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
+        bad = (ids < self.token_begin) | (ids >= self.token_end)
+        if bad.any():
+            raise ValueError(
+                f"token ids outside the action range [{self.token_begin}, {self.token_end}): "
+                f"{sorted(set(ids[bad].tolist()))[:8]}"
+            )
+        d = self.vocab_size - ids.astype(np.int64)
+        idx = np.clip(d - 1, 0, self.n_bins - 2)
+        return self.centers[idx].astype(np.float32)
+
+    def encode_chunk(self, actions: Any) -> np.ndarray:
+        """Token ids of action chunks, flattened step after step.
+
+        Args:
+            actions: float array-like of shape (..., chunk, action_dim).
+
+        Returns:
+            int64 array of shape (..., chunk * action_dim).
+
+        Raises:
+            ValueError: fewer than 2 dimensions or a wrong last axis.
+        """
+        a = np.asarray(actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions)
+        if a.ndim < 2:
+            raise ValueError(f"action chunks must have shape (..., chunk, {self.action_dim}), got {a.shape}")
+        ids = self.encode(a)
+        return ids.reshape(*ids.shape[:-2], ids.shape[-2] * self.action_dim)
+
+    def decode_chunk(self, token_ids: Any) -> np.ndarray:
+        """Action chunks of flattened token ids.
+
+        Args:
+            token_ids: integer array-like of shape (..., chunk * action_dim).
+
+        Returns:
+            float32 array of shape (..., chunk, action_dim).
+
+        Raises:
+            ValueError: the last axis is not a positive multiple of ``action_dim``, or an id is
+                not an action token.
+        """
+        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
+        if ids.ndim == 0 or ids.shape[-1] == 0 or ids.shape[-1] % self.action_dim:
+            raise ValueError(f"token_ids must have shape (..., chunk * {self.action_dim}), got {ids.shape}")
+        chunk = ids.shape[-1] // self.action_dim
+        return self.decode(ids.reshape(*ids.shape[:-1], chunk, self.action_dim))
+
+
+def unnormalize_actions(actions: Any, q01: Any, q99: Any, mask: Any | None = None) -> np.ndarray:
+    """Map normalised actions from [-1, 1] to the robot's range (OpenVLA's ``BOUNDS_Q99`` scheme).
+
+    ``a_robot = (a + 1) / 2 * (q99 - q01) + q01`` on the dimensions where ``mask`` is true; the
+    others (by OpenVLA's convention the gripper) pass through unchanged.
+
+    Args:
+        actions: float array-like (..., D) in [-1, 1].
+        q01, q99: per-dimension 1st/99th percentiles of the training actions, shape (D,)
+            (OpenVLA checkpoints: ``config.norm_stats[<dataset>]["action"]``).
+        mask: bool (D,), which dimensions to un-normalise (default all).
+
+    Returns:
+        float32 array of the same shape.
+    """
+    a = np.asarray(actions, dtype=np.float64)
+    lo, hi = np.asarray(q01, dtype=np.float64), np.asarray(q99, dtype=np.float64)
+    m = np.ones(a.shape[-1], dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    out = np.where(m, 0.5 * (a + 1.0) * (hi - lo) + lo, a)
+    return out.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------- samples
+@dataclass
+class VLASamples:
+    """Actions sampled by :meth:`VLAPolicy.act`, with what GRPO needs to score them again.
+
+    Rows are laid out observation after observation, ``group_size`` rows each (row
+    ``i * group_size + j`` is sample j of observation i), so one observation's rows form a GRPO
+    group. :meth:`concat` joins the samples of several calls (e.g. all steps of G episodes).
+
+    Attributes:
+        prompts: per observation, the prompt text (str) given to the processor.
+        images: per observation, the list of uint8 (H, W, 3) images (copies of the observation's
+            ``image_keys`` images); the processor is re-run on them when log-probabilities are
+            computed, so only the raw images are kept in memory, not pixel tensors.
+        obs_index: int64 tensor (N,): the observation of each row.
+        tokens: int64 tensor (N, T) of sampled action token ids, ``T = chunk * action_dim``.
+        logprobs: float32 tensor (N, T): log-probabilities of ``tokens`` under the sampling
+            policy (restricted distribution at the policy's temperature).
+        actions: float32 array (N, chunk, action_dim), decoded normalised actions in [-1, 1].
+        group_size: G of the call(s) (rows per observation; 0 after concatenating calls with
+            different G).
+        chunk: action steps per sample.
+    """
+
+    prompts: list[str]
+    images: list[list[np.ndarray]]
+    obs_index: torch.Tensor
+    tokens: torch.Tensor
+    logprobs: torch.Tensor
+    actions: np.ndarray
+    group_size: int
+    chunk: int
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """(N, T) float ones: every row has exactly ``T`` action tokens."""
+        return torch.ones(self.tokens.shape, dtype=torch.float32)
+
+    @staticmethod
+    def concat(parts: Sequence["VLASamples"]) -> "VLASamples":
+        """Join samples of several :meth:`VLAPolicy.act` calls (rows and observations in order).
+
+        Raises:
+            ValueError: no parts, or parts with different token counts per row.
+        """
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        t = {p.tokens.shape[1] for p in parts}
+        if len(t) != 1:
+            raise ValueError(f"samples have different tokens per row: {sorted(t)}")
+        prompts, images, idx = [], [], []
+        for p in parts:
+            idx.append(p.obs_index + len(prompts))
+            prompts += p.prompts
+            images += p.images
+        gs = {p.group_size for p in parts}
+        return VLASamples(
+            prompts=prompts,
+            images=images,
+            obs_index=torch.cat(idx),
+            tokens=torch.cat([p.tokens for p in parts]),
+            logprobs=torch.cat([p.logprobs for p in parts]),
+            actions=np.concatenate([p.actions for p in parts]),
+            group_size=gs.pop() if len(gs) == 1 else 0,
+            chunk=parts[0].chunk,
+        )
+
+
+# ---------------------------------------------------------------------------------- policy
+class VLAPolicy:
+    """LoRA-adapted vision-language model that emits OpenVLA-style action tokens (GRPO policy).
+
+    The frozen reference policy is the same model with the adapters disabled, so policy and
+    reference cost one model in memory. The model is kept in eval mode (no dropout; LoRA dropout
+    defaults to 0), so sampling and :meth:`logprobs` compute the same distribution.
+
+    Args:
+        model: a Hugging Face image-text-to-text model (e.g. ``LlavaForConditionalGeneration``;
+            from :func:`load_vla` or :func:`build_tiny_vla`); wrapped with LoRA adapters on the
+            language model's attention/MLP projections unless it already is a ``PeftModel``.
+        processor: its processor, called as ``processor(images=[PIL images], text=[prompt],
+            return_tensors="pt")``; ``processor.tokenizer`` gives the pad id.
+        action_tokenizer: the :class:`ActionTokenizer`; default: 256 bins on [-1, 1] ending at
+            ``action_vocab_size``.
+        action_vocab_size: where the action ids end (exclusive) when ``action_tokenizer`` is not
+            given; default: OpenVLA's ``text_config.vocab_size - pad_to_multiple_of`` when the
+            model config carries ``n_action_bins`` (HF OpenVLA), else ``len(processor.tokenizer)``
+            (MiniVLA's "extra" tokenizer, the tiny test model).
+        chunk: action steps per sample (``chunk * action_dim`` tokens are sampled).
+        prompt_template: format string with ``{instruction}`` (default :data:`OPENVLA_PROMPT`;
+            :data:`MINIVLA_QWEN_PROMPT` for MiniVLA checkpoints).
+        image_keys: observation keys of the images given to the model, in order (default the
+            third-person ``agentview_image`` only, as OpenVLA/MiniVLA; add ``"wrist_image"`` for
+            MiniVLA's wrist variants / multi-image backbones).
+        image_placeholder: text put before the prompt once per image (LLaVA's ``"<image>"``);
+            ``"auto"`` uses ``processor.image_token`` when the processor has one, else nothing
+            (OpenVLA's Prismatic processor inserts the image itself).
+        flip_images: rotate images by 180° (OpenVLA/MiniVLA LIBERO models were trained on
+            ``img[::-1, ::-1]`` of LIBERO's raw renders; leave False when the env already does it).
+        temperature: sampling temperature τ; log-probabilities use the same τ.
+        lora_r, lora_alpha, lora_dropout: LoRA hyper-parameters.
+        target_modules: peft ``target_modules`` (default: a regex for q/k/v/o and gate/up/down
+            projections inside ``language_model``; the vision tower stays frozen and unadapted).
+        seed: seed of the sampling generator (call ``k`` uses seed ``seed * 1_000_003 + k``).
+
+    Raises:
+        ValueError: non-positive temperature or chunk, no image key, or an action id range
+            beyond the model's output size.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        *,
+        action_tokenizer: ActionTokenizer | None = None,
+        action_vocab_size: int | None = None,
+        chunk: int = 1,
+        prompt_template: str = OPENVLA_PROMPT,
+        image_keys: Sequence[str] = ("agentview_image",),
+        image_placeholder: str | None = "auto",
+        flip_images: bool = False,
+        temperature: float = 1.0,
+        lora_r: int = 16,
+        lora_alpha: int = 32,
+        lora_dropout: float = 0.0,
+        target_modules: str | Sequence[str] | None = None,
+        seed: int = 0,
+    ) -> None:
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if not image_keys:
+            raise ValueError("image_keys must name at least one image of the observation")
+        tokenizer = getattr(processor, "tokenizer", processor)
+        if action_tokenizer is None:
+            if action_vocab_size is None:
+                action_vocab_size = _default_action_vocab_size(model, tokenizer)
+            action_tokenizer = ActionTokenizer(action_vocab_size)
+        n_out = _output_size(model)
+        if n_out is not None and action_tokenizer.token_end > n_out:
+            raise ValueError(f"action ids end at {action_tokenizer.token_end} but the model has only {n_out} outputs")
+        if not isinstance(model, PeftModel):
+            cfg = LoraConfig(
+                r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                target_modules=target_modules if target_modules is not None else _LORA_TARGETS,
+                bias="none",
+            )
+            with warnings.catch_warnings():  # peft calls a transformers method deprecated in 5.x
+                warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+                model = get_peft_model(model, cfg)
+        model.eval()
+        self.model = model
+        self.processor = processor
+        self.tokenizer = tokenizer
+        self.action_tokenizer = action_tokenizer
+        self.chunk = int(chunk)
+        self.prompt_template = prompt_template
+        self.image_keys = tuple(image_keys)
+        if image_placeholder == "auto":
+            image_placeholder = getattr(processor, "image_token", None)
+        self.image_placeholder = image_placeholder
+        self.flip_images = bool(flip_images)
+        self.temperature = float(temperature)
+        self.seed = int(seed)
+        self._n_act_calls = 0
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(tokenizer, "eos_token_id", None) or 0
+        self.pad_id = int(pad)
+        base_forward = inspect.signature(self.model.get_base_model().forward).parameters
+        self._cache_kw = "cache" if "cache" in base_forward else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in base_forward
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def tokens_per_sample(self) -> int:
+        """T, action tokens per sample: ``chunk * action_dim``."""
+        return self.chunk * self.action_tokenizer.action_dim
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ inputs
+    def build_prompt(self, observation: dict[str, Any]) -> str:
+        """Prompt text for one observation: placeholders (one per image) + the template.
+
+        Raises:
+            KeyError: the observation lacks ``"instruction"``.
+        """
+        instruction = str(observation["instruction"]).strip().lower()
+        text = self.prompt_template.format(instruction=instruction)
+        if self.image_placeholder:
+            text = self.image_placeholder * len(self.image_keys) + text
+        return text
+
+    def _images(self, observation: dict[str, Any]) -> list[np.ndarray]:
+        out = []
+        for k in self.image_keys:
+            if k not in observation:
+                raise KeyError(f"observation lacks image {k!r} (has {sorted(observation)})")
+            img = np.asarray(observation[k])
+            if img.ndim != 3 or img.shape[-1] != 3 or img.dtype != np.uint8:
+                raise ValueError(f"{k} must be a uint8 (H, W, 3) array, got {img.dtype} {img.shape}")
+            out.append(img.copy())  # the env may reuse its buffers; samples must keep this step's frame
+        return out
+
+    def _encode(self, prompts: Sequence[str], images: Sequence[Sequence[np.ndarray]]) -> dict[str, torch.Tensor]:
+        """Processor outputs of several observations, left-padded and collated on the device.
+
+        The processor runs once per observation (so the result of one observation never depends
+        on the others in the batch); ``input_ids`` are left-padded with the pad id,
+        ``attention_mask`` and other token-aligned (1, n) tensors with 0, every other tensor
+        (pixel values, image sizes) is concatenated along its first axis.
+        """
+        from PIL import Image
+
+        per = []
+        for text, imgs in zip(prompts, images):
+            pil = [Image.fromarray(np.ascontiguousarray(im[::-1, ::-1] if self.flip_images else im)) for im in imgs]
+            enc = self.processor(images=pil, text=[text], return_tensors="pt")
+            per.append({k: v for k, v in enc.items() if isinstance(v, torch.Tensor)})
+        width = max(int(p["input_ids"].shape[1]) for p in per)
+        dev = self.device
+        dtype = next(self.model.parameters()).dtype
+        out: dict[str, torch.Tensor] = {}
+        ids, attn = [], []
+        for p in per:
+            n = p["input_ids"].shape[1]
+            ids.append(torch.cat([torch.full((1, width - n), self.pad_id, dtype=torch.long), p["input_ids"].long()], 1))
+            a = p.get("attention_mask", torch.ones(1, n, dtype=torch.long)).long()
+            attn.append(torch.cat([torch.zeros(1, width - n, dtype=torch.long), a], 1))
+        out["input_ids"] = torch.cat(ids).to(dev)
+        out["attention_mask"] = torch.cat(attn).to(dev)
+        for k in per[0]:
+            if k in ("input_ids", "attention_mask"):
+                continue
+            parts = [p[k] for p in per]
+            if all(v.dim() == 2 and v.shape == p["input_ids"].shape for v, p in zip(parts, per)):
+                # token-aligned extras (e.g. token_type_ids, mm_token_type_ids): left-pad with 0 too
+                parts = [torch.cat([v.new_zeros(1, width - v.shape[1]), v], 1) for v in parts]
+            v = torch.cat(parts)
+            out[k] = v.to(dev, dtype=dtype) if v.is_floating_point() else v.to(dev)
+        return out
+
+    def _prefill(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
+        """Forward the prompts; returns the last position's logits (B, V) and the cache."""
+        kw = dict(inputs, use_cache=True)
+        if self._has_logits_to_keep:
+            kw["logits_to_keep"] = 1
+        out = self.model(**kw)
+        cache = getattr(out, "cache", None)
+        if cache is None:
+            cache = out.past_key_values
+        return out.logits[:, -1, :], cache
+
+    def _step(self, ids: torch.Tensor, attn: torch.Tensor, cache: Any) -> torch.Tensor:
+        out = self.model(input_ids=ids, attention_mask=attn, use_cache=True, **{self._cache_kw: cache})
+        return out.logits
+
+    def _action_logp(self, logits: torch.Tensor) -> torch.Tensor:
+        """Log-softmax over the action ids at temperature τ; (..., V) -> (..., n_bins)."""
+        at = self.action_tokenizer
+        return torch.log_softmax(logits[..., at.token_begin : at.token_end].float() / self.temperature, dim=-1)
+
+    # ------------------------------------------------------------------ acting
+    @torch.no_grad()
+    def act(self, observations: Sequence[dict[str, Any]], group_size: int = 1, greedy: bool = False) -> VLASamples:
+        """Sample ``group_size`` action chunks for each observation (batched over all of them).
+
+        The prompts are encoded once per observation and their key/value cache repeated
+        ``group_size`` times; then ``chunk * 7`` tokens are drawn one at a time from the softmax
+        over the action ids only (temperature τ), so every token is a valid action token.
+
+        Args:
+            observations: B LIBERO observation dicts (see the module docstring).
+            group_size: G, samples per observation (one GRPO group each).
+            greedy: take the most likely token instead of sampling (evaluation; OpenVLA decodes
+                greedily); the recorded log-probabilities are still those of the τ-distribution.
+
+        Returns:
+            :class:`VLASamples` with B·G rows; ``.actions`` is float32 (B·G, chunk, 7) in [-1, 1].
+
+        Raises:
+            ValueError: no observations, ``group_size < 1``, or a malformed image.
+            KeyError: an observation lacks an image key or the instruction.
+        """
+        if not observations:
+            raise ValueError("act() needs at least one observation")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        prompts = [self.build_prompt(o) for o in observations]
+        images = [self._images(o) for o in observations]
+        g, t_total = int(group_size), self.tokens_per_sample
+        inputs = self._encode(prompts, images)
+        logits, cache = self._prefill(inputs)
+        if g > 1:
+            cache.batch_repeat_interleave(g)
+            logits = logits.repeat_interleave(g, dim=0)
+        attn = inputs["attention_mask"].repeat_interleave(g, dim=0)
+        n = attn.shape[0]
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(self.seed * 1_000_003 + self._n_act_calls)
+        self._n_act_calls += 1
+        begin = self.action_tokenizer.token_begin
+        toks = torch.empty(n, t_total, dtype=torch.long, device=self.device)
+        lps = torch.empty(n, t_total, dtype=torch.float32, device=self.device)
+        for t in range(t_total):
+            logp = self._action_logp(logits)  # (n, n_bins)
+            if greedy:
+                k = logp.argmax(dim=-1)
+            else:
+                k = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
+            lps[:, t] = logp.gather(1, k[:, None]).squeeze(1)
+            toks[:, t] = k + begin
+            if t + 1 < t_total:
+                attn = torch.cat([attn, attn.new_ones(n, 1)], dim=1)
+                logits = self._step(toks[:, t : t + 1], attn, cache)[:, -1, :]
+        toks_cpu = toks.cpu()
+        actions = self.action_tokenizer.decode_chunk(toks_cpu.numpy())
+        return VLASamples(
+            prompts=prompts,
+            images=images,
+            obs_index=torch.arange(len(prompts)).repeat_interleave(g),
+            tokens=toks_cpu,
+            logprobs=lps.cpu(),
+            actions=actions,
+            group_size=g,
+            chunk=self.chunk,
+        )
+
+    # ------------------------------------------------------------------ log-probs
+    def logprobs(
+        self,
+        samples: VLASamples,
+        rows: Sequence[int] | np.ndarray | torch.Tensor | None = None,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probabilities of sampled action tokens (differentiable w.r.t. LoRA).
+
+        Each distinct observation among ``rows`` is encoded once (images through the vision
+        tower, prompt through the LM); its cache is indexed to the rows, which then read their
+        T tokens in one teacher-forced pass. Values match :meth:`act`'s (same restricted
+        distribution, same temperature) up to float round-off.
+
+        Args:
+            samples: from :meth:`act` (or :meth:`VLASamples.concat`).
+            rows: row indices into ``samples`` (default all), length R.
+            reference: score under the frozen reference (adapters disabled, no grad).
+            with_entropy: also return per-token entropies of the restricted distribution.
+
+        Returns:
+            ``(logprobs, mask, entropy)``: float32 (R, T) log-probabilities on the model's device,
+            the (R, T) float mask (all ones: samples have fixed length), and (R, T) entropies or
+            ``None``.
+
+        Raises:
+            IndexError: a row index is out of range.
+        """
+        if rows is None:
+            rows_t = torch.arange(len(samples))
+        else:
+            rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+        if rows_t.numel() and (rows_t.min() < 0 or rows_t.max() >= len(samples)):
+            raise IndexError(f"row index out of range for {len(samples)} samples")
+        if reference:
+            with torch.no_grad(), self.model.disable_adapter():
+                lp, mask, ent = self._logprobs(samples, rows_t, with_entropy)
+            return lp.detach(), mask, None if ent is None else ent.detach()
+        return self._logprobs(samples, rows_t, with_entropy)
+
+    def _logprobs(self, samples: VLASamples, rows: torch.Tensor, with_entropy: bool):
+        dev = self.device
+        obs = samples.obs_index[rows]
+        uniq, inv = torch.unique(obs, return_inverse=True)
+        inputs = self._encode([samples.prompts[i] for i in uniq.tolist()], [samples.images[i] for i in uniq.tolist()])
+        first_logits, cache = self._prefill(inputs)
+        inv = inv.to(dev)
+        if len(uniq) != len(rows) or not torch.equal(inv, torch.arange(len(rows), device=dev)):
+            cache.batch_select_indices(inv)
+        first_logits = first_logits[inv]
+        toks = samples.tokens[rows].to(dev)
+        r, t_total = toks.shape
+        logits = [first_logits[:, None, :]]
+        if t_total > 1:
+            attn = torch.cat([inputs["attention_mask"][inv], inputs["attention_mask"].new_ones(r, t_total - 1)], dim=1)
+            logits.append(self._step(toks[:, :-1], attn, cache))
+        logp_all = self._action_logp(torch.cat(logits, dim=1))  # (R, T, n_bins)
+        k = toks - self.action_tokenizer.token_begin
+        lp = logp_all.gather(-1, k.unsqueeze(-1)).squeeze(-1)
+        mask = torch.ones(r, t_total, dtype=torch.float32, device=dev)
+        ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+        return lp, mask, ent
+
+    # ------------------------------------------------------------------ GRPO
+    def grpo_step(
+        self,
+        samples: VLASamples,
+        rows: Sequence[int] | np.ndarray,
+        advantages: Sequence[float] | np.ndarray,
+        optimizer: torch.optim.Optimizer,
+        *,
+        clip_eps: float = 0.2,
+        kl_coef: float = 0.04,
+        entropy_coef: float = 0.0,
+        micro_batch_size: int | None = None,
+        max_grad_norm: float | None = 1.0,
+        old_logprobs: Literal["recompute", "sampling"] = "recompute",
+    ) -> dict[str, float]:
+        """One optimiser step of GRPO's clipped surrogate (:func:`agents.grpo.grpo_loss`).
+
+        Rows may come from any mix of observations (e.g. every step of G episodes from one
+        initial state, each row carrying its episode's advantage). Gradients of micro-batches are
+        accumulated with weights proportional to their row counts, so the step equals the
+        full-batch one.
+
+        Args:
+            samples: the rows' samples.
+            rows: R row indices into ``samples``.
+            advantages: R (weighted) advantages, one per row.
+            optimizer: optimiser over :meth:`trainable_parameters`.
+            clip_eps, kl_coef, entropy_coef: see :func:`agents.grpo.grpo_loss`; with
+                ``kl_coef == 0`` the reference pass is skipped.
+            micro_batch_size: rows per forward/backward (default all at once).
+            max_grad_norm: clip the LoRA gradient norm (None: no clipping).
+            old_logprobs: ``"recompute"`` (default): the ratio's denominator is the current
+                policy's detached log-prob (exactly on-policy for a single step, immune to
+                sampling/training numeric mismatch); ``"sampling"``: the values recorded by
+                :meth:`act`.
+
+        Returns:
+            Mean diagnostics over micro-batches: ``loss``, ``policy_loss``, ``kl``, ``entropy``,
+            ``clip_fraction``, ``grad_norm``, ``n_rows``.
+
+        Raises:
+            ValueError: rows and advantages differ in length, or an unknown ``old_logprobs``.
+        """
+        rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
+        adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
+        if rows_a.shape != adv_a.shape:
+            raise ValueError(f"{rows_a.size} rows but {adv_a.size} advantages")
+        if old_logprobs not in ("recompute", "sampling"):
+            raise ValueError(f"old_logprobs must be 'recompute' or 'sampling', got {old_logprobs!r}")
+        stats = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "n_rows": float(rows_a.size)}
+        if rows_a.size == 0:
+            return stats
+        mb = int(micro_batch_size or rows_a.size)
+        optimizer.zero_grad(set_to_none=True)
+        dev = self.device
+        for s in range(0, rows_a.size, mb):
+            r = rows_a[s : s + mb]
+            frac = len(r) / rows_a.size
+            lp, mask, ent = self.logprobs(samples, r, with_entropy=entropy_coef > 0)
+            old = samples.logprobs[torch.as_tensor(r)].to(dev) if old_logprobs == "sampling" else lp.detach()
+            ref = self.logprobs(samples, r, reference=True)[0] if kl_coef > 0 else lp.detach()
+            adv = torch.as_tensor(adv_a[s : s + mb], dtype=torch.float32, device=dev)
+            out = grpo_loss(lp, old, ref, adv, mask, clip_eps=clip_eps, kl_coef=kl_coef, entropy=ent, entropy_coef=entropy_coef)
+            (out.loss * frac).backward()
+            for k in ("loss", "policy_loss", "kl", "entropy", "clip_fraction"):
+                stats[k] += float(getattr(out, k).detach()) * frac
+        params = self.trainable_parameters()
+        if max_grad_norm is not None:
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+        else:
+            stats["grad_norm"] = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return stats
+
+    def grpo_update(
+        self,
+        samples: VLASamples,
+        group_rewards: Sequence[Sequence[float | None]],
+        group_weights: Sequence[float] | None,
+        optimizer: torch.optim.Optimizer,
+        *,
+        scale: bool = True,
+        drop_zero_advantage: bool = True,
+        **step_kwargs: Any,
+    ) -> dict[str, float]:
+        """GRPO update for samples whose rows are laid out group after group.
+
+        Advantages come from :func:`agents.grpo.build_advantages` (group-relative, ungraded rows
+        dropped, groups with < 2 graded rows skipped, WMRL's anchor weight ρ applied per group),
+        then :meth:`grpo_step` runs on the kept rows. With samples from ``act(obs, G)`` a group is
+        the G samples of one observation (one shared initial state).
+
+        Args:
+            samples: the samples (``sum(len(g) for g in group_rewards) == len(samples)``).
+            group_rewards: per group, its rewards (``None`` = ungraded).
+            group_weights: per group, the advantage weight (ρ on anchor groups; None: all 1).
+            optimizer: optimiser over :meth:`trainable_parameters`.
+            scale: standardise (GRPO) or centre only.
+            drop_zero_advantage: skip rows with zero advantage (no gradient signal).
+            **step_kwargs: passed to :meth:`grpo_step`.
+
+        Returns:
+            :meth:`grpo_step`'s diagnostics plus ``n_groups_used``, ``n_groups_skipped``,
+            ``n_ungraded``.
+
+        Raises:
+            ValueError: the rewards do not cover the samples' rows.
+        """
+        n = sum(len(g) for g in group_rewards)
+        if n != len(samples):
+            raise ValueError(f"rewards cover {n} rows but the samples have {len(samples)}")
+        weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
+        batch = build_advantages(group_rewards, weights, scale=scale, drop_zero_advantage=drop_zero_advantage)
+        stats = self.grpo_step(samples, batch.row_index, batch.advantages, optimizer, **step_kwargs)
+        stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped), n_ungraded=float(batch.n_ungraded))
+        return stats
+
+    # ------------------------------------------------------------------ params / io
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The LoRA parameters (the only ones the optimiser updates)."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """Copy of the LoRA weights (parameter name -> CPU tensor)."""
+        return {n: p.detach().cpu().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+
+    def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load weights from :meth:`adapter_state_dict`.
+
+        Raises:
+            KeyError: a LoRA parameter is missing from ``state``.
+            ValueError: a tensor's shape differs (other LoRA rank?).
+        """
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                if not p.requires_grad:
+                    continue
+                if n not in state:
+                    raise KeyError(f"adapter checkpoint lacks parameter {n!r}; was it saved with other LoRA settings?")
+                if tuple(state[n].shape) != tuple(p.shape):
+                    raise ValueError(f"parameter {n!r}: checkpoint shape {tuple(state[n].shape)} != model {tuple(p.shape)}")
+                p.copy_(state[n])
+
+    def save_adapter(self, folder: str | Path) -> None:
+        """Save the LoRA adapter with peft's ``save_pretrained`` (loadable by peft users)."""
+        self.model.save_pretrained(str(folder))
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _output_size(model: Any) -> int | None:
+    try:
+        emb = model.get_output_embeddings()
+        if emb is not None and hasattr(emb, "weight"):
+            return int(emb.weight.shape[0])
+    except (AttributeError, NotImplementedError):
+        pass
+    return None
+
+
+def _default_action_vocab_size(model: Any, tokenizer: Any) -> int:
+    cfg = getattr(model, "config", None)
+    if cfg is not None and getattr(cfg, "n_action_bins", None) is not None:
+        text_cfg = getattr(cfg, "text_config", None)
+        vocab = getattr(text_cfg, "vocab_size", None)
+        pad = getattr(cfg, "pad_to_multiple_of", None) or 0
+        if vocab is not None:
+            return int(vocab) - int(pad)
+    return len(tokenizer)
+
+
+class VLAWeightsNotFoundError(FileNotFoundError):
+    """The weights of a VLA checkpoint are not on this machine (or not in a loadable format)."""
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "model*.bin")
+_HOW_TO_FIX = (
+    "To fix: on a machine with network access download a Hugging Face-format checkpoint, e.g. "
+    "`hf download openvla/openvla-7b --local-dir /path/to/openvla-7b` (older huggingface_hub: `huggingface-cli download`) (a MiniVLA "
+    "checkpoint converted to Hugging Face format likewise), copy the folder here and pass its path "
+    "(or call load_vla(..., local_files_only=False) to let transformers download it)."
+)
+
+
+def load_vla(
+    path_or_id: str | os.PathLike,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    local_files_only: bool = True,
+) -> tuple[Any, Any]:
+    """Load a Hugging Face-format OpenVLA/MiniVLA checkpoint (model and processor).
+
+    A folder is loaded from disk only; a hub id (``"openvla/openvla-7b"``) is resolved in the
+    local Hugging Face cache only, unless ``local_files_only=False``. Both use
+    ``trust_remote_code=True`` (OpenVLA ships its Prismatic model code with the checkpoint). The
+    model class is ``AutoModelForImageTextToText`` or, for remote code that only registers
+    ``AutoModelForVision2Seq`` (OpenVLA), the class named in the config's ``auto_map``.
+
+    Prismatic-format checkpoints (``checkpoints/*.pt`` + ``config.yaml``, e.g.
+    ``Stanford-ILIAD/minivla-*-prismatic``) are not loadable with transformers: convert them first
+    (OpenVLA's ``vla-scripts/extern/convert_openvla_weights_to_hf.py``).
+
+    Args:
+        path_or_id: a folder, or a hub model id.
+        dtype: parameter dtype (bfloat16 on GPU).
+        device: where to put the model.
+        local_files_only: never download (default).
+
+    Returns:
+        ``(model, processor)``; pass them to :class:`VLAPolicy`.
+
+    Raises:
+        VLAWeightsNotFoundError (a ``FileNotFoundError``): the folder does not exist, has no
+            ``config.json`` or weight files, is in Prismatic format, or the hub id is not in the
+            local cache; the message says what was looked for and how to fix it.
+    """
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+
+    src = os.fspath(path_or_id)
+    p = Path(src).expanduser()
+    looks_like_path = p.exists() or _HUB_ID.fullmatch(src) is None
+    if looks_like_path:
+        if not p.is_dir():
+            raise VLAWeightsNotFoundError(f"VLA checkpoint folder {str(p)!r} does not exist. {_HOW_TO_FIX}")
+        if (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt")) and not any(
+            any(p.glob(pat)) for pat in _WEIGHT_PATTERNS
+        ):
+            raise VLAWeightsNotFoundError(
+                f"{str(p)!r} is a Prismatic-format checkpoint (checkpoints/*.pt), which transformers cannot load; "
+                "convert it to Hugging Face format first (OpenVLA's vla-scripts/extern/convert_openvla_weights_to_hf.py). "
+                + _HOW_TO_FIX
+            )
+        if not (p / "config.json").is_file():
+            raise VLAWeightsNotFoundError(f"no config.json in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}")
+        if not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
+            raise VLAWeightsNotFoundError(
+                f"no weight files ({', '.join(_WEIGHT_PATTERNS)}) in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}"
+            )
+        src, local_files_only = str(p), True
+    kw = dict(trust_remote_code=True, local_files_only=local_files_only)
+    try:
+        config = AutoConfig.from_pretrained(src, **kw)
+        processor = AutoProcessor.from_pretrained(src, **kw)
+    except OSError as e:  # not in the cache / not on the hub
+        where = "the local Hugging Face cache (HF_HOME / HF_HUB_CACHE)" if local_files_only else "the Hugging Face hub"
+        raise VLAWeightsNotFoundError(
+            f"could not find VLA checkpoint {src!r} (config, processor and weights) in {where}: {e}. {_HOW_TO_FIX}"
+        ) from e
+    try:
+        try:
+            model = AutoModelForImageTextToText.from_pretrained(src, config=config, dtype=dtype, **kw)
+        except ValueError:
+            auto_map = getattr(config, "auto_map", None) or {}
+            ref = auto_map.get("AutoModelForVision2Seq") or auto_map.get("AutoModelForImageTextToText")
+            if ref is None:
+                raise
+            from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+            cls = get_class_from_dynamic_module(ref, src, local_files_only=local_files_only)
+            model = cls.from_pretrained(src, config=config, dtype=dtype, **kw)
+    except OSError as e:
+        raise VLAWeightsNotFoundError(f"could not load the weights of VLA checkpoint {src!r}: {e}. {_HOW_TO_FIX}") from e
+    return model.to(device).eval(), processor
+
+
+def build_tiny_vla(
+    *,
+    seed: int = 0,
+    image_size: int = 32,
+    patch_size: int = 8,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+) -> tuple[Any, Any]:
+    """A tiny randomly initialised LLaVA-architecture VLA and its processor, built offline.
+
+    Structure of Prismatic/MiniVLA at toy scale: a SigLIP vision tower (``image_size`` pixels,
+    ``patch_size`` patches → ``(image_size / patch_size)²`` image tokens per image), LLaVA's MLP
+    projector, and a Qwen2 causal LM. The tokenizer is a byte-level BPE without merges (256 byte
+    tokens), ``<s>``, ``</s>``, ``<pad>``, ``<image>`` and 256 ``<|extra_i|>`` tokens at the end of
+    the vocabulary (516 ids), which become the action tokens — as MiniVLA's Qwen2.5 "extra"
+    tokenizer adds unused tokens for its actions. The image processor is transformers' PIL SigLIP
+    processor (resize to ``image_size``, rescale, normalise). No file or network access.
+
+    For tests and CPU smoke runs only: the actions are random.
+
+    Args:
+        seed: torch seed of the initialisation.
+        image_size, patch_size: vision tower geometry.
+        hidden_size, num_layers: width and depth of the vision tower and the language model.
+
+    Returns:
+        ``(model, processor)``: ``LlavaForConditionalGeneration`` (eval mode, float32) and
+        ``LlavaProcessor``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        SiglipVisionConfig,
+    )
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    tok.add_tokens([f"<|extra_{i}|>" for i in range(256)])
+    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = LlavaProcessor(
+        image_processor=image_processor, tokenizer=tok, patch_size=patch_size, vision_feature_select_strategy="full"
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=image_size,
+        patch_size=patch_size,
+        vision_use_head=False,
+    )
+    text = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    cfg = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(cfg).eval()
+    return model, processor
