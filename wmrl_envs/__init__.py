@@ -5,10 +5,12 @@ Contents:
       anchor weighter (ρ), the group-level corrector, the cost ledger.
     - :mod:`wmrl_envs.wrappers` — :class:`AnchoredWorldModelWrapper` (Gymnasium).
     - :mod:`wmrl_envs.world_models` — the world-model protocol, the LLM judge, a synthetic one.
-    - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code) and the tiny ``Guess`` env.
+    - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code), LIBERO-Long (robot
+      manipulation, optional extra ``libero``) and the tiny ``Guess`` env.
     - :mod:`wmrl_envs.sandbox` — bubblewrap / Docker / subprocess sandboxes.
 
-Importing the package registers the Gymnasium ids ``wmrl/AutoResearch-v0`` and
+Importing the package registers the Gymnasium ids ``wmrl/AutoResearch-v0``,
+``wmrl/LIBERO-Long-v0`` (LIBERO itself is imported only when that env is made) and
 ``wmrl/Guess-v0``. The method is explained in ``docs/method.md``.
 """
 
@@ -35,12 +37,15 @@ __version__ = "0.1.0"
 
 
 def register_envs() -> None:
-    """Register ``wmrl/AutoResearch-v0`` and ``wmrl/Guess-v0`` with Gymnasium (idempotent)."""
+    """Register ``wmrl/AutoResearch-v0``, ``wmrl/LIBERO-Long-v0`` and ``wmrl/Guess-v0`` (idempotent)."""
     if "wmrl/Guess-v0" not in gym.registry:
         gym.register(id="wmrl/Guess-v0", entry_point="wmrl_envs.envs.guess:GuessEnv")
     from .envs.autoresearch import register_envs as _register_autoresearch
 
     _register_autoresearch()
+    from .envs.libero import register_envs as _register_libero
+
+    _register_libero()
 
 
 register_envs()

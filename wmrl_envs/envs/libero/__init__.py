@@ -1,0 +1,32 @@
+"""LIBERO-Long (suite ``libero_10``) as a Gymnasium environment (DESIGN §3.8).
+
+The VLA-transfer experiment of the paper: a vision-language-action policy manipulates objects
+in the LIBERO simulator (robosuite / MuJoCo); the simulator's sparse success is the anchor and
+a video world model supplies dense reward. This package holds:
+
+    * :mod:`~wmrl_envs.envs.libero.env` — :class:`LiberoEnv` (Gymnasium id
+      ``wmrl/LIBERO-Long-v0``).
+    * :func:`register_envs` — register that id with Gymnasium (idempotent).
+
+Importing this package is light: LIBERO itself (the ``libero`` extra,
+``pip install -e ".[libero]"``) is imported only when a :class:`LiberoEnv` is constructed.
+"""
+
+from __future__ import annotations
+
+from .env import ENV_ID, LiberoEnv
+
+__all__ = ["ENV_ID", "LiberoEnv", "register_envs"]
+
+
+def register_envs() -> None:
+    """Register :data:`ENV_ID` (``wmrl/LIBERO-Long-v0``) with Gymnasium unless already registered.
+
+    No ``max_episode_steps``/``TimeLimit`` is added: the environment truncates itself at
+    ``max_steps`` policy steps (an action chunk counts as its ``k`` steps).
+    """
+    import gymnasium
+
+    if ENV_ID in gymnasium.registry:
+        return
+    gymnasium.register(id=ENV_ID, entry_point="wmrl_envs.envs.libero.env:LiberoEnv")
