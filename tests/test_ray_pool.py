@@ -1,0 +1,133 @@
+"""RayExecutionPool and AsyncAnchoredScorer on a local 2-CPU Ray cluster (skipped without ray).
+
+One module-scoped cluster and pool (Ray starts slowly). The env is ``GuessEnv`` with a fixed
+sleep per step, so that executions cost something measurable and their score is known.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+from wmrl_envs import AnchoredWorldModelWrapper
+from wmrl_envs.envs.guess import GuessEnv, guess_score
+from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+
+ray = pytest.importorskip("ray", exc_type=ImportError)  # also a broken install
+
+from wmrl_envs.scale import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
+
+torch.set_num_threads(1)
+
+STEP_SECONDS = 0.15
+G = 4
+
+
+@pytest.fixture(scope="module")
+def pool():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    p = RayExecutionPool(partial(GuessEnv, step_seconds=STEP_SECONDS), num_workers=2)
+    yield p
+    p.close()
+    if started_here:
+        ray.shutdown()
+
+
+def make_wrapper(seed=0):
+    wm = SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
+    return AnchoredWorldModelWrapper(
+        GuessEnv(), wm, anchor_fraction=0.5, group_size=G, seed=seed,
+        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 2},
+    )
+
+
+def groups(n, seed=7):
+    rng = np.random.default_rng(seed)
+    return [
+        (float(rng.random()), [rng.random(1).astype(np.float32) for _ in range(G)]) for _ in range(n)
+    ]
+
+
+def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool):
+    data = groups(10)
+    serial = make_wrapper()
+    expected = [serial.score_group(acts, options={"target": t}) for t, acts in data]
+
+    w = make_wrapper()
+    scorer = AsyncAnchoredScorer(w, pool)  # ordered: corrections in submission order
+    before = pool.ledger.to_dict().get("execution", {"count": 0, "seconds": 0.0})
+    t0 = time.perf_counter()
+    pending = [scorer.submit(acts, options={"target": t}) for t, acts in data]
+    submit_seconds = time.perf_counter() - t0
+    n_anchor = sum(p.route == "anchor" for p in pending)
+    assert n_anchor >= 3
+    # submission returned before the executions could have run (they take n_anchor*G*0.15/2 s)
+    assert submit_seconds < n_anchor * G * STEP_SECONDS / 2
+    got = scorer.collect(timeout=60)
+    assert scorer.n_pending == 0 and len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert (a.group_id, a.route) == (b.group_id, b.route)
+        assert a.rewards == pytest.approx(b.rewards)
+        assert a.advantage_weight == b.advantage_weight
+        assert a.correction.calibrated_scores == pytest.approx(b.correction.calibrated_scores)
+        assert a.correction.disagreement == b.correction.disagreement
+        assert [i["wmrl"]["route"] for i in a.infos] == [a.route] * G
+    assert w.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen == n_anchor * G
+    assert w.corrector.calibration_error() == serial.corrector.calibration_error()
+    assert w.rho == serial.rho and w.router.realised_fraction == serial.router.realised_fraction
+    # cost ledger: one execution per anchor rollout, seconds measured in the workers
+    assert w.ledger.count("execution") == serial.ledger.count("execution") == n_anchor * G
+    assert w.ledger.count("world_model") == serial.ledger.count("world_model") == len(data) * G
+    per_rollout = sum(a.execution_seconds for a in got)
+    assert w.ledger.seconds("execution") == pytest.approx(per_rollout)
+    assert per_rollout >= n_anchor * G * STEP_SECONDS
+    after = pool.ledger.to_dict()["execution"]
+    assert after["count"] - before["count"] == n_anchor * G
+    assert after["seconds"] - before["seconds"] == pytest.approx(per_rollout)
+    merged = pool.worker_ledger()  # the actors' own ledgers, merged
+    assert merged.count("execution") == pool.ledger.count("execution")
+    assert merged.seconds("execution") == pytest.approx(pool.ledger.seconds("execution"))
+
+
+def test_execute_group_returns_before_completion_and_runs_in_parallel(pool):
+    acts = [np.array([a], np.float32) for a in (0.1, 0.3, 0.6, 0.9)]
+    t0 = time.perf_counter()
+    fut = pool.execute_group(acts, options={"target": 0.5})
+    submitted = time.perf_counter() - t0
+    assert submitted < STEP_SECONDS and not fut.done()
+    res = fut.result(timeout=30)
+    wall = time.perf_counter() - t0
+    assert fut.done()
+    assert res.rewards == pytest.approx([0.6, 0.8, 0.9, 0.6], abs=1e-6)  # equals the serial 1 - |a - t|
+    assert sorted(set(res.workers)) == [0, 1] and res.errors == [None] * 4
+    assert all(s >= STEP_SECONDS for s in res.seconds)
+    assert wall < 4 * STEP_SECONDS  # two workers: about 2 steps' time, not 4
+
+
+def test_unordered_scorer_returns_world_model_groups_while_anchors_run(pool):
+    w = make_wrapper(seed=1)
+    scorer = AsyncAnchoredScorer(w, pool, ordered=False)
+    anchor = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="anchor")
+    wm = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="world_model")
+    first = scorer.poll()
+    assert [r.group_id for r in first] == [wm.group_id] and not anchor.ready
+    rest = scorer.collect(timeout=30)
+    assert [r.group_id for r in rest] == [anchor.group_id]
+    assert rest[0].rewards == pytest.approx([0.7] * G, abs=1e-6)
+    assert w.corrector.n_groups == {"anchor": 1, "world_model": 1}
+
+
+def test_failed_execution_is_ungraded_and_the_pool_survives(pool):
+    fut = pool.execute_group([np.array([0.5], np.float32)] * 2, options={"target": 2.0})  # reset raises
+    res = fut.result(timeout=30)
+    assert res.rewards == [None, None] and all("ValueError" in e for e in res.errors)
+    ok = pool.execute_group([np.array([0.5], np.float32)], options={"target": 0.5}).result(timeout=30)
+    assert ok.rewards == [1.0]

@@ -1,0 +1,407 @@
+"""AnchoredWorldModelVectorWrapper: the WMRL wrapper over Gymnasium vector envs.
+
+Sub-envs [k*G, (k+1)*G) form group k; a group's n-th episodes form its generation n, routed
+as a whole by the shared AnchorRouter. These tests check real values: routes shared by the
+members of a generation, exactly one anchor per block of generations, world-model episodes
+never reaching the inner step (outcome mode, counted inside the sub-env processes for
+AsyncVectorEnv), pairs fed to the debiaser, success withheld in reward mode, ρ in the infos,
+and equality with the serial score_group path.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from wmrl_envs import AnchoredWorldModelWrapper
+from wmrl_envs.envs.guess import GuessEnv, guess_score
+from wmrl_envs.world_models import Trajectory, WorldModelPrediction
+from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+from wmrl_envs.wrappers.vector import AnchoredWorldModelVectorWrapper, RoutedSubEnv, make_vector_env
+
+torch.set_num_threads(1)
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+class TwoStepGuess(gym.Env):
+    """Guess a target in two steps; the score (paid at step 2) is 1 - |a2 - target|.
+
+    Counts its own ``step`` calls (``n_steps``) — inside the sub-env's process.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.n_steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = float((options or {}).get("target", self.np_random.random()))
+        self.t = 0
+        return np.array([self.target], np.float32), {}
+
+    def step(self, action):
+        self.n_steps += 1
+        self.t += 1
+        a = float(np.asarray(action).reshape(-1)[0])
+        done = self.t >= 2
+        reward = 1.0 - abs(a - self.target) if done else 0.0
+        return np.array([self.target], np.float32), reward, done, False, {"score": reward}
+
+
+def present(d, key, i):
+    """Gymnasium's dict-of-arrays convention: ``key`` is set for sub-env ``i``."""
+    return key in d and bool(d["_" + key][i])
+
+
+def two_step_score(ctx, action):
+    return 1.0 - abs(float(np.asarray(action).reshape(-1)[0]) - float(np.asarray(ctx).reshape(-1)[0]))
+
+
+def task_fn(k, n):
+    return None, {"target": round((0.13 * k + 0.29 * n) % 1.0, 4)}
+
+
+def make_outcome(venv, group_size, **kw):
+    wm = SyntheticWorldModel(two_step_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
+    kw.setdefault("debiaser_kwargs", {"min_pairs": 8, "refit_every": 4})
+    kw.setdefault("weighter_kwargs", {"warmup_groups": 2})
+    env = AnchoredWorldModelVectorWrapper(
+        venv, wm, anchor_fraction=0.5, group_size=group_size, groups_per_step=venv.num_envs // group_size,
+        task_fn=task_fn, **kw,
+    )
+    return env, wm
+
+
+def rollout(env, steps, seed=1):
+    """Random actions for ``steps`` vector steps; resets masked sub-envs in DISABLED mode."""
+    rng = np.random.default_rng(seed)
+    n = env.num_envs
+    obs, info = env.reset(seed=0)
+    log = [("reset", obs, None, None, None, info)]
+    for _ in range(steps):
+        actions = rng.random((n, 1)).astype(np.float32)
+        obs, rew, term, trunc, info = env.step(actions)
+        log.append(("step", obs, rew, term, trunc, info))
+        done = term | trunc
+        if env.autoreset_mode == AutoresetMode.DISABLED and done.any():
+            obs, info = env.reset(options={"reset_mask": done})
+            log.append(("reset", obs, None, None, None, info))
+    return log
+
+
+def check_outcome_log(env, log, inner_steps, episode_len):
+    """Assertions shared by every autoreset mode / vectorization."""
+    n, g = env.num_envs, env.group_size
+    routes = defaultdict(set)  # (group, generation) -> routes seen on any member
+    stepped_gens = defaultdict(set)
+    anchor_steps = np.zeros(n, int)
+    wm_steps = np.zeros(n, int)
+    n_done_anchor, n_done_wm = np.zeros(n, int), np.zeros(n, int)
+    complete = []
+    for kind, obs, rew, term, trunc, info in log:
+        w = info["wmrl"]
+        assert w["_route"].all() and w["_rho"].all() and w["_advantage_weight"].all()
+        if kind != "step":
+            continue
+        started = w["episode_start"]
+        for i in range(n):
+            key = (int(w["group_index"][i]), int(w["generation"][i]))
+            assert key[0] == i // g and int(w["episode_in_group"][i]) == i % g
+            routes[key].add(w["route"][i])
+            if started[i]:
+                continue  # next-step autoreset: this step reset the sub-env
+            stepped_gens[key].add(i)
+            if w["route"][i] == "anchor":
+                anchor_steps[i] += 1
+                assert w["advantage_weight"][i] >= 1.0
+            else:
+                wm_steps[i] += 1
+                assert w["advantage_weight"][i] == 1.0
+            if term[i] or trunc[i]:
+                assert present(w, "graded", i) and w["graded"][i]
+                if w["route"][i] == "anchor":
+                    n_done_anchor[i] += 1
+                    assert present(w, "real_score", i) and rew[i] == pytest.approx(w["real_score"][i])
+                else:
+                    n_done_wm[i] += 1
+                    assert not present(w, "real_score", i)
+                    # the world-model episode is paid the calibrated world-model score
+                    assert rew[i] == pytest.approx(w["calibrated_score"][i])
+            elif w["route"][i] == "world_model":
+                assert rew[i] == 0.0
+            if w["group_complete"][i]:
+                complete.append((key, w["route"][i]))
+    # every member of a generation shares its route
+    assert routes and all(len(r) == 1 for r in routes.values())
+    # world-model episodes never reached the inner step: the env's own counters (in the
+    # sub-env processes for AsyncVectorEnv) equal the anchor steps, sub-env by sub-env
+    assert inner_steps.tolist() == anchor_steps.tolist()
+    assert wm_steps.sum() > 0 and anchor_steps.sum() > 0
+    # (only a sub-env's last episode may be unfinished)
+    assert (n_done_anchor == anchor_steps // episode_len).all() and (n_done_wm == wm_steps // episode_len).all()
+    # routing counts: groups_per_step = number of groups and f = 0.5 -> exactly one anchor
+    # among the K generations with the same index (they start together: one block)
+    by_gen = defaultdict(list)
+    for (k, gen), r in routes.items():
+        by_gen[gen].append(next(iter(r)))
+    full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_groups]
+    assert full and all(by_gen[gen].count("anchor") == env.n_groups // 2 for gen in full)
+    assert env.router.n_groups == env.n_groups_started == env.n_generations_completed + len(env._gens)
+    # corrections: one correct_group per completed generation, pairs from every anchor episode
+    assert env.corrector.n_groups["anchor"] == sum(r == "anchor" for _, r in complete)
+    assert env.corrector.n_groups["world_model"] == sum(r == "world_model" for _, r in complete)
+    assert env.corrector.debiaser.n_seen == g * env.corrector.n_groups["anchor"]
+    assert env.ledger.count("execution") == anchor_steps.sum()
+    # ρ: after the warm-up (2 anchor groups) it leaves 1 and anchors carry it
+    assert env.corrector.weighter.warmed_up
+    weights = [float(info["wmrl"]["advantage_weight"][i]) for kind, *_r, info in log if kind == "step"
+               for i in range(n) if info["wmrl"]["route"][i] == "anchor"]
+    assert max(weights) > 1.0
+    return complete
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_outcome_mode_sync_all_autoreset_modes(mode):
+    g, k = 2, 2
+    venv = make_vector_env(TwoStepGuess, g * k, autoreset_mode=mode, episode_steps=2)
+    env, wm = make_outcome(venv, g, episode_steps=2)
+    log = rollout(env, 40)
+    inner = np.array(venv.get_attr("n_steps"))
+    complete = check_outcome_log(env, log, inner, episode_len=2)
+    assert len(complete) >= 8
+    # the RoutedSubEnv's own counters agree with the env's
+    assert list(venv.get_attr("inner_step_calls")) == inner.tolist()
+    assert sum(venv.get_attr("skipped_steps")) > 0
+    # one batched predict per vector step that stepped a sub-env (all sub-envs, both routes)
+    assert env.ledger.count("world_model") == wm.n_calls
+    env.close()
+
+
+def test_outcome_mode_async_counts_inner_steps_in_subprocesses():
+    g, k = 2, 2
+    venv = make_vector_env(TwoStepGuess, g * k, vectorization="async", autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        env, _ = make_outcome(venv, g, episode_steps=2)
+        log = rollout(env, 30)
+        inner = np.array(venv.get_attr("n_steps"))  # read from the worker processes
+        check_outcome_log(env, log, inner, episode_len=2)
+        assert env.n_plan_updates > 0  # routes reached the workers through set_attr
+    finally:
+        venv.close()
+
+
+def test_group_members_start_from_the_generation_task():
+    venv = make_vector_env(GuessEnv, 4, autoreset_mode=AutoresetMode.NEXT_STEP)
+    env, _ = make_outcome(venv, 2)
+    obs, info = env.reset()
+    for _ in range(7):
+        w = info["wmrl"]
+        for i in range(4):
+            expected = task_fn(int(w["group_index"][i]), int(w["generation"][i]))[1]["target"]
+            if w["_episode_start"][i] and (w["episode_start"][i] or _ == 0):
+                assert obs[i, 0] == pytest.approx(expected, abs=1e-6)
+        obs, _r, _t, _u, info = env.step(np.full((4, 1), 0.5, np.float32))
+    env.close()
+
+
+def test_vector_twin_equals_serial_score_group():
+    """Sync + next-step autoreset on one-step episodes reproduces score_group exactly."""
+    g, k, gens = 4, 2, 6
+    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 1000}, seed=3)
+
+    def wm():
+        return SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
+
+    rng = np.random.default_rng(5)
+    actions = rng.random((gens, k * g, 1)).astype(np.float32)
+    serial = AnchoredWorldModelWrapper(GuessEnv(), wm(), anchor_fraction=0.5, group_size=g, **kw)
+    serial_out = []
+    for n in range(gens):
+        for kk in range(k):
+            out = serial.score_group(list(actions[n, kk * g : (kk + 1) * g]), options=task_fn(kk, n)[1])
+            serial_out.append((out.route, [round(r, 9) for r in out.rewards]))
+
+    venv = make_vector_env(GuessEnv, k * g, autoreset_mode=AutoresetMode.NEXT_STEP)
+    vec = AnchoredWorldModelVectorWrapper(venv, wm(), anchor_fraction=0.5, group_size=g, task_fn=task_fn, **kw)
+    vec.reset()
+    vec_out = []
+    for n in range(gens):
+        _o, rew, term, _t, info = vec.step(actions[n])
+        assert term.all()
+        for kk in range(k):
+            sl = slice(kk * g, (kk + 1) * g)
+            vec_out.append((info["wmrl"]["route"][kk * g], [round(float(r), 9) for r in rew[sl]]))
+        vec.step(actions[n])  # next-step autoreset: the reset step
+    assert vec_out == serial_out
+    assert vec.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen > 0
+    assert vec.corrector.debiaser.n_fits == serial.corrector.debiaser.n_fits > 0
+    assert vec.corrector.calibration_error() == serial.corrector.calibration_error()
+    assert vec.router.realised_fraction == serial.router.realised_fraction
+    assert vec.ledger.count("execution") == serial.ledger.count("execution")
+    assert vec.ledger.count("world_model") == serial.ledger.count("world_model")
+    vec.close()
+
+
+# ---------------------------------------------------------------------- reward mode
+class Reach1D(gym.Env):
+    """x += 0.25·a; success (reward 1, terminated) when |x − 0.5| < 0.1; 8 steps max."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.n_steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = float((options or {}).get("start", -0.5))
+        self.t = 0
+        return np.array([self.x], np.float32), {}
+
+    def step(self, action):
+        self.n_steps += 1
+        self.t += 1
+        self.x = float(np.clip(self.x + 0.25 * float(np.asarray(action).reshape(-1)[0]), -2, 2))
+        success = abs(self.x - 0.5) < 0.1
+        trunc = self.t >= 8 and not success
+        return np.array([self.x], np.float32), float(success), success, trunc, {"success": success}
+
+
+class ProgressWM:
+    """Reward model on whole trajectories: 1 − |x_T − 0.5|; logs its batch sizes."""
+
+    def __init__(self):
+        self.batches = []
+
+    def predict(self, contexts, actions):
+        assert all(isinstance(t, Trajectory) and t.done for t in actions)
+        assert all(len(t.observations) == len(t.actions) + 1 for t in actions)
+        self.batches.append(len(actions))
+        return [WorldModelPrediction(score=1.0 - abs(float(t.observations[-1][0]) - 0.5)) for t in actions]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_reward_mode_withholds_success_and_pays_world_model(mode):
+    g, k = 2, 2
+    venv = make_vector_env(Reach1D, g * k, autoreset_mode=mode)
+    wm = ProgressWM()
+    env = AnchoredWorldModelVectorWrapper(
+        venv, wm, anchor_fraction=0.5, group_size=g, groups_per_step=k, mode="reward",
+        task_fn=lambda kk, n: (None, {"start": -0.5 + 0.1 * kk}),
+        debiaser_kwargs={"min_pairs": 4, "refit_every": 2}, weighter_kwargs={"warmup_groups": 1},
+    )
+    rng = np.random.default_rng(0)
+    obs, info = env.reset(seed=0)
+    stepped = np.zeros(4, int)
+    routes = defaultdict(set)
+    ends_per_step, wm_success_seen, anchor_success_seen = [], 0, 0
+    wm_returns, anchor_returns = defaultdict(float), defaultdict(float)
+    for _ in range(60):
+        obs, rew, term, trunc, info = env.step(rng.uniform(0.2, 1.0, (4, 1)).astype(np.float32))
+        w = info["wmrl"]
+        src = info.get("final_info", info) if mode == AutoresetMode.SAME_STEP else info
+        done = term | trunc
+        ends_per_step.append(int((done & ~w["episode_start"]).sum()))
+        for i in range(4):
+            if w["episode_start"][i]:
+                continue
+            stepped[i] += 1
+            key = (i // g, int(w["generation"][i]))
+            routes[key].add(w["route"][i])
+            has_success = present(src if done[i] else info, "success", i)
+            if w["route"][i] == "world_model":
+                assert not has_success  # withheld, also in final_info
+                wm_returns[(i, key)] += rew[i]
+                if not done[i]:
+                    assert rew[i] == 0.0
+                else:
+                    assert rew[i] == pytest.approx(w["calibrated_score"][i]) and not present(w, "real_score", i)
+            else:
+                assert has_success
+                anchor_success_seen += 1
+                anchor_returns[(i, key)] += rew[i]
+                if done[i]:
+                    assert anchor_returns[(i, key)] == pytest.approx(w["real_score"][i])
+        if mode == AutoresetMode.DISABLED and done.any():
+            obs, info = env.reset(options={"reset_mask": done})
+    # every sub-env stepped its dynamics on both routes
+    assert np.array(venv.get_attr("n_steps")).tolist() == stepped.tolist()
+    assert all(len(r) == 1 for r in routes.values())
+    assert {next(iter(r)) for r in routes.values()} == {"anchor", "world_model"}
+    assert anchor_success_seen > 0 and len(wm_returns) > 0
+    # one batched predict per step with finished episodes, covering all of them
+    assert wm.batches == [e for e in ends_per_step if e > 0] and max(wm.batches) > 1
+    assert env.corrector.debiaser.n_seen == g * env.corrector.n_groups["anchor"] > 0
+    assert env.ledger.count("execution") == stepped.sum()
+    env.close()
+
+
+# ---------------------------------------------------------------------- resets and errors
+def test_full_reset_abandons_generation_and_requeues_its_route():
+    venv = make_vector_env(TwoStepGuess, 4, autoreset_mode=AutoresetMode.NEXT_STEP, episode_steps=2)
+    env, _ = make_outcome(venv, 2, episode_steps=2)
+    _o, info = env.reset()
+    first = info["wmrl"]["route"].tolist()
+    env.step(np.full((4, 1), 0.5, np.float32))  # mid-episode
+    _o, info = env.reset()
+    assert info["wmrl"]["route"].tolist() == first  # unused routes are given back, in order
+    assert info["wmrl"]["generation"].tolist() == [1, 1, 1, 1]
+    assert env.router.n_groups == 2 and env.n_generations_abandoned == 2
+    assert env.corrector.n_groups == {"anchor": 0, "world_model": 0}
+
+
+def test_invalid_configurations_raise():
+    venv = make_vector_env(GuessEnv, 3)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=2)
+    plain = SyncVectorEnv([GuessEnv] * 2)
+    with pytest.raises(ValueError, match="RoutedSubEnv"):
+        AnchoredWorldModelVectorWrapper(plain, None, anchor_fraction=1.0, group_size=2)
+    env = AnchoredWorldModelVectorWrapper(make_vector_env(GuessEnv, 2), None, anchor_fraction=1.0, group_size=2)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros((2, 1), np.float32))
+    assert isinstance(RoutedSubEnv(GuessEnv()).reset(options={"target": 0.5})[0], np.ndarray)
+
+
+def test_disabled_mode_requires_masked_reset():
+    venv = make_vector_env(GuessEnv, 2, autoreset_mode=AutoresetMode.DISABLED)
+    env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=2)
+    env.reset(seed=0)
+    env.step(np.zeros((2, 1), np.float32))
+    with pytest.raises(RuntimeError, match="reset_mask"):
+        env.step(np.zeros((2, 1), np.float32))
+
+
+def test_reward_mode_on_plain_async_vector_env():
+    """Reward mode needs no RoutedSubEnv (without task_fn); reset(seed=int) seeds by group."""
+    from gymnasium.vector import AsyncVectorEnv
+
+    class ConstWM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=0.5) for _ in actions]
+
+    venv = AsyncVectorEnv([GuessEnv] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        env = AnchoredWorldModelVectorWrapper(venv, ConstWM(), anchor_fraction=0.5, group_size=2, mode="reward")
+        obs, _ = env.reset(seed=3)
+        assert obs[0, 0] == obs[1, 0] and obs[2, 0] == obs[3, 0] and obs[0, 0] != obs[2, 0]
+        for _ in range(4):
+            obs, rew, term, _t, info = env.step(np.full((4, 1), 0.3, np.float32))
+            w = info["wmrl"]
+            wm_rows = w["route"] == "world_model"
+            assert term.all() and np.allclose(rew[wm_rows], 0.5)
+            assert not present(w, "real_score", int(np.flatnonzero(wm_rows)[0]))
+        assert env.ledger.count("execution") == 16  # every sub-env stepped (vector step wall-clock)
+    finally:
+        venv.close()

@@ -1,0 +1,564 @@
+"""Real executions on a pool of Ray actors, asynchronously.
+
+Anchor groups are the only rollouts WMRL executes for real, and each execution (a sandboxed
+ML script for AutoResearch) takes seconds to minutes. :class:`RayExecutionPool` runs them on
+``num_workers`` Ray actors — on this machine or on every node of a Ray cluster (see
+``docs/scale_out.md``) — and returns at once: :meth:`RayExecutionPool.execute_group` hands
+back a :class:`GroupExecutionFuture` while the trainer goes on generating and scoring other
+groups; the results are collected later. Each actor builds its env once with ``env_fn()``,
+runs ``reset(seed, options)`` + ``step(action)`` per rollout and returns the step's seconds;
+the pool adds them to a :class:`~wmrl_envs.core.CostLedger` (pass the wrapper's ledger to
+account for everything in one place), and :meth:`RayExecutionPool.worker_ledger` merges the
+ledgers the actors keep themselves.
+
+:class:`AsyncAnchoredScorer` plugs the pool into the shared WMRL path of an
+:class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (outcome mode): it routes
+each group with the wrapper's router and schedule, scores it with ONE batched world-model
+call when it is submitted, sends anchor groups to the pool, and completes each group's
+correction with the wrapper's ``WMRLCorrector.correct_group`` when its real scores arrive —
+by default in submission order, which makes the results identical to the serial
+:meth:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper.score_group`.
+
+Ray is an optional dependency: importing this module works without it, building a pool
+raises ``ImportError`` with the install command.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import gymnasium as gym
+
+from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
+
+__all__ = [
+    "RayExecutionPool",
+    "GroupExecution",
+    "GroupExecutionFuture",
+    "AsyncAnchoredScorer",
+    "PendingGroup",
+    "ExecutionWorker",
+]
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as e:  # pragma: no cover - exercised only without ray
+        raise ImportError(
+            "RayExecutionPool needs Ray: install it with `pip install ray` (or `pip install \"ray[default]\"` "
+            "for the dashboard and cluster tooling)"
+        ) from e
+    return ray
+
+
+class ExecutionWorker:
+    """The body of one Ray actor: one env instance, executions one at a time.
+
+    Args:
+        env_fn: builds the env (called once, inside the actor's process).
+        worker_id: index of the worker in its pool.
+    """
+
+    def __init__(self, env_fn: Callable[[], gym.Env], worker_id: int) -> None:
+        import wmrl_envs  # noqa: F401  (registers the wmrl/* env ids inside the worker process)
+
+        self.env = env_fn()
+        self.worker_id = int(worker_id)
+        self.ledger = CostLedger()
+
+    def execute(self, action: Any, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any]:
+        """``reset(seed, options)`` then ``step(action)``; never raises.
+
+        Returns:
+            ``{"observation", "reward" (float or None = ungraded), "info" (dict), "seconds" (float,
+            wall-clock of the step), "worker" (int), "pid" (int), "error" (str or None)}``.
+        """
+        t0 = time.perf_counter()
+        try:
+            self.env.reset(seed=seed, options=options)
+            t0 = time.perf_counter()
+            obs, reward, _term, _trunc, info = self.env.step(action)
+            dt = time.perf_counter() - t0
+            info = dict(info)
+            graded = info.get("graded", True) is not False and reward is not None and math.isfinite(float(reward))
+            out_reward = float(reward) if graded else None
+            error = None
+        except Exception as e:  # a crashed execution is an ungraded rollout, not a dead worker
+            dt = time.perf_counter() - t0
+            obs, out_reward, info, error = None, None, {}, f"{type(e).__name__}: {e}"
+        self.ledger.add(EXECUTION, dt, 1)
+        return {
+            "observation": obs,
+            "reward": out_reward,
+            "info": info,
+            "seconds": dt,
+            "worker": self.worker_id,
+            "pid": os.getpid(),
+            "error": error,
+        }
+
+    def ledger_state(self) -> dict[str, Any]:
+        """This worker's :class:`CostLedger` state (``{source: {"count", "seconds"}}``)."""
+        return self.ledger.state_dict()
+
+    def ping(self) -> int:
+        """Returns the worker id (used to wait until the actor is up)."""
+        return self.worker_id
+
+
+@dataclass
+class GroupExecution:
+    """The real executions of one group (lists of length G, in the order of the actions).
+
+    Attributes:
+        rewards: real scores (float) or ``None`` (ungraded: the env said ``graded=False``,
+            the step raised, or the worker died).
+        observations: observations after the step (``None`` where it failed).
+        infos: the env's info dicts (``{}`` where it failed).
+        seconds: wall-clock seconds of each step, measured in the worker.
+        workers: index of the worker that ran each rollout (-1 if unknown).
+        errors: error text per rollout, ``None`` when it ran.
+        wall_seconds: seconds from submission to the moment the results were collected.
+    """
+
+    rewards: list[float | None]
+    observations: list[Any]
+    infos: list[dict[str, Any]]
+    seconds: list[float]
+    workers: list[int]
+    errors: list[str | None]
+    wall_seconds: float = 0.0
+
+
+class GroupExecutionFuture:
+    """Handle of a group submitted with :meth:`RayExecutionPool.execute_group`.
+
+    ``done()`` never blocks; ``result()`` blocks (up to ``timeout`` seconds) and records the
+    executions in the pool's ledger exactly once.
+    """
+
+    def __init__(self, pool: "RayExecutionPool", refs: list[Any], workers: list[int]) -> None:
+        self._pool = pool
+        self.refs = refs
+        self.assigned_workers = workers
+        self.submitted_at = time.perf_counter()
+        self._result: GroupExecution | None = None
+
+    def done(self) -> bool:
+        """``True`` when every rollout of the group has finished (non-blocking)."""
+        if self._result is not None:
+            return True
+        ready, _ = self._pool._ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
+        return len(ready) == len(self.refs)
+
+    def result(self, timeout: float | None = None) -> GroupExecution:
+        """The group's :class:`GroupExecution` (blocks until done).
+
+        Raises:
+            TimeoutError: not done within ``timeout`` seconds.
+        """
+        if self._result is not None:
+            return self._result
+        ray = self._pool._ray
+        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=timeout)
+        if len(ready) < len(self.refs):
+            raise TimeoutError(f"group execution not done after {timeout} s ({len(ready)}/{len(self.refs)} rollouts)")
+        outs: list[dict[str, Any]] = []
+        for ref, w in zip(self.refs, self.assigned_workers):
+            try:
+                outs.append(ray.get(ref))
+            except Exception as e:  # the actor died (RayActorError) or the task failed
+                outs.append({"observation": None, "reward": None, "info": {}, "seconds": 0.0, "worker": w,
+                             "pid": -1, "error": f"{type(e).__name__}: {e}"})
+        res = GroupExecution(
+            rewards=[o["reward"] for o in outs],
+            observations=[o["observation"] for o in outs],
+            infos=[o["info"] for o in outs],
+            seconds=[float(o["seconds"]) for o in outs],
+            workers=[int(o["worker"]) for o in outs],
+            errors=[o["error"] for o in outs],
+            wall_seconds=time.perf_counter() - self.submitted_at,
+        )
+        self._pool._settle(self, res)
+        self._result = res
+        return res
+
+
+class RayExecutionPool:
+    """A pool of Ray actors that execute rollouts of an expensive env, asynchronously.
+
+    Args:
+        env_fn: builds one env (e.g. ``functools.partial(AutoResearchEnv, tasks="train")``);
+            it is pickled to the workers, so on a multi-node cluster its module must be
+            importable there (a lambda or a closure defined in ``__main__`` is shipped by value).
+        num_workers: number of actors (each holds one env and runs one execution at a time).
+        ledger: the :class:`~wmrl_envs.core.CostLedger` that gets each execution's seconds
+            (source ``"execution"``, count 1 per rollout) when a group's results are collected
+            (default: a new one; pass the wrapper's ledger to keep one account).
+        num_cpus_per_worker: CPUs Ray reserves per actor (float; e.g. 1 for a one-core sandbox).
+        actor_options: more ``ActorClass.options(...)`` keyword arguments (``resources``,
+            ``runtime_env``, ``scheduling_strategy``, ``max_restarts`` ...).
+        ray_init_kwargs: keyword arguments for ``ray.init`` when Ray is not initialised yet
+            (e.g. ``{"address": "auto"}`` on a cluster; default: a local instance).
+        wait_ready: block until every actor has built its env (fail fast on a bad ``env_fn``).
+
+    Attributes:
+        ledger: the pool's ledger; ``num_workers``; ``n_submitted``/``n_completed`` (rollouts).
+
+    Raises:
+        ImportError: Ray is not installed.
+        ValueError: ``num_workers < 1``.
+
+    Example:
+        >>> from functools import partial
+        >>> from wmrl_envs.envs.guess import GuessEnv
+        >>> pool = RayExecutionPool(partial(GuessEnv), num_workers=2)   # doctest: +SKIP
+        >>> fut = pool.execute_group([[0.2], [0.4]], options={"target": 0.3})  # doctest: +SKIP
+        >>> fut.result().rewards                                          # doctest: +SKIP
+        [0.9, 0.9]
+    """
+
+    def __init__(
+        self,
+        env_fn: Callable[[], gym.Env],
+        num_workers: int = 2,
+        *,
+        ledger: CostLedger | None = None,
+        num_cpus_per_worker: float = 1.0,
+        actor_options: dict[str, Any] | None = None,
+        ray_init_kwargs: dict[str, Any] | None = None,
+        wait_ready: bool = True,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        ray = _import_ray()
+        self._ray = ray
+        if not ray.is_initialized():
+            ray.init(**(ray_init_kwargs or {}))
+        self.num_workers = int(num_workers)
+        self.ledger = ledger if ledger is not None else CostLedger()
+        opts = {"num_cpus": num_cpus_per_worker, **(actor_options or {})}
+        actor_cls = ray.remote(ExecutionWorker).options(**opts)
+        self._workers = [actor_cls.remote(env_fn, w) for w in range(self.num_workers)]
+        self._inflight: dict[Any, int] = {}  # ObjectRef -> worker index, until it finishes
+        self._load = [0] * self.num_workers
+        self.n_submitted = 0
+        self.n_completed = 0
+        self._closed = False
+        if wait_ready:
+            ray.get([w.ping.remote() for w in self._workers])
+
+    # ------------------------------------------------------------------ submission
+    def _refresh_load(self) -> None:
+        if not self._inflight:
+            return
+        refs = list(self._inflight)
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        for r in ready:
+            self._load[self._inflight.pop(r)] -= 1
+
+    def execute_group(
+        self, actions: Sequence[Any], *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> GroupExecutionFuture:
+        """Submit a group's G rollouts (``reset(seed, options)`` + ``step(action)`` each); returns at once.
+
+        Rollouts go to the least-loaded workers (executions queued per actor, not yet finished).
+
+        Args:
+            actions: the G actions (one per rollout).
+            seed, options: reset arguments shared by the group.
+
+        Returns:
+            A :class:`GroupExecutionFuture`.
+
+        Raises:
+            ValueError: empty ``actions``.
+            RuntimeError: the pool is closed.
+        """
+        if self._closed:
+            raise RuntimeError("the pool is closed")
+        if len(actions) == 0:
+            raise ValueError("execute_group() needs at least one action")
+        self._refresh_load()
+        refs, workers = [], []
+        for a in actions:
+            w = min(range(self.num_workers), key=lambda j: (self._load[j], j))
+            ref = self._workers[w].execute.remote(a, seed, options)
+            self._inflight[ref] = w
+            self._load[w] += 1
+            refs.append(ref)
+            workers.append(w)
+        self.n_submitted += len(actions)
+        return GroupExecutionFuture(self, refs, workers)
+
+    def _settle(self, fut: GroupExecutionFuture, res: GroupExecution) -> None:
+        for ref in fut.refs:
+            w = self._inflight.pop(ref, None)
+            if w is not None:
+                self._load[w] -= 1
+        for dt in res.seconds:
+            self.ledger.add(EXECUTION, dt, 1)
+        self.n_completed += len(res.seconds)
+
+    def wait(
+        self, futures: Iterable[GroupExecutionFuture], num_returns: int = 1, timeout: float | None = None
+    ) -> tuple[list[GroupExecutionFuture], list[GroupExecutionFuture]]:
+        """Block until ``num_returns`` of ``futures`` are done (or ``timeout`` seconds pass).
+
+        Returns:
+            ``(done, pending)`` lists of futures (``done`` may be shorter on timeout).
+        """
+        futures = list(futures)
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            done = [f for f in futures if f.done()]
+            pending = [f for f in futures if not f.done()]
+            if len(done) >= min(num_returns, len(futures)) or not pending:
+                return done, pending
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                return done, pending
+            refs = [r for f in pending for r in f.refs]
+            self._ray.wait(refs, num_returns=1, timeout=left if left is None else max(left, 0.0), fetch_local=False)
+
+    # ------------------------------------------------------------------ accounting / lifecycle
+    def worker_ledger(self) -> CostLedger:
+        """The actors' own ledgers merged into one (every execution they ran, collected or not)."""
+        total = CostLedger()
+        for state in self._ray.get([w.ledger_state.remote() for w in self._workers]):
+            part = CostLedger()
+            part.load_state_dict(state)
+            total.merge(part)
+        return total
+
+    def close(self) -> None:
+        """Kill the actors (Ray itself keeps running; pending executions are lost)."""
+        if self._closed:
+            return
+        for w in self._workers:
+            try:
+                self._ray.kill(w)
+            except Exception:
+                pass
+        self._closed = True
+
+    def __enter__(self) -> "RayExecutionPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- the shared WMRL path
+@dataclass
+class PendingGroup:
+    """A group submitted to :class:`AsyncAnchoredScorer` (routed and world-model scored).
+
+    Attributes:
+        group_id: running group index (shared counter of the wrapper).
+        route: ``"anchor"`` or ``"world_model"``.
+        raw_scores: world-model raw scores r̂ (G floats or ``None``).
+        predictions: the G :class:`~wmrl_envs.world_models.WorldModelPrediction`.
+        context: the reset observation the world model conditioned on.
+        future: the pool's future (anchor groups), else ``None``.
+        world_model_seconds: seconds of the batched world-model call.
+        result: the :class:`~wmrl_envs.wrappers.anchored.GroupRollout` once corrected.
+    """
+
+    group_id: int
+    route: Route
+    raw_scores: list[float | None]
+    predictions: list[Any]
+    context: Any
+    future: GroupExecutionFuture | None
+    world_model_seconds: float = 0.0
+    result: Any = None
+    _collected: bool = field(default=False, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        """``True`` when the real executions (if any) have finished."""
+        return self.future is None or self.future.done()
+
+
+class AsyncAnchoredScorer:
+    """Score groups like ``score_group``, with anchor executions running on a :class:`RayExecutionPool`.
+
+    Uses the wrapper's shared objects: its router and route schedule, its world model (one
+    batched ``predict`` per group, recorded in its ledger), its ``WMRLCorrector.correct_group``
+    and its group counter. The env inside the wrapper is only ``reset`` here (for the world
+    model's context); real steps run on the pool.
+
+    Args:
+        wrapper: an outcome-mode :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`.
+        pool: the execution pool (its ledger should be ``wrapper.ledger``; otherwise the
+            execution seconds are added to ``wrapper.ledger`` as well).
+        ordered: ``True`` (default): groups are corrected strictly in submission order (a
+            finished group waits for earlier anchor groups), so results equal the serial
+            ``score_group`` ones. ``False``: world-model groups are corrected at submission and
+            anchor groups as soon as their executions finish (lower latency; the debiaser sees
+            the pairs in completion order).
+
+    Raises:
+        ValueError: the wrapper is not in outcome mode.
+    """
+
+    def __init__(self, wrapper: Any, pool: RayExecutionPool, *, ordered: bool = True) -> None:
+        if getattr(wrapper, "mode", None) != "outcome":
+            raise ValueError("AsyncAnchoredScorer needs an outcome-mode AnchoredWorldModelWrapper")
+        self.wrapper = wrapper
+        self.pool = pool
+        self.ordered = bool(ordered)
+        self._queue: deque[PendingGroup] = deque()
+
+    @property
+    def n_pending(self) -> int:
+        """Groups submitted and not yet returned by :meth:`poll`/:meth:`collect`."""
+        return len(self._queue)
+
+    def submit(
+        self,
+        actions: Sequence[Any],
+        *,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        route: Route | None = None,
+    ) -> PendingGroup:
+        """Route and world-model-score a group now; anchor executions start on the pool.
+
+        Args:
+            actions: the G actions of the group.
+            seed, options: reset arguments shared by the group.
+            route: force ``"anchor"``/``"world_model"`` (bypasses the router).
+
+        Returns:
+            A :class:`PendingGroup` (returned before any real execution finishes).
+
+        Raises:
+            ValueError: empty ``actions``, unknown ``route``, or a world-model route without a
+                world model.
+        """
+        w = self.wrapper
+        if len(actions) == 0:
+            raise ValueError("submit() needs at least one action")
+        if route is not None and route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
+        g = len(actions)
+        ctx, _ = w.env.reset(seed=seed, options=options)  # same order as score_group: reset, predict, route
+        preds: list[Any] = []
+        wm_secs = 0.0
+        if w.world_model is not None:
+            t0 = time.perf_counter()
+            preds = w._predict([ctx] * g, list(actions))
+            wm_secs = time.perf_counter() - t0
+        r: Route = route if route is not None else (w._next_route() if w.training else w.eval_route)
+        if w.world_model is None and r == WORLD_MODEL:
+            raise ValueError("this wrapper has no world model; only route='anchor' is possible")
+        group_id = w.n_groups_started
+        w.n_groups_started += 1
+        raw = [p.score for p in preds] if preds else [None] * g
+        fut = self.pool.execute_group(list(actions), seed=seed, options=options) if r == ANCHOR else None
+        pending = PendingGroup(group_id, r, raw, preds, ctx, fut, wm_secs)
+        self._queue.append(pending)
+        if not self.ordered and fut is None:
+            self._complete(pending)
+        return pending
+
+    def _complete(self, p: PendingGroup) -> None:
+        """Run the group's correction (its real scores have arrived, or it has none)."""
+        from wmrl_envs.wrappers.anchored import GroupRollout
+
+        w = self.wrapper
+        g = len(p.raw_scores)
+        real: list[float | None] | None = None
+        exec_secs = 0.0
+        if p.future is not None:
+            res = p.future.result()
+            real = list(res.rewards)
+            observations = list(res.observations)
+            infos = [dict(i) for i in res.infos]
+            for k, err in enumerate(res.errors):
+                if err is not None:
+                    infos[k]["error"] = err
+            exec_secs = float(sum(res.seconds))
+            if self.pool.ledger is not w.ledger:
+                for dt in res.seconds:
+                    w.ledger.add(EXECUTION, dt, 1)
+        else:
+            import copy
+
+            observations = [
+                copy.deepcopy(pr.observation if pr.observation is not None else p.context) for pr in p.predictions
+            ] or [copy.deepcopy(p.context)] * g
+            infos = [{"feedback": pr.feedback, "status": pr.status} for pr in p.predictions] or [{} for _ in range(g)]
+        corr = w.corrector.correct_group(p.route, p.raw_scores, real, p.group_id)
+        for i in range(g):
+            infos[i]["wmrl"] = {
+                "route": p.route,
+                "group_id": p.group_id,
+                "episode_in_group": i,
+                "raw_score": corr.raw_scores[i],
+                "calibrated_score": corr.calibrated_scores[i],
+                "real_score": corr.real_scores[i],
+                "graded": corr.rewards[i] is not None,
+                "advantage_weight": corr.advantage_weight,
+            }
+        w.n_episodes += g
+        p.result = GroupRollout(
+            p.group_id, p.route, corr.rewards, corr.advantage_weight, corr, observations, infos,
+            list(p.predictions), exec_secs, p.world_model_seconds,
+        )
+
+    def poll(self) -> list[Any]:
+        """Correct and return the groups that can be completed now (never blocks).
+
+        Returns:
+            :class:`~wmrl_envs.wrappers.anchored.GroupRollout` objects (submission order when
+            ``ordered``; otherwise completion order).
+        """
+        out: list[Any] = []
+        if self.ordered:
+            while self._queue and self._queue[0].ready:
+                p = self._queue.popleft()
+                self._complete(p)
+                out.append(p.result)
+            return out
+        keep: deque[PendingGroup] = deque()
+        for p in self._queue:
+            if p.result is None and p.ready:
+                self._complete(p)
+            if p.result is not None:
+                out.append(p.result)
+            else:
+                keep.append(p)
+        self._queue = keep
+        return out
+
+    def collect(self, n: int | None = None, timeout: float | None = None) -> list[Any]:
+        """Block until ``n`` more groups (default: all pending) are corrected, and return them.
+
+        Args:
+            n: groups to return at least (fewer only on timeout).
+            timeout: seconds to wait at most (``None``: no limit).
+
+        Returns:
+            A list of :class:`~wmrl_envs.wrappers.anchored.GroupRollout`.
+        """
+        want = self.n_pending if n is None else min(n, self.n_pending)
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        out = self.poll()
+        while len(out) < want:
+            waiting = [p.future for p in self._queue if p.future is not None and not p.ready]
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                break
+            if waiting:
+                self.pool.wait(waiting, num_returns=1, timeout=left)
+            out.extend(self.poll())
+        return out

@@ -1,0 +1,999 @@
+"""``AnchoredWorldModelVectorWrapper``: the WMRL wrapper for Gymnasium vector envs.
+
+The vector twin of :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`, for RL
+loops that step a ``gymnasium.vector.VectorEnv`` (``SyncVectorEnv``, ``AsyncVectorEnv``, any
+autoreset mode). It shares the method's objects — one :class:`~wmrl_envs.core.AnchorRouter`
+(whole groups are routed), one :class:`~wmrl_envs.core.WMRLCorrector` (debiasing and ρ via
+``correct_group``) and one :class:`~wmrl_envs.core.CostLedger` — and does the same
+bookkeeping as the per-episode wrapper, laid out over sub-envs:
+
+* **groups** — sub-envs ``[k*G, (k+1)*G)`` form group ``k`` (``num_envs`` must be a multiple
+  of ``G = group_size``). The n-th episode of every member of group ``k`` belongs to the
+  group's *generation* n; a generation is what GRPO calls a group (G rollouts of one task).
+  Its route is drawn from the shared router when its first member starts episode n, all its
+  members share that route, and its correction (``correct_group``: pairs, ρ) runs when all G
+  episodes of the generation are done. Members may run ahead of each other (episodes of
+  different lengths): each generation is tracked until its last member finishes.
+* **tasks** — ``task_fn(k, n) -> (seed, options)`` gives the reset arguments of generation n of
+  group k, so that the G members of a generation start from the same task even when the vector
+  env autoresets them (autoresets call ``reset()`` without arguments). Without ``task_fn``
+  the reset arguments are the caller's; ``reset(seed=int)`` then seeds sub-env ``i`` of group
+  ``k`` with ``seed + k`` (not ``seed + i``), so that the members of a group start alike.
+* **outcome mode** — the expensive inner ``step`` must not run on world-model routes, but a
+  vector env steps every sub-env. Each sub-env therefore carries a small
+  :class:`RoutedSubEnv` wrapper (outermost; :func:`make_vector_env` applies it): before a
+  step, the vector wrapper sends every sub-env whose plan changed its route (and next reset
+  arguments) with ``VectorEnv.set_attr("wmrl_plan", [...])`` — one round trip, also across
+  processes for ``AsyncVectorEnv`` — and on a world-model route :class:`RoutedSubEnv` returns
+  a placeholder transition *without calling the inner step*. The vector wrapper then runs ONE
+  batched world-model ``predict`` over the sub-envs that stepped, replaces the placeholders by
+  the predicted observation (when the world model predicts one) and pays the calibrated score
+  ``f̂(r̂)`` at the episode's end (``episode_steps`` steps, as in the per-episode wrapper).
+  Anchor sub-envs step for real, and the world model also scores them (the anchor pairs).
+* **reward mode** — every sub-env steps (the dynamics are cheap); the world model scores
+  each finished episode's :class:`~wmrl_envs.world_models.Trajectory` (one batched
+  ``predict`` per vector step over the episodes that finished in it); on world-model routes
+  the per-step real rewards are replaced by 0 and the episode's last step pays ``f̂(r̂)``, and
+  the ``withheld_info_keys`` (``success``...) are removed from the infos (value cleared, mask
+  ``False``); anchors pay the real reward and feed the pairs.
+
+``info["wmrl"]`` follows Gymnasium's dict-of-arrays convention (every key ``k`` has a boolean
+mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVectorWrapper.step`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import concatenate, create_empty_array, iterate
+
+from wmrl_envs.core import (
+    ANCHOR,
+    EXECUTION,
+    WORLD_MODEL,
+    WORLD_MODEL_SOURCE,
+    AnchorRouter,
+    AnchorWeighter,
+    CostLedger,
+    IsotonicDebiaser,
+    Route,
+    WMRLCorrector,
+)
+from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
+
+__all__ = ["AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
+
+PLAN_ATTR = "wmrl_plan"
+"""Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
+
+EXEC_SECONDS_KEY = "wmrl_exec_seconds"
+"""Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
+vector wrapper moves it into its ledger and removes it from the infos)."""
+
+TaskFn = Callable[[int, int], "tuple[int | None, dict[str, Any] | None]"]
+
+
+class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Per-sub-env switch that skips the inner ``step`` on world-model routes (outcome mode).
+
+    Put it OUTERMOST on every sub-env of a vector env wrapped by
+    :class:`AnchoredWorldModelVectorWrapper` (:func:`make_vector_env` does). It holds a
+    *plan* the vector wrapper sets with ``VectorEnv.set_attr`` before a step/reset:
+    ``wmrl_plan = (route, seed, options)``:
+
+    * ``route == "world_model"``: ``step`` does NOT call the inner env; it returns
+      ``(last_observation, 0.0, t >= episode_steps, False, {})`` (a placeholder the vector
+      wrapper replaces by the world model's prediction). Any other route (``"anchor"``,
+      ``None``): the inner ``step`` runs and ``info["wmrl_exec_seconds"]`` gets its
+      wall-clock seconds (float).
+    * ``seed``/``options``: used by ``reset`` when the caller gives none (an autoreset, or
+      ``reset(options={"reset_mask": ...})`` whose remaining options are empty).
+
+    Without a plan (``None``) the wrapper is transparent.
+
+    Args:
+        env: the sub-env (the expensive one).
+        episode_steps: steps after which a world-model episode terminates (the vector wrapper
+            overwrites it with its own ``episode_steps``).
+
+    Attributes:
+        inner_step_calls: real inner ``step`` calls (int).
+        skipped_steps: steps answered without the inner env (int).
+    """
+
+    def __init__(self, env: gym.Env, episode_steps: int = 1) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, episode_steps=episode_steps)
+        gym.Wrapper.__init__(self, env)
+        if episode_steps < 1:
+            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
+        self.wmrl_plan: tuple[Route | None, int | None, dict[str, Any] | None] | None = None
+        self.wmrl_episode_steps = int(episode_steps)
+        self.inner_step_calls = 0
+        self.skipped_steps = 0
+        self._last_obs: Any = None
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset the inner env; missing ``seed``/empty ``options`` come from the plan."""
+        plan = self.wmrl_plan
+        if plan is not None:
+            if seed is None:
+                seed = plan[1]
+            if not options:
+                options = plan[2]
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._last_obs = obs
+        self._t = 0
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Real inner step, or (world-model route) a placeholder without calling the inner env."""
+        self._t += 1
+        plan = self.wmrl_plan
+        if plan is not None and plan[0] == WORLD_MODEL:
+            self.skipped_steps += 1
+            return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps, False, {}
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        dt = time.perf_counter() - t0
+        self.inner_step_calls += 1
+        self._last_obs = obs
+        info = dict(info)
+        info[EXEC_SECONDS_KEY] = dt
+        return obs, reward, terminated, truncated, info
+
+
+def make_vector_env(
+    env_fn: Callable[[], gym.Env],
+    num_envs: int,
+    *,
+    vectorization: Literal["sync", "async"] = "sync",
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+    episode_steps: int = 1,
+    **vector_kwargs: Any,
+) -> VectorEnv:
+    """A ``SyncVectorEnv``/``AsyncVectorEnv`` of ``num_envs`` copies of ``env_fn()``, each
+    wrapped (outermost) in :class:`RoutedSubEnv`, ready for :class:`AnchoredWorldModelVectorWrapper`.
+
+    Args:
+        env_fn: builds one sub-env (for ``"async"`` it must be picklable by cloudpickle).
+        num_envs: number of sub-envs (a multiple of the wrapper's ``group_size``).
+        vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its string value).
+        episode_steps: steps of a world-model episode (the wrapper sets its own value anyway).
+        **vector_kwargs: passed to the vector env's constructor (e.g. ``shared_memory``).
+
+    Returns:
+        The vector env.
+
+    Raises:
+        ValueError: unknown ``vectorization`` or ``num_envs < 1``.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    fns = [_RoutedFactory(env_fn, episode_steps) for _ in range(num_envs)]
+    if vectorization == "sync":
+        return SyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
+    if vectorization == "async":
+        return AsyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
+    raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+
+
+class _RoutedFactory:
+    """Picklable ``lambda: RoutedSubEnv(env_fn(), episode_steps)``."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env], episode_steps: int) -> None:
+        self.env_fn = env_fn
+        self.episode_steps = episode_steps
+
+    def __call__(self) -> RoutedSubEnv:
+        return RoutedSubEnv(self.env_fn(), self.episode_steps)
+
+
+@dataclass
+class _Generation:
+    """Bookkeeping of one group generation (G episodes, one per member)."""
+
+    group_index: int
+    generation: int
+    group_id: int | None
+    route: Route
+    rho: float
+    evaluating: bool
+    raw: list[float | None]
+    real: list[float | None]
+    finished: list[bool]
+    abandoned: bool = False
+    members_left: int = 0
+
+
+@dataclass
+class _Episode:
+    """Per-sub-env accumulators of the running episode."""
+
+    steps: int = 0
+    raw_steps: list[float] = field(default_factory=list)
+    raw_graded: bool = True
+    real_return: float = 0.0
+    real_graded: bool = True
+    traj: Trajectory | None = None
+
+
+class AnchoredWorldModelVectorWrapper(VectorWrapper):
+    """Route whole groups of sub-env episodes to real execution (anchors) or a world model.
+
+    Args:
+        env: the vector env (``num_envs`` a multiple of ``group_size``). Outcome mode needs a
+            :class:`RoutedSubEnv` outermost on every sub-env (:func:`make_vector_env`); reward
+            mode needs it only with ``task_fn`` (otherwise plain sub-envs work, and execution
+            seconds are the vector step's wall-clock).
+        world_model: batched ``predict(contexts, actions)``; ``None`` only with
+            ``anchor_fraction=1``.
+        anchor_fraction: target share of group generations routed to real execution.
+        group_size: G, sub-envs per group.
+        mode: ``"outcome"`` or ``"reward"`` (see the module docstring).
+        groups_per_step: groups per block of the anchor schedule (default
+            ``ceil(1 / anchor_fraction)``, as in the per-episode wrapper).
+        min_anchor_groups: anchors per block at least (default 1).
+        episode_steps: outcome mode: steps after which a world-model episode terminates.
+        episode_score: outcome mode: per-step world-model scores → episode score
+            (``"max"``, ``"last"`` or ``"sum"``).
+        task_fn: ``task_fn(group_index, generation) -> (seed, options)``: the reset arguments
+            shared by the G episodes of a generation (called once per generation, cached).
+        corrector, debiaser_kwargs, weighter_kwargs, seed, ledger: as in
+            :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (``seed`` seeds the
+            router).
+        eval_route: route of every generation started while ``training`` is ``False``.
+        withheld_info_keys: reward mode: info keys withheld on world-model routes.
+
+    Attributes:
+        router, corrector, ledger: the shared method objects.
+        autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
+        n_groups_started: group generations routed so far (int); ``group_id`` counter.
+        n_generations_completed: generations whose correction ran (int).
+        n_generations_abandoned: generations dropped by a reset before all members finished.
+        n_episodes: episodes finished (int).
+        n_plan_updates: ``set_attr`` round trips that sent routes/tasks to the sub-envs (int).
+
+    Raises:
+        ValueError: invalid arguments, ``num_envs`` not a multiple of ``group_size``, or (outcome
+            mode / ``task_fn``) sub-envs without :class:`RoutedSubEnv`.
+        TypeError: ``env`` is not a ``gymnasium.vector.VectorEnv``.
+
+    Example:
+        >>> import numpy as np
+        >>> from wmrl_envs.envs.guess import GuessEnv
+        >>> from wmrl_envs.world_models import WorldModelPrediction
+        >>> class EchoWM:
+        ...     def predict(self, contexts, actions):
+        ...         return [WorldModelPrediction(score=float(a[0])) for a in actions]
+        >>> venv = make_vector_env(GuessEnv, 4)
+        >>> env = AnchoredWorldModelVectorWrapper(venv, EchoWM(), anchor_fraction=0.5, group_size=2)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs, rew, term, trunc, info = env.step(np.full((4, 1), 0.5, np.float32))
+        >>> info["wmrl"]["route"].tolist()[:2] == [info["wmrl"]["route"][0]] * 2
+        True
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        world_model: WorldModel | None,
+        anchor_fraction: float = 0.1,
+        group_size: int = 8,
+        *,
+        mode: Literal["outcome", "reward"] = "outcome",
+        groups_per_step: int | None = None,
+        min_anchor_groups: int = 1,
+        episode_steps: int = 1,
+        episode_score: Literal["max", "last", "sum"] = "max",
+        task_fn: TaskFn | None = None,
+        corrector: WMRLCorrector | None = None,
+        debiaser_kwargs: dict[str, Any] | None = None,
+        weighter_kwargs: dict[str, Any] | None = None,
+        seed: int = 0,
+        ledger: CostLedger | None = None,
+        eval_route: Route = ANCHOR,
+        withheld_info_keys: Sequence[str] = ("success", "is_success"),
+    ) -> None:
+        super().__init__(env)
+        if mode not in ("outcome", "reward"):
+            raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
+        if env.num_envs % group_size != 0:
+            raise ValueError(
+                f"num_envs={env.num_envs} is not a multiple of group_size={group_size}; sub-envs "
+                "[k*G, (k+1)*G) form group k — use num_envs = (number of groups) * group_size"
+            )
+        if episode_steps < 1:
+            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
+        if episode_score not in ("max", "last", "sum"):
+            raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
+        if not (isinstance(anchor_fraction, (int, float)) and 0.0 <= anchor_fraction <= 1.0):
+            raise ValueError(f"anchor_fraction must be a number in [0, 1], got {anchor_fraction!r}")
+        if world_model is None and anchor_fraction != 1.0:
+            raise ValueError(
+                "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
+                f"for real); got anchor_fraction={anchor_fraction}. Pass a world model."
+            )
+        if world_model is not None and not callable(getattr(world_model, "predict", None)):
+            raise ValueError(
+                f"world_model must have a predict(contexts, actions) method, got {type(world_model).__name__}"
+            )
+        if eval_route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"eval_route must be 'anchor' or 'world_model', got {eval_route!r}")
+        if groups_per_step is None:
+            groups_per_step = 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
+        if groups_per_step < 1:
+            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        if corrector is None:
+            corrector = WMRLCorrector(
+                IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {}))
+            )
+        elif debiaser_kwargs or weighter_kwargs:
+            raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+        mode_meta = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = mode_meta if isinstance(mode_meta, AutoresetMode) else AutoresetMode(mode_meta)
+
+        self.world_model = world_model
+        self.group_size = int(group_size)
+        self.n_groups = env.num_envs // self.group_size
+        self.mode = mode
+        self.groups_per_step = int(groups_per_step)
+        self.episode_steps = int(episode_steps)
+        self.episode_score = episode_score
+        self.task_fn = task_fn
+        self.eval_route: Route = eval_route
+        self.withheld_info_keys = tuple(withheld_info_keys)
+        self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
+        self.corrector = corrector
+        self.ledger = ledger if ledger is not None else CostLedger()
+
+        self._routed = self._has_routed_sub_envs()
+        if mode == "outcome" and not self._routed:
+            raise ValueError(
+                "outcome mode needs a RoutedSubEnv (wmrl_envs.wrappers.vector) outermost on every sub-env, "
+                "so that world-model routes skip the expensive inner step: build the vector env with "
+                "make_vector_env(env_fn, num_envs) or wrap each env_fn's env in RoutedSubEnv"
+            )
+        if task_fn is not None and not self._routed:
+            raise ValueError(
+                "task_fn needs a RoutedSubEnv on every sub-env (it passes the group's reset arguments "
+                "to autoresets): build the vector env with make_vector_env(env_fn, num_envs)"
+            )
+        self._use_plans = self._routed and (mode == "outcome" or task_fn is not None)
+        if self._routed:
+            self.env.set_attr("wmrl_episode_steps", [self.episode_steps] * self.num_envs)
+
+        n = self.num_envs
+        self._route_queue: list[Route] = []
+        self._gens: dict[tuple[int, int], _Generation] = {}
+        self._gen_counter = [0] * self.n_groups  # next generation index per group
+        self._tasks: dict[tuple[int, int], tuple[int | None, dict[str, Any] | None]] = {}
+        self._ep_index = np.zeros(n, dtype=np.int64)  # generation of each sub-env's current/next episode
+        self._running = np.zeros(n, dtype=bool)  # reset into _ep_index (False: waiting for a reset)
+        self._pending_reset = np.zeros(n, dtype=bool)  # NEXT_STEP: the next step resets the sub-env
+        self._episodes = [_Episode() for _ in range(n)]
+        self._ctx: list[Any] = [None] * n
+        self._ctx_predicted = np.zeros(n, dtype=bool)
+        self._plans: list[tuple[Route | None, int | None, dict[str, Any] | None] | None] = [None] * n
+        self._sent_plans: list[Any] = [object()] * n
+        self._started = False
+        self.n_groups_started = 0
+        self.n_generations_completed = 0
+        self.n_generations_abandoned = 0
+        self.n_episodes = 0
+        self.n_plan_updates = 0
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def training(self) -> bool:
+        """``False`` = evaluation: corrections frozen, new generations routed to ``eval_route``."""
+        return self.corrector.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self.corrector.training = value
+
+    @property
+    def rho(self) -> float:
+        """Current anchor weight ρ (float)."""
+        return self.corrector.rho
+
+    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+        """Draw the routes of the next ``n_groups`` group generations now (see the per-episode wrapper)."""
+        routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
+        self._route_queue = list(routes)
+        return routes
+
+    # ------------------------------------------------------------------ helpers
+    def _has_routed_sub_envs(self) -> bool:
+        # ``has_wrapper_attr`` exists on every env, so the probe cannot fail (a failing
+        # ``get_attr`` would shut the AsyncVectorEnv worker down)
+        try:
+            return all(bool(x) for x in self.env.call("has_wrapper_attr", PLAN_ATTR))
+        except AttributeError:  # a vector env whose sub-envs are not gymnasium.Env
+            return False
+
+    def _next_route(self) -> Route:
+        if not self._route_queue:
+            self._route_queue = list(self.router.route_step(self.groups_per_step))
+        return self._route_queue.pop(0)
+
+    def _task(self, k: int, gen: int) -> tuple[int | None, dict[str, Any] | None]:
+        if self.task_fn is None:
+            return (None, None)
+        key = (k, gen)
+        if key not in self._tasks:
+            out = self.task_fn(k, gen)
+            if out is None:
+                out = (None, None)
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise TypeError(f"task_fn must return a (seed, options) tuple, got {out!r}")
+            self._tasks[key] = (out[0], out[1])
+        return self._tasks[key]
+
+    def _start_generation(self, k: int, gen: int) -> _Generation:
+        key = (k, gen)
+        rec = self._gens.get(key)
+        if rec is not None:
+            return rec
+        evaluating = not self.training
+        if evaluating:
+            route, group_id = self.eval_route, None
+        else:
+            route = self._next_route()
+            group_id = self.n_groups_started
+            self.n_groups_started += 1
+        if self.world_model is None and route == WORLD_MODEL:
+            raise ValueError("this wrapper has no world model; only the 'anchor' route is possible")
+        g = self.group_size
+        rec = _Generation(k, gen, group_id, route, self.corrector.rho, evaluating, [None] * g, [None] * g, [False] * g, members_left=g)
+        self._gens[key] = rec
+        self._gen_counter[k] = max(self._gen_counter[k], gen + 1)
+        return rec
+
+    def _gen_of(self, i: int) -> _Generation:
+        return self._gens[(i // self.group_size, int(self._ep_index[i]))]
+
+    def _update_plan(self, i: int) -> None:
+        if not self._use_plans:
+            return
+        k = i // self.group_size
+        gen = int(self._ep_index[i])
+        route = self._gens[(k, gen)].route if self.mode == "outcome" else None
+        # same-step autoreset resets inside the step that ends the episode: it needs the NEXT task
+        task_gen = gen + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else gen
+        seed, options = self._task(k, task_gen)
+        self._plans[i] = (route, seed, options)
+
+    def _flush_plans(self) -> None:
+        if not self._use_plans:
+            return
+        if any(p != s for p, s in zip(self._plans, self._sent_plans)):
+            self.env.set_attr(PLAN_ATTR, list(self._plans))
+            self._sent_plans = list(self._plans)
+            self.n_plan_updates += 1
+
+    def _new_episode(self, i: int, obs: Any) -> None:
+        self._episodes[i] = _Episode(traj=Trajectory(observations=[obs]) if self.mode == "reward" else None)
+        self._ctx[i] = obs
+        self._ctx_predicted[i] = False
+
+    def _aggregate(self, scores: list[float]) -> float:
+        if self.episode_score == "max":
+            return max(scores)
+        if self.episode_score == "last":
+            return scores[-1]
+        return float(sum(scores))
+
+    def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
+        assert self.world_model is not None
+        t0 = time.perf_counter()
+        preds = list(self.world_model.predict(list(contexts), list(actions)))
+        dt = time.perf_counter() - t0
+        if len(preds) != len(actions):
+            raise RuntimeError(
+                f"world model {type(self.world_model).__name__} returned {len(preds)} predictions "
+                f"for {len(actions)} actions; predict() must return one per action"
+            )
+        bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
+        if bad is not None:
+            raise TypeError(
+                f"world model {type(self.world_model).__name__} returned a {type(bad).__name__}; "
+                "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
+            )
+        self.ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
+        return preds
+
+    def _abandon(self, i: int) -> None:
+        """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
+        rec = self._gens.get((i // self.group_size, int(self._ep_index[i])))
+        if rec is None:
+            return
+        rec.abandoned = True
+        rec.members_left -= 1
+        self._retire(rec)
+
+    def _retire(self, rec: _Generation) -> None:
+        if rec.members_left > 0:
+            return
+        del self._gens[(rec.group_index, rec.generation)]
+        if rec.abandoned:
+            self.n_generations_abandoned += 1
+        for key in [key for key in self._tasks if key[0] == rec.group_index and key[1] <= rec.generation]:
+            del self._tasks[key]
+
+    # ------------------------------------------------------------------ gym API
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all sub-envs (a new generation for every group), or those in ``options["reset_mask"]``.
+
+        A full reset abandons the unfinished generations (no pairs, no correction); the routes of
+        those of which no episode had finished go back to the front of the route queue. With
+        ``options={"reset_mask": mask}`` (``np.bool_`` array of shape ``(num_envs,)``; needed
+        with ``AutoresetMode.DISABLED``) only the masked sub-envs start their next episode; a
+        masked sub-env whose episode was still running abandons it (its generation gets no
+        correction).
+
+        Args:
+            seed: ``None``, an int (sub-env ``i`` of group ``k`` gets ``seed + k``) or a list of
+                ``num_envs`` seeds; overrides ``task_fn``'s seed for this reset.
+            options: reset options (overrides ``task_fn``'s for this reset), may hold
+                ``"reset_mask"``.
+
+        Returns:
+            ``(observations, infos)``; ``infos["wmrl"]`` as in :meth:`step` (route, group ids).
+        """
+        n, g = self.num_envs, self.group_size
+        options = dict(options) if options is not None else None
+        mask = options.get("reset_mask") if options is not None else None
+        if isinstance(seed, (int, np.integer)):
+            seed = [int(seed) + i // g for i in range(n)]
+        if mask is None or not self._started:
+            if mask is not None:
+                options.pop("reset_mask")
+                if not options:
+                    options = None
+            requeue: list[Route] = []
+            for key in sorted(self._gens):  # unfinished generations are abandoned
+                rec = self._gens[key]
+                if not rec.evaluating and not any(rec.finished):
+                    requeue.append(rec.route)  # its route was never used: give it back
+                self.n_generations_abandoned += 1
+            self._gens.clear()
+            self._tasks.clear()
+            self._route_queue = requeue + self._route_queue
+            for k in range(self.n_groups):
+                gen = self._gen_counter[k]
+                self._start_generation(k, gen)
+                for i in range(k * g, (k + 1) * g):
+                    self._ep_index[i] = gen
+                    self._running[i] = False
+                    self._pending_reset[i] = False
+                    self._update_plan(i)
+            self._flush_plans()
+            obs, infos = self.env.reset(seed=seed, options=options)
+            reset_idx = list(range(n))
+        else:
+            mask = np.asarray(mask, dtype=bool)
+            for i in np.flatnonzero(mask):
+                if self._running[i]:  # a running episode is abandoned
+                    self._abandon(int(i))
+                    self._ep_index[i] += 1
+                    self._start_generation(i // g, int(self._ep_index[i]))
+                self._running[i] = False
+                self._pending_reset[i] = False
+                self._update_plan(int(i))
+            self._flush_plans()
+            obs, infos = self.env.reset(seed=seed, options=options)
+            reset_idx = [int(i) for i in np.flatnonzero(mask)]
+        self._started = True
+        obs_list = list(iterate(self.observation_space, obs))
+        for i in reset_idx:
+            self._running[i] = True
+            self._new_episode(i, _copy(obs_list[i]))
+            self._update_plan(i)
+        infos = dict(infos)
+        infos["wmrl"] = self._base_info()
+        infos["wmrl"]["episode_start"] = _bool_array(n, reset_idx)
+        infos["wmrl"]["_episode_start"] = np.ones(n, dtype=bool)
+        return obs, infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every sub-env; world-model routes are scored by the world model.
+
+        Args:
+            actions: batched actions (``action_space``).
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)`` as the vector env
+            returns them (rewards ``float64 (num_envs,)``), with world-model routes' rewards and
+            observations replaced, withheld keys cleared, and ``infos["wmrl"]``: a dict of
+            arrays of shape ``(num_envs,)`` with ``_key`` masks —
+
+            * always present (mask all ``True``): ``route`` (object: ``"anchor"`` /
+              ``"world_model"``), ``group_index`` and ``generation`` and ``episode_in_group``
+              (int64), ``advantage_weight`` (float64: ρ known when the generation was routed on
+              anchors, 1.0 on world-model routes), ``rho`` (float64, current ρ),
+              ``episode_start`` (bool: the sub-env was reset in this step, next-step autoreset),
+              ``group_complete`` (bool: this sub-env's episode completed its generation and the
+              correction ran);
+            * ``group_id`` (int64; masked off while evaluating);
+            * at the step that ends an episode (outcome mode also at every step, for
+              ``raw_score``): ``raw_score``, ``calibrated_score``, ``real_score`` (float64;
+              masked off when missing: not graded, or ``real_score`` on world-model routes),
+              ``graded`` (bool; ``False`` = ungraded rollout: drop it, do not train on a zero);
+            * ``group_disagreement`` (float64) where ``group_complete`` and ``s²`` was defined;
+            * outcome mode, world-model routes: ``feedback``, ``status`` (object) of the prediction.
+
+            With same-step autoreset the ``wmrl`` entries of a sub-env whose episode ended
+            describe the ended episode (its route, scores), like the reward returned with them.
+
+        Raises:
+            RuntimeError: ``step`` before ``reset``, or (disabled autoreset) a sub-env whose
+                episode ended was not reset with ``reset(options={"reset_mask": ...})``.
+        """
+        if not self._started:
+            raise RuntimeError("step() called before reset(); call reset() first")
+        n, g = self.num_envs, self.group_size
+        waiting = ~self._running & ~self._pending_reset
+        if waiting.any():
+            raise RuntimeError(
+                f"sub-envs {np.flatnonzero(waiting).tolist()} ended their episodes and wait for a reset: "
+                "with AutoresetMode.DISABLED call reset(options={'reset_mask': mask}) first"
+            )
+        self._flush_plans()
+        resetting = self._pending_reset.copy()
+        t0 = time.perf_counter()
+        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        wall = time.perf_counter() - t0
+        rewards = np.array(rewards, dtype=np.float64, copy=True)
+        terms = np.asarray(terms, dtype=bool)
+        truncs = np.asarray(truncs, dtype=bool)
+        done = terms | truncs
+        infos = dict(infos)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        final_info = infos.get("final_info") if same_step else None
+        stepped = [i for i in range(n) if not resetting[i]]
+
+        # ---- execution cost: RoutedSubEnv reports each real step's seconds
+        exec_secs, exec_count = 0.0, 0
+        for d in (infos, final_info):
+            if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
+                m = d.pop("_" + EXEC_SECONDS_KEY)
+                exec_secs += float(np.sum(np.asarray(d.pop(EXEC_SECONDS_KEY))[m]))
+                exec_count += int(np.sum(m))
+        if self._routed:
+            if exec_count:
+                self.ledger.add(EXECUTION, exec_secs, exec_count)
+        elif stepped:
+            self.ledger.add(EXECUTION, wall, len(stepped))
+
+        act_list = list(iterate(self.action_space, actions)) if stepped else []
+        obs_list = list(iterate(self.observation_space, obs))
+        final_obs = infos.get("final_obs") if same_step else None
+
+        def step_info(i: int) -> dict[str, Any] | None:
+            return final_info if (same_step and done[i] and isinstance(final_info, dict)) else infos
+
+        # ---- world model: ONE batched predict for this vector step
+        batch_idx: list[int] = []
+        batch_ctx: list[Any] = []
+        batch_act: list[Any] = []
+        for i in stepped:
+            rec = self._gen_of(i)
+            ep = self._episodes[i]
+            ep.steps += 1
+            use_wm = self.world_model is not None and (not rec.evaluating or rec.route == WORLD_MODEL)
+            if self.mode == "outcome":
+                if use_wm:
+                    batch_idx.append(i)
+                    batch_ctx.append(self._ctx[i])
+                    batch_act.append(act_list[i])
+            else:
+                assert ep.traj is not None
+                last = final_obs[i] if (same_step and done[i] and final_obs is not None) else obs_list[i]
+                ep.traj.actions.append(_copy(act_list[i]))
+                ep.traj.observations.append(_copy(last))
+                if done[i] and use_wm:
+                    batch_idx.append(i)
+                    batch_ctx.append(ep.traj.observations[0])
+                    batch_act.append(Trajectory(list(ep.traj.observations), list(ep.traj.actions), True))
+        preds: dict[int, WorldModelPrediction] = {}
+        if batch_idx:
+            for i, p in zip(batch_idx, self._predict(batch_ctx, batch_act)):
+                preds[i] = p
+
+        w = _InfoBuilder(n)
+        replacements: dict[int, Any] = {}
+        completed: list[int] = []
+        ended: dict[int, list[tuple[int, float | None]]] = {}
+        for i in stepped:
+            rec = self._gen_of(i)
+            ep = self._episodes[i]
+            route = rec.route
+            p = preds.get(i)
+            src = step_info(i)
+            real_r = float(rewards[i])
+            graded_flag = _info_get(src, "graded", i)
+            if graded_flag is False or not math.isfinite(real_r):
+                ep.real_graded = False
+            else:
+                ep.real_return += real_r
+            raw_ep: float | None = None
+            if self.mode == "outcome":
+                if p is not None:
+                    if p.score is None or not math.isfinite(float(p.score)):
+                        ep.raw_graded = False
+                    else:
+                        ep.raw_steps.append(float(p.score))
+                raw_ep = self._aggregate(ep.raw_steps) if (ep.raw_steps and ep.raw_graded) else None
+                if route == WORLD_MODEL:
+                    rewards[i] = 0.0
+                    new_obs = None
+                    if p is not None and p.observation is not None:
+                        new_obs = copy.deepcopy(p.observation)
+                    elif self._ctx_predicted[i]:
+                        new_obs = copy.deepcopy(self._ctx[i])
+                    if new_obs is not None:
+                        if same_step and done[i]:
+                            if final_obs is not None:
+                                final_obs[i] = new_obs
+                        else:
+                            replacements[i] = new_obs
+                    self._ctx[i] = new_obs if new_obs is not None else self._ctx[i]
+                    self._ctx_predicted[i] = new_obs is not None
+                    w.set("feedback", i, p.feedback if p is not None else "", object)
+                    w.set("status", i, p.status if p is not None else None, object)
+                else:
+                    self._ctx[i] = _copy(obs_list[i]) if not (same_step and done[i]) else self._ctx[i]
+                if raw_ep is not None:
+                    w.set("raw_score", i, raw_ep, np.float64)
+            else:
+                if p is not None and p.score is not None and math.isfinite(float(p.score)):
+                    raw_ep = float(p.score)
+                if route == WORLD_MODEL:
+                    rewards[i] = 0.0  # the real reward is withheld
+                    _withhold(src, self.withheld_info_keys, i)
+                if done[i] and raw_ep is not None:
+                    w.set("raw_score", i, raw_ep, np.float64)
+            if done[i]:
+                ended.setdefault(i // g, []).append((i, raw_ep))
+        # episode ends, group by group: ONE calibrate call per group, then its correction
+        # (a later group's scores see the map updated by an earlier group's pairs, as in score_group)
+        for k in sorted(ended):
+            members = ended[k]
+            cals = self.corrector.calibrate([raw for _, raw in members])
+            for (i, raw_ep), cal in zip(members, cals):
+                rec = self._gen_of(i)
+                ep = self._episodes[i]
+                route = rec.route
+                self.n_episodes += 1
+                real_ep = (ep.real_return if ep.real_graded else None) if route == ANCHOR else None
+                if route == WORLD_MODEL:
+                    rewards[i] = 0.0 if cal is None else float(cal)
+                    graded = cal is not None
+                else:
+                    graded = real_ep is not None
+                if cal is not None:
+                    w.set("calibrated_score", i, cal, np.float64)
+                if real_ep is not None:
+                    w.set("real_score", i, real_ep, np.float64)
+                w.set("graded", i, graded, bool)
+                m = i - rec.group_index * g
+                rec.raw[m] = raw_ep
+                rec.real[m] = real_ep
+                rec.finished[m] = True
+                rec.members_left -= 1
+                if rec.members_left == 0 and not rec.abandoned:
+                    if not rec.evaluating:
+                        corr = self.corrector.correct_group(
+                            route, rec.raw, rec.real if route == ANCHOR else None, rec.group_id
+                        )
+                        if corr.disagreement is not None:
+                            w.set("group_disagreement", i, corr.disagreement, np.float64)
+                    self.n_generations_completed += 1
+                    completed.append(i)
+                # info of the step that ended the episode describes the ended episode
+                self._fill_base(w, i, rec)
+                self._retire(rec)
+        for i in stepped:
+            if not done[i]:
+                self._fill_base(w, i, self._gen_of(i))
+
+        # ---- next episodes (after this step's corrections, so new routes see the updated ρ)
+        for i in range(n):
+            k = i // g
+            if resetting[i]:
+                self._pending_reset[i] = False
+                self._running[i] = True
+                self._new_episode(i, _copy(obs_list[i]))
+                self._update_plan(i)
+                self._fill_base(w, i, self._gen_of(i))
+                w.set("episode_start", i, True, bool)
+                continue
+            if not done[i]:
+                continue
+            self._ep_index[i] += 1
+            self._start_generation(k, int(self._ep_index[i]))
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                self._running[i] = True
+                self._new_episode(i, _copy(obs_list[i]))
+            elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
+                self._running[i] = False
+                self._pending_reset[i] = True
+            else:
+                self._running[i] = False
+            self._update_plan(i)
+        for key in ("episode_start", "group_complete"):
+            w.ensure(key, bool)
+        for i in completed:
+            w.set("group_complete", i, True, bool)
+        w.fill("rho", self.corrector.rho, np.float64)
+
+        if replacements:
+            items = [replacements.get(i, obs_list[i]) for i in range(n)]
+            obs = concatenate(
+                self.single_observation_space, items, create_empty_array(self.single_observation_space, n)
+            )
+        if same_step and final_obs is not None:
+            infos["final_obs"] = final_obs
+        infos["wmrl"] = w.build()
+        return obs, rewards, terms, truncs, infos
+
+    # ------------------------------------------------------------------ infos
+    def _fill_base(self, w: "_InfoBuilder", i: int, rec: _Generation) -> None:
+        w.set("route", i, rec.route, object)
+        w.set("group_index", i, rec.group_index, np.int64)
+        w.set("generation", i, rec.generation, np.int64)
+        w.set("episode_in_group", i, i - rec.group_index * self.group_size, np.int64)
+        if rec.group_id is not None:
+            w.set("group_id", i, rec.group_id, np.int64)
+        else:
+            w.ensure("group_id", np.int64)
+        w.set("advantage_weight", i, rec.rho if rec.route == ANCHOR else 1.0, np.float64)
+
+    def _base_info(self) -> dict[str, Any]:
+        w = _InfoBuilder(self.num_envs)
+        for i in range(self.num_envs):
+            self._fill_base(w, i, self._gen_of(i))
+        w.fill("rho", self.corrector.rho, np.float64)
+        w.ensure("group_complete", bool)
+        return w.build()
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Router, route queue, corrections, ledger and counters (JSON-serialisable).
+
+        Unfinished generations are not part of the state: save between full resets.
+        """
+        return {
+            "router": self.router.state_dict(),
+            "route_queue": list(self._route_queue),
+            "corrector": self.corrector.state_dict(),
+            "ledger": self.ledger.state_dict(),
+            "n_groups_started": self.n_groups_started,
+            "n_generations_completed": self.n_generations_completed,
+            "n_episodes": self.n_episodes,
+            "gen_counter": list(self._gen_counter),
+            "groups_per_step": self.groups_per_step,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; call :meth:`reset` afterwards."""
+        self.router.load_state_dict(state["router"])
+        self._route_queue = list(state["route_queue"])
+        self.corrector.load_state_dict(state["corrector"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.n_groups_started = int(state["n_groups_started"])
+        self.n_generations_completed = int(state["n_generations_completed"])
+        self.n_episodes = int(state["n_episodes"])
+        self._gen_counter = [int(x) for x in state["gen_counter"]]
+        self.groups_per_step = int(state["groups_per_step"])
+        self._gens.clear()
+        self._tasks.clear()
+        self._started = False
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to a JSON file atomically."""
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.state_dict()))
+        tmp.replace(path)
+
+    def load(self, path: str | Path) -> None:
+        """Load a file written by :meth:`save` (raises ``FileNotFoundError`` if missing)."""
+        self.load_state_dict(json.loads(Path(path).read_text()))
+
+
+# ---------------------------------------------------------------------- info helpers
+class _InfoBuilder:
+    """Builds a Gymnasium dict-of-arrays info with ``_key`` masks."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.values: dict[str, np.ndarray] = {}
+        self.masks: dict[str, np.ndarray] = {}
+
+    def ensure(self, key: str, dtype: Any) -> None:
+        if key not in self.values:
+            if dtype is object:
+                self.values[key] = np.full(self.n, None, dtype=object)
+            elif dtype is np.float64:
+                self.values[key] = np.full(self.n, np.nan, dtype=np.float64)
+            elif dtype is np.int64:
+                self.values[key] = np.full(self.n, -1, dtype=np.int64)
+            else:
+                self.values[key] = np.zeros(self.n, dtype=dtype)
+            self.masks[key] = np.zeros(self.n, dtype=bool)
+
+    def set(self, key: str, i: int, value: Any, dtype: Any) -> None:
+        self.ensure(key, dtype)
+        self.values[key][i] = value
+        self.masks[key][i] = True
+
+    def fill(self, key: str, value: Any, dtype: Any) -> None:
+        self.ensure(key, dtype)
+        self.values[key][:] = value
+        self.masks[key][:] = True
+
+    def build(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, arr in self.values.items():
+            mask = self.masks[key]
+            if key in ("episode_start", "group_complete"):
+                mask = np.ones(self.n, dtype=bool)  # flags: defined for every sub-env
+            out[key] = arr
+            out["_" + key] = mask
+        return out
+
+
+def _bool_array(n: int, idx: Sequence[int]) -> np.ndarray:
+    a = np.zeros(n, dtype=bool)
+    a[list(idx)] = True
+    return a
+
+
+def _info_get(d: dict[str, Any] | None, key: str, i: int) -> Any:
+    if not isinstance(d, dict) or key not in d:
+        return None
+    mask = d.get("_" + key)
+    if mask is not None and not bool(mask[i]):
+        return None
+    v = d[key][i]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _withhold(d: dict[str, Any] | None, keys: Sequence[str], i: int) -> None:
+    """Remove sub-env ``i``'s value of ``keys`` from a dict-of-arrays info (in place)."""
+    if not isinstance(d, dict):
+        return
+    for key in keys:
+        if key not in d:
+            continue
+        arr = d[key]
+        mask = d.get("_" + key)
+        if isinstance(arr, np.ndarray):
+            arr[i] = None if arr.dtype == object else 0
+        if isinstance(mask, np.ndarray):
+            mask[i] = False
+            if not mask.any():
+                del d[key], d["_" + key]
+
+
+def _copy(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    return copy.deepcopy(x)
