@@ -151,7 +151,7 @@ class BenchConfig:
     """EMA half-life of the disagreement (groups)."""
     rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
     """ρ's scale: fixed at warm-up so that ρ = rho_target there ('calibrated', the reference),
-    or c = 1 ('parameter_free', DESIGN §3.4)."""
+    or c = 1 ('parameter_free', docs/method.md, "Inverse-variance denoising")."""
     rho_target: float = 2.0
     """ρ at the end of warm-up in 'calibrated' mode."""
     sandbox: str = "auto"

@@ -1,6 +1,6 @@
 """``VLAPolicy``: an OpenVLA / MiniVLA-style vision-language-action policy with LoRA, for GRPO.
 
-The agent of the LIBERO transfer experiment (``/work/shared/DESIGN.md`` §3.8; Yang et al.,
+The agent of the LIBERO transfer experiment (``docs/method.md``, "Reward mode"; Yang et al.,
 arXiv 2608.12564): MiniVLA-1B (Belkhale & Sadigh 2024, "MiniVLA: A Better VLA with a Smaller
 Footprint", Stanford ILIAD; a Prismatic VLM with a Qwen2.5-0.5B language model) fine-tuned with
 LoRA adapters on its language model.

@@ -1,4 +1,4 @@
-"""How fast is the LIBERO-Long simulator on this machine? (``LiberoEnv``, DESIGN §3.8)
+"""How fast is the LIBERO-Long simulator on this machine? (``LiberoEnv``, the paper's VLA protocol (``docs/method.md``, "Reward mode"))
 
 Measures, for each configuration, the construction time, the reset time (fixed initial state
 + the 10 wait steps + the first observation), policy steps per second, the estimated seconds

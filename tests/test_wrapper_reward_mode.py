@@ -1,4 +1,4 @@
-"""Reward mode of AnchoredWorldModelWrapper (DESIGN §4, LIBERO-style): the inner env steps in
+"""Reward mode of AnchoredWorldModelWrapper (docs/method.md, "Reward mode"): the inner env steps in
 every episode, the world model pays the reward on world-model episodes and the real success
 never reaches the agent there; anchor episodes pay the real success and feed the pairs."""
 

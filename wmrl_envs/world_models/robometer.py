@@ -1,7 +1,7 @@
 """``RobometerWorldModel``: the Robometer reward model as a reward-mode world model (LIBERO).
 
 In the WMRL recipe for vision-language-action agents (Yang et al., arXiv 2608.12564;
-``shared/DESIGN.md`` §3.8, ``docs/method.md``) the world model of a robot-manipulation episode
+``docs/method.md``, "Reward mode") the world model of a robot-manipulation episode
 is *Robometer*, a reward model built on Qwen3-VL: it reads the task instruction and frames of
 the episode and returns, for every frame, a task *progress* in [0, 1] and a *success*
 probability. The reference reward samples 8 frames uniformly (first and last included) and
@@ -150,7 +150,7 @@ def uniform_frame_indices(T_plus_1: int, n: int = 8) -> np.ndarray:
     ``T = T_plus_1 - 1`` is the last frame's index; so with ``n >= 2`` the first index is 0
     and the last is ``T``. An episode with fewer than ``n`` frames repeats frames (the indices
     are non-decreasing), so the result always has ``n`` entries. ``n = 1`` gives ``[T]``.
-    Reference: ``shared/DESIGN.md`` §3.8 (8 uniformly sampled frames).
+    Reference: ``docs/method.md``, "Reward mode" (8 uniformly sampled frames).
 
     Args:
         T_plus_1: number of frames ``T + 1`` (observations o_0 … o_T), an int >= 1.
@@ -181,7 +181,7 @@ def robometer_reward(progress: Sequence[float] | np.ndarray, n_frames: int = 8, 
     """Robometer's reference episode reward: late progress minus early progress.
 
     ``mean(p[-k:]) - mean(p[:k])`` over the progress values ``p`` of ``n_frames`` uniformly
-    sampled frames (``shared/DESIGN.md`` §3.8: 8 frames, k = 3). ``progress`` is normally
+    sampled frames (``docs/method.md``, "Reward mode": 8 frames, k = 3). ``progress`` is normally
     those ``n_frames`` values; a sequence of any other length (e.g. dense progress of every
     frame) is first subsampled with :func:`uniform_frame_indices` to ``n_frames`` values.
     The two windows overlap when ``2k > n_frames``.
@@ -778,7 +778,7 @@ class FrameScores:
 
 
 class RobometerWorldModel:
-    """Robometer as a reward-mode world model (``shared/DESIGN.md`` §3.8).
+    """Robometer as a reward-mode world model (``docs/method.md``, "Reward mode").
 
     Implements :class:`wmrl_envs.world_models.base.WorldModel`. In reward mode the
     :class:`~wmrl_envs.AnchoredWorldModelWrapper` passes ``contexts[i]`` = the reset

@@ -1,4 +1,4 @@
-"""LIBERO-Long (suite ``libero_10``) as a Gymnasium environment (DESIGN §3.8).
+"""LIBERO-Long (suite ``libero_10``) as a Gymnasium environment (the paper's VLA protocol; ``docs/method.md``, "Reward mode").
 
 The VLA-transfer experiment of the paper: a vision-language-action policy manipulates objects
 in the LIBERO simulator (robosuite / MuJoCo); the simulator's sparse success is the anchor and

