@@ -1,0 +1,334 @@
+"""WMRL under Stable-Baselines3: anchored vector envs, ρ on PPO advantages, saved corrections.
+
+Each sub-env of the vector env is an :class:`~wmrl_envs.AnchoredWorldModelWrapper`; it groups
+``group_size`` consecutive episodes of that sub-env, routes each group to real execution
+(anchor) or to the world model, pays world-model episodes the calibrated score ``f̂(r̂)`` and
+feeds the anchor pairs to the shared corrections (Yang et al., arXiv 2608.12564;
+``docs/method.md``). Nothing of the method is re-implemented here:
+
+* :func:`make_anchored_vec_env` builds a ``DummyVecEnv`` of such wrappers that share ONE
+  :class:`~wmrl_envs.core.WMRLCorrector` (so every sub-env's anchors calibrate the same map)
+  and one :class:`~wmrl_envs.core.CostLedger`; each sub-env has its own seeded router.
+* :class:`AnchoredVecEnv` is the ``VecEnvWrapper`` that holds the method's state the way
+  ``VecNormalize`` holds running statistics: a ``training`` flag (``False`` freezes the
+  corrections and routes every episode to ``eval_route``, by default real execution),
+  ``save(path)`` / ``AnchoredVecEnv.load(path, venv)`` of the routing and correction state
+  (router generators, route queues, anchor pairs, isotonic-map settings, disagreement EMA and
+  ρ scale, ledger) as JSON beside the model's ``.zip`` — the envs themselves are never saved.
+* :class:`AnchorWeightCallback` applies ρ.
+
+How ρ reaches PPO:
+    In GRPO, ρ multiplies the post-normalisation advantages of anchor-group rows. PPO has no
+    groups and no per-group normalisation: its advantages come from GAE with a learned value
+    baseline. Scaling anchor *rewards* by ρ would be wrong — it changes the value targets, and
+    through bootstrapping the returns of other steps. So :class:`AnchorWeightCallback` weights
+    the *advantages* instead: during the rollout it reads ``info["wmrl"]["advantage_weight"]``
+    of every step (ρ of the step's anchor group, as known when the group was routed; 1.0 on
+    world-model groups) and, in ``on_rollout_end`` — after SB3 has computed GAE advantages
+    and returns, before ``train()`` reads the buffer — multiplies ``rollout_buffer.advantages``
+    element-wise by these weights. ``rollout_buffer.returns`` (the critic's targets) stay
+    unweighted, so the value function keeps learning real returns. With
+    ``normalize_advantage=False`` the policy-gradient term of every anchor step is then exactly
+    ρ × the plain PPO one; with PPO's default ``normalize_advantage=True`` each minibatch is
+    standardised after the weighting, so anchor steps keep ρ as their weight *relative* to the
+    other steps of the minibatch (up to the common shift and scale).
+
+Debiasing under PPO:
+    Within-group standardisation cancels the affine part of ``f̂`` in GRPO; PPO has none, so
+    the whole map matters: the wrapper pays ``f̂(r̂)`` on world-model episodes, on the scale
+    of the real reward (see ``docs/method.md``, "Online debiasing").
+
+Contents:
+    * :func:`make_anchored_vec_env` — the vector env factory.
+    * :class:`AnchoredVecEnv` — ``training``, ``save``/``load``, ``state_dicts``, ``stats``.
+    * :class:`AnchorWeightCallback` — ρ on the rollout buffer's advantages (PPO, A2C).
+    * :data:`STATE_FORMAT` — the ``"format"`` tag of saved state files.
+
+Example:
+    >>> from stable_baselines3 import PPO
+    >>> from wmrl_envs.envs.guess import GuessEnv, guess_score
+    >>> from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+    >>> venv = make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), n_envs=2,
+    ...                              anchor_fraction=0.25, group_size=4)
+    >>> model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0)
+    >>> _ = model.learn(64, callback=AnchorWeightCallback())
+    >>> venv.stats()["groups_routed"] > 0
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
+
+from wmrl_envs.core import AnchorWeighter, CostLedger, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.world_models.base import WorldModel
+from wmrl_envs.wrappers.anchored import AnchoredWorldModelWrapper
+
+__all__ = ["STATE_FORMAT", "AnchoredVecEnv", "AnchorWeightCallback", "make_anchored_vec_env"]
+
+STATE_FORMAT = "wmrl-anchored-vec-env/1"
+"""``"format"`` tag written by :meth:`AnchoredVecEnv.save` and checked by :meth:`AnchoredVecEnv.load`."""
+
+
+class AnchoredVecEnv(VecEnvWrapper):
+    """A ``VecEnvWrapper`` over sub-envs that are (or contain) ``AnchoredWorldModelWrapper``.
+
+    Observations, rewards, dones and infos pass through unchanged (the sub-env wrappers do
+    the routing and pay the rewards). This class adds what ``VecNormalize`` adds for its
+    statistics: the ``training`` flag and ``save``/``load`` of the method's state.
+
+    Args:
+        venv: a vector env whose every sub-env has an ``AnchoredWorldModelWrapper`` in its
+            wrapper stack (e.g. built by :func:`make_anchored_vec_env`, possibly under
+            ``Monitor``). ``DummyVecEnv`` or ``SubprocVecEnv`` (then each worker has its own
+            copy of the corrections).
+
+    Raises:
+        ValueError: a sub-env has no ``AnchoredWorldModelWrapper``.
+    """
+
+    def __init__(self, venv: VecEnv) -> None:
+        wrapped = venv.env_is_wrapped(AnchoredWorldModelWrapper)
+        if not all(wrapped):
+            missing = [i for i, ok in enumerate(wrapped) if not ok]
+            raise ValueError(
+                f"sub-envs {missing} have no AnchoredWorldModelWrapper; build the vector env with "
+                "make_anchored_vec_env(...) or wrap each env in AnchoredWorldModelWrapper"
+            )
+        super().__init__(venv)
+
+    def reset(self) -> VecEnvObs:
+        """Reset every sub-env (see ``AnchoredWorldModelWrapper.reset`` for group semantics)."""
+        return self.venv.reset()
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """Step every sub-env; ``infos[i]["wmrl"]`` carries route, scores and ρ."""
+        return self.venv.step_wait()
+
+    # ------------------------------------------------------------------ training flag
+    @property
+    def training(self) -> bool:
+        """``True`` while every sub-env's corrections learn; ``False`` = evaluation (frozen)."""
+        return all(self.venv.get_attr("training"))
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self.venv.env_method("set_wrapper_attr", "training", bool(value))
+
+    # ------------------------------------------------------------------ state
+    def state_dicts(self) -> list[dict[str, Any]]:
+        """``AnchoredWorldModelWrapper.state_dict()`` of every sub-env (JSON-serialisable)."""
+        return list(self.venv.env_method("state_dict"))
+
+    def load_state_dicts(self, states: Sequence[dict[str, Any]]) -> None:
+        """Load one :meth:`state_dicts` entry into each sub-env (the ``training`` flag is kept).
+
+        Raises:
+            ValueError: ``len(states) != num_envs``.
+        """
+        if len(states) != self.num_envs:
+            raise ValueError(f"got {len(states)} saved sub-env states for {self.num_envs} sub-envs")
+        for i, state in enumerate(states):
+            self.venv.env_method("load_state_dict", state, indices=[i])
+
+    def save(self, save_path: str | Path) -> None:
+        """Write the routing and correction state of every sub-env to a JSON file, atomically.
+
+        Save it beside the model (``model.save("ppo.zip"); venv.save("wmrl_state.json")``), as
+        with ``VecNormalize``. Save between rollouts: a sub-env's unfinished group is not part
+        of its state (its episodes are dropped, see ``AnchoredWorldModelWrapper.state_dict``).
+        """
+        path = Path(save_path)
+        data = {"format": STATE_FORMAT, "num_envs": self.num_envs, "envs": self.state_dicts()}
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+
+    @staticmethod
+    def load(load_path: str | Path, venv: VecEnv) -> AnchoredVecEnv:
+        """Load a file written by :meth:`save` into ``venv`` (built like the saved one).
+
+        Args:
+            load_path: the JSON file.
+            venv: an :class:`AnchoredVecEnv` (loaded in place) or the vector env to wrap.
+
+        Returns:
+            The :class:`AnchoredVecEnv` holding the loaded state.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: not a saved state, or a different number of sub-envs.
+        """
+        data = json.loads(Path(load_path).read_text())
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            raise ValueError(f"{load_path} is not a state file written by AnchoredVecEnv.save")
+        out = venv if isinstance(venv, AnchoredVecEnv) else AnchoredVecEnv(venv)
+        if int(data["num_envs"]) != out.num_envs:
+            raise ValueError(f"{load_path} holds {data['num_envs']} sub-envs, the vector env has {out.num_envs}")
+        out.load_state_dicts(data["envs"])
+        return out
+
+    # ------------------------------------------------------------------ reporting
+    def stats(self) -> dict[str, Any]:
+        """Routing counts summed over sub-envs, the corrector's stats, the costs.
+
+        Returns:
+            ``groups_routed``, ``anchor_groups``, ``realised_anchor_fraction``, ``episodes``,
+            ``real_steps`` (inner env steps), ``n_correctors`` (distinct corrector objects;
+            1 when shared), the first corrector's :meth:`~wmrl_envs.core.WMRLCorrector.stats`
+            (``rho``, ``anchor_pairs``, calibration errors, ...) and ``ledger``
+            (``{source: {"count", "seconds"}}`` summed over distinct ledgers).
+        """
+        routers = self.venv.get_attr("router")
+        correctors = {id(c): c for c in self.venv.get_attr("corrector")}
+        ledgers = {id(lg): lg for lg in self.venv.get_attr("ledger")}
+        ledger = CostLedger()
+        for lg in ledgers.values():
+            ledger.merge(lg)
+        n = sum(r.n_groups for r in routers)
+        k = sum(r.n_anchor_groups for r in routers)
+        return {
+            "groups_routed": n,
+            "anchor_groups": k,
+            "realised_anchor_fraction": k / n if n else 0.0,
+            "episodes": int(sum(self.venv.get_attr("n_episodes"))),
+            "real_steps": int(sum(self.venv.get_attr("inner_step_calls"))),
+            "n_correctors": len(correctors),
+            **next(iter(correctors.values())).stats(),
+            "ledger": ledger.to_dict(),
+        }
+
+
+def make_anchored_vec_env(
+    env_fn: Callable[[], gym.Env],
+    world_model: WorldModel | None,
+    n_envs: int = 1,
+    *,
+    seed: int = 0,
+    corrector: WMRLCorrector | None = None,
+    debiaser_kwargs: dict[str, Any] | None = None,
+    weighter_kwargs: dict[str, Any] | None = None,
+    ledger: CostLedger | None = None,
+    monitor: bool = True,
+    vec_env_cls: type[VecEnv] = DummyVecEnv,
+    vec_env_kwargs: dict[str, Any] | None = None,
+    **wrapper_kwargs: Any,
+) -> AnchoredVecEnv:
+    """Build ``n_envs`` anchored sub-envs sharing one corrector and ledger, as an :class:`AnchoredVecEnv`.
+
+    Sub-env ``i`` is ``Monitor(AnchoredWorldModelWrapper(env_fn(), world_model,
+    seed=seed + i, corrector=<shared>, ledger=<shared>, **wrapper_kwargs))`` (``Monitor``
+    logs the training reward: real on anchor episodes, ``f̂(r̂)`` on world-model episodes).
+
+    Args:
+        env_fn: builds one expensive env (e.g. ``GuessEnv`` or ``lambda: gym.make(...)``).
+        world_model: shared by all sub-envs (any object with ``predict(contexts, actions)``).
+        n_envs: number of sub-envs (>= 1).
+        seed: sub-env ``i``'s router gets ``seed + i``.
+        corrector: the shared corrector (default: one built from ``debiaser_kwargs`` and
+            ``weighter_kwargs``, reference settings otherwise).
+        debiaser_kwargs, weighter_kwargs: keyword arguments of
+            :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.AnchorWeighter`.
+        ledger: the shared cost ledger (default: a new one).
+        monitor: wrap each sub-env in SB3's ``Monitor`` (default ``True``).
+        vec_env_cls: ``DummyVecEnv`` (default; corrector and ledger truly shared) or
+            ``SubprocVecEnv`` (each worker process gets its own copy).
+        vec_env_kwargs: keyword arguments of ``vec_env_cls``.
+        **wrapper_kwargs: ``AnchoredWorldModelWrapper`` arguments (``anchor_fraction``,
+            ``group_size``, ``groups_per_step``, ``mode``, ``eval_route``, ...).
+
+    Returns:
+        The :class:`AnchoredVecEnv`.
+
+    Raises:
+        ValueError: ``n_envs < 1``; both ``corrector`` and ``debiaser_kwargs``/``weighter_kwargs``;
+            any error of ``AnchoredWorldModelWrapper``'s constructor.
+    """
+    if n_envs < 1:
+        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    if corrector is not None and (debiaser_kwargs or weighter_kwargs):
+        raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+    if corrector is None:
+        corrector = WMRLCorrector(IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {})))
+    shared_ledger = ledger if ledger is not None else CostLedger()
+
+    def thunk(i: int) -> Callable[[], gym.Env]:
+        def make() -> gym.Env:
+            env: gym.Env = AnchoredWorldModelWrapper(
+                env_fn(), world_model, seed=seed + i, corrector=corrector, ledger=shared_ledger, **wrapper_kwargs
+            )
+            return Monitor(env) if monitor else env
+
+        return make
+
+    return AnchoredVecEnv(vec_env_cls([thunk(i) for i in range(n_envs)], **(vec_env_kwargs or {})))
+
+
+class AnchorWeightCallback(BaseCallback):
+    """Multiply the GAE advantages of anchor-episode steps by ρ (on-policy algorithms: PPO, A2C).
+
+    See the module docstring ("How ρ reaches PPO"). Per rollout it fills a weight array of
+    the rollout buffer's shape ``(n_steps, n_envs)`` (float32) from
+    ``infos[i]["wmrl"]["advantage_weight"]`` (1.0 where a step has no ``"wmrl"`` info) and, in
+    ``on_rollout_end``, sets ``rollout_buffer.advantages *= weights``; ``returns`` are left
+    unweighted.
+
+    Attributes:
+        last_weights: the weights of the latest rollout (``np.ndarray`` float32,
+            ``(n_steps, n_envs)``), ``None`` before the first.
+        n_weighted_steps: steps with a weight other than 1 so far (int).
+
+    Raises:
+        TypeError: (when learning starts) the algorithm has no ``RolloutBuffer`` (e.g. SAC,
+            DQN: off-policy algorithms have no per-rollout advantages to weight).
+
+    Example:
+        >>> model.learn(10_000, callback=AnchorWeightCallback())  # doctest: +SKIP
+    """
+
+    def __init__(self, verbose: int = 0) -> None:
+        super().__init__(verbose)
+        self._weights: np.ndarray | None = None
+        self.last_weights: np.ndarray | None = None
+        self.n_weighted_steps = 0
+
+    def _init_callback(self) -> None:
+        if not isinstance(getattr(self.model, "rollout_buffer", None), RolloutBuffer):
+            raise TypeError(
+                f"AnchorWeightCallback weights the advantages of an on-policy RolloutBuffer (PPO, A2C); "
+                f"{type(self.model).__name__} has none"
+            )
+
+    def _on_rollout_start(self) -> None:
+        buf = self.model.rollout_buffer
+        self._weights = np.ones((buf.buffer_size, buf.n_envs), dtype=np.float32)
+
+    def _on_step(self) -> bool:
+        assert self._weights is not None
+        pos = self.model.rollout_buffer.pos  # the row this step is about to be stored in
+        for i, info in enumerate(self.locals["infos"]):
+            wm = info.get("wmrl")
+            if wm is not None and wm.get("advantage_weight") is not None:
+                self._weights[pos, i] = float(wm["advantage_weight"])
+        return True
+
+    def _on_rollout_end(self) -> None:
+        assert self._weights is not None
+        buf = self.model.rollout_buffer
+        buf.advantages *= self._weights
+        self.last_weights = self._weights.copy()
+        weighted = self._weights != 1.0
+        self.n_weighted_steps += int(weighted.sum())
+        self.logger.record("wmrl/weighted_step_share", float(weighted.mean()))
+        if weighted.any():
+            self.logger.record("wmrl/anchor_weight", float(self._weights[weighted].mean()))
