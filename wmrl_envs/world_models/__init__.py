@@ -25,6 +25,9 @@ Contents:
 * :class:`ProgressWorldModel` (:mod:`.progress`) — a small learned success/progress predictor
   over 8 uniformly sampled states of a trajectory (the Robometer stand-in of the embodied
   experiment on Reacher), fitted offline and frozen.
+* :class:`VLLMGenerator`, :class:`OpenAICompatibleGenerator` (:mod:`.vllm_backend`) — the LLM
+  judge's generation on vLLM in process or on an OpenAI-compatible server (``vllm serve``):
+  ``LLMJudgeWorldModel.from_vllm(...)`` / ``.from_server(url, model, tokenizer)``.
 
 ``import wmrl_envs.world_models`` stays light: the torch-heavy modules are imported on first
 access of their names (module ``__getattr__``).
@@ -59,6 +62,8 @@ __all__ = [
     "uniform_frame_indices",
     "build_tiny_robometer",
     "ProgressWorldModel",
+    "VLLMGenerator",
+    "OpenAICompatibleGenerator",
 ]
 
 _LAZY = {
@@ -80,6 +85,8 @@ _LAZY = {
     "uniform_frame_indices": "wmrl_envs.world_models.robometer",
     "build_tiny_robometer": "wmrl_envs.world_models.robometer",
     "ProgressWorldModel": "wmrl_envs.world_models.progress",
+    "VLLMGenerator": "wmrl_envs.world_models.vllm_backend",
+    "OpenAICompatibleGenerator": "wmrl_envs.world_models.vllm_backend",
 }
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -498,6 +498,12 @@ class LLMJudgeWorldModel:
             A small judge whose sampled answer barely depends on the code (SmolLM2-135M:
             always the first listed status) still shifts these probabilities with the code,
             which the isotonic debiaser can use.
+        generator: a :class:`~wmrl_envs.world_models.vllm_backend.TextGenerator` that does the
+            generation instead of ``model.generate`` — vLLM in process or an OpenAI-compatible
+            server (see :meth:`from_vllm`, :meth:`from_server`); the prompt, the parser and the
+            scores stay the same, and ``model`` may then be ``None`` (the tokenizer is still
+            needed: it renders the chat template and counts tokens). Only
+            ``decoding="sample"``.
 
     Attributes:
         n_model_calls: actions graded by the model so far (int).
@@ -531,7 +537,13 @@ class LLMJudgeWorldModel:
         system_prompt: str | None = None,
         stop_at_brace: bool = True,
         decoding: str = "sample",
+        generator: Any = None,
     ) -> None:
+        if generator is not None and decoding != "sample":
+            raise ValueError("decoding='expected' reads next-token probabilities from the local model; "
+                             "with a generator (vLLM / server) use decoding='sample'")
+        if generator is None and model is None:
+            raise ValueError("pass a model (transformers) or a generator (vLLM / OpenAI-compatible server)")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if batch_size < 1:
@@ -557,6 +569,7 @@ class LLMJudgeWorldModel:
         if decoding not in ("sample", "expected"):
             raise ValueError(f"decoding must be 'sample' or 'expected', got {decoding!r}")
         self.decoding = decoding
+        self.generator = generator
         self._choice_ids: tuple[list[int], list[int], list[int]] | None = None
         self._brace_ids: Any = None
         self.n_model_calls = 0
@@ -595,6 +608,45 @@ class LLMJudgeWorldModel:
 
         model, tokenizer = load_smollm2(cache_dir=cache_dir, dtype=dtype or torch.float32)
         return cls(model, tokenizer, **kwargs)
+
+    @classmethod
+    def from_vllm(cls, model: str, tokenizer: Any = None, *, llm_kwargs: dict[str, Any] | None = None,
+                  **kwargs: Any) -> "LLMJudgeWorldModel":
+        """A judge generating with an in-process ``vllm.LLM(model)``.
+
+        Args:
+            model: model folder or hub id.
+            tokenizer: the model's tokenizer (default: ``AutoTokenizer.from_pretrained(model)``).
+            llm_kwargs: ``vllm.LLM`` arguments (``gpu_memory_utilization``, ``dtype``, ...).
+            **kwargs: constructor keyword arguments (``max_new_tokens``, ``seed``, ...).
+
+        Raises:
+            ImportError: vLLM is not installed.
+        """
+        from wmrl_envs.world_models.vllm_backend import VLLMGenerator
+
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model)
+        return cls(None, tokenizer, generator=VLLMGenerator(model=model, **(llm_kwargs or {})), **kwargs)
+
+    @classmethod
+    def from_server(cls, base_url: str, model: str, tokenizer: Any, *, api_key: str | None = None,
+                    timeout_s: float = 120.0, **kwargs: Any) -> "LLMJudgeWorldModel":
+        """A judge generating on an OpenAI-compatible completions server (e.g. ``vllm serve``).
+
+        Args:
+            base_url: API root, e.g. ``"http://gpu-node:8000/v1"``.
+            model: the served model's name.
+            tokenizer: the served model's tokenizer (renders the chat template locally).
+            api_key, timeout_s: see :class:`~wmrl_envs.world_models.vllm_backend.OpenAICompatibleGenerator`.
+            **kwargs: constructor keyword arguments.
+        """
+        from wmrl_envs.world_models.vllm_backend import OpenAICompatibleGenerator
+
+        gen = OpenAICompatibleGenerator(base_url, model, api_key=api_key, timeout_s=timeout_s)
+        return cls(None, tokenizer, generator=gen, **kwargs)
 
     # ---------------------------------------------------------------- stats
     def stats(self) -> dict[str, float]:
@@ -723,6 +775,15 @@ class LLMJudgeWorldModel:
     def _generate(self, prompts: list[str]) -> list[tuple[str, int]]:
         """Run one batched generation. Returns ``(continuation_text, n_new_tokens)`` per prompt."""
         import torch
+
+        if self.generator is not None:
+            seed = None if self.seed is None else int(self.seed) + self.n_generate_calls
+            texts = self.generator.generate(
+                prompts, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                top_k=self.top_k, stop=["}"] if self.stop_at_brace else [], seed=seed,
+            )
+            self.n_generate_calls += 1
+            return [(t, self._n_tokens(t)) for t in texts]
 
         tok = self.tokenizer
         enc = self._encode_left(prompts)
