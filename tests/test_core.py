@@ -205,3 +205,22 @@ def test_ledger():
     assert c.to_dict() == led.to_dict()
     with pytest.raises(ValueError):
         led.add("x", -1.0)
+
+
+def test_calibration_error_mae_and_brier_on_binary_outcomes():
+    """Binary anchors (success 0/1): the isotonic map learns P(success | r̂); its prequential
+    Brier score (MSE) beats the raw score's, while the MAE may not — hand-checkable numbers."""
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    # raw score 0.9 always; real success half of the time -> calibrated map -> 0.5
+    corr.correct_group("anchor", [0.9, 0.9, 0.9, 0.9], [1.0, 0.0, 1.0, 0.0])  # identity map: cal = raw
+    corr.correct_group("anchor", [0.9, 0.9, 0.9, 0.9], [1.0, 0.0, 1.0, 0.0])  # map fitted on 4 pairs: 0.5
+    err = corr.calibration_error()
+    assert err["n"] == 8
+    assert err["raw_mse"] == pytest.approx((0.01 + 0.81) / 2)  # every pair: (0.9-1)² or (0.9-0)²
+    assert err["calibrated_mse"] == pytest.approx(((0.01 + 0.81) / 2 + 0.25) / 2)  # 4 identity pairs + 4 at 0.5
+    assert err["raw_mae"] == pytest.approx(0.5) and err["calibrated_mae"] == pytest.approx(0.5)  # MAE sees no gain
+    state = json.loads(json.dumps(corr.state_dict()))
+    other = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    other.load_state_dict(state)
+    assert other.calibration_error() == err
+    assert corr.stats()["calibration_mse_calibrated"] == pytest.approx(err["calibrated_mse"])

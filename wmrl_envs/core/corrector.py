@@ -107,6 +107,9 @@ class WMRLCorrector:
         self._abs_err_raw = 0.0
         self._abs_err_cal = 0.0
         self._n_err = 0
+        self._sq_err_raw = 0.0
+        self._sq_err_cal = 0.0
+        self._n_sq = 0
         self.n_groups = {ANCHOR: 0, WORLD_MODEL: 0}
 
     # ------------------------------------------------------------------ flags
@@ -177,6 +180,9 @@ class WMRLCorrector:
                     self._abs_err_raw += abs(a - r)
                     self._abs_err_cal += abs(c - r)
                     self._n_err += 1
+                    self._sq_err_raw += (a - r) ** 2
+                    self._sq_err_cal += (c - r) ** 2
+                    self._n_sq += 1
             s2 = self.weighter.update(cal, real_c)
             self.debiaser.add_pairs(raw_c, real_c)
         self.n_groups[ANCHOR] += 1
@@ -184,16 +190,26 @@ class WMRLCorrector:
 
     # ------------------------------------------------------------------ reporting
     def calibration_error(self) -> dict[str, float]:
-        """Prequential mean absolute error on anchor pairs: raw vs calibrated.
+        """Prequential calibration error on anchor pairs: raw vs calibrated scores.
+
+        Each pair is scored with the map fitted *before* its group (prequential). Mean absolute
+        error (MAE) and mean squared error (MSE; the Brier score when real outcomes are 0/1,
+        e.g. LIBERO success). Isotonic regression fits the conditional *mean*, which minimises
+        squared error: with binary outcomes the MSE is the right yardstick, and the MAE can get
+        worse after calibration even when the map is right.
 
         Returns:
-            ``{"raw_mae", "calibrated_mae", "n"}``; NaN maes when no anchor pair was seen.
+            ``{"raw_mae", "calibrated_mae", "raw_mse", "calibrated_mse", "n"}``; NaN errors
+            when no anchor pair was seen.
         """
+        nan = float("nan")
         if self._n_err == 0:
-            return {"raw_mae": float("nan"), "calibrated_mae": float("nan"), "n": 0}
+            return {"raw_mae": nan, "calibrated_mae": nan, "raw_mse": nan, "calibrated_mse": nan, "n": 0}
         return {
             "raw_mae": self._abs_err_raw / self._n_err,
             "calibrated_mae": self._abs_err_cal / self._n_err,
+            "raw_mse": self._sq_err_raw / self._n_sq if self._n_sq else nan,
+            "calibrated_mse": self._sq_err_cal / self._n_sq if self._n_sq else nan,
             "n": self._n_err,
         }
 
@@ -209,6 +225,8 @@ class WMRLCorrector:
             "debiaser_fits": self.debiaser.n_fits,
             "calibration_mae_raw": err["raw_mae"],
             "calibration_mae_calibrated": err["calibrated_mae"],
+            "calibration_mse_raw": err["raw_mse"],
+            "calibration_mse_calibrated": err["calibrated_mse"],
             "anchor_groups": self.n_groups[ANCHOR],
             "world_model_groups": self.n_groups[WORLD_MODEL],
         }
@@ -224,6 +242,9 @@ class WMRLCorrector:
             "abs_err_raw": self._abs_err_raw,
             "abs_err_cal": self._abs_err_cal,
             "n_err": self._n_err,
+            "sq_err_raw": self._sq_err_raw,
+            "sq_err_cal": self._sq_err_cal,
+            "n_sq": self._n_sq,
             "n_groups": dict(self.n_groups),
         }
 
@@ -236,5 +257,9 @@ class WMRLCorrector:
         self._abs_err_raw = float(state["abs_err_raw"])
         self._abs_err_cal = float(state["abs_err_cal"])
         self._n_err = int(state["n_err"])
+        # states saved before the squared errors existed restart them from zero
+        self._sq_err_raw = float(state.get("sq_err_raw", 0.0))
+        self._sq_err_cal = float(state.get("sq_err_cal", 0.0))
+        self._n_sq = int(state.get("n_sq", 0))
         self.n_groups = {ANCHOR: int(state["n_groups"][ANCHOR]), WORLD_MODEL: int(state["n_groups"][WORLD_MODEL])}
         self.training = self._training
