@@ -9,6 +9,7 @@ hostile program and checks both what the program saw and that the host is unchan
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 import os
 import shutil
 import socket
@@ -72,11 +73,33 @@ def _tasks_of_uid(uid: int) -> int:
     return n
 
 
-def _wait_tasks_at_most(uid: int, baseline: int, timeout: float = 10.0) -> int:
+def _tasks_with_marker(uid: int, marker: str) -> int:
+    """Host tasks of ``uid`` whose environment contains ``marker`` (one sandbox's processes,
+    not those of other sandboxes that may run as the same uid at the same time)."""
+    n = 0
+    needle = marker.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                text = fh.read()
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+            if int(fields.get("Uid", "-1 0").split()[0]) != uid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read():
+                    n += int(fields.get("Threads", "1").strip() or 1)
+        except (OSError, ValueError):
+            continue
+    return n
+
+
+def _wait_marked_tasks_gone(uid: int, marker: str, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
-        n = _tasks_of_uid(uid)
-        if n <= baseline or time.monotonic() > deadline:
+        n = _tasks_with_marker(uid, marker)
+        if n == 0 or time.monotonic() > deadline:
             return n
         time.sleep(0.1)
 
@@ -283,7 +306,15 @@ def test_fork_bomb_is_contained(isolating: Sandbox, job: Path) -> None:
     """)
     t0 = time.monotonic()
     limits = SandboxLimits(wall_time_s=wall, cpu_time_s=30, memory_mb=512, max_processes=max_procs)
-    res = isolating.run_python(src, job, limits=limits)
+    marker = f"bomb-{os.getpid()}-{time.monotonic_ns()}"
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(isolating.run_python, src, job, limits=limits, env={"WMRL_TEST_MARKER": marker})
+        seen = 0
+        while not fut.done():  # the marker does find the bomb's processes while it runs
+            seen = max(seen, _tasks_with_marker(SANDBOX_UID, marker))
+            time.sleep(0.05)
+        res = fut.result()
+    assert seen > 0
     elapsed = time.monotonic() - t0
     assert res.timed_out and not res.ok and res.exit_code is None
     assert elapsed < wall + SLACK_S
@@ -291,8 +322,10 @@ def test_fork_bomb_is_contained(isolating: Sandbox, job: Path) -> None:
     assert children < max_procs
     if baseline == 0:  # RLIMIT_NPROC counts every task of the uid on the host
         assert children > 0
-    # Every process of the sandbox is gone and the host can still start processes.
-    assert _wait_tasks_at_most(SANDBOX_UID, baseline) <= baseline
+    # Every process of this sandbox is gone (other sandboxes may run as the same uid
+    # concurrently, so its processes are told apart by a marker in their environment) and the
+    # host can still start processes.
+    assert _wait_marked_tasks_gone(SANDBOX_UID, marker) == 0
     assert subprocess.run(["true"], timeout=10).returncode == 0
 
 
