@@ -472,7 +472,7 @@ class AsyncAnchoredScorer:
 
     def _complete(self, p: PendingGroup) -> None:
         """Run the group's correction (its real scores have arrived, or it has none)."""
-        from wmrl_envs.wrappers.anchored import GroupRollout
+        from wmrl_envs.wrappers.anchored import GroupRollout, group_info
 
         w = self.wrapper
         g = len(p.raw_scores)
@@ -499,16 +499,7 @@ class AsyncAnchoredScorer:
             infos = [{"feedback": pr.feedback, "status": pr.status} for pr in p.predictions] or [{} for _ in range(g)]
         corr = w.corrector.correct_group(p.route, p.raw_scores, real, p.group_id)
         for i in range(g):
-            infos[i]["wmrl"] = {
-                "route": p.route,
-                "group_id": p.group_id,
-                "episode_in_group": i,
-                "raw_score": corr.raw_scores[i],
-                "calibrated_score": corr.calibrated_scores[i],
-                "real_score": corr.real_scores[i],
-                "graded": corr.rewards[i] is not None,
-                "advantage_weight": corr.advantage_weight,
-            }
+            infos[i]["wmrl"] = group_info(corr, p.group_id, i)
         w.n_episodes += g
         p.result = GroupRollout(
             p.group_id, p.route, corr.rewards, corr.advantage_weight, corr, observations, infos,

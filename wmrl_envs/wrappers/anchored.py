@@ -65,6 +65,61 @@ ActType = TypeVar("ActType")
 _SENTINEL = object()
 
 
+def aggregate_episode_score(scores: Sequence[float], how: str) -> float:
+    """An episode's score from its per-step world-model scores: ``"max"`` (AutoResearch: best
+    turn), ``"last"`` or ``"sum"``."""
+    if how == "max":
+        return max(scores)
+    if how == "last":
+        return scores[-1]
+    return float(sum(scores))
+
+
+def predict_checked(
+    world_model: WorldModel, contexts: Sequence[Any], actions: Sequence[Any], ledger: CostLedger
+) -> list[WorldModelPrediction]:
+    """One batched ``world_model.predict`` call, checked and timed into ``ledger``.
+
+    Shared by every wrapper (per-episode, group and vector APIs) so that all of them enforce
+    the same protocol and account world-model seconds the same way.
+
+    Raises:
+        RuntimeError: not one prediction per action.
+        TypeError: a prediction is not a :class:`WorldModelPrediction`.
+    """
+    t0 = time.perf_counter()
+    preds = list(world_model.predict(list(contexts), list(actions)))
+    dt = time.perf_counter() - t0
+    name = type(world_model).__name__
+    if len(preds) != len(actions):
+        raise RuntimeError(
+            f"world model {name} returned {len(preds)} predictions "
+            f"for {len(actions)} actions; predict() must return one per action"
+        )
+    bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
+    if bad is not None:
+        raise TypeError(
+            f"world model {name} returned a {type(bad).__name__}; "
+            "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
+        )
+    ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
+    return preds
+
+
+def group_info(corr: GroupCorrection, group_id: int, i: int) -> dict[str, Any]:
+    """``info["wmrl"]`` of rollout ``i`` of a group scored at once (group APIs)."""
+    return {
+        "route": corr.route,
+        "group_id": group_id,
+        "episode_in_group": i,
+        "raw_score": corr.raw_scores[i],
+        "calibrated_score": corr.calibrated_scores[i],
+        "real_score": corr.real_scores[i],
+        "graded": corr.rewards[i] is not None,
+        "advantage_weight": corr.advantage_weight,
+    }
+
+
 @dataclass
 class GroupRollout:
     """A whole group scored by :meth:`AnchoredWorldModelWrapper.score_group`.
@@ -324,30 +379,11 @@ class AnchoredWorldModelWrapper(
         return routes
 
     def _aggregate(self, scores: list[float]) -> float:
-        if self.episode_score == "max":
-            return max(scores)
-        if self.episode_score == "last":
-            return scores[-1]
-        return float(sum(scores))
+        return aggregate_episode_score(scores, self.episode_score)
 
     def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         assert self.world_model is not None
-        t0 = time.perf_counter()
-        preds = list(self.world_model.predict(list(contexts), list(actions)))
-        dt = time.perf_counter() - t0
-        if len(preds) != len(actions):
-            raise RuntimeError(
-                f"world model {type(self.world_model).__name__} returned {len(preds)} predictions "
-                f"for {len(actions)} actions; predict() must return one per action"
-            )
-        bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
-        if bad is not None:
-            raise TypeError(
-                f"world model {type(self.world_model).__name__} returned a {type(bad).__name__}; "
-                "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
-            )
-        self.ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
-        return preds
+        return predict_checked(self.world_model, contexts, actions, self.ledger)
 
     def _info(self, **kw: Any) -> dict[str, Any]:
         base = {
@@ -674,16 +710,7 @@ class AnchoredWorldModelWrapper(
                 infos.append({"feedback": p.feedback, "status": p.status})
         corr = self.corrector.correct_group(r, raw, real, group_id)
         for i in range(g):
-            infos[i]["wmrl"] = {
-                "route": r,
-                "group_id": group_id,
-                "episode_in_group": i,
-                "raw_score": corr.raw_scores[i],
-                "calibrated_score": corr.calibrated_scores[i],
-                "real_score": corr.real_scores[i],
-                "graded": corr.rewards[i] is not None,
-                "advantage_weight": corr.advantage_weight,
-            }
+            infos[i]["wmrl"] = group_info(corr, group_id, i)
         self.n_episodes += g
         return GroupRollout(
             group_id, r, corr.rewards, corr.advantage_weight, corr, observations, infos, preds, exec_secs, wm_secs
@@ -750,18 +777,7 @@ class AnchoredWorldModelWrapper(
         raw = [p.score for p in preds] if preds else [None] * g
         real = [None if x is None else float(x) for x in real_returns] if r == ANCHOR else None
         corr = self.corrector.correct_group(r, raw, real, group_id)
-        infos: list[dict[str, Any]] = []
-        for i in range(g):
-            infos.append({"wmrl": {
-                "route": r,
-                "group_id": group_id,
-                "episode_in_group": i,
-                "raw_score": corr.raw_scores[i],
-                "calibrated_score": corr.calibrated_scores[i],
-                "real_score": corr.real_scores[i],
-                "graded": corr.rewards[i] is not None,
-                "advantage_weight": corr.advantage_weight,
-            }})
+        infos: list[dict[str, Any]] = [{"wmrl": group_info(corr, group_id, i)} for i in range(g)]
         self.n_episodes += g
         finals = [t.observations[-1] if t.observations else None for t in trajectories]
         return GroupRollout(group_id, r, corr.rewards, corr.advantage_weight, corr, finals, infos, preds, 0.0, wm_secs)

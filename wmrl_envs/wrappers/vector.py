@@ -60,7 +60,6 @@ from wmrl_envs.core import (
     ANCHOR,
     EXECUTION,
     WORLD_MODEL,
-    WORLD_MODEL_SOURCE,
     AnchorRouter,
     AnchorWeighter,
     CostLedger,
@@ -69,6 +68,7 @@ from wmrl_envs.core import (
     WMRLCorrector,
 )
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
+from wmrl_envs.wrappers.anchored import aggregate_episode_score, predict_checked
 
 __all__ = ["AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
 
@@ -491,30 +491,11 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self._ctx_predicted[i] = False
 
     def _aggregate(self, scores: list[float]) -> float:
-        if self.episode_score == "max":
-            return max(scores)
-        if self.episode_score == "last":
-            return scores[-1]
-        return float(sum(scores))
+        return aggregate_episode_score(scores, self.episode_score)
 
     def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         assert self.world_model is not None
-        t0 = time.perf_counter()
-        preds = list(self.world_model.predict(list(contexts), list(actions)))
-        dt = time.perf_counter() - t0
-        if len(preds) != len(actions):
-            raise RuntimeError(
-                f"world model {type(self.world_model).__name__} returned {len(preds)} predictions "
-                f"for {len(actions)} actions; predict() must return one per action"
-            )
-        bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
-        if bad is not None:
-            raise TypeError(
-                f"world model {type(self.world_model).__name__} returned a {type(bad).__name__}; "
-                "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
-            )
-        self.ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
-        return preds
+        return predict_checked(self.world_model, contexts, actions, self.ledger)
 
     def _abandon(self, i: int) -> None:
         """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
