@@ -145,7 +145,61 @@ def test_weighter_warmup_calibration_and_clip():
     assert w.rho == pytest.approx(4.0)  # clipped at rho_max
     for _ in range(30):
         w.update([0.0, 1.0], [0.0, 1.0])
-    assert w.rho == pytest.approx(1.0, abs=1e-6)  # perfect world model: back to plain weights
+    # perfect world model: back to the lowest calibrated weight, 1 + c·ε (ε: disagreement floor)
+    assert w.rho == pytest.approx(1.0 + w.c * AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR)
+
+
+def test_weighter_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_amount():
+    """A warm-up with zero disagreement: c comes from the floor ε, so ρ = ρ_target exactly at
+    calibration, and a small disagreement afterwards moves ρ by (ρ_target − 1)·(s̄² − ε)/ε at most,
+    not to the clip (before the floor, c was 10⁶: ρ was 1 at calibration, then 4)."""
+    eps = AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR
+    assert eps == 0.01
+    w = AnchorWeighter(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+    for _ in range(3):
+        assert w.update([0.0, 1.0], [0.0, 1.0]) == 0.0  # perfect ranking: s² = 0
+    assert w.ema == 0.0 and w.c == 1.0 / eps
+    assert w.rho == 2.0  # exactly rho_target at calibration
+    # s² = 0.01 (residual ±0.05 on Var(r) = 0.25); half-life 1: s̄² = 0.005 < ε -> ρ unchanged
+    assert w.update([0.05, 0.95], [0.0, 1.0]) == pytest.approx(0.01)
+    assert w.ema == pytest.approx(0.005)
+    assert w.rho == 2.0
+    # s² = 0.04: s̄² = 0.5·0.005 + 0.5·0.04 = 0.0225 -> ρ = 1 + 0.0225/ε = 3.25 (below the clip 4)
+    assert w.update([0.1, 0.9], [0.0, 1.0]) == pytest.approx(0.04)
+    assert w.rho == pytest.approx(1.0 + 0.0225 / eps)
+    # reference half-life 64: one constant-prediction group (s² = 1) after a perfect warm-up
+    v = AnchorWeighter(warmup_groups=2)
+    for _ in range(2):
+        v.update([0.0, 1.0], [0.0, 1.0])
+    assert v.rho == 2.0
+    v.update([0.3, 0.3], [0.0, 1.0])
+    alpha = 1.0 - 0.5 ** (1.0 / 64)
+    assert v.ema == pytest.approx(alpha) and v.rho == pytest.approx(1.0 + alpha / eps)  # 2.077
+    # the floor survives a state round trip; states saved before it existed keep the 1e-6
+    # floor their c was computed with
+    u = AnchorWeighter()
+    u.load_state_dict(json.loads(json.dumps(v.state_dict())))
+    assert u.rho == v.rho and u.disagreement_floor == eps
+    old = {k: val for k, val in v.state_dict().items() if k != "disagreement_floor"}
+    u.load_state_dict(old)
+    assert u.disagreement_floor == 1e-6
+    with pytest.raises(ValueError, match="disagreement_floor"):
+        AnchorWeighter(disagreement_floor=0.0)
+
+
+def test_weighter_floor_is_continuous_and_only_in_calibrated_mode():
+    """ρ = 1 + (ρ_target − 1)·max(s̄², ε)/max(η̂²_cal, ε): the usual 1 + η̂²/η̂²_cal once both
+    exceed ε; parameter-free ρ = 1 + s̄² has no division, so no floor."""
+    eps = 0.05
+    w = AnchorWeighter(warmup_groups=1, half_life=1.0, rho_target=3.0, rho_max=10.0, disagreement_floor=eps)
+    w.update([0.3, 0.3], [0.0, 1.0])  # s² = 1 > ε
+    assert w.c == pytest.approx(2.0) and w.rho == pytest.approx(3.0)
+    for _ in range(40):
+        w.update([0.0, 1.0], [0.0, 1.0])
+    assert w.ema < eps and w.rho == pytest.approx(1.0 + 2.0 * eps)  # the lowest calibrated ρ
+    p = AnchorWeighter(warmup_groups=1, mode="parameter_free", disagreement_floor=eps)
+    p.update([0.0, 1.0], [0.0, 1.0])
+    assert p.rho == 1.0
 
 
 def test_weighter_parameter_free_and_state():

@@ -13,6 +13,26 @@ the share of the real within-group variation that the world model gets wrong (gr
 ``ρ = 1 + η̂²/η̂²_cal`` with ``η̂²_cal`` the disagreement frozen at calibration. The
 parameter-free variant uses ``c = 1``. ``ρ`` multiplies the post-normalisation GRPO advantages
 of anchor-group rows only, so training leans on real executions when the world model is poor.
+
+Near-perfect warm-up. ``η̂²/η̂²_cal`` is undefined when the world model made no mistake during
+warm-up (``η̂²_cal = 0``), and explodes when ``η̂²_cal`` is tiny: with a bare ``1e-6`` guard,
+``c`` was ``10⁶``, ρ was 1 at calibration instead of ``ρ_target``, and the first small
+disagreement sent it to the clip. In calibrated mode a disagreement below the *floor* ``ε``
+(``disagreement_floor``, default :attr:`AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR` = 0.01) counts
+as ``ε``, in ``c`` and in ρ alike::
+
+    c = (ρ_target − 1) / max(η̂²_cal, ε),    ρ = clip(1 + c·max(s̄², ε), 1, ρ_max)
+
+so ρ is exactly ``ρ_target`` at calibration whatever ``η̂²_cal`` is (0 included), is a
+continuous function of ``s̄²``, and equals the unfloored formula whenever ``s̄²`` and
+``η̂²_cal`` both exceed ``ε``. After a perfect warm-up, a later disagreement raises ρ by
+``(ρ_target − 1)·(s̄² − ε)/ε``; one constant-prediction group (``s² = 1``) at half-life 64 moves
+``s̄²`` by 0.0108, ρ from 2 to 2.08. The floor is tied to the score scale through ``s²``'s
+normalisation: ``s²`` is the residual's share of the group's *real* variance, so ``ε = 0.01``
+means "a residual standard deviation under 10% of the real scores' within-group spread is as
+good as perfect" on any score scale. The price: once calibrated, ρ never goes below
+``1 + (ρ_target − 1)·ε/max(η̂²_cal, ε)`` (1.01 after a warm-up with ``η̂²_cal = 1``). The
+parameter-free ρ = ``1 + s̄²`` divides by nothing and has no floor.
 See ``docs/method.md`` ("Inverse-variance denoising"), after Yang et al., arXiv 2608.12564.
 """
 
@@ -65,11 +85,15 @@ class AnchorWeighter:
         rho_target: ρ at the moment of calibration (``mode="calibrated"``). Reference: 2.
         rho_max: upper clip of ρ. Reference: 4.
         mode: ``"calibrated"`` (fix ``c`` at warm-up end) or ``"parameter_free"`` (``c = 1``).
+        disagreement_floor: ``ε`` (float > 0, a share of the real within-group variance, like
+            ``s²``): in calibrated mode a disagreement below it counts as ``ε``, both in ``c`` and
+            in ρ (see the module docstring, "Near-perfect warm-up"). Default 0.01.
 
     Attributes:
         training: when ``False``, :meth:`update` is ignored (evaluation freezes ρ).
         ema: current ``s̄²`` (NaN before the first group).
         c: the scale fixed at calibration (NaN before; 1.0 in parameter-free mode).
+        disagreement_floor: ``ε``.
 
     Raises:
         ValueError: invalid arguments.
@@ -78,7 +102,12 @@ class AnchorWeighter:
         >>> w = AnchorWeighter(warmup_groups=2)
         >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho
         1.0
+        >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho  # perfect warm-up: calibrated at the floor
+        2.0
     """
+
+    DEFAULT_DISAGREEMENT_FLOOR = 0.01
+    """Default ``ε`` of ``disagreement_floor``: a residual std of 10% of the real within-group std."""
 
     def __init__(
         self,
@@ -87,6 +116,7 @@ class AnchorWeighter:
         rho_target: float = 2.0,
         rho_max: float = 4.0,
         mode: Literal["calibrated", "parameter_free"] = "calibrated",
+        disagreement_floor: float = DEFAULT_DISAGREEMENT_FLOOR,
     ) -> None:
         if warmup_groups < 0:
             raise ValueError(f"warmup_groups must be >= 0, got {warmup_groups}")
@@ -96,11 +126,16 @@ class AnchorWeighter:
             raise ValueError(f"need 1 <= rho_target <= rho_max, got {rho_target}, {rho_max}")
         if mode not in ("calibrated", "parameter_free"):
             raise ValueError(f"mode must be 'calibrated' or 'parameter_free', got {mode!r}")
+        if not (math.isfinite(disagreement_floor) and disagreement_floor > 0):
+            raise ValueError(
+                f"disagreement_floor must be a finite share of the real variance > 0 (e.g. 0.01), got {disagreement_floor}"
+            )
         self.warmup_groups = int(warmup_groups)
         self.half_life = float(half_life)
         self.rho_target = float(rho_target)
         self.rho_max = float(rho_max)
         self.mode = mode
+        self.disagreement_floor = float(disagreement_floor)
         self.training = True
         self.alpha = 1.0 - 0.5 ** (1.0 / self.half_life)
         self.ema = float("nan")
@@ -119,7 +154,8 @@ class AnchorWeighter:
         """The current anchor weight ρ (float in [1, rho_max]); exactly 1.0 before warm-up."""
         if not self.warmed_up or not math.isfinite(self.ema) or not math.isfinite(self.c):
             return 1.0
-        return float(min(max(1.0 + self.c * self.ema, 1.0), self.rho_max))
+        ema = max(self.ema, self.disagreement_floor) if self.mode == "calibrated" else self.ema
+        return float(min(max(1.0 + self.c * ema, 1.0), self.rho_max))
 
     def update(self, calibrated: Sequence[float | None], real: Sequence[float | None]) -> float | None:
         """Feed one anchor group; returns its ``s²`` (``None`` if skipped or not training).
@@ -138,8 +174,9 @@ class AnchorWeighter:
         self.ema = s2 if not math.isfinite(self.ema) else (1 - self.alpha) * self.ema + self.alpha * s2
         self.n_groups += 1
         if self.mode == "calibrated" and not math.isfinite(self.c) and self.n_groups >= self.warmup_groups:
-            # Fix c once so that rho == rho_target right now: 1 + c * ema = rho_target.
-            self.c = (self.rho_target - 1.0) / max(self.ema, 1e-6)
+            # Fix c once so that rho == rho_target right now: 1 + c * max(ema, eps) = rho_target
+            # (a near-perfect warm-up calibrates at the floor eps, not at a vanishing ema).
+            self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
         return s2
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,6 +188,7 @@ class AnchorWeighter:
             "rho_target": self.rho_target,
             "rho_max": self.rho_max,
             "mode": self.mode,
+            "disagreement_floor": self.disagreement_floor,
             "ema": nan_to_none(self.ema),
             "n_groups": self.n_groups,
             "n_skipped": self.n_skipped,
@@ -158,7 +196,11 @@ class AnchorWeighter:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept as it is)."""
+        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept as it is).
+
+        A state saved before ``disagreement_floor`` existed gets ``1e-6``, the guard its ``c``
+        was computed with, so that ρ stays what that ``c`` implies.
+        """
         training = self.training
         self.__init__(
             warmup_groups=state["warmup_groups"],
@@ -166,6 +208,7 @@ class AnchorWeighter:
             rho_target=state["rho_target"],
             rho_max=state["rho_max"],
             mode=state["mode"],
+            disagreement_floor=state.get("disagreement_floor", 1e-6),
         )
         self.ema = float("nan") if state["ema"] is None else float(state["ema"])
         self.c = float("nan") if state["c"] is None else float(state["c"])
