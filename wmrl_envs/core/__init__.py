@@ -6,6 +6,8 @@ Contents:
     - :class:`AnchorWeighter`, :func:`group_disagreement` — inverse-variance denoising (ρ).
     - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
     - :class:`CostLedger` — counts and seconds per cost source.
+    - :class:`UngradedMonitor`, :class:`TooManyUngradedError` — ungraded rollouts (the machinery
+      failed): counts by cause, warnings and the stop rule (:mod:`.ungraded`).
 
 The wrapper (:mod:`wmrl_envs.wrappers`) and all adapters share these objects.
 """
@@ -17,6 +19,7 @@ from .debias import IsotonicDebiaser
 from .denoise import AnchorWeighter, group_disagreement
 from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
+from .ungraded import TooManyUngradedError, UngradedMonitor
 
 __all__ = [
     "ANCHOR",
@@ -33,4 +36,6 @@ __all__ = [
     "WORLD_MODEL_SOURCE",
     "GENERATION",
     "UPDATE",
+    "UngradedMonitor",
+    "TooManyUngradedError",
 ]

@@ -4,6 +4,9 @@ The method exists to cut execution cost, so every run keeps a :class:`CostLedger
 count and wall-clock seconds per *source*: ``execution`` (real sandboxed runs),
 ``world_model`` (world-model inference), ``generation`` (policy sampling), ``update`` (policy
 optimisation), plus any user-defined source. Ledgers from several workers can be merged.
+
+Rollouts left ungraded because the machinery failed (see :mod:`wmrl_envs.core.ungraded`) are
+counted under the sources ``"ungraded:<cause>"`` (:meth:`CostLedger.ungraded_counts`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ class CostLedger:
         >>> ledger.count("execution"), ledger.seconds("execution")
         (4, 2.5)
     """
+
+    UNGRADED_PREFIX = "ungraded:"
+    """Prefix of the sources that count ungraded scores by cause (``"ungraded:world_model_timeout"``)."""
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
@@ -66,6 +72,11 @@ class CostLedger:
     def sources(self) -> list[str]:
         """Sources seen so far, sorted."""
         return sorted(set(self._counts) | set(self._seconds))
+
+    def ungraded_counts(self) -> dict[str, int]:
+        """``{cause: count}`` of the scores recorded as ungraded (sources ``"ungraded:<cause>"``)."""
+        p = self.UNGRADED_PREFIX
+        return {s[len(p):]: self.count(s) for s in self.sources if s.startswith(p)}
 
     def merge(self, other: "CostLedger") -> None:
         """Add another ledger's counts and seconds into this one (e.g. from a remote worker)."""

@@ -40,7 +40,15 @@ class WorldModelPrediction:
             model does not predict one (the wrapper then returns the reset observation).
         raw_output: the model's raw text, for debugging (may be empty).
         model_called: ``False`` when a deterministic pre-check decided without the model.
-        extras: free-form details (e.g. the quality bucket).
+        extras: free-form details (e.g. the quality bucket; ``"error"``: why it is ungraded).
+        ungraded_cause: with ``score=None``, why (a cause of :mod:`wmrl_envs.core.ungraded`):
+            ``"unscorable_input"`` for an input that cannot be scored by its nature (no frames,
+            no image), or ``None`` (read as ``"world_model_ungraded"``): counted, not warned
+            about, not subject to the stop rule. Any other cause (e.g.
+            ``"world_model_error"``) is a failure of the machinery: counted, warned about,
+            subject to the stop rule. The wrappers set it themselves when ``predict`` raises
+            (``"world_model_error"``), exceeds its time-out (``"world_model_timeout"``) or
+            returns a non-finite score (``"world_model_invalid"``; the score becomes ``None``).
     """
 
     score: float | None
@@ -50,6 +58,7 @@ class WorldModelPrediction:
     raw_output: str = ""
     model_called: bool = True
     extras: dict[str, Any] = field(default_factory=dict)
+    ungraded_cause: str | None = None
 
 
 @dataclass
@@ -81,7 +90,10 @@ class WorldModel(Protocol):
     ``predict(contexts, actions)`` takes two sequences of equal length B — the observation
     each action was taken in, and the action — and returns a list of B
     :class:`WorldModelPrediction`. It must not raise on a single bad action: return a
-    prediction with ``score=None`` (ungraded) or a failure status instead.
+    prediction with ``score=None`` (ungraded, with ``ungraded_cause="unscorable_input"`` when
+    the input cannot be scored by its nature) or a failure status instead. A ``predict`` that
+    raises or hangs is a failure of the machinery: the wrappers catch it (and bound it with
+    their ``world_model_timeout_s``) and leave the whole batch ungraded.
     """
 
     def predict(

@@ -33,8 +33,13 @@ Both share one :class:`~wmrl_envs.core.AnchorRouter`, one
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import logging
+import math
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, Sequence, SupportsFloat, TypeVar
@@ -55,6 +60,16 @@ from wmrl_envs.core import (
     Route,
     WMRLCorrector,
 )
+from wmrl_envs.core.ungraded import (
+    CAUSE_KEY,
+    SANDBOX_UNAVAILABLE,
+    WORLD_MODEL_ERROR,
+    WORLD_MODEL_INVALID,
+    WORLD_MODEL_TIMEOUT,
+    WORLD_MODEL_UNGRADED,
+    UngradedMonitor,
+    execution_cause,
+)
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
@@ -64,46 +79,208 @@ ActType = TypeVar("ActType")
 
 _SENTINEL = object()
 
+logger = logging.getLogger(__name__)
 
-def aggregate_episode_score(scores: Sequence[float], how: str) -> float:
+
+def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float | None:
     """An episode's score from its per-step world-model scores: ``"max"`` (AutoResearch: best
-    turn), ``"last"`` or ``"sum"``."""
+    turn), ``"last"`` or ``"sum"``.
+
+    Order-independent for ``"max"`` and ``"sum"``: a step without a finite score (``None``,
+    NaN, inf) makes the episode ungraded (``None``) whatever its position — a NaN never wins or
+    loses a ``max`` depending on where it stands. ``None`` for an empty sequence.
+    """
+    vals: list[float] = []
+    for v in scores:
+        if v is None:
+            return None
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        vals.append(f)
+    if not vals:
+        return None
     if how == "max":
-        return max(scores)
+        return max(vals)
     if how == "last":
-        return scores[-1]
-    return float(sum(scores))
+        return vals[-1]
+    return float(sum(vals))
+
+
+_CALL_LOCKS: dict[int, threading.Lock] = {}
+_CALL_LOCKS_GUARD = threading.Lock()
+
+
+def _call_lock(world_model: Any) -> threading.Lock:
+    """One lock per world-model object: never two ``predict`` calls on it at once (a call that
+    timed out may still be running in its thread)."""
+    key = id(world_model)
+    with _CALL_LOCKS_GUARD:
+        lock = _CALL_LOCKS.get(key)
+        if lock is None:
+            lock = _CALL_LOCKS[key] = threading.Lock()
+            try:
+                weakref.finalize(world_model, _CALL_LOCKS.pop, key, None)
+            except TypeError:  # not weak-referenceable: the lock stays (a few bytes)
+                pass
+    return lock
+
+
+def _failed_batch(n: int, cause: str, message: str) -> list[WorldModelPrediction]:
+    return [
+        WorldModelPrediction(score=None, status="ungraded", extras={"error": message}, ungraded_cause=cause)
+        for _ in range(n)
+    ]
+
+
+def _call_with_deadline(
+    world_model: WorldModel, contexts: list[Any], actions: list[Any], timeout_s: float | None
+) -> tuple[list[Any] | None, str | None, str]:
+    """``world_model.predict`` bounded by ``timeout_s``: ``(preds, None, "")`` or ``(None, cause, message)``."""
+    name = type(world_model).__name__
+    lock = _call_lock(world_model)
+    if timeout_s is None:
+        with lock:
+            try:
+                return list(world_model.predict(contexts, actions)), None, ""
+            except Exception as exc:  # noqa: BLE001 - every failure of the model is an ungraded batch
+                return None, WORLD_MODEL_ERROR, f"{name}.predict raised {type(exc).__name__}: {exc}"
+    deadline = time.monotonic() + float(timeout_s)
+    if not lock.acquire(timeout=float(timeout_s)):
+        return None, WORLD_MODEL_TIMEOUT, (
+            f"{name}.predict: an earlier call that timed out is still running after {timeout_s:g} s more"
+        )
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["preds"] = list(world_model.predict(contexts, actions))
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            box["exc"] = exc
+        finally:
+            lock.release()
+
+    # a daemon thread: a call that never returns cannot keep the interpreter from exiting
+    worker = threading.Thread(target=run, name=f"wmrl-predict-{name}", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()))
+    if worker.is_alive():
+        return None, WORLD_MODEL_TIMEOUT, (
+            f"{name}.predict did not return within world_model_timeout_s={timeout_s:g} s for a batch of "
+            f"{len(actions)} (its thread keeps running in the background; later calls wait for it)"
+        )
+    if "exc" in box:
+        exc = box["exc"]
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not ours to swallow
+            raise exc
+        return None, WORLD_MODEL_ERROR, f"{name}.predict raised {type(exc).__name__}: {exc}"
+    return box["preds"], None, ""
 
 
 def predict_checked(
-    world_model: WorldModel, contexts: Sequence[Any], actions: Sequence[Any], ledger: CostLedger
+    world_model: WorldModel,
+    contexts: Sequence[Any],
+    actions: Sequence[Any],
+    ledger: CostLedger,
+    *,
+    timeout_s: float | None = None,
 ) -> list[WorldModelPrediction]:
-    """One batched ``world_model.predict`` call, checked and timed into ``ledger``.
+    """One batched ``world_model.predict`` call, checked, bounded and timed into ``ledger``.
 
-    Shared by every wrapper (per-episode, group and vector APIs) so that all of them enforce
-    the same protocol and account world-model seconds the same way.
+    Shared by every wrapper (per-episode, group and vector APIs) and the Ray scorer, so that
+    all of them enforce the same protocol, the same failure contract
+    (:mod:`wmrl_envs.core.ungraded`) and account world-model seconds the same way:
+
+    * ``predict`` raises -> every prediction of the batch is ungraded, cause
+      ``"world_model_error"`` (logged with ``logging.warning``);
+    * ``predict`` runs longer than ``timeout_s`` -> ungraded, cause ``"world_model_timeout"``.
+      The call runs in a daemon thread that is abandoned at the deadline: Python cannot stop
+      a thread, so a hung call keeps its thread (and whatever it holds, e.g. a GPU) until it
+      returns, if ever; later calls on the same world model wait for it (within their own
+      deadline) rather than run concurrently with it;
+    * a score that is not a finite number (NaN, inf, a non-number) becomes ``None``, cause
+      ``"world_model_invalid"`` — a NaN never enters an episode's per-turn scores;
+    * ``score=None`` without a cause gets ``"world_model_ungraded"``.
+
+    Args:
+        world_model: the world model.
+        contexts, actions: B contexts and B actions.
+        ledger: gets ``("world_model", seconds, B)`` (also for a call that raised or timed out:
+            its time was spent; not for a protocol error, which stops the run).
+        timeout_s: seconds one call may take (``None``: no limit, the call runs in the caller's
+            thread).
+
+    Returns:
+        B :class:`WorldModelPrediction` (new objects where this function changed one).
 
     Raises:
-        RuntimeError: not one prediction per action.
+        RuntimeError: ``predict`` returned not one prediction per action (a protocol bug).
         TypeError: a prediction is not a :class:`WorldModelPrediction`.
     """
+    contexts, actions = list(contexts), list(actions)
     t0 = time.perf_counter()
-    preds = list(world_model.predict(list(contexts), list(actions)))
+    raw, cause, message = _call_with_deadline(world_model, contexts, actions, timeout_s)
     dt = time.perf_counter() - t0
     name = type(world_model).__name__
-    if len(preds) != len(actions):
+    if raw is None:
+        assert cause is not None
+        ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))  # its time was spent
+        logger.warning("world model failed, %d prediction(s) ungraded (%s): %s", len(actions), cause, message)
+        return _failed_batch(len(actions), cause, message)
+    if len(raw) != len(actions):
         raise RuntimeError(
-            f"world model {name} returned {len(preds)} predictions "
+            f"world model {name} returned {len(raw)} predictions "
             f"for {len(actions)} actions; predict() must return one per action"
         )
-    bad = next((p for p in preds if not isinstance(p, WorldModelPrediction)), None)
+    bad = next((p for p in raw if not isinstance(p, WorldModelPrediction)), None)
     if bad is not None:
         raise TypeError(
             f"world model {name} returned a {type(bad).__name__}; "
             "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
         )
     ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
-    return preds
+    out: list[WorldModelPrediction] = []
+    n_invalid = 0
+    for p in raw:
+        if p.score is None:
+            out.append(p if p.ungraded_cause else dataclasses.replace(p, ungraded_cause=WORLD_MODEL_UNGRADED))
+            continue
+        try:
+            ok = math.isfinite(float(p.score))
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            out.append(p)
+        else:
+            n_invalid += 1
+            out.append(dataclasses.replace(
+                p, score=None, ungraded_cause=WORLD_MODEL_INVALID,
+                extras={**p.extras, "error": f"invalid score {p.score!r}", "invalid_score": repr(p.score)},
+            ))
+    if n_invalid:
+        logger.warning("world model %s returned %d non-finite score(s); left ungraded (%s)", name, n_invalid,
+                       WORLD_MODEL_INVALID)
+    return out
+
+
+def _wm_causes(preds: Sequence[WorldModelPrediction], g: int) -> list[str | None]:
+    """Per rollout: the cause of its missing world-model score, ``None`` where it has one."""
+    if not preds:
+        return [None] * g
+    return [None if p.score is not None else (p.ungraded_cause or WORLD_MODEL_UNGRADED) for p in preds]
+
+
+def _messages(preds: Sequence[WorldModelPrediction], infos: Sequence[dict[str, Any]] = ()) -> dict[str, str]:
+    """``{cause: error text}`` of a group's failed predictions and executions."""
+    out: dict[str, str] = {}
+    for p in preds:
+        if p.score is None and p.ungraded_cause and p.extras.get("error"):
+            out[p.ungraded_cause] = str(p.extras["error"])
+    for info in infos:
+        c = info.get(CAUSE_KEY)
+        if c and (info.get("error") or info.get("message")):
+            out[str(c)] = str(info.get("error") or info.get("message"))
+    return out
 
 
 def group_info(corr: GroupCorrection, group_id: int, i: int) -> dict[str, Any]:
@@ -116,6 +293,7 @@ def group_info(corr: GroupCorrection, group_id: int, i: int) -> dict[str, Any]:
         "calibrated_score": corr.calibrated_scores[i],
         "real_score": corr.real_scores[i],
         "graded": corr.rewards[i] is not None,
+        CAUSE_KEY: None,
         "advantage_weight": corr.advantage_weight,
     }
 
@@ -197,6 +375,24 @@ class AnchoredWorldModelWrapper(
             an anchor group's rollouts concurrently on ``env`` and these (threads; use it when
             the real step runs out of process, e.g. in a sandbox). The ledger still records
             each execution's own seconds; the group's wall-clock shrinks.
+        world_model_timeout_s: seconds one batched ``world_model.predict`` call may take
+            (``None``: no limit). A call past it leaves its batch ungraded (cause
+            ``"world_model_timeout"``); see :func:`predict_checked` for what happens to the
+            thread of a hung call.
+        max_ungraded_share: the stop rule (``docs/method.md``, "Ungraded rollouts"): once this
+            share of one training step's rollouts (``groups_per_step`` groups, or the
+            ``n_groups`` of :meth:`plan_step`) is ungraded because the machinery failed,
+            :class:`~wmrl_envs.core.TooManyUngradedError` is raised (default 0.5; ``None``:
+            never stop).
+
+    Ungraded rollouts (:mod:`wmrl_envs.core.ungraded`):
+        A sandbox failure (the env reports ``info["graded"] = False`` and
+        ``info["ungraded_cause"]``, or its ``step`` raises ``SandboxUnavailableError``), a world
+        model that raises, times out or returns a non-finite score leave the rollout
+        ungraded: reward ``None`` in the group APIs (``0.0`` with ``info["wmrl"]["graded"] =
+        False`` in the per-episode API), cause in ``info["wmrl"]["ungraded_cause"]``, out of
+        the anchor pairs and ρ, counted in ``ledger`` (``"ungraded:<cause>"``) and in
+        :attr:`ungraded` (an :class:`~wmrl_envs.core.UngradedMonitor`), warned about.
 
     Training and evaluation (like ``VecNormalize.training`` in Stable-Baselines3):
         With ``training=True`` the wrapper is deliberately non-stationary: groups advance,
@@ -246,6 +442,8 @@ class AnchoredWorldModelWrapper(
         reward_timing: Literal["episode", "dense"] = "episode",
         dense_every: int = 1,
         withheld_info_keys: Sequence[str] = ("success", "is_success"),
+        world_model_timeout_s: float | None = None,
+        max_ungraded_share: float | None = 0.5,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -262,6 +460,8 @@ class AnchoredWorldModelWrapper(
             reward_timing=reward_timing,
             dense_every=dense_every,
             withheld_info_keys=tuple(withheld_info_keys),
+            world_model_timeout_s=world_model_timeout_s,
+            max_ungraded_share=max_ungraded_share,
         )
         gym.Wrapper.__init__(self, env)
         if mode not in ("outcome", "reward"):
@@ -293,7 +493,14 @@ class AnchoredWorldModelWrapper(
             groups_per_step = 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
         if groups_per_step < 1:
             raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        if world_model_timeout_s is not None and not (
+            isinstance(world_model_timeout_s, (int, float)) and world_model_timeout_s > 0
+        ):
+            raise ValueError(
+                f"world_model_timeout_s must be a number of seconds > 0 or None (no limit), got {world_model_timeout_s!r}"
+            )
         self.world_model = world_model
+        self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
         self.group_size = int(group_size)
         self.mode = mode
         self.groups_per_step = int(groups_per_step)
@@ -314,6 +521,7 @@ class AnchoredWorldModelWrapper(
             raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
         self.corrector = corrector
         self.ledger = ledger if ledger is not None else CostLedger()
+        self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
         self._route_queue: list[Route] = []
         self._reset_group_state()
         self.n_groups_started = 0
@@ -328,6 +536,9 @@ class AnchoredWorldModelWrapper(
         self._group_reset_args: tuple[Any, Any] | None = None
         self._group_raw: list[float | None] = []
         self._group_real: list[float | None] = []
+        self._group_causes: list[str | None] = []  # per finished episode: why it has no reward
+        self._group_failures: list[str | None] = []  # failed world-model scores on anchor episodes
+        self._group_messages: dict[str, str] = {}
         self._episode_in_group = 0  # episodes started in the current group
         self._ep_ctx: Any = None
         self._ep_steps = 0
@@ -335,6 +546,8 @@ class AnchoredWorldModelWrapper(
         self._ep_raw_graded = True
         self._ep_real_return = 0.0
         self._ep_real_graded = True
+        self._ep_wm_cause: str | None = None
+        self._ep_real_cause: str | None = None
         self._ep_done = True
         self._eval_active = False
         self._traj: Trajectory | None = None
@@ -376,6 +589,7 @@ class AnchoredWorldModelWrapper(
         """
         routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
         self._route_queue = list(routes)
+        self.ungraded.plan(len(routes))
         return routes
 
     def _aggregate(self, scores: list[float]) -> float:
@@ -383,7 +597,48 @@ class AnchoredWorldModelWrapper(
 
     def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         assert self.world_model is not None
-        return predict_checked(self.world_model, contexts, actions, self.ledger)
+        return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
+
+    def _real_step(self, env: gym.Env, action: Any, fallback_obs: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """``env.step(action)``; a ``SandboxUnavailableError`` it raises becomes an ungraded,
+        terminated step (``info["graded"] = False``, cause ``"sandbox_unavailable"``)."""
+        from wmrl_envs.sandbox.base import SandboxUnavailableError
+
+        try:
+            obs, reward, terminated, truncated, info = env.step(action)
+        except SandboxUnavailableError as exc:
+            msg = f"{type(exc).__name__}: {exc}"
+            logger.warning("real step ungraded (%s): %s", SANDBOX_UNAVAILABLE, msg)
+            return copy.deepcopy(fallback_obs), None, True, False, {
+                "graded": False, CAUSE_KEY: SANDBOX_UNAVAILABLE, "status": "ungraded", "error": msg,
+            }
+        return obs, reward, terminated, truncated, dict(info)
+
+    def _record_group(
+        self,
+        corr: GroupCorrection,
+        preds: Sequence[WorldModelPrediction],
+        exec_causes: Sequence[str | None] | None,
+        infos: Sequence[dict[str, Any]] = (),
+        *,
+        group_id: int | None = None,
+    ) -> list[str | None]:
+        """Account a scored group's ungraded rollouts (ledger, warning, stop rule); returns the
+        per-rollout causes (``None`` = graded)."""
+        g = len(corr.rewards)
+        wm = _wm_causes(preds, g) if preds else [None] * g
+        if corr.route == ANCHOR:
+            ex = list(exec_causes) if exec_causes is not None else [None] * g
+            causes = [None if r is not None else (ex[i] or execution_cause(None, None)) for i, r in enumerate(corr.rewards)]
+            failures = [c for c in wm] if preds else []
+        else:
+            causes = [None if r is not None else (wm[i] or WORLD_MODEL_UNGRADED) for i, r in enumerate(corr.rewards)]
+            failures = []
+        self.ungraded.record_group(
+            causes, training=self.training, score_failures=failures, messages=_messages(preds, infos),
+            where=f"group {group_id}" if group_id is not None else "evaluation group",
+        )
+        return causes
 
     def _info(self, **kw: Any) -> dict[str, Any]:
         base = {
@@ -394,6 +649,7 @@ class AnchoredWorldModelWrapper(
             "calibrated_score": None,
             "real_score": None,
             "graded": True,
+            CAUSE_KEY: None,
             "advantage_weight": self._group_rho if self._group_route == ANCHOR else 1.0,
         }
         base.update(kw)
@@ -445,6 +701,8 @@ class AnchoredWorldModelWrapper(
         self._ep_raw_graded = True
         self._ep_real_return = 0.0
         self._ep_real_graded = True
+        self._ep_wm_cause = None
+        self._ep_real_cause = None
         self._ep_done = False
         self._traj = Trajectory(observations=[obs]) if self.mode == "reward" else None
         self._ep_wm_paid = 0.0
@@ -483,23 +741,21 @@ class AnchoredWorldModelWrapper(
         ctx = self._ep_ctx
         evaluating = self._eval_active
         pred: WorldModelPrediction | None = None
-        if self.world_model is not None and (not evaluating or route == WORLD_MODEL or self.eval_with_world_model):
+        wm_called = self.world_model is not None and (not evaluating or route == WORLD_MODEL or self.eval_with_world_model)
+        if wm_called:
             pred = self._predict([ctx], [action])[0]
-            if pred.score is None:
+            if pred.score is None:  # predict_checked made every non-finite score None
                 self._ep_raw_graded = False
+                self._note_wm_failure(pred)
             else:
                 self._ep_raw_steps.append(float(pred.score))
         self._ep_steps += 1
         if route == ANCHOR:
             t0 = time.perf_counter()
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            obs, reward, terminated, truncated, info = self._real_step(self.env, action, ctx)
             self.ledger.add(EXECUTION, time.perf_counter() - t0, 1)
             self.inner_step_calls += 1
-            if info.get("graded", True) is False or reward is None:
-                self._ep_real_graded = False
-            else:
-                self._ep_real_return += float(reward)
-            info = dict(info)
+            reward = self._note_real_step(reward, info)
         else:
             if pred is not None and pred.observation is not None:
                 obs = copy.deepcopy(pred.observation)
@@ -541,8 +797,53 @@ class AnchoredWorldModelWrapper(
                     route, self._group_raw, self._group_real if route == ANCHOR else None, self._group_id
                 )
                 wm_info["group_disagreement"] = corr.disagreement
+        if done:
+            self._end_episode(wm_info, route, raw_ep, wm_called, evaluating)
         info["wmrl"] = wm_info
         return obs, float(reward), bool(terminated), bool(truncated), info
+
+    # ------------------------------------------------------------------ ungraded bookkeeping
+    def _note_wm_failure(self, pred: WorldModelPrediction) -> None:
+        cause = pred.ungraded_cause or WORLD_MODEL_UNGRADED
+        if self._ep_wm_cause is None:
+            self._ep_wm_cause = cause
+        if pred.extras.get("error"):
+            self._group_messages[cause] = str(pred.extras["error"])
+
+    def _note_real_step(self, reward: Any, info: dict[str, Any]) -> float:
+        """Fold one real step into the episode; returns the reward to hand out (0.0 if ungraded)."""
+        cause = execution_cause(reward, info)
+        if cause is None:
+            self._ep_real_return += float(reward)
+            return float(reward)
+        self._ep_real_graded = False
+        if self._ep_real_cause is None:
+            self._ep_real_cause = cause
+        if info.get("error") or info.get("message"):
+            self._group_messages[cause] = str(info.get("error") or info.get("message"))
+        return 0.0
+
+    def _end_episode(
+        self, wm_info: dict[str, Any], route: Route, raw_ep: float | None, wm_called: bool, evaluating: bool
+    ) -> None:
+        """An episode ended: name its cause in ``wm_info``, account it (ledger, warning, stop rule)."""
+        if wm_info.get("graded"):
+            cause = None
+        elif route == ANCHOR:
+            cause = self._ep_real_cause or execution_cause(None, None)
+        else:
+            cause = self._ep_wm_cause or WORLD_MODEL_UNGRADED
+        failure = (self._ep_wm_cause or WORLD_MODEL_UNGRADED) if (route == ANCHOR and wm_called and raw_ep is None) else None
+        wm_info[CAUSE_KEY] = cause
+        if evaluating:
+            self.ungraded.record_group([cause], training=False, score_failures=[failure],
+                                       messages=self._group_messages, where="evaluation episode")
+            return
+        self._group_causes.append(cause)
+        self._group_failures.append(failure)
+        if self._episode_in_group >= self.group_size:
+            self.ungraded.record_group(self._group_causes, training=True, score_failures=self._group_failures,
+                                       messages=self._group_messages, where=f"group {self._group_id}")
 
 
     def _step_reward_mode(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -551,14 +852,10 @@ class AnchoredWorldModelWrapper(
         route = self._group_route
         evaluating = self._eval_active
         t0 = time.perf_counter()
-        obs, real_reward, terminated, truncated, info = self.env.step(action)
+        obs, real_reward, terminated, truncated, info = self._real_step(self.env, action, self._traj.observations[-1])
         self.ledger.add(EXECUTION, time.perf_counter() - t0, 1)
         self.inner_step_calls += 1
-        info = dict(info)
-        if info.get("graded", True) is False or real_reward is None:
-            self._ep_real_graded = False
-        else:
-            self._ep_real_return += float(real_reward)
+        real_reward = self._note_real_step(real_reward, info)
         self._traj.actions.append(action)
         self._traj.observations.append(obs)
         self._ep_steps += 1
@@ -571,6 +868,8 @@ class AnchoredWorldModelWrapper(
             traj = Trajectory(list(self._traj.observations), list(self._traj.actions), done=done)
             pred = self._predict([self._ep_ctx], [traj])[0]
             raw = None if pred.score is None else float(pred.score)
+            if raw is None and done:  # the episode's score failed (a failed dense call only pays nothing)
+                self._note_wm_failure(pred)
             cal = self.corrector.calibrate([raw])[0]
         if route == WORLD_MODEL:
             for key in self.withheld_info_keys:
@@ -601,6 +900,7 @@ class AnchoredWorldModelWrapper(
                         route, self._group_raw, self._group_real if route == ANCHOR else None, self._group_id
                     )
                     wm_info["group_disagreement"] = corr.disagreement
+            self._end_episode(wm_info, route, raw_ep, use_wm, evaluating)
         elif cal is not None:
             wm_info["calibrated_score"] = cal
         info["wmrl"] = wm_info
@@ -652,14 +952,18 @@ class AnchoredWorldModelWrapper(
         self._reset_group_state()
         g = len(actions)
         ctx, _ = self.env.reset(seed=seed, options=options)
+        if route is None and not self.training:
+            route = self.eval_route
         preds: list[WorldModelPrediction] = []
         wm_secs = 0.0
-        if self.world_model is not None:  # before routing: a failing world model consumes no route
+        # evaluation calls the world model only on world-model routes or with
+        # eval_with_world_model, as the per-episode API does
+        if self.world_model is not None and (self.training or route == WORLD_MODEL or self.eval_with_world_model):
             t0 = time.perf_counter()
             preds = self._predict([ctx] * g, list(actions))
             wm_secs = time.perf_counter() - t0
         if route is None:
-            route = self._next_route() if self.training else self.eval_route
+            route = self._next_route()
         r: Route = route
         if self.world_model is None and r == WORLD_MODEL:
             raise ValueError("this wrapper has no world model; only route='anchor' is possible")
@@ -679,7 +983,7 @@ class AnchoredWorldModelWrapper(
                 if i > 0:  # self.env was reset above for rollout 0
                     e.reset(seed=seed, options=options)
                 t0 = time.perf_counter()
-                obs, reward, _term, _trunc, info = e.step(a)
+                obs, reward, _term, _trunc, info = self._real_step(e, a, ctx)
                 return obs, reward, info, time.perf_counter() - t0
 
             t_group = time.perf_counter()
@@ -697,14 +1001,17 @@ class AnchoredWorldModelWrapper(
                 outcomes = [o for _, o in sorted((x for ln in lanes for x in ln), key=lambda t: t[0])]
             exec_secs = time.perf_counter() - t_group
             real = []
+            exec_causes: list[str | None] | None = []
             for obs, reward, info, dt in outcomes:
                 self.ledger.add(EXECUTION, dt, 1)
                 self.inner_step_calls += 1
-                graded = info.get("graded", True) is not False and reward is not None
-                real.append(float(reward) if graded else None)
+                cause = execution_cause(reward, info)
+                exec_causes.append(cause)
+                real.append(float(reward) if cause is None else None)
                 observations.append(obs)
                 infos.append(dict(info))
         else:
+            exec_causes = None
             for p in preds:
                 observations.append(copy.deepcopy(p.observation if p.observation is not None else ctx))
                 infos.append({"feedback": p.feedback, "status": p.status})
@@ -712,6 +1019,9 @@ class AnchoredWorldModelWrapper(
         for i in range(g):
             infos[i]["wmrl"] = group_info(corr, group_id, i)
         self.n_episodes += g
+        causes = self._record_group(corr, preds, exec_causes, infos, group_id=group_id)
+        for i in range(g):
+            infos[i]["wmrl"][CAUSE_KEY] = causes[i]
         return GroupRollout(
             group_id, r, corr.rewards, corr.advantage_weight, corr, observations, infos, preds, exec_secs, wm_secs
         )
@@ -763,13 +1073,15 @@ class AnchoredWorldModelWrapper(
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         self._reset_group_state()
+        if route is None and not self.training:
+            route = self.eval_route
         preds: list[WorldModelPrediction] = []
         wm_secs = 0.0
-        if self.world_model is not None:
+        if self.world_model is not None and (self.training or route == WORLD_MODEL or self.eval_with_world_model):
             t0 = time.perf_counter()
             preds = self._predict(list(contexts), [Trajectory(list(t.observations), list(t.actions), True) for t in trajectories])
             wm_secs = time.perf_counter() - t0
-        r: Route = route if route is not None else (self._next_route() if self.training else self.eval_route)
+        r: Route = route if route is not None else self._next_route()
         if self.world_model is None and r == WORLD_MODEL:
             raise ValueError("this wrapper has no world model; only route='anchor' is possible")
         group_id = self.n_groups_started
@@ -779,6 +1091,10 @@ class AnchoredWorldModelWrapper(
         corr = self.corrector.correct_group(r, raw, real, group_id)
         infos: list[dict[str, Any]] = [{"wmrl": group_info(corr, group_id, i)} for i in range(g)]
         self.n_episodes += g
+        exec_causes = [execution_cause(x, None) for x in real_returns] if r == ANCHOR else None
+        causes = self._record_group(corr, preds, exec_causes, group_id=group_id)
+        for i in range(g):
+            infos[i]["wmrl"][CAUSE_KEY] = causes[i]
         finals = [t.observations[-1] if t.observations else None for t in trajectories]
         return GroupRollout(group_id, r, corr.rewards, corr.advantage_weight, corr, finals, infos, preds, 0.0, wm_secs)
 
@@ -797,6 +1113,7 @@ class AnchoredWorldModelWrapper(
             "n_episodes": self.n_episodes,
             "inner_step_calls": self.inner_step_calls,
             "groups_per_step": self.groups_per_step,
+            "ungraded": self.ungraded.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -809,6 +1126,7 @@ class AnchoredWorldModelWrapper(
         self.n_episodes = int(state["n_episodes"])
         self.inner_step_calls = int(state["inner_step_calls"])
         self.groups_per_step = int(state["groups_per_step"])
+        self.ungraded.load_state_dict(state.get("ungraded", {}))  # states saved before it existed: zeros
         self._reset_group_state()
 
     def save(self, path: str | Path) -> None:

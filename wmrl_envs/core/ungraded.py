@@ -1,0 +1,333 @@
+"""Ungraded rollouts: the contract between "the agent's code failed" and "the machinery failed".
+
+What the agent's own code causes — its time-out, its memory or size limit, a crash, a missing
+or malformed submission — is graded: it gets its score on the reward scale (0.0 … 0.2), as
+before. What the *machinery* causes — a sandbox that could not start or broke, a Docker
+daemon that died, a Ray worker lost mid-execution or past its per-call time-out, a world model
+that raised, hung past its per-call time-out or returned a non-finite score — leaves the
+rollout **ungraded**: its reward is ``None``, never a real 0 or 0.1; it is kept out of the
+anchor pairs, the calibration and the ρ statistics, dropped from its GRPO group, counted in the
+:class:`~wmrl_envs.core.ledger.CostLedger` by cause (sources ``"ungraded:<cause>"``), warned
+about (``logging.warning``) and subject to the stop rule: once ``max_share`` of one training
+step's rollouts are ungraded, :class:`UngradedMonitor` raises :class:`TooManyUngradedError`.
+
+The one exception is an input a world model cannot score by its nature (a trajectory without
+frames, an observation without its image): cause :data:`UNSCORABLE` (declared by the world
+model with ``WorldModelPrediction.ungraded_cause``), or :data:`WORLD_MODEL_UNGRADED` when a
+world model returns ``score=None`` without a cause (the protocol's "could not grade this
+action"). These are counted in the ledger but neither warned about nor subject to the stop
+rule. Failures of the model itself (it raised, hung, returned NaN) are detected by the
+wrappers, whatever the model says.
+
+Contents:
+    * cause names: :data:`SANDBOX_UNAVAILABLE`, :data:`EXECUTION_ERROR`,
+      :data:`EXECUTION_UNGRADED`, :data:`EXECUTION_TIMEOUT`, :data:`WORKER_LOST`,
+      :data:`WORLD_MODEL_ERROR`, :data:`WORLD_MODEL_TIMEOUT`, :data:`WORLD_MODEL_INVALID`,
+      :data:`WORLD_MODEL_UNGRADED`, :data:`UNSCORABLE`; :func:`is_infrastructure`;
+    * :func:`execution_cause` — the cause of an ungraded real step from its reward and info;
+    * :class:`TooManyUngradedError` — the stop rule's error (counts and causes);
+    * :class:`UngradedMonitor` — per-step counting, warnings, ledger entries and the stop rule.
+
+See ``docs/method.md`` ("Ungraded rollouts").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Mapping, Sequence
+
+from .ledger import CostLedger
+
+__all__ = [
+    "SANDBOX_UNAVAILABLE",
+    "EXECUTION_ERROR",
+    "EXECUTION_UNGRADED",
+    "EXECUTION_TIMEOUT",
+    "WORKER_LOST",
+    "WORLD_MODEL_ERROR",
+    "WORLD_MODEL_TIMEOUT",
+    "WORLD_MODEL_INVALID",
+    "WORLD_MODEL_UNGRADED",
+    "UNSCORABLE",
+    "CAUSE_KEY",
+    "is_infrastructure",
+    "execution_cause",
+    "TooManyUngradedError",
+    "UngradedMonitor",
+]
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_UNAVAILABLE = "sandbox_unavailable"
+"""The sandbox could not start the program or broke while running it (``SandboxUnavailableError``)."""
+EXECUTION_ERROR = "execution_error"
+"""The env's ``step`` raised (a bug or a broken backend; the agent's failures are graded)."""
+EXECUTION_UNGRADED = "execution_ungraded"
+"""The env said ``info["graded"] = False`` (or returned no reward) without naming a cause."""
+EXECUTION_TIMEOUT = "execution_timeout"
+"""A remote execution (Ray) did not return within its per-call time-out; it was cancelled."""
+WORKER_LOST = "worker_lost"
+"""The Ray worker that held the execution died."""
+WORLD_MODEL_ERROR = "world_model_error"
+"""The world model's ``predict`` raised."""
+WORLD_MODEL_TIMEOUT = "world_model_timeout"
+"""The world model's ``predict`` did not return within its per-call time-out."""
+WORLD_MODEL_INVALID = "world_model_invalid"
+"""The world model returned a score that is not a finite number (NaN, inf, not a number)."""
+WORLD_MODEL_UNGRADED = "world_model_ungraded"
+"""The world model returned ``score=None`` without saying why (read as an unscorable input)."""
+UNSCORABLE = "unscorable_input"
+"""An input the world model cannot score by its nature (no frames, no image): counted only."""
+
+CAUSE_KEY = "ungraded_cause"
+"""``info`` key in which an env (or the wrappers) name the cause of an ungraded rollout."""
+
+
+_NOT_INFRASTRUCTURE = frozenset({UNSCORABLE, WORLD_MODEL_UNGRADED})
+
+
+def is_infrastructure(cause: str | None) -> bool:
+    """``True`` for every cause except ``None`` (graded), :data:`UNSCORABLE` and
+    :data:`WORLD_MODEL_UNGRADED` (inputs the world model declined to score).
+
+    Infrastructure causes are warned about and count toward the stop rule.
+    """
+    return cause is not None and cause not in _NOT_INFRASTRUCTURE
+
+
+def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
+    """Why a real step is ungraded, or ``None`` when it is graded.
+
+    A step is ungraded when its ``info["graded"]`` is ``False``, or its reward is ``None`` or
+    not finite; the cause is ``info["ungraded_cause"]`` when the env names one, else
+    :data:`EXECUTION_UNGRADED`.
+
+    Args:
+        reward: the step's reward (float or ``None``).
+        info: the step's info dict (or ``None``).
+
+    Returns:
+        A cause (str) or ``None``.
+    """
+    info = info or {}
+    graded = info.get("graded", True) is not False
+    if graded and reward is not None:
+        try:
+            graded = math.isfinite(float(reward))
+        except (TypeError, ValueError):
+            graded = False
+    elif reward is None:
+        graded = False
+    if graded:
+        return None
+    cause = info.get(CAUSE_KEY)
+    return str(cause) if cause else EXECUTION_UNGRADED
+
+
+class TooManyUngradedError(RuntimeError):
+    """The stop rule: too large a share of one training step's rollouts is ungraded.
+
+    Attributes:
+        n_ungraded: ungraded rollouts of the step so far (int; infrastructure causes only).
+        n_rollouts: rollouts the step holds (int; planned groups x rollouts per group).
+        share: ``n_ungraded / n_rollouts`` (float).
+        max_share: the configured limit (float).
+        causes: ``{cause: count}`` of the step's ungraded rollouts.
+        messages: ``{cause: last error text}``.
+    """
+
+    def __init__(
+        self,
+        n_ungraded: int,
+        n_rollouts: int,
+        max_share: float,
+        causes: Mapping[str, int],
+        messages: Mapping[str, str] | None = None,
+    ) -> None:
+        self.n_ungraded = int(n_ungraded)
+        self.n_rollouts = int(n_rollouts)
+        self.share = self.n_ungraded / max(1, self.n_rollouts)
+        self.max_share = float(max_share)
+        self.causes = dict(causes)
+        self.messages = dict(messages or {})
+        by_cause = ", ".join(f"{c}: {n}" for c, n in sorted(self.causes.items()))
+        last = "; ".join(f"{c}: {m}" for c, m in sorted(self.messages.items()))
+        super().__init__(
+            f"{self.n_ungraded} of the {self.n_rollouts} rollouts of this training step are ungraded "
+            f"({self.share:.0%} >= the limit of {self.max_share:.0%}) because the machinery failed "
+            f"({by_cause}). Last errors: {last or 'n/a'}. Fix the failing part (sandbox backend, "
+            "Docker daemon, Ray cluster, world model) and resume; the limit is max_ungraded_share "
+            "(--max-ungraded-share; None disables the stop)."
+        )
+
+
+class UngradedMonitor:
+    """Counts ungraded rollouts per training step, warns, records them and applies the stop rule.
+
+    A *step* is ``groups_per_step`` groups (or the ``n_groups`` given to :meth:`plan`, which a
+    trainer calls at the start of each step). After every group, when the step's ungraded
+    rollouts with an infrastructure cause reach ``max_share`` of the step's rollouts (planned
+    groups x rollouts per group), :class:`TooManyUngradedError` is raised at once, so a broken
+    backend wastes at most that share of a step.
+
+    Every ungraded *score* (a failed execution, a failed world-model prediction — also on an
+    anchor row whose real score exists, where it only leaves the anchor pair out) is added to
+    ``ledger`` as source ``"ungraded:<cause>"`` (count 1, 0 seconds).
+
+    Args:
+        max_share: share in (0, 1] at which the run stops (default 0.5); ``None`` never stops.
+        groups_per_step: groups per step until :meth:`plan` says otherwise (int >= 1).
+        ledger: where the counts by cause go (default: a new ledger).
+
+    Attributes:
+        n_rollouts: rollouts recorded in training (int).
+        n_ungraded: ungraded rollouts recorded in training, every cause (int).
+        causes: ``{cause: ungraded rollouts}`` over the whole run (training and evaluation).
+        last_messages: ``{cause: last error text}``.
+
+    Raises:
+        ValueError: ``max_share`` outside (0, 1] or ``groups_per_step < 1``.
+
+    Example:
+        >>> mon = UngradedMonitor(max_share=0.5, groups_per_step=2)
+        >>> mon.record_group([None, "sandbox_unavailable"])  # 1 of 4 planned rollouts: go on
+        >>> try:
+        ...     mon.record_group(["sandbox_unavailable", None])
+        ... except TooManyUngradedError as e:
+        ...     print(e.n_ungraded, e.n_rollouts, e.causes)
+        2 4 {'sandbox_unavailable': 2}
+    """
+
+    def __init__(
+        self, max_share: float | None = 0.5, groups_per_step: int = 1, ledger: CostLedger | None = None
+    ) -> None:
+        if max_share is not None and not (isinstance(max_share, (int, float)) and 0.0 < max_share <= 1.0):
+            raise ValueError(
+                f"max_ungraded_share must be in (0, 1] (share of a step's rollouts at which the run stops) "
+                f"or None (never stop), got {max_share!r}"
+            )
+        if int(groups_per_step) < 1:
+            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        self.max_share = None if max_share is None else float(max_share)
+        self.ledger = ledger if ledger is not None else CostLedger()
+        self._planned = int(groups_per_step)
+        self._default_planned = int(groups_per_step)
+        self.n_rollouts = 0
+        self.n_ungraded = 0
+        self.causes: dict[str, int] = {}
+        self.last_messages: dict[str, str] = {}
+        self._reset_step()
+
+    def _reset_step(self) -> None:
+        self._step_groups = 0
+        self._step_rollouts = 0
+        self._step_ungraded = 0
+        self._step_causes: dict[str, int] = {}
+
+    def plan(self, n_groups: int | None = None) -> None:
+        """Start a new step of ``n_groups`` groups (default ``groups_per_step``)."""
+        self._reset_step()
+        self._planned = max(1, int(n_groups if n_groups is not None else self._default_planned))
+
+    @property
+    def step_counts(self) -> dict[str, Any]:
+        """The current step: ``{"groups", "rollouts", "ungraded", "causes"}``."""
+        return {
+            "groups": self._step_groups,
+            "rollouts": self._step_rollouts,
+            "ungraded": self._step_ungraded,
+            "causes": dict(self._step_causes),
+        }
+
+    def record_group(
+        self,
+        causes: Sequence[str | None],
+        *,
+        training: bool = True,
+        score_failures: Sequence[str | None] = (),
+        messages: Mapping[str, str] | None = None,
+        where: str = "group",
+    ) -> None:
+        """Record one scored group.
+
+        Args:
+            causes: per rollout, ``None`` (it has a training reward) or the cause of its
+                missing reward, length G.
+            training: ``False`` (evaluation): counted, recorded and warned about, but not part
+                of a step (no stop rule).
+            score_failures: causes of further failed scores that did not leave a rollout
+                ungraded (world-model failures on anchor rows, whose real score exists).
+            messages: ``{cause: error text}`` for the warning and the stop rule's error.
+            where: how the warning names the group (e.g. ``"group 7"``).
+
+        Raises:
+            TooManyUngradedError: the stop rule fired (training only).
+        """
+        for cause, text in (messages or {}).items():
+            if text:
+                self.last_messages[cause] = str(text)[:500]
+        failed = [c for c in causes if c is not None]
+        for c in [*failed, *(c for c in score_failures if c is not None)]:
+            self.ledger.add(CostLedger.UNGRADED_PREFIX + c, 0.0, 1)
+        for c in failed:
+            self.causes[c] = self.causes.get(c, 0) + 1
+        infra = [c for c in [*failed, *score_failures] if is_infrastructure(c)]
+        if infra:
+            counts: dict[str, int] = {}
+            for c in infra:
+                counts[c] = counts.get(c, 0) + 1
+            detail = "; ".join(f"{c}: {self.last_messages[c]}" for c in sorted(counts) if c in self.last_messages)
+            logger.warning(
+                "%s: %d of %d rollouts ungraded, %d failed score(s) by cause %s%s (infrastructure failures: "
+                "left out of training and of the anchor statistics)",
+                where, len(failed), len(causes), len(infra), counts, f" — {detail}" if detail else "",
+            )
+        if not training:
+            return
+        if self._step_groups >= self._planned:
+            self._reset_step()  # the previous step is complete; this group opens the next one
+        self._step_groups += 1
+        self._step_rollouts += len(causes)
+        self.n_rollouts += len(causes)
+        self.n_ungraded += len(failed)
+        for c in failed:
+            if is_infrastructure(c):
+                self._step_ungraded += 1
+                self._step_causes[c] = self._step_causes.get(c, 0) + 1
+        if self.max_share is None or self._step_ungraded == 0:
+            return
+        expected = self._planned * self._step_rollouts / self._step_groups
+        if self._step_ungraded >= self.max_share * expected - 1e-9:
+            n_step = int(round(expected))
+            raise TooManyUngradedError(
+                self._step_ungraded, n_step, self.max_share, self._step_causes,
+                {c: m for c, m in self.last_messages.items() if c in self._step_causes},
+            )
+
+    def stats(self) -> dict[str, Any]:
+        """``{"ungraded_rollouts", "rollouts", "ungraded_share", "ungraded_by_cause"}`` (training
+        rollouts; the causes also count evaluation)."""
+        return {
+            "ungraded_rollouts": self.n_ungraded,
+            "rollouts": self.n_rollouts,
+            "ungraded_share": self.n_ungraded / self.n_rollouts if self.n_rollouts else 0.0,
+            "ungraded_by_cause": dict(sorted(self.causes.items())),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Totals (JSON-serialisable); the current step is not saved (save at step boundaries)."""
+        return {
+            "n_rollouts": self.n_rollouts,
+            "n_ungraded": self.n_ungraded,
+            "causes": dict(self.causes),
+            "last_messages": dict(self.last_messages),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; a new step starts."""
+        self.n_rollouts = int(state.get("n_rollouts", 0))
+        self.n_ungraded = int(state.get("n_ungraded", 0))
+        self.causes = {str(k): int(v) for k, v in dict(state.get("causes", {})).items()}
+        self.last_messages = {str(k): str(v) for k, v in dict(state.get("last_messages", {})).items()}
+        self._reset_step()
