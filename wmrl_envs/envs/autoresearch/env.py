@@ -492,10 +492,21 @@ class AutoResearchEnv(gym.Env):
             ``(observation, reward, terminated, truncated, info)``; ``terminated`` is ``True``
             once ``max_turns`` turns were taken; ``truncated`` is always ``False``.
 
+            When the sandbox machinery fails during the execution (``run_python`` raises
+            ``SandboxUnavailableError`` or a subclass: the sandbox could not start, the Docker
+            daemon died...), the turn is **ungraded**, not the agent's fault: ``reward`` 0.0,
+            ``info["graded"] = False``, ``info["status"] = "ungraded"``,
+            ``info["ungraded_cause"] = "sandbox_unavailable"``, ``info["message"]`` the error;
+            the episode terminates (an ungraded turn leaves the whole episode ungraded) and a
+            warning is logged. The wrappers drop such rollouts (see ``docs/method.md``,
+            "Ungraded rollouts"). What the program causes itself (time-out, memory, crash)
+            stays graded. Graded steps carry ``info["graded"] = True``.
+
         Raises:
             RuntimeError: ``step`` before ``reset`` or after the episode ended.
             TypeError: ``action`` is not a str.
-            SandboxUnavailableError: the sandbox backend broke.
+            SandboxUnavailableError: the sandbox backend named at construction cannot be
+                created here (a configuration error, raised at the first execution).
         """
         if self._task is None or self._obs is None:
             raise RuntimeError("call reset() before step()")
@@ -503,16 +514,43 @@ class AutoResearchEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset() to start a new one")
         if not isinstance(action, str):
             raise TypeError(f"the action must be Python source (str), got {type(action).__name__}")
+        import logging
+
+        from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE
+        from wmrl_envs.sandbox.base import SandboxUnavailableError
+
         task = self._task
         if check_source(action) is not None:  # decided on the host: no sandbox, no job folder
             grade, job_dir = grade_solution(task, None, None, source=action), None
         else:
             root = self._workdir_root()
-            grade, job_dir = evaluate(
-                task, action, self.sandbox, workdir_root=root / "jobs", limits=self.limits,
-                cache_dir=root / "public-cache", keep_job_dir=self.keep_job_dirs,
-                leaderboard=get_leaderboard(task.task_id), env=EXEC_ENV,
-            )
+            sandbox = self.sandbox  # a backend that cannot be built here raises: configuration error
+            try:
+                grade, job_dir = evaluate(
+                    task, action, sandbox, workdir_root=root / "jobs", limits=self.limits,
+                    cache_dir=root / "public-cache", keep_job_dir=self.keep_job_dirs,
+                    leaderboard=get_leaderboard(task.task_id), env=EXEC_ENV,
+                )
+            except SandboxUnavailableError as exc:  # the machinery failed, not the agent's code
+                message = sanitize_text(f"{type(exc).__name__}: {exc}", 1000)
+                logging.getLogger(__name__).warning(
+                    "AutoResearch step on %s ungraded (%s): %s", task.task_id, SANDBOX_UNAVAILABLE, message
+                )
+                self._turn += 1
+                self._last_grade = None
+                self._done = True  # an ungraded turn leaves the episode ungraded: no more turns
+                self._obs = next_observation(
+                    self._obs, f"$ python {SOLUTION_FILE}\n[grader] ungraded: the sandbox failed ({message})"
+                )
+                info = {
+                    "task_id": task.task_id, "turn": self._turn, "status": "ungraded", "score": None,
+                    "best_score": float(self._best), "metric": task.metric, "metric_value": None,
+                    "position": None, "runtime_s": 0.0, "executed": False, "message": message,
+                    "stdout_tail": "", "stderr_tail": "", "graded": False, CAUSE_KEY: SANDBOX_UNAVAILABLE,
+                }
+                if self.render_mode == "human":
+                    self.render()
+                return self._observation(), 0.0, True, False, info
         self._turn += 1
         self._last_grade = grade
         feedback = format_feedback(grade)
@@ -536,6 +574,7 @@ class AutoResearchEnv(gym.Env):
             "message": grade.message,
             "stdout_tail": grade.stdout_tail,
             "stderr_tail": grade.stderr_tail,
+            "graded": True,
         }
         if job_dir is not None:
             info["job_dir"] = str(job_dir)
