@@ -113,8 +113,9 @@ def test_debiaser_state_roundtrip_predicts_identically():
 @pytest.mark.parametrize(
     "cal,real,expected",
     [
-        ([0.0, 1.0], [0.0, 1.0], 0.0),  # perfect (affine shifts cancel)
+        ([0.0, 1.0], [0.0, 1.0], 0.0),  # perfect (shifts cancel)
         ([0.5, 1.5], [0.0, 1.0], 0.0),
+        ([0.0, 0.5], [0.0, 1.0], 0.25),  # d = 0.5·r: a scale does not cancel, (a − 1)²
         ([1.0, 0.0], [0.0, 1.0], 4.0),  # inverted: resid = ±1, var 0.25 -> 1/0.25
         ([0.3, 0.3], [0.0, 1.0], 1.0),  # constant prediction: resid = r - mean r
         ([0.0, 1.0], [0.5, 0.5], None),  # no real variance
@@ -127,6 +128,19 @@ def test_group_disagreement_values(cal, real, expected):
         assert s2 is None
     else:
         assert s2 == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("a", [0.5, 2.0, 1.5, -1.0, 0.0, 3.0])
+@pytest.mark.parametrize("b", [0.0, -0.3, 7.0])
+def test_group_disagreement_of_an_affine_map_is_a_minus_1_squared(a, b):
+    """d = a·r + b with a perfect ranking: only the shift b cancels, s² = (a − 1)² for any Var(r)."""
+    r = np.array([0.0, 0.1, 0.35, 0.4, 0.9, 1.0, 0.2, 0.65])
+    for scale in (1.0, 0.01):  # s² is a share of Var(r): independent of the score scale
+        assert group_disagreement(list(a * scale * r + b), list(scale * r)) == pytest.approx((a - 1.0) ** 2)
+    # with an independent error e: s² = (a − 1)² + Var(e)/Var(r) + 2(a − 1)·Cov(r, e)/Var(r)
+    e = np.array([0.05, -0.02, 0.0, 0.03, -0.04, 0.01, -0.03, 0.0])
+    expected = (a - 1.0) ** 2 + np.var(e) / np.var(r) + 2 * (a - 1.0) * np.cov(r, e, bias=True)[0, 1] / np.var(r)
+    assert group_disagreement(list(a * r + b + e), list(r)) == pytest.approx(expected)
 
 
 def test_weighter_warmup_calibration_and_clip():
