@@ -67,6 +67,7 @@ from wmrl_envs.core import (
     Route,
     WMRLCorrector,
 )
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 from wmrl_envs.wrappers.anchored import aggregate_episode_score, predict_checked
 
@@ -214,6 +215,8 @@ class _Generation:
     finished: list[bool]
     abandoned: bool = False
     members_left: int = 0
+    causes: list[str | None] = field(default_factory=list)  # per member: why it has no reward
+    failures: list[str | None] = field(default_factory=list)  # failed world-model scores on anchors
 
 
 @dataclass
@@ -226,6 +229,8 @@ class _Episode:
     real_return: float = 0.0
     real_graded: bool = True
     traj: Trajectory | None = None
+    wm_cause: str | None = None
+    real_cause: str | None = None
 
 
 class AnchoredWorldModelVectorWrapper(VectorWrapper):
@@ -254,9 +259,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             router).
         eval_route: route of every generation started while ``training`` is ``False``.
         withheld_info_keys: reward mode: info keys withheld on world-model routes.
+        world_model_timeout_s, max_ungraded_share: the per-call world-model time-out and the
+            stop rule, as in the per-episode wrapper (``docs/method.md``, "Ungraded
+            rollouts"); a step is ``groups_per_step`` generations (or :meth:`plan_step`'s).
 
     Attributes:
         router, corrector, ledger: the shared method objects.
+        ungraded: the :class:`~wmrl_envs.core.UngradedMonitor` (counts by cause, stop rule).
         autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
         n_groups_started: group generations routed so far (int); ``group_id`` counter.
         n_generations_completed: generations whose correction ran (int).
@@ -304,6 +313,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
         withheld_info_keys: Sequence[str] = ("success", "is_success"),
+        world_model_timeout_s: float | None = None,
+        max_ungraded_share: float | None = 0.5,
     ) -> None:
         super().__init__(env)
         if mode not in ("outcome", "reward"):
@@ -336,6 +347,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             groups_per_step = 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
         if groups_per_step < 1:
             raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        if world_model_timeout_s is not None and not (
+            isinstance(world_model_timeout_s, (int, float)) and world_model_timeout_s > 0
+        ):
+            raise ValueError(
+                f"world_model_timeout_s must be a number of seconds > 0 or None (no limit), got {world_model_timeout_s!r}"
+            )
         if corrector is None:
             corrector = WMRLCorrector(
                 IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {}))
@@ -358,6 +375,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
         self.corrector = corrector
         self.ledger = ledger if ledger is not None else CostLedger()
+        self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
+        self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
 
         self._routed = self._has_routed_sub_envs()
         if mode == "outcome" and not self._routed:
@@ -389,6 +408,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self._plans: list[tuple[Route | None, int | None, dict[str, Any] | None] | None] = [None] * n
         self._sent_plans: list[Any] = [object()] * n
         self._started = False
+        self._messages: dict[str, str] = {}  # {cause: last error text} for warnings and the stop rule
         self.n_groups_started = 0
         self.n_generations_completed = 0
         self.n_generations_abandoned = 0
@@ -414,6 +434,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         """Draw the routes of the next ``n_groups`` group generations now (see the per-episode wrapper)."""
         routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
         self._route_queue = list(routes)
+        self.ungraded.plan(len(routes))
         return routes
 
     # ------------------------------------------------------------------ helpers
@@ -495,7 +516,14 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
 
     def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         assert self.world_model is not None
-        return predict_checked(self.world_model, contexts, actions, self.ledger)
+        return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
+
+    def _note_wm_failure(self, ep: _Episode, p: WorldModelPrediction) -> None:
+        cause = p.ungraded_cause or WORLD_MODEL_UNGRADED
+        if ep.wm_cause is None:
+            ep.wm_cause = cause
+        if p.extras.get("error"):
+            self._messages[cause] = str(p.extras["error"])
 
     def _abandon(self, i: int) -> None:
         """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
@@ -615,7 +643,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             * at the step that ends an episode (outcome mode also at every step, for
               ``raw_score``): ``raw_score``, ``calibrated_score``, ``real_score`` (float64;
               masked off when missing: not graded, or ``real_score`` on world-model routes),
-              ``graded`` (bool; ``False`` = ungraded rollout: drop it, do not train on a zero);
+              ``graded`` (bool; ``False`` = ungraded rollout: drop it, do not train on a zero),
+              ``ungraded_cause`` (object: ``None`` or the cause, see :mod:`wmrl_envs.core.ungraded`);
             * ``group_disagreement`` (float64) where ``group_complete`` and ``s²`` was defined;
             * outcome mode, world-model routes: ``feedback``, ``status`` (object) of the prediction.
 
@@ -711,13 +740,19 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             graded_flag = _info_get(src, "graded", i)
             if graded_flag is False or not math.isfinite(real_r):
                 ep.real_graded = False
+                if ep.real_cause is None:
+                    ep.real_cause = str(_info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
+                    msg = _info_get(src, "error", i) or _info_get(src, "message", i)
+                    if msg:
+                        self._messages[ep.real_cause] = str(msg)
             else:
                 ep.real_return += real_r
             raw_ep: float | None = None
             if self.mode == "outcome":
                 if p is not None:
-                    if p.score is None or not math.isfinite(float(p.score)):
+                    if p.score is None:  # predict_checked made every non-finite score None
                         ep.raw_graded = False
+                        self._note_wm_failure(ep, p)
                     else:
                         ep.raw_steps.append(float(p.score))
                 raw_ep = self._aggregate(ep.raw_steps) if (ep.raw_steps and ep.raw_graded) else None
@@ -743,8 +778,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 if raw_ep is not None:
                     w.set("raw_score", i, raw_ep, np.float64)
             else:
-                if p is not None and p.score is not None and math.isfinite(float(p.score)):
+                if p is not None and p.score is not None:
                     raw_ep = float(p.score)
+                elif p is not None:
+                    self._note_wm_failure(ep, p)
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0  # the real reward is withheld
                     _withhold(src, self.withheld_info_keys, i)
@@ -773,9 +810,24 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 if real_ep is not None:
                     w.set("real_score", i, real_ep, np.float64)
                 w.set("graded", i, graded, bool)
+                wm_called = self.world_model is not None and (not rec.evaluating or route == WORLD_MODEL)
+                if graded:
+                    cause = None
+                elif route == ANCHOR:
+                    cause = ep.real_cause or EXECUTION_UNGRADED
+                else:
+                    cause = ep.wm_cause or WORLD_MODEL_UNGRADED
+                failure = (ep.wm_cause or WORLD_MODEL_UNGRADED) if (route == ANCHOR and wm_called and raw_ep is None) else None
+                w.set(CAUSE_KEY, i, cause, object)
+                if rec.evaluating:
+                    self.ungraded.record_group([cause], training=False, score_failures=[failure],
+                                               messages=self._messages, where=f"evaluation episode (sub-env {i})")
                 m = i - rec.group_index * g
                 rec.raw[m] = raw_ep
                 rec.real[m] = real_ep
+                if not rec.causes:
+                    rec.causes, rec.failures = [None] * g, [None] * g
+                rec.causes[m], rec.failures[m] = cause, failure
                 rec.finished[m] = True
                 rec.members_left -= 1
                 if rec.members_left == 0 and not rec.abandoned:
@@ -785,6 +837,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                         )
                         if corr.disagreement is not None:
                             w.set("group_disagreement", i, corr.disagreement, np.float64)
+                        self.ungraded.record_group(rec.causes, training=True, score_failures=rec.failures,
+                                                   messages=self._messages, where=f"group {rec.group_id}")
                     self.n_generations_completed += 1
                     completed.append(i)
                 # info of the step that ended the episode describes the ended episode
@@ -870,6 +924,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             "n_episodes": self.n_episodes,
             "gen_counter": list(self._gen_counter),
             "groups_per_step": self.groups_per_step,
+            "ungraded": self.ungraded.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -883,6 +938,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self.n_episodes = int(state["n_episodes"])
         self._gen_counter = [int(x) for x in state["gen_counter"]]
         self.groups_per_step = int(state["groups_per_step"])
+        self.ungraded.load_state_dict(state.get("ungraded", {}))
         self._gens.clear()
         self._tasks.clear()
         self._started = False
