@@ -15,15 +15,70 @@ picks one.
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Mapping
 
-__all__ = ["SandboxLimits", "ExecutionResult", "Sandbox", "SandboxUnavailableError"]
+__all__ = [
+    "SandboxLimits",
+    "ExecutionResult",
+    "Sandbox",
+    "SandboxUnavailableError",
+    "SandboxInfrastructureError",
+    "WeakLimitsWarning",
+    "default_hidden_paths",
+]
+
+
+def default_hidden_paths() -> list[str]:
+    """Host paths the isolating backends hide by default: this project's own installed files.
+
+    The ``wmrl`` distribution's top-level entries in its site-packages folder (the
+    ``wmrl_envs`` and ``agents`` packages of a regular install; the ``__editable__`` ``.pth``
+    and finder files of an editable one, which name the checkout), its ``.dist-info`` folder,
+    and the folder of the imported ``wmrl_envs`` package. The checkout itself is never bound
+    (only the interpreter's prefix is), so these are what would otherwise be readable inside.
+
+    Returns:
+        Absolute paths (str), existing ones only.
+    """
+    import importlib.metadata as md
+
+    import wmrl_envs
+
+    out = [os.path.dirname(os.path.abspath(wmrl_envs.__file__))]
+    for dist in md.distributions(name="wmrl"):  # the installed one and a checkout's egg-info
+        tops = {str(f).split("/", 1)[0] for f in (dist.files or [])}
+        path = getattr(dist, "_path", None)  # the .dist-info / .egg-info folder
+        if path is not None:
+            out.append(os.path.abspath(str(path)))
+        for top in sorted(tops):
+            if top in ("", "..", "__pycache__") or top.startswith(".."):
+                continue
+            out.append(os.path.abspath(str(dist.locate_file(top))))
+    return [p for p in dict.fromkeys(out) if os.path.lexists(p)]
 
 
 class SandboxUnavailableError(RuntimeError):
     """The requested sandbox backend cannot run on this machine (the message says why/how to fix)."""
+
+
+class SandboxInfrastructureError(SandboxUnavailableError):
+    """The sandbox machinery failed for one execution (not the program's fault).
+
+    Raised by :meth:`Sandbox.run_python` when the backend itself broke: ``bwrap`` reported a
+    set-up error, ``setpriv`` or the interpreter could not be started, the per-execution cgroup
+    could not be created or joined, the Docker daemon died. The program may not have run at all,
+    so its outcome must not be graded as the agent's (``env.step`` leaves such a rollout
+    ungraded). What the program causes itself (its time-out, an out-of-memory kill, a full job
+    folder, a crash) is never raised: it is returned in the :class:`ExecutionResult`.
+    """
+
+
+class WeakLimitsWarning(UserWarning):
+    """A whole-sandbox bound (cgroup memory/process limit, bounded job folder) is not available
+    here, so a weaker per-process fallback applies (the message says which and how to fix)."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +90,20 @@ class SandboxLimits:
         cpu_time_s: CPU-time limit in seconds (RLIMIT_CPU).
         memory_mb: address-space / memory limit in MiB.
         file_size_mb: largest file the program may write, in MiB (RLIMIT_FSIZE).
-        max_processes: most processes/threads the program may have (fork-bomb guard).
+        memory_mb: memory limit of the **whole sandbox** in MiB (a cgroup: every process of the
+            run together, including what it writes to its tmpfs ``/tmp``, ``/dev/shm`` and
+            bounded job folder); also each process's address-space limit (``RLIMIT_AS``).
+        file_size_mb: largest file the program may write, in MiB (RLIMIT_FSIZE).
+        max_processes: most processes/threads the whole sandbox may have at once (cgroup
+            ``pids.max``; fork-bomb guard).
         tmp_size_mb: size of the private ``/tmp`` in MiB (isolating backends).
+        workdir_size_mb: total size of the job folder in MiB (public inputs included), for job
+            folders made by :func:`~wmrl_envs.sandbox.jobdirs.JobFolder`.
+        workdir_max_files: most files and folders the job folder may hold (public inputs and
+            the folder itself included).
+
+    The AutoResearch tasks' public files take at most 11 MiB in 3 files, far inside the
+    defaults.
     """
 
     wall_time_s: float = 120.0
@@ -45,6 +112,16 @@ class SandboxLimits:
     file_size_mb: int = 64
     max_processes: int = 64
     tmp_size_mb: int = 64
+    workdir_size_mb: int = 512
+    workdir_max_files: int = 10_000
+
+    def __post_init__(self) -> None:
+        for name in ("wall_time_s", "cpu_time_s"):
+            if not float(getattr(self, name)) > 0:
+                raise ValueError(f"SandboxLimits.{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        for name in ("memory_mb", "file_size_mb", "max_processes", "tmp_size_mb", "workdir_size_mb", "workdir_max_files"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"SandboxLimits.{name} must be a positive integer, got {getattr(self, name)!r}")
 
 
 @dataclass
@@ -107,11 +184,13 @@ class Sandbox(abc.ABC):
             filename: name of the script inside the job folder.
 
         Returns:
-            An :class:`ExecutionResult`; never raises for failures of the program itself.
+            An :class:`ExecutionResult`; never raises for failures of the program itself
+            (time-out, memory or folder limit, crash): those are the program's outcome.
 
         Raises:
             FileNotFoundError: ``workdir`` does not exist.
-            SandboxUnavailableError: the backend broke (e.g. Docker daemon gone).
+            SandboxInfrastructureError: the backend broke for this run (bwrap set-up error,
+                cgroup not joinable, Docker daemon gone); the program's outcome is unknown.
         """
 
     def close(self) -> None:

@@ -17,19 +17,29 @@ import subprocess
 import sys
 import tempfile
 import threading
-import weakref
 from pathlib import Path
 from typing import ClassVar, Iterable, Mapping
 
-from .base import ExecutionResult, Sandbox, SandboxLimits, SandboxUnavailableError
+from .base import (
+    ExecutionResult,
+    Sandbox,
+    SandboxInfrastructureError,
+    SandboxLimits,
+    SandboxUnavailableError,
+    default_hidden_paths,
+)
 from .subprocess import (
     _base_env,
     _chown_tree,
+    _limit_extras,
     _make_preexec,
+    _new_cgroup,
     _prepare_workdir,
     _rlimits,
     _run_process,
     _sanitize_workdir,
+    _StartedPipe,
+    _warn_if_no_cgroup,
 )
 
 __all__ = ["BubblewrapSandbox"]
@@ -39,6 +49,21 @@ _MIB = 1024 * 1024
 WORKSPACE = "/workspace"
 _RESERVED = ("/", "/proc", "/dev", "/tmp", "/etc", WORKSPACE)
 _HOST_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime")
+
+
+#: Tasks bwrap itself adds to the sandbox's cgroup (the outer bwrap and its pid-1 reaper).
+_BWRAP_TASKS = 2
+
+
+def _hidden_list(hidden_paths: Iterable[str | os.PathLike] | None) -> list[str]:
+    """Absolute hidden paths; ``None`` means :func:`~wmrl_envs.sandbox.base.default_hidden_paths`."""
+    paths = default_hidden_paths() if hidden_paths is None else [os.fspath(p) for p in hidden_paths]
+    out = []
+    for p in paths:
+        if not os.path.isabs(os.path.expanduser(p)):
+            raise ValueError(f"hidden path {p!r} must be absolute (the same path on the host and inside)")
+        out.append(os.path.abspath(os.path.expanduser(p)))
+    return list(dict.fromkeys(out))
 
 
 def _under(path: str, root: str) -> bool:
@@ -141,12 +166,14 @@ class BubblewrapSandbox(Sandbox):
         gid: int = 65534,
         extra_ro_binds: Iterable[str | os.PathLike] = (),
         bwrap: str | None = None,
+        hidden_paths: Iterable[str | os.PathLike] | None = None,
     ) -> None:
         super().__init__(limits)
         self.python = os.path.abspath(python or sys.executable)
         self.uid = int(uid)
         self.gid = int(gid)
         self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
+        self.hidden_paths = _hidden_list(hidden_paths)
         self.bwrap = bwrap or shutil.which("bwrap")
         self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self.as_root = os.geteuid() == 0
@@ -159,10 +186,8 @@ class BubblewrapSandbox(Sandbox):
             raise SandboxUnavailableError(
                 "setpriv (util-linux) is missing: run `apt-get install -y util-linux`."
             )
-        self._etc_dir: str | None = None
-        self._finalizer: weakref.finalize | None = None
         self._binds = self._interpreter_binds()
-        self._etc()
+        self.cgroup = _warn_if_no_cgroup(self.name)
         ok, why = self._probe()
         if not ok:
             raise SandboxUnavailableError(f"bubblewrap does not work here: {why}")
@@ -179,7 +204,10 @@ class BubblewrapSandbox(Sandbox):
         return True
 
     def _probe(self) -> tuple[bool, str]:
-        key = (self.bwrap, self.python, self.as_root, self.uid, self.gid, tuple(self.extra_ro_binds))
+        key = (
+            self.bwrap, self.python, self.as_root, self.uid, self.gid, tuple(self.extra_ro_binds),
+            tuple(self.hidden_paths),
+        )
         with self._probe_lock:
             if key in self._probe_cache:
                 return self._probe_cache[key]
@@ -193,7 +221,7 @@ class BubblewrapSandbox(Sandbox):
                         limits=SandboxLimits(wall_time_s=30, cpu_time_s=30, memory_mb=1024),
                         filename="probe.py",
                     )
-                except OSError as exc:
+                except (OSError, SandboxUnavailableError) as exc:
                     result = (False, f"cannot start bwrap: {exc}")
                 else:
                     lines = res.stdout.split()
@@ -237,31 +265,49 @@ class BubblewrapSandbox(Sandbox):
                 kept.append((src, dest))
         return kept[1:]
 
-    def _etc(self) -> str:
-        """A private folder with a minimal ``passwd`` and ``group`` for the sandbox."""
-        if self._etc_dir is None:
-            d = tempfile.mkdtemp(prefix="wmrl-bwrap-etc-")
-            os.chmod(d, 0o755)
-            users = {0: "root", self.uid: "sandbox"}
-            groups = {0: "root", self.gid: "sandbox"}
-            with open(os.path.join(d, "passwd"), "w") as fh:
-                for u, n in users.items():
-                    fh.write(f"{n}:x:{u}:{self.gid if u else 0}:{n}:/tmp:/usr/sbin/nologin\n")
-            with open(os.path.join(d, "group"), "w") as fh:
-                for g, n in groups.items():
-                    fh.write(f"{n}:x:{g}:\n")
-            with open(os.path.join(d, "hostname"), "w") as fh:
-                fh.write("sandbox\n")
-            for f in ("passwd", "group", "hostname"):
-                os.chmod(os.path.join(d, f), 0o644)
-            self._etc_dir = d
-            self._finalizer = weakref.finalize(self, shutil.rmtree, d, True)
-        return self._etc_dir
+    def _etc_files(self) -> dict[str, bytes]:
+        """Content of the sandbox's synthetic ``/etc`` files (copied in through memfds, so no
+        host path of theirs appears in the sandbox's mount table)."""
+        users = {0: "root", self.uid: "sandbox"}
+        groups = {0: "root", self.gid: "sandbox"}
+        passwd = "".join(f"{n}:x:{u}:{self.gid if u else 0}:{n}:/tmp:/usr/sbin/nologin\n" for u, n in users.items())
+        group = "".join(f"{n}:x:{g}:\n" for g, n in groups.items())
+        return {"/etc/passwd": passwd.encode(), "/etc/group": group.encode(), "/etc/hostname": b"sandbox\n"}
 
-    def _argv(self, workdir: Path, limits: SandboxLimits, filename: str) -> list[str]:
+    def _hidden_targets(self) -> list[tuple[str, bool]]:
+        """(sandbox path, is_dir) of the hidden paths that a bind would otherwise expose."""
+        bound = ["/usr", *(d for _, d in self._binds), *(f for f in _HOST_ETC_FILES if os.path.exists(f))]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.isdir(top) and not os.path.islink(top):
+                bound.append(top)
+        out: dict[str, bool] = {}
+        for h in self.hidden_paths:
+            for dest in dict.fromkeys([h, os.path.realpath(h)]):
+                if not os.path.lexists(dest) or not any(_under(dest, b) for b in bound):
+                    continue
+                out[dest] = os.path.isdir(dest) and not os.path.islink(dest)
+        return sorted(out.items(), key=lambda kv: (kv[0].count("/"), kv[0]))
+
+    def _argv(self, workdir: Path, limits: SandboxLimits, filename: str, started_w: int) -> tuple[list[str], list[int]]:
+        """The bwrap command line and the file descriptors it reads.
+
+        Returns:
+            ``(argv, fds)``: ``argv`` is ``bwrap --args FD -- setpriv ... python -c BOOT
+            filename`` (the mount plan travels through a memfd, so no host path of the job
+            folder or of the plan is in bwrap's own ``/proc/1/cmdline``); ``fds`` are the
+            memfds to pass (and close afterwards).
+        """
+        fds: list[int] = []
+
+        def memfd(data: bytes) -> int:
+            fd = os.memfd_create("wmrl-bwrap", 0)
+            os.write(fd, data)
+            os.lseek(fd, 0, os.SEEK_SET)
+            fds.append(fd)
+            return fd
+
         tmp_bytes = str(max(1, int(limits.tmp_size_mb)) * _MIB)
-        argv = [
-            self.bwrap,
+        plan = [
             "--unshare-ipc",
             "--unshare-pid",
             "--unshare-net",
@@ -273,31 +319,30 @@ class BubblewrapSandbox(Sandbox):
             "sandbox",
         ]
         if not self.as_root:
-            argv += [
+            plan += [
                 "--unshare-user",
                 "--uid", str(self.uid),
                 "--gid", str(self.gid),
                 "--disable-userns",
                 "--cap-drop", "ALL",
             ]
-        argv += ["--ro-bind", "/usr", "/usr"]
+        plan += ["--ro-bind", "/usr", "/usr"]
         for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
             if os.path.islink(top):
-                argv += ["--symlink", os.readlink(top), top]
+                plan += ["--symlink", os.readlink(top), top]
             elif os.path.isdir(top):
-                argv += ["--ro-bind", top, top]
-        argv += [
+                plan += ["--ro-bind", top, top]
+        plan += [
             "--proc", "/proc",
             "--dev", "/dev",
             "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp",
             "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm",
         ]
-        etc = self._etc()
-        etc_binds = [(os.path.join(etc, f), f"/etc/{f}") for f in ("passwd", "group", "hostname")]
-        etc_binds += [(f, f) for f in _HOST_ETC_FILES if os.path.exists(f)]
+        etc_files = self._etc_files()
+        etc_binds = [(f, f) for f in _HOST_ETC_FILES if os.path.exists(f)]
         # Folders bwrap would create on the way to a bind point get mode 0700: pre-create them
         # world-traversable, or the unprivileged uid could not reach the interpreter.
-        dests = [d for _, d in self._binds] + [d for _, d in etc_binds]
+        dests = [d for _, d in self._binds] + [d for _, d in etc_binds] + list(etc_files)
         # (The sandbox's own tmpfs on /tmp is ours to fill: a venv under the host's /tmp, e.g. a
         # CI checkout there, needs its parents created there too.)
         mounted = ["/usr", "/proc", "/dev", *dests]
@@ -310,10 +355,19 @@ class BubblewrapSandbox(Sandbox):
                 parents.add(parent)
                 parent = os.path.dirname(parent)
         for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
-            argv += ["--perms", "0755", "--dir", parent]
+            plan += ["--perms", "0755", "--dir", parent]
         for src, dest in [*self._binds, *etc_binds]:
-            argv += ["--ro-bind", src, dest]
-        argv += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE, "--"]
+            plan += ["--ro-bind", src, dest]
+        for dest, data in etc_files.items():
+            plan += ["--perms", "0644", "--file", str(memfd(data)), dest]
+        for dest, is_dir in self._hidden_targets():
+            if is_dir:  # an empty, read-only, mode-0000 tmpfs over it
+                plan += ["--perms", "0000", "--size", "4096", "--tmpfs", dest, "--remount-ro", dest]
+            else:  # an empty, unreadable file over it
+                plan += ["--perms", "0000", "--ro-bind-data", str(memfd(b"")), dest]
+        plan += ["--bind", str(workdir), WORKSPACE, "--chdir", WORKSPACE]
+        args_fd = memfd(b"".join(a.encode() + b"\0" for a in plan))
+        argv = [self.bwrap, "--args", str(args_fd), "--"]
         if self.as_root:
             argv += [
                 self.setpriv,
@@ -325,8 +379,8 @@ class BubblewrapSandbox(Sandbox):
                 "--inh-caps", "-all",
                 "--",
             ]
-        argv += [self.python, filename]
-        return argv
+        argv += [self.python, "-c", _StartedPipe.bootstrap_for(started_w), filename]
+        return argv, fds
 
     # ------------------------------------------------------------------ running
     def run_python(
@@ -342,21 +396,41 @@ class BubblewrapSandbox(Sandbox):
         path = _prepare_workdir(workdir, source, filename)
         if self.as_root:
             _chown_tree(path, self.uid, self.gid)
-        argv = self._argv(path, lim, filename)
-        # As root RLIMIT_NPROC is ignored by bwrap/setpriv and applies once setpriv drops to uid.
-        preexec = _make_preexec(_rlimits(lim, nproc=int(lim.max_processes)))
+        # The whole tree (bwrap's two processes included) joins one cgroup before bwrap runs;
+        # without one, RLIMIT_NPROC (per host uid, ignored by bwrap/setpriv as root, applied
+        # once setpriv drops to uid) is the only process bound.
+        cgroup = _new_cgroup(lim, extra_pids=_BWRAP_TASKS)
+        preexec = _make_preexec(_rlimits(lim, nproc=None if cgroup else int(lim.max_processes)), cgroup)
+        started = _StartedPipe()
+        fds: list[int] = []
         try:
+            argv, fds = self._argv(path, lim, filename, started.w)
             out = _run_process(
                 argv,
                 cwd="/",
                 env=_base_env("/tmp", "/tmp", env),
                 wall_time_s=lim.wall_time_s,
                 preexec_fn=preexec,
+                pass_fds=(started.w, *fds),
+                cgroup=cgroup,
+                started=started,
+                workdir=path,
+                limits=lim,
             )
-        except FileNotFoundError as exc:
-            raise SandboxUnavailableError(f"cannot run bwrap: {exc}") from exc
+        finally:
+            started.close()
+            for fd in fds:
+                os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
         removed = _sanitize_workdir(path)
         rc = out.returncode
+        if not out.started:
+            # bwrap's set-up, setpriv or the interpreter's start failed: the program never ran.
+            why = out.stderr.strip()[-2000:] or f"exit status {rc}"
+            if out.timed_out:
+                why = f"not started within wall_time_s={lim.wall_time_s} s; {why}"
+            raise SandboxInfrastructureError(f"the bubblewrap sandbox did not start the program: {why}")
         sig: int | None = None
         exit_code: int | None = rc
         if rc < 0:  # bwrap itself was killed (time-out)
@@ -373,9 +447,8 @@ class BubblewrapSandbox(Sandbox):
             "output_truncated": out.truncated,
             "removed_special_files": removed,
             "user_namespace": not self.as_root,
+            **_limit_extras(out, cgroup is not None),
         }
-        if rc == 1 and out.stderr.startswith("bwrap: "):
-            extras["bwrap_error"] = out.stderr.splitlines()[0]
         return ExecutionResult(
             exit_code=exit_code,
             stdout=out.stdout,
@@ -388,8 +461,4 @@ class BubblewrapSandbox(Sandbox):
         )
 
     def close(self) -> None:
-        """Remove the private ``/etc`` folder. Safe to call twice."""
-        if self._finalizer is not None:
-            self._finalizer()
-            self._finalizer = None
-        self._etc_dir = None
+        """Nothing to release (each run's files are memfds, closed after it). Safe to call twice."""

@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .base import ExecutionResult, Sandbox, SandboxLimits, SandboxUnavailableError
-from .bubblewrap import WORKSPACE, _python_prefixes, _under
+from .base import ExecutionResult, Sandbox, SandboxInfrastructureError, SandboxLimits, SandboxUnavailableError
+from .bubblewrap import WORKSPACE, _hidden_list, _python_prefixes, _under
+from .jobdirs import FolderWatch, is_bounded
 from .subprocess import DEFAULT_NOFILE, _base_env, _chown_tree, _prepare_workdir, _sanitize_workdir, _tail_text
 
 __all__ = ["DockerSandbox"]
@@ -98,18 +99,29 @@ class DockerSandbox(Sandbox):
         * **environment**: clean (``HOME=/tmp``, BLAS thread counts 1, plus ``env``).
 
     Limits:
-        * ``memory_mb``: cgroup memory limit in MiB with no swap (exceeding it gets the
-          program OOM-killed, ``extras["oom_killed"]``) and ``RLIMIT_DATA`` of the same size
-          (most large allocations raise ``MemoryError`` first);
-        * ``max_processes``: cgroup ``pids.max`` for the container (per container, unlike
-          ``RLIMIT_NPROC``);
+        * ``memory_mb``: the container's cgroup memory limit in MiB (``mem_limit``; no swap:
+          ``memswap_limit`` equal), for all its processes together -- exceeding it gets the
+          program OOM-killed, ``extras["oom_killed"]`` -- and ``RLIMIT_DATA`` of the same size
+          per process (most large allocations raise ``MemoryError`` first);
+        * ``max_processes``: the container's cgroup ``pids.max`` (``pids_limit``; per
+          container, unlike ``RLIMIT_NPROC``);
+        * ``workdir_size_mb`` / ``workdir_max_files``: kernel-enforced when the job folder is a
+          :class:`~wmrl_envs.sandbox.jobdirs.JobFolder` tmpfs, else a watchdog kills the
+          container when the folder exceeds them (``extras["workdir_limit_exceeded"]``);
         * ``cpu_time_s``: ``RLIMIT_CPU`` in seconds (rounded up); ``file_size_mb``:
           ``RLIMIT_FSIZE`` in MiB per file; open files: 256;
         * ``wall_time_s``: seconds, then the container is killed;
         * ``tmp_size_mb``: MiB of ``/tmp`` and of ``/dev/shm`` (each).
 
+    Hidden paths: ``hidden_paths`` under a bound folder are covered with an empty read-only
+    tmpfs (folders) or ``/dev/null`` (files); by default this project's own installed files
+    (:func:`~wmrl_envs.sandbox.base.default_hidden_paths`).
+
+    Failures of Docker itself (daemon gone, container not created or started, API errors
+    mid-run) raise :class:`~wmrl_envs.sandbox.base.SandboxInfrastructureError`.
+
     Not isolated / not limited: the kernel is shared; CPU share is not limited unless
-    ``cpus`` is given; the job folder's total size is bounded only per file. Output is read
+    ``cpus`` is given. Output is read
     from the container log (json-file, last ~1 MiB kept by Docker, 64 KiB per stream returned).
     Per-run overhead is container create/start/remove (roughly 0.3-1 s).
 
@@ -121,6 +133,7 @@ class DockerSandbox(Sandbox):
         extra_ro_binds: further host paths made visible read-only at the same path.
         cpus: optional CPU share (e.g. ``1.0``) enforced by the cgroup.
         client: an existing ``docker.DockerClient`` (default: ``docker.from_env()``).
+        hidden_paths: absolute host paths made unreadable inside (``None``: the default above).
 
     Raises:
         SandboxUnavailableError: SDK missing, daemon unreachable, or image import failed.
@@ -139,6 +152,7 @@ class DockerSandbox(Sandbox):
         extra_ro_binds: Iterable[str | os.PathLike] = (),
         cpus: float | None = None,
         client: Any = None,
+        hidden_paths: Iterable[str | os.PathLike] | None = None,
     ) -> None:
         super().__init__(limits)
         self._docker = _import_docker()
@@ -147,6 +161,7 @@ class DockerSandbox(Sandbox):
         self.gid = int(gid)
         self.cpus = cpus
         self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
+        self.hidden_paths = _hidden_list(hidden_paths)
         self._own_client = client is None
         try:
             self.client = client or self._docker.from_env(timeout=120)
@@ -188,6 +203,16 @@ class DockerSandbox(Sandbox):
                 pairs.append((real, dest))
         pairs += [(f, f) for f in _HOST_ETC_FILES if os.path.exists(f)]
         return pairs
+
+    def _hidden_targets(self) -> list[tuple[str, bool]]:
+        """(container path, is_dir) of hidden paths that lie under a bound folder."""
+        bound = [d for _, d in self._binds]
+        out: dict[str, bool] = {}
+        for h in self.hidden_paths:
+            for dest in dict.fromkeys([h, os.path.realpath(h)]):
+                if os.path.lexists(dest) and any(_under(dest, b) for b in bound):
+                    out[dest] = os.path.isdir(dest) and not os.path.islink(dest)
+        return sorted(out.items())
 
     def _ensure_image(self) -> str:
         docker = self._docker
@@ -233,6 +258,12 @@ class DockerSandbox(Sandbox):
         fsize = int(lim.file_size_mb) * mib
         Ulimit, Mount, LogConfig = docker.types.Ulimit, docker.types.Mount, docker.types.LogConfig
         mounts = [Mount(target=d, source=s, type="bind", read_only=True) for s, d in self._binds]
+        tmpfs = {"/tmp": f"rw,nosuid,nodev,size={int(lim.tmp_size_mb)}m,mode=1777"}
+        for dest, is_dir in self._hidden_targets():
+            if is_dir:
+                tmpfs[dest] = "ro,nosuid,nodev,size=4k,mode=000"
+            else:
+                mounts.append(Mount(target=dest, source="/dev/null", type="bind", read_only=True))
         mounts.append(Mount(target=WORKSPACE, source=str(path), type="bind", read_only=False))
         kwargs: dict[str, Any] = dict(
             command=[self.python, filename],
@@ -242,7 +273,7 @@ class DockerSandbox(Sandbox):
             hostname="sandbox",
             network_mode="none",
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={int(lim.tmp_size_mb)}m,mode=1777"},
+            tmpfs=tmpfs,
             shm_size=f"{int(lim.tmp_size_mb)}m",
             mounts=mounts,
             mem_limit=mem,
@@ -266,13 +297,22 @@ class DockerSandbox(Sandbox):
             kwargs["nano_cpus"] = int(self.cpus * 1e9)
         start = time.monotonic()
         container = None
+        watch: FolderWatch | None = None
         timed_out = False
         try:
             try:
                 container = self.client.containers.create(self.image, **kwargs)
                 container.start()
             except Exception as exc:
-                raise SandboxUnavailableError(f"could not start a sandbox container: {exc}") from exc
+                raise SandboxInfrastructureError(f"could not start a sandbox container: {exc}") from exc
+            if not is_bounded(path, lim):
+                def kill_container(c=container) -> None:
+                    try:
+                        c.kill()
+                    except Exception:
+                        pass  # it ended meanwhile
+                watch = FolderWatch(path, lim, kill_container)
+                watch.start()
             remaining = max(0.01, lim.wall_time_s - (time.monotonic() - start))
             try:
                 status = container.wait(timeout=remaining)
@@ -292,8 +332,10 @@ class DockerSandbox(Sandbox):
         except SandboxUnavailableError:
             raise
         except (docker.errors.DockerException, RequestException) as exc:
-            raise SandboxUnavailableError(f"Docker failed during the run: {exc}") from exc
+            raise SandboxInfrastructureError(f"Docker failed during the run: {exc}") from exc
         finally:
+            if watch is not None:
+                watch.stop()
             if container is not None:
                 try:
                     container.remove(force=True)
@@ -322,6 +364,8 @@ class DockerSandbox(Sandbox):
                 "oom_killed": oom,
                 "image": self.image,
                 "removed_special_files": removed,
+                "cgroup": True,
+                "workdir_limit_exceeded": watch.exceeded if watch is not None else "",
             },
         )
 

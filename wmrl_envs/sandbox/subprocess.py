@@ -5,7 +5,8 @@ Contents:
     * :class:`SubprocessSandbox` -- backend ``"subprocess"``.
 
 The module also holds the process-running helpers the other backends share (output capture
-with bounded buffers, rlimit set-up, job-folder preparation and clean-up); they are private.
+with bounded buffers, rlimit set-up, the per-execution cgroup, the job-folder watchdog, the
+"program started" handshake, job-folder preparation and clean-up); they are private.
 
 Note: this module is named ``subprocess`` but, as every module here uses absolute imports,
 ``import subprocess`` inside the package still means the standard library.
@@ -13,6 +14,9 @@ Note: this module is named ``subprocess`` but, as every module here uses absolut
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import fcntl
 import math
 import os
 import resource
@@ -27,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .base import ExecutionResult, Sandbox, SandboxLimits
+from .base import ExecutionResult, Sandbox, SandboxInfrastructureError, SandboxLimits, WeakLimitsWarning
+from .cgroup import ExecutionCgroup, cgroup_support
+from .jobdirs import FolderWatch, is_bounded
 
 __all__ = ["SubprocessSandbox", "UnsafeSandboxWarning"]
 
@@ -150,14 +156,111 @@ def _rlimits(limits: SandboxLimits, *, nproc: int | None) -> dict[int, tuple[int
     return out
 
 
-def _make_preexec(rlimits: Mapping[int, tuple[int, int]]) -> Callable[[], None]:
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+    _prctl = None
+
+
+def _make_preexec(
+    rlimits: Mapping[int, tuple[int, int]], cgroup: ExecutionCgroup | None = None
+) -> Callable[[], None]:
+    """The child's set-up between fork and exec: join the execution cgroup (so everything the
+    program starts is inside it), die with the host process (``PR_SET_PDEATHSIG``), rlimits."""
     items = list(rlimits.items())
+    join = cgroup.join if cgroup is not None else None
 
     def preexec() -> None:  # runs in the child between fork and exec: keep it minimal
+        if join is not None:
+            join()
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, int(_signal.SIGKILL), 0, 0, 0)
         for res, value in items:
             resource.setrlimit(res, value)
 
     return preexec
+
+
+_warned_no_cgroup = False
+
+
+def _warn_if_no_cgroup(backend: str) -> bool:
+    """Whether whole-sandbox cgroup bounds work here; warns once per process when not."""
+    global _warned_no_cgroup
+    support = cgroup_support()
+    if not support.available and not _warned_no_cgroup:
+        _warned_no_cgroup = True
+        warnings.warn(
+            f"{backend}: no writable cgroup here ({support.reason}), so memory_mb and "
+            "max_processes are per-process rlimits only: RLIMIT_AS bounds each process (a "
+            "program with N processes may hold N x memory_mb) and RLIMIT_NPROC counts every "
+            "task of the sandbox uid on the host (concurrent sandboxes of one uid share it). "
+            "Run as root (cgroup v1 memory+pids, or cgroup v2 with a delegated sub-tree) for "
+            "whole-sandbox bounds.",
+            WeakLimitsWarning,
+            stacklevel=3,
+        )
+    return support.available
+
+
+def _new_cgroup(limits: SandboxLimits, extra_pids: int = 0) -> ExecutionCgroup | None:
+    """The execution cgroup for one run (``None`` where cgroups cannot be used here).
+
+    Raises:
+        SandboxInfrastructureError: cgroups work here but this one could not be made.
+    """
+    if not cgroup_support().available:
+        return None
+    try:
+        return ExecutionCgroup(int(limits.memory_mb), int(limits.max_processes) + int(extra_pids))
+    except OSError as exc:
+        raise SandboxInfrastructureError(f"could not create the execution cgroup: {exc}") from exc
+
+
+class _StartedPipe:
+    """Tells the host whether the untrusted program was reached at all.
+
+    The interpreter is started with :meth:`bootstrap` as ``-c`` code: it writes one byte to
+    the pipe, closes it, then runs the script in ``__main__`` (``sys.argv``, ``__file__`` and
+    ``sys.path[0]`` as for ``python script.py``; tracebacks gain one ``File "<string>"``
+    line). Everything that fails before that byte (bwrap set-up, ``setpriv``, the interpreter's
+    start-up) is the sandbox's failure; everything after is the program's. The program cannot
+    forge the byte's absence or presence: the pipe is closed before its first line runs.
+    """
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        fcntl.fcntl(self.r, fcntl.F_SETFL, os.O_NONBLOCK)
+        self.started = False
+
+    def bootstrap(self) -> str:
+        """The ``-c`` code for this pipe (its write end keeps its number in the child)."""
+        return self.bootstrap_for(self.w)
+
+    @staticmethod
+    def bootstrap_for(w: int) -> str:
+        """The ``-c`` code that signals on file descriptor ``w``, then runs ``sys.argv[1]``."""
+        return (
+            f"import os,sys;os.write({w},b'S');os.close({w});del sys.argv[0];"
+            "__file__=os.path.abspath(sys.argv[0]);sys.path[0]=os.path.dirname(__file__);"
+            "del os,sys;exec(compile(open(__file__,'rb').read(),__file__,'exec'))"
+        )
+
+    def close_writer(self) -> None:
+        if self.w >= 0:
+            os.close(self.w)
+            self.w = -1
+
+    def close(self) -> None:
+        self.close_writer()
+        if self.r >= 0:
+            try:
+                self.started = self.started or os.read(self.r, 1) == b"S"
+            except BlockingIOError:
+                pass
+            os.close(self.r)
+            self.r = -1
 
 
 def _base_env(home: str, tmpdir: str, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -227,6 +330,11 @@ class _ProcOutcome:
     wall_time_s: float
     timed_out: bool
     truncated: bool
+    started: bool = True
+    oom_kills: int = 0
+    peak_memory_mb: float | None = None
+    workdir_exceeded: str = ""
+    cleanup_s: float = 0.0
 
 
 def _kill_group(pid: int) -> None:
@@ -244,21 +352,53 @@ def _run_process(
     wall_time_s: float,
     preexec_fn: Callable[[], None] | None,
     pass_fds: Sequence[int] = (),
+    cgroup: ExecutionCgroup | None = None,
+    started: _StartedPipe | None = None,
+    workdir: Path | None = None,
+    limits: SandboxLimits | None = None,
 ) -> _ProcOutcome:
-    """Run ``argv`` in a new session; on wall-clock time-out kill its whole process group."""
+    """Run ``argv`` in a new session; on wall-clock time-out kill its whole process group.
+
+    With ``cgroup``, the whole group is killed at the end (background children and programs
+    that left the process group with ``setsid`` included) and removed; its OOM-kill count and
+    peak memory are reported. With ``workdir`` and ``limits``, a :class:`FolderWatch` kills the
+    run when a job folder that the kernel does not bound exceeds ``workdir_size_mb`` or
+    ``workdir_max_files``.
+
+    Raises:
+        SandboxInfrastructureError: the process could not be started (missing binary, the
+            cgroup could not be joined).
+    """
     start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=tuple(pass_fds),
-        preexec_fn=preexec_fn,
-    )
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+            preexec_fn=preexec_fn,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        if started is not None:
+            started.close()
+        raise SandboxInfrastructureError(f"could not start {argv[0]!r}: {exc}") from exc
+    if started is not None:
+        started.close_writer()
+
+    def kill_all() -> None:
+        _kill_group(proc.pid)
+        if cgroup is not None:
+            cgroup.kill()
+
+    watch = None
+    if workdir is not None and limits is not None and not is_bounded(workdir, limits):
+        watch = FolderWatch(workdir, limits, kill_all)
+        watch.start()
     readers = [_TailReader(proc.stdout), _TailReader(proc.stderr)]
     for r in readers:
         r.start()
@@ -268,17 +408,24 @@ def _run_process(
     except subprocess.TimeoutExpired:
         timed_out = True
     except BaseException:  # e.g. KeyboardInterrupt: never leave the tree running
-        _kill_group(proc.pid)
+        kill_all()
         proc.kill()
         proc.wait()
         raise
     finally:
         # Kill leftovers of the group even after a normal exit (background children).
-        _kill_group(proc.pid)
+        kill_all()
+        if watch is not None:
+            watch.stop()
     if timed_out:
         proc.kill()
         proc.wait()
     wall = time.monotonic() - start
+    t_clean = time.monotonic()
+    oom, peak = 0, None
+    if cgroup is not None:
+        oom, peak = cgroup.oom_kills(), cgroup.peak_memory_mb()
+        cgroup.remove()
     for r in readers:
         r.join(_READER_JOIN_S)
     for stream in (proc.stdout, proc.stderr):
@@ -286,6 +433,8 @@ def _run_process(
             stream.close()
         except OSError:
             pass
+    if started is not None:
+        started.close()
     return _ProcOutcome(
         returncode=proc.returncode,
         stdout=readers[0].text(),
@@ -293,7 +442,23 @@ def _run_process(
         wall_time_s=wall,
         timed_out=timed_out,
         truncated=readers[0].truncated or readers[1].truncated,
+        started=True if started is None else started.started,
+        oom_kills=oom,
+        peak_memory_mb=peak,
+        workdir_exceeded=watch.exceeded if watch is not None else "",
+        cleanup_s=time.monotonic() - t_clean,
     )
+
+
+def _limit_extras(out: _ProcOutcome, cgroup_used: bool) -> dict:
+    """The ``extras`` entries about whole-sandbox limits shared by the backends."""
+    return {
+        "cgroup": cgroup_used,
+        "oom_killed": out.oom_kills > 0,
+        "oom_kills": out.oom_kills,
+        "peak_memory_mb": out.peak_memory_mb,
+        "workdir_limit_exceeded": out.workdir_exceeded,
+    }
 
 
 def _count_tasks_of_uid(uid: int) -> int:
@@ -323,18 +488,24 @@ class SubprocessSandbox(Sandbox):
     """Runs the program as a plain child process under rlimits. **It does not isolate.**
 
     What it limits:
-        * memory: ``RLIMIT_AS`` = ``memory_mb`` MiB of address space (allocations beyond it
-          raise ``MemoryError``);
+        * memory and processes of the **whole run**, where a cgroup can be made (root; see
+          :mod:`~wmrl_envs.sandbox.cgroup`): ``memory_mb`` MiB for all its processes together
+          (the OOM killer ends it beyond, ``extras["oom_killed"]``) and ``max_processes``
+          tasks (``pids.max``); at the end every process of the cgroup is killed, including
+          those that left the process group with ``setsid``;
+        * memory per process: ``RLIMIT_AS`` = ``memory_mb`` MiB of address space (allocations
+          beyond it raise ``MemoryError``);
         * CPU: ``RLIMIT_CPU`` = ``ceil(cpu_time_s)`` seconds (then SIGXCPU, SIGKILL 1 s later);
-        * file size: ``RLIMIT_FSIZE`` = ``file_size_mb`` MiB per file;
+        * file size: ``RLIMIT_FSIZE`` = ``file_size_mb`` MiB per file; the job folder's total
+          size and entry count as described in :mod:`~wmrl_envs.sandbox.jobdirs`;
         * open files: ``RLIMIT_NOFILE`` = 256;
-        * processes: ``RLIMIT_NPROC`` -- only when the caller is not root (root ignores it):
-          set to the caller's current task count + ``max_processes``. As root there is **no**
-          fork-bomb guard;
         * wall clock: ``wall_time_s`` seconds, then the whole process group (new session) is
           SIGKILLed.
 
-    The rlimits are per process (children inherit their own copy of each budget).
+    Without a cgroup (warns once with :class:`~wmrl_envs.sandbox.base.WeakLimitsWarning`):
+    memory is only the per-process ``RLIMIT_AS``, and processes are bounded by
+    ``RLIMIT_NPROC`` = the caller's current task count + ``max_processes`` when the caller is
+    not root (root ignores it: then there is **no** fork-bomb guard).
 
     What it does NOT do: the program runs with the caller's uid and sees the caller's whole
     filesystem (it can read hidden labels, write anywhere the caller can) and network, and can
@@ -355,6 +526,7 @@ class SubprocessSandbox(Sandbox):
     def __init__(self, limits: SandboxLimits | None = None, *, python: str | None = None) -> None:
         super().__init__(limits)
         self.python = python or sys.executable
+        _warn_if_no_cgroup(self.name)
         warnings.warn(
             "SubprocessSandbox does NOT isolate the filesystem or the network: the untrusted "
             "program runs as your user and can read hidden labels, write outside its job "
@@ -376,16 +548,32 @@ class SubprocessSandbox(Sandbox):
         lim = limits or self.limits
         path = _prepare_workdir(workdir, source, filename)
         uid = os.getuid()
-        nproc = None if uid == 0 else _count_tasks_of_uid(uid) + int(lim.max_processes)
-        preexec = _make_preexec(_rlimits(lim, nproc=nproc))
-        out = _run_process(
-            [self.python, filename],
-            cwd=str(path),
-            env=_base_env(str(path), str(path), env),
-            wall_time_s=lim.wall_time_s,
-            preexec_fn=preexec,
-        )
+        cgroup = _new_cgroup(lim)
+        nproc = None if (uid == 0 or cgroup is not None) else _count_tasks_of_uid(uid) + int(lim.max_processes)
+        preexec = _make_preexec(_rlimits(lim, nproc=nproc), cgroup)
+        started = _StartedPipe()
+        try:
+            out = _run_process(
+                [self.python, "-c", started.bootstrap(), filename],
+                cwd=str(path),
+                env=_base_env(str(path), str(path), env),
+                wall_time_s=lim.wall_time_s,
+                preexec_fn=preexec,
+                pass_fds=(started.w,),
+                cgroup=cgroup,
+                started=started,
+                workdir=path,
+                limits=lim,
+            )
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
         removed = _sanitize_workdir(path)
+        if not out.started:
+            raise SandboxInfrastructureError(
+                f"the interpreter {self.python!r} did not start (exit status {out.returncode}"
+                f"{', killed at the wall-clock limit' if out.timed_out else ''}): {out.stderr.strip()[-2000:]}"
+            )
         rc = out.returncode
         sig = -rc if rc < 0 else None
         exit_code = None if (rc < 0 or out.timed_out) else rc
@@ -404,5 +592,6 @@ class SubprocessSandbox(Sandbox):
                 "nproc_limit": nproc,
                 "output_truncated": out.truncated,
                 "removed_special_files": removed,
+                **_limit_extras(out, cgroup is not None),
             },
         )
