@@ -215,9 +215,9 @@ def test_group_members_start_from_the_generation_task():
 
 
 def test_vector_twin_equals_serial_score_group():
-    """Sync + next-step autoreset on one-step episodes reproduces score_group exactly."""
+    """Sync + next-step autoreset on one-step episodes reproduces score_group exactly, ρ ≠ 1 included."""
     g, k, gens = 4, 2, 6
-    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 1000}, seed=3)
+    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 2}, seed=3)
 
     def wm():
         return SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
@@ -229,7 +229,7 @@ def test_vector_twin_equals_serial_score_group():
     for n in range(gens):
         for kk in range(k):
             out = serial.score_group(list(actions[n, kk * g : (kk + 1) * g]), options=task_fn(kk, n)[1])
-            serial_out.append((out.route, [round(r, 9) for r in out.rewards]))
+            serial_out.append((out.route, [round(r, 9) for r in out.rewards], out.advantage_weight))
 
     venv = make_vector_env(GuessEnv, k * g, autoreset_mode=AutoresetMode.NEXT_STEP)
     vec = AnchoredWorldModelVectorWrapper(venv, wm(), anchor_fraction=0.5, group_size=g, task_fn=task_fn, **kw)
@@ -240,9 +240,16 @@ def test_vector_twin_equals_serial_score_group():
         assert term.all()
         for kk in range(k):
             sl = slice(kk * g, (kk + 1) * g)
-            vec_out.append((info["wmrl"]["route"][kk * g], [round(float(r), 9) for r in rew[sl]]))
+            weights = {float(x) for x in info["wmrl"]["advantage_weight"][sl]}
+            assert len(weights) == 1  # one weight per group
+            vec_out.append((info["wmrl"]["route"][kk * g], [round(float(r), 9) for r in rew[sl]], weights.pop()))
         vec.step(actions[n])  # next-step autoreset: the reset step
     assert vec_out == serial_out
+    # the comparison covers anchor groups weighted by a ρ other than 1 (after the 2-group warm-up)
+    anchor_weights = [wt for route, _, wt in serial_out if route == "anchor"]
+    assert sum(wt != 1.0 for wt in anchor_weights) >= 2, anchor_weights
+    assert vec.corrector.weighter.state_dict() == serial.corrector.weighter.state_dict()
+    assert vec.rho == serial.rho != 1.0
     assert vec.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen > 0
     assert vec.corrector.debiaser.n_fits == serial.corrector.debiaser.n_fits > 0
     assert vec.corrector.calibration_error() == serial.corrector.calibration_error()
