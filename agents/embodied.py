@@ -663,6 +663,7 @@ def train_grpo(
         ``{"curve": [{"step", "success", "success_deterministic", "success_sampled",
         "mean_final_distance", "real_labels"}], "log": [per-step
         rows], "real_labels": int, "anchor_groups": int, "groups": int, "corrector": stats,
+        "ungraded": the wrapper's ungraded-rollout counts (``UngradedMonitor.stats()``),
         "final_eval": {...}, "train_seconds": float, "eval_seconds": float}``; ``real_labels``
         counts the real success labels the learner received (anchor-group rollouts).
     """
@@ -742,6 +743,7 @@ def train_grpo(
             "anchor_groups": routes.count("anchor"),
             "rows": int(len(gb.row_index)),
             "groups_used": gb.n_groups_used,
+            "ungraded_rows": gb.n_ungraded,
             "rho": float(wrapper.rho),
             "policy_std": float(policy.log_std.detach().clamp(*policy.log_std_bounds).exp().mean()),
             "real_labels": real_labels,
@@ -767,6 +769,7 @@ def train_grpo(
         "anchor_groups": int(wrapper.corrector.n_groups["anchor"]),
         "groups": int(wrapper.n_groups_started),
         "corrector": _jsonable(wrapper.corrector.stats()),
+        "ungraded": wrapper.ungraded.stats(),
         "final_success": final["success"],
         "train_seconds": train_secs,
         "eval_seconds": eval_secs,

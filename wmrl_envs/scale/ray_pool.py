@@ -19,13 +19,21 @@ correction with the wrapper's ``WMRLCorrector.correct_group`` when its real scor
 by default in submission order, which makes the results identical to the serial
 :meth:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper.score_group`.
 
+Failures of the machinery leave rollouts ungraded, never scored 0 (``docs/method.md``,
+"Ungraded rollouts"): an env ``step`` that raises (cause ``"sandbox_unavailable"`` for a
+``SandboxUnavailableError``, else ``"execution_error"``), a worker that dies (``"worker_lost"``)
+and an execution past the pool's ``execution_timeout_s`` (``"execution_timeout"``: the task is
+cancelled and its actor replaced) are reported per rollout in ``GroupExecution.causes``, logged
+with ``logging.warning``, and counted (and subject to the stop rule) by the wrapper's
+:class:`~wmrl_envs.core.UngradedMonitor` when :class:`AsyncAnchoredScorer` completes the group.
+
 Ray is an optional dependency: importing this module works without it, building a pool
 raises ``ImportError`` with the install command.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import os
 import time
 from collections import deque
@@ -35,6 +43,16 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
+from wmrl_envs.core.ungraded import (
+    CAUSE_KEY,
+    EXECUTION_ERROR,
+    EXECUTION_TIMEOUT,
+    SANDBOX_UNAVAILABLE,
+    WORKER_LOST,
+    execution_cause,
+)
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "RayExecutionPool",
@@ -77,8 +95,11 @@ class ExecutionWorker:
 
         Returns:
             ``{"observation", "reward" (float or None = ungraded), "info" (dict), "seconds" (float,
-            wall-clock of the step), "worker" (int), "pid" (int), "error" (str or None)}``.
+            wall-clock of the step), "worker" (int), "pid" (int), "error" (str or None),
+            "cause" (why it is ungraded, see :mod:`wmrl_envs.core.ungraded`, or None)}``.
         """
+        from wmrl_envs.sandbox.base import SandboxUnavailableError
+
         t0 = time.perf_counter()
         try:
             self.env.reset(seed=seed, options=options)
@@ -86,12 +107,13 @@ class ExecutionWorker:
             obs, reward, _term, _trunc, info = self.env.step(action)
             dt = time.perf_counter() - t0
             info = dict(info)
-            graded = info.get("graded", True) is not False and reward is not None and math.isfinite(float(reward))
-            out_reward = float(reward) if graded else None
-            error = None
+            cause = execution_cause(reward, info)
+            out_reward = float(reward) if cause is None else None
+            error = info.get("message") if cause is not None else None
         except Exception as e:  # a crashed execution is an ungraded rollout, not a dead worker
             dt = time.perf_counter() - t0
             obs, out_reward, info, error = None, None, {}, f"{type(e).__name__}: {e}"
+            cause = SANDBOX_UNAVAILABLE if isinstance(e, SandboxUnavailableError) else EXECUTION_ERROR
         self.ledger.add(EXECUTION, dt, 1)
         return {
             "observation": obs,
@@ -101,6 +123,7 @@ class ExecutionWorker:
             "worker": self.worker_id,
             "pid": os.getpid(),
             "error": error,
+            "cause": cause,
         }
 
     def ledger_state(self) -> dict[str, Any]:
@@ -118,13 +141,16 @@ class GroupExecution:
 
     Attributes:
         rewards: real scores (float) or ``None`` (ungraded: the env said ``graded=False``,
-            the step raised, or the worker died).
+            the step raised, the worker died, or the execution timed out).
         observations: observations after the step (``None`` where it failed).
         infos: the env's info dicts (``{}`` where it failed).
         seconds: wall-clock seconds of each step, measured in the worker.
         workers: index of the worker that ran each rollout (-1 if unknown).
         errors: error text per rollout, ``None`` when it ran.
         wall_seconds: seconds from submission to the moment the results were collected.
+        causes: per rollout, why it is ungraded (``"sandbox_unavailable"``,
+            ``"execution_error"``, ``"worker_lost"``, ``"execution_timeout"``, the env's
+            ``info["ungraded_cause"]``...) or ``None`` when graded.
     """
 
     rewards: list[float | None]
@@ -134,6 +160,7 @@ class GroupExecution:
     workers: list[int]
     errors: list[str | None]
     wall_seconds: float = 0.0
+    causes: list[str | None] = field(default_factory=list)
 
 
 class GroupExecutionFuture:
@@ -141,41 +168,87 @@ class GroupExecutionFuture:
 
     ``done()`` never blocks; ``result()`` blocks (up to ``timeout`` seconds) and records the
     executions in the pool's ledger exactly once.
+
+    With the pool's ``execution_timeout_s``, rollout ``i`` has a deadline of
+    ``submitted_at + execution_timeout_s * (executions queued before it on its worker + 1)``;
+    past it, ``done()`` is ``True`` and ``result()`` cancels the task, replaces its actor (a
+    running actor task cannot be interrupted; other executions queued on that actor are then
+    lost too, cause ``"worker_lost"``) and reports the rollout ungraded.
     """
 
-    def __init__(self, pool: "RayExecutionPool", refs: list[Any], workers: list[int]) -> None:
+    def __init__(
+        self, pool: "RayExecutionPool", refs: list[Any], workers: list[int], deadlines: list[float | None] | None = None
+    ) -> None:
         self._pool = pool
         self.refs = refs
         self.assigned_workers = workers
         self.submitted_at = time.perf_counter()
+        self.deadlines = list(deadlines) if deadlines is not None else [None] * len(refs)
         self._result: GroupExecution | None = None
+
+    def _overdue(self, ready: set[Any]) -> list[int]:
+        now = time.perf_counter()
+        return [k for k, (r, d) in enumerate(zip(self.refs, self.deadlines)) if r not in ready and d is not None and now >= d]
 
     def done(self) -> bool:
         """``True`` when every rollout of the group has finished (non-blocking)."""
         if self._result is not None:
             return True
         ready, _ = self._pool._ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
-        return len(ready) == len(self.refs)
+        return len(ready) == len(self.refs) or len(ready) + len(self._overdue(set(ready))) == len(self.refs)
 
     def result(self, timeout: float | None = None) -> GroupExecution:
         """The group's :class:`GroupExecution` (blocks until done).
 
         Raises:
-            TimeoutError: not done within ``timeout`` seconds.
+            TimeoutError: not done within ``timeout`` seconds (the executions go on; the pool's
+                ``execution_timeout_s`` is what ends an execution).
         """
         if self._result is not None:
             return self._result
         ray = self._pool._ray
-        ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=timeout)
-        if len(ready) < len(self.refs):
-            raise TimeoutError(f"group execution not done after {timeout} s ({len(ready)}/{len(self.refs)} rollouts)")
+        t_end = None if timeout is None else time.perf_counter() + timeout
+        while True:
+            ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
+            ready_set = set(ready)
+            overdue = self._overdue(ready_set)
+            if len(ready) + len(overdue) == len(self.refs):
+                break
+            pending_deadlines = [d for r, d in zip(self.refs, self.deadlines) if r not in ready_set and d is not None]
+            stops = [x for x in (t_end, min(pending_deadlines) if pending_deadlines else None) if x is not None]
+            wait_s = None if not stops else max(0.0, min(stops) - time.perf_counter())
+            if t_end is not None and time.perf_counter() >= t_end:
+                raise TimeoutError(
+                    f"group execution not done after {timeout} s ({len(ready)}/{len(self.refs)} rollouts)"
+                )
+            pending = [r for r in self.refs if r not in ready_set]
+            ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
+        timed_out = set(overdue)
+        for k in sorted(timed_out):
+            self._pool._abandon(self.refs[k], self.assigned_workers[k])
         outs: list[dict[str, Any]] = []
-        for ref, w in zip(self.refs, self.assigned_workers):
+        for k, (ref, w) in enumerate(zip(self.refs, self.assigned_workers)):
+            if k in timed_out:
+                limit = self._pool.execution_timeout_s
+                outs.append(_failed(w, EXECUTION_TIMEOUT, f"no result within execution_timeout_s={limit:g} s; cancelled"))
+                continue
             try:
                 outs.append(ray.get(ref))
             except Exception as e:  # the actor died (RayActorError) or the task failed
-                outs.append({"observation": None, "reward": None, "info": {}, "seconds": 0.0, "worker": w,
-                             "pid": -1, "error": f"{type(e).__name__}: {e}"})
+                lost = isinstance(e, (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError))
+                if isinstance(e, ray.exceptions.TaskCancelledError):
+                    outs.append(_failed(w, EXECUTION_TIMEOUT, f"{type(e).__name__}: {e}"))
+                else:
+                    outs.append(_failed(w, WORKER_LOST if lost else EXECUTION_ERROR, f"{type(e).__name__}: {e}"))
+                if lost:
+                    self._pool._replace_worker(w)
+        causes = [o.get("cause") for o in outs]
+        failed = [(c, o["error"]) for c, o in zip(causes, outs) if c is not None]
+        if failed:
+            logger.warning(
+                "Ray executions: %d of %d rollouts of a group ungraded (%s)", len(failed), len(outs),
+                "; ".join(f"{c}: {e}" for c, e in failed[:3]),
+            )
         res = GroupExecution(
             rewards=[o["reward"] for o in outs],
             observations=[o["observation"] for o in outs],
@@ -184,10 +257,17 @@ class GroupExecutionFuture:
             workers=[int(o["worker"]) for o in outs],
             errors=[o["error"] for o in outs],
             wall_seconds=time.perf_counter() - self.submitted_at,
+            causes=causes,
         )
         self._pool._settle(self, res)
         self._result = res
         return res
+
+
+def _failed(worker: int, cause: str, error: str) -> dict[str, Any]:
+    """The result record of a rollout whose execution produced nothing."""
+    return {"observation": None, "reward": None, "info": {}, "seconds": 0.0, "worker": worker, "pid": -1,
+            "error": error, "cause": cause}
 
 
 class RayExecutionPool:
@@ -207,13 +287,17 @@ class RayExecutionPool:
         ray_init_kwargs: keyword arguments for ``ray.init`` when Ray is not initialised yet
             (e.g. ``{"address": "auto"}`` on a cluster; default: a local instance).
         wait_ready: block until every actor has built its env (fail fast on a bad ``env_fn``).
+        execution_timeout_s: seconds one execution may take on its actor (``None``: no limit);
+            see :class:`GroupExecutionFuture` for how the deadline is counted and what happens
+            past it. Set it above the env's own limit (e.g. the sandbox's ``wall_time_s`` plus
+            its clean-up), so that it only catches a hung or lost worker.
 
     Attributes:
         ledger: the pool's ledger; ``num_workers``; ``n_submitted``/``n_completed`` (rollouts).
 
     Raises:
         ImportError: Ray is not installed.
-        ValueError: ``num_workers < 1``.
+        ValueError: ``num_workers < 1`` or ``execution_timeout_s <= 0``.
 
     Example:
         >>> from functools import partial
@@ -234,9 +318,13 @@ class RayExecutionPool:
         actor_options: dict[str, Any] | None = None,
         ray_init_kwargs: dict[str, Any] | None = None,
         wait_ready: bool = True,
+        execution_timeout_s: float | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if execution_timeout_s is not None and not execution_timeout_s > 0:
+            raise ValueError(f"execution_timeout_s must be > 0 seconds or None (no limit), got {execution_timeout_s!r}")
+        self.execution_timeout_s = None if execution_timeout_s is None else float(execution_timeout_s)
         ray = _import_ray()
         self._ray = ray
         if not ray.is_initialized():
@@ -245,6 +333,9 @@ class RayExecutionPool:
         self.ledger = ledger if ledger is not None else CostLedger()
         opts = {"num_cpus": num_cpus_per_worker, **(actor_options or {})}
         actor_cls = ray.remote(ExecutionWorker).options(**opts)
+        self._actor_cls = actor_cls
+        self._env_fn = env_fn
+        self.n_replaced_workers = 0
         self._workers = [actor_cls.remote(env_fn, w) for w in range(self.num_workers)]
         self._inflight: dict[Any, int] = {}  # ObjectRef -> worker index, until it finishes
         self._load = [0] * self.num_workers
@@ -261,7 +352,8 @@ class RayExecutionPool:
         refs = list(self._inflight)
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
         for r in ready:
-            self._load[self._inflight.pop(r)] -= 1
+            w = self._inflight.pop(r)
+            self._load[w] = max(0, self._load[w] - 1)
 
     def execute_group(
         self, actions: Sequence[Any], *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -286,22 +378,50 @@ class RayExecutionPool:
         if len(actions) == 0:
             raise ValueError("execute_group() needs at least one action")
         self._refresh_load()
-        refs, workers = [], []
+        refs, workers, deadlines = [], [], []
+        now = time.perf_counter()
         for a in actions:
             w = min(range(self.num_workers), key=lambda j: (self._load[j], j))
             ref = self._workers[w].execute.remote(a, seed, options)
+            if self.execution_timeout_s is not None:  # it waits for the executions queued before it
+                deadlines.append(now + self.execution_timeout_s * (self._load[w] + 1))
+            else:
+                deadlines.append(None)
             self._inflight[ref] = w
             self._load[w] += 1
             refs.append(ref)
             workers.append(w)
         self.n_submitted += len(actions)
-        return GroupExecutionFuture(self, refs, workers)
+        return GroupExecutionFuture(self, refs, workers, deadlines)
+
+    def _abandon(self, ref: Any, w: int) -> None:
+        """An execution past its deadline: cancel it and replace its actor (a running actor task
+        cannot be interrupted)."""
+        try:
+            self._ray.cancel(ref)
+        except Exception:  # noqa: BLE001 - already finished or the actor is gone
+            pass
+        self._replace_worker(w)
+
+    def _replace_worker(self, w: int) -> None:
+        """Kill actor ``w`` (if alive) and start a fresh one in its slot; its queued work is lost."""
+        old = self._workers[w]
+        try:
+            self._ray.kill(old, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead
+            pass
+        self._workers[w] = self._actor_cls.remote(self._env_fn, w)
+        self._load[w] = 0
+        for ref in [r for r, j in self._inflight.items() if j == w]:
+            del self._inflight[ref]
+        self.n_replaced_workers += 1
+        logger.warning("Ray execution worker %d replaced (hung past its time-out or lost)", w)
 
     def _settle(self, fut: GroupExecutionFuture, res: GroupExecution) -> None:
         for ref in fut.refs:
             w = self._inflight.pop(ref, None)
             if w is not None:
-                self._load[w] -= 1
+                self._load[w] = max(0, self._load[w] - 1)
         for dt in res.seconds:
             self.ledger.add(EXECUTION, dt, 1)
         self.n_completed += len(res.seconds)
@@ -451,13 +571,15 @@ class AsyncAnchoredScorer:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         g = len(actions)
         ctx, _ = w.env.reset(seed=seed, options=options)  # same order as score_group: reset, predict, route
+        if route is None and not w.training:
+            route = w.eval_route
         preds: list[Any] = []
         wm_secs = 0.0
-        if w.world_model is not None:
+        if w.world_model is not None and (w.training or route == WORLD_MODEL or w.eval_with_world_model):
             t0 = time.perf_counter()
             preds = w._predict([ctx] * g, list(actions))
             wm_secs = time.perf_counter() - t0
-        r: Route = route if route is not None else (w._next_route() if w.training else w.eval_route)
+        r: Route = route if route is not None else w._next_route()
         if w.world_model is None and r == WORLD_MODEL:
             raise ValueError("this wrapper has no world model; only route='anchor' is possible")
         group_id = w.n_groups_started
@@ -477,15 +599,19 @@ class AsyncAnchoredScorer:
         w = self.wrapper
         g = len(p.raw_scores)
         real: list[float | None] | None = None
+        exec_causes: list[str | None] | None = None
         exec_secs = 0.0
         if p.future is not None:
             res = p.future.result()
             real = list(res.rewards)
+            exec_causes = list(res.causes) or [None] * g
             observations = list(res.observations)
             infos = [dict(i) for i in res.infos]
             for k, err in enumerate(res.errors):
                 if err is not None:
                     infos[k]["error"] = err
+                if exec_causes[k] is not None:
+                    infos[k][CAUSE_KEY] = exec_causes[k]
             exec_secs = float(sum(res.seconds))
             if self.pool.ledger is not w.ledger:
                 for dt in res.seconds:
@@ -501,6 +627,9 @@ class AsyncAnchoredScorer:
         for i in range(g):
             infos[i]["wmrl"] = group_info(corr, p.group_id, i)
         w.n_episodes += g
+        causes = w._record_group(corr, list(p.predictions), exec_causes, infos, group_id=p.group_id)
+        for i in range(g):
+            infos[i]["wmrl"][CAUSE_KEY] = causes[i]
         p.result = GroupRollout(
             p.group_id, p.route, corr.rewards, corr.advantage_weight, corr, observations, infos,
             list(p.predictions), exec_secs, p.world_model_seconds,
