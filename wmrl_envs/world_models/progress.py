@@ -45,6 +45,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from wmrl_envs.core.ungraded import UNSCORABLE
 from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
 
 __all__ = ["ProgressWorldModel", "frame_indices"]
@@ -307,7 +308,9 @@ class ProgressWorldModel:
         Returns:
             B :class:`WorldModelPrediction`: ``score`` per ``self.score``; ``extras`` with
             ``success_prob`` and ``progress`` (n_frames floats). Anything that is not a
-            trajectory with well-formed frames gets ``score=None`` (ungraded), never an error.
+            trajectory with well-formed frames gets ``score=None`` (ungraded, ``ungraded_cause``
+            ``"unscorable_input"``), never an error. A failure of the model itself raises;
+            the wrappers then leave the batch ungraded (``"world_model_error"``, warned about).
 
         Raises:
             RuntimeError: not fitted.
@@ -325,8 +328,9 @@ class ProgressWorldModel:
                 except (ValueError, TypeError):
                     continue
                 ok.append(i)
-        preds = [
-            WorldModelPrediction(score=None, status="malformed", model_called=False, feedback="not a trajectory with valid frames")
+        preds = [  # an input that cannot be scored: counted by the wrappers, not a failure of the model
+            WorldModelPrediction(score=None, status="malformed", model_called=False,
+                                 feedback="not a trajectory with valid frames", ungraded_cause=UNSCORABLE)
             for _ in actions
         ]
         if ok:

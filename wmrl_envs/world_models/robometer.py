@@ -76,6 +76,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from wmrl_envs.core.ungraded import UNSCORABLE, WORLD_MODEL_ERROR
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 __all__ = [
@@ -802,9 +803,12 @@ class RobometerWorldModel:
     ``"frame_indices"`` (list of ints: the observation indices seen), ``"n_observations"``
     (int) and ``"reward_mode"``.
     ``score`` is ``None`` (ungraded) when the trajectory has no frames, a frame is not an
-    image, the instruction is missing or the model failed on it; ``extras["error"]`` says why
-    and ``model_called`` is ``False`` when the model never saw it. ``predict`` never raises on
-    one bad trajectory.
+    image, the instruction is missing — an input that cannot be scored:
+    ``ungraded_cause="unscorable_input"``, ``model_called=False``, counted by the wrappers but
+    not warned about — or when the model raised on it: ``ungraded_cause="world_model_error"``,
+    logged with ``logging.warning`` and, like any failure of the machinery, counted toward the
+    wrappers' stop rule (``docs/method.md``, "Ungraded rollouts"). ``extras["error"]`` says
+    why. ``predict`` never raises on one bad trajectory.
 
     Args:
         model: a :class:`RobometerModel` (used as is; its device is its parameters').
@@ -1185,8 +1189,10 @@ class RobometerWorldModel:
         for i, (context, action) in enumerate(zip(contexts, actions)):
             try:
                 queries.append(self._prepare(i, context, action))
+            except (ValueError, TypeError, KeyError, IndexError) as exc:  # an input that cannot be scored
+                preds[i] = self._failure(exc, model_called=False, cause=UNSCORABLE)
             except Exception as exc:  # a bad trajectory never fails the batch
-                preds[i] = self._failure(exc, model_called=False)
+                preds[i] = self._failure(exc, model_called=False, cause=WORLD_MODEL_ERROR)
         for start in range(0, len(queries), self.batch_size):
             chunk = queries[start : start + self.batch_size]
             try:
@@ -1196,7 +1202,7 @@ class RobometerWorldModel:
                     self.n_model_calls += 1
             except Exception as exc:
                 if len(chunk) == 1:
-                    preds[chunk[0].index] = self._failure(exc, model_called=True)
+                    preds[chunk[0].index] = self._failure(exc, model_called=True, cause=WORLD_MODEL_ERROR)
                     continue
                 logger.warning("Robometer batch of %d failed (%s); scoring one by one", len(chunk), exc)
                 for q in chunk:  # isolate the trajectory that fails
@@ -1205,17 +1211,22 @@ class RobometerWorldModel:
                         preds[q.index] = self._prediction(q, scores)
                         self.n_model_calls += 1
                     except Exception as inner:
-                        preds[q.index] = self._failure(inner, model_called=True)
+                        preds[q.index] = self._failure(inner, model_called=True, cause=WORLD_MODEL_ERROR)
         return [
-            p if p is not None else self._failure(RuntimeError("not scored"), model_called=False) for p in preds
+            p if p is not None else self._failure(RuntimeError("not scored"), model_called=False, cause=WORLD_MODEL_ERROR)
+            for p in preds
         ]
 
-    def _failure(self, exc: BaseException, *, model_called: bool) -> WorldModelPrediction:
+    def _failure(self, exc: BaseException, *, model_called: bool, cause: str) -> WorldModelPrediction:
         self.n_failed += 1
         message = f"{type(exc).__name__}: {exc}"
-        logger.debug("Robometer could not grade a trajectory: %s", message)
+        if cause == UNSCORABLE:  # the input, not the model: counted by the wrappers, not warned about
+            logger.debug("Robometer cannot score a trajectory: %s", message)
+        else:
+            logger.warning("Robometer failed on a trajectory (%s): %s", cause, message)
         return WorldModelPrediction(
-            score=None, model_called=model_called, extras={"reward_mode": self.reward, "error": message}
+            score=None, model_called=model_called, extras={"reward_mode": self.reward, "error": message},
+            ungraded_cause=cause,
         )
 
 
