@@ -60,6 +60,7 @@ def _train(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
     from wmrl_envs.sandbox import SandboxUnavailableError
+    from wmrl_envs.core import TooManyUngradedError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileExistsError, FileNotFoundError, SandboxUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except TooManyUngradedError as exc:  # the stop rule (docs/method.md, "Ungraded rollouts")
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"error: unknown command {cmd!r}; try `wmrl train` or `wmrl --help`", file=sys.stderr)
     return 2
 

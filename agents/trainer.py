@@ -114,6 +114,13 @@ class TrainConfig:
     """Trajectories per held-out task for avg@k."""
     eval_tasks: int = 0
     """Held-out tasks evaluated (0 = all)."""
+    # --- failures of the machinery (docs/method.md, "Ungraded rollouts")
+    max_ungraded_share: float | None = 0.5
+    """Stop the run (TooManyUngradedError) once this share of one step's rollouts is ungraded
+    because the machinery failed (sandbox, world model); None never stops."""
+    world_model_timeout_s: float | None = 600.0
+    """Seconds one batched world-model (judge) call may take; past it the batch is ungraded.
+    None: no limit."""
     # --- run
     seed: int = 0
     """Seed of task sampling, routing, sampling and the judge."""
@@ -161,6 +168,10 @@ def _validate(cfg: TrainConfig) -> None:
         (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}"),
+        (cfg.max_ungraded_share is None or 0.0 < cfg.max_ungraded_share <= 1.0,
+         f"max_ungraded_share must be in (0, 1] or None (never stop), got {cfg.max_ungraded_share}"),
+        (cfg.world_model_timeout_s is None or cfg.world_model_timeout_s > 0,
+         f"world_model_timeout_s must be > 0 seconds or None (no limit), got {cfg.world_model_timeout_s}"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -259,7 +270,8 @@ def _build(cfg: TrainConfig) -> _Components:
     wrapper = AnchoredWorldModelWrapper(
         env, judge, anchor_fraction=cfg.anchor_fraction, group_size=cfg.group_size,
         groups_per_step=cfg.groups_per_step, min_anchor_groups=cfg.min_anchor_groups,
-        corrector=corrector, seed=cfg.seed,
+        corrector=corrector, seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share,
+        world_model_timeout_s=cfg.world_model_timeout_s,
     )
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     heldout = list_tasks("heldout")
@@ -269,7 +281,16 @@ def _build(cfg: TrainConfig) -> _Components:
 
 
 def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> dict[str, Any]:
-    """Held-out avg@k with real execution (not counted in the training compute)."""
+    """Held-out avg@k with real execution (not counted in the training compute).
+
+    Ungraded trajectories (the sandbox failed: ``info["graded"] is False``) are left out of
+    avg@k and of the mean score, counted by cause in ``"ungraded"``, and warned about; a task
+    left with no graded trajectory is left out (``"n_tasks_ungraded"``).
+
+    Raises:
+        TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
+    """
+    from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, TooManyUngradedError
     from agents.evaluation import avg_at_k
 
     env, policy = c.env, c.policy
@@ -285,19 +306,39 @@ def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> d
     positions: dict[str, list[float | None]] = {}
     scores: list[float] = []
     statuses: dict[str, int] = {}
+    ungraded: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    n_traj = 0
     t0 = time.perf_counter()
     for t, spec, texts in zip(c.heldout_tasks, specs, samples.texts):
         positions[t] = []
         for text in texts:
             env.reset(options={"task_id": t})
             _, reward, _, _, info = env.step(policy.completion_to_action(text, spec))
+            n_traj += 1
+            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+            if info.get("graded") is False:  # the machinery failed: not the agent's score
+                cause = str(info.get(CAUSE_KEY) or EXECUTION_UNGRADED)
+                ungraded[cause] = ungraded.get(cause, 0) + 1
+                messages[cause] = str(info.get("message", ""))
+                continue
             positions[t].append(info.get("position") if info.get("status") == "valid" else None)
             scores.append(float(reward))
-            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
     exec_s = time.perf_counter() - t0
-    res = avg_at_k(positions, {t: c.get_task(t).category for t in c.heldout_tasks}, k=cfg.eval_k)
+    n_ungraded = sum(ungraded.values())
+    if n_ungraded:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "held-out evaluation: %d of %d trajectories ungraded (%s); left out of avg@k", n_ungraded, n_traj, ungraded
+        )
+        if cfg.max_ungraded_share is not None and n_ungraded >= cfg.max_ungraded_share * n_traj:
+            raise TooManyUngradedError(n_ungraded, n_traj, cfg.max_ungraded_share, ungraded, messages)
+    graded_positions = {t: p for t, p in positions.items() if p}
+    res = avg_at_k(graded_positions, {t: c.get_task(t).category for t in c.heldout_tasks}, k=cfg.eval_k)
     res.update(mean_score=_mean(scores), statuses=statuses, generation_s=gen_s, execution_s=exec_s,
-               n_tasks=len(c.heldout_tasks), k=cfg.eval_k)
+               n_tasks=len(c.heldout_tasks), k=cfg.eval_k, ungraded=ungraded,
+               n_tasks_ungraded=len(positions) - len(graded_positions))
     return res
 
 
@@ -383,7 +424,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from agents.grpo import build_advantages, grpo_loss
-    from wmrl_envs.core import GENERATION, UPDATE
+    from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
 
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
@@ -454,9 +495,17 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
                 samples = policy.sample(prompts, cfg.group_size)
             groups = []
-            for t, spec, texts in zip(task_ids, specs, samples.texts):
-                actions = [policy.completion_to_action(x, spec) for x in texts]
-                groups.append(wrapper.score_group(actions, options={"task_id": t}))
+            try:
+                for t, spec, texts in zip(task_ids, specs, samples.texts):
+                    actions = [policy.completion_to_action(x, spec) for x in texts]
+                    groups.append(wrapper.score_group(actions, options={"task_id": t}))
+            except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps({"step": step, "stopped": "too_many_ungraded", "error": str(exc),
+                                        "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
+                                        "ledger": ledger.to_dict()}, default=_json_default) + "\n")
+                console.print(f"[bold red]stopped at step {step}[/bold red]: {exc}")
+                raise
             batch = build_advantages(
                 [g.rewards for g in groups], [g.advantage_weight for g in groups],
                 scale=cfg.scale_advantages, drop_zero_advantage=True,
@@ -507,6 +556,8 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                 "groups_used": batch.n_groups_used,
                 "groups_skipped": batch.n_groups_skipped,
                 "ungraded_rows": batch.n_ungraded,
+                "ungraded_by_cause_step": _step_causes(groups),
+                **wrapper.ungraded.stats(),
                 "loss": loss_v, "kl": kl_v, "entropy": ent_v,
                 "new_tokens": samples.new_tokens,
                 "realised_anchor_fraction": wrapper.router.realised_fraction,
@@ -538,6 +589,17 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     return summary
 
 
+def _step_causes(groups: list[Any]) -> dict[str, int]:
+    """``{cause: rollouts}`` of a step's ungraded rollouts (from ``info["wmrl"]["ungraded_cause"]``)."""
+    out: dict[str, int] = {}
+    for g in groups:
+        for info in g.infos:
+            cause = info.get("wmrl", {}).get("ungraded_cause")
+            if cause:
+                out[cause] = out.get(cause, 0) + 1
+    return out
+
+
 def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall: float) -> dict[str, Any]:
     led = c.wrapper.ledger
     stats = c.wrapper.corrector.stats()
@@ -565,6 +627,12 @@ def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall
         "calibration_mae_calibrated": stats["calibration_mae_calibrated"],
         "calibration_mse_raw": stats["calibration_mse_raw"],
         "calibration_mse_calibrated": stats["calibration_mse_calibrated"],
+        # failures of the machinery (docs/method.md, "Ungraded rollouts")
+        "ungraded_rollouts": c.wrapper.ungraded.n_ungraded,
+        "ungraded_share": c.wrapper.ungraded.stats()["ungraded_share"],
+        "ungraded_by_cause": c.wrapper.ungraded.stats()["ungraded_by_cause"],
+        "ungraded_scores_by_cause": led.ungraded_counts(),
+        "max_ungraded_share": cfg.max_ungraded_share,
         "heldout_before": before,
         "heldout_after": after,
         "wall_clock_s": wall,
@@ -601,11 +669,20 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
         ("calibration MSE before / after (prequential)",
          f"{_fmt(s.get('calibration_mse_raw'))} / {_fmt(s.get('calibration_mse_calibrated'))}"),
+        ("ungraded rollouts (training; by cause)",
+         f"{_fmt(s.get('ungraded_rollouts', 0))} ({_fmt_causes(s.get('ungraded_by_cause', {}))})"),
+        ("ungraded scores incl. world model on anchors (by cause)", _fmt_causes(s.get("ungraded_scores_by_cause", {}))),
+        ("ungraded held-out trajectories before / after",
+         f"{sum(s['heldout_before'].get('ungraded', {}).values())} / {sum(s['heldout_after'].get('ungraded', {}).values())}"),
         (f"held-out avg@{s['heldout_before']['k']} before (percentile)", _fmt(s["heldout_before"]["overall"], 1)),
         (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
         ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
         ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
     ]
+
+
+def _fmt_causes(causes: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(causes.items())) or "none"
 
 
 def _summary_markdown(s: dict[str, Any]) -> str:
