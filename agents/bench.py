@@ -29,6 +29,7 @@ method, compute ratio, held-out score per category and overall, mean ± spread o
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -156,6 +157,11 @@ class BenchConfig:
     """ρ at the end of warm-up in 'calibrated' mode."""
     sandbox: str = "auto"
     """Sandbox backend."""
+    max_ungraded_share: float | None = 0.5
+    """Stop (TooManyUngradedError) once this share of one step's rollouts, or of one held-out
+    evaluation, is ungraded because the machinery failed; None never stops."""
+    world_model_timeout_s: float | None = None
+    """Seconds one batched world-model call may take (None: no limit); past it the batch is ungraded."""
     out_dir: str = "runs/bench"
     """Output folder."""
 
@@ -173,6 +179,9 @@ class StepRecord:
     reward_mean: float | None
     executions: int
     anchor_groups: int
+    ungraded: int = 0
+    """Ungraded rollouts so far (training; the machinery failed), cumulative."""
+    ungraded_by_cause: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,6 +190,7 @@ class MethodRun:
     seed: int
     records: list[StepRecord] = field(default_factory=list)
     snapshots: list[Any] = field(default_factory=list)  # snapshots[i] = policy after step i (0 = initial)
+    ungraded: dict[str, Any] = field(default_factory=dict)  # the wrapper's UngradedMonitor.stats()
 
     def compute_at(self, step: int) -> float:
         return 0.0 if step == 0 else self.records[step - 1].compute_s
@@ -230,7 +240,8 @@ def run_method(
     wrapper = AnchoredWorldModelWrapper(
         env, world_model if spec.world_model else None, anchor_fraction=f, group_size=cfg.group_size,
         groups_per_step=cfg.groups_per_step, min_anchor_groups=0 if f == 0 else 1, corrector=corrector, seed=seed,
-        execution_envs=extra_envs,
+        execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
+        world_model_timeout_s=cfg.world_model_timeout_s,
     )
     agent = make_agent(seed)
     rng = np.random.default_rng(10_000 + seed)
@@ -261,6 +272,8 @@ def run_method(
             reward_mean=_mean([r for g in groups for r in g.rewards]),
             executions=ledger.count("execution"),
             anchor_groups=wrapper.router.n_anchor_groups,
+            ungraded=wrapper.ungraded.n_ungraded,
+            ungraded_by_cause=dict(wrapper.ungraded.causes),
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
@@ -270,6 +283,7 @@ def run_method(
             break
     for e in (env, *extra_envs):
         e.close()
+    run.ungraded = wrapper.ungraded.stats()
     return run
 
 
@@ -310,29 +324,63 @@ def evaluate_snapshot(
     sandbox: Any,
     parallel: int = 2,
     eval_seed: int | None = None,
+    max_ungraded_share: float | None = 0.5,
 ) -> dict[str, Any]:
     """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time).
 
     With ``eval_seed`` the agent's sampling stream is reset before sampling, so every snapshot
     of every method of one bench seed is evaluated on the same random draws (common random
     numbers: score differences then come from the policies, not from the draws).
+
+    A trajectory whose execution fails in the machinery (``SandboxUnavailableError``) is
+    ungraded: left out of avg@k and the mean score, counted in ``"ungraded"`` (by cause) and
+    warned about; a task with no graded trajectory is left out.
+
+    Raises:
+        TooManyUngradedError: at least ``max_ungraded_share`` of the trajectories are ungraded.
     """
+    import logging
+
     from agents.evaluation import avg_at_k
+    from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, TooManyUngradedError
     from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
     from wmrl_envs.envs.autoresearch.tasks import get_task
+    from wmrl_envs.sandbox.base import SandboxUnavailableError
 
     agent.restore(snap)
     if eval_seed is not None:
         agent.reseed(eval_seed)
     actions, _ = agent.sample(list(heldout_tasks), k)
     jobs = [(t, a) for t, acts in zip(heldout_tasks, actions) for a in acts]
+
+    def run(job: tuple[str, str]) -> Any:
+        try:
+            return run_solution(job[0], job[1], sandbox)[0]
+        except SandboxUnavailableError as exc:  # the machinery failed: not the agent's score
+            return f"{type(exc).__name__}: {exc}"
+
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        grades = list(pool.map(lambda ja: run_solution(ja[0], ja[1], sandbox)[0], jobs))
+        outcomes = list(pool.map(run, jobs))
     positions: dict[str, list[float | None]] = {t: [] for t in heldout_tasks}
-    for (t, _), g in zip(jobs, grades):
+    grades, errors = [], []
+    for (t, _), g in zip(jobs, outcomes):
+        if isinstance(g, str):
+            errors.append(g)
+            continue
+        grades.append(g)
         positions[t].append(g.position if g.status == "valid" else None)
-    res = avg_at_k(positions, {t: get_task(t).category for t in heldout_tasks}, k=k)
+    if errors:
+        logging.getLogger(__name__).warning(
+            "held-out evaluation: %d of %d trajectories ungraded (%s): %s", len(errors), len(jobs), SANDBOX_UNAVAILABLE,
+            errors[-1],
+        )
+        if max_ungraded_share is not None and len(errors) >= max_ungraded_share * len(jobs):
+            raise TooManyUngradedError(len(errors), len(jobs), max_ungraded_share, {SANDBOX_UNAVAILABLE: len(errors)},
+                                       {SANDBOX_UNAVAILABLE: errors[-1]})
+    graded = {t: p for t, p in positions.items() if p}
+    res = avg_at_k(graded, {t: get_task(t).category for t in heldout_tasks}, k=k)
     res["mean_score"] = float(np.mean([g.score for g in grades]))
+    res["ungraded"] = {SANDBOX_UNAVAILABLE: len(errors)} if errors else {}
     return res
 
 
@@ -372,6 +420,21 @@ def format_table(results: dict[str, Any], point: str) -> str:
         mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
         lines.append(f"| {METHODS[name].label} | {ratio:.2f} | {st:.1f} | " + " | ".join(cells) + f" | **{mu:.1f} ± {sd:.1f}** |")
     return "\n".join(lines) + "\n"
+
+
+def _ungraded_note(results: dict[str, Any]) -> str:
+    """One line: ungraded rollouts (the machinery failed) per method, summed over seeds."""
+    parts = []
+    for name, m in results["methods"].items():
+        n = sum(int(s.get("ungraded", {}).get("ungraded_rollouts", 0)) for s in m["seeds"])
+        causes: dict[str, int] = {}
+        for s in m["seeds"]:
+            for c, k in s.get("ungraded", {}).get("ungraded_by_cause", {}).items():
+                causes[c] = causes.get(c, 0) + int(k)
+        ev = sum(int(v) for s in m["seeds"] for e in s["eval"].values() for v in e.get("ungraded", {}).values())
+        detail = ", ".join(f"{c}: {k}" for c, k in sorted(causes.items()))
+        parts.append(f"{name} {n}" + (f" ({detail})" if detail else "") + (f", held-out {ev}" if ev else ""))
+    return "Ungraded rollouts (training, all seeds; failures of the machinery, left out of training): " + "; ".join(parts) + "\n"
 
 
 def _plot(results: dict[str, Any], out_dir: Path) -> None:
@@ -451,6 +514,8 @@ def run_bench(
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
+    if evaluate is evaluate_snapshot:  # the stop rule of held-out evaluation follows the config
+        evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share)
     results: dict[str, Any] = {"config": asdict(cfg), "methods": {m: {"seeds": []} for m in order}}
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -500,6 +565,7 @@ def run_bench(
                     "eval": {p: evals[i] for p, i in sel.items()},
                     "records": [asdict(r) for r in run.records],
                     "budgets": budgets,
+                    "ungraded": run.ungraded,
                 }
                 for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
                     entry["snapshot"].setdefault(p, sel["steps"])
@@ -516,6 +582,7 @@ def run_bench(
     for point, title in (("steps", f"Equal steps ({cfg.steps})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's")):
         tables.append(f"### {title}\n\n" + format_table(results, point))
+    tables.append(_ungraded_note(results))
     (out_dir / "table.md").write_text("\n".join(tables))
     _plot(results, out_dir)
     return results
