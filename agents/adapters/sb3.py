@@ -186,8 +186,10 @@ class AnchoredVecEnv(VecEnvWrapper):
             ``groups_routed``, ``anchor_groups``, ``realised_anchor_fraction``, ``episodes``,
             ``real_steps`` (inner env steps), ``n_correctors`` (distinct corrector objects;
             1 when shared), the first corrector's :meth:`~wmrl_envs.core.WMRLCorrector.stats`
-            (``rho``, ``anchor_pairs``, calibration errors, ...) and ``ledger``
-            (``{source: {"count", "seconds"}}`` summed over distinct ledgers).
+            (``rho``, ``anchor_pairs``, calibration errors, ...), ``ledger``
+            (``{source: {"count", "seconds"}}`` summed over distinct ledgers; ungraded scores
+            under ``"ungraded:<cause>"``), ``ungraded_rollouts`` and ``ungraded_by_cause``
+            (summed over sub-envs; each sub-env applies the stop rule to its own groups).
         """
         routers = self.venv.get_attr("router")
         correctors = {id(c): c for c in self.venv.get_attr("corrector")}
@@ -206,7 +208,16 @@ class AnchoredVecEnv(VecEnvWrapper):
             "n_correctors": len(correctors),
             **next(iter(correctors.values())).stats(),
             "ledger": ledger.to_dict(),
+            **_ungraded_totals(self.venv.get_attr("ungraded")),
         }
+
+
+def _ungraded_totals(monitors: Sequence[Any]) -> dict[str, Any]:
+    causes: dict[str, int] = {}
+    for m in monitors:
+        for c, k in m.causes.items():
+            causes[c] = causes.get(c, 0) + int(k)
+    return {"ungraded_rollouts": int(sum(m.n_ungraded for m in monitors)), "ungraded_by_cause": causes}
 
 
 def make_anchored_vec_env(
@@ -283,10 +294,16 @@ class AnchorWeightCallback(BaseCallback):
     ``on_rollout_end``, sets ``rollout_buffer.advantages *= weights``; ``returns`` are left
     unweighted.
 
+    Ungraded rollouts (``info["wmrl"]["graded"] is False``: the machinery failed, see
+    ``docs/method.md``, "Ungraded rollouts") get weight 0 at the step that ends them, so
+    their placeholder reward of 0.0 does not push the policy (PPO has no group to drop the row
+    from; earlier steps of a multi-step ungraded episode keep their weight).
+
     Attributes:
         last_weights: the weights of the latest rollout (``np.ndarray`` float32,
             ``(n_steps, n_envs)``), ``None`` before the first.
-        n_weighted_steps: steps with a weight other than 1 so far (int).
+        n_weighted_steps: steps with a weight other than 1 (ρ) so far (int).
+        n_ungraded_steps: steps given weight 0 because their episode is ungraded (int).
 
     Raises:
         TypeError: (when learning starts) the algorithm has no ``RolloutBuffer`` (e.g. SAC,
@@ -301,6 +318,7 @@ class AnchorWeightCallback(BaseCallback):
         self._weights: np.ndarray | None = None
         self.last_weights: np.ndarray | None = None
         self.n_weighted_steps = 0
+        self.n_ungraded_steps = 0
 
     def _init_callback(self) -> None:
         if not isinstance(getattr(self.model, "rollout_buffer", None), RolloutBuffer):
@@ -320,6 +338,9 @@ class AnchorWeightCallback(BaseCallback):
             wm = info.get("wmrl")
             if wm is not None and wm.get("advantage_weight") is not None:
                 self._weights[pos, i] = float(wm["advantage_weight"])
+            if wm is not None and wm.get("graded") is False:  # ungraded: not a real 0, no push
+                self._weights[pos, i] = 0.0
+                self.n_ungraded_steps += 1
         return True
 
     def _on_rollout_end(self) -> None:
@@ -327,7 +348,7 @@ class AnchorWeightCallback(BaseCallback):
         buf = self.model.rollout_buffer
         buf.advantages *= self._weights
         self.last_weights = self._weights.copy()
-        weighted = self._weights != 1.0
+        weighted = (self._weights != 1.0) & (self._weights != 0.0)
         self.n_weighted_steps += int(weighted.sum())
         self.logger.record("wmrl/weighted_step_share", float(weighted.mean()))
         if weighted.any():

@@ -333,6 +333,7 @@ class WMRLRewardFunction:
             log_metric("wmrl/realised_anchor_fraction", float(self.wrapper.router.realised_fraction))
             log_metric("wmrl/anchor_pairs", float(stats["anchor_pairs"]))
             log_metric("wmrl/executions", float(self.wrapper.ledger.count("execution")))
+            log_metric("wmrl/ungraded_rollouts", float(self.wrapper.ungraded.n_ungraded))
         return list(batch.rewards)
 
 
