@@ -3,7 +3,7 @@ tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selectio
 
 from __future__ import annotations
 
-import time
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -13,8 +13,38 @@ from agents.bench import METHODS, BenchConfig, format_table, run_bench
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
+class FakeClock:
+    """Stands in for ``agents.bench``'s ``time`` module: its seconds pass only when a FakeEnv
+    executes (2 ms per step), so the compute budgets do not depend on the machine's load."""
+
+    TICK = 0.002
+
+    def __init__(self):
+        self.ticks = 0
+        self._lock = threading.Lock()  # the bench may run executions on two threads
+
+    def advance(self):
+        with self._lock:
+            self.ticks += 1
+
+    def perf_counter(self):
+        return self.ticks * self.TICK
+
+
+CLOCK = FakeClock()
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    import agents.bench
+
+    CLOCK.ticks = 0
+    monkeypatch.setattr(agents.bench, "time", CLOCK)
+    return CLOCK
+
+
 class FakeEnv(gym.Env):
-    """Action = a number as text; real score = that number; each step costs 2 ms."""
+    """Action = a number as text; real score = that number; each step costs 2 ms of FakeClock time."""
 
     observation_space = gym.spaces.Discrete(1)
     action_space = gym.spaces.Text(16)
@@ -24,7 +54,7 @@ class FakeEnv(gym.Env):
         return 0, {}
 
     def step(self, action):
-        time.sleep(0.002)
+        CLOCK.advance()
         FakeEnv.steps += 1
         return 0, float(action), True, False, {}
 
@@ -63,7 +93,7 @@ def fake_eval(agent, snap, tasks, k, sandbox, parallel, eval_seed=None):
     return {"overall": 100 * snap, "per_category": {"a": 100 * snap, "b": 50 * snap}, "per_task": {}}
 
 
-def test_run_bench_routing_budgets_and_table(tmp_path):
+def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
     cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
                       groups_per_step=5, group_size=4, anchor_fraction=0.2, out_dir=str(tmp_path))
     FakeEnv.steps = 0
@@ -74,17 +104,24 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
         rec = seed["records"]
         assert len(rec) == 4  # real runs exactly S steps
         assert rec[-1]["executions"] == 4 * 5 * 4  # a real execution for every rollout
-        assert seed["snapshot"]["steps"] == 4 and seed["snapshot"]["compute_real"] == 4
-    for seed in res["methods"]["wmrl"]["seeds"]:
-        rec = seed["records"]
-        # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
-        assert all(r["anchor_groups"] == r["step"] for r in rec)
-        assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
-        # cheaper per step, so it trains longer to fill the real-execution budget
-        assert len(rec) > 4
-        assert seed["snapshot"]["compute_wmrl"] == 4
+        # compute = executed steps x 2 ms: 20 rollouts per step -> 0.04 s per step, budget 0.16 s
+        assert [r["compute_s"] for r in rec] == pytest.approx([0.04, 0.08, 0.12, 0.16])
+        # at WMRL's budget (0.032 s) not even one real step fits: the initial policy
+        assert seed["snapshot"] == {"steps": 4, "compute_real": 4, "compute_wmrl": 0}
+    assert FakeEnv.steps == fake_clock.ticks  # every tick of compute is one real execution
+    for name in ("wmrl", "anchors_raw"):
+        for seed in res["methods"][name]["seeds"]:
+            rec = seed["records"]
+            # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
+            assert all(r["anchor_groups"] == r["step"] for r in rec)
+            assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
+            # 4 executions = 0.008 s per step: 12 steps (the cap, 3 x S) cost 0.096 s < 0.16 s
+            assert [r["compute_s"] for r in rec] == pytest.approx([0.008 * i for i in range(1, 13)])
+            assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 4, "compute_real": 12}
     for seed in res["methods"]["wm_only"]["seeds"]:
         assert seed["records"][-1]["executions"] == 0 and len(seed["records"]) == 12  # capped at 3 x S
+        assert all(r["compute_s"] == 0.0 for r in seed["records"])  # no execution: no FakeClock time
+        assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 12, "compute_real": 12}
     table = (tmp_path / "table.md").read_text()
     for m in cfg.methods:
         assert METHODS[m].label in table
