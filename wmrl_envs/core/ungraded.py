@@ -11,13 +11,16 @@ anchor pairs, the calibration and the ρ statistics, dropped from its GRPO group
 about (``logging.warning``) and subject to the stop rule: once ``max_share`` of one training
 step's rollouts are ungraded, :class:`UngradedMonitor` raises :class:`TooManyUngradedError`.
 
-The one exception is an input a world model cannot score by its nature (a trajectory without
-frames, an observation without its image): cause :data:`UNSCORABLE` (declared by the world
-model with ``WorldModelPrediction.ungraded_cause``), or :data:`WORLD_MODEL_UNGRADED` when a
-world model returns ``score=None`` without a cause (the protocol's "could not grade this
-action"). These are counted in the ledger but neither warned about nor subject to the stop
-rule. Failures of the model itself (it raised, hung, returned NaN) are detected by the
-wrappers, whatever the model says.
+Rollouts ungraded *without a named failure* are counted in the ledger but neither warned
+about nor subject to the stop rule: an input a world model cannot score by its nature (a
+trajectory without frames: cause :data:`UNSCORABLE`, declared with
+``WorldModelPrediction.ungraded_cause``), a world model's ``score=None`` without a cause
+(:data:`WORLD_MODEL_UNGRADED`, the protocol's "could not grade this action") and an env's
+``info["graded"] = False`` without ``info["ungraded_cause"]`` (:data:`EXECUTION_UNGRADED`).
+Failures of the machinery always have a named cause: the wrappers detect a world model that
+raised, hung or returned NaN and a step that raised ``SandboxUnavailableError`` themselves,
+the Ray pool detects lost and hung workers, and an env names its own (``AutoResearchEnv``:
+``"sandbox_unavailable"``).
 
 Contents:
     * cause names: :data:`SANDBOX_UNAVAILABLE`, :data:`EXECUTION_ERROR`,
@@ -64,7 +67,8 @@ SANDBOX_UNAVAILABLE = "sandbox_unavailable"
 EXECUTION_ERROR = "execution_error"
 """The env's ``step`` raised (a bug or a broken backend; the agent's failures are graded)."""
 EXECUTION_UNGRADED = "execution_ungraded"
-"""The env said ``info["graded"] = False`` (or returned no reward) without naming a cause."""
+"""The env said ``info["graded"] = False`` (or returned no reward) without naming a cause
+(counted, not a named failure: no warning, no stop rule)."""
 EXECUTION_TIMEOUT = "execution_timeout"
 """A remote execution (Ray) did not return within its per-call time-out; it was cancelled."""
 WORKER_LOST = "worker_lost"
@@ -84,12 +88,12 @@ CAUSE_KEY = "ungraded_cause"
 """``info`` key in which an env (or the wrappers) name the cause of an ungraded rollout."""
 
 
-_NOT_INFRASTRUCTURE = frozenset({UNSCORABLE, WORLD_MODEL_UNGRADED})
+_NOT_INFRASTRUCTURE = frozenset({UNSCORABLE, WORLD_MODEL_UNGRADED, EXECUTION_UNGRADED})
 
 
 def is_infrastructure(cause: str | None) -> bool:
-    """``True`` for every cause except ``None`` (graded), :data:`UNSCORABLE` and
-    :data:`WORLD_MODEL_UNGRADED` (inputs the world model declined to score).
+    """``True`` for every cause except ``None`` (graded) and the unnamed ones:
+    :data:`UNSCORABLE`, :data:`WORLD_MODEL_UNGRADED` and :data:`EXECUTION_UNGRADED`.
 
     Infrastructure causes are warned about and count toward the stop rule.
     """
