@@ -8,7 +8,6 @@ dozen emitted programs in the real bubblewrap sandbox (two at a time).
 from __future__ import annotations
 
 import math
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -190,21 +189,34 @@ def test_gradients_flow_to_the_chosen_slots():
     assert pol.bias_classification.grad.abs().sum() > 0
 
 
-def test_sampling_and_log_prob_are_fast():
+def test_sampling_and_log_prob_are_batched_per_problem_type(monkeypatch):
+    """What keeps sampling and log-probs cheap (milliseconds for 32 programs, thousands of times
+    less than their executions; timed, not asserted, by ``benchmarks/grammar_policy_speed.py``):
+    one log-probability table per problem type per
+    call, whatever the number of programs, and task contexts derived once, then cached."""
+    import agents.grammar_policy as gp
+
     pol = GrammarPolicy(seed=0)
-    tasks = [CLF_TASK, REG_TASK, "land-cover", "credit-default"]
-    pol.sample(tasks, 8)  # warm-up (task contexts)
-    t0 = time.perf_counter()
-    for _ in range(10):
-        groups = pol.sample(tasks, 8)
-    t_sample = (time.perf_counter() - t0) / 10
+    tasks = [CLF_TASK, REG_TASK, "land-cover", "credit-default"]  # 3 classification, 1 regression
+    pol.sample(tasks, 8)  # derives (and caches) the four task contexts
+    tables = []
+    log_table = pol._log_table
+    monkeypatch.setattr(pol, "_log_table", lambda pt, phi: tables.append((pt, tuple(phi.shape))) or log_table(pt, phi))
+    misses = gp._task_context_cached.cache_info().misses
+    groups = pol.sample(tasks, 8)
+    assert [len(g) for g in groups] == [8] * 4
+    assert tables == [("classification", (3, len(CONTEXT_FEATURES))), ("regression", (1, len(CONTEXT_FEATURES)))]
     flat = [p for g in groups for p in g]
-    t0 = time.perf_counter()
-    for _ in range(10):
-        pol.log_probs(flat).sum().backward()
-    t_lp = (time.perf_counter() - t0) / 10
-    print(f"\nGrammarPolicy: sample 32 programs {1e3 * t_sample:.1f} ms, log_probs+backward 32 programs {1e3 * t_lp:.1f} ms")
-    assert t_sample < 0.1 and t_lp < 0.1
+    tables.clear()
+    lp = pol.log_probs(flat)
+    lp.sum().backward()
+    assert sorted(pt for pt, _ in tables) == ["classification", "regression"]  # 2 tables for 32 programs
+    assert {pt: shape[0] for pt, shape in tables} == {"classification": 24, "regression": 8}
+    assert gp._task_context_cached.cache_info().misses == misses  # no task derived again
+    # the batch is exact: each program's log-probability alone, and the sampler's own
+    alone = torch.stack([pol.log_probs([p])[0] for p in flat]).detach()
+    assert torch.allclose(lp.detach(), alone, atol=1e-6)
+    assert torch.allclose(lp.detach(), torch.tensor([sum(p.old_logprobs) for p in flat]), atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------- code
