@@ -1,9 +1,11 @@
 """Tests of the sandbox backends (``wmrl_envs.sandbox``).
 
 The isolation tests run for every isolating backend that works here: ``bubblewrap`` (skipped
-only where bwrap cannot run) and ``docker`` (skipped unless a daemon answers). Each runs a small
-hostile program and checks both what the program saw and that the host is unchanged. The
-``subprocess`` backend only gets the resource-limit tests (it isolates nothing) and must warn.
+only where bwrap cannot run) and ``docker`` (skipped unless a daemon answers -- except where
+``WMRL_REQUIRE_DOCKER=1``, as ``.ci/run`` sets once it started a daemon: then a missing daemon
+fails them). Each runs a small hostile program and checks both what the program saw and that
+the host is unchanged. The ``subprocess`` backend only gets the resource-limit tests (it
+isolates nothing) and must warn.
 """
 
 from __future__ import annotations
@@ -22,17 +24,23 @@ from pathlib import Path
 
 import pytest
 
+import wmrl_envs.sandbox as sandbox_pkg
 from wmrl_envs.sandbox import (
     BACKENDS,
     BubblewrapSandbox,
     DockerSandbox,
     ExecutionResult,
+    JobFolder,
     Sandbox,
+    SandboxInfrastructureError,
     SandboxLimits,
     SandboxUnavailableError,
     SubprocessSandbox,
     UnsafeSandboxWarning,
+    WeakLimitsWarning,
     available_backends,
+    cgroup_support,
+    default_hidden_paths,
     make_sandbox,
 )
 
@@ -114,10 +122,28 @@ def _make_isolating(name: str) -> Sandbox:
                 pytest.fail(f"bubblewrap is installed but does not work: {exc}")
             pytest.skip(f"bubblewrap unavailable here: {exc}")
     if name == "docker":
-        if not DockerSandbox.is_available():
-            pytest.skip("docker backend: SDK missing or no Docker daemon reachable (start dockerd to test it)")
-        return DockerSandbox(FAST)
+        return _make_docker(FAST)
     raise AssertionError(name)
+
+
+def _make_docker(limits: SandboxLimits, **kwargs) -> DockerSandbox:
+    """A Docker sandbox; skips without a daemon unless ``WMRL_REQUIRE_DOCKER=1`` (CI with a
+    daemon it started), where a missing daemon is a failure."""
+    if not DockerSandbox.is_available():
+        why = "docker backend: SDK missing or no Docker daemon reachable (start dockerd to test it)"
+        if os.environ.get("WMRL_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"WMRL_REQUIRE_DOCKER=1 but {why}")
+        pytest.skip(why)
+    return DockerSandbox(limits, **kwargs)
+
+
+def _require_cgroup() -> None:
+    """Skip where no cgroup can be made (non-root); as root -- CI -- that is a failure."""
+    support = cgroup_support()
+    if not support.available:
+        if os.geteuid() == 0:
+            pytest.fail(f"running as root but no cgroup is usable: {support.reason}")
+        pytest.skip(f"no writable cgroup here: {support.reason}")
 
 
 @pytest.fixture(scope="module", params=["bubblewrap", "docker"])
@@ -491,8 +517,10 @@ def test_make_sandbox_names_and_auto(job: Path) -> None:
     names = available_backends()
     assert names[-1] == "subprocess" and set(names) <= set(BACKENDS)
     if names[0] == "subprocess":
+        with pytest.raises(SandboxUnavailableError, match="allow_unsafe"):
+            make_sandbox("auto")
         with pytest.warns(UnsafeSandboxWarning):
-            sb = make_sandbox("auto")
+            sb = make_sandbox("auto", allow_unsafe=True)
     else:
         sb = make_sandbox("auto", limits=SandboxLimits(wall_time_s=7))
         assert sb.isolates and sb.limits.wall_time_s == 7
@@ -529,3 +557,351 @@ def test_unreachable_docker_daemon_is_reported(monkeypatch, tmp_path: Path) -> N
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
     with pytest.raises(SandboxUnavailableError, match="dockerd"):
         DockerSandbox()
+
+
+def test_auto_never_falls_back_to_no_isolation_unless_asked(monkeypatch) -> None:
+    # Neither isolating backend works: "auto" refuses and says how to install one or opt in.
+    monkeypatch.setattr(sandbox_pkg, "_bubblewrap_works", lambda: False)
+    monkeypatch.setattr(DockerSandbox, "is_available", classmethod(lambda cls: False))
+    with pytest.raises(SandboxUnavailableError) as err:
+        make_sandbox("auto")
+    msg = str(err.value)
+    assert "apt-get install -y bubblewrap" in msg and "Docker" in msg and "allow_unsafe=True" in msg
+    assert "make_sandbox('subprocess')" in msg
+    with pytest.warns(UnsafeSandboxWarning):
+        assert make_sandbox("auto", allow_unsafe=True).name == "subprocess"
+    with pytest.warns(UnsafeSandboxWarning):  # naming it is the other explicit opt-in
+        assert make_sandbox("subprocess").name == "subprocess"
+    # The environment's default ("auto") follows: the first execution raises.
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+
+    env = AutoResearchEnv(tasks=["house-prices"])
+    with pytest.raises(SandboxUnavailableError, match="allow_unsafe"):
+        env.sandbox
+    env.close()
+
+
+# --------------------------------------------------------------------------- whole-sandbox bounds
+_FOUR_CHILDREN = _program("""
+    import signal, time
+    kids = []
+    for i in range(4):
+        pid = os.fork()
+        if pid == 0:
+            block = bytearray(200 << 20)  # 200 MiB, each page touched below
+            for j in range(0, len(block), 4096):
+                block[j] = 1
+            open(f"held_{i}", "w").close()
+            time.sleep(3)
+            os._exit(0)
+        kids.append(pid)
+    statuses = [os.waitpid(k, 0)[1] for k in kids]
+    report["killed"] = sum(os.WIFSIGNALED(s) and os.WTERMSIG(s) == signal.SIGKILL for s in statuses)
+    report["ok"] = sum(os.WIFEXITED(s) and os.WEXITSTATUS(s) == 0 for s in statuses)
+""")
+
+
+def _whole_sandbox_memory_check(sb: Sandbox, job: Path) -> None:
+    limits = SandboxLimits(wall_time_s=60, cpu_time_s=60, memory_mb=256, max_processes=32)
+    res = sb.run_python(_FOUR_CHILDREN, job, limits=limits)
+    assert res.extras["oom_killed"] is True, (res.extras, res.stderr[-2000:])
+    if res.ok:  # the parent survived and saw its children die
+        rep = _report(res)
+        assert rep["killed"] >= 3 and rep["ok"] <= 1, rep
+    else:  # or the OOM killer took the parent too
+        assert res.exit_code is None and res.signal == 9
+    peak = res.extras.get("peak_memory_mb")
+    if peak is not None:  # the kernel's own account of what the whole sandbox held
+        assert peak <= 256 + 1, peak
+
+
+def test_memory_limit_bounds_the_whole_sandbox(any_sandbox: Sandbox, job: Path) -> None:
+    """Four children of 200 MiB each under memory_mb=256: at most one holds its block."""
+    if any_sandbox.name != "docker":
+        _require_cgroup()
+    _whole_sandbox_memory_check(any_sandbox, job)
+
+
+def test_fork_bomb_in_one_sandbox_does_not_starve_another(tmp_path: Path) -> None:
+    """Two concurrent sandboxes of the same uid: each has its own process budget (a cgroup),
+    not one RLIMIT_NPROC shared by every task of uid 65534 on the host."""
+    _require_cgroup()
+    sb = _make_isolating("bubblewrap")
+    bomb_job, calm_job = tmp_path / "bomb", tmp_path / "calm"
+    bomb_job.mkdir()
+    calm_job.mkdir()
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    calm = _program("""
+        import time
+        kids = []
+        for _ in range(8):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(1)
+                os._exit(0)
+            kids.append(pid)
+        report["children"] = len(kids)
+        report["exits"] = [os.waitpid(k, 0)[1] for k in kids]
+    """)
+    marker = f"bomb-{uuid.uuid4().hex}"
+    bomb_limits = SandboxLimits(wall_time_s=8, cpu_time_s=30, memory_mb=512, max_processes=16)
+    calm_limits = SandboxLimits(wall_time_s=30, cpu_time_s=30, memory_mb=512, max_processes=16)
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(sb.run_python, bomb, bomb_job, limits=bomb_limits, env={"WMRL_TEST_MARKER": marker})
+        deadline = time.monotonic() + 6
+        while _tasks_with_marker(SANDBOX_UID, marker) < 14 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        bombing = _tasks_with_marker(SANDBOX_UID, marker)
+        res = sb.run_python(calm, calm_job, limits=calm_limits)
+        still_bombing = not fut.done()
+        bomb_res = fut.result()
+    assert bombing >= 14 and still_bombing  # the bomb held its whole budget meanwhile
+    assert res.ok, res.stderr[-2000:]
+    rep = _report(res)
+    assert rep["children"] == 8 and rep["exits"] == [0] * 8
+    assert bomb_res.timed_out and res.extras["cgroup"] is True
+    assert _wait_marked_tasks_gone(SANDBOX_UID, marker) == 0
+
+
+def test_no_cgroup_warns_once_and_falls_back_to_rlimits(monkeypatch, job: Path) -> None:
+    import wmrl_envs.sandbox.subprocess as sp
+    from wmrl_envs.sandbox.cgroup import CgroupSupport
+
+    monkeypatch.setattr(sp, "cgroup_support", lambda: CgroupSupport(0, (), "read-only cgroupfs (test)"))
+    monkeypatch.setattr(sp, "_warned_no_cgroup", False)
+    with pytest.warns(WeakLimitsWarning, match="read-only cgroupfs.*RLIMIT_AS bounds each process"):
+        with pytest.warns(UnsafeSandboxWarning):
+            sb = SubprocessSandbox(FAST)
+    res = sb.run_python("print('ok')", job)
+    assert res.ok and res.extras["cgroup"] is False and res.extras["oom_killed"] is False
+
+
+# --------------------------------------------------------------------------- job folder bounds
+def test_job_folder_total_size_and_file_count_are_bounded(any_sandbox: Sandbox, tmp_path: Path) -> None:
+    limits = SandboxLimits(wall_time_s=60, cpu_time_s=60, file_size_mb=4, workdir_size_mb=16, workdir_max_files=200)
+    src = _program("""
+        n = size = 0
+        try:
+            while n < 100_000:
+                with open(f"f{n}.bin", "wb") as fh:
+                    fh.write(b"x" * (1 << 20) if n < 64 else b"")
+                n += 1
+                size += (1 << 20) if n <= 64 else 0
+        except OSError as exc:
+            report["error"] = exc.errno
+        report["files"] = n
+    """)
+    with JobFolder(tmp_path / "jobs", limits) as job:
+        assert job.bounded == (os.geteuid() == 0)
+        res = any_sandbox.run_python(src, job.path, limits=limits)
+        entries = list(job.path.iterdir())
+        total = sum(p.stat().st_size for p in entries)
+    assert not (tmp_path / "jobs" / job.path.name).exists()
+    assert len(entries) <= 200 and total <= 16 << 20, (len(entries), total)
+    if job.bounded:  # kernel-enforced: the program got ENOSPC and finished normally
+        assert res.ok, res.stderr[-2000:]
+        assert _report(res)["error"] == 28
+    else:  # the watchdog killed it
+        assert res.extras["workdir_limit_exceeded"] in ("workdir_size_mb", "workdir_max_files")
+
+
+def test_unbounded_job_folder_is_watched(any_sandbox: Sandbox, job: Path) -> None:
+    """A plain folder (no tmpfs) still gets its bounds: the watchdog kills the run."""
+    limits = SandboxLimits(wall_time_s=60, cpu_time_s=60, workdir_size_mb=64, workdir_max_files=300)
+    src = "import time\nfor i in range(5000):\n    open(f'f{i}', 'w').close()\ntime.sleep(60)\n"
+    res = any_sandbox.run_python(src, job, limits=limits)
+    assert res.extras["workdir_limit_exceeded"] == "workdir_max_files"
+    assert res.exit_code is None and not res.timed_out and res.wall_time_s < 60
+    assert len(list(job.iterdir())) < 5000
+
+
+def test_step_filling_its_folder_with_small_files_ends_within_the_limit(tmp_path: Path) -> None:
+    """Clean-up is inside the time limit: a program that fills its job folder with small files
+    and then sleeps is graded and cleaned up within wall_time_s plus a few seconds."""
+    from wmrl_envs.envs.autoresearch.grading import evaluate
+
+    sb = _make_isolating("bubblewrap")
+    wall = 4.0
+    limits = SandboxLimits(wall_time_s=wall, cpu_time_s=30, workdir_max_files=10_000)
+    src = (
+        "import os, time\n"
+        "i = 0\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.makedirs(f'd{i // 1000}', exist_ok=True)\n"
+        "        open(f'd{i // 1000}/f{i}', 'w').close()\n"
+        "        i += 1\n"
+        "    except OSError:\n"
+        "        time.sleep(0.05)\n"
+    )
+    t0 = time.monotonic()
+    g, kept = evaluate("house-prices", src, sb, workdir_root=tmp_path / "jobs", limits=limits)
+    elapsed = time.monotonic() - t0
+    assert g.status == "runtime_err" and kept is None
+    assert elapsed <= wall + SLACK_S, elapsed
+    assert [p.name for p in (tmp_path / "jobs").iterdir()] == []
+
+
+# --------------------------------------------------------------------------- host paths and hidden paths
+def test_no_host_job_or_checkout_path_visible_inside_bubblewrap(tmp_path: Path) -> None:
+    sb = _make_isolating("bubblewrap")
+    checkout = str(Path(__file__).resolve().parent.parent)
+    with JobFolder(tmp_path / "jobs", FAST) as job:
+        src = _program("""
+            texts = []
+            for pid in os.listdir("/proc"):
+                if pid.isdigit() or pid == "self":
+                    for name in ("cmdline", "mountinfo", "environ", "cgroup"):
+                        try:
+                            with open(f"/proc/{pid}/{name}", "rb") as fh:
+                                texts.append(fh.read().replace(b"\\0", b" ").decode(errors="replace"))
+                        except OSError:
+                            pass
+            report["text"] = "\\n".join(texts)
+            report["n"] = len(texts)
+        """)
+        res = sb.run_python(src, job.path)
+        assert res.ok, res.stderr[-2000:]
+        rep = _report(res)
+        text = rep["text"]
+        assert "/proc/1/cmdline" not in text and rep["n"] >= 4 and "bwrap" in text  # pid 1 was read
+        assert str(job.path) not in text and str(tmp_path) not in text
+        assert "wmrl-bwrap-etc" not in text and "/tmp/" not in text.replace("/tmp/ ", "")
+        # The interpreter's prefixes are bound at their host paths and remain visible; nothing
+        # else of the checkout is.
+        for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sb.python)}, key=len)[::-1]:
+            text = text.replace(prefix, "<prefix>")
+        assert checkout not in text, [ln for ln in text.splitlines() if checkout in ln][:5]
+        assert "process_api" not in text  # the host's cgroup path (a private cgroup namespace)
+
+
+def test_hidden_paths_are_masked(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "data" / "rows.csv").write_text("SECRET-ROW\n")
+    (pkg / "labels.txt").write_text("SECRET-LABEL\n")
+    (pkg / "public.txt").write_text("public\n")
+    for p in (tmp_path, pkg, pkg / "data"):
+        os.chmod(p, 0o755)
+    for p in (pkg / "data" / "rows.csv", pkg / "labels.txt", pkg / "public.txt"):
+        os.chmod(p, 0o644)
+    hidden = [str(pkg / "data"), str(pkg / "labels.txt"), *default_hidden_paths()]
+    sb = BubblewrapSandbox(FAST, extra_ro_binds=[pkg], hidden_paths=hidden)
+    probe_files = [str(pkg / "data" / "rows.csv"), str(pkg / "labels.txt"), str(pkg / "public.txt")]
+    editable = [p for p in default_hidden_paths() if os.path.isfile(p)]
+    src = _program(f"""
+        def read(p):
+            try:
+                with open(p) as fh:
+                    return fh.read()
+            except OSError as exc:
+                return type(exc).__name__
+        report["read"] = {{p: read(p) for p in {probe_files + editable!r}}}
+        try:
+            report["listdir"] = os.listdir({str(pkg / "data")!r})
+        except OSError as exc:
+            report["listdir"] = type(exc).__name__
+        try:
+            import wmrl_envs
+            report["wmrl_envs"] = wmrl_envs.__file__
+        except ImportError as exc:
+            report["wmrl_envs"] = "ImportError"
+        import sklearn
+        report["sklearn"] = sklearn.__version__
+    """)
+    job = tmp_path / "job"
+    job.mkdir()
+    res = sb.run_python(src, job)
+    assert res.ok, res.stderr[-2000:]
+    rep = _report(res)
+    assert rep["read"][str(pkg / "public.txt")] == "public\n"
+    assert rep["read"][str(pkg / "data" / "rows.csv")] in ("FileNotFoundError", "PermissionError")
+    assert rep["read"][str(pkg / "labels.txt")] in ("", "PermissionError")
+    assert rep["listdir"] in ([], "PermissionError")
+    assert rep["wmrl_envs"] == "ImportError" and rep["sklearn"]
+    checkout = str(Path(__file__).resolve().parent.parent)
+    for p in editable:  # the editable install's .pth / finder (they name the checkout)
+        assert checkout not in rep["read"][p], p
+    assert "SECRET" not in res.stdout + res.stderr
+
+
+def test_hidden_paths_are_masked_in_docker(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "data" / "rows.csv").write_text("SECRET-ROW\n")
+    (pkg / "public.txt").write_text("public\n")
+    for p in (tmp_path, pkg, pkg / "data"):
+        os.chmod(p, 0o755)
+    sb = _make_docker(FAST, extra_ro_binds=[pkg], hidden_paths=[str(pkg / "data")])
+    job = tmp_path / "job"
+    job.mkdir()
+    src = _program(f"""
+        report["public"] = open({str(pkg / "public.txt")!r}).read()
+        try:
+            report["rows"] = open({str(pkg / "data" / "rows.csv")!r}).read()
+        except OSError as exc:
+            report["rows"] = type(exc).__name__
+    """)
+    res = sb.run_python(src, job)
+    sb.close()
+    assert res.ok, res.stderr[-2000:]
+    rep = _report(res)
+    assert rep["public"] == "public\n" and rep["rows"] in ("FileNotFoundError", "PermissionError")
+
+
+def test_relative_hidden_path_is_rejected() -> None:
+    with pytest.raises(ValueError, match="must be absolute"):
+        BubblewrapSandbox(FAST, hidden_paths=["relative/data"])
+
+
+# --------------------------------------------------------------------------- infrastructure failures
+def test_sandbox_that_cannot_start_raises_infrastructure_error(job: Path) -> None:
+    sb = _make_isolating("bubblewrap")
+    good_setpriv, good_python = sb.setpriv, sb.python
+    try:
+        if sb.as_root:
+            sb.setpriv = "/nonexistent/setpriv"
+            with pytest.raises(SandboxInfrastructureError, match="did not start"):
+                sb.run_python("print(1)", job)
+            sb.setpriv = good_setpriv
+        sb.python = "/nonexistent/python3"
+        with pytest.raises(SandboxInfrastructureError, match="did not start"):
+            sb.run_python("print(1)", job)
+        sb.python = good_python
+        sb.bwrap = "/nonexistent/bwrap"
+        with pytest.raises(SandboxInfrastructureError):
+            sb.run_python("print(1)", job)
+    finally:
+        sb.setpriv, sb.python, sb.bwrap = good_setpriv, good_python, shutil.which("bwrap")
+    assert issubclass(SandboxInfrastructureError, SandboxUnavailableError)
+
+
+def test_program_imitating_a_sandbox_failure_is_still_the_programs_outcome(any_sandbox: Sandbox, job: Path) -> None:
+    src = "import sys\nsys.stderr.write('bwrap: Can\\'t mount proc on /newroot/proc: Operation not permitted\\n')\nsys.exit(1)\n"
+    res = any_sandbox.run_python(src, job)
+    assert res.exit_code == 1 and not res.ok and "bwrap_error" not in res.extras
+
+
+def test_docker_daemon_gone_mid_run_raises_infrastructure_error(job: Path) -> None:
+    docker = pytest.importorskip("docker")
+
+    class GoneContainers:
+        def create(self, *a, **k):
+            raise docker.errors.APIError("daemon gone (test)")
+
+    class FakeClient:
+        containers = GoneContainers()
+
+        def ping(self):
+            return True
+
+        def close(self):
+            pass
+
+    sb = DockerSandbox.__new__(DockerSandbox)
+    Sandbox.__init__(sb, FAST)
+    sb._docker, sb.python, sb.uid, sb.gid, sb.cpus = docker, sys.executable, 65534, 65534, None
+    sb.hidden_paths, sb.client, sb._own_client, sb.image = [], FakeClient(), False, "wmrl-sandbox:test"
+    sb._binds = [("/usr", "/usr")]
+    with pytest.raises(SandboxInfrastructureError, match="daemon gone"):
+        sb.run_python("print(1)", job)
