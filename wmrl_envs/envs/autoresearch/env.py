@@ -313,7 +313,10 @@ class AutoResearchEnv(gym.Env):
         sandbox: a :class:`~wmrl_envs.sandbox.base.Sandbox` (or any object with a compatible
             ``run_python``), or a backend name for
             :func:`wmrl_envs.sandbox.make_sandbox` (resolved at the first execution; the
-            environment then owns and closes it).
+            environment then owns and closes it). The default ``"auto"`` picks bubblewrap or
+            Docker and never falls back to running code unisolated: where neither works the
+            first execution raises :class:`~wmrl_envs.sandbox.base.SandboxUnavailableError`;
+            pass ``"subprocess"`` to opt in to no isolation.
         limits: per-run :class:`~wmrl_envs.sandbox.base.SandboxLimits` (``None``: the
             sandbox's defaults).
         max_turns: turns per episode (>= 1).
@@ -411,12 +414,25 @@ class AutoResearchEnv(gym.Env):
         return self._sandbox
 
     def _workdir_root(self) -> Path:
+        """The folder holding this environment's job folders and public-file cache.
+
+        Without ``workdir_root``: a private folder in the system temporary folder, owned by
+        this process (:class:`~wmrl_envs.sandbox.jobdirs.OwnedFolder`); making it first
+        removes such folders -- and unmounts their tmpfs job folders -- left by environments of
+        processes that were killed (so a resumed run cleans up after the killed one).
+        """
         if self._root is None:
             if self._workdir_root_arg is None:
-                self._root = Path(tempfile.mkdtemp(prefix="wmrl-autoresearch-"))
+                if self.keep_job_dirs:  # kept for the user: never swept
+                    self._root = Path(tempfile.mkdtemp(prefix="wmrl-autoresearch-"))
+                else:
+                    from wmrl_envs.sandbox.jobdirs import OwnedFolder
+
+                    owned = OwnedFolder(None, prefix="wmrl-autoresearch-")
+                    self._root = owned.path
+                    # also clean up if the env is dropped without close()
+                    self._root_finalizer = weakref.finalize(self, owned.remove)
                 self._owns_root = True
-                if not self.keep_job_dirs:  # also clean up if the env is dropped without close()
-                    self._root_finalizer = weakref.finalize(self, shutil.rmtree, str(self._root), True)
             else:
                 self._root = Path(self._workdir_root_arg)
                 self._root.mkdir(parents=True, exist_ok=True)

@@ -534,6 +534,12 @@ def evaluate(
     Sources that fail :func:`check_source` are graded without any execution (and without a
     job folder).
 
+    The job folder is a :class:`~wmrl_envs.sandbox.jobdirs.JobFolder`: bounded to
+    ``workdir_size_mb`` MiB and ``workdir_max_files`` entries (a tmpfs where mounting is
+    allowed, so its removal is one ``umount`` and the step ends within the wall-clock limit
+    plus a few seconds however many files the program wrote), and removed by the next run
+    in ``workdir_root`` if this process is killed first.
+
     Args:
         task: a :class:`TaskSpec` or task id.
         source: the solution's Python source.
@@ -541,7 +547,8 @@ def evaluate(
         workdir_root: where to create the job folder (system temp dir if ``None``).
         limits: per-run limits (``None``: the sandbox's defaults).
         cache_dir: rendered-CSV cache for :func:`write_public_files`.
-        keep_job_dir: keep the job folder (else it is deleted after grading).
+        keep_job_dir: keep the job folder (else it is deleted after grading); a tmpfs job
+            folder is copied to a plain folder ``<job>-kept`` first.
         leaderboard: reference values (default: shipped leaderboard).
         env: environment variables for the program (default :data:`EXEC_ENV`).
 
@@ -551,25 +558,31 @@ def evaluate(
 
     Raises:
         ValueError: unknown task.
-        FileNotFoundError, SandboxUnavailableError: from the sandbox.
+        FileNotFoundError, SandboxUnavailableError: from the sandbox
+            (:class:`~wmrl_envs.sandbox.base.SandboxInfrastructureError` when the sandbox
+            failed for this run; nothing is graded then).
     """
     task = get_task(task) if isinstance(task, str) else task
     pre = check_source(source)
     if pre is not None:
         return grade(task, None, None, source=source, leaderboard=leaderboard), None
+    from wmrl_envs.sandbox.jobdirs import JobFolder
+
     root = Path(workdir_root) if workdir_root is not None else Path(tempfile.gettempdir())
-    root.mkdir(parents=True, exist_ok=True)
-    job_dir = Path(tempfile.mkdtemp(prefix=f"{task.task_id}-", dir=root))
+    bounds = limits or getattr(sandbox, "limits", None) or SandboxLimits()
+    job = JobFolder(root, bounds, prefix=f"{task.task_id}-")
+    kept: Path | None = None
     try:
-        write_public_files(task, job_dir, cache_dir=cache_dir)
+        write_public_files(task, job.path, cache_dir=cache_dir)
         result = sandbox.run_python(
-            source, job_dir, limits=limits, env=dict(EXEC_ENV if env is None else env), filename=SOLUTION_FILE
+            source, job.path, limits=limits, env=dict(EXEC_ENV if env is None else env), filename=SOLUTION_FILE
         )
-        g = grade(task, job_dir, result, leaderboard=leaderboard)
+        g = grade(task, job.path, result, leaderboard=leaderboard)
+        if keep_job_dir:
+            kept = job.keep()
     finally:
-        if not keep_job_dir:
-            shutil.rmtree(job_dir, ignore_errors=True)
-    return g, (job_dir if keep_job_dir else None)
+        job.remove()  # one umount for a tmpfs job folder; nothing after keep()
+    return g, kept
 
 
 # ----------------------------------------------------------------------------------------------
