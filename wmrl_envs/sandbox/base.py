@@ -3,8 +3,15 @@
 A sandbox runs one Python program in a *job folder*: the folder is the program's working
 directory (``/workspace`` inside isolating backends), holds the public input files, and is the
 only place the program may write (besides a private, size-limited ``/tmp``). Everything else
-is read-only or absent; the network is unreachable; resources are bounded by
-:class:`SandboxLimits`. Hidden labels never enter the job folder.
+is read-only or absent (and ``hidden_paths`` are masked); the network is unreachable;
+resources are bounded by :class:`SandboxLimits` -- memory and processes for the sandbox as a
+whole (a cgroup, where one can be made), the job folder's total size and file count
+(:class:`~wmrl_envs.sandbox.jobdirs.JobFolder`). Hidden labels never enter the job folder.
+
+Errors: what the program causes (time-out, OOM kill, full job folder, crash) is its
+:class:`ExecutionResult`; a sandbox that failed to start or broke mid-run raises
+:class:`SandboxInfrastructureError` (a :class:`SandboxUnavailableError`), which callers must
+not grade as the program's outcome.
 
 Backends: :mod:`~wmrl_envs.sandbox.bubblewrap` (default), :mod:`~wmrl_envs.sandbox.docker`
 (docker SDK, locally built image, no registry) and :mod:`~wmrl_envs.sandbox.subprocess`

@@ -97,42 +97,74 @@ class BubblewrapSandbox(Sandbox):
         * **filesystem**: a new mount namespace on an empty root holding only ``/usr``, the
           Python installation (venv ``sys.prefix`` and ``sys.base_prefix``, same paths) and
           ``extra_ro_binds`` -- all read-only --, a private ``/proc`` and minimal ``/dev``, a
-          synthetic ``/etc`` (``passwd``/``group`` plus the loader cache and timezone), a fresh
-          ``tmp_size_mb``-MiB tmpfs on ``/tmp`` and on ``/dev/shm``, and the job folder
-          read-write at ``/workspace`` (the cwd). Home folders, the host ``/tmp``, the project
-          tree and hidden labels are simply absent;
+          synthetic ``/etc`` (``passwd``/``group``/``hostname`` copied in from memory, plus the
+          host's loader cache and timezone), a fresh ``tmp_size_mb``-MiB tmpfs on ``/tmp`` and
+          on ``/dev/shm``, and the job folder read-write at ``/workspace`` (the cwd). Home
+          folders, the host ``/tmp``, the project tree and hidden labels are simply absent;
+        * **hidden paths**: each of ``hidden_paths`` that a bind would expose is covered by an
+          empty read-only mode-0000 tmpfs (folders) or an empty unreadable file (files). The
+          default (:func:`~wmrl_envs.sandbox.base.default_hidden_paths`) hides this project's
+          installed files -- ``wmrl_envs`` and ``agents`` of a regular install, the editable
+          install's ``.pth`` and finder files (so ``import wmrl_envs`` fails inside and the
+          checkout's path is not readable from them), the ``.dist-info`` folder;
+        * **host paths**: the mount plan reaches bwrap through a memfd (``--args FD``), so
+          ``/proc/1/cmdline`` holds only ``bwrap --args N -- setpriv ... python -c BOOT
+          solution.py``; a :class:`~wmrl_envs.sandbox.jobdirs.JobFolder` job folder is its own
+          tmpfs, so ``/proc/self/mountinfo`` shows ``/workspace`` without a host path (a plain
+          folder passed as ``workdir`` still shows its host path there); the cgroup namespace
+          hides the host's cgroup path. What remains visible: the interpreter's prefixes
+          (bound at their host paths, e.g. a venv inside the checkout: ``/work/main/.venv``),
+          and the paths of the hidden mount points themselves;
         * **network**: a new network namespace with only loopback (host loopback services and
           the outside are unreachable);
-        * **processes**: new pid, IPC, UTS (and, if possible, cgroup) namespaces; the program
-          is started through ``setpriv`` as real uid/gid ``uid``/``gid`` (65534 = nobody) with
-          no capabilities (empty bounding set), no supplementary groups and ``no_new_privs``.
-          When bwrap dies, everything in the sandbox is SIGKILLed (``--die-with-parent``);
+        * **processes**: new pid, IPC, UTS and cgroup namespaces; the program is started
+          through ``setpriv`` as real uid/gid ``uid``/``gid`` (65534 = nobody) with no
+          capabilities (empty bounding set), no supplementary groups and ``no_new_privs``.
+          When bwrap dies, everything in the sandbox is SIGKILLed (``--die-with-parent``), and
+          bwrap dies with the host process (``PR_SET_PDEATHSIG``);
         * **environment**: clean (``HOME=/tmp``, BLAS thread counts 1, plus ``env``).
 
-    Limits (rlimits inherited by the whole tree):
-        * ``memory_mb``: ``RLIMIT_AS`` in MiB (address space, not RSS: allocations beyond it
-          raise ``MemoryError``);
+    Limits, with a cgroup (root; cgroup v1 or v2, see :mod:`~wmrl_envs.sandbox.cgroup`) -- the
+    whole process tree, bwrap included, joins one fresh cgroup before bwrap starts:
+        * ``memory_mb``: memory of **all processes together**, in MiB, without swap (the
+          kernel OOM-kills beyond it: ``extras["oom_killed"]``, ``extras["peak_memory_mb"]``);
+          pages the program writes to its tmpfs ``/tmp``, ``/dev/shm`` and tmpfs job folder
+          count too. Each process also has ``RLIMIT_AS`` = ``memory_mb`` (one oversized
+          allocation raises ``MemoryError`` instead of an OOM kill);
+        * ``max_processes``: tasks (processes *and* threads) of this sandbox (``pids.max`` =
+          ``max_processes`` + 2 for bwrap's own two processes); concurrent sandboxes of the
+          same uid do not share it; ``RLIMIT_NPROC`` is not set;
         * ``cpu_time_s``: ``RLIMIT_CPU`` in seconds (rounded up; SIGXCPU, SIGKILL 1 s later);
         * ``file_size_mb``: ``RLIMIT_FSIZE`` in MiB, per file;
-        * ``max_processes``: ``RLIMIT_NPROC`` -- counts all tasks (processes *and* threads) of
-          the sandbox uid **on the whole host**, so concurrent sandboxes with the same ``uid``
-          share it: give concurrent workers distinct ``uid`` values to keep a fork bomb in one
-          from starving the others;
-        * ``wall_time_s``: seconds, then the bwrap process group is SIGKILLed, which kills
-          the whole pid namespace;
+        * ``workdir_size_mb`` / ``workdir_max_files``: total size and entries of the job
+          folder -- kernel-enforced for a :class:`~wmrl_envs.sandbox.jobdirs.JobFolder` tmpfs
+          (``ENOSPC`` in the program); for a plain folder a watchdog SIGKILLs the run when it
+          exceeds them (``extras["workdir_limit_exceeded"]``);
+        * ``wall_time_s``: seconds, then the whole cgroup and bwrap's process group are
+          SIGKILLed; clean-up (cgroup removal, one ``umount`` of a tmpfs job folder) takes
+          well under a second after that;
         * ``tmp_size_mb``: size in MiB of ``/tmp`` and (separately) of ``/dev/shm``;
         * open files: 256.
 
-        ``memory_mb``, ``cpu_time_s`` and ``file_size_mb`` are rlimits, i.e. **per process**: a
-        program that forks may use up to ``max_processes`` times as much in total (the wall
-        clock still bounds the run). Docker's memory limit, by contrast, covers the container.
+    Without a usable cgroup (not root, read-only cgroupfs; a
+    :class:`~wmrl_envs.sandbox.base.WeakLimitsWarning` says so once): ``memory_mb`` is only the
+    per-process ``RLIMIT_AS`` (a program with N processes may hold N x ``memory_mb``), and
+    ``max_processes`` is ``RLIMIT_NPROC``, which counts every task of the sandbox uid **on the
+    whole host** (concurrent sandboxes of one ``uid`` share it: give them distinct ``uid``
+    values). Without root, bwrap also falls back to an unprivileged user namespace
+    (``--unshare-user --uid``), where the program keeps the caller's host uid, and job folders
+    cannot be tmpfs mounts.
+
+    Failures of the sandbox itself -- bwrap's set-up, ``setpriv`` or the interpreter failing
+    before the program's first line (a one-byte handshake on a pipe tells them apart from
+    anything the program prints), the cgroup not creatable or joinable -- raise
+    :class:`~wmrl_envs.sandbox.base.SandboxInfrastructureError`; they are never returned as
+    the program's result.
 
     Not isolated / not limited: the kernel is shared (no seccomp filter; the program may create
     unprivileged user namespaces); ``/usr``, the Python installation and ``/proc``'s system-wide
-    files (``/proc/meminfo``, ``/proc/cpuinfo``) are readable; total disk use of the job folder
-    is bounded only per file; CPU *share* is not limited (only CPU time). Without root, bwrap
-    falls back to an unprivileged user namespace (``--unshare-user --uid``), where the program
-    keeps the caller's host uid, so ``RLIMIT_NPROC`` counts the caller's own processes.
+    files (``/proc/meminfo``, ``/proc/cpuinfo``) are readable; CPU *share* is not limited (only
+    CPU time).
 
     After each run, symlinks, FIFOs, sockets and device nodes the program left in the job folder
     are deleted (``extras["removed_special_files"]``), so a grader reading ``submission.csv``
@@ -146,9 +178,12 @@ class BubblewrapSandbox(Sandbox):
         gid: host gid, likewise.
         extra_ro_binds: further host folders/files made visible read-only at the same path.
         bwrap: path of the ``bwrap`` binary (default: found on ``PATH``).
+        hidden_paths: absolute host paths made unreadable inside (``None``: the default above;
+            a list replaces it -- add ``*default_hidden_paths()`` to keep it).
 
     Raises:
         SandboxUnavailableError: bwrap/setpriv missing, or a probe run failed here.
+        ValueError: a relative hidden path.
     """
 
     name = "bubblewrap"
