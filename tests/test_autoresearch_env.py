@@ -327,13 +327,16 @@ def test_starter_and_strong_solution_are_valid(graded):
     assert strong.score >= base.score and strong.metric_value > base.metric_value
 
 
-def test_format_feedback_imitates_a_log(graded):
+def test_format_feedback_reports_first_then_quotes_the_log(graded):
     fb = format_feedback(graded["raising"])
-    assert fb.startswith("$ python solution.py") and "RuntimeError: boom" in fb and "exit code 1" in fb
-    assert "status: runtime_err" in fb
+    lines = fb.split("\n")
+    assert lines[0] == "[grader] status: runtime_err | score 0.1 | the program exited with status 1"
+    assert lines[1].startswith("[grader] $ python solution.py | exit code 1 | ")
+    assert "| RuntimeError: boom" in lines and all(ln.startswith("| ") for ln in lines[2:])
     fb = format_feedback(graded["starter"])
-    assert "status: valid" in fb and "r2 = " in fb and "reference solutions" in fb
-    assert "killed" in format_feedback(graded["timeout"])
+    assert fb.startswith("[grader] status: valid | score ") and "| r2 = " in fb.split("\n")[0]
+    assert "reference solutions" in fb.split("\n")[0]
+    assert "[grader] $ python solution.py | killed: wall-clock" in format_feedback(graded["timeout"])
     assert all(c in CHARSET for c in fb) and len(fb) <= FEEDBACK_MAX_CHARS
 
 

@@ -304,8 +304,8 @@ def test_precheck_skips_model(tokenizer, next_observation):
         assert p.extras["parse_error"] is False and p.extras["new_tokens"] == 0
         assert p.observation == next_observation(ctx, p.feedback)
     assert "SyntaxError" in preds[2].feedback and "line 1" in preds[2].feedback
-    assert preds[2].feedback.startswith("$ python solution.py\n")
-    assert preds[2].feedback.endswith("| score 0")
+    assert preds[2].feedback.startswith("[grader] status: syntax_err | score 0 | SyntaxError")
+    assert preds[2].feedback.split("\n")[1] == "[grader] $ python solution.py | exit code 1 | 0.00 s"
     assert "status: malformed" in preds[0].feedback
     assert judge.n_precheck == 4 and judge.n_model_calls == 0 and judge.seconds == 0.0
     with pytest.raises(ValueError):
@@ -338,13 +338,14 @@ def test_scripted_predictions_batching_and_modes(tokenizer, next_observation):
     assert preds[0].score == pytest.approx(0.5 + 0.5 * 0.45) and preds[0].extras["bucket"] == "mid"
     assert preds[0].extras["log"] == "wrote submission.csv"
     assert preds[0].feedback == (
-        "$ python solution.py\nwrote submission.csv\n[exit code 0]\n"
-        "[grader] status: valid | predicted quality mid (position 0.450) | score 0.725"
+        "[grader] status: valid | score 0.725 | predicted quality mid (position 0.450)\n"
+        "[grader] $ python solution.py | exit code 0\n| wrote submission.csv"
     )
     assert preds[2].extras["log"] == "FileNotFoundError: training.csv" and preds[2].extras["parse_error"] is False
-    assert preds[2].feedback.splitlines()[-2:] == [
-        "[exit code 1]",
-        "[grader] status: runtime_err | the program exited with status 1 | score 0.1",
+    assert preds[2].feedback.splitlines() == [
+        "[grader] status: runtime_err | score 0.1 | the program exited with status 1",
+        "[grader] $ python solution.py | exit code 1",
+        "| FileNotFoundError: training.csv",
     ]
     assert preds[3].extras["parse_error"] is True and preds[3].score == pytest.approx(0.1)
     assert preds[3].extras["log"] == "" and "status: runtime_err" in preds[3].feedback

@@ -21,13 +21,25 @@ Two things are decided without the model (a deterministic pre-check, as in the r
 empty / whitespace-only code is ``malformed`` (score 0.0) and code that fails
 :func:`compile` is ``syntax_err`` (score 0.0, feedback = the SyntaxError as Python prints it),
 with the rules and messages of the real grader's host-side check.
-Model output that cannot be parsed is counted as ``runtime_err`` (score 0.1) and flagged
-with ``extras["parse_error"] = True``.
+Model output that is not a prediction is counted as ``runtime_err`` (score 0.1), as the
+reference does, and flagged with ``extras["parse_error"] = True``.
 
-Decoding follows the reference: temperature 0.7, top-p 0.8, top-k 20, and the assistant turn
-is prefilled with the start of the JSON answer (:data:`PREFILL`, ``{"status": "``) so the
-model only has to continue it; :func:`parse_judge_output` then reads ``PREFILL + continuation``
-leniently.
+Decoding follows the reference: temperature 0.7, top-p 0.8, top-k 20, the assistant turn
+is prefilled with the start of the JSON answer (:data:`PREFILL`, ``{"status": "``), and the
+answer is decoded under a JSON constraint (:func:`judge_json_schema`: the status one of
+:data:`JUDGE_STATUSES`, the bucket one of the four, the feedback a string of at most
+:data:`FEEDBACK_MAX_CHARS` characters, nothing else), so that the model can only write a
+valid prediction:
+
+* transformers: an llguidance matcher per sequence masks the logits at every step (it first
+  consumes the prefill; near the token budget it closes the feedback string, so the object
+  is always complete);
+* vLLM in process and ``vllm serve``: vLLM's own structured outputs with the same schema
+  (the prompt then stops before the prefill: the schema writes the whole object).
+
+:func:`parse_judge_output` is the strict check of every answer, and the whole check for
+generators that cannot be constrained (an OpenAI-compatible server without structured
+outputs): exactly one JSON object satisfying the schema, else no prediction.
 
 The judge may share its model object with the agent's policy (a ``peft.PeftModel`` with LoRA
 adapters): with ``disable_adapters=True`` (default) it predicts with the adapters disabled,
@@ -44,11 +56,12 @@ fine-tuned judge is needed for a useful signal; ``system_prompt=`` allows prompt
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import json
 import re
 import time
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -63,6 +76,9 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 __all__ = [
     "ParsedJudgement",
     "parse_judge_output",
+    "judge_json_schema",
+    "JUDGE_STATUSES",
+    "FEEDBACK_MAX_CHARS",
     "precheck_code",
     "format_predicted_feedback",
     "LLMJudgeWorldModel",
@@ -96,104 +112,56 @@ USER_TEMPLATE = (
 
 _TRUNC_MARK = "\n... [{n} tokens omitted] ...\n"
 
+_CLOSE_RESERVE = 8
+"""Tokens before the budget from which a constrained answer closes its feedback string."""
+
+_LL_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+"""llguidance tokenizer per Hugging Face tokenizer (building one takes ~0.5 s)."""
+
 # --------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------
 
-_STATUS_SYNONYMS: dict[str, str] = {
-    # malformed
-    "malformed": "malformed",
-    "empty": "malformed",
-    "no_code": "malformed",
-    "not_python": "malformed",
-    # syntax errors
-    "syntax_err": "syntax_err",
-    "syntax_error": "syntax_err",
-    "syntaxerror": "syntax_err",
-    "syntax": "syntax_err",
-    "indentationerror": "syntax_err",
-    "indentation_error": "syntax_err",
-    "compile_error": "syntax_err",
-    "compilation_error": "syntax_err",
-    "parse_error": "syntax_err",
-    # runtime errors
-    "runtime_err": "runtime_err",
-    "runtime_error": "runtime_err",
-    "runtimeerror": "runtime_err",
-    "runtime": "runtime_err",
-    "error": "runtime_err",
-    "err": "runtime_err",
-    "exception": "runtime_err",
-    "crash": "runtime_err",
-    "crashed": "runtime_err",
-    "fail": "runtime_err",
-    "failed": "runtime_err",
-    "failure": "runtime_err",
-    "traceback": "runtime_err",
-    "timeout": "runtime_err",
-    "timed_out": "runtime_err",
-    "killed": "runtime_err",
-    # ran, no (valid) submission
-    "ran_no_sub": "ran_no_sub",
-    "ran_no_submission": "ran_no_sub",
-    "ran_without_submission": "ran_no_sub",
-    "ran_but_no_submission": "ran_no_sub",
-    "no_sub": "ran_no_sub",
-    "no_submission": "ran_no_sub",
-    "missing_submission": "ran_no_sub",
-    "invalid_submission": "ran_no_sub",
-    "no_output": "ran_no_sub",
-    "invalid": "ran_no_sub",  # "not valid": ran, but no valid submission
-    "ran": "ran_no_sub",
-    # valid
-    "valid": "valid",
-    "valid_submission": "valid",
-    "success": "valid",
-    "successful": "valid",
-    "succeeded": "valid",
-    "ok": "valid",
-    "pass": "valid",
-    "passed": "valid",
-    "submitted": "valid",
-    "completed": "valid",
-    "complete": "valid",
-    "done": "valid",
-}
-# longest first, so that "ran_no_sub..." wins over "ran" and "syntax_error" over "syntax"
-_STATUS_PREFIXES = sorted(_STATUS_SYNONYMS, key=len, reverse=True)
+JUDGE_STATUSES: tuple[str, ...] = ("runtime_err", "ran_no_sub", "valid")
+"""Statuses the model may predict. ``malformed`` and ``syntax_err`` are never the model's to
+decide: the pre-check (:func:`precheck_code`, the real grader's own host-side check) settles
+them exactly before the model is asked, so code that reaches the model compiles."""
 
-_BUCKET_SYNONYMS: dict[str, str] = {
-    "low": "low",
-    "poor": "low",
-    "bad": "low",
-    "weak": "low",
-    "bottom": "low",
-    "very_low": "low",
-    "fair": "fair",
-    "below_average": "fair",
-    "ok": "fair",
-    "okay": "fair",
-    "decent": "fair",
-    "mid": "mid",
-    "medium": "mid",
-    "middle": "mid",
-    "average": "mid",
-    "moderate": "mid",
-    "good": "mid",
-    "high": "high",
-    "very_good": "high",
-    "very_high": "high",
-    "excellent": "high",
-    "great": "high",
-    "strong": "high",
-    "top": "high",
-    "best": "high",
-}
-_BUCKET_PREFIXES = sorted(_BUCKET_SYNONYMS, key=len, reverse=True)
+FEEDBACK_MAX_CHARS = 400
+"""Most characters of the predicted program output (``feedback``), the schema's ``maxLength``."""
 
-_STATUS_KEYS = ("status", "outcome", "result", "state")
-_BUCKET_KEYS = ("bucket", "quality_bucket", "quality", "rank", "tier", "score_bucket")
-_FEEDBACK_KEYS = ("feedback", "log", "output", "stdout", "stderr", "message")
+_FIELDS = ("status", "bucket", "feedback")
+
+
+def judge_json_schema(max_feedback_chars: int = FEEDBACK_MAX_CHARS) -> dict[str, Any]:
+    """JSON schema of one judge prediction (the constraint of constrained decoding).
+
+    ``{"status": <one of JUDGE_STATUSES>, "bucket": <one of QUALITY_BUCKETS>, "feedback":
+    <string of at most max_feedback_chars characters>}``: all three required, in this order,
+    no other field. The bucket is required whatever the status (it only counts for
+    ``valid``), so that every prediction has the same form.
+
+    Args:
+        max_feedback_chars: ``maxLength`` of ``feedback`` (int >= 0, characters).
+
+    Returns:
+        The schema (a new dict).
+
+    Raises:
+        ValueError: ``max_feedback_chars`` is negative.
+    """
+    if int(max_feedback_chars) < 0:
+        raise ValueError(f"max_feedback_chars must be >= 0, got {max_feedback_chars}")
+    return {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": list(JUDGE_STATUSES)},
+            "bucket": {"type": "string", "enum": list(QUALITY_BUCKETS)},
+            "feedback": {"type": "string", "maxLength": int(max_feedback_chars)},
+        },
+        "required": list(_FIELDS),
+        "additionalProperties": False,
+    }
 
 
 @dataclass(frozen=True)
@@ -201,24 +169,20 @@ class ParsedJudgement:
     """A judge answer read from model text.
 
     Attributes:
-        status: one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`.
-        bucket: one of :data:`~wmrl_envs.envs.autoresearch.scale.QUALITY_BUCKETS` when
-            ``status == "valid"`` (``"low"`` if the model gave none or an unknown one), else
-            the bucket the model gave (ignored for scoring) or ``None``.
-        feedback: predicted sandbox log text (may be empty).
-        bucket_defaulted: ``True`` when ``status == "valid"`` and the bucket fell back to
-            ``"low"``.
+        status: one of :data:`JUDGE_STATUSES`.
+        bucket: one of :data:`~wmrl_envs.envs.autoresearch.scale.QUALITY_BUCKETS` (it counts
+            only when ``status == "valid"``).
+        feedback: predicted program output (at most the parser's ``max_feedback_chars``).
     """
 
     status: str
-    bucket: str | None
+    bucket: str
     feedback: str = ""
-    bucket_defaulted: bool = False
 
     @property
     def pos(self) -> float | None:
         """Leaderboard position score in [0, 1] of the bucket (valid only), else ``None``."""
-        return BUCKET_POSITIONS[self.bucket] if self.status == "valid" and self.bucket else None
+        return BUCKET_POSITIONS[self.bucket] if self.status == "valid" else None
 
     @property
     def score(self) -> float:
@@ -226,149 +190,89 @@ class ParsedJudgement:
         return score_from_status(self.status, self.pos)
 
 
-def _norm_word(value: str) -> str:
-    """Lower-case, map runs of non-alphanumerics to ``_``, strip ``_`` at both ends."""
-    return re.sub(r"[^a-z0-9]+", "_", value.strip().lower()).strip("_")
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"duplicate keys in {keys}")
+    return dict(pairs)
 
 
-def _match_vocab(value: Any, table: dict[str, str], prefixes: list[str]) -> str | None:
-    if value is None or isinstance(value, (dict, list)):
-        return None
-    word = _norm_word(str(value))
-    if not word:
-        return None
-    if word in table:
-        return table[word]
-    for key in prefixes:  # "runtime_error_keyerror" -> runtime_err; "valid_csv_written" -> valid
-        if word.startswith(key + "_"):
-            return table[key]
-    return None
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
-def _load_mapping(text: str) -> dict[str, Any] | None:
-    """Decode the first ``{...}`` object of ``text`` (JSON, then a Python literal); trailing
-    text after the object is ignored."""
-    start = text.find("{")
-    if start < 0:
-        return None
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
+
+
+def _parse_strict(text: Any, max_feedback_chars: int) -> tuple[ParsedJudgement | None, str]:
+    """:func:`parse_judge_output` with the reason of a rejection (``""`` when accepted)."""
+    if not isinstance(text, str):
+        return None, f"not a string ({type(text).__name__})"
+    body = text.strip()
+    if not body:
+        return None, "empty output"
+    if not body.startswith("{"):
+        return None, "the output does not start with a JSON object"
     try:
-        obj, _ = json.JSONDecoder(strict=False).raw_decode(text[start:])
-        if isinstance(obj, dict):
-            return obj
-    except ValueError:
-        pass
-    end = text.find("}", start)
-    if end > start:
-        try:
-            obj = ast.literal_eval(text[start : end + 1])
-            if isinstance(obj, dict):
-                return obj
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            pass
-    return None
-
-
-def _get_key(mapping: dict[str, Any], keys: Sequence[str]) -> Any:
-    lowered = {_norm_word(str(k)): v for k, v in mapping.items()}
-    for key in keys:
-        if key in lowered:
-            return lowered[key]
-    return None
-
-
-def _key_pattern(keys: Sequence[str]) -> str:
-    alternatives = "|".join(re.escape(k).replace("_", "[ _-]?") for k in keys)
-    return r"""(?:^|[\s{,"'])["']?(?:%s)["']?\s*[:=]\s*""" % alternatives
-
-
-def _scalar_after_key(text: str, keys: Sequence[str]) -> str | None:
-    """Value of the first ``key: value`` pair for one of ``keys`` (quoted or bare word)."""
-    for key in keys:
-        m = re.search(_key_pattern([key]) + r"""(?:"([^"\n]*)"?|'([^'\n]*)'?|([^,}\n"']+))""", text, re.I)
-        if m:
-            return next(g for g in m.groups() if g is not None)
-    return None
-
-
-def _unescape(value: str) -> str:
+        obj, end = _DECODER.raw_decode(body)
+    except RecursionError:
+        return None, "nested too deeply"
+    except ValueError as err:  # json.JSONDecodeError, duplicate keys, NaN/Infinity
+        return None, f"not one complete JSON object ({err})"
+    if body[end:].strip():
+        return None, "text after the JSON object (a second object or prose)"
+    if not isinstance(obj, dict):  # pragma: no cover - the body starts with "{"
+        return None, "not a JSON object"
+    if set(obj) != set(_FIELDS):
+        missing, extra = sorted(set(_FIELDS) - set(obj)), sorted(set(obj) - set(_FIELDS))
+        return None, f"fields must be exactly {list(_FIELDS)} (missing {missing}, extra {extra})"
+    status, bucket, feedback = obj["status"], obj["bucket"], obj["feedback"]
+    if status not in JUDGE_STATUSES or not isinstance(status, str):
+        return None, f"status {status!r} is not one of {list(JUDGE_STATUSES)}"
+    if bucket not in QUALITY_BUCKETS or not isinstance(bucket, str):
+        return None, f"bucket {bucket!r} is not one of {list(QUALITY_BUCKETS)}"
+    if not isinstance(feedback, str):
+        return None, f"feedback is a {type(feedback).__name__}, not a string"
+    if len(feedback) > max_feedback_chars:
+        return None, f"feedback has {len(feedback)} characters, more than {max_feedback_chars}"
     try:
-        return json.loads('"' + value + '"', strict=False)
-    except ValueError:
-        return (
-            value.replace("\\n", "\n").replace("\\t", "\t").replace('\\"', '"').replace("\\'", "'")
-        )
+        feedback.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, "feedback holds a lone surrogate (not valid Unicode text)"
+    return ParsedJudgement(status=status, bucket=bucket, feedback=feedback), ""
 
 
-def _feedback_after_key(text: str) -> str:
-    """Feedback string value, tolerating a missing closing quote (truncated generation)."""
-    m = re.search(_key_pattern(_FEEDBACK_KEYS) + r"""(["'])""", text, re.I)
-    if not m:
-        return ""
-    quote = m.group(1)
-    rest = text[m.end() :]
-    close = re.search(r"(?<!\\)%s" % re.escape(quote), rest)
-    if close:
-        value = rest[: close.start()]
-    else:  # truncated: take everything, drop a dangling brace / backslash
-        value = re.sub(r"[\s}]*$", "", rest).rstrip("\\")
-    return _unescape(value).strip()
+def parse_judge_output(text: str, *, max_feedback_chars: int = FEEDBACK_MAX_CHARS) -> ParsedJudgement | None:
+    """Read a judge answer, strictly: exactly one JSON object that satisfies
+    :func:`judge_json_schema`.
 
-
-def parse_judge_output(text: str) -> ParsedJudgement | None:
-    """Read a judge answer from model text, leniently.
-
-    The expected answer is a JSON object ``{"status": ..., "bucket": ..., "feedback": ...}``
-    (the judge passes ``PREFILL + continuation``). Tolerated: missing braces, single quotes
-    or no quotes, ``=`` instead of ``:``, any case, text before/after the object, a truncated
-    feedback string, synonyms (``"error"``/``"exception"`` → ``runtime_err``,
-    ``"syntax error"`` → ``syntax_err``, ``"success"``/``"ok"`` → ``valid``,
-    ``"no submission"`` → ``ran_no_sub``, ``"medium"`` → ``mid``, ``"poor"`` → ``low``...),
-    other key names (``outcome``/``result``, ``quality``, ``log``/``output``). A bare status
-    word at the very start (``"valid, mid"``) is accepted too.
+    This is the whole check for generators that cannot be constrained (and a no-op check for
+    constrained ones, whose output satisfies the schema by construction). Accepted: optional
+    whitespace, ONE JSON object, optional whitespace. Rejected (``None``): anything before
+    or after the object (prose, a second object), a truncated object, invalid JSON
+    (single quotes, bare words, raw control characters in strings, NaN), duplicate keys,
+    a missing or an extra field, a status that is not exactly one of
+    :data:`JUDGE_STATUSES` (no synonyms, no other case, nothing around the word), a bucket
+    that is not exactly one of ``QUALITY_BUCKETS``, a feedback that is not a string, is
+    longer than ``max_feedback_chars`` or holds lone surrogates.
 
     Args:
-        text: the model's text (str).
+        text: the full answer, i.e. ``PREFILL + continuation`` or a whole object (str).
+        max_feedback_chars: most characters of ``feedback`` (int).
 
     Returns:
-        A :class:`ParsedJudgement`, or ``None`` when no recognisable status is found.
-        A valid status without a recognisable bucket gets bucket ``"low"``
-        (``bucket_defaulted=True``).
+        A :class:`ParsedJudgement`, or ``None`` when ``text`` is not a prediction (the judge
+        then counts it as ``runtime_err``, as the reference does).
     """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    mapping = _load_mapping(text)
-    status = bucket = None
-    feedback = ""
-    if mapping is not None:
-        status = _match_vocab(_get_key(mapping, _STATUS_KEYS), _STATUS_SYNONYMS, _STATUS_PREFIXES)
-        bucket = _match_vocab(_get_key(mapping, _BUCKET_KEYS), _BUCKET_SYNONYMS, _BUCKET_PREFIXES)
-        fb = _get_key(mapping, _FEEDBACK_KEYS)
-        if isinstance(fb, (list, tuple)):
-            fb = "\n".join(map(str, fb))
-        feedback = str(fb).strip() if fb is not None else ""
-    if status is None:
-        status = _match_vocab(_scalar_after_key(text, _STATUS_KEYS), _STATUS_SYNONYMS, _STATUS_PREFIXES)
-    if status is None:  # a bare leading status word: "valid, mid" / "Error: ..."
-        m = re.match(r"""\s*[{\["'`]*\s*([A-Za-z][A-Za-z _-]{0,40})""", text)
-        if m:
-            words = _norm_word(m.group(1)).split("_")
-            for n in range(min(len(words), 4), 0, -1):
-                status = _STATUS_SYNONYMS.get("_".join(words[:n]))
-                if status:
-                    break
-    if status is None or status not in STATUSES:
-        return None
-    if bucket is None:
-        bucket = _match_vocab(_scalar_after_key(text, _BUCKET_KEYS), _BUCKET_SYNONYMS, _BUCKET_PREFIXES)
-    if bucket is None and status == "valid":  # e.g. 'valid", "high", ...' without a key
-        m = re.search(r"\b(%s)\b" % "|".join(QUALITY_BUCKETS), text[:200], re.I)
-        bucket = m.group(1).lower() if m else None
-    if not feedback:
-        feedback = _feedback_after_key(text)
-    defaulted = False
-    if status == "valid" and bucket not in QUALITY_BUCKETS:
-        bucket, defaulted = "low", True
-    return ParsedJudgement(status=status, bucket=bucket, feedback=feedback, bucket_defaulted=defaulted)
+    return _parse_strict(text, int(max_feedback_chars))[0]
+
+
+def _full_answer(continuation: str) -> str:
+    """The answer text of a continuation of :data:`PREFILL`: ``PREFILL + continuation``, or
+    the continuation itself when it is a whole object (a generator that ignored the prefill;
+    ``PREFILL + "{..."`` can never be a valid answer)."""
+    return continuation if continuation.lstrip().startswith("{") else PREFILL + continuation
+
 
 
 # --------------------------------------------------------------------------------------
@@ -416,14 +320,14 @@ def format_predicted_feedback(
 ) -> str:
     """Feedback text in the layout of the real sandbox feedback.
 
-    Mirrors :func:`wmrl_envs.envs.autoresearch.env.format_feedback`, so predicted and real
-    observations have the same form (outcome mode of the WMRL method, Yang et al.,
-    arXiv 2608.12564; ``docs/method.md``)::
+    Built by the real grader's :func:`wmrl_envs.envs.autoresearch.env.layout_feedback`, so
+    predicted and real observations have the same form (outcome mode of the WMRL method, Yang
+    et al., arXiv 2608.12564; ``docs/method.md``): the grader's report first, the predicted log
+    quoted line by line (``| ``), so that a log can never pass for the report::
 
-        $ python solution.py
-        <predicted log lines>
-        [exit code 1]
-        [grader] status: runtime_err | the program exited with status 1 | score 0.1
+        [grader] status: runtime_err | score 0.1 | the program exited with status 1
+        [grader] $ python solution.py | exit code 1
+        | <predicted log lines>
 
     Args:
         status: one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`.
@@ -436,21 +340,18 @@ def format_predicted_feedback(
     Returns:
         The feedback text (str).
     """
-    lines = [f"$ python {SOLUTION_FILENAME}"]
+    from wmrl_envs.envs.autoresearch.env import layout_feedback
+
     if status == "malformed":
-        lines.append(f"[grader] status: malformed | {message or 'no Python source'} | score {score:.4g}")
-        return "\n".join(lines)
-    if log.strip():
-        lines.append(log.rstrip("\n"))
+        return layout_feedback(status, score, [message or "no Python source"])
     code = 0 if status in ("valid", "ran_no_sub") else 1
-    lines.append(f"[exit code {code}" + (f" | {runtime_s:.2f} s]" if runtime_s is not None else "]"))
+    run = f"exit code {code}" + (f" | {runtime_s:.2f} s" if runtime_s is not None else "")
     if status == "valid":
         pos = BUCKET_POSITIONS.get(bucket or "", 0.0)
         msg = message or f"predicted quality {bucket} (position {pos:.3f})"
     else:
         msg = message or _GRADER_MESSAGES.get(status, status)
-    lines.append(f"[grader] status: {status} | {msg} | score {score:.4g}")
-    return "\n".join(lines)
+    return layout_feedback(status, score, [msg], run=run, output=log)
 
 
 def _task_text(context: Any) -> str:
@@ -486,9 +387,18 @@ class LLMJudgeWorldModel:
         disable_adapters: predict with PEFT adapters (LoRA, ...) disabled, i.e. with the
             frozen backbone (default ``True``).
         system_prompt: replaces :data:`SYSTEM_PROMPT` (for prompt experiments).
-        stop_at_brace: stop a sequence's generation at the first generated token that
-            contains ``}`` (the end of the JSON answer), which saves decoding time; the
-            parser tolerates a feedback string cut there.
+        stop_at_brace: without the JSON constraint, stop a sequence's generation at the
+            first generated token that contains ``}`` (the end of the JSON answer), which
+            saves decoding time (an answer cut there inside the feedback string is no
+            prediction). Constrained decoding ends at the object's ``}`` by itself.
+        constrained: decode under the JSON constraint (:func:`judge_json_schema`).
+            ``None`` (default): whenever the backend can (transformers with llguidance;
+            a generator whose ``supports_json_schema`` is true), else only the strict
+            parser, with a warning; ``True``: required (``ValueError`` if the backend
+            cannot); ``False``: never (the strict parser alone, e.g. to measure the
+            constraint's cost).
+        max_feedback_chars: ``maxLength`` of the predicted feedback (characters); longer
+            unconstrained answers are no prediction.
         decoding: ``"sample"`` (reference: sample the JSON answer and parse it) or
             ``"expected"``: read the model's next-token distribution over the five statuses
             right after :data:`PREFILL` and, given ``valid``, over the four buckets, and
@@ -509,13 +419,18 @@ class LLMJudgeWorldModel:
         n_model_calls: actions graded by the model so far (int).
         n_generate_calls: batched ``generate`` calls so far (int).
         n_precheck: actions decided by the deterministic pre-check (int).
-        n_parse_errors: model answers that could not be parsed (int).
+        n_parse_errors: model answers that were no prediction (int).
+        n_forced_close: constrained answers whose feedback was closed at the token budget (int).
+        constrained: whether answers are decoded under the JSON constraint (bool).
+        json_schema: the constraint (:func:`judge_json_schema`, dict).
         seconds: wall-clock seconds spent in the model (tokenise + generate + decode).
         tokens_generated: generated tokens so far (int, EOS and padding excluded).
 
     Raises:
-        ValueError: invalid sampling or size arguments, or ``max_prompt_tokens`` smaller than
-            the prompt template (≈215 SmolLM2 tokens) plus 64.
+        ValueError: invalid sampling or size arguments, ``max_prompt_tokens`` smaller than
+            the prompt template (≈215 SmolLM2 tokens) plus 64, ``constrained=True`` with a
+            backend that cannot be constrained, or a ``max_new_tokens`` too small for a
+            constrained answer.
     """
 
     droppable_sections: tuple[str, ...] = ("## Starter code",)
@@ -538,6 +453,8 @@ class LLMJudgeWorldModel:
         stop_at_brace: bool = True,
         decoding: str = "sample",
         generator: Any = None,
+        constrained: bool | None = None,
+        max_feedback_chars: int = FEEDBACK_MAX_CHARS,
     ) -> None:
         if generator is not None and decoding != "sample":
             raise ValueError("decoding='expected' reads next-token probabilities from the local model; "
@@ -572,6 +489,10 @@ class LLMJudgeWorldModel:
         self.generator = generator
         self._choice_ids: tuple[list[int], list[int], list[int]] | None = None
         self._brace_ids: Any = None
+        self.max_feedback_chars = int(max_feedback_chars)
+        self.json_schema = judge_json_schema(self.max_feedback_chars)
+        self._ll: tuple[Any, str] | None = None  # (llguidance tokenizer, grammar), built lazily
+        self.n_forced_close = 0
         self.n_model_calls = 0
         self.n_generate_calls = 0
         self.n_precheck = 0
@@ -586,6 +507,69 @@ class LLMJudgeWorldModel:
                 f"max_prompt_tokens={self.max_prompt_tokens} leaves no room for task and code: the "
                 f"template alone has {self._overhead} tokens; use at least {self._overhead + 64}"
             )
+        self.constrained = self._resolve_constrained(constrained) if decoding == "sample" else False
+        if self.constrained and generator is None:
+            need = self._n_tokens('ran_no_sub", "bucket": "fair", "feedback": ""}') + _CLOSE_RESERVE
+            if self.max_new_tokens < need:
+                raise ValueError(
+                    f"max_new_tokens={self.max_new_tokens} cannot hold a constrained answer: it needs at "
+                    f"least {need} tokens (the fields and {_CLOSE_RESERVE} to close the feedback); raise "
+                    "max_new_tokens or pass constrained=False"
+                )
+
+    def _resolve_constrained(self, constrained: bool | None) -> bool:
+        """Whether this backend decodes under the JSON constraint (see ``constrained``)."""
+        if constrained is False:
+            return False
+        if self.generator is not None:
+            ok = bool(getattr(self.generator, "supports_json_schema", False))
+            why = (f"the generator {type(self.generator).__name__} cannot constrain its output to a JSON "
+                   "schema (supports_json_schema is false)")
+        else:
+            try:
+                self._ll_grammar()
+                ok, why = True, ""
+            except (ImportError, ValueError, RuntimeError) as err:
+                ok, why = False, f"llguidance cannot constrain this tokenizer ({err})"
+        if ok:
+            return True
+        if constrained:
+            raise ValueError(f"constrained=True, but {why}; pass constrained=False to rely on the strict parser")
+        warnings.warn(f"{why}: judge answers are checked by the strict parser only", RuntimeWarning, stacklevel=3)
+        return False
+
+    def _ll_grammar(self) -> tuple[Any, str]:
+        """The llguidance tokenizer and the compiled JSON-schema grammar (built once).
+
+        Raises:
+            ImportError: llguidance is not installed.
+            ValueError: the tokenizer is not a fast (Rust) tokenizer, or the grammar is invalid.
+        """
+        if self._ll is None:
+            try:
+                import llguidance
+                import llguidance.hf
+            except ImportError as err:
+                raise ImportError("constrained decoding needs llguidance: pip install llguidance") from err
+            try:
+                ll_tok = _LL_TOKENIZERS.get(self.tokenizer)
+            except TypeError:  # not weak-referenceable
+                ll_tok = None
+            if ll_tok is None:
+                ll_tok = llguidance.hf.from_tokenizer(self.tokenizer)
+                try:
+                    _LL_TOKENIZERS[self.tokenizer] = ll_tok
+                except TypeError:
+                    pass
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                self.json_schema,
+                overrides={"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "},
+            )
+            is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, ll_tok)
+            if is_error:
+                raise ValueError(f"invalid judge grammar: {messages}")
+            self._ll = (ll_tok, grammar)
+        return self._ll
 
     @classmethod
     def from_smollm2(cls, *, cache_dir: Any = None, dtype: Any = None, **kwargs: Any) -> "LLMJudgeWorldModel":
@@ -656,6 +640,7 @@ class LLMJudgeWorldModel:
             "n_generate_calls": self.n_generate_calls,
             "n_precheck": self.n_precheck,
             "n_parse_errors": self.n_parse_errors,
+            "n_forced_close": self.n_forced_close,
             "seconds": self.seconds,
             "tokens_generated": self.tokens_generated,
             "tokens_per_s": self.tokens_generated / self.seconds if self.seconds > 0 else 0.0,
@@ -778,9 +763,13 @@ class LLMJudgeWorldModel:
 
         if self.generator is not None:
             seed = None if self.seed is None else int(self.seed) + self.n_generate_calls
+            kwargs: dict[str, Any] = {"stop": ["}"] if self.stop_at_brace else []}
+            if self.constrained:  # the schema writes the whole object: the prompt stops before the prefill
+                prompts = [p[: -len(PREFILL)] if p.endswith(PREFILL) else p for p in prompts]
+                kwargs = {"stop": [], "json_schema": self.json_schema}
             texts = self.generator.generate(
                 prompts, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                top_k=self.top_k, stop=["}"] if self.stop_at_brace else [], seed=seed,
+                top_k=self.top_k, seed=seed, **kwargs,
             )
             self.n_generate_calls += 1
             return [(t, self._n_tokens(t)) for t in texts]
@@ -801,7 +790,16 @@ class LLMJudgeWorldModel:
             use_cache=True,
             num_return_sequences=1,  # whatever the (policy's) generation_config says
         )
-        if self.stop_at_brace:
+        constraint = None
+        if self.constrained:
+            ll_tok, grammar = self._ll_grammar()
+            constraint = _JsonConstraint(
+                ll_tok, grammar, tok(PREFILL, add_special_tokens=False)["input_ids"],
+                tok('"}', add_special_tokens=False)["input_ids"], eos if isinstance(eos, int) else eos[0],
+                batch=input_ids.shape[0], max_new_tokens=self.max_new_tokens, reserve=_CLOSE_RESERVE,
+            )
+            gen_kwargs["logits_processor"] = _constraint_processor(constraint)
+        elif self.stop_at_brace:
             gen_kwargs["stopping_criteria"] = _brace_stopping(self._brace_token_ids())
         if self.temperature > 0:
             gen_kwargs.update(
@@ -819,6 +817,8 @@ class LLMJudgeWorldModel:
             stack.enter_context(self._frozen_backbone())
             out = self.model.generate(**gen_kwargs)
         self.n_generate_calls += 1
+        if constraint is not None:
+            self.n_forced_close += constraint.n_forced_close
 
         new = out[:, input_ids.shape[1] :].cpu()
         stop_ids = set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
@@ -897,8 +897,9 @@ class LLMJudgeWorldModel:
         Actions that fail the pre-check (empty → ``malformed``, not compilable →
         ``syntax_err``, both score 0.0) are decided without the model; the others are
         graded by the model in batches of ``batch_size`` (left padding; prompts of similar
-        token length are batched together to limit padding). Unparseable answers
-        count as ``runtime_err`` (score 0.1, ``extras["parse_error"] = True``).
+        token length are batched together to limit padding). Answers that are no
+        prediction (:func:`parse_judge_output`) count as ``runtime_err`` (score 0.1,
+        ``extras["parse_error"] = True``), as in the reference.
 
         Args:
             contexts: B observations (AutoResearch observation dicts with keys
@@ -911,11 +912,13 @@ class LLMJudgeWorldModel:
             feedback in the layout of the env's ``format_feedback``, see
             :func:`format_predicted_feedback`),
             ``observation`` (``next_observation(context, feedback)`` of the AutoResearch
-            env; ``None`` if that fails for this context), ``raw_output``
-            (``PREFILL + continuation``, empty for pre-checked actions), ``model_called``
-            and ``extras`` = ``{"bucket", "parse_error", "new_tokens", "log"}`` (``log``: the
-            predicted program output alone; plus ``"precheck": True`` for pre-checked
-            actions).
+            env; ``None`` if that fails for this context), ``raw_output`` (the answer
+            read: ``PREFILL + continuation``, or the whole object a constrained generator
+            or one that ignored the prefill wrote; empty for pre-checked actions),
+            ``model_called`` and ``extras`` = ``{"bucket", "parse_error", "new_tokens",
+            "log"}`` (``bucket``: ``None`` unless valid; ``log``: the predicted program
+            output alone; plus ``"parse_reason"`` (str) for an answer that is no prediction
+            and ``"precheck": True`` for pre-checked actions).
 
         Raises:
             ValueError: ``contexts`` and ``actions`` differ in length.
@@ -978,13 +981,14 @@ class LLMJudgeWorldModel:
             for i, (continuation, n_new) in zip(idx, outs):
                 self.n_model_calls += 1
                 self.tokens_generated += n_new
-                raw = PREFILL + continuation
-                parsed = parse_judge_output(raw)
+                raw = _full_answer(continuation)
+                parsed, reason = _parse_strict(raw, self.max_feedback_chars)
                 if parsed is None:
                     self.n_parse_errors += 1
                     status, bucket, score, log = "runtime_err", None, score_from_status("runtime_err"), ""
                 else:
-                    status, bucket, score = parsed.status, parsed.bucket, parsed.score
+                    status, score = parsed.status, parsed.score
+                    bucket = parsed.bucket if status == "valid" else None
                     log = parsed.feedback if re.search(r"\w", parsed.feedback) else ""  # "..." is no log
                 feedback = format_predicted_feedback(status, log, score, bucket=bucket)
                 results[i] = WorldModelPrediction(
@@ -994,7 +998,8 @@ class LLMJudgeWorldModel:
                     observation=_next_obs(next_observation, contexts[i], feedback),
                     raw_output=raw,
                     model_called=True,
-                    extras={"bucket": bucket, "parse_error": parsed is None, "new_tokens": n_new, "log": log},
+                    extras={"bucket": bucket, "parse_error": parsed is None, "new_tokens": n_new, "log": log,
+                            **({"parse_reason": reason} if parsed is None else {})},
                 )
         return [r for r in results if r is not None]
 
@@ -1016,6 +1021,72 @@ def _drop_section(text: str, heading: str) -> str:
             end = k
             break
     return "\n".join(lines[:start] + lines[end:]).rstrip("\n")
+
+
+class _JsonConstraint:
+    """A transformers logits processor that lets each sequence write only a prediction
+    satisfying :func:`judge_json_schema` (one llguidance matcher per batch row).
+
+    Each matcher first consumes the prefill tokens, then every step it consumes the token
+    just sampled for its row and masks all tokens the schema does not allow next (``-inf``);
+    once the object is complete only EOS is allowed. Within ``reserve`` tokens of the budget
+    it forces the end of the feedback string (``"}``) at the first step where that is
+    allowed (not inside an escape or a multi-byte character), so that the object is complete
+    before ``max_new_tokens`` runs out. A row whose matcher fails (it cannot, short of a bug)
+    is sent to EOS and its answer then fails the strict parser.
+    """
+
+    def __init__(self, ll_tokenizer: Any, grammar: str, prefill_ids: list[int], close_ids: list[int],
+                 eos_id: int, batch: int, max_new_tokens: int, reserve: int = 8) -> None:
+        import llguidance
+
+        self.matchers = []
+        for _ in range(batch):
+            m = llguidance.LLMatcher(ll_tokenizer, grammar)
+            if not m.consume_tokens(prefill_ids):
+                raise RuntimeError(f"the JSON constraint rejects the prefill {PREFILL!r}: {m.get_error()}")
+            self.matchers.append(m)
+        self.close_ids = list(close_ids)
+        self.eos_id = int(eos_id)
+        self.max_new_tokens = int(max_new_tokens)
+        self.reserve = int(reserve)
+        self.prompt_len: int | None = None
+        self.n_forced_close = 0
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self.prompt_len is None:
+            self.prompt_len = int(input_ids.shape[1])
+        else:
+            for row, m in enumerate(self.matchers):
+                if not m.is_stopped():
+                    m.consume_token(int(input_ids[row, -1]))
+        left = self.max_new_tokens - (int(input_ids.shape[1]) - self.prompt_len)
+        allowed = torch.zeros(scores.shape, dtype=torch.bool)
+        for row, m in enumerate(self.matchers):
+            if m.is_error() or m.is_stopped():
+                allowed[row, self.eos_id] = True
+                continue
+            if left <= self.reserve and m.validate_tokens(self.close_ids) == len(self.close_ids):
+                allowed[row, self.close_ids[0]] = True
+                self.n_forced_close += 1
+                continue
+            mask = torch.frombuffer(bytearray(m.compute_logit_bias()), dtype=torch.uint8).bool()
+            n = min(mask.numel(), scores.shape[1])
+            allowed[row, :n] = mask[:n]
+        return scores.masked_fill(~allowed.to(scores.device), float("-inf"))
+
+
+def _constraint_processor(constraint: _JsonConstraint) -> Any:
+    """Wrap a :class:`_JsonConstraint` in a ``LogitsProcessorList`` for ``generate``."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class _Processor(LogitsProcessor):
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            return constraint(input_ids, scores)
+
+    return LogitsProcessorList([_Processor()])
 
 
 def _brace_stopping(brace_ids: Any) -> Any:

@@ -7,15 +7,34 @@ public files, grades ``submission.csv`` against hidden labels and a reference le
 and returns a score on the WMRL reward scale. Executing a solution takes seconds, which is
 the cost world-model RL (``docs/method.md``) sets out to cut.
 
+What is secret and what is not (``docs/autoresearch.md``):
+    * **secret** — the per-installation task secret (:mod:`.secret`; the file
+      ``$WMRL_HOME/task_secret``, else ``~/.local/share/wmrl/task_secret``, mode 0600, created
+      on first use) and everything drawn from it: each task's data seed, hence its rows, the
+      train/test split, label noise and the digits tasks' split and augmentation of
+      scikit-learn's images; the hidden test labels. The isolating sandboxes hide the secret's
+      folder, the installed ``wmrl_envs`` package and scikit-learn's bundled data sets.
+    * **public** — the task descriptions, the generators' code, the data sizes, columns and
+      metrics, the reference solutions, the tasks' ``data_seed`` numbers (not seeds any
+      more), and everything under the documented reference secret
+      ``WMRL_TASK_SECRET=wmrl-reference`` (the shipped leaderboards, the tests, the committed
+      benchmark tables use it; never train an agent on it that could have read this code).
+    * any other secret gets its own leaderboards, built per task on first use (tens of seconds)
+      and cached in ``<secret folder>/leaderboards/<hash of the secret>/``.
+
 Modules:
     * :mod:`~wmrl_envs.envs.autoresearch.scale` — reward scale (statuses, position score).
     * :mod:`~wmrl_envs.envs.autoresearch.tasks` — task registry (:class:`TaskSpec`,
       :func:`list_tasks`, :func:`get_task`).
+    * :mod:`~wmrl_envs.envs.autoresearch.secret` — the task secret (:func:`task_secret`,
+      :func:`derive_seed`, :func:`sandbox_hidden_paths`, :data:`REFERENCE_SECRET`).
     * :mod:`~wmrl_envs.envs.autoresearch.grading` — job folders, grading (:class:`Grade`,
       :func:`grade`, :func:`evaluate`) and reference leaderboards
-      (:func:`build_leaderboards`, shipped as ``leaderboards.json``).
+      (:func:`build_leaderboards`, shipped as ``leaderboards.json`` for the reference secret;
+      :func:`ensure_leaderboard` for any other).
     * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`,
-      :func:`format_feedback`, :func:`next_observation`.
+      :func:`format_feedback` (the grader's report first, the program's output quoted with
+      ``| ``, :func:`layout_feedback`), :func:`next_observation`.
 
 Functions here:
     * :func:`register_envs` — register ``wmrl/AutoResearch-v0`` with Gymnasium (idempotent).
@@ -31,6 +50,7 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         AutoResearchEnv,
         build_prompt,
         format_feedback,
+        layout_feedback,
         next_observation,
         sanitize_text,
     )
@@ -38,6 +58,7 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         Grade,
         build_leaderboards,
         check_source,
+        ensure_leaderboard,
         evaluate,
         get_leaderboard,
         grade,
@@ -45,17 +66,28 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         write_public_files,
     )
     from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
+    from wmrl_envs.envs.autoresearch.secret import (
+        REFERENCE_SECRET,
+        derive_seed,
+        sandbox_hidden_paths,
+        secret_path,
+        task_secret,
+    )
     from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
-        ["AutoResearchEnv", "build_prompt", "format_feedback", "next_observation", "sanitize_text"], "env"
+        ["AutoResearchEnv", "build_prompt", "format_feedback", "layout_feedback", "next_observation",
+         "sanitize_text"],
+        "env",
     ),
     **dict.fromkeys(
-        ["Grade", "build_leaderboards", "check_source", "evaluate", "get_leaderboard", "grade",
-         "load_leaderboards", "write_public_files"],
+        ["Grade", "build_leaderboards", "check_source", "ensure_leaderboard", "evaluate", "get_leaderboard",
+         "grade", "load_leaderboards", "write_public_files"],
         "grading",
     ),
+    **dict.fromkeys(["REFERENCE_SECRET", "derive_seed", "sandbox_hidden_paths", "secret_path", "task_secret"],
+                    "secret"),
     **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),
     **dict.fromkeys(["TaskSpec", "get_task", "list_tasks"], "tasks"),
 }
@@ -74,11 +106,13 @@ __all__ = [
     "AutoResearchEnv",
     "build_prompt",
     "format_feedback",
+    "layout_feedback",
     "next_observation",
     "sanitize_text",
     "Grade",
     "build_leaderboards",
     "check_source",
+    "ensure_leaderboard",
     "evaluate",
     "get_leaderboard",
     "grade",
@@ -87,6 +121,11 @@ __all__ = [
     "STATUSES",
     "position_score",
     "score_from_status",
+    "REFERENCE_SECRET",
+    "derive_seed",
+    "sandbox_hidden_paths",
+    "secret_path",
+    "task_secret",
     "TaskSpec",
     "get_task",
     "list_tasks",

@@ -11,15 +11,17 @@ the public files into a fresh job folder, runs the program in a sandbox
 reward scale (:mod:`~wmrl_envs.envs.autoresearch.scale`).
 
 By default an episode is a single turn. With ``max_turns=K > 1`` the feedback of each turn
-(status and the tail of the program's output, see :func:`format_feedback`) is part of the next
+(the grader's report and the tail of the program's output, see :func:`format_feedback`) is part of the next
 observation, the episode's score is the maximum over turns, and each step's reward is the
 increase of that running maximum, so the return equals the episode score.
 
 Contents:
     * :class:`AutoResearchEnv` — the Gymnasium environment (registered as
       ``wmrl/AutoResearch-v0`` by :func:`wmrl_envs.envs.autoresearch.register_envs`).
-    * :func:`format_feedback` — the feedback text of a :class:`~.grading.Grade`, imitating a
-      sandbox log.
+    * :func:`format_feedback` — the feedback text of a :class:`~.grading.Grade`: the grader's
+      report first, then the program's output, quoted line by line (:func:`layout_feedback`,
+      :data:`GRADER_PREFIX`, :data:`OUTPUT_PREFIX`), so that nothing a program prints can
+      pass for the grader's report.
     * :func:`next_observation` — the observation a step returns, from the previous
       observation and a feedback text (for world models that predict observations).
     * :func:`build_prompt` — the task prompt of an observation.
@@ -34,6 +36,7 @@ import re
 import shutil
 import string
 import tempfile
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any, Sequence
@@ -58,6 +61,9 @@ from wmrl_envs.sandbox.base import Sandbox, SandboxLimits
 __all__ = [
     "AutoResearchEnv",
     "format_feedback",
+    "layout_feedback",
+    "GRADER_PREFIX",
+    "OUTPUT_PREFIX",
     "next_observation",
     "build_prompt",
     "sanitize_text",
@@ -206,53 +212,126 @@ def build_prompt(task: TaskSpec | str) -> str:
     return sanitize_text("\n".join(parts), PROMPT_MAX_CHARS)
 
 
-def format_feedback(grade: Grade) -> str:
-    """The feedback text of one graded turn, imitating a sandbox log.
+GRADER_PREFIX = "[grader] "
+"""Start of every line the grader writes into a feedback text."""
+
+OUTPUT_PREFIX = "| "
+"""Start of every line of the program's own output in a feedback text (quoted, so that nothing
+the program prints can look like a :data:`GRADER_PREFIX` line)."""
+
+_OUTPUT_CUT_NOTE = GRADER_PREFIX + "(program output cut: its start is left out)"
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(sanitize_text(text, FEEDBACK_MAX_CHARS).split())
+
+
+def layout_feedback(
+    status: str,
+    score: float,
+    details: Sequence[str] = (),
+    *,
+    run: str | None = None,
+    output: str = "",
+    max_chars: int = FEEDBACK_MAX_CHARS,
+) -> str:
+    """A feedback text in the grader's layout: the grader's report first, the program's output quoted.
 
     Layout::
 
-        $ python solution.py
-        <stdout tail>
-        <stderr tail>
-        [exit code 0 | 2.31 s]
-        [grader] status: valid | roc_auc = 0.87754 (higher is better) | beats 7 of 8 reference solutions (position 0.875) | score 0.9375
+        [grader] status: valid | score 0.9375 | roc_auc = 0.87754 (higher is better) | beats 7 of 8 reference solutions (position 0.875)
+        [grader] $ python solution.py | exit code 0 | 2.31 s
+        | fitted LogisticRegression on 24000 rows x 37 features; wrote submission.csv with 8000 rows
+
+    Only the grader's lines start with :data:`GRADER_PREFIX`; every line of ``output`` (split
+    at any line break, ``\r`` included) starts with :data:`OUTPUT_PREFIX`, so text a program
+    prints (or a world model predicts as its log) can neither come before the grader's report
+    nor read as one of its lines. Status and score come first on the report line; the details
+    after them are collapsed to that one line. When the text would be too long, the start of
+    the output is cut (a grader line says so); the report is always kept whole. The real
+    grader (:func:`format_feedback`) and the world models that predict feedback
+    (:func:`wmrl_envs.world_models.llm_judge.format_predicted_feedback`) share this layout.
+
+    Args:
+        status: the status (one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`).
+        score: the score (reward scale, [0, 1]).
+        details: further fields of the report line (metric, position, the grader's message).
+        run: the second grader line's text after ``$ python solution.py | `` (exit code,
+            seconds), or ``None`` for no run line (nothing was executed).
+        output: the program's output (stdout then stderr), any text.
+        max_chars: the most characters of the result (at least 400).
+
+    Returns:
+        Text within :data:`CHARSET` of at most ``max_chars`` characters.
+
+    Raises:
+        ValueError: ``max_chars`` below 400.
+    """
+    if max_chars < 400:
+        raise ValueError(f"max_chars must be >= 400, got {max_chars}")
+    fields = [f"status: {_one_line(status)}", f"score {float(score):.4g}", *(_one_line(d) for d in details if str(d).strip())]
+    head = [GRADER_PREFIX + " | ".join(fields)]
+    if run is not None:
+        head.append(f"{GRADER_PREFIX}$ python {SOLUTION_FILE} | {_one_line(run)}")
+    head_text = "\n".join(head)[: max_chars // 2]
+    lines = sanitize_text(output, 4 * max_chars, keep="tail").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        return head_text
+    body = "\n".join(OUTPUT_PREFIX + line.rstrip() for line in lines)
+    room = max_chars - len(head_text) - 1
+    if len(body) > room:
+        keep = room - len(_OUTPUT_CUT_NOTE) - 1
+        tail = body[len(body) - keep:]
+        if not tail.startswith(OUTPUT_PREFIX) or body[len(body) - keep - 1] != "\n":  # cut inside a line
+            tail = OUTPUT_PREFIX + "..." + tail[len(OUTPUT_PREFIX) + 3:]
+        body = _OUTPUT_CUT_NOTE + "\n" + tail
+    return head_text + "\n" + body
+
+
+def format_feedback(grade: Grade) -> str:
+    """The feedback text of one graded turn: the grader's report, then the program's quoted output.
+
+    See :func:`layout_feedback` for the layout; e.g. for a program that raised::
+
+        [grader] status: runtime_err | score 0.1 | the program exited with status 1
+        [grader] $ python solution.py | exit code 1 | 2.31 s
+        | Traceback (most recent call last):
+        | ...
+        | RuntimeError: boom
+
+    A ``malformed`` action has the report line only (nothing ran); a ``syntax_err`` has the
+    run line ``exit code 1`` and the error as Python prints it.
 
     Args:
         grade: the :class:`~wmrl_envs.envs.autoresearch.grading.Grade`.
 
     Returns:
         Text within :data:`CHARSET` and at most :data:`FEEDBACK_MAX_CHARS` characters
-        (the start of the log is cut first).
+        (the start of the program's output is cut first).
     """
-    lines = [f"$ python {SOLUTION_FILE}"]
     if grade.status == "malformed":
-        lines.append(f"[grader] status: malformed | {grade.message} | score {grade.score:.4g}")
-        return sanitize_text("\n".join(lines), FEEDBACK_MAX_CHARS, keep="tail")
-    out = (grade.stdout_tail or "").rstrip("\n")
-    err = (grade.stderr_tail or "").rstrip("\n")
-    if out:
-        lines.append(out)
-    if err:
-        lines.append(err)
+        return layout_feedback("malformed", grade.score, [grade.message])
     if grade.timed_out:
-        lines.append(f"[killed: wall-clock time limit exceeded after {grade.runtime_s:.2f} s]")
+        run = f"killed: wall-clock time limit exceeded after {grade.runtime_s:.2f} s"
     elif grade.status == "syntax_err":
-        lines.append(f"[exit code 1 | {grade.runtime_s:.2f} s]")
+        run = f"exit code 1 | {grade.runtime_s:.2f} s"
     elif grade.exit_code is None:
-        lines.append(f"[killed | {grade.runtime_s:.2f} s]")
+        run = f"killed | {grade.runtime_s:.2f} s"
     else:
-        lines.append(f"[exit code {grade.exit_code} | {grade.runtime_s:.2f} s]")
+        run = f"exit code {grade.exit_code} | {grade.runtime_s:.2f} s"
     if grade.status == "valid":
         direction = "higher is better" if grade.higher_is_better else "lower is better"
         beaten = int(round((grade.position or 0.0) * grade.n_reference))
-        lines.append(
-            f"[grader] status: valid | {grade.metric} = {grade.metric_value:.5g} ({direction}) | beats "
-            f"{beaten} of {grade.n_reference} reference solutions (position {grade.position:.3f}) | "
-            f"score {grade.score:.4g}"
-        )
+        details = [
+            f"{grade.metric} = {grade.metric_value:.5g} ({direction})",
+            f"beats {beaten} of {grade.n_reference} reference solutions (position {grade.position:.3f})",
+        ]
     else:
-        lines.append(f"[grader] status: {grade.status} | {grade.message} | score {grade.score:.4g}")
-    return sanitize_text("\n".join(lines), FEEDBACK_MAX_CHARS, keep="tail")
+        details = [grade.message]
+    out = "\n".join(t.rstrip("\n") for t in (grade.stdout_tail or "", grade.stderr_tail or "") if t.strip())
+    return layout_feedback(grade.status, grade.score, details, run=run, output=out)
 
 
 def next_observation(obs: dict, feedback: str) -> dict:
@@ -261,6 +340,8 @@ def next_observation(obs: dict, feedback: str) -> dict:
     The task id and prompt carry over, ``feedback`` is the (sanitised) feedback text and
     ``turn`` increases by one. The environment builds its own step observations with this
     function, so a world model that predicts feedback predicts observations of the same form.
+    A feedback longer than :data:`FEEDBACK_MAX_CHARS` keeps its beginning, where the grader's
+    report is (:func:`layout_feedback`).
 
     Args:
         obs: the previous observation (keys ``task_id``, ``prompt``, ``feedback``, ``turn``).
@@ -275,7 +356,7 @@ def next_observation(obs: dict, feedback: str) -> dict:
     return {
         "task_id": str(obs["task_id"]),
         "prompt": str(obs["prompt"]),
-        "feedback": sanitize_text(feedback, FEEDBACK_MAX_CHARS, keep="tail"),
+        "feedback": sanitize_text(feedback, FEEDBACK_MAX_CHARS, keep="head"),
         "turn": int(obs["turn"]) + 1,
     }
 
@@ -283,6 +364,29 @@ def next_observation(obs: dict, feedback: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # The environment
 # ----------------------------------------------------------------------------------------------
+
+
+def _hidden_paths() -> list[str]:
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths, task_secret
+
+    task_secret()  # creates the secret file now (unless overridden), so its folder exists to be hidden
+    return sandbox_hidden_paths()
+
+
+def _warn_unhidden(sandbox: Any) -> None:
+    """Warn when a given isolating sandbox leaves the task secret, ``wmrl_envs`` or the bundled data readable."""
+    if not getattr(sandbox, "isolates", False):
+        return  # a non-isolating backend already warned that it hides nothing
+    hidden = [str(p) for p in (getattr(sandbox, "hidden_paths", None) or [])]
+    need = _hidden_paths()
+    missing = [p for p in need if not any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)]
+    if missing:
+        warnings.warn(
+            f"the sandbox given to AutoResearchEnv does not hide {missing}: a solution could read the task "
+            "secret, the task generators or the data sets the tasks are built from. Build it with "
+            "hidden_paths=wmrl_envs.envs.autoresearch.secret.sandbox_hidden_paths(), or pass a backend name",
+            stacklevel=3,
+        )
 
 
 class AutoResearchEnv(gym.Env):
@@ -368,6 +472,8 @@ class AutoResearchEnv(gym.Env):
         self.render_mode = render_mode
         self._sandbox_spec = sandbox
         self._sandbox: Any = None if isinstance(sandbox, str) else sandbox
+        if not isinstance(sandbox, str):
+            _warn_unhidden(sandbox)
         self._owns_sandbox = isinstance(sandbox, str)
         self._workdir_root_arg = workdir_root
         self._root: Path | None = None
@@ -406,11 +512,16 @@ class AutoResearchEnv(gym.Env):
 
     @property
     def sandbox(self) -> Any:
-        """The sandbox, created on first access when the environment was given a backend name."""
+        """The sandbox, created on first access when the environment was given a backend name.
+
+        An isolating backend made here hides
+        :func:`~wmrl_envs.envs.autoresearch.secret.sandbox_hidden_paths` (the task secret's
+        folder, this project's installed files, scikit-learn's bundled data sets).
+        """
         if self._sandbox is None:
             from wmrl_envs.sandbox import make_sandbox
 
-            self._sandbox = make_sandbox(backend=self._sandbox_spec, limits=self.limits)
+            self._sandbox = make_sandbox(backend=self._sandbox_spec, limits=self.limits, hidden_paths=_hidden_paths())
         return self._sandbox
 
     def _workdir_root(self) -> Path:

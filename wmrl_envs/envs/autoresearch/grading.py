@@ -7,7 +7,8 @@ A *job folder* is the working directory of one execution. It holds only public f
 * ``sample_submission.csv`` — ``id`` plus the target column filled with a placeholder.
 
 The hidden test labels never touch the disk: they stay in this process's memory
-(:func:`task_data`). After the program ran, :func:`grade` reads ``submission.csv`` from the
+(:func:`task_data`), drawn with a seed derived from the installation's task secret
+(:mod:`~wmrl_envs.envs.autoresearch.secret`), which never enters a sandbox. After the program ran, :func:`grade` reads ``submission.csv`` from the
 job folder, checks its format, computes the task metric and places it on the task's
 reference leaderboard (:func:`~wmrl_envs.envs.autoresearch.scale.position_score`), then maps
 the outcome to the reward scale with
@@ -23,16 +24,20 @@ Contents:
     * :func:`grade` — grade one execution (``ExecutionResult``) of one task.
     * :func:`evaluate` — pre-check, materialise, execute in a sandbox, grade, clean up.
     * :data:`REFERENCE_SOLUTIONS`, :func:`load_leaderboards`, :func:`get_leaderboard`,
-      :func:`build_leaderboards`, :func:`main` — the per-task reference leaderboards, shipped
-      as ``leaderboards.json`` next to this module and recomputable with
-      ``python -m wmrl_envs.envs.autoresearch.grading``.
+      :func:`build_leaderboards`, :func:`main` — the per-task reference leaderboards: for the
+      reference task secret shipped as ``leaderboards.json`` next to this module
+      (``WMRL_TASK_SECRET=wmrl-reference python -m wmrl_envs.envs.autoresearch.grading``); for
+      any other secret built on first use per task and cached beside the secret
+      (:func:`ensure_leaderboard`, :func:`leaderboard_cache_dir`).
     * :data:`EXEC_ENV`, :data:`TAIL_CHARS` — execution environment variables and log-tail size.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
+import hashlib
 import json
 import math
 import os
@@ -43,6 +48,7 @@ import tempfile
 import time
 import traceback
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +58,15 @@ import numpy as np
 import pandas as pd
 
 from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
+from wmrl_envs.envs.autoresearch.secret import (
+    REFERENCE_SECRET,
+    SECRET_ENV_VAR,
+    derive_seed,
+    is_reference_secret,
+    secret_dir,
+    secret_fingerprint,
+    task_secret,
+)
 from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, LABEL_METRICS, TaskSpec, get_task, list_tasks
 from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 
@@ -74,6 +89,8 @@ __all__ = [
     "LEADERBOARD_PATH",
     "load_leaderboards",
     "get_leaderboard",
+    "ensure_leaderboard",
+    "leaderboard_cache_dir",
     "build_leaderboards",
     "main",
 ]
@@ -181,6 +198,8 @@ class TaskData:
         y_test: hidden test target, length ``n_test`` (never written to a job folder).
         test_ids: int64 array of the ``id`` column of ``test.csv``, length ``n_test``.
         classes: sorted class labels (classification) or ``None`` (regression).
+        digest: SHA-256 (hex) of the sizes and the train and test targets: names the data a
+            leaderboard was computed on (a leaderboard of other data is stale).
     """
 
     task: TaskSpec
@@ -190,6 +209,7 @@ class TaskData:
     y_test: pd.Series
     test_ids: np.ndarray
     classes: np.ndarray | None
+    digest: str = ""
 
     @property
     def train_frame(self) -> pd.DataFrame:
@@ -218,18 +238,35 @@ class TaskData:
         return pd.DataFrame({ID_COLUMN: self.test_ids, t.target: [fill] * len(self.test_ids)})
 
 
-@functools.lru_cache(maxsize=None)
 def task_data(task_id: str) -> TaskData:
-    """The canonical :class:`TaskData` of a task (generated once per process, then cached).
+    """The canonical :class:`TaskData` of a task under the active task secret.
+
+    The data are generated once per process and secret, then cached in memory; the seed comes
+    from :func:`~wmrl_envs.envs.autoresearch.secret.derive_seed` (the task secret never leaves
+    this process).
 
     Raises:
-        ValueError: unknown task id.
+        ValueError: unknown task id, or a misconfigured task secret
+            (:func:`~wmrl_envs.envs.autoresearch.secret.task_secret`).
     """
     task = get_task(task_id)
-    X_tr, y_tr, X_te, y_te = task.make_data()
+    return _task_data_for_seed(task.task_id, derive_seed(task.task_id, task.data_seed))
+
+
+@functools.lru_cache(maxsize=None)
+def _task_data_for_seed(task_id: str, seed: int) -> TaskData:
+    task = get_task(task_id)
+    X_tr, y_tr, X_te, y_te = task.make_data(seed)
     ids = np.arange(len(X_tr), len(X_tr) + len(X_te), dtype=np.int64)
     classes = np.array(sorted(pd.unique(y_tr))) if task.problem_type == "classification" else None
-    return TaskData(task, X_tr, y_tr, X_te, y_te, ids, classes)
+    return TaskData(task, X_tr, y_tr, X_te, y_te, ids, classes, _data_digest(X_tr, y_tr, X_te, y_te))
+
+
+def _data_digest(X_tr: pd.DataFrame, y_tr: pd.Series, X_te: pd.DataFrame, y_te: pd.Series) -> str:
+    h = hashlib.sha256(f"{X_tr.shape}|{X_te.shape}|{list(X_tr.columns)}".encode())
+    for y in (y_tr, y_te):
+        h.update(y.to_csv(index=False, header=False, float_format=_CSV_FLOAT_FORMAT).encode())
+    return h.hexdigest()
 
 
 def _write_public_files_uncached(task: TaskSpec, job_dir: Path) -> None:
@@ -246,7 +283,8 @@ def write_public_files(task: TaskSpec | str, job_dir: str | Path, cache_dir: str
         task: a :class:`TaskSpec` or a task id.
         job_dir: the job folder (created if missing).
         cache_dir: optional host folder, *outside* any job folder, where the rendered CSVs
-            are kept (``cache_dir/<task_id>/``) so later calls only copy them.
+            are kept (``cache_dir/<secret fingerprint>/<task_id>/``, one set per task secret)
+            so later calls only copy them.
 
     Returns:
         Paths of the written files (:data:`PUBLIC_FILES`, in order).
@@ -260,9 +298,10 @@ def write_public_files(task: TaskSpec | str, job_dir: str | Path, cache_dir: str
     if cache_dir is None:
         _write_public_files_uncached(task, job_dir)
     else:
-        src = Path(cache_dir) / task.task_id
+        cache = Path(cache_dir) / secret_fingerprint()
+        src = cache / task.task_id
         if not all((src / f).is_file() for f in PUBLIC_FILES):
-            tmp = Path(cache_dir) / f".{task.task_id}.{uuid.uuid4().hex}"
+            tmp = cache / f".{task.task_id}.{uuid.uuid4().hex}"
             tmp.mkdir(parents=True)
             _write_public_files_uncached(task, tmp)
             try:
@@ -325,7 +364,7 @@ def _normalise_labels(values: pd.Series, classes: np.ndarray) -> tuple[np.ndarra
         arr = values.astype(str).str.strip().to_numpy(dtype=object)
     unknown = sorted({str(v) for v in set(arr.tolist()) - set(classes.tolist())})
     if unknown:
-        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        shown = ", ".join(repr(u[:40]) for u in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
         return None, f"unknown class labels [{shown}]; expected one of {classes.tolist()}"
     return arr, ""
 
@@ -634,7 +673,7 @@ class _HostRunner(Sandbox):
             raise FileNotFoundError(workdir)
         (workdir / filename).write_text(source)
         lim = limits or self.limits
-        full_env = dict(os.environ)
+        full_env = {k: v for k, v in os.environ.items() if k != SECRET_ENV_VAR}
         full_env.update(env or {})
         t0 = time.perf_counter()
         try:
@@ -662,9 +701,12 @@ def load_leaderboards(path: str | Path | None = None) -> dict:
         path: the file; ``None`` for the shipped :data:`LEADERBOARD_PATH`.
 
     Returns:
-        ``{"version": 1, "created": ..., "environment": {...}, "tasks": {task_id: {"metric",
-        "higher_is_better", "entries": [{"name", "model_line", "metric_value", "runtime_s"},
-        ...]}}}``. Treat it as read-only.
+        ``{"version": 2, "created": ..., "secret_fingerprint": ..., "environment": {...},
+        "tasks": {task_id: {"metric", "higher_is_better", "category", "data_digest",
+        "entries": [{"name", "model_line", "metric_value", "runtime_s"}, ...]}}}``
+        (``secret_fingerprint``: :func:`~wmrl_envs.envs.autoresearch.secret.secret_fingerprint`
+        of the secret the data were drawn with; ``data_digest``: :attr:`TaskData.digest`).
+        Treat it as read-only.
 
     Raises:
         FileNotFoundError: the file does not exist (build it with :func:`build_leaderboards`).
@@ -679,19 +721,141 @@ def load_leaderboards(path: str | Path | None = None) -> dict:
 
 
 def get_leaderboard(task_id: str, path: str | Path | None = None) -> list[float]:
-    """Reference metric values of one task (task units, in reference-solution order).
+    """Reference metric values of one task on the data of the active task secret.
+
+    Positions are ranks against these values, so they must come from the same data the agent's
+    submission is graded on:
+
+    * ``path`` given: that file's board (it must not record another secret or other data);
+    * reference secret (``WMRL_TASK_SECRET=wmrl-reference``): the shipped
+      :data:`LEADERBOARD_PATH`;
+    * any other secret: this installation's board (:func:`ensure_leaderboard`), built on first
+      use by running the task's reference solutions on the host (about 10-40 s per task on
+      one core, progress on stderr) and cached beside the secret.
+
+    Returns:
+        The values (task units), in reference-solution order.
 
     Raises:
-        ValueError: unknown task id, or the task is missing from the leaderboard file.
-        FileNotFoundError: no leaderboard file.
+        ValueError: unknown task id; the task is missing from the file at ``path`` or from the
+            shipped file; or the file at ``path`` was built for another secret / other data.
+        FileNotFoundError: ``path`` or the shipped file does not exist.
+        RuntimeError: a reference solution failed while building a board.
     """
-    get_task(task_id)  # validates the id
-    boards = load_leaderboards(path)["tasks"]
-    if task_id not in boards:
+    task = get_task(task_id)  # validates the id
+    if path is None and not is_reference_secret():
+        return ensure_leaderboard(task.task_id)
+    board = load_leaderboards(path)
+    shown = path or LEADERBOARD_PATH
+    if task.task_id not in board["tasks"]:
         raise ValueError(
-            f"task {task_id!r} has no leaderboard in {path or LEADERBOARD_PATH}; rebuild it with build_leaderboards()"
+            f"task {task.task_id!r} has no leaderboard in {shown}; rebuild it with "
+            f"`{SECRET_ENV_VAR}={REFERENCE_SECRET} python -m wmrl_envs.envs.autoresearch.grading --tasks {task.task_id}`"
+            if path is None else f"task {task.task_id!r} has no leaderboard in {shown}; build it with build_leaderboards()"
         )
-    return [float(e["metric_value"]) for e in boards[task_id]["entries"]]
+    entry = board["tasks"][task.task_id]
+    why = _board_mismatch(board, entry, task.task_id)
+    if why:
+        if path is not None:
+            raise ValueError(f"the leaderboard of task {task.task_id!r} in {shown} {why}; rebuild it with build_leaderboards()")
+        if task.task_id not in _STALE_WARNED:
+            _STALE_WARNED.add(task.task_id)
+            warnings.warn(
+                f"the shipped leaderboard of task {task.task_id!r} {why} (another numpy / scikit-learn "
+                f"version?): positions may be slightly off; rebuild it with "
+                f"`{SECRET_ENV_VAR}={REFERENCE_SECRET} python -m wmrl_envs.envs.autoresearch.grading --tasks {task.task_id}`",
+                stacklevel=2,
+            )
+    return [float(e["metric_value"]) for e in entry["entries"]]
+
+
+_STALE_WARNED: set[str] = set()
+
+
+def _board_mismatch(board: Mapping, entry: Mapping, task_id: str) -> str:
+    """Why a board does not belong to the active secret's data of ``task_id`` ("" when it does)."""
+    fp = board.get("secret_fingerprint")
+    if fp is not None and fp != secret_fingerprint():
+        return f"was built for another task secret (fingerprint {fp}, active {secret_fingerprint()})"
+    digest = entry.get("data_digest")
+    if digest is not None and digest != task_data(task_id).digest:
+        return "was computed on other data than this installation generates"
+    return ""
+
+
+def leaderboard_cache_dir() -> Path:
+    """Folder of this installation's leaderboards for the active (non-reference) secret:
+    ``secret_dir() / "leaderboards" / <secret fingerprint>`` (one JSON file per task)."""
+    return secret_dir() / "leaderboards" / secret_fingerprint()
+
+
+def _lazy_jobs() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def ensure_leaderboard(task_id: str, *, n_jobs: int | None = None, verbose: bool = True) -> list[float]:
+    """This installation's leaderboard of one task under the active secret, built on first use.
+
+    The board is read from :func:`leaderboard_cache_dir` ``/<task_id>.json``; when that file is
+    missing or belongs to other data, the task's :data:`REFERENCE_SOLUTIONS` are run once with
+    :func:`build_leaderboards` (a file lock makes concurrent processes wait for one build).
+
+    Args:
+        task_id: the task.
+        n_jobs: parallel executions of the build (default: up to 4, at most the CPU count).
+        verbose: print the build's progress to stderr.
+
+    Returns:
+        The reference metric values (task units), in reference-solution order.
+
+    Raises:
+        ValueError: unknown task id, or the active secret is the reference one (its board is
+            the shipped file, :func:`get_leaderboard`).
+        RuntimeError: a reference solution failed.
+    """
+    task = get_task(task_id)
+    if is_reference_secret():
+        raise ValueError("the reference secret's leaderboards are the shipped file; use get_leaderboard()")
+    folder = leaderboard_cache_dir()
+    path = folder / f"{task.task_id}.json"
+
+    def cached() -> list[float] | None:
+        if not path.is_file():
+            return None
+        try:
+            board = load_leaderboards(path)
+        except (OSError, json.JSONDecodeError):
+            return None
+        entry = board.get("tasks", {}).get(task.task_id)
+        if entry is None or _board_mismatch(board, entry, task.task_id) or "data_digest" not in entry:
+            return None
+        return [float(e["metric_value"]) for e in entry["entries"]]
+
+    values = cached()
+    if values is not None:
+        return values
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(folder / f"{task.task_id}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building it: wait for it
+        values = cached()
+        if values is not None:
+            return values
+        n = len(REFERENCE_SOLUTIONS[task.problem_type])
+        if verbose:
+            print(
+                f"[leaderboard] task {task.task_id!r}: no reference leaderboard yet for this installation's "
+                f"task secret; running its {n} reference solutions once (tens of seconds), cached in {folder}",
+                file=sys.stderr, flush=True,
+            )
+        t0 = time.perf_counter()
+        build_leaderboards([task.task_id], path=path, n_jobs=n_jobs or _lazy_jobs(), verbose=verbose)
+        if verbose:
+            print(f"[leaderboard] task {task.task_id!r}: built in {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr, flush=True)
+    values = cached()
+    if values is None:  # pragma: no cover - build_leaderboards wrote the file just now
+        raise RuntimeError(f"the leaderboard of task {task.task_id!r} could not be read back from {path}")
+    return values
 
 
 def build_leaderboards(
@@ -709,10 +873,16 @@ def build_leaderboards(
     script (``task.starter_code_with(model_line)``) in a fresh job folder and graded with
     :func:`read_submission` / :func:`compute_metric`, exactly like an agent's solution.
 
+    The data are those of the active task secret
+    (:mod:`~wmrl_envs.envs.autoresearch.secret`); the file records the secret's fingerprint and
+    each task's :attr:`TaskData.digest`, so a board is never used with other data.
+
     Args:
         task_ids: tasks to (re)compute; ``None`` for all. Tasks already in an existing file at
-            ``path`` and not listed are kept.
-        path: output JSON file (``None``: do not write).
+            ``path`` and not listed are kept when that file was built for the same secret
+            (otherwise they are dropped).
+        path: output JSON file (``None``: do not write). The shipped :data:`LEADERBOARD_PATH`
+            may only be written under the reference secret.
         sandbox: executor; ``None`` runs the trusted reference scripts with the host Python.
         limits: per-run limits (default: 600 s wall time).
         n_jobs: executions run in parallel (each single-threaded, see :data:`EXEC_ENV`).
@@ -722,13 +892,21 @@ def build_leaderboards(
         The leaderboards dict (format of :func:`load_leaderboards`).
 
     Raises:
-        ValueError: unknown task id.
+        ValueError: unknown task id, or ``path`` is the shipped file and the active secret is
+            not the reference one.
         RuntimeError: a reference solution failed (its stderr tail is in the message).
     """
     import sklearn
 
     ids = list(task_ids) if task_ids is not None else list_tasks()
     tasks = [get_task(t) for t in ids]
+    if path is not None and Path(path).resolve() == LEADERBOARD_PATH.resolve() and not is_reference_secret():
+        raise ValueError(
+            f"the shipped {LEADERBOARD_PATH.name} holds the reference secret's leaderboards: run with "
+            f"{SECRET_ENV_VAR}={REFERENCE_SECRET}, or write elsewhere (path=...; "
+            "get_leaderboard() builds this installation's boards by itself)"
+        )
+    fingerprint = secret_fingerprint()
     runner = sandbox or _HostRunner(SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192))
     limits = limits or SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192)
     jobs = [(t, name, line) for t in tasks for name, line in REFERENCE_SOLUTIONS[t.problem_type]]
@@ -754,13 +932,16 @@ def build_leaderboards(
         with ThreadPoolExecutor(max_workers=max(1, int(n_jobs))) as pool:
             results = list(pool.map(run_one, jobs))
 
-    out: dict = {"version": 1, "tasks": {}}
+    out: dict = {"version": 2, "tasks": {}}
     if path is not None and Path(path).is_file():
         try:
-            out["tasks"].update(json.loads(Path(path).read_text(encoding="utf-8")).get("tasks", {}))
+            old = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
-            pass
+            old = {}
+        if old.get("secret_fingerprint") == fingerprint:
+            out["tasks"].update(old.get("tasks", {}))
     out["created"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    out["secret_fingerprint"] = fingerprint
     out["environment"] = {
         "python": sys.version.split()[0], "numpy": np.__version__, "pandas": pd.__version__,
         "scikit-learn": sklearn.__version__, "exec_env": dict(EXEC_ENV),
@@ -769,25 +950,43 @@ def build_leaderboards(
     for t in tasks:
         out["tasks"][t.task_id] = {
             "metric": t.metric, "higher_is_better": t.higher_is_better, "category": t.category,
+            "data_digest": task_data(t.task_id).digest,
             "entries": [r for (jt, _, _), r in zip(jobs, results) if jt.task_id == t.task_id],
         }
     out["tasks"] = {tid: out["tasks"][tid] for tid in list_tasks() if tid in out["tasks"]}
     if path is not None:
-        tmp_path = Path(path).with_suffix(".json.tmp")
+        tmp_path = Path(path).with_name(f".{Path(path).name}.{uuid.uuid4().hex}.tmp")
         tmp_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
         tmp_path.replace(path)
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: ``python -m wmrl_envs.envs.autoresearch.grading [--tasks ID ...] [--out PATH] [--jobs N]``."""
+    """CLI: ``python -m wmrl_envs.envs.autoresearch.grading [--tasks ID ...] [--out PATH] [--jobs N]``.
+
+    Without ``--out``: under the reference secret (``WMRL_TASK_SECRET=wmrl-reference``) it
+    rewrites the shipped ``leaderboards.json``; under any other secret it (re)builds this
+    installation's boards (:func:`leaderboard_cache_dir`), which :func:`get_leaderboard` would
+    otherwise build task by task on first use.
+    """
     ap = argparse.ArgumentParser(description="Recompute the AutoResearch reference leaderboards.")
     ap.add_argument("--tasks", nargs="*", default=None, help="task ids (default: all)")
-    ap.add_argument("--out", default=str(LEADERBOARD_PATH), help="output JSON (default: the shipped file)")
+    ap.add_argument("--out", default=None, help="output JSON (default: the shipped file under the reference "
+                    "secret, else this installation's cache)")
     ap.add_argument("--jobs", type=int, default=1, help="parallel executions")
     args = ap.parse_args(argv)
-    build_leaderboards(args.tasks, path=args.out, n_jobs=args.jobs)
-    print(f"wrote {args.out}")
+    task_secret()  # a misconfigured secret fails here, before any execution
+    if args.out is not None or is_reference_secret():
+        out = args.out or str(LEADERBOARD_PATH)
+        build_leaderboards(args.tasks, path=out, n_jobs=args.jobs)
+        print(f"wrote {out}")
+        return 0
+    folder = leaderboard_cache_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for tid in (args.tasks if args.tasks is not None else list_tasks()):
+        (folder / f"{get_task(tid).task_id}.json").unlink(missing_ok=True)
+        ensure_leaderboard(tid, n_jobs=args.jobs)
+    print(f"wrote this installation's leaderboards to {folder}")
     return 0
 
 

@@ -16,6 +16,12 @@ Contents:
     * :func:`get_task` — the :class:`TaskSpec` of one id (``ValueError`` lists valid ids).
     * :func:`render_starter_code` — builds a starter script around one ``model = ...`` line.
 
+What an agent must not know is drawn from a per-installation secret that never enters the
+sandbox (:mod:`~wmrl_envs.envs.autoresearch.secret`): the seed of every task's data is derived
+from it, so the rows, the train/test split, label noise and the augmentation of the digits
+images cannot be rebuilt from this public code. The generators, task descriptions, sizes and
+metrics are public; so are the data under the documented reference secret.
+
 The starter script of every task reads ``train.csv`` / ``test.csv`` from its working
 directory, preprocesses (one-hot encoding of categorical columns, median imputation), fits the
 estimator built on the single line that starts with ``model = `` (marked by the comment
@@ -96,13 +102,15 @@ class TaskSpec:
         problem_type: ``"classification"`` or ``"regression"``.
         target: name of the target column in ``train.csv`` / ``submission.csv``.
         overview: task description for the agent (plain ASCII text).
-        data_seed: the seed that defines the task's one dataset (used when
-            :meth:`make_data` gets no seed).
+        data_seed: the task's public number. It is **not** the generator's seed: the data
+            come from :func:`~wmrl_envs.envs.autoresearch.secret.derive_seed` of the task id,
+            this number and the installation's task secret (:meth:`make_data`), so the
+            public number alone does not rebuild the data.
         categorical_columns: columns holding string categories (need encoding).
         has_missing: whether some feature values are missing (NaN, empty in the CSV).
         starter_code: complete, working baseline script (see the module docstring).
-        generator: ``generator(seed) -> (X_train, y_train, X_test, y_test)``; call
-            :meth:`make_data` instead.
+        generator: ``generator(seed) -> (X_train, y_train, X_test, y_test)`` for a
+            non-negative int ``seed`` of any size; call :meth:`make_data` instead.
     """
 
     task_id: str
@@ -123,8 +131,11 @@ class TaskSpec:
         """Generate the task's data (deterministic for a given seed).
 
         Args:
-            seed: generator seed; ``None`` (the default) gives the task's canonical dataset,
-                the one the environment and the shipped leaderboard use.
+            seed: generator seed, a non-negative int of any size; ``None`` (the default)
+                gives the task's canonical dataset under the active task secret (seed
+                :func:`~wmrl_envs.envs.autoresearch.secret.derive_seed`), the one the
+                environment grades against. Under the reference secret
+                (``WMRL_TASK_SECRET=wmrl-reference``) it is the data of the shipped leaderboard.
 
         Returns:
             ``(X_train, y_train, X_test, y_test)``: feature DataFrames of shape
@@ -136,10 +147,18 @@ class TaskSpec:
 
         Raises:
             RuntimeError: the task has no generator.
+            ValueError: ``seed`` is negative or not an int; the task secret is misconfigured
+                (see :func:`~wmrl_envs.envs.autoresearch.secret.task_secret`).
         """
         if self.generator is None:
             raise RuntimeError(f"task {self.task_id!r} has no data generator")
-        X_tr, y_tr, X_te, y_te = self.generator(self.data_seed if seed is None else int(seed))
+        if seed is None:
+            from wmrl_envs.envs.autoresearch.secret import derive_seed
+
+            seed = derive_seed(self.task_id, self.data_seed)
+        elif isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int or None, got {seed!r}")
+        X_tr, y_tr, X_te, y_te = self.generator(int(seed))
         y_tr = pd.Series(np.asarray(y_tr), name=self.target)
         y_te = pd.Series(np.asarray(y_te), name=self.target)
         return X_tr.reset_index(drop=True), y_tr, X_te.reset_index(drop=True), y_te
@@ -325,6 +344,16 @@ def render_starter_code(
 # ----------------------------------------------------------------------------------------------
 
 
+def _rngs(seed: int) -> tuple[np.random.Generator, np.random.RandomState]:
+    """Two independent random streams of one seed: a numpy ``Generator`` and, for scikit-learn's
+    ``random_state`` arguments, a ``RandomState`` whose MT19937 state comes from the seed's full
+    entropy (an int ``random_state`` would cut the seed to 32 bits, a space one can search)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"a data seed must be a non-negative int, got {seed!r}")
+    np_seq, sk_seq = np.random.SeedSequence(int(seed)).spawn(2)
+    return np.random.default_rng(np_seq), np.random.RandomState(np.random.MT19937(sk_seq))
+
+
 def _split(X: pd.DataFrame, y: np.ndarray, rng: np.random.Generator, test_frac: float = 0.25) -> DataTuple:
     n = len(X)
     perm = rng.permutation(n)
@@ -359,12 +388,12 @@ def _mask_missing(df: pd.DataFrame, columns: list[str], frac: float, rng: np.ran
 def _gen_credit_default(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     n = 32000
     X, y = make_classification(
         n_samples=n, n_features=36, n_informative=10, n_redundant=8, n_repeated=0,
         n_clusters_per_class=3, weights=[0.88], flip_y=0.04, class_sep=0.7,
-        shuffle=False, random_state=seed,
+        shuffle=False, random_state=sk_rng,
     )
     # Nonlinear, skewed "financial" columns from informative ones.
     income = np.round(np.exp(10.3 + 0.45 * X[:, 2]), 0)
@@ -389,11 +418,11 @@ def _gen_credit_default(seed: int) -> DataTuple:
 def _gen_land_cover(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     X, y = make_classification(
         n_samples=26000, n_features=32, n_informative=14, n_redundant=6, n_classes=6,
         n_clusters_per_class=2, weights=[0.30, 0.25, 0.18, 0.12, 0.10, 0.05],
-        class_sep=1.1, flip_y=0.02, random_state=seed,
+        class_sep=1.1, flip_y=0.02, random_state=sk_rng,
     )
     names = np.array(["forest", "grassland", "cropland", "urban", "water", "wetland"], dtype=object)
     bands = [f"band_{i:02d}" for i in range(X.shape[1])]
@@ -407,9 +436,9 @@ def _gen_land_cover(seed: int) -> DataTuple:
 def _gen_hastie_noisy(seed: int) -> DataTuple:
     from sklearn.datasets import make_hastie_10_2
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     n = 22000
-    X, y = make_hastie_10_2(n_samples=n, random_state=seed)
+    X, y = make_hastie_10_2(n_samples=n, random_state=sk_rng)
     noise = rng.standard_normal((n, 20))
     mix = X @ rng.standard_normal((10, 6)) / 3.0 + 0.5 * rng.standard_normal((n, 6))
     full = np.hstack([X, noise, mix])
@@ -421,8 +450,8 @@ def _gen_hastie_noisy(seed: int) -> DataTuple:
 def _gen_friedman_sensors(seed: int) -> DataTuple:
     from sklearn.datasets import make_friedman1
 
-    rng = np.random.default_rng(seed)
-    X, y = make_friedman1(n_samples=26000, n_features=40, noise=1.0, random_state=seed)
+    rng, sk_rng = _rngs(seed)
+    X, y = make_friedman1(n_samples=26000, n_features=40, noise=1.0, random_state=sk_rng)
     perm = rng.permutation(X.shape[1])
     df = pd.DataFrame(X[:, perm], columns=[f"sensor_{i:02d}" for i in range(X.shape[1])])
     return _split(df, y, rng)
@@ -431,11 +460,11 @@ def _gen_friedman_sensors(seed: int) -> DataTuple:
 def _gen_sparse_linear(seed: int) -> DataTuple:
     from sklearn.datasets import make_regression
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     n = 24000
     X, y = make_regression(
         n_samples=n, n_features=50, n_informative=12, effective_rank=20, tail_strength=0.4,
-        noise=0.0, random_state=seed,
+        noise=0.0, random_state=sk_rng,
     )
     y = (y - y.mean()) / y.std()
     y = y + 0.35 * np.sin(2.5 * X[:, 0] / X[:, 0].std()) + 0.25 * (X[:, 1] / X[:, 1].std()) ** 2
@@ -445,7 +474,7 @@ def _gen_sparse_linear(seed: int) -> DataTuple:
 
 
 def _gen_house_prices(seed: int) -> DataTuple:
-    rng = np.random.default_rng(seed)
+    rng = _rngs(seed)[0]
     n = 24000
     hoods = np.array([f"district_{c}" for c in "ABCDEFGHIJKL"], dtype=object)
     hood_idx = rng.integers(0, len(hoods), n)
@@ -511,7 +540,7 @@ def _shift(img: np.ndarray, dy: int, dx: int) -> np.ndarray:
 
 def _digits_split(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
     """Split the original images (not their augmentations) so no digit leaks into the test set."""
-    rng = np.random.default_rng(seed)
+    rng = _rngs(seed)[0]
     images, labels = _load_digits_images()
     perm = rng.permutation(len(images))
     n_test = len(images) // 4
@@ -577,11 +606,11 @@ def _gen_digits_upscaled(seed: int) -> DataTuple:
 def _gen_churn(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     n = 30000
     X, y = make_classification(
         n_samples=n, n_features=30, n_informative=9, n_redundant=6, n_clusters_per_class=4,
-        weights=[0.92], flip_y=0.03, class_sep=0.6, shuffle=False, random_state=seed,
+        weights=[0.92], flip_y=0.03, class_sep=0.6, shuffle=False, random_state=sk_rng,
     )
     plan = _quantile_categories(X[:, 0], ["basic", "standard", "plus", "premium"], rng, 0.5)
     contract = _quantile_categories(X[:, 1], ["monthly", "annual", "two_year"], rng, 0.6)
@@ -603,7 +632,7 @@ def _gen_churn(seed: int) -> DataTuple:
 
 
 def _gen_energy_load(seed: int) -> DataTuple:
-    rng = np.random.default_rng(seed)
+    rng = _rngs(seed)[0]
     n = 26000
     hour = rng.integers(0, 24, n)
     weekday = rng.integers(0, 7, n)
@@ -639,12 +668,12 @@ def _gen_energy_load(seed: int) -> DataTuple:
 def _gen_sensor_fault(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
-    rng = np.random.default_rng(seed)
+    rng, sk_rng = _rngs(seed)
     n = 24000
     X, y = make_classification(
         n_samples=n, n_features=36, n_informative=8, n_redundant=10, n_classes=4,
         n_clusters_per_class=3, weights=[0.4, 0.25, 0.2, 0.15], class_sep=1.4, flip_y=0.02,
-        random_state=seed,
+        random_state=sk_rng,
     )
     # Sensors respond nonlinearly: cube, exponential and absolute-value channels.
     X[:, 0:6] = X[:, 0:6] ** 3
