@@ -1,14 +1,17 @@
 """RayExecutionPool and AsyncAnchoredScorer on a local 2-CPU Ray cluster (skipped without ray).
 
 One module-scoped cluster and pool (Ray starts slowly). The env is ``GuessEnv`` with a fixed
-sleep per step, so that executions cost something measurable and their score is known.
+sleep per step, so that executions cost something measurable and their score is known, behind
+a gate: while the test holds it, a step waits, so "returns before completion" and "runs in
+parallel" are checked by what is in flight, never by wall-clock thresholds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 import time
-from functools import partial
 
 import numpy as np
 import pytest
@@ -28,13 +31,64 @@ STEP_SECONDS = 0.15
 G = 4
 
 
+def gated_guess_env_fn(gate_dir: str, step_seconds: float = STEP_SECONDS):
+    """Factory of GuessEnvs whose ``step`` first leaves a ``started-*`` file in ``gate_dir``,
+    then waits while ``gate_dir/hold`` exists (at most 120 s, a hang guard). A closure, so
+    that Ray ships it to the workers by value."""
+
+    def make():
+        class GatedGuessEnv(GuessEnv):
+            def step(self, action):
+                fd, _ = tempfile.mkstemp(prefix="started-", dir=gate_dir)
+                os.close(fd)
+                deadline = time.monotonic() + 120.0
+                while os.path.exists(os.path.join(gate_dir, "hold")) and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                return super().step(action)
+
+        return GatedGuessEnv(step_seconds=step_seconds)
+
+    return make
+
+
+class Gate:
+    """The test's side of the gate: hold executions in flight, count the steps that started."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    @contextlib.contextmanager
+    def held(self):
+        hold = self.folder / "hold"
+        hold.touch()
+        try:
+            yield self
+        finally:
+            hold.unlink()
+
+    def started(self) -> int:
+        return len(list(self.folder.glob("started-*")))
+
+    def wait_started(self, n: int, timeout: float = 60.0) -> int:
+        """Block until at least ``n`` steps have started (a hang guard, not a measurement)."""
+        deadline = time.monotonic() + timeout
+        while self.started() < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.started()
+
+
 @pytest.fixture(scope="module")
-def pool():
+def gate(tmp_path_factory):
+    return Gate(tmp_path_factory.mktemp("gate"))
+
+
+@pytest.fixture(scope="module")
+def pool(gate):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    p = RayExecutionPool(partial(GuessEnv, step_seconds=STEP_SECONDS), num_workers=2)
+    p = RayExecutionPool(gated_guess_env_fn(str(gate.folder)), num_workers=2)
     yield p
     p.close()
     if started_here:
@@ -56,7 +110,7 @@ def groups(n, seed=7):
     ]
 
 
-def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool):
+def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool, gate):
     data = groups(10)
     serial = make_wrapper()
     expected = [serial.score_group(acts, options={"target": t}) for t, acts in data]
@@ -64,14 +118,16 @@ def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool):
     w = make_wrapper()
     scorer = AsyncAnchoredScorer(w, pool)  # ordered: corrections in submission order
     before = pool.ledger.to_dict().get("execution", {"count": 0, "seconds": 0.0})
-    t0 = time.perf_counter()
-    pending = [scorer.submit(acts, options={"target": t}) for t, acts in data]
-    submit_seconds = time.perf_counter() - t0
-    n_anchor = sum(p.route == "anchor" for p in pending)
-    assert n_anchor >= 3
-    # submission returned before the executions could have run (they take n_anchor*G*0.15/2 s)
-    assert submit_seconds < n_anchor * G * STEP_SECONDS / 2
-    got = scorer.collect(timeout=60)
+    with gate.held():  # no execution can finish: submit() must return without waiting for them
+        pending = [scorer.submit(acts, options={"target": t}) for t, acts in data]
+        n_anchor = sum(p.route == "anchor" for p in pending)
+        assert n_anchor >= 3
+        assert not any(p.ready for p in pending if p.route == "anchor")
+        early = scorer.poll()  # ordered: only the world-model groups ahead of the first anchor group
+        first_anchor = next(i for i, p in enumerate(pending) if p.route == "anchor")
+        assert [r.group_id for r in early] == [p.group_id for p in pending[:first_anchor]]
+        assert scorer.n_pending == len(data) - first_anchor
+    got = early + scorer.collect(timeout=60)
     assert scorer.n_pending == 0 and len(got) == len(expected)
     for a, b in zip(got, expected):
         assert (a.group_id, a.route) == (b.group_id, b.route)
@@ -97,28 +153,32 @@ def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool):
     assert merged.seconds("execution") == pytest.approx(pool.ledger.seconds("execution"))
 
 
-def test_execute_group_returns_before_completion_and_runs_in_parallel(pool):
+def test_execute_group_returns_before_completion_and_runs_in_parallel(pool, gate):
     acts = [np.array([a], np.float32) for a in (0.1, 0.3, 0.6, 0.9)]
-    t0 = time.perf_counter()
-    fut = pool.execute_group(acts, options={"target": 0.5})
-    submitted = time.perf_counter() - t0
-    assert submitted < STEP_SECONDS and not fut.done()
+    n0 = gate.started()
+    with gate.held():
+        fut = pool.execute_group(acts, options={"target": 0.5})
+        assert not fut.done()  # returned while no execution could finish
+        # two steps are in flight at once (one per worker), and no more: each actor runs one at a time
+        assert gate.wait_started(n0 + 2) == n0 + 2
+        with pytest.raises(TimeoutError):
+            fut.result(timeout=0.05)
+        assert gate.started() == n0 + 2 and not fut.done()
     res = fut.result(timeout=30)
-    wall = time.perf_counter() - t0
-    assert fut.done()
+    assert fut.done() and gate.started() == n0 + 4
     assert res.rewards == pytest.approx([0.6, 0.8, 0.9, 0.6], abs=1e-6)  # equals the serial 1 - |a - t|
     assert sorted(set(res.workers)) == [0, 1] and res.errors == [None] * 4
     assert all(s >= STEP_SECONDS for s in res.seconds)
-    assert wall < 4 * STEP_SECONDS  # two workers: about 2 steps' time, not 4
 
 
-def test_unordered_scorer_returns_world_model_groups_while_anchors_run(pool):
+def test_unordered_scorer_returns_world_model_groups_while_anchors_run(pool, gate):
     w = make_wrapper(seed=1)
     scorer = AsyncAnchoredScorer(w, pool, ordered=False)
-    anchor = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="anchor")
-    wm = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="world_model")
-    first = scorer.poll()
-    assert [r.group_id for r in first] == [wm.group_id] and not anchor.ready
+    with gate.held():  # the anchor group cannot finish before the world-model group is returned
+        anchor = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="anchor")
+        wm = scorer.submit([np.array([0.5], np.float32)] * G, options={"target": 0.2}, route="world_model")
+        first = scorer.poll()
+        assert [r.group_id for r in first] == [wm.group_id] and not anchor.ready
     rest = scorer.collect(timeout=30)
     assert [r.group_id for r in rest] == [anchor.group_id]
     assert rest[0].rewards == pytest.approx([0.7] * G, abs=1e-6)
