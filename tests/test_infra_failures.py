@@ -219,6 +219,22 @@ def test_hung_world_model_times_out_and_later_calls_wait_for_it():
     assert out3.rewards == [0.5, 0.5] and w.ledger.ungraded_counts()[WORLD_MODEL_TIMEOUT] >= 4
 
 
+@pytest.mark.parametrize("how", ["max", "last", "sum"])
+@pytest.mark.parametrize("scores", [[0.5, float("nan")], [float("nan"), 0.5], [None, 0.5], [0.5, float("-inf")]])
+def test_aggregation_of_a_non_finite_turn_is_ungraded_in_any_order(scores, how):
+    from wmrl_envs.wrappers.anchored import aggregate_episode_score
+
+    assert aggregate_episode_score(scores, how) is None
+
+
+@pytest.mark.parametrize(("scores", "how", "expected"), [([0.2, 0.5], "max", 0.5), ([0.5, 0.2], "max", 0.5),
+                                                          ([0.2, 0.5], "last", 0.5), ([0.2, 0.5], "sum", 0.7)])
+def test_aggregation_of_finite_turns(scores, how, expected):
+    from wmrl_envs.wrappers.anchored import aggregate_episode_score
+
+    assert aggregate_episode_score(scores, how) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("scores", [[0.5, float("nan")], [float("nan"), 0.5], [float("inf"), 0.5]])
 def test_non_finite_world_model_score_is_ungraded_in_any_turn(scores):
     """Item 11: a NaN never enters the per-turn scores; max-over-turns is order-independent."""

@@ -306,7 +306,7 @@ class GroupRollout:
         group_id: running group index (int).
         route: ``"anchor"`` or ``"world_model"``.
         rewards: G training rewards (real on anchors, calibrated WM on WM groups); ``None`` =
-            ungraded (drop the row).
+            ungraded (drop the row; ``infos[i]["wmrl"]["ungraded_cause"]`` says why).
         advantage_weight: ρ for anchor groups, 1.0 otherwise.
         correction: the full :class:`~wmrl_envs.core.GroupCorrection`.
         observations: G observations after the step (real on anchors, predicted otherwise).
@@ -728,10 +728,12 @@ class AnchoredWorldModelWrapper(
 
         On world-model groups the reward is 0 until the episode's last step, which carries
         the calibrated episode score ``f̂(r̂)`` (an ungraded episode gets 0.0 with
-        ``info["wmrl"]["graded"] = False``: drop it, do not train on it as a zero).
+        ``info["wmrl"]["graded"] = False`` and the cause in ``info["wmrl"]["ungraded_cause"]``:
+        drop it, do not train on it as a zero).
 
         Raises:
             RuntimeError: ``step`` before ``reset`` or after the episode ended.
+            TooManyUngradedError: the stop rule fired at the end of a group.
         """
         if self._group_route is None or self._ep_done:
             raise RuntimeError("step() called without an active episode; call reset() first")
@@ -934,6 +936,7 @@ class AnchoredWorldModelWrapper(
         Raises:
             RuntimeError: a per-episode group is in progress.
             ValueError: empty ``actions`` or an unknown ``route``.
+            TooManyUngradedError: the stop rule fired (the group is scored and counted first).
         """
         if self.mode != "outcome":
             raise ValueError(
