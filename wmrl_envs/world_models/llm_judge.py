@@ -617,19 +617,26 @@ class LLMJudgeWorldModel:
 
     @classmethod
     def from_server(cls, base_url: str, model: str, tokenizer: Any, *, api_key: str | None = None,
-                    timeout_s: float = 120.0, **kwargs: Any) -> "LLMJudgeWorldModel":
+                    timeout_s: float = 120.0, structured_outputs: str | None = "structured_outputs",
+                    **kwargs: Any) -> "LLMJudgeWorldModel":
         """A judge generating on an OpenAI-compatible completions server (e.g. ``vllm serve``).
 
         Args:
             base_url: API root, e.g. ``"http://gpu-node:8000/v1"``.
             model: the served model's name.
             tokenizer: the served model's tokenizer (renders the chat template locally).
-            api_key, timeout_s: see :class:`~wmrl_envs.world_models.vllm_backend.OpenAICompatibleGenerator`.
+            api_key, timeout_s, structured_outputs: see
+                :class:`~wmrl_envs.world_models.vllm_backend.OpenAICompatibleGenerator`
+                (``structured_outputs=None`` for a server without structured outputs: the
+                strict parser alone then decides).
             **kwargs: constructor keyword arguments.
         """
         from wmrl_envs.world_models.vllm_backend import OpenAICompatibleGenerator
 
-        gen = OpenAICompatibleGenerator(base_url, model, api_key=api_key, timeout_s=timeout_s)
+        gen = OpenAICompatibleGenerator(base_url, model, api_key=api_key, timeout_s=timeout_s,
+                                        structured_outputs=structured_outputs)
+        if structured_outputs is None:  # an explicit choice: the strict parser alone, no warning
+            kwargs.setdefault("constrained", False)
         return cls(None, tokenizer, generator=gen, **kwargs)
 
     # ---------------------------------------------------------------- stats
@@ -985,6 +992,12 @@ class LLMJudgeWorldModel:
                 parsed, reason = _parse_strict(raw, self.max_feedback_chars)
                 if parsed is None:
                     self.n_parse_errors += 1
+                    if self.constrained and self.n_parse_errors == 1:
+                        warnings.warn(
+                            f"a constrained judge answer is no prediction ({reason}): the answer was cut "
+                            "at max_new_tokens, or the backend ignored the JSON constraint (a vLLM server "
+                            "ignores fields it does not know, e.g. guided_json on vLLM >= 0.12); it counts "
+                            "as runtime_err", RuntimeWarning, stacklevel=2)
                     status, bucket, score, log = "runtime_err", None, score_from_status("runtime_err"), ""
                 else:
                     status, score = parsed.status, parsed.score

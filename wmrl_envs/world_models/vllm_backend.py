@@ -14,9 +14,25 @@ accepts as ``generator=``:
   ``seed`` and ``include_stop_str_in_output`` go at the top level of the JSON body, as its
   documentation describes).
 
-Both get the judge's fully rendered prompt text (chat template applied, answer prefilled) and
-return the continuation text only, so the judge's prompt, parser and scores are identical
-whichever backend generates.
+Both get the judge's fully rendered prompt text (chat template applied) and return the
+continuation text only, so the judge's prompt, parser and scores are identical whichever
+backend generates.
+
+Both decode the judge's answer under its JSON schema with vLLM's own structured outputs
+(``supports_json_schema = True``; the judge then passes ``json_schema=`` and a prompt that
+stops before the prefill, since the schema writes the whole object):
+
+* in process: ``SamplingParams(structured_outputs=StructuredOutputsParams(json=schema))``
+  (vLLM >= 0.11; ``guided_decoding=GuidedDecodingParams(json=schema)`` on older versions,
+  which is used when ``StructuredOutputsParams`` does not exist);
+* server: the request's ``"structured_outputs": {"json": schema}`` (vLLM >= 0.11, default),
+  or ``"response_format": {"type": "json_schema", ...}`` (vLLM's completions endpoint and other
+  OpenAI-compatible servers), or the top-level ``"guided_json"`` of vLLM < 0.12 (removed in
+  0.12) — see ``structured_outputs=`` of :class:`OpenAICompatibleGenerator`. A server that
+  does not know the field it is sent ignores it (vLLM answers HTTP 200 unconstrained); the
+  judge's strict parser still rejects every answer that is not a prediction, and the judge
+  warns when a constrained answer fails it. ``structured_outputs=None`` sends no constraint:
+  the strict parser alone decides.
 """
 
 from __future__ import annotations
@@ -40,6 +56,10 @@ class TextGenerator(Protocol):
     ``generate(prompts, max_new_tokens=, temperature=, top_p=, top_k=, stop=, seed=)`` returns
     one continuation string per prompt, in order; a stop string, when hit, is included at the
     end of its continuation. ``temperature <= 0`` means greedy; ``top_k = 0`` disables top-k.
+
+    A generator that can constrain its output to a JSON schema sets the class attribute
+    ``supports_json_schema = True`` and accepts ``json_schema=`` (a JSON-schema dict, or
+    ``None`` for free text); the judge passes it only to such generators.
     """
 
     def generate(
@@ -53,6 +73,21 @@ class TextGenerator(Protocol):
         stop: Sequence[str] = (),
         seed: int | None = None,
     ) -> list[str]: ...
+
+
+def _structured_outputs_kwargs(json_schema: dict[str, Any] | None) -> dict[str, Any]:
+    """``SamplingParams`` keyword arguments that constrain the output to ``json_schema`` for the
+    installed vLLM: ``structured_outputs=StructuredOutputsParams(json=...)`` (vLLM >= 0.11),
+    else ``guided_decoding=GuidedDecodingParams(json=...)``; ``{}`` for no schema."""
+    if json_schema is None:
+        return {}
+    try:
+        from vllm.sampling_params import StructuredOutputsParams
+    except ImportError:  # vLLM < 0.11
+        from vllm.sampling_params import GuidedDecodingParams
+
+        return {"guided_decoding": GuidedDecodingParams(json=json_schema)}
+    return {"structured_outputs": StructuredOutputsParams(json=json_schema)}
 
 
 class VLLMGenerator:
@@ -86,7 +121,12 @@ class VLLMGenerator:
             llm = LLM(model=model, **llm_kwargs)
         self.llm = llm
 
-    def generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, stop=(), seed=None) -> list[str]:
+    supports_json_schema = True
+    """Outputs are constrained with vLLM's structured outputs (see the module docstring)."""
+
+    def generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, stop=(), seed=None,
+                 json_schema=None) -> list[str]:
+        """Continue each prompt (see :class:`TextGenerator`); ``json_schema`` constrains the output."""
         from vllm import SamplingParams
 
         params = SamplingParams(
@@ -97,6 +137,7 @@ class VLLMGenerator:
             stop=list(stop) or None,
             include_stop_str_in_output=True,
             seed=seed,
+            **_structured_outputs_kwargs(json_schema),
         )
         outputs = self.llm.generate(list(prompts), params, use_tqdm=False)
         return [o.outputs[0].text for o in outputs]
@@ -115,11 +156,23 @@ class OpenAICompatibleGenerator:
         timeout_s: seconds per request.
         extra_body: more JSON fields for every request (vLLM extensions such as
             ``{"repetition_penalty": 1.05}``).
+        structured_outputs: how a JSON schema is sent (see the module docstring):
+            ``"structured_outputs"`` (default; ``{"structured_outputs": {"json": schema}}``,
+            vLLM >= 0.11), ``"response_format"`` (``{"response_format": {"type":
+            "json_schema", "json_schema": {"name": "judge_prediction", "schema": schema}}}``),
+            ``"guided_json"`` (``{"guided_json": schema}``, vLLM < 0.12) or ``None`` (the
+            server cannot constrain: no schema is sent, ``supports_json_schema`` is false).
+
+    Raises:
+        ValueError: ``base_url`` is not an http(s) URL or ``structured_outputs`` is unknown.
 
     Raises (from :meth:`generate`):
         GeneratorError: unreachable server, HTTP error, or an answer without one choice per
             prompt.
     """
+
+    STRUCTURED_OUTPUTS = ("structured_outputs", "response_format", "guided_json", None)
+    """The accepted values of ``structured_outputs``."""
 
     def __init__(
         self,
@@ -129,9 +182,13 @@ class OpenAICompatibleGenerator:
         api_key: str | None = None,
         timeout_s: float = 120.0,
         extra_body: dict[str, Any] | None = None,
+        structured_outputs: str | None = "structured_outputs",
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if structured_outputs not in self.STRUCTURED_OUTPUTS:
+            raise ValueError(f"structured_outputs must be one of {self.STRUCTURED_OUTPUTS}, got {structured_outputs!r}")
+        self.structured_outputs = structured_outputs
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -139,7 +196,17 @@ class OpenAICompatibleGenerator:
         self.extra_body = dict(extra_body or {})
         self.n_requests = 0
 
-    def generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, stop=(), seed=None) -> list[str]:
+    @property
+    def supports_json_schema(self) -> bool:
+        """Whether a JSON schema is sent with the request (``structured_outputs`` is not None)."""
+        return self.structured_outputs is not None
+
+    def generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, stop=(), seed=None,
+                 json_schema=None) -> list[str]:
+        """One ``/completions`` request for all prompts (see :class:`TextGenerator`).
+
+        ``json_schema`` is sent in the form ``structured_outputs`` names (ignored when that
+        is ``None``)."""
         prompts = list(prompts)
         if not prompts:
             return []
@@ -159,6 +226,15 @@ class OpenAICompatibleGenerator:
             body["stop"] = list(stop)
         if seed is not None:
             body["seed"] = int(seed)
+        if json_schema is not None and self.structured_outputs == "structured_outputs":
+            body["structured_outputs"] = {"json": json_schema}
+        elif json_schema is not None and self.structured_outputs == "response_format":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "judge_prediction", "schema": json_schema, "strict": True},
+            }
+        elif json_schema is not None and self.structured_outputs == "guided_json":
+            body["guided_json"] = json_schema
         body.update(self.extra_body)
         headers = {"Content-Type": "application/json"}
         if self.api_key:
