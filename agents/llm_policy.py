@@ -42,6 +42,35 @@ def extract_code(text: str) -> str:
     return (m.group(1) if m else text).strip("\n")
 
 
+def _draw_tokens(scores: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
+    """Draw one token per row from ``softmax(scores / temperature)`` with ``generator``; return
+    scores that keep only the drawn token (``-inf`` elsewhere), so greedy decoding picks it.
+
+    Args:
+        scores: (B, V) float logits.
+        temperature: > 0.
+        generator: a ``torch.Generator`` on the device of ``scores``.
+
+    Returns:
+        (B, V) tensor of the dtype of ``scores``: 0 at the drawn token, ``-inf`` elsewhere.
+    """
+    probs = torch.softmax(scores.float() / temperature, dim=-1)
+    drawn = torch.multinomial(probs, 1, generator=generator)
+    out = torch.full_like(scores, float("-inf"))
+    return out.scatter_(1, drawn, 0.0)
+
+
+def _sampler_with_generator(temperature: float, generator: torch.Generator) -> Any:
+    """A ``LogitsProcessorList`` that samples each next token with ``generator`` (see :func:`_draw_tokens`)."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    class _Sampler(LogitsProcessor):
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+            return _draw_tokens(scores, temperature, generator)
+
+    return LogitsProcessorList([_Sampler()])
+
+
 @dataclass
 class PolicySamples:
     """Completions of one step, grouped (all outer lists have one entry per group).
@@ -188,6 +217,13 @@ class LLMPolicy:
 
         Returns:
             :class:`PolicySamples`.
+
+        Tokens are drawn from ``softmax(logits / temperature)`` with a local
+        ``torch.Generator`` seeded ``seed * 1_000_003 + k`` for the k-th call (transformers'
+        ``generate`` samples with the global RNG and takes no generator, so a logits processor
+        draws each token with the local one and ``generate`` runs greedy on the result): the
+        same seed gives the same completions, and the global torch RNG is neither read nor
+        reseeded.
         """
         tok = self.tokenizer
         was_training = self.model.training
@@ -199,22 +235,24 @@ class LLMPolicy:
             pad = tok.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in flat])
             attn = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in flat])
-            torch.manual_seed(self.seed * 1_000_003 + self._n_sample_calls)
+            device = next(self.model.parameters()).device
+            generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self._n_sample_calls)
             self._n_sample_calls += 1
             stop = ["\n"] if self.mode == "line" else ["```"]
             out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attn,
-                do_sample=True,
-                temperature=self.temperature,
-                top_k=0,
-                top_p=1.0,
+                input_ids=input_ids.to(device),
+                attention_mask=attn.to(device),
+                do_sample=False,  # the processor has drawn the token: greedy keeps it
+                temperature=None,
+                top_k=None,
+                top_p=None,
+                logits_processor=_sampler_with_generator(self.temperature, generator),
                 max_new_tokens=self.max_new_tokens,
                 pad_token_id=pad,
                 stop_strings=stop,
                 tokenizer=tok,
             )
-            gen = out[:, width:].tolist()
+            gen = out[:, width:].cpu().tolist()
         finally:
             self.model.train(was_training)
         completion_ids: list[list[list[int]]] = []

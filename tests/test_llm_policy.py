@@ -168,3 +168,32 @@ def test_line_mode_cuts_at_any_line_boundary(tokenizer):
     for sep in ("\r", "\n", "\u2028", "\r\n"):
         code = policy.completion_to_action(" Ridge(alpha=2.0)" + sep + "junk", task)
         assert "model = Ridge(alpha=2.0)\n" in code and "junk" not in code
+
+
+def test_sample_leaves_the_global_rng_alone_and_is_reproducible(tokenizer):
+    """Item 13: sampling uses a local torch.Generator, never the global RNG."""
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6, seed=3)
+    prompts = [pol.build_prompt({}, Spec())]
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = pol.sample(prompts, 4)
+    assert torch.equal(torch.get_rng_state(), state)  # neither reseeded nor consumed
+    torch.manual_seed(999)  # the global RNG does not steer the samples
+    again = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6, seed=3).sample(prompts, 4)
+    assert again.completion_ids == first.completion_ids
+    other = LLMPolicy(tiny_model(tokenizer), tokenizer, max_new_tokens=6, seed=4).sample(prompts, 4)
+    assert other.completion_ids != first.completion_ids
+    assert pol.sample(prompts, 4).completion_ids != first.completion_ids  # the k-th call has its own stream
+
+
+def test_draw_tokens_follows_the_tempered_softmax():
+    from agents.llm_policy import _draw_tokens
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0])
+    for temperature in (0.5, 1.0, 2.0):
+        g = torch.Generator().manual_seed(0)
+        out = _draw_tokens(logits.repeat(20_000, 1), temperature, g)
+        assert torch.all(torch.isinf(out).sum(1) == 4) and torch.all(out.max(1).values == 0)
+        freq = torch.bincount(out.argmax(1), minlength=5).float() / 20_000
+        expected = torch.softmax(logits / temperature, -1)
+        assert (freq - expected).abs().sum() < 0.02, (temperature, freq, expected)
