@@ -102,3 +102,19 @@ def test_keep_copies_a_tmpfs_job_folder_to_a_plain_folder(tmp_path: Path) -> Non
     assert sweep_stale(tmp_path) == [] and kept.is_dir()  # kept folders are never swept
     if ROOT:
         assert kept != job.path and not job.path.exists()
+
+
+def test_a_forked_child_never_removes_its_parents_folders(tmp_path: Path) -> None:
+    owned = OwnedFolder(tmp_path, prefix="run-")
+    job = JobFolder(owned.path / "jobs")
+    pid = os.fork()
+    if pid == 0:  # the child exits through the finalizers / __del__ of its copies
+        owned.remove()
+        job.remove()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert owned.path.is_dir() and job.path.is_dir() and owned.lock_path.exists()
+    assert sweep_stale(tmp_path) == []  # still locked by this process
+    job.remove()
+    owned.remove()
+    assert list(tmp_path.iterdir()) == []

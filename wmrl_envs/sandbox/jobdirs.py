@@ -190,6 +190,8 @@ class OwnedFolder:
     def __init__(self, parent: str | os.PathLike | None = None, prefix: str = "wmrl-") -> None:
         self.parent = Path(parent if parent is not None else tempfile.gettempdir())
         self.parent.mkdir(parents=True, exist_ok=True)
+        self._pid = os.getpid()  # a forked child inherits the object, never the ownership
+        self._lock_fd: int | None = None
         sweep_stale(self.parent)
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=self.parent))
         # Lock a hidden temporary name first, then rename it into place: a sweeper only ever
@@ -205,7 +207,7 @@ class OwnedFolder:
         return self.path.with_name(self.path.name + LOCK_SUFFIX)
 
     def _release(self) -> None:
-        if self._lock_fd is not None:
+        if self._lock_fd is not None and os.getpid() == self._pid:
             try:
                 self.lock_path.unlink()
             except FileNotFoundError:
@@ -214,8 +216,9 @@ class OwnedFolder:
             self._lock_fd = None
 
     def remove(self) -> None:
-        """Unmount and delete the folder, then drop the lock. Safe to call twice."""
-        if self._lock_fd is None:
+        """Unmount and delete the folder, then drop the lock. Safe to call twice; does nothing
+        in a forked child of the owner."""
+        if self._lock_fd is None or os.getpid() != self._pid:
             return
         _umount_all(str(self.path))
         shutil.rmtree(self.path, ignore_errors=True)
@@ -276,7 +279,7 @@ class JobFolder(OwnedFolder):
     def keep(self) -> Path:
         """Copy the folder to a plain folder ``<path>-kept`` (regular files and folders only),
         unmount and remove the original; returns the copy's path (never swept)."""
-        if self._lock_fd is None:
+        if self._lock_fd is None or os.getpid() != self._pid:
             return self.path
         if not self.bounded:
             return super().keep()
