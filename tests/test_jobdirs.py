@@ -118,3 +118,17 @@ def test_a_forked_child_never_removes_its_parents_folders(tmp_path: Path) -> Non
     job.remove()
     owned.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_job_folder_without_mount_permission_warns_and_is_plain(tmp_path: Path, monkeypatch) -> None:
+    import wmrl_envs.sandbox.jobdirs as jd
+    from wmrl_envs.sandbox import WeakLimitsWarning
+
+    monkeypatch.setattr(jd, "_mount_tmpfs", lambda *a: "mounting a tmpfs needs root (test)")
+    monkeypatch.setattr(jd, "_warned", set())
+    with pytest.warns(WeakLimitsWarning, match="needs root.*watchdog"):
+        job = JobFolder(tmp_path, SandboxLimits())
+    assert not job.bounded and not os.path.ismount(job.path)
+    assert not is_bounded(job.path, SandboxLimits())
+    job.remove()
+    assert list(tmp_path.iterdir()) == []

@@ -905,3 +905,28 @@ def test_docker_daemon_gone_mid_run_raises_infrastructure_error(job: Path) -> No
     sb._binds = [("/usr", "/usr")]
     with pytest.raises(SandboxInfrastructureError, match="daemon gone"):
         sb.run_python("print(1)", job)
+
+
+def test_project_package_is_not_importable_by_default(isolating: Sandbox, job: Path) -> None:
+    """With the default hidden paths, neither ``wmrl_envs`` nor the editable install's finder
+    (which names the checkout) is readable inside."""
+    editable = [p for p in default_hidden_paths() if os.path.isfile(p)]
+    src = _program(f"""
+        try:
+            import wmrl_envs
+            report["import"] = wmrl_envs.__file__
+        except ImportError:
+            report["import"] = "ImportError"
+        report["read"] = {{}}
+        for p in {editable!r}:
+            try:
+                report["read"][p] = open(p).read()
+            except OSError as exc:
+                report["read"][p] = type(exc).__name__
+    """)
+    res = isolating.run_python(src, job)
+    assert res.ok, res.stderr[-2000:]
+    rep = _report(res)
+    assert rep["import"] == "ImportError"
+    checkout = str(Path(__file__).resolve().parent.parent)
+    assert all(checkout not in text for text in rep["read"].values()), rep["read"]
