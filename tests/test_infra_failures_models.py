@@ -20,7 +20,7 @@ from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.core import TooManyUngradedError
 from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, UNSCORABLE, WORLD_MODEL_ERROR
 from wmrl_envs.envs.guess import GuessEnv
-from wmrl_envs.world_models.base import Trajectory
+from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
 
 torch.set_num_threads(1)
 
@@ -173,3 +173,92 @@ def test_cli_flags_for_the_stop_rule_and_the_world_model_timeout():
         _validate(dataclasses.replace(cfg, max_ungraded_share=1.5))
     with pytest.raises(ValueError, match="world_model_timeout_s"):
         _validate(dataclasses.replace(cfg, world_model_timeout_s=0.0))
+
+
+def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
+    """``wmrl train``'s loop: the stop rule ends the run at the failing step, the reason is in
+    metrics.jsonl, the last checkpoint stays for a resume."""
+    import json
+
+    import agents.trainer as trainer
+    from agents.trainer import TrainConfig, _Components
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    class RaisingJudge:
+        def predict(self, contexts, actions):
+            raise TimeoutError("judge server did not answer")
+
+    class Policy(_FakePolicy):
+        _n_sample_calls = 0
+
+        def adapter_state_dict(self):
+            return {}
+
+    tasks = list_tasks("heldout")[:1]
+
+    def build(cfg):
+        c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", tasks + list_tasks("train")[:2])
+        wrapper = AnchoredWorldModelWrapper(c.env, RaisingJudge(), anchor_fraction=cfg.anchor_fraction,
+                                            group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
+                                            max_ungraded_share=cfg.max_ungraded_share)
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        return _Components(Policy(), None, c.env, wrapper, opt, list_tasks("train")[:2], tasks, get_task)
+
+    monkeypatch.setattr(trainer, "_build", build)
+    cfg = TrainConfig(steps=2, groups_per_step=2, group_size=2, eval_k=1, anchor_fraction=0.1)
+    with pytest.raises(TooManyUngradedError, match="judge server did not answer") as e:
+        trainer.train(cfg, tmp_path / "run", quiet=True)
+    assert e.value.causes == {WORLD_MODEL_ERROR: 2} and e.value.n_rollouts == 4
+    (line,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert line["step"] == 0 and line["stopped"] == "too_many_ungraded"
+    assert line["ungraded_step"] == {WORLD_MODEL_ERROR: 2} and "judge server" in line["error"]
+    assert line["ledger"]["ungraded:world_model_error"]["count"] >= 2
+    assert (tmp_path / "run" / "checkpoint" / "state.json").exists()  # the initial checkpoint: resumable
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
+    import json
+
+    import agents.trainer as trainer
+    from agents.trainer import TrainConfig, _Components
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    class FlakyJudge:  # the first call raises, later ones predict a constant
+        calls = 0
+
+        def predict(self, contexts, actions):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("judge crashed once")
+            return [WorldModelPrediction(score=0.1, status="runtime_err") for _ in actions]
+
+    class Policy(_FakePolicy):
+        _n_sample_calls = 0
+
+        def adapter_state_dict(self):
+            return {}
+
+        def sample(self, prompts, k):
+            return SimpleNamespace(texts=[["print(1)"] * k for _ in prompts], new_tokens=0)
+
+    heldout = list_tasks("heldout")[:1]
+    train_tasks = list_tasks("train")[:2]
+
+    def build(cfg):
+        c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", heldout + train_tasks)
+        wrapper = AnchoredWorldModelWrapper(c.env, FlakyJudge(), anchor_fraction=cfg.anchor_fraction,
+                                            group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
+                                            max_ungraded_share=cfg.max_ungraded_share, seed=cfg.seed)
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+        return _Components(Policy(), None, c.env, wrapper, opt, train_tasks, heldout, get_task)
+
+    monkeypatch.setattr(trainer, "_build", build)
+    cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, anchor_fraction=0.1, max_ungraded_share=None)
+    summary = trainer.train(cfg, tmp_path / "run", quiet=True)
+    assert summary["ungraded_rollouts"] == 2 and summary["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}
+    assert summary["ungraded_scores_by_cause"] == {WORLD_MODEL_ERROR: 2}
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["ungraded_rollouts"] == 2
+    assert "| ungraded rollouts (training; by cause) | 2 (world_model_error: 2) |" in (tmp_path / "run" / "summary.md").read_text()
+    (rec,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rec["ungraded_rows"] == 2 and rec["ungraded_by_cause_step"] == {WORLD_MODEL_ERROR: 2}
