@@ -731,6 +731,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     import torch
 
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
     from wmrl_envs.sandbox import make_sandbox
 
@@ -746,7 +747,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     else:
         def make_agent(seed: int) -> BenchAgent:
             return GrammarBenchAgent(seed, lr=cfg.lr if cfg.lr is not None else 0.1, kl_coef=cfg.kl_coef)
-    sandbox = make_sandbox(cfg.sandbox)
+    sandbox = make_sandbox(cfg.sandbox, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
     wm = build_world_model(cfg)

@@ -230,6 +230,7 @@ def _build(cfg: TrainConfig) -> _Components:
     from agents.llm_policy import LLMPolicy
     from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
     from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
@@ -249,7 +250,7 @@ def _build(cfg: TrainConfig) -> _Components:
         decoding=cfg.judge_decoding,
     )
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
-    sandbox = make_sandbox(cfg.sandbox, limits)
+    sandbox = make_sandbox(cfg.sandbox, limits, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:
         sandbox.close()
         raise SandboxUnavailableError(

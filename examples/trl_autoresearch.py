@@ -76,6 +76,10 @@ class Args:
     """Seed of routing, sampling and the world model."""
     threads: int = 1
     """torch threads (1 is fastest for generation on 2 CPU cores)."""
+    bf16: bool = False
+    """bf16 autocast (TRL's default is on). Off: the model is float32, and on CPUs without bf16
+    kernels (AVX2-only, e.g. AMD EPYC before Zen 4) bf16 is ~14x slower than float32; with AMX
+    (Sapphire Rapids) it is ~1.3x faster."""
 
 
 def build(args: Args) -> dict[str, Any]:
@@ -96,6 +100,7 @@ def build(args: Args) -> dict[str, Any]:
     from agents.llm_policy import LLMPolicy
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, make_sandbox
     from wmrl_envs.world_models import EmbeddingWorldModel, LLMJudgeWorldModel, load_execution_log, load_smollm2
@@ -106,7 +111,8 @@ def build(args: Args) -> dict[str, Any]:
     policy = LLMPolicy(model, tokenizer, mode="line", lora_r=args.lora_r, lora_alpha=2 * args.lora_r, seed=args.seed)
 
     limits = SandboxLimits(wall_time_s=args.exec_wall_time_s, cpu_time_s=args.exec_wall_time_s, memory_mb=args.exec_memory_mb)
-    env = AutoResearchEnv(tasks="train", sandbox=make_sandbox(args.sandbox, limits), limits=limits)
+    sandbox = make_sandbox(args.sandbox, limits, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
+    env = AutoResearchEnv(tasks="train", sandbox=sandbox, limits=limits)
     if args.world_model == "embedding":
         world_model: Any = EmbeddingWorldModel().fit_leave_one_task_out(load_execution_log())
     else:
@@ -137,7 +143,7 @@ def build(args: Args) -> dict[str, Any]:
         gradient_accumulation_steps=args.groups_per_step, steps_per_generation=args.groups_per_step,
         max_completion_length=args.max_completion_length, temperature=args.temperature, top_p=1.0,
         logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=args.seed,
-        disable_tqdm=True, gradient_checkpointing=True,
+        disable_tqdm=True, gradient_checkpointing=True, bf16=args.bf16,
     )
     trainer = WMRLGRPOTrainer(model=policy.model, reward_funcs=reward, args=config, train_dataset=dataset,
                               processing_class=tokenizer)

@@ -21,6 +21,7 @@ import stat
 import sys
 import types
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -356,6 +357,11 @@ def test_env_warns_about_a_given_sandbox_that_hides_nothing():
 
     with pytest.warns(UserWarning, match="does not hide"):
         AutoResearchEnv(tasks=[ATTACK_TASK], sandbox=Isolating())
+    ok = Isolating()
+    ok.hidden_paths = S.sandbox_hidden_paths()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AutoResearchEnv(tasks=[ATTACK_TASK], sandbox=ok)
 
 
 # ----------------------------------------------------------------------------- grader marking

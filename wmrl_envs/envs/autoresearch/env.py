@@ -367,9 +367,8 @@ def next_observation(obs: dict, feedback: str) -> dict:
 
 
 def _hidden_paths() -> list[str]:
-    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths, task_secret
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
 
-    task_secret()  # creates the secret file now (unless overridden), so its folder exists to be hidden
     return sandbox_hidden_paths()
 
 

@@ -191,7 +191,8 @@ def derive_seed(task_id: str, data_seed: int, secret: bytes | None = None) -> in
 def sandbox_hidden_paths() -> list[str]:
     """Host paths an isolating sandbox must hide from the programs it runs.
 
-    * the folder of the secret file (:func:`secret_dir`), when it exists;
+    * the folder of the secret file (:func:`secret_dir`); the file is created first (unless
+      :data:`SECRET_ENV_VAR` overrides it), so that the folder exists to be hidden;
     * the sandboxes' own defaults (:func:`wmrl_envs.sandbox.base.default_hidden_paths`: this
       project's installed files, which a ``hidden_paths`` list would otherwise replace) and
       the imported ``wmrl_envs`` package (the task generators and leaderboards);
@@ -201,6 +202,9 @@ def sandbox_hidden_paths() -> list[str]:
 
     Returns:
         Absolute paths (str) that exist, without duplicates, in a stable order.
+
+    Raises:
+        ValueError, OSError: from :func:`task_secret` (a misconfigured secret).
     """
     import site
     import sys
@@ -208,6 +212,7 @@ def sandbox_hidden_paths() -> list[str]:
     import wmrl_envs
     from wmrl_envs.sandbox.base import default_hidden_paths
 
+    task_secret()
     found: list[str] = [str(secret_dir()), *default_hidden_paths(), os.path.dirname(os.path.abspath(wmrl_envs.__file__))]
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + list(sys.path)
     try:
