@@ -60,10 +60,10 @@ def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
-def _mounts() -> list[tuple[str, str, str, set[str]]]:
+def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, str, set[str]]]:
     """(mount point, mount root, fs type, super options) of cgroup file systems."""
     out = []
-    with open("/proc/self/mountinfo") as fh:
+    with open(mountinfo) as fh:
         for line in fh:
             left, _, right = line.partition(" - ")
             lf, rf = left.split(), right.split()
@@ -73,10 +73,10 @@ def _mounts() -> list[tuple[str, str, str, set[str]]]:
     return out
 
 
-def _own_paths() -> dict[str, str]:
+def _own_paths(proc_cgroup: str = "/proc/self/cgroup") -> dict[str, str]:
     """Controller (``""`` for v2) -> this process's cgroup path."""
     out: dict[str, str] = {}
-    with open("/proc/self/cgroup") as fh:
+    with open(proc_cgroup) as fh:
         for line in fh:
             parts = line.rstrip("\n").split(":", 2)
             if len(parts) != 3:
@@ -109,9 +109,10 @@ def _writable(folder: str) -> bool:
     return True
 
 
-def _detect() -> CgroupSupport:
+def _detect(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup") -> CgroupSupport:
+    """Find the hierarchy to use from ``mountinfo`` and ``proc_cgroup`` (this process's files)."""
     try:
-        mounts, own = _mounts(), _own_paths()
+        mounts, own = _mounts(mountinfo), _own_paths(proc_cgroup)
     except OSError as exc:
         return CgroupSupport(0, (), f"cannot read /proc/self/cgroup or mountinfo: {exc}")
     reasons: list[str] = []
