@@ -48,6 +48,22 @@ def test_detects_cgroup_v2_and_enables_controllers_for_the_child(tmp_path: Path)
     assert ex.oom_kills() == 2
 
 
+def test_cgroup_v2_falls_back_to_the_root_when_our_group_cannot_delegate(tmp_path: Path) -> None:
+    """Our group holds processes, so controllers cannot be enabled below it (EBUSY; simulated
+    by an unwritable cgroup.subtree_control): the hierarchy's root, which has them, is used."""
+    root = tmp_path / "unified"
+    own = root / "session-1.scope"
+    own.mkdir(parents=True)
+    for d in (root, own):
+        (d / "cgroup.controllers").write_text("memory pids\n")
+    (own / "cgroup.subtree_control").mkdir()  # open(..., "w") fails
+    (root / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    mi, cg = _files(tmp_path, [f"41 31 0:38 / {root} rw - cgroup2 cgroup2 rw"], ["0::/session-1.scope"])
+    support = _detect(mi, cg)
+    assert support == CgroupSupport(2, (str(root),))
+    assert (root / "cgroup.subtree_control").read_text() == "cpu memory pids\n"  # left as it was
+
+
 def test_detects_cgroup_v1_memory_and_pids_under_our_own_groups(tmp_path: Path) -> None:
     mem, pids = tmp_path / "memory", tmp_path / "pids"
     (mem / "process_api" / "abc").mkdir(parents=True)

@@ -109,6 +109,32 @@ def _writable(folder: str) -> bool:
     return True
 
 
+def _v2_usable(folder: str) -> tuple[bool, str]:
+    """Whether execution groups with memory and pids limits can be made under ``folder``."""
+    try:
+        with open(os.path.join(folder, "cgroup.controllers")) as fh:
+            ctrls = set(fh.read().split())
+    except OSError:
+        return False, f"{folder} is not a cgroup v2 folder"
+    if not {"memory", "pids"} <= ctrls:
+        return False, f"cgroup v2 at {folder} lacks the memory/pids controllers ({sorted(ctrls)})"
+    if not _writable(folder):
+        return False, f"cgroup v2 folder {folder} is not writable by uid {os.geteuid()}"
+    try:
+        with open(os.path.join(folder, "cgroup.subtree_control")) as fh:
+            enabled = set(fh.read().split())
+    except OSError:
+        enabled = set()
+    if {"memory", "pids"} <= enabled:
+        return True, ""
+    try:
+        with open(os.path.join(folder, "cgroup.subtree_control"), "w") as fh:
+            fh.write("+memory +pids")
+    except OSError as exc:
+        return False, f"cannot enable memory/pids in {folder}/cgroup.subtree_control: {exc}"
+    return True, ""
+
+
 def _detect(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup") -> CgroupSupport:
     """Find the hierarchy to use from ``mountinfo`` and ``proc_cgroup`` (this process's files)."""
     try:
@@ -116,34 +142,20 @@ def _detect(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/s
     except OSError as exc:
         return CgroupSupport(0, (), f"cannot read /proc/self/cgroup or mountinfo: {exc}")
     reasons: list[str] = []
-    # cgroup v2: needs memory and pids in our group's parent's subtree_control, i.e. in our
-    # group's cgroup.controllers; the child's own subtree gets them from us.
+    # cgroup v2: the execution group is a child of a group whose cgroup.subtree_control has
+    # memory and pids. Our own group, if they are (or can be) enabled there -- not possible
+    # while it holds processes, unless it is the root ("no internal processes") --, else the
+    # hierarchy's root (as root: e.g. /sys/fs/cgroup on systemd machines).
     for mp, root, fstype, _ in mounts:
         if fstype != "cgroup2" or "" not in own:
             continue
         folder = _folder(mp, root, own[""])
-        if folder is None:
-            continue
-        try:
-            with open(os.path.join(folder, "cgroup.controllers")) as fh:
-                ctrls = set(fh.read().split())
-        except OSError:
-            continue
-        if not {"memory", "pids"} <= ctrls:
-            reasons.append(f"cgroup v2 at {folder} lacks the memory/pids controllers ({sorted(ctrls)})")
-            continue
-        if not _writable(folder):
-            reasons.append(f"cgroup v2 folder {folder} is not writable by uid {os.geteuid()}")
-            continue
-        # Processes may not sit in a group that delegates controllers (no internal processes):
-        # make a leaf for the executions and enable the controllers in our own group.
-        try:
-            with open(os.path.join(folder, "cgroup.subtree_control"), "w") as fh:
-                fh.write("+memory +pids")
-        except OSError as exc:
-            reasons.append(f"cannot enable memory/pids in {folder}/cgroup.subtree_control: {exc}")
-            continue
-        return CgroupSupport(2, (folder,))
+        candidates = list(dict.fromkeys([f for f in (folder, mp) if f is not None]))
+        for cand in candidates:
+            ok, why = _v2_usable(cand)
+            if ok:
+                return CgroupSupport(2, (cand,))
+            reasons.append(why)
     # cgroup v1: one hierarchy per controller.
     parents: dict[str, str] = {}
     for ctrl in ("memory", "pids"):
