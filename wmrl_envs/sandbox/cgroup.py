@@ -7,8 +7,9 @@ Contents:
 
 Both cgroup versions are supported. The writable hierarchy is found from ``/proc/self/cgroup``
 and ``/proc/self/mountinfo``: with cgroup v2 (one unified hierarchy with the ``memory`` and
-``pids`` controllers enabled) the execution's group is a child of this process's own group;
-with cgroup v1 one child is made in the ``memory`` hierarchy and one in the ``pids`` hierarchy,
+``pids`` controllers) the execution's group is a child of this process's own group where the
+controllers can be delegated there, else of the hierarchy's root (a group holding processes
+cannot delegate them: "no internal processes"); with cgroup v1 one child is made in the ``memory`` hierarchy and one in the ``pids`` hierarchy,
 each under this process's own group there. Needs write access to those folders (root, or a
 delegated sub-tree); :func:`cgroup_support` says when there is none.
 
