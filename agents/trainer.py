@@ -426,6 +426,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
 
     from agents.grpo import build_advantages, grpo_loss
     from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
+    from wmrl_envs.wrappers.anchored import world_model_idle
 
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
@@ -511,6 +512,14 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                 [g.rewards for g in groups], [g.advantage_weight for g in groups],
                 scale=cfg.scale_advantages, drop_zero_advantage=True,
             )
+            # the judge is the policy's own backbone: never update it while a judge call that
+            # timed out is still running on it (docs/method.md, "Ungraded rollouts")
+            if c.judge is not None and not world_model_idle(c.judge, cfg.world_model_timeout_s):
+                raise RuntimeError(
+                    f"a world-model (judge) call that exceeded world_model_timeout_s={cfg.world_model_timeout_s} s "
+                    "is still running on the policy's backbone after another such wait; the policy cannot be "
+                    "updated beside it. The judge hangs: check the model/device, then resume this run."
+                )
             # ---- policy update: one gradient step over all kept rows, accumulated per group
             loss_v = kl_v = ent_v = 0.0
             t0 = time.perf_counter()

@@ -355,3 +355,18 @@ def test_state_dict_keeps_the_ungraded_counts():
     w2 = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2)
     w2.load_state_dict(state)
     assert w2.ungraded.stats() == w.ungraded.stats() and w2.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}
+
+
+def test_world_model_idle_reports_a_call_that_is_still_running():
+    from wmrl_envs.wrappers.anchored import world_model_idle
+
+    wm = HangingWM()
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.0, group_size=2, groups_per_step=10,
+                                  world_model_timeout_s=0.1)
+    assert world_model_idle(wm, 0.0)
+    try:
+        assert w.score_group([A, A], options={"target": 0.5}).rewards == [None, None]
+        assert world_model_idle(wm, 0.0) is False  # the hung call holds the model
+    finally:
+        wm.release.set()
+    assert world_model_idle(wm, 60.0)  # returns as soon as the released call finished

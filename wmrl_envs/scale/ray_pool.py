@@ -177,11 +177,13 @@ class GroupExecutionFuture:
     """
 
     def __init__(
-        self, pool: "RayExecutionPool", refs: list[Any], workers: list[int], deadlines: list[float | None] | None = None
+        self, pool: "RayExecutionPool", refs: list[Any], workers: list[int], deadlines: list[float | None] | None = None,
+        actors: list[Any] | None = None,
     ) -> None:
         self._pool = pool
         self.refs = refs
         self.assigned_workers = workers
+        self._actors = list(actors) if actors is not None else [None] * len(refs)
         self.submitted_at = time.perf_counter()
         self.deadlines = list(deadlines) if deadlines is not None else [None] * len(refs)
         self._result: GroupExecution | None = None
@@ -225,7 +227,7 @@ class GroupExecutionFuture:
             ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
         timed_out = set(overdue)
         for k in sorted(timed_out):
-            self._pool._abandon(self.refs[k], self.assigned_workers[k])
+            self._pool._abandon(self.refs[k], self.assigned_workers[k], self._actors[k])
         outs: list[dict[str, Any]] = []
         for k, (ref, w) in enumerate(zip(self.refs, self.assigned_workers)):
             if k in timed_out:
@@ -241,7 +243,7 @@ class GroupExecutionFuture:
                 else:
                     outs.append(_failed(w, WORKER_LOST if lost else EXECUTION_ERROR, f"{type(e).__name__}: {e}"))
                 if lost:
-                    self._pool._replace_worker(w)
+                    self._pool._replace_worker(w, self._actors[k])
         causes = [o.get("cause") for o in outs]
         failed = [(c, o["error"]) for c, o in zip(causes, outs) if c is not None]
         if failed:
@@ -378,10 +380,11 @@ class RayExecutionPool:
         if len(actions) == 0:
             raise ValueError("execute_group() needs at least one action")
         self._refresh_load()
-        refs, workers, deadlines = [], [], []
+        refs, workers, deadlines, actors = [], [], [], []
         now = time.perf_counter()
         for a in actions:
             w = min(range(self.num_workers), key=lambda j: (self._load[j], j))
+            actors.append(self._workers[w])
             ref = self._workers[w].execute.remote(a, seed, options)
             if self.execution_timeout_s is not None:  # it waits for the executions queued before it
                 deadlines.append(now + self.execution_timeout_s * (self._load[w] + 1))
@@ -392,20 +395,26 @@ class RayExecutionPool:
             refs.append(ref)
             workers.append(w)
         self.n_submitted += len(actions)
-        return GroupExecutionFuture(self, refs, workers, deadlines)
+        return GroupExecutionFuture(self, refs, workers, deadlines, actors)
 
-    def _abandon(self, ref: Any, w: int) -> None:
+    def _abandon(self, ref: Any, w: int, actor: Any = None) -> None:
         """An execution past its deadline: cancel it and replace its actor (a running actor task
         cannot be interrupted)."""
         try:
             self._ray.cancel(ref)
         except Exception:  # noqa: BLE001 - already finished or the actor is gone
             pass
-        self._replace_worker(w)
+        self._replace_worker(w, actor)
 
-    def _replace_worker(self, w: int) -> None:
-        """Kill actor ``w`` (if alive) and start a fresh one in its slot; its queued work is lost."""
+    def _replace_worker(self, w: int, actor: Any = None) -> None:
+        """Kill actor ``w`` (if alive) and start a fresh one in its slot; its queued work is lost.
+
+        ``actor``: the handle the failed execution ran on; when slot ``w`` already holds another
+        one (replaced for an earlier failure), nothing is done.
+        """
         old = self._workers[w]
+        if actor is not None and actor is not old:
+            return
         try:
             self._ray.kill(old, no_restart=True)
         except Exception:  # noqa: BLE001 - already dead

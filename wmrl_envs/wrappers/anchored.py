@@ -126,6 +126,24 @@ def _call_lock(world_model: Any) -> threading.Lock:
     return lock
 
 
+def world_model_idle(world_model: Any, timeout_s: float | None = None) -> bool:
+    """Whether no ``predict`` call on ``world_model`` is running (waits up to ``timeout_s``
+    seconds for one that timed out to return; ``None`` waits for ever).
+
+    A trainer whose world model shares weights with the policy (the LLM judge is the policy's
+    backbone with its adapters disabled) must not update the policy while a timed-out call is
+    still running on those weights; ``wmrl train`` checks this before every update.
+
+    Returns:
+        ``True`` when idle (within the wait), ``False`` when a call is still running.
+    """
+    lock = _call_lock(world_model)
+    if not lock.acquire(timeout=-1 if timeout_s is None else max(0.0, float(timeout_s))):
+        return False
+    lock.release()
+    return True
+
+
 def _failed_batch(n: int, cause: str, message: str) -> list[WorldModelPrediction]:
     return [
         WorldModelPrediction(score=None, status="ungraded", extras={"error": message}, ungraded_cause=cause)
