@@ -123,7 +123,7 @@ def grpo_config(tmp_path: Path, **kw: Any) -> GRPOConfig:
         output_dir=str(tmp_path / "out"), per_device_train_batch_size=16, num_generations=4,
         max_completion_length=6, max_steps=1, learning_rate=1e-2, beta=0.0, logging_steps=1,
         report_to="none", use_cpu=True, save_strategy="no", gradient_checkpointing=False,
-        disable_tqdm=True, seed=0,
+        disable_tqdm=True, seed=0, bf16=False,  # float32 models; TRL's default bf16=True autocasts
     )
     base.update(kw)
     return GRPOConfig(**base)
@@ -295,6 +295,42 @@ def test_trainer_rejects_missing_or_mismatched_reward_function(tokenizer, tmp_pa
                         args=grpo_config(tmp_path), train_dataset=ds, processing_class=tokenizer)
 
 
+@pytest.mark.parametrize(("bf16", "kernels", "warns"),
+                         [(True, False, True), (True, True, False), (False, False, False)])
+def test_trainer_warns_about_bf16_autocast_on_a_cpu_without_bf16_kernels(tokenizer, tmp_path, monkeypatch,
+                                                                          bf16, kernels, warns):
+    import warnings
+
+    import agents.adapters.trl as adapter
+
+    monkeypatch.setattr(adapter, "_cpu_has_bf16_kernels", lambda: kernels)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = WMRLGRPOTrainer(model=tiny_model(tokenizer), reward_funcs=WMRLRewardFunction(make_wrapper()),
+                                  args=grpo_config(tmp_path, bf16=bf16), train_dataset=dataset(2),
+                                  processing_class=tokenizer)
+    assert trainer.accelerator.mixed_precision == ("bf16" if bf16 else "no")
+    ours = [str(w.message) for w in caught if "bf16=False" in str(w.message)]
+    assert len(ours) == int(warns), ours
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="oneDNN ISA override is x86-only")
+def test_bf16_kernel_check_sees_an_avx2_only_cpu():
+    """With oneDNN capped at AVX2 (what an AVX2-only AMD EPYC offers) the check answers False."""
+    import inspect
+    import os
+    import subprocess
+
+    from agents.adapters.trl import _cpu_has_bf16_kernels
+
+    # the function's own source in a fresh interpreter (oneDNN reads the cap at start), without TRL's import time
+    code = f"import torch\n{inspect.getsource(_cpu_has_bf16_kernels)}\nprint(_cpu_has_bf16_kernels())"
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
+
+
 def test_grpo_steps_train_lora_execute_anchors_and_checkpoint_state(tokenizer, tmp_path):
     from peft import LoraConfig
 
@@ -359,6 +395,10 @@ def test_real_smollm2_autoresearch_bubblewrap_grpo_steps(tmp_path):
                    min_pairs=4, refit_every=4, warmup_groups=1, output_dir=str(tmp_path / "run"))
     parts = ex.build(args)
     trainer, wrapper = parts["trainer"], parts["wrapper"]
+    # float32 on one thread: TRL's default bf16 autocast made this test's steps ~14x slower on
+    # CPUs without bf16 kernels (AVX2-only AMD EPYC: >25 min instead of ~3)
+    assert trainer.accelerator.mixed_precision == "no" and not trainer.args.bf16
+    assert torch.get_num_threads() == 1
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_" in n}
     trainer.train()
     changed = [n for n, p in trainer.model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
