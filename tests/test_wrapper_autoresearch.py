@@ -12,6 +12,7 @@ from gymnasium.utils.env_checker import check_env
 from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.envs.autoresearch.env import AutoResearchEnv, next_observation
 from wmrl_envs.envs.autoresearch.tasks import get_task
+from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
 from wmrl_envs.sandbox import SandboxLimits, available_backends, make_sandbox
 from wmrl_envs.world_models.base import WorldModelPrediction
 
@@ -30,6 +31,7 @@ class CountingSandbox:
     def __init__(self, inner):
         self.inner, self.calls = inner, 0
         self.name, self.isolates, self.limits = inner.name, inner.isolates, inner.limits
+        self.hidden_paths = inner.hidden_paths
 
     def run_python(self, *a, **kw):
         self.calls += 1
@@ -54,7 +56,8 @@ class ConstantJudge:
 
 @pytest.fixture(scope="module")
 def sandbox():
-    sb = CountingSandbox(make_sandbox("bubblewrap", SandboxLimits(wall_time_s=60, cpu_time_s=60)))
+    sb = CountingSandbox(make_sandbox("bubblewrap", SandboxLimits(wall_time_s=60, cpu_time_s=60),
+                                      hidden_paths=sandbox_hidden_paths()))
     yield sb
     sb.close()
 

@@ -380,10 +380,12 @@ def _warn_unhidden(sandbox: Any) -> None:
     need = _hidden_paths()
     missing = [p for p in need if not any(p == h or p.startswith(h.rstrip("/") + "/") for h in hidden)]
     if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         warnings.warn(
-            f"the sandbox given to AutoResearchEnv does not hide {missing}: a solution could read the task "
-            "secret, the task generators or the data sets the tasks are built from. Build it with "
-            "hidden_paths=wmrl_envs.envs.autoresearch.secret.sandbox_hidden_paths(), or pass a backend name",
+            f"the sandbox given to AutoResearchEnv does not hide {shown}"
+            f"{'' if hasattr(sandbox, 'hidden_paths') else ' (it has no hidden_paths attribute)'}: a solution "
+            "could read the task secret, the task generators or the data sets the tasks are built from. Build it "
+            "with hidden_paths=wmrl_envs.envs.autoresearch.secret.sandbox_hidden_paths(), or pass a backend name",
             stacklevel=3,
         )
 
