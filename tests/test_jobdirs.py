@@ -132,3 +132,20 @@ def test_job_folder_without_mount_permission_warns_and_is_plain(tmp_path: Path, 
     assert not is_bounded(job.path, SandboxLimits())
     job.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not ROOT, reason="tmpfs job folders need root")
+def test_stale_tmpfs_job_folders_anywhere_are_unmounted(tmp_path: Path) -> None:
+    """A killed process's job folder inside a plain temporary folder (not an OwnedFolder, so
+    no parent sweep reaches it) is unmounted by the next process's first JobFolder."""
+    from wmrl_envs.sandbox.jobdirs import sweep_stale_mounts
+
+    (job_path,) = _run_and_get_killed(f"""
+        from wmrl_envs.sandbox import JobFolder
+        job = JobFolder({str(tmp_path / "plain" / "jobs")!r})
+        print(job.path)
+    """)
+    assert os.path.ismount(job_path)
+    removed = sweep_stale_mounts()
+    assert Path(job_path) in removed and not os.path.exists(job_path)
+    assert list((tmp_path / "plain" / "jobs").iterdir()) == []

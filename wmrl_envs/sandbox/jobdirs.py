@@ -6,7 +6,9 @@ Contents:
     * :class:`JobFolder` -- one job folder: an :class:`OwnedFolder` that, where mounting is
       allowed, is a private tmpfs of ``workdir_size_mb`` MiB and ``workdir_max_files`` inodes.
     * :func:`is_bounded` -- whether a folder is such a kernel-bounded job folder.
-    * :func:`sweep_stale` -- remove the folders (and unmount the tmpfs) of dead owners.
+    * :func:`sweep_stale` -- remove the folders (and unmount the tmpfs) of dead owners in one
+      parent folder; :func:`sweep_stale_mounts` -- the tmpfs job folders of dead owners
+      anywhere (run once per process, by the first :class:`JobFolder`).
 
 How the bounds are enforced:
     * **tmpfs** (root, or ``CAP_SYS_ADMIN``; the measured-good configuration): the folder is a
@@ -23,7 +25,9 @@ How the bounds are enforced:
 Stale folders: a folder's owner holds ``flock`` on ``<folder>.wmrl-lock``; the kernel drops
 the lock when the process dies however it dies (SIGKILL included), so the next
 :class:`OwnedFolder` made in the same parent folder (the next run, or ``wmrl train --resume``)
-unmounts and deletes what a killed run left.
+unmounts and deletes what a killed run left; the first :class:`JobFolder` of a process also
+unmounts stale tmpfs job folders wherever they are (one left in a temporary folder that a
+killed process never removed would otherwise hold its memory until reboot).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from pathlib import Path
 
 from .base import SandboxLimits, WeakLimitsWarning
 
-__all__ = ["OwnedFolder", "JobFolder", "FolderWatch", "is_bounded", "sweep_stale", "LOCK_SUFFIX"]
+__all__ = ["OwnedFolder", "JobFolder", "FolderWatch", "is_bounded", "sweep_stale", "sweep_stale_mounts", "LOCK_SUFFIX"]
 
 #: Suffix of the lock file beside each owned folder.
 LOCK_SUFFIX = ".wmrl-lock"
@@ -90,6 +94,66 @@ def _mount_points_under(path: str) -> list[str]:
     except (OSError, IndexError):
         return []
     return sorted(set(out), key=lambda p: -p.count("/"))
+
+
+def _tmpfs_mount_points() -> list[str]:
+    """Mount points of tmpfs file systems (from /proc/self/mountinfo)."""
+    out = []
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                if right.split()[:1] == ["tmpfs"]:
+                    out.append(left.split()[4].replace("\\040", " ").replace("\\134", "\\"))
+    except (OSError, IndexError):
+        pass
+    return out
+
+
+def _try_sweep_one(lock_path: Path) -> Path | None:
+    """Remove ``lock_path``'s folder if no live process holds the lock; returns it if removed."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # the owner is alive
+        folder = lock_path.with_name(lock_path.name[: -len(LOCK_SUFFIX)])
+        _umount_all(str(folder))
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():
+            return None
+        try:
+            lock_path.unlink()
+        except FileNotFoundError:
+            pass
+        return folder
+    finally:
+        os.close(fd)
+
+
+_mounts_swept = False
+
+
+def sweep_stale_mounts() -> list[Path]:
+    """Unmount and remove every tmpfs :class:`JobFolder` on this machine whose owner is gone,
+    wherever it lies (e.g. inside a temporary folder that a killed process never deleted).
+
+    Returns:
+        The removed job folders.
+    """
+    removed = []
+    for mp in _tmpfs_mount_points():
+        lock = Path(mp + LOCK_SUFFIX)
+        if os.path.basename(mp) and lock.exists():
+            folder = _try_sweep_one(lock)
+            if folder is not None:
+                removed.append(folder)
+    return removed
 
 
 def _umount_all(path: str) -> None:
@@ -144,28 +208,9 @@ def sweep_stale(parent: str | os.PathLike) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        lock_path = parent / entry
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                continue  # the owner is alive
-            folder = parent / entry[: -len(LOCK_SUFFIX)]
-            _umount_all(str(folder))
-            if folder.is_dir() and not folder.is_symlink():
-                shutil.rmtree(folder, ignore_errors=True)
-            if not folder.exists():
-                try:
-                    lock_path.unlink()
-                except FileNotFoundError:
-                    pass
-                removed.append(folder)
-        finally:
-            os.close(fd)
+        folder = _try_sweep_one(parent / entry)
+        if folder is not None:
+            removed.append(folder)
     return removed
 
 
@@ -263,6 +308,10 @@ class JobFolder(OwnedFolder):
     def __init__(
         self, parent: str | os.PathLike | None = None, limits: SandboxLimits | None = None, prefix: str = "job-"
     ) -> None:
+        global _mounts_swept
+        if not _mounts_swept:  # once per process: tmpfs job folders of killed runs, anywhere
+            _mounts_swept = True
+            sweep_stale_mounts()
         super().__init__(parent, prefix)
         self.limits = limits or SandboxLimits()
         why = _mount_tmpfs(str(self.path), self.limits.workdir_size_mb, self.limits.workdir_max_files)
