@@ -335,7 +335,7 @@ class BrokenEnv(GuessEnv):
 
 def test_a_step_that_raises_sandbox_unavailable_is_ungraded_not_a_crash():
     w = AnchoredWorldModelWrapper(BrokenEnv({1}), EchoWM(), anchor_fraction=1.0, group_size=2,
-                                  groups_per_step=4)
+                                  groups_per_step=4, max_ungraded_share=None)
     out = w.score_group([A, A], options={"target": 0.5})
     assert out.rewards == [None, 1.0]
     assert out.infos[0]["wmrl"]["ungraded_cause"] == SANDBOX_UNAVAILABLE
@@ -346,6 +346,25 @@ def test_a_step_that_raises_sandbox_unavailable_is_ungraded_not_a_crash():
     w.env.broken_calls.add(w.env.calls + 1)
     _, r, term, _, info = w.step(A)
     assert (r, term, info["wmrl"]["graded"], info["wmrl"]["ungraded_cause"]) == (0.0, True, False, SANDBOX_UNAVAILABLE)
+
+
+def test_a_dead_sandbox_stops_the_run_although_anchors_are_a_minority_of_the_step():
+    """1 anchor group of 4: all its executions fail (25% of the step's rollouts, 100% of its
+    real executions) -> stop at once, not world-model-only training with warnings."""
+    w = AnchoredWorldModelWrapper(BrokenEnv(range(1, 100)), EchoWM(), anchor_fraction=0.25, group_size=2,
+                                  groups_per_step=4)
+    routes = w.plan_step(4)
+    assert routes.count("anchor") == 1
+    with pytest.raises(TooManyUngradedError, match="real executions") as e:
+        for r in routes:
+            w.score_group([A, A], options={"target": 0.5}, route=None)
+            if r == "anchor":
+                break
+    assert (e.value.scope, e.value.n_ungraded, e.value.n_rollouts) == ("real executions", 2, 2)
+    assert e.value.causes == {SANDBOX_UNAVAILABLE: 2} and "Docker daemon unreachable" in str(e.value)
+    # one flaky execution of a group of 4 (25% of the executions) does not stop it
+    w2 = AnchoredWorldModelWrapper(BrokenEnv({2}), EchoWM(), anchor_fraction=1.0, group_size=4, groups_per_step=1)
+    assert w2.score_group([A] * 4, options={"target": 0.5}).rewards == [1.0, None, 1.0, 1.0]
 
 
 def test_state_dict_keeps_the_ungraded_counts():

@@ -103,7 +103,7 @@ def test_broken_sandbox_through_the_wrapper_ungraded_rollouts_then_the_stop_rule
     box = BreakingSandbox(real_sandbox, broken={1, 3, 4})
     env = AutoResearchEnv(tasks=[TASK], sandbox=box, workdir_root=str(tmp_path))
     w = AnchoredWorldModelWrapper(env, ConstantWM(), anchor_fraction=1.0, group_size=2, groups_per_step=2,
-                                  debiaser_kwargs={"min_pairs": 2})
+                                  debiaser_kwargs={"min_pairs": 2}, max_ungraded_share=0.75)
     w.plan_step(2)  # one step of 2 groups x 2 rollouts
     starter = get_task(TASK).starter_code
     out = w.score_group([starter, starter], options={"task_id": TASK})
@@ -114,7 +114,7 @@ def test_broken_sandbox_through_the_wrapper_ungraded_rollouts_then_the_stop_rule
     assert w.corrector.debiaser.n_pairs == 1  # the ungraded rollout is no anchor pair
     assert w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
     assert any("sandbox_unavailable" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    with pytest.raises(TooManyUngradedError) as e:  # 3 of the step's 4 rollouts
+    with pytest.raises(TooManyUngradedError) as e:  # 3 of the step's 4 rollouts: 75%
         w.score_group([starter, starter], options={"task_id": TASK})
     assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (3, 4, {SANDBOX_UNAVAILABLE: 3})
     assert "daemon died" in str(e.value)

@@ -59,7 +59,8 @@ def test_vector_world_model_failure_is_ungraded_with_its_cause_and_stops_the_run
 
 def test_vector_sandbox_failure_on_anchors_keeps_it_out_of_the_pairs():
     venv = make_vector_env(BrokenSandboxGuessEnv, 2)
-    w = AnchoredWorldModelVectorWrapper(venv, EchoWM(), anchor_fraction=1.0, group_size=2, groups_per_step=4)
+    w = AnchoredWorldModelVectorWrapper(venv, EchoWM(), anchor_fraction=1.0, group_size=2, groups_per_step=4,
+                                        max_ungraded_share=None)
     w.reset(seed=0)
     _, _, _, _, info = w.step(_actions(2))
     assert info["wmrl"]["graded"].tolist() == [False, False]

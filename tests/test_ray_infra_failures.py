@@ -85,7 +85,8 @@ def test_lost_worker_and_broken_sandbox_are_ungraded_with_their_causes(pool):
 
 def test_async_scorer_counts_ray_failures_and_applies_the_stop_rule(pool):
     wm = SyntheticWorldModel(guess_score)
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=1.0, group_size=2, groups_per_step=2)
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=1.0, group_size=2, groups_per_step=2,
+                                  max_ungraded_share=0.75)
     scorer = AsyncAnchoredScorer(w, pool)
     w.plan_step(2)
     scorer.submit([np.array([0.7], np.float32), A], options={"target": 0.5})
@@ -93,10 +94,10 @@ def test_async_scorer_counts_ray_failures_and_applies_the_stop_rule(pool):
     assert out.rewards == [None, 1.0]
     assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [SANDBOX_UNAVAILABLE, None]
     assert w.corrector.debiaser.n_pairs == 1 and w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
-    scorer.submit([np.array([0.7], np.float32), A], options={"target": 0.5})
-    with pytest.raises(TooManyUngradedError) as e:  # 2 of the step's 4 rollouts
+    scorer.submit([np.array([0.7], np.float32)] * 2, options={"target": 0.5})
+    with pytest.raises(TooManyUngradedError) as e:  # 3 of the step's 4 rollouts
         scorer.collect(timeout=120)
-    assert e.value.causes == {SANDBOX_UNAVAILABLE: 2}
+    assert e.value.causes == {SANDBOX_UNAVAILABLE: 3}
 
 
 def test_async_scorer_skips_the_world_model_in_evaluation(pool):

@@ -9,7 +9,9 @@ rollout **ungraded**: its reward is ``None``, never a real 0 or 0.1; it is kept 
 anchor pairs, the calibration and the ρ statistics, dropped from its GRPO group, counted in the
 :class:`~wmrl_envs.core.ledger.CostLedger` by cause (sources ``"ungraded:<cause>"``), warned
 about (``logging.warning``) and subject to the stop rule: once ``max_share`` of one training
-step's rollouts are ungraded, :class:`UngradedMonitor` raises :class:`TooManyUngradedError`.
+step's rollouts — or of its real executions (anchor rollouts), which are few, so that a dead
+sandbox cannot go unnoticed behind a working world model — are ungraded,
+:class:`UngradedMonitor` raises :class:`TooManyUngradedError`.
 
 Rollouts ungraded *without a named failure* are counted in the ledger but neither warned
 about nor subject to the stop rule: an input a world model cannot score by its nature (a
@@ -134,7 +136,9 @@ class TooManyUngradedError(RuntimeError):
 
     Attributes:
         n_ungraded: ungraded rollouts of the step so far (int; infrastructure causes only).
-        n_rollouts: rollouts the step holds (int; planned groups x rollouts per group).
+        n_rollouts: rollouts the step holds (int; planned groups x rollouts per group), or its
+            real executions so far when ``scope == "real executions"``.
+        scope: ``"rollouts"`` or ``"real executions"`` (what the share is of).
         share: ``n_ungraded / n_rollouts`` (float).
         max_share: the configured limit (float).
         causes: ``{cause: count}`` of the step's ungraded rollouts.
@@ -148,7 +152,9 @@ class TooManyUngradedError(RuntimeError):
         max_share: float,
         causes: Mapping[str, int],
         messages: Mapping[str, str] | None = None,
+        scope: str = "rollouts",
     ) -> None:
+        self.scope = scope
         self.n_ungraded = int(n_ungraded)
         self.n_rollouts = int(n_rollouts)
         self.share = self.n_ungraded / max(1, self.n_rollouts)
@@ -158,7 +164,7 @@ class TooManyUngradedError(RuntimeError):
         by_cause = ", ".join(f"{c}: {n}" for c, n in sorted(self.causes.items()))
         last = "; ".join(f"{c}: {m}" for c, m in sorted(self.messages.items()))
         super().__init__(
-            f"{self.n_ungraded} of the {self.n_rollouts} rollouts of this training step are ungraded "
+            f"{self.n_ungraded} of the {self.n_rollouts} {scope} of this training step are ungraded "
             f"({self.share:.0%} >= the limit of {self.max_share:.0%}) because the machinery failed "
             f"({by_cause}). Last errors: {last or 'n/a'}. Fix the failing part (sandbox backend, "
             "Docker daemon, Ray cluster, world model) and resume; the limit is max_ungraded_share "
@@ -173,7 +179,10 @@ class UngradedMonitor:
     trainer calls at the start of each step). After every group, when the step's ungraded
     rollouts with an infrastructure cause reach ``max_share`` of the step's rollouts (planned
     groups x rollouts per group), :class:`TooManyUngradedError` is raised at once, so a broken
-    backend wastes at most that share of a step.
+    backend wastes at most that share of a step. The same share applies to the step's real
+    executions (the rollouts of its anchor groups, ``anchor=True``): anchors are few (10–25%
+    of a step), so a sandbox that is dead would otherwise stay below the share of all rollouts
+    while training silently turned into world-model-only training.
 
     Every ungraded *score* (a failed execution, a failed world-model prediction — also on an
     anchor row whose real score exists, where it only leaves the anchor pair out) is added to
@@ -228,6 +237,9 @@ class UngradedMonitor:
         self._step_rollouts = 0
         self._step_ungraded = 0
         self._step_causes: dict[str, int] = {}
+        self._step_exec = 0
+        self._step_exec_ungraded = 0
+        self._step_exec_causes: dict[str, int] = {}
 
     def plan(self, n_groups: int | None = None) -> None:
         """Start a new step of ``n_groups`` groups (default ``groups_per_step``)."""
@@ -249,6 +261,7 @@ class UngradedMonitor:
         causes: Sequence[str | None],
         *,
         training: bool = True,
+        anchor: bool = False,
         score_failures: Sequence[str | None] = (),
         messages: Mapping[str, str] | None = None,
         where: str = "group",
@@ -260,6 +273,8 @@ class UngradedMonitor:
                 missing reward, length G.
             training: ``False`` (evaluation): counted, recorded and warned about, but not part
                 of a step (no stop rule).
+            anchor: the group was executed for real (its ``causes`` are those of its
+                executions): it also counts toward the share of real executions.
             score_failures: causes of further failed scores that did not leave a rollout
                 ungraded (world-model failures on anchor rows, whose real score exists).
             messages: ``{cause: error text}`` for the warning and the stop rule's error.
@@ -299,8 +314,19 @@ class UngradedMonitor:
             if is_infrastructure(c):
                 self._step_ungraded += 1
                 self._step_causes[c] = self._step_causes.get(c, 0) + 1
+                if anchor:
+                    self._step_exec_ungraded += 1
+                    self._step_exec_causes[c] = self._step_exec_causes.get(c, 0) + 1
+        if anchor:
+            self._step_exec += len(causes)
         if self.max_share is None or self._step_ungraded == 0:
             return
+        if self._step_exec_ungraded and self._step_exec_ungraded >= self.max_share * self._step_exec - 1e-9:
+            raise TooManyUngradedError(
+                self._step_exec_ungraded, self._step_exec, self.max_share, self._step_exec_causes,
+                {c: m for c, m in self.last_messages.items() if c in self._step_exec_causes},
+                scope="real executions",
+            )
         expected = self._planned * self._step_rollouts / self._step_groups
         if self._step_ungraded >= self.max_share * expected - 1e-9:
             n_step = int(round(expected))

@@ -653,7 +653,8 @@ class AnchoredWorldModelWrapper(
             causes = [None if r is not None else (wm[i] or WORLD_MODEL_UNGRADED) for i, r in enumerate(corr.rewards)]
             failures = []
         self.ungraded.record_group(
-            causes, training=self.training, score_failures=failures, messages=_messages(preds, infos),
+            causes, training=self.training, anchor=corr.route == ANCHOR, score_failures=failures,
+            messages=_messages(preds, infos),
             where=f"group {group_id}" if group_id is not None else "evaluation group",
         )
         return causes
@@ -862,8 +863,9 @@ class AnchoredWorldModelWrapper(
         self._group_causes.append(cause)
         self._group_failures.append(failure)
         if self._episode_in_group >= self.group_size:
-            self.ungraded.record_group(self._group_causes, training=True, score_failures=self._group_failures,
-                                       messages=self._group_messages, where=f"group {self._group_id}")
+            self.ungraded.record_group(self._group_causes, training=True, anchor=route == ANCHOR,
+                                       score_failures=self._group_failures, messages=self._group_messages,
+                                       where=f"group {self._group_id}")
 
 
     def _step_reward_mode(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:

@@ -837,8 +837,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                         )
                         if corr.disagreement is not None:
                             w.set("group_disagreement", i, corr.disagreement, np.float64)
-                        self.ungraded.record_group(rec.causes, training=True, score_failures=rec.failures,
-                                                   messages=self._messages, where=f"group {rec.group_id}")
+                        self.ungraded.record_group(rec.causes, training=True, anchor=route == ANCHOR,
+                                                   score_failures=rec.failures, messages=self._messages,
+                                                   where=f"group {rec.group_id}")
                     self.n_generations_completed += 1
                     completed.append(i)
                 # info of the step that ended the episode describes the ended episode
