@@ -461,3 +461,17 @@ class _NoGenerator:
 
     def generate(self, *a, **k):  # pragma: no cover - never called
         raise AssertionError
+
+
+def test_concurrent_first_use_agrees_on_one_secret(monkeypatch, tmp_path):
+    """Processes that start together (vector-env workers) all read the same, complete secret."""
+    import subprocess
+
+    monkeypatch.delenv(S.SECRET_ENV_VAR, raising=False)
+    monkeypatch.setenv(S.HOME_ENV_VAR, str(tmp_path / "home"))
+    code = "from wmrl_envs.envs.autoresearch.secret import task_secret; print(task_secret().decode())"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(6)]
+    outs = {p.communicate(timeout=120)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert outs == {S.task_secret().decode()} and len(outs.pop()) == 64
+    assert sorted(os.listdir(tmp_path / "home")) == ["task_secret"]  # no temporary files left

@@ -101,12 +101,21 @@ def _read_or_create(path: Path) -> bytes:
     except FileNotFoundError:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         value = secrets.token_hex(32)
+        # Write a private temporary file, then link it into place: the secret file appears
+        # complete or not at all, and of two processes creating it at once one wins.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process created it meanwhile: use theirs
-            return _read_or_create(path)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(value + "\n")
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(value + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another process created it meanwhile: use theirs
+                return _read_or_create(path)
+        finally:
+            tmp.unlink(missing_ok=True)
         return value.encode("ascii")
     except UnicodeDecodeError:
         raise ValueError(
