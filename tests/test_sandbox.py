@@ -930,3 +930,18 @@ def test_project_package_is_not_importable_by_default(isolating: Sandbox, job: P
     assert rep["import"] == "ImportError"
     checkout = str(Path(__file__).resolve().parent.parent)
     assert all(checkout not in text for text in rep["read"].values()), rep["read"]
+
+
+def test_traceback_is_that_of_python_solution_py(any_sandbox: Sandbox, job: Path, tmp_path: Path) -> None:
+    """The start-up handshake leaves no trace in what the program prints: its traceback is
+    exactly that of ``python solution.py`` (compared with a plain run on the host)."""
+    src = "def f():\n    raise RuntimeError('boom')\n\ntry:\n    f()\nexcept RuntimeError as e:\n    raise ValueError('x') from e\n"
+    ref_dir = tmp_path / "reference"
+    ref_dir.mkdir()
+    (ref_dir / "solution.py").write_text(src)
+    ref = subprocess.run([sys.executable, "solution.py"], cwd=ref_dir, capture_output=True, text=True, timeout=60)
+    res = any_sandbox.run_python(src, job)
+    where = "/workspace" if any_sandbox.isolates else str(job.resolve())
+    assert res.exit_code == ref.returncode == 1
+    assert "<string>" not in res.stderr
+    assert res.stderr == ref.stderr.replace(str(ref_dir.resolve()), where)

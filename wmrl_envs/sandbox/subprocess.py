@@ -222,9 +222,9 @@ class _StartedPipe:
     """Tells the host whether the untrusted program was reached at all.
 
     The interpreter is started with :meth:`bootstrap` as ``-c`` code: it writes one byte to
-    the pipe, closes it, then runs the script in ``__main__`` (``sys.argv``, ``__file__`` and
-    ``sys.path[0]`` as for ``python script.py``; tracebacks gain one ``File "<string>"``
-    line). Everything that fails before that byte (bwrap set-up, ``setpriv``, the interpreter's
+    the pipe, closes it, then runs the script in ``__main__`` (``sys.argv``, ``__file__``,
+    ``sys.path[0]`` and the printed traceback of an uncaught exception as for
+    ``python script.py``). Everything that fails before that byte (bwrap set-up, ``setpriv``, the interpreter's
     start-up) is the sandbox's failure; everything after is the program's. The program cannot
     forge the byte's absence or presence: the pipe is closed before its first line runs.
     """
@@ -244,6 +244,8 @@ class _StartedPipe:
         return (
             f"import os,sys;os.write({w},b'S');os.close({w});del sys.argv[0];"
             "__file__=os.path.abspath(sys.argv[0]);sys.path[0]=os.path.dirname(__file__);"
+            "sys.excepthook=lambda t,v,tb,_h=sys.__excepthook__:(lambda x:_h(t,v.with_traceback(x),x))("
+            "tb.tb_next if tb is not None and tb.tb_frame.f_code.co_filename=='<string>' else tb);"
             "del os,sys;exec(compile(open(__file__,'rb').read(),__file__,'exec'))"
         )
 
