@@ -175,6 +175,23 @@ def test_shipped_leaderboards_are_the_reference_secrets_and_match_its_data():
         assert board["tasks"][tid]["data_digest"] == task_data(tid).digest, f"{tid}: rebuild leaderboards.json"
 
 
+def test_a_stale_shipped_leaderboard_warns_once(monkeypatch, tmp_path):
+    board = json.loads(grading.LEADERBOARD_PATH.read_text())
+    board["tasks"][ATTACK_TASK]["data_digest"] = "0" * 64  # as if another scikit-learn drew other data
+    stale = tmp_path / "leaderboards.json"
+    stale.write_text(json.dumps(board))
+    monkeypatch.setattr(grading, "LEADERBOARD_PATH", stale)
+    monkeypatch.setattr(grading, "_STALE_WARNED", set())
+    with pytest.warns(UserWarning, match="computed on other data.*WMRL_TASK_SECRET=wmrl-reference"):
+        values = get_leaderboard(ATTACK_TASK)
+    assert values == [e["metric_value"] for e in board["tasks"][ATTACK_TASK]["entries"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        get_leaderboard(ATTACK_TASK)  # once per task
+    with pytest.raises(ValueError, match="computed on other data"):
+        get_leaderboard(ATTACK_TASK, path=stale)  # an explicit file must match
+
+
 @pytest.fixture
 def quick_references(monkeypatch):
     """Two fast reference solutions per problem type, and a count of leaderboard builds."""
@@ -475,3 +492,12 @@ def test_concurrent_first_use_agrees_on_one_secret(monkeypatch, tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert outs == {S.task_secret().decode()} and len(outs.pop()) == 64
     assert sorted(os.listdir(tmp_path / "home")) == ["task_secret"]  # no temporary files left
+
+
+def test_cli_builds_this_installations_boards_and_never_the_shipped_file(other_secret, quick_references, capsys):
+    shipped = grading.LEADERBOARD_PATH.read_bytes()
+    assert grading.main(["--tasks", ATTACK_TASK]) == 0
+    assert quick_references == [[ATTACK_TASK]]
+    assert (grading.leaderboard_cache_dir() / f"{ATTACK_TASK}.json").is_file()
+    assert grading.LEADERBOARD_PATH.read_bytes() == shipped
+    assert "this installation's leaderboards" in capsys.readouterr().out
