@@ -72,7 +72,8 @@ def test_env_step_with_a_broken_sandbox_is_ungraded_and_ends_the_episode(tmp_pat
     assert (reward, terminated, truncated) == (0.0, True, False)
     assert info["graded"] is False and info["status"] == "ungraded" and info["score"] is None
     assert info["ungraded_cause"] == SANDBOX_UNAVAILABLE and "daemon died" in info["message"]
-    assert "ungraded" in obs["feedback"] and obs["turn"] == 1
+    assert obs["feedback"].startswith("[grader] status: ungraded |") and "\n" not in obs["feedback"]
+    assert obs["turn"] == 1
     assert list((tmp_path / "jobs").iterdir()) == []  # the job folder is cleaned up
     with pytest.raises(RuntimeError, match="episode is over"):
         env.step("print(1)")

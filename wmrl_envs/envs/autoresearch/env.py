@@ -667,8 +667,8 @@ class AutoResearchEnv(gym.Env):
                 self._turn += 1
                 self._last_grade = None
                 self._done = True  # an ungraded turn leaves the episode ungraded: no more turns
-                self._obs = next_observation(
-                    self._obs, f"$ python {SOLUTION_FILE}\n[grader] ungraded: the sandbox failed ({message})"
+                self._obs = next_observation(  # the grader's layout; nothing of the program is quoted
+                    self._obs, f"{GRADER_PREFIX}status: ungraded | the sandbox failed, not the program: {' '.join(message.split())}"
                 )
                 info = {
                     "task_id": task.task_id, "turn": self._turn, "status": "ungraded", "score": None,
