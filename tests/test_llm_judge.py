@@ -353,7 +353,7 @@ def test_scripted_predictions_batching_and_modes(tokenizer, next_observation):
         },
     )
     model.train()
-    judge = LLMJudgeWorldModel(model, tokenizer, batch_size=2, seed=3)
+    judge = LLMJudgeWorldModel(model, tokenizer, batch_size=2, seed=3, constrained=False)
     ctxs = [_obs(i) for i in range(5)]
     acts = [GOOD_CODE, "", BUGGY_CODE, "print(1)", GOOD_CODE + "\n" * 3 + "# " + "long comment " * 50]
     preds = judge.predict(ctxs, acts)
@@ -395,6 +395,10 @@ def test_scripted_predictions_batching_and_modes(tokenizer, next_observation):
     assert model.training is True
     assert second["do_sample"] is True and second["top_k"] == 20 and second["top_p"] == 0.8
     assert second["temperature"] == 0.7
+    # unconstrained: stop at the brace, no logits processor; constrained: the JSON constraint, no brace stop
+    assert "stopping_criteria" in second and "logits_processor" not in second
+    LLMJudgeWorldModel(model, tokenizer, batch_size=2, seed=3).predict([_obs()], [GOOD_CODE])
+    assert "logits_processor" in model.calls[-1] and "stopping_criteria" not in model.calls[-1]
 
 
 def test_seed_reproducible_and_global_rng_untouched(tokenizer, next_observation):
@@ -853,7 +857,7 @@ def test_answers_of_an_unconstrained_model_are_read_strictly(tokenizer, next_obs
         "print('huge')": 'valid", "bucket": "mid", "feedback": "' + "A" * 500 + '"}',
         "": 'ran_no_sub", "bucket": "low", "feedback": "done"}',
     })
-    judge = LLMJudgeWorldModel(model, tokenizer, batch_size=8, max_new_tokens=400)
+    judge = LLMJudgeWorldModel(model, tokenizer, batch_size=8, max_new_tokens=400, constrained=False)
     acts = ["print('whole')\n", "print('cut')\n", "print('two')\n", "print('huge')\n", "print('ok')\n"]
     preds = judge.predict([_obs(i) for i in range(5)], acts)
     assert [p.status for p in preds] == ["valid", "runtime_err", "runtime_err", "runtime_err", "ran_no_sub"]
