@@ -644,7 +644,7 @@ def test_fork_bomb_in_one_sandbox_does_not_starve_another(tmp_path: Path) -> Non
         report["exits"] = [os.waitpid(k, 0)[1] for k in kids]
     """)
     marker = f"bomb-{uuid.uuid4().hex}"
-    bomb_limits = SandboxLimits(wall_time_s=8, cpu_time_s=30, memory_mb=512, max_processes=16)
+    bomb_limits = SandboxLimits(wall_time_s=12, cpu_time_s=30, memory_mb=512, max_processes=16)
     calm_limits = SandboxLimits(wall_time_s=30, cpu_time_s=30, memory_mb=512, max_processes=16)
     with ThreadPoolExecutor(1) as pool:
         fut = pool.submit(sb.run_python, bomb, bomb_job, limits=bomb_limits, env={"WMRL_TEST_MARKER": marker})
