@@ -40,7 +40,6 @@ import shutil
 import stat
 import tempfile
 import threading
-import time
 import uuid
 import warnings
 from pathlib import Path
