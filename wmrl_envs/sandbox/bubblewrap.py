@@ -222,7 +222,8 @@ class BubblewrapSandbox(Sandbox):
                 "setpriv (util-linux) is missing: run `apt-get install -y util-linux`."
             )
         self._binds = self._interpreter_binds()
-        self.cgroup = _warn_if_no_cgroup(self.name)
+        #: Whether runs get a whole-sandbox cgroup here (else per-process rlimits; warned once).
+        self.whole_sandbox_bounds: bool = _warn_if_no_cgroup(self.name)
         ok, why = self._probe()
         if not ok:
             raise SandboxUnavailableError(f"bubblewrap does not work here: {why}")
