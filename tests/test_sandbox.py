@@ -906,6 +906,26 @@ def test_docker_daemon_gone_mid_run_raises_infrastructure_error(job: Path) -> No
     with pytest.raises(SandboxInfrastructureError, match="daemon gone"):
         sb.run_python("print(1)", job)
 
+    # The daemon dies while the program runs: waiting, killing and removing all fail.
+    from requests.exceptions import ConnectionError as RequestsConnectionError
+
+    class DyingContainer:
+        def start(self):
+            pass
+
+        def wait(self, timeout=None):
+            raise RequestsConnectionError("connection refused (daemon died, test)")
+
+        kill = remove = logs = reload = wait
+
+    class DyingContainers:
+        def create(self, *a, **k):
+            return DyingContainer()
+
+    sb.client.containers = DyingContainers()
+    with pytest.raises(SandboxInfrastructureError, match="daemon died"):
+        sb.run_python("print(1)", job)
+
 
 def test_project_package_is_not_importable_by_default(isolating: Sandbox, job: Path) -> None:
     """With the default hidden paths, neither ``wmrl_envs`` nor the editable install's finder
