@@ -143,7 +143,12 @@ class ExecutionResult:
         timed_out: ``True`` if the wall-clock limit was hit.
         signal: the signal number that ended the program, if any.
         backend: name of the backend that ran it.
-        extras: backend-specific details.
+        extras: backend details. All backends set ``removed_special_files`` (list of str),
+            ``oom_killed`` (bool: the kernel's OOM killer ended a process of the run -- its
+            memory limit, the program's fault), ``workdir_limit_exceeded`` (``""``,
+            ``"workdir_size_mb"`` or ``"workdir_max_files"`` when the watchdog killed the run)
+            and ``cgroup`` (bool: whole-sandbox bounds applied); bubblewrap and subprocess also
+            ``oom_kills`` (int) and ``peak_memory_mb`` (float MiB or ``None``).
     """
 
     exit_code: int | None
