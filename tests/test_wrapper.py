@@ -164,9 +164,6 @@ def test_reset_before_episode_end_abandons_it_and_step_without_episode_raises():
     assert (info["wmrl"]["group_id"], info["wmrl"]["episode_in_group"]) == (1, 0)  # a new group
 
 
-@pytest.mark.xfail(strict=True, reason="bug in AnchoredWorldModelWrapper.reset: the running episode is "
-                   "abandoned before the reset arguments are checked, so a rejected reset (ValueError) "
-                   "loses an episode of the group")
 def test_rejected_reset_leaves_the_running_episode_as_it_was():
     env, wm, w = make(anchor_fraction=1.0, group_size=2)
     w.reset(options={"target": 0.3})

@@ -688,29 +688,33 @@ class AnchoredWorldModelWrapper(
         """
         if not self.training:
             return self._reset_eval(seed, options)
-        if not self._ep_done and self._episode_in_group > 0:
-            # The running episode is abandoned: it does not count toward its group.
+        # The running episode (reset before it ended) is abandoned: it does not count toward
+        # its group. Check the arguments first, so that a rejected reset changes nothing.
+        abandon = not self._ep_done and self._episode_in_group > 0
+        in_group = self._episode_in_group - int(abandon)
+        new_group = self._group_id is None or in_group >= self.group_size
+        if not new_group and in_group > 0:
+            g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
+            if (seed is not None and seed != g_seed) or (options is not None and options != g_opts):
+                raise ValueError(
+                    f"episode {in_group} of group {self._group_id} was reset with "
+                    f"seed={seed!r}, options={options!r}, but its group started with seed={g_seed!r}, "
+                    f"options={g_opts!r}; all {self.group_size} episodes of a group share one "
+                    "task — pass the same arguments, or omit them after the first reset"
+                )
+            seed, options = g_seed, g_opts
+        if abandon:
             self._episode_in_group -= 1
             self.n_episodes -= 1
-            if self._episode_in_group == 0:
-                self._group_reset_args = (seed, options)
-        if self._group_id is None or self._episode_in_group >= self.group_size:
+        if new_group:
             self._reset_group_state()
             self._group_id = self.n_groups_started
             self.n_groups_started += 1
             self._group_route = self._next_route()
             self._group_rho = self.corrector.rho
             self._group_reset_args = (seed, options)
-        else:
-            g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
-            if (seed is not None and seed != g_seed) or (options is not None and options != g_opts):
-                raise ValueError(
-                    f"episode {self._episode_in_group} of group {self._group_id} was reset with "
-                    f"seed={seed!r}, options={options!r}, but its group started with seed={g_seed!r}, "
-                    f"options={g_opts!r}; all {self.group_size} episodes of a group share one "
-                    "task — pass the same arguments, or omit them after the first reset"
-                )
-            seed, options = g_seed, g_opts
+        elif in_group == 0:  # the group's first episode was abandoned: these arguments lead it now
+            self._group_reset_args = (seed, options)
         obs, info = self.env.reset(seed=seed, options=options)
         self._episode_in_group += 1
         self.n_episodes += 1
