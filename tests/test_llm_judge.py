@@ -88,12 +88,12 @@ def tokenizer():
     return _tokenizer()
 
 
-def _tiny_llama(tokenizer, seed: int = 0):
+def _tiny_llama(tokenizer, seed: int = 0, extra_vocab: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=len(tokenizer) + extra_vocab,  # extra_vocab: logits past the tokenizer (padded embeddings)
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
@@ -464,10 +464,15 @@ def _schema_valid(raw: str, max_chars: int = FEEDBACK_MAX_CHARS) -> dict:
     return obj
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_constrained_sampling_from_random_models_is_always_a_prediction(tokenizer, next_observation, seed):
-    """Hot sampling (temperature 1.5, no top-k/top-p) from random weights: every answer is one schema object."""
-    model = _tiny_llama(tokenizer, seed=seed)
+@pytest.mark.parametrize("seed,extra_vocab", [(0, 0), (1, 0), (2, 64)])
+def test_constrained_sampling_from_random_models_is_always_a_prediction(tokenizer, next_observation, seed, extra_vocab):
+    """Hot sampling (temperature 1.5, no top-k/top-p) from random weights: every answer is one schema object
+    (also when the model has more logits than the tokenizer has tokens)."""
+    model = _tiny_llama(tokenizer, seed=seed, extra_vocab=extra_vocab)
+    if extra_vocab:  # make the model prefer the ids no token has
+        bias = torch.zeros(len(tokenizer) + extra_vocab)
+        bias[len(tokenizer):] = 40.0
+        model.lm_head.register_forward_hook(lambda m, i, o: o + bias)
     judge = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=40, batch_size=4, temperature=1.5, top_p=1.0, top_k=0,
                                seed=seed)
     acts = [GOOD_CODE, BUGGY_CODE, NO_SUB_CODE, "print('x' * 10**6)\n"]
