@@ -15,8 +15,10 @@ are reused here; a 135M model cannot write whole scripts). World models:
 * ``judge``: :class:`~wmrl_envs.world_models.LLMJudgeWorldModel` on the agent's own backbone
   with the LoRA adapters disabled (frozen), as in the paper.
 
-Run (measured on 2 shared, busy CPU cores: ~60 s per step for 2 groups × 4 completions × 16
-tokens, ~35 s of it generation and scoring; peak memory ~3.7 GB)::
+Run (measured in float32 on one thread, oneDNN capped at AVX2 as on an AMD EPYC: ~75
+CPU-seconds per step for 2 groups × 4 completions × 16 tokens after prompts of ~370 tokens,
+~14 s of it generation, ~15 s the reference model's log-probs, ~45 s forward + backward;
+peak memory ~5.4 GB)::
 
     .venv/bin/python examples/trl_autoresearch.py --steps 4
     .venv/bin/python examples/trl_autoresearch.py --world-model judge --anchor-fraction 0.25
@@ -138,7 +140,7 @@ def build(args: Args) -> dict[str, Any]:
         output_dir=args.output_dir, max_steps=args.steps, learning_rate=args.learning_rate, beta=args.beta,
         # one generation batch of groups_per_step groups per optimizer step, back-propagated one
         # group at a time; with TRL's gradient checkpointing the peak memory of the fp32 135M model
-        # stays ~3.7 GB (measured: 7.6 GB for one 8-row micro-batch without checkpointing)
+        # stays ~5.4 GB (measured: 7.5 GB without; checkpointing costs ~12 CPU-s per step)
         num_generations=args.num_generations, per_device_train_batch_size=args.num_generations,
         gradient_accumulation_steps=args.groups_per_step, steps_per_generation=args.groups_per_step,
         max_completion_length=args.max_completion_length, temperature=args.temperature, top_p=1.0,
