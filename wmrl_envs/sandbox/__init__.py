@@ -92,7 +92,8 @@ def _bubblewrap_works() -> bool:
 
 
 def available_backends() -> list[str]:
-    """Names of the backends that can run here, best first (``"subprocess"`` always is)."""
+    """Names of the backends that can run here, best first (``"subprocess"``, always last, runs
+    everywhere but isolates nothing: ``make_sandbox("auto")`` never picks it unasked)."""
     names = []
     if _bubblewrap_works():
         names.append(BubblewrapSandbox.name)
