@@ -149,3 +149,18 @@ def test_stale_tmpfs_job_folders_anywhere_are_unmounted(tmp_path: Path) -> None:
     removed = sweep_stale_mounts()
     assert Path(job_path) in removed and not os.path.exists(job_path)
     assert list((tmp_path / "plain" / "jobs").iterdir()) == []
+
+
+@pytest.mark.skipif(not ROOT, reason="tmpfs job folders need root")
+def test_bounds_too_small_for_the_public_files_say_so(tmp_path: Path) -> None:
+    from wmrl_envs.envs.autoresearch.grading import evaluate
+    from wmrl_envs.sandbox import Sandbox
+
+    class NeverRuns(Sandbox):
+        def run_python(self, *a, **k):  # pragma: no cover - must not be reached
+            raise AssertionError("the program must not run")
+
+    limits = SandboxLimits(workdir_size_mb=1)  # the house-prices files take ~3 MiB
+    with pytest.raises(ValueError, match=r"workdir_size_mb=1.*public files of task 'house-prices'"):
+        evaluate("house-prices", "print(1)", NeverRuns(limits), workdir_root=tmp_path, limits=limits)
+    assert list(tmp_path.iterdir()) == []

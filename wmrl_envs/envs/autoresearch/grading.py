@@ -596,7 +596,8 @@ def evaluate(
         deleted.
 
     Raises:
-        ValueError: unknown task.
+        ValueError: unknown task, or a job folder bound (``workdir_size_mb``,
+            ``workdir_max_files``) too small for the task's public files.
         FileNotFoundError, SandboxUnavailableError: from the sandbox
             (:class:`~wmrl_envs.sandbox.base.SandboxInfrastructureError` when the sandbox
             failed for this run; nothing is graded then).
@@ -605,6 +606,8 @@ def evaluate(
     pre = check_source(source)
     if pre is not None:
         return grade(task, None, None, source=source, leaderboard=leaderboard), None
+    import errno
+
     from wmrl_envs.sandbox.jobdirs import JobFolder
 
     root = Path(workdir_root) if workdir_root is not None else Path(tempfile.gettempdir())
@@ -612,7 +615,16 @@ def evaluate(
     job = JobFolder(root, bounds, prefix=f"{task.task_id}-")
     kept: Path | None = None
     try:
-        write_public_files(task, job.path, cache_dir=cache_dir)
+        try:
+            write_public_files(task, job.path, cache_dir=cache_dir)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise ValueError(
+                f"the job folder's bounds (workdir_size_mb={bounds.workdir_size_mb}, workdir_max_files="
+                f"{bounds.workdir_max_files}) cannot hold the public files of task {task.task_id!r}: "
+                "raise them in SandboxLimits"
+            ) from exc
         result = sandbox.run_python(
             source, job.path, limits=limits, env=dict(EXEC_ENV if env is None else env), filename=SOLUTION_FILE
         )
