@@ -697,8 +697,8 @@ def test_job_folder_total_size_and_file_count_are_bounded(any_sandbox: Sandbox, 
         entries = list(job.path.iterdir())
         total = sum(p.stat().st_size for p in entries)
     assert not (tmp_path / "jobs" / job.path.name).exists()
-    assert len(entries) <= 200 and total <= 16 << 20, (len(entries), total)
     if job.bounded:  # kernel-enforced: the program got ENOSPC and finished normally
+        assert len(entries) <= 200 - 1 and total <= 16 << 20, (len(entries), total)
         assert res.ok, res.stderr[-2000:]
         assert _report(res)["error"] == 28
     else:  # the watchdog killed it
@@ -708,11 +708,12 @@ def test_job_folder_total_size_and_file_count_are_bounded(any_sandbox: Sandbox, 
 def test_unbounded_job_folder_is_watched(any_sandbox: Sandbox, job: Path) -> None:
     """A plain folder (no tmpfs) still gets its bounds: the watchdog kills the run."""
     limits = SandboxLimits(wall_time_s=60, cpu_time_s=60, workdir_size_mb=64, workdir_max_files=300)
-    src = "import time\nfor i in range(5000):\n    open(f'f{i}', 'w').close()\ntime.sleep(60)\n"
+    # Without the watchdog this would create files until the wall-clock limit.
+    src = "i = 0\nwhile True:\n    open(f'f{i}', 'w').close()\n    i += 1\n"
     res = any_sandbox.run_python(src, job, limits=limits)
     assert res.extras["workdir_limit_exceeded"] == "workdir_max_files"
-    assert res.exit_code is None and not res.timed_out and res.wall_time_s < 60
-    assert len(list(job.iterdir())) < 5000
+    assert res.exit_code is None and res.signal == 9 and not res.timed_out
+    assert len(list(job.iterdir())) > 300  # (checked every 0.2 s: it overshoots by what it wrote meanwhile)
 
 
 def test_step_filling_its_folder_with_small_files_ends_within_the_limit(tmp_path: Path) -> None:
