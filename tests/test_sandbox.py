@@ -592,7 +592,7 @@ _FOUR_CHILDREN = _program("""
             for j in range(0, len(block), 4096):
                 block[j] = 1
             open(f"held_{i}", "w").close()
-            time.sleep(3)
+            time.sleep(5)  # long enough that no two children could hold their block in turn
             os._exit(0)
         kids.append(pid)
     statuses = [os.waitpid(k, 0)[1] for k in kids]
