@@ -452,3 +452,22 @@ def test_registration_and_gym_make(sandbox):
     _, r, terminated, _, info = env.step("")
     assert (r, terminated, info["status"]) == (0.0, False, "malformed")
     env.close()
+
+
+@pytest.mark.parametrize(
+    "extras, exit_code, signal, expected",
+    [
+        ({"oom_killed": True}, None, 9, "memory limit exceeded"),
+        ({"oom_killed": False}, None, 9, "killed by signal 9"),
+        ({"workdir_limit_exceeded": "workdir_max_files"}, None, 9, "job folder limit exceeded (workdir_max_files)"),
+        ({"workdir_limit_exceeded": "workdir_size_mb"}, 0, None, "job folder limit exceeded (workdir_size_mb)"),
+    ],
+)
+def test_grade_names_the_sandbox_limit_that_stopped_the_program(tmp_path, extras, exit_code, signal, expected):
+    from wmrl_envs.envs.autoresearch.grading import grade
+    from wmrl_envs.sandbox import ExecutionResult
+
+    res = ExecutionResult(exit_code, "", "", 1.0, signal=signal, backend="fake", extras=extras)
+    g = grade("hastie-noisy", tmp_path, res, source="print(1)\n")
+    assert g.status == "runtime_err"  # the agent's own limit: graded, not ungraded
+    assert expected in g.message

@@ -530,10 +530,16 @@ def grade(
     )
     if r.timed_out:
         return _base(task, "runtime_err", message="killed: wall-clock time limit exceeded", **common)
+    extras = getattr(r, "extras", None) or {}
+    if extras.get("workdir_limit_exceeded"):  # the program's own doing: it filled its folder
+        return _base(task, "runtime_err", message="killed: job folder limit exceeded "
+                     f"({extras['workdir_limit_exceeded']})", **common)
     if r.exit_code != 0:
         why = f"exited with status {r.exit_code}" if r.exit_code is not None else (
             f"killed by signal {r.signal}" if r.signal else "killed"
         )
+        if extras.get("oom_killed"):
+            why += " (memory limit exceeded: a process of the run was OOM-killed)"
         return _base(task, "runtime_err", message=f"the program {why}", **common)
     if job_dir is None:
         raise ValueError("job_dir is required to grade a program that ran")
