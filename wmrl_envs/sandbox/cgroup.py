@@ -220,24 +220,32 @@ def _read_pids(folder: str) -> list[int]:
         return []
 
 
+def _kill_folder(folder: str, *, kill_file_only: bool = False) -> None:
+    """SIGKILL every process of one cgroup folder: ``cgroup.kill`` (v2, Linux >= 5.14) where
+    it exists, else (or also, unless ``kill_file_only``) each pid of ``cgroup.procs``."""
+    kill_file = os.path.join(folder, "cgroup.kill")
+    if os.path.exists(kill_file):
+        try:
+            with open(kill_file, "w") as fh:
+                fh.write("1")
+            if kill_file_only:
+                return
+        except OSError:
+            pass
+    for pid in _read_pids(folder):
+        try:
+            os.kill(pid, _signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def _kill_and_rmdir(folders: list[str], timeout_s: float) -> bool:
     """SIGKILL every process in ``folders`` until they are empty, then remove them."""
     deadline = time.monotonic() + timeout_s
     remaining = [f for f in folders if os.path.isdir(f)]
     while remaining:
         for f in list(remaining):
-            kill_file = os.path.join(f, "cgroup.kill")  # v2, Linux >= 5.14
-            if os.path.exists(kill_file):
-                try:
-                    with open(kill_file, "w") as fh:
-                        fh.write("1")
-                except OSError:
-                    pass
-            for pid in _read_pids(f):
-                try:
-                    os.kill(pid, _signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _kill_folder(f)
             try:
                 os.rmdir(f)
                 remaining.remove(f)
@@ -349,19 +357,7 @@ class ExecutionCgroup:
     def kill(self) -> None:
         """SIGKILL every process of the group (the group stays)."""
         for f in self.folders:
-            kill_file = os.path.join(f, "cgroup.kill")
-            if self.version == 2 and os.path.exists(kill_file):
-                try:
-                    with open(kill_file, "w") as fh:
-                        fh.write("1")
-                    continue
-                except OSError:
-                    pass
-            for pid in _read_pids(f):
-                try:
-                    os.kill(pid, _signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _kill_folder(f, kill_file_only=self.version == 2)
 
     def remove(self, timeout_s: float = 5.0) -> bool:
         """Kill what is left in the group and remove it; ``True`` when it is gone. Safe to repeat."""
