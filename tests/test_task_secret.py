@@ -501,3 +501,18 @@ def test_cli_builds_this_installations_boards_and_never_the_shipped_file(other_s
     assert (grading.leaderboard_cache_dir() / f"{ATTACK_TASK}.json").is_file()
     assert grading.LEADERBOARD_PATH.read_bytes() == shipped
     assert "this installation's leaderboards" in capsys.readouterr().out
+
+
+def test_hidden_paths_cover_scikit_learn_data_in_the_base_installation(tmp_path, monkeypatch):
+    """The sandboxes bind the base interpreter's installation read-only, not only the venv: a
+    scikit-learn installed there (pyenv/conda base, /usr/local) must have its data hidden too."""
+    import sys
+
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
+
+    base = tmp_path / "base-python"
+    data = base / "lib" / "python3.11" / "site-packages" / "sklearn" / "datasets" / "data"
+    data.mkdir(parents=True)
+    (data / "digits.csv.gz").write_bytes(b"x")
+    monkeypatch.setattr(sys, "base_prefix", str(base))
+    assert str(data) in sandbox_hidden_paths()

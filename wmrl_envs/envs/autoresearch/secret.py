@@ -40,6 +40,7 @@ Contents:
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import hmac
 import os
@@ -207,7 +208,9 @@ def sandbox_hidden_paths() -> list[str]:
       the imported ``wmrl_envs`` package (the task generators and leaderboards);
     * every copy of scikit-learn's bundled data sets (``sklearn/datasets/data``: the digits
       images the digits tasks are built from) that the sandbox's Python could reach: the one
-      this interpreter imports and those in its site-packages folders.
+      this interpreter imports, those in its site-packages folders, and those in the
+      site-/dist-packages of the base installation, ``/usr`` and ``/usr/local`` (the
+      sandboxes bind these read-only).
 
     Returns:
         Absolute paths (str) that exist, without duplicates, in a stable order.
@@ -224,6 +227,12 @@ def sandbox_hidden_paths() -> list[str]:
     task_secret()
     found: list[str] = [str(secret_dir()), *default_hidden_paths(), os.path.dirname(os.path.abspath(wmrl_envs.__file__))]
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + list(sys.path)
+    # The sandboxes bind the base installation and /usr too (not only the venv): a scikit-learn
+    # installed there (pyenv/conda base, /usr/local, Debian's python3-sklearn) must be hidden
+    # as well, though this interpreter never imports it.
+    for prefix in dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, "/usr", "/usr/local"]):
+        for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages", "lib*/python3/dist-packages"):
+            roots.extend(sorted(glob.glob(os.path.join(prefix, pattern))))
     try:
         import sklearn
 
