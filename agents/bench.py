@@ -753,6 +753,9 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     wm = build_world_model(cfg)
     log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} seeds={cfg.seeds}")
     try:
+        # This installation's leaderboards (built once per task secret): paid before any method
+        # runs, so that no method's compute includes a one-off build.
+        AutoResearchEnv(tasks="all", sandbox=sandbox).prepare_leaderboards()
         return run_bench(
             cfg,
             make_agent=make_agent,

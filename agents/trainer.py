@@ -259,6 +259,9 @@ def _build(cfg: TrainConfig) -> _Components:
             "scripts/setup.sh does), or pass --sandbox subprocess to accept running it unisolated."
         )
     env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits)
+    # This installation's leaderboards (built once per task secret, cached): paid here, before
+    # any step, so that no one-off build is charged as execution cost.
+    env.prepare_leaderboards()
     corrector = WMRLCorrector(
         IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
         AnchorWeighter(

@@ -516,3 +516,42 @@ def test_hidden_paths_cover_scikit_learn_data_in_the_base_installation(tmp_path,
     (data / "digits.csv.gz").write_bytes(b"x")
     monkeypatch.setattr(sys, "base_prefix", str(base))
     assert str(data) in sandbox_hidden_paths()
+
+
+def test_leaderboard_builds_happen_at_reset_never_inside_step(monkeypatch):
+    """A one-off leaderboard build must not be charged as execution cost: it happens when the
+    task is reset (or up front through prepare_leaderboards), never inside step()."""
+    import wmrl_envs.envs.autoresearch.env as env_mod
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+
+    calls: list[tuple[str, str]] = []
+    phase = {"now": "init"}
+    real = env_mod.get_leaderboard
+
+    def spy(task_id, *a, **kw):
+        calls.append((phase["now"], task_id))
+        return real(task_id, *a, **kw)
+
+    monkeypatch.setattr(env_mod, "get_leaderboard", spy)
+
+    class FailingSandbox:  # the step never needs to execute: the pre-check decides
+        isolates = True
+        name = "fake"
+
+        def run_python(self, *a, **kw):  # pragma: no cover - not reached
+            raise AssertionError("not executed")
+
+    env = AutoResearchEnv(tasks=["hastie-noisy", "house-prices"], sandbox=FailingSandbox())
+    phase["now"] = "prepare"
+    boards = env.prepare_leaderboards()
+    assert sorted(boards) == ["hastie-noisy", "house-prices"] and all(len(v) > 0 for v in boards.values())
+    phase["now"] = "reset"
+    env.reset(options={"task_id": "hastie-noisy"})
+    phase["now"] = "step"
+    env.step("this is not python(")  # syntax error: graded on the host
+    # the board (built on first use and cached per installation) was fetched at reset, so the
+    # step's own lookup, where one is made, only reads the cache
+    assert calls[:2] == [("prepare", "hastie-noisy"), ("prepare", "house-prices")]
+    assert calls[2] == ("reset", "hastie-noisy")
+    with pytest.raises(ValueError, match="not this environment's tasks"):
+        env.prepare_leaderboards(["digits-shifted"])

@@ -550,6 +550,31 @@ class AutoResearchEnv(gym.Env):
                 self._root.mkdir(parents=True, exist_ok=True)
         return self._root
 
+    def prepare_leaderboards(self, task_ids: Sequence[str] | None = None) -> dict[str, list[float]]:
+        """Make sure the leaderboards of the environment's tasks exist under the active secret.
+
+        Under the reference secret this only reads the shipped file; under any other secret a
+        task's board is built once per installation (its reference solutions run on the host,
+        tens of CPU-seconds per task, progress on stderr) and cached. :meth:`reset` calls this
+        for its task, so a build never falls inside :meth:`step`, whose time a caller charges as
+        execution cost; call it up front to pay for all boards before training starts.
+
+        Args:
+            task_ids: tasks to prepare (default: all of the environment's tasks).
+
+        Returns:
+            ``{task_id: reference metric values}``.
+
+        Raises:
+            ValueError: a task id that is not one of the environment's tasks.
+            RuntimeError: a reference solution failed while building a board.
+        """
+        ids = list(self.task_ids if task_ids is None else task_ids)
+        unknown = [t for t in ids if t not in self.task_ids]
+        if unknown:
+            raise ValueError(f"task(s) {unknown} are not this environment's tasks: {', '.join(self.task_ids)}")
+        return {t: get_leaderboard(t) for t in ids}
+
     def _prompt(self, task_id: str) -> str:
         if task_id not in self._prompts:
             self._prompts[task_id] = build_prompt(task_id)
@@ -586,6 +611,7 @@ class AutoResearchEnv(gym.Env):
         elif task_id not in self.task_ids:
             get_task(task_id)  # unknown ids: the registry's error lists all ids
             raise ValueError(f"task {task_id!r} is not one of this environment's tasks: {', '.join(self.task_ids)}")
+        self.prepare_leaderboards([task_id])  # a one-off build belongs to no step's cost
         self._task = get_task(task_id)
         self._turn = 0
         self._best = 0.0
