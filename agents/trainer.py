@@ -445,6 +445,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     t_start = time.perf_counter()
     console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
+    if _secret_record()["reference"]:
+        console.print(
+            "[yellow]warning[/yellow]: the AutoResearch data come from the public reference secret "
+            "(WMRL_TASK_SECRET=wmrl-reference): its hidden labels can be rebuilt from this repository. "
+            "Use it to reproduce published figures; unset WMRL_TASK_SECRET to train on this "
+            "installation's private data (docs/autoresearch.md)."
+        )
     if resume and (run_dir / "summary.json").exists():
         raise ValueError(
             f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
@@ -583,10 +590,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                 f.write(json.dumps(rec, default=_json_default) + "\n")
             _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
                                                      "wall_s": prior_wall + time.perf_counter() - t_start})
-            progress.update(bar, advance=1, info=(
+            info = (
                 f"reward {rec['reward_mean'] if rec['reward_mean'] is not None else float('nan'):.3f} "
                 f"rho {stats['rho']:.2f} pairs {stats['anchor_pairs']}"
-            ))
+            )
+            progress.update(bar, advance=1, info=info)
+            if not console.is_terminal and not quiet:  # a log file gets one line per step instead of a bar
+                console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
 
     console.print("evaluating the trained policy on the held-out tasks (real execution)")
     eval_after = evaluate(c, cfg)
@@ -613,6 +623,13 @@ def _step_causes(groups: list[Any]) -> dict[str, int]:
     return out
 
 
+def _secret_record() -> dict[str, Any]:
+    """Which task secret the run's data came from: its one-way fingerprint, never the secret."""
+    from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
+
+    return {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()}
+
+
 def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall: float) -> dict[str, Any]:
     led = c.wrapper.ledger
     stats = c.wrapper.corrector.stats()
@@ -621,6 +638,7 @@ def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall
         "preset": cfg.preset,
         "steps": cfg.steps,
         "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
+        "task_secret": _secret_record(),
         "rollouts": c.wrapper.n_episodes,
         "real_executions": led.count("execution"),
         "world_model_predictions": led.count("world_model"),

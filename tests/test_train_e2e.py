@@ -48,6 +48,8 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert steps == [0, 1]
     # accounting: tiny = 2 steps x 2 groups x G=2; >= 1 anchor group per step
     assert summary["rollouts"] == 8
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+    assert summary["task_secret"] == {"fingerprint": secret_fingerprint(), "reference": True}  # conftest's
     assert summary["groups"] == 4 and summary["anchor_groups"] >= 2
     assert summary["real_executions"] == 2 * summary["anchor_groups"]
     assert summary["world_model_predictions"] == 8
