@@ -172,6 +172,10 @@ def _validate(cfg: TrainConfig) -> None:
          f"max_ungraded_share must be in (0, 1] or None (never stop), got {cfg.max_ungraded_share}"),
         (cfg.world_model_timeout_s is None or cfg.world_model_timeout_s > 0,
          f"world_model_timeout_s must be > 0 seconds or None (no limit), got {cfg.world_model_timeout_s}"),
+        (cfg.temperature > 0, f"temperature must be > 0 (sampling), got {cfg.temperature}"),
+        (cfg.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}"),
+        (cfg.exec_wall_time_s > 0, f"exec_wall_time_s must be > 0 seconds, got {cfg.exec_wall_time_s}"),
+        (cfg.exec_memory_mb >= 1, f"exec_memory_mb must be a positive number of MiB, got {cfg.exec_memory_mb}"),
     ]
     for ok, msg in checks:
         if not ok:

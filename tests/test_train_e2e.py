@@ -80,6 +80,10 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
         ["--sandbox", "nope"],
         ["--min-pairs", "0"],
         ["--rho-target", "9"],
+        ["--exec-memory-mb", "0"],
+        ["--exec-wall-time-s", "0"],
+        ["--temperature", "-1"],
+        ["--max-new-tokens", "0"],
     ],
 )
 def test_bad_settings_fail_fast_without_a_run_folder(tmp_path, args, capsys):
