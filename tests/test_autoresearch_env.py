@@ -471,3 +471,124 @@ def test_grade_names_the_sandbox_limit_that_stopped_the_program(tmp_path, extras
     g = grade("hastie-noisy", tmp_path, res, source="print(1)\n")
     assert g.status == "runtime_err"  # the agent's own limit: graded, not ungraded
     assert expected in g.message
+
+
+# ------------------------------------------------------------- hostile submission.csv (issue 9)
+
+CHURN = "customer-churn"  # roc_auc on int labels; target `churned`
+
+
+def _churn_rows(value=lambda y: str(y)) -> str:
+    d = task_data(CHURN)
+    return "".join(f"{i},{value(y)}\n" for i, y in zip(d.test_ids, d.y_test))
+
+
+def _grade_file(job: Path, content: bytes, task: str = CHURN):
+    from wmrl_envs.envs.autoresearch.grading import grade
+
+    job.mkdir(exist_ok=True)
+    (job / "submission.csv").write_bytes(content)
+    return grade(task, job, ExecutionResult(0, "", "", 1.0, backend="fake"), leaderboard=[0.5])
+
+
+def _malformed_submissions() -> dict[str, tuple[bytes, str]]:
+    """name -> (file content, substring the grader's message must hold)."""
+    d = task_data(CHURN)
+    rows = _churn_rows()
+    first = int(d.test_ids[0])
+    rest = "".join(f"{i},{y}\n" for i, y in zip(d.test_ids[1:], d.y_test[1:]))
+    wide = ",".join(["id", "churned"] + [f"x{i}" for i in range(200)]) + "\n"
+    return {
+        "same id after strip": (b"id,id ,churned\n" + "".join(f"{i},{i},{y}\n" for i, y in zip(d.test_ids, d.y_test)).encode(), "duplicate column"),
+        "same target after strip": (("id,churned, churned\n" + "".join(f"{i},{y},{y}\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "duplicate column"),
+        "exact duplicate": (("id,churned,churned\n" + "".join(f"{i},{y},{y}\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "duplicate column"),
+        "empty file": (b"", "empty"),
+        "blank lines only": (b"\n\n   \n", "empty"),
+        "header only": (b"id,churned\n", "rows"),
+        "not utf-8": (b"id,churned\n" + f"{first},\xff\xfe\n".encode("latin-1") + rest.encode(), "UTF-8"),
+        "utf-16": (("id,churned\n" + rows).encode("utf-16"), "UTF-8"),
+        "NUL bytes": (b"id,churned\n" + f"{first}\x00,1\x00\n".encode() + rest.encode(), "NUL"),
+        "NUL in header": (b"id\x00,churned\n" + rows.encode(), "NUL"),
+        "unclosed quote": (b'id,churned\n"' + rows.encode(), "could not parse"),
+        "ragged rows": (b"id,churned\n" + rows.encode() + b"1,2" + b",0" * 100_000 + b"\n", "fields; the header has 2"),
+        "wide first row": (b"id,churned\n" + f"{first},1".encode() + b",0" * 900_000 + b"\n" + rest.encode(), "fields"),
+        "short row": (b"id,churned\n" + f"{first}\n".encode() + rest.encode(), "missing values"),
+        "huge field": (b"id,churned\n" + f"{first},{'7' * 3_000_000}\n".encode() + rest.encode(), "too large"),
+        "long number": (b"id,churned\n" + f"{first},{'7' * 1_500_000}\n".encode() + rest.encode(), "field limit"),
+        "quoted newline in header": (b'"id\nx",churned\n' + rows.encode(), "lacks column"),
+        "huge number": (b"id,churned\n" + f"{first},1e999999\n".encode() + rest.encode(), "non-finite"),
+        "float ids": (b"id,churned\n" + f"{first + 0.5},1\n".encode() + rest.encode(), "integer ids"),
+        "infinite id": (b"id,churned\n" + b"inf,1\n" + rest.encode(), "integer ids"),
+        "huge integer id": (b"id,churned\n" + b"9" * 40 + b",1\n" + rest.encode(), "integer ids"),
+        "binary garbage": (bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8)), "submission.csv"),
+        "too many columns": ((wide + "".join(f"{i},{y}" + ",0" * 200 + "\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "columns"),
+        "long column name": (("id," + "c" * 3000 + "\n" + rows).encode(), "lacks column"),
+        "numeric header": (b"1,2\n" + rows.encode(), "lacks column"),
+        "target is text": (b"id,churned\n" + rows.replace(",1\n", ",yes\n").encode(), "numeric"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_malformed_submissions()))
+def test_any_malformed_submission_is_the_agents_ran_no_sub(tmp_path, name):
+    content, expected = _malformed_submissions()[name]
+    g = _grade_file(tmp_path / "job", content)
+    assert (g.status, g.score) == ("ran_no_sub", 0.2), g.message
+    assert expected in g.message, g.message
+    assert len(g.message) <= 600 and "\x00" not in g.message
+
+
+def test_a_duplicate_column_after_strip_is_graded_not_raised_by_step(sandbox, tmp_path):
+    env = AutoResearchEnv(tasks=[TASK], sandbox=sandbox, limits=LIMITS, workdir_root=str(tmp_path))
+    env.reset(seed=1)
+    src = ("import pandas as pd\nt = pd.read_csv('test.csv')\n"
+           "pd.DataFrame({'id': t['id'], 'id ': t['id'], 'price': 1.0}).to_csv('submission.csv', index=False)\n")
+    obs, reward, terminated, _, info = env.step(src)
+    assert (reward, terminated, info["status"]) == (0.2, True, "ran_no_sub")
+    assert "duplicate column" in info["message"] and "duplicate column" in obs["feedback"]
+    env.close()
+
+
+def test_submission_size_is_bounded_by_the_test_set(tmp_path):
+    from wmrl_envs.envs.autoresearch.grading import submission_max_bytes
+
+    d = task_data(CHURN)
+    limit = submission_max_bytes(CHURN)
+    assert limit == 64 * 1024 + 256 * len(d.test_ids)  # 1.98 MB for 7500 test rows
+    # a generous valid submission (17-digit floats, two extra columns) stays far below it
+    rows = "".join(f"{i},{float(y) + 1 / 3!r},{1 / 7!r},note\n" for i, y in zip(d.test_ids, d.y_test))
+    generous = ("id,churned,p2,comment\n" + rows).encode()
+    assert len(generous) < limit / 3
+    assert _grade_file(tmp_path / "ok", generous).status == "valid"
+    # a 4000-column, 60 MB file is refused before it is read
+    big = ("id,churned," + ",".join(f"x{i}" for i in range(3998)) + "\n").encode()
+    tail = ("," + ",".join(["0"] * 3998) + "\n").encode()
+    big += b"".join(f"{i},{y}".encode() + tail for i, y in zip(d.test_ids, d.y_test))
+    assert len(big) > 60_000_000
+    g = _grade_file(tmp_path / "big", big)
+    assert g.status == "ran_no_sub"
+    assert f"{len(big)} bytes" in g.message and f"at most {limit} bytes" in g.message
+
+
+def test_missing_column_message_caps_names_and_the_report_keeps_both_grader_lines(tmp_path):
+    d = task_data(CHURN)
+    header = "id," + "c" * 3000 + "," + ",".join(f"col{i}" for i in range(30)) + "\n"
+    rows = "".join(f"{i},{y}" + ",0" * 30 + "\n" for i, y in zip(d.test_ids, d.y_test))
+    g = _grade_file(tmp_path / "job", (header + rows).encode())
+    assert g.status == "ran_no_sub" and "lacks column(s) ['churned']" in g.message
+    assert "'" + "c" * 37 + "..." in g.message and "c" * 41 not in g.message
+    assert "and 22 more" in g.message and len(g.message) < 700
+    fb = format_feedback(g).split("\n")
+    assert fb[0].startswith("[grader] status: ran_no_sub | score 0.2 | ")
+    assert fb[1].startswith("[grader] $ python solution.py | exit code 0 | ")
+
+
+@pytest.mark.parametrize("n", [10, 2_999, 3_000, 50_000])
+def test_layout_feedback_never_drops_the_run_line(n):
+    from wmrl_envs.envs.autoresearch.env import layout_feedback
+
+    fb = layout_feedback("ran_no_sub", 0.2, ["m" * n], run="exit code 0 | 1.00 s", output="log\n" * 5000)
+    lines = fb.split("\n")
+    assert lines[0].startswith("[grader] status: ran_no_sub | score 0.2 | m")
+    assert lines[1] == "[grader] $ python solution.py | exit code 0 | 1.00 s"
+    assert len(fb) <= FEEDBACK_MAX_CHARS and lines[-1] == "| log"
+    assert ("m" * n in lines[0]) == (n < 2_999)

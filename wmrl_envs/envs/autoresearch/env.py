@@ -222,6 +222,11 @@ the program prints can look like a :data:`GRADER_PREFIX` line)."""
 _OUTPUT_CUT_NOTE = GRADER_PREFIX + "(program output cut: its start is left out)"
 
 
+def _cap_line(line: str, n: int) -> str:
+    """``line`` cut to ``n`` characters, ending in ``...`` when cut."""
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
 def _one_line(text: Any) -> str:
     return " ".join(sanitize_text(text, FEEDBACK_MAX_CHARS).split())
 
@@ -248,7 +253,9 @@ def layout_feedback(
     prints (or a world model predicts as its log) can neither come before the grader's report
     nor read as one of its lines. Status and score come first on the report line; the details
     after them are collapsed to that one line. When the text would be too long, the start of
-    the output is cut (a grader line says so); the report is always kept whole. The real
+    the output is cut (a grader line says so); the grader's lines are always kept (the two
+    together take at most half of ``max_chars``: a report line longer than its share ends in
+    ``...`` after status and score, and the run line takes at most a quarter). The real
     grader (:func:`format_feedback`) and the world models that predict feedback
     (:func:`wmrl_envs.world_models.llm_judge.format_predicted_feedback`) share this layout.
 
@@ -270,10 +277,12 @@ def layout_feedback(
     if max_chars < 400:
         raise ValueError(f"max_chars must be >= 400, got {max_chars}")
     fields = [f"status: {_one_line(status)}", f"score {float(score):.4g}", *(_one_line(d) for d in details if str(d).strip())]
-    head = [GRADER_PREFIX + " | ".join(fields)]
-    if run is not None:
-        head.append(f"{GRADER_PREFIX}$ python {SOLUTION_FILE} | {_one_line(run)}")
-    head_text = "\n".join(head)[: max_chars // 2]
+    report = GRADER_PREFIX + " | ".join(fields)
+    head = []
+    if run is not None:  # at most a quarter of the text, so the report line keeps room too
+        head.append(_cap_line(f"{GRADER_PREFIX}$ python {SOLUTION_FILE} | {_one_line(run)}", max_chars // 4))
+    room_report = max_chars // 2 - sum(len(h) + 1 for h in head)  # the grader lines share half the text
+    head_text = "\n".join([_cap_line(report, room_report), *head])
     lines = sanitize_text(output, 4 * max_chars, keep="tail").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()

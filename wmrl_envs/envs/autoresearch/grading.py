@@ -35,9 +35,11 @@ Contents:
 from __future__ import annotations
 
 import argparse
+import csv
 import fcntl
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -52,6 +54,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -82,6 +85,10 @@ __all__ = [
     "write_public_files",
     "check_source",
     "read_submission",
+    "submission_max_bytes",
+    "SUBMISSION_BYTES_PER_ROW",
+    "SUBMISSION_HEADER_BYTES",
+    "MAX_SUBMISSION_COLUMNS",
     "compute_metric",
     "grade",
     "evaluate",
@@ -114,7 +121,18 @@ tasks assumes one core) and a fixed hash seed."""
 TAIL_CHARS = 2000
 """Characters of stdout / stderr kept in a :class:`Grade` (the tail)."""
 
-MAX_SUBMISSION_BYTES = 64 * 1024 * 1024
+SUBMISSION_BYTES_PER_ROW = 256
+"""Bytes a ``submission.csv`` may spend per test row (:func:`submission_max_bytes`): an id and
+a 17-digit float take about 30, so extra columns still fit."""
+
+SUBMISSION_HEADER_BYTES = 64 * 1024
+"""Bytes a ``submission.csv`` may spend beyond its rows (:func:`submission_max_bytes`)."""
+
+MAX_SUBMISSION_COLUMNS = 64
+"""Most columns a ``submission.csv`` may have (only ``id`` and the target are read)."""
+
+_NAME_CHARS = 40  # characters of a column name quoted in a grader message
+_NAMES_SHOWN = 10  # column names listed in a grader message
 _CSV_FLOAT_FORMAT = "%.6g"
 
 LEADERBOARD_PATH = Path(__file__).with_name("leaderboards.json")
@@ -369,53 +387,108 @@ def _normalise_labels(values: pd.Series, classes: np.ndarray) -> tuple[np.ndarra
     return arr, ""
 
 
-def read_submission(task: TaskSpec | str, job_dir: str | Path) -> tuple[np.ndarray | None, str]:
-    """Parse and validate ``submission.csv`` of a job folder.
+def submission_max_bytes(task: TaskSpec | str) -> int:
+    """The largest ``submission.csv`` the grader reads for ``task``, in bytes:
+    :data:`SUBMISSION_HEADER_BYTES` + :data:`SUBMISSION_BYTES_PER_ROW` per test row (1.98 MB for
+    the largest test set, 7,500 rows; a valid submission takes about an eighth of that).
 
-    Checks: the file exists and parses as CSV; it has columns ``id`` and the target; one row
-    per test id (no duplicates, none missing or extra); no missing predictions; predictions
-    of the right type (class labels from the training set for ``accuracy`` / ``macro_f1``,
-    finite numbers otherwise). Extra columns are ignored.
-
-    Args:
-        task: a :class:`TaskSpec` or task id.
-        job_dir: the job folder.
-
-    Returns:
-        ``(predictions, "")`` with predictions aligned to the test ids (array of length
-        ``n_test``: int64/object labels, or float64 scores/values), or ``(None, reason)``.
+    Raises:
+        ValueError: unknown task id.
     """
     task = get_task(task) if isinstance(task, str) else task
-    data = task_data(task.task_id)
-    path = Path(job_dir) / SUBMISSION_FILE
-    if path.is_symlink():
-        return None, f"{SUBMISSION_FILE} must be a regular file, not a symbolic link"
-    if not path.is_file():
-        return None, f"{SUBMISSION_FILE} not found in the working directory"
-    if path.stat().st_size > MAX_SUBMISSION_BYTES:
-        return None, f"{SUBMISSION_FILE} is too large ({path.stat().st_size} bytes)"
-    label_task = task.metric in LABEL_METRICS
+    return SUBMISSION_HEADER_BYTES + SUBMISSION_BYTES_PER_ROW * len(task_data(task.task_id).test_ids)
+
+
+def _quote_names(names: Sequence[str]) -> str:
+    """``['a', 'b', ... and N more]``: at most :data:`_NAMES_SHOWN` names of at most
+    :data:`_NAME_CHARS` characters each (longer ones end in ``...``)."""
+    shown = [repr(n if len(n) <= _NAME_CHARS else n[: _NAME_CHARS - 3] + "...") for n in names[:_NAMES_SHOWN]]
+    more = f", and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+    return "[" + ", ".join(shown) + more + "]"
+
+
+def _read_bounded(path: Path, limit: int) -> tuple[str | None, str]:
+    """The text of ``path`` (UTF-8, a leading BOM dropped) if it is a regular file of at most
+    ``limit`` bytes, else ``(None, reason)``. Never reads more than ``limit + 1`` bytes."""
     try:
-        sub = pd.read_csv(
-            path,
-            dtype={task.target: str} if label_task else None,
-            keep_default_na=not label_task,
-            na_values=[""] if label_task else None,
-        )
-    except Exception as e:  # noqa: BLE001 - any parse failure is a format error
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        return None, f"could not open {SUBMISSION_FILE}: {e.strerror}; write it as a regular file"
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not S_ISREG(st.st_mode):
+            return None, f"{SUBMISSION_FILE} must be a regular file"
+        raw = fh.read(limit + 1) if st.st_size <= limit else b""
+    size = max(st.st_size, len(raw))
+    if size > limit:
+        return None, (f"{SUBMISSION_FILE} is too large ({size} bytes); the grader reads at most {limit} bytes "
+                      f"for this task: write only the columns '{ID_COLUMN}' and the target")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        return None, (f"{SUBMISSION_FILE} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                      "write it as UTF-8")
+    if "\x00" in text:
+        return None, f"{SUBMISSION_FILE} contains NUL bytes; write a plain-text CSV"
+    if not text.strip():
+        return None, f"{SUBMISSION_FILE} is empty; write a header line '{ID_COLUMN},<target>' and one row per test id"
+    return text, ""
+
+
+def _parse_submission(task: TaskSpec, data: TaskData, text: str) -> tuple[np.ndarray | None, str]:
+    label_task = task.metric in LABEL_METRICS
+    # Field counts first, with the csv module (linear time): pandas takes minutes on a row far
+    # wider than the header when only some columns are read.
+    width = 0
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        for row in reader:
+            if not width:
+                width = len(row)
+                if width > MAX_SUBMISSION_COLUMNS:
+                    return None, (f"{SUBMISSION_FILE} has {width} columns; at most {MAX_SUBMISSION_COLUMNS} are "
+                                  f"allowed (only '{ID_COLUMN}' and '{task.target}' are read)")
+            elif len(row) > width:
+                return None, (f"line {reader.line_num} of {SUBMISSION_FILE} has {len(row)} fields; the header "
+                              f"has {width}: write one field per column")
+    except csv.Error as e:
+        return None, f"could not parse {SUBMISSION_FILE} (line {reader.line_num}): {str(e)[:200]}"
+    try:
+        header = pd.read_csv(io.StringIO(text), header=None, nrows=1, dtype=str, keep_default_na=False)
+    except Exception as e:  # noqa: BLE001 - any parse failure of the agent's file is a format error
         return None, f"could not parse {SUBMISSION_FILE}: {type(e).__name__}: {str(e)[:200]}"
-    sub.columns = [str(c).strip() for c in sub.columns]
-    missing_cols = [c for c in (ID_COLUMN, task.target) if c not in sub.columns]
+    names = [str(c).strip() for c in header.iloc[0].tolist()] if len(header) else []
+    if len(names) > MAX_SUBMISSION_COLUMNS:
+        return None, (f"{SUBMISSION_FILE} has {len(names)} columns; at most {MAX_SUBMISSION_COLUMNS} are "
+                      f"allowed (only '{ID_COLUMN}' and '{task.target}' are read)")
+    seen: set[str] = set()
+    dups = sorted({n for n in names if n in seen or seen.add(n)})
+    if dups:
+        return None, (f"{SUBMISSION_FILE} has duplicate column names {_quote_names(dups)} (names are compared "
+                      "after stripping spaces); write each column once")
+    missing_cols = [c for c in (ID_COLUMN, task.target) if c not in names]
     if missing_cols:
         return None, (
             f"{SUBMISSION_FILE} lacks column(s) {missing_cols}; expected columns "
-            f"['{ID_COLUMN}', '{task.target}'], got {list(sub.columns)[:10]}"
+            f"['{ID_COLUMN}', '{task.target}'], got {_quote_names(names)}"
         )
+    pos = sorted((names.index(ID_COLUMN), names.index(task.target)))
+    try:
+        sub = pd.read_csv(
+            io.StringIO(text),
+            usecols=pos,
+            dtype=str if label_task else None,
+            keep_default_na=not label_task,
+            na_values=[""] if label_task else None,
+        )
+    except Exception as e:  # noqa: BLE001 - any parse failure of the agent's file is a format error
+        return None, f"could not parse {SUBMISSION_FILE}: {type(e).__name__}: {str(e)[:200]}"
+    sub.columns = [names[i] for i in pos]
     n_test = len(data.test_ids)
     if len(sub) != n_test:
         return None, f"{SUBMISSION_FILE} has {len(sub)} rows; expected {n_test} (one per test id)"
     ids = pd.to_numeric(sub[ID_COLUMN], errors="coerce").to_numpy(dtype=np.float64)
-    if np.isnan(ids).any() or not np.all(ids == np.round(ids)):
+    if not (np.isfinite(ids).all() and np.all(ids == np.round(ids)) and np.all(np.abs(ids) < 2.0**53)):
         return None, f"column '{ID_COLUMN}' must hold the integer ids of test.csv"
     ids = ids.astype(np.int64)
     if len(np.unique(ids)) != len(ids):
@@ -440,6 +513,49 @@ def read_submission(task: TaskSpec | str, job_dir: str | Path) -> tuple[np.ndarr
     order = np.argsort(ids)
     pos_of_id = np.searchsorted(ids[order], data.test_ids)
     return values[order][pos_of_id], ""
+
+
+def read_submission(task: TaskSpec | str, job_dir: str | Path) -> tuple[np.ndarray | None, str]:
+    """Parse and validate ``submission.csv`` of a job folder.
+
+    Checks: the file exists, is a regular file of at most :func:`submission_max_bytes` bytes,
+    UTF-8 text without NUL bytes, and parses as CSV; its header (names compared after
+    stripping spaces) has at most :data:`MAX_SUBMISSION_COLUMNS` columns, no name twice, and
+    the columns ``id`` and the target; one row per test id (no duplicates, none missing or
+    extra); no missing predictions; predictions of the right type (class labels from the
+    training set for ``accuracy`` / ``macro_f1``, finite numbers otherwise). Only ``id`` and
+    the target are read; extra columns are ignored.
+
+    Whatever the file holds, a problem with it is returned as a reason (the agent's
+    ``ran_no_sub``), never raised: the host reads at most :func:`submission_max_bytes` bytes
+    and parses two columns, so a program cannot make grading slow or memory-hungry.
+
+    Args:
+        task: a :class:`TaskSpec` or task id.
+        job_dir: the job folder.
+
+    Returns:
+        ``(predictions, "")`` with predictions aligned to the test ids (array of length
+        ``n_test``: int64/object labels, or float64 scores/values), or ``(None, reason)``
+        (``reason``: one line of at most a few hundred characters).
+
+    Raises:
+        ValueError: unknown task id.
+    """
+    task = get_task(task) if isinstance(task, str) else task
+    data = task_data(task.task_id)
+    path = Path(job_dir) / SUBMISSION_FILE
+    if path.is_symlink():
+        return None, f"{SUBMISSION_FILE} must be a regular file, not a symbolic link"
+    if not path.is_file():
+        return None, f"{SUBMISSION_FILE} not found in the working directory"
+    text, reason = _read_bounded(path, submission_max_bytes(task))
+    if text is None:
+        return None, reason
+    try:
+        return _parse_submission(task, data, text)
+    except Exception as e:  # noqa: BLE001 - the file is the agent's: no content may crash the grader
+        return None, f"could not read {SUBMISSION_FILE}: {type(e).__name__}: {str(e)[:200]}"
 
 
 def compute_metric(metric: str, y_true: Sequence | np.ndarray, y_pred: Sequence | np.ndarray) -> float:
