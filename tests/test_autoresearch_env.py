@@ -592,3 +592,39 @@ def test_layout_feedback_never_drops_the_run_line(n):
     assert lines[1] == "[grader] $ python solution.py | exit code 0 | 1.00 s"
     assert len(fb) <= FEEDBACK_MAX_CHARS and lines[-1] == "| log"
     assert ("m" * n in lines[0]) == (n < 2_999)
+
+
+def test_a_killed_leaderboard_build_leaves_nothing_after_the_next_one(tmp_path, monkeypatch):
+    import tempfile
+
+    from wmrl_envs.envs.autoresearch.grading import build_leaderboards
+
+    task = "digits-upscaled"  # the smallest test set: the quickest public files to write
+    killer = f"""
+import os, signal
+from wmrl_envs.envs.autoresearch.grading import build_leaderboards
+from wmrl_envs.sandbox.base import Sandbox
+
+class Kill(Sandbox):
+    name = "kill"
+    def run_python(self, source, workdir, *, limits=None, env=None, filename="solution.py"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+build_leaderboards([{task!r}], path=None, sandbox=Kill(), verbose=False)
+"""
+    proc = subprocess.run([sys.executable, "-c", killer], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    left = [p.name for p in tmp_path.iterdir() if p.name.startswith("wmrl-leaderboards-") and p.is_dir()]
+    assert len(left) == 1 and (tmp_path / left[0] / "cache").is_dir()  # what the killed build left
+
+    class Failing(Sandbox):
+        name = "failing"
+
+        def run_python(self, source, workdir, *, limits=None, env=None, filename="solution.py"):
+            return ExecutionResult(1, "", "no", 0.1, backend=self.name)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(RuntimeError, match="reference solution"):
+        build_leaderboards([task], path=None, sandbox=Failing(), verbose=False)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("wmrl-leaderboards-")] == []

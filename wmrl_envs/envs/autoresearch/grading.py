@@ -72,6 +72,7 @@ from wmrl_envs.envs.autoresearch.secret import (
 )
 from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, LABEL_METRICS, TaskSpec, get_task, list_tasks
 from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
+from wmrl_envs.sandbox.jobdirs import OwnedFolder
 
 __all__ = [
     "Grade",
@@ -1022,6 +1023,10 @@ def build_leaderboards(
         n_jobs: executions run in parallel (each single-threaded, see :data:`EXEC_ENV`).
         verbose: print one line per execution to stderr.
 
+    The work folder is a :class:`~wmrl_envs.sandbox.jobdirs.OwnedFolder`
+    ``wmrl-leaderboards-*`` in the system temporary folder: removed at the end, and swept by
+    the next owned folder made there if the build is killed.
+
     Returns:
         The leaderboards dict (format of :func:`load_leaderboards`).
 
@@ -1044,7 +1049,10 @@ def build_leaderboards(
     runner = sandbox or _HostRunner(SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192))
     limits = limits or SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192)
     jobs = [(t, name, line) for t in tasks for name, line in REFERENCE_SOLUTIONS[t.problem_type]]
-    with tempfile.TemporaryDirectory(prefix="wmrl-leaderboards-") as tmp:
+    # an owned folder: the next build (or job folder) in the temporary folder sweeps it if this
+    # process is killed, where a TemporaryDirectory would stay forever
+    with OwnedFolder(prefix="wmrl-leaderboards-") as owned:
+        tmp = str(owned.path)
         cache = Path(tmp) / "cache"
         for t in tasks:  # render the CSVs once, sequentially
             write_public_files(t, Path(tmp) / "warm" / t.task_id, cache_dir=cache)
