@@ -497,11 +497,14 @@ def _malformed_submissions() -> dict[str, tuple[bytes, str]]:
     rows = _churn_rows()
     first = int(d.test_ids[0])
     rest = "".join(f"{i},{y}\n" for i, y in zip(d.test_ids[1:], d.y_test[1:]))
-    wide = ",".join(["id", "churned"] + [f"x{i}" for i in range(200)]) + "\n"
+    wide = ",".join(["id", "churned"] + [f"x{i}" for i in range(98)]) + "\n"
+    twice = "".join(f"{i},{y},{y}\n" for i, y in zip(d.test_ids, d.y_test))  # each row's second field twice
+    ids_twice = "".join(f"{i},{i},{y}\n" for i, y in zip(d.test_ids, d.y_test))
+    wide_rows = "".join(f"{i},{y}" + ",0" * 98 + "\n" for i, y in zip(d.test_ids, d.y_test))
     return {
-        "same id after strip": (b"id,id ,churned\n" + "".join(f"{i},{i},{y}\n" for i, y in zip(d.test_ids, d.y_test)).encode(), "duplicate column"),
-        "same target after strip": (("id,churned, churned\n" + "".join(f"{i},{y},{y}\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "duplicate column"),
-        "exact duplicate": (("id,churned,churned\n" + "".join(f"{i},{y},{y}\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "duplicate column"),
+        "same id after strip": (("id,id ,churned\n" + ids_twice).encode(), "duplicate column"),
+        "same target after strip": (("id,churned, churned\n" + twice).encode(), "duplicate column"),
+        "exact duplicate": (("id,churned,churned\n" + twice).encode(), "duplicate column"),
         "empty file": (b"", "empty"),
         "blank lines only": (b"\n\n   \n", "empty"),
         "header only": (b"id,churned\n", "rows"),
@@ -521,7 +524,7 @@ def _malformed_submissions() -> dict[str, tuple[bytes, str]]:
         "infinite id": (b"id,churned\n" + b"inf,1\n" + rest.encode(), "integer ids"),
         "huge integer id": (b"id,churned\n" + b"9" * 40 + b",1\n" + rest.encode(), "integer ids"),
         "binary garbage": (bytes(np.random.default_rng(0).integers(0, 256, 50_000, dtype=np.uint8)), "submission.csv"),
-        "too many columns": ((wide + "".join(f"{i},{y}" + ",0" * 200 + "\n" for i, y in zip(d.test_ids, d.y_test))).encode(), "columns"),
+        "too many columns": ((wide + wide_rows).encode(), "100 columns; at most 64"),
         "long column name": (("id," + "c" * 3000 + "\n" + rows).encode(), "lacks column"),
         "numeric header": (b"1,2\n" + rows.encode(), "lacks column"),
         "target is text": (b"id,churned\n" + rows.replace(",1\n", ",yes\n").encode(), "numeric"),
