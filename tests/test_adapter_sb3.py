@@ -31,6 +31,15 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel  # noqa: E402
 torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _sb3_logs_in_tmp_path(tmp_path, monkeypatch):
+    """SB3's default logger makes an ``SB3-<date>`` folder in the system temporary folder on
+    every ``learn()``; keep them in the test's own folder."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 RHO_25 = {"ema": 0.75, "c": 2.0, "n_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
 
 
