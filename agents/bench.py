@@ -516,7 +516,14 @@ def run_bench(
     max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
     if evaluate is evaluate_snapshot:  # the stop rule of held-out evaluation follows the config
         evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share)
-    results: dict[str, Any] = {"config": asdict(cfg), "methods": {m: {"seeds": []} for m in order}}
+    from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
+
+    results: dict[str, Any] = {
+        "config": asdict(cfg),
+        # which task secret the AutoResearch data came from (its one-way fingerprint, never the secret)
+        "task_secret": {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()},
+        "methods": {m: {"seeds": []} for m in order},
+    }
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

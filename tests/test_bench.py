@@ -100,6 +100,8 @@ def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
     EVAL_SEEDS.clear()
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
                     heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+    assert res["task_secret"] == {"fingerprint": secret_fingerprint(), "reference": True}  # conftest's
     for seed in res["methods"]["real"]["seeds"]:
         rec = seed["records"]
         assert len(rec) == 4  # real runs exactly S steps
