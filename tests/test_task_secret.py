@@ -278,13 +278,19 @@ def _attack_seeds(task_id: str) -> list[int]:
     return [task.data_seed, S.derive_seed(task_id, task.data_seed, S.REFERENCE_SECRET.encode())]
 
 
-def test_regenerating_the_data_in_the_sandbox_scores_at_chance_under_a_secret(other_secret):
+def _run_attack():
+    """Grade the regenerate-and-look-up attack on :data:`ATTACK_TASK` in the env's bubblewrap sandbox."""
     env = _bwrap_env()
     try:
         g, _ = evaluate(ATTACK_TASK, _regenerate_attack(ATTACK_TASK, _attack_seeds(ATTACK_TASK)), env.sandbox,
                         leaderboard=[0.5, 0.9])
     finally:
         env.close()
+    return g
+
+
+def test_regenerating_the_data_in_the_sandbox_scores_at_chance_under_a_secret(other_secret):
+    g = _run_attack()
     assert g.status == "valid", (g.message, g.stderr_tail)
     assert "hits 0" in g.stdout_tail  # no test row was found in the regenerated data
     assert abs(g.metric_value - 0.5) < 0.05  # chance (majority class), where it was 1.0
@@ -293,12 +299,7 @@ def test_regenerating_the_data_in_the_sandbox_scores_at_chance_under_a_secret(ot
 def test_the_reference_secrets_data_are_public(monkeypatch):
     """Control: under the reference secret the same attack does rebuild the labels (so the test
     above can fail) -- the reference secret is for reproducing figures, not for training."""
-    env = _bwrap_env()
-    try:
-        g, _ = evaluate(ATTACK_TASK, _regenerate_attack(ATTACK_TASK, _attack_seeds(ATTACK_TASK)), env.sandbox,
-                        leaderboard=[0.5, 0.9])
-    finally:
-        env.close()
+    g = _run_attack()
     assert g.status == "valid" and g.metric_value == 1.0
 
 
