@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "bench":
             import tyro
 
-            from agents.bench import BenchConfig, main_bench
+            from agents.experiments.bench import BenchConfig, main_bench
 
             cfg = tyro.cli(BenchConfig, args=rest, prog="wmrl bench",
                            description="The method benchmark: six methods side by side (see benchmarks/README.md).")

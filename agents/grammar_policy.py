@@ -29,7 +29,7 @@ has a signal at the bottom of the reward scale too. Every estimator that takes a
 ``random_state`` gets one drawn per rollout, so executions carry real run-to-run noise. Executing
 a program takes 1.2-2.5 s for a mistake or a linear model and up to tens of seconds for heavy
 options (100-200 trees with many features, gradient boosting on multi-class data); over the
-shipped log (``wmrl_envs/world_models/data/autoresearch_executions.jsonl``) the mean is 3.1 s,
+shipped log (``wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl``) the mean is 3.1 s,
 the median 1.8 s, the 90th percentile 6.0 s and the maximum 45 s.
 
 Policy: an independent softmax per slot whose logits are linear in the task's context

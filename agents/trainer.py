@@ -237,7 +237,7 @@ def _build(cfg: TrainConfig) -> _Components:
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
-    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 
     torch.set_num_threads(cfg.threads)

@@ -5,7 +5,7 @@ behaviour-cloned Gaussian MLP policy (the SFT warm start) → a frozen learned s
 predictor (the Robometer stand-in, fitted on offline rollouts) → GRPO from the same warm
 start under three reward sources, all through ``AnchoredWorldModelWrapper`` (reward mode,
 ``score_trajectories``): sparse real success, the predictor only, and WMRL. Held-out success
-before, during and after. See ``agents/embodied.py`` for the protocol.
+before, during and after. See ``agents/experiments/embodied.py`` for the protocol.
 
     .venv/bin/python benchmarks/embodied_reacher.py --seeds 3 --out-dir runs/embodied
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 def _parser() -> argparse.ArgumentParser:
-    from agents.embodied import EmbodiedConfig
+    from agents.experiments.embodied import EmbodiedConfig
 
     d = EmbodiedConfig()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(1)
-    from agents.embodied import EmbodiedConfig, plot_curves, results_table, run_experiment
+    from agents.experiments.embodied import EmbodiedConfig, plot_curves, results_table, run_experiment
 
     cfg = dataclasses.replace(
         EmbodiedConfig(),

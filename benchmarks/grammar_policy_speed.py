@@ -5,7 +5,7 @@ beside the programs it writes, so that execution dominates the cost of real-exec
 in the paper. This script times ``sample`` and ``log_probs`` + ``backward`` on 4 tasks x G
 programs (one thread) and prints each in milliseconds and as a ratio to the median seconds of
 one real execution in the shipped execution log (``runtime_s`` of
-``wmrl_envs/world_models/data/autoresearch_executions.jsonl``). It replaces the wall-clock
+``wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl``). It replaces the wall-clock
 threshold that used to sit in ``tests/test_grammar_policy.py`` (the unit test now checks the
 batching that makes these calls cheap).
 
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from agents.grammar_policy import GrammarPolicy
-    from wmrl_envs.world_models.embedding import load_execution_log
+    from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
 
     torch.set_num_threads(1)
     tasks = ["hastie-noisy", "house-prices", "land-cover", "credit-default"]

@@ -35,7 +35,7 @@ def main() -> None:
     from agents.llm_policy import LLMPolicy
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
-    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 
     model, tok = load_smollm2()

@@ -17,14 +17,14 @@ the last line of stderr for failed runs. Jobs are shuffled (training tasks first
 job starts after ``--budget-s`` seconds, so a budget cut leaves a balanced log. At the end a
 summary (statuses, execution seconds per family) is printed.
 
-The shipped log ``wmrl_envs/world_models/data/autoresearch_executions.jsonl`` was made with
+The shipped log ``wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl`` was made with
 the defaults:
 
     .venv/bin/python benchmarks/log_executions.py
 
 Summarise an existing log without executing anything:
 
-    .venv/bin/python benchmarks/log_executions.py --summarise wmrl_envs/world_models/data/autoresearch_executions.jsonl
+    .venv/bin/python benchmarks/log_executions.py --summarise wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "wmrl_envs" / "world_models" / "data" / "autoresearch_executions.jsonl"
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "wmrl_envs" / "envs" / "autoresearch" / "data" / "autoresearch_executions.jsonl"
 
 
 def summarise(records: list[dict]) -> str:

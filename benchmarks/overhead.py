@@ -128,7 +128,7 @@ def bench_ray(exec_seconds: float, executions: int, group_size: int, workers: li
     import ray
 
     from wmrl_envs.envs.guess import GuessEnv
-    from wmrl_envs.scale import RayExecutionPool
+    from wmrl_envs.distributed import RayExecutionPool
 
     rows: list[tuple[str, float, float]] = []
     acts = [np.array([0.5], np.float32)] * group_size

@@ -6,9 +6,9 @@ cost is decided. This script scores the same distinct AutoResearch programs (fro
 execution log) with each world model twice — one action per ``predict``/forward call, then
 batched — and prints seconds per prediction and the speed-up:
 
-* the MiniLM sentence encoder of :class:`~wmrl_envs.world_models.EmbeddingWorldModel`
+* the MiniLM sentence encoder of :class:`~wmrl_envs.envs.autoresearch.EmbeddingWorldModel`
   (fresh encoders, so its text cache never answers);
-* the SmolLM2-135M LLM judge (:class:`~wmrl_envs.world_models.LLMJudgeWorldModel`, greedy, same
+* the SmolLM2-135M LLM judge (:class:`~wmrl_envs.envs.autoresearch.LLMJudgeWorldModel`, greedy, same
   ``max_new_tokens``), ``batch_size=1`` against ``batch_size=B``.
 
     .venv/bin/python benchmarks/wm_throughput.py                 # ~2-3 minutes on 2 cores
@@ -31,7 +31,7 @@ import time
 
 
 def _programs(n: int) -> list[tuple[str, str]]:
-    from wmrl_envs.world_models.embedding import load_execution_log
+    from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
 
     seen, out = set(), []
     for rec in load_execution_log(split="train"):
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
-    from wmrl_envs.world_models.embedding import SentenceEncoder, action_text
-    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.embedding_world_model import SentenceEncoder, action_text
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 
     torch.set_num_threads(1)
@@ -116,7 +116,7 @@ def _constraint_cost(n: int, batch: int, repeats: int) -> None:
     import torch
 
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
-    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 
     torch.set_num_threads(1)

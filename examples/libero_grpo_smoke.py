@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     from agents.vla_policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.libero import LiberoEnv
-    from wmrl_envs.world_models.robometer import RobometerWorldModel, build_tiny_robometer
+    from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)

@@ -9,10 +9,10 @@ The agent writes the ``model = ...`` line of each task's working starter script 
 mode of :class:`agents.llm_policy.LLMPolicy`, whose prompts and completion-to-script mapping
 are reused here; a 135M model cannot write whole scripts). World models:
 
-* ``embedding`` (default, fast): :class:`~wmrl_envs.world_models.EmbeddingWorldModel`, a
+* ``embedding`` (default, fast): :class:`~wmrl_envs.envs.autoresearch.EmbeddingWorldModel`, a
   frozen MiniLM encoder with regression heads fitted on the shipped log of real executions,
   leave-one-task-out (the head that scores a task never saw that task's executions);
-* ``judge``: :class:`~wmrl_envs.world_models.LLMJudgeWorldModel` on the agent's own backbone
+* ``judge``: :class:`~wmrl_envs.envs.autoresearch.LLMJudgeWorldModel` on the agent's own backbone
   with the LoRA adapters disabled (frozen), as in the paper.
 
 Run (measured in float32 on one thread, oneDNN capped at AVX2 as on an AMD EPYC: ~75
@@ -105,7 +105,8 @@ def build(args: Args) -> dict[str, Any]:
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, make_sandbox
-    from wmrl_envs.world_models import EmbeddingWorldModel, LLMJudgeWorldModel, load_execution_log, load_smollm2
+    from wmrl_envs.envs.autoresearch import EmbeddingWorldModel, LLMJudgeWorldModel, load_execution_log
+    from wmrl_envs.world_models import load_smollm2
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -9,12 +9,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.bench import METHODS, BenchConfig, format_table, run_bench
+from agents.experiments.bench import METHODS, BenchConfig, format_table, run_bench
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
 class FakeClock:
-    """Stands in for ``agents.bench``'s ``time`` module: its seconds pass only when a FakeEnv
+    """Stands in for ``agents.experiments.bench``'s ``time`` module: its seconds pass only when a FakeEnv
     executes (2 ms per step), so the compute budgets do not depend on the machine's load."""
 
     TICK = 0.002
@@ -36,10 +36,10 @@ CLOCK = FakeClock()
 
 @pytest.fixture
 def fake_clock(monkeypatch):
-    import agents.bench
+    import agents.experiments.bench
 
     CLOCK.ticks = 0
-    monkeypatch.setattr(agents.bench, "time", CLOCK)
+    monkeypatch.setattr(agents.experiments.bench, "time", CLOCK)
     return CLOCK
 
 
@@ -138,7 +138,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
 
 
 def test_rho_mode_reaches_the_weighter():
-    from agents.bench import run_method
+    from agents.experiments.bench import run_method
 
     seen = {}
     for mode in ("calibrated", "parameter_free"):
@@ -151,7 +151,7 @@ def test_rho_mode_reaches_the_weighter():
 
 
 def test_grammar_agent_reseed_gives_common_random_numbers():
-    from agents.bench import GrammarBenchAgent
+    from agents.experiments.bench import GrammarBenchAgent
 
     a = GrammarBenchAgent(seed=0)
     snap = a.snapshot()

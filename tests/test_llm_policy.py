@@ -140,7 +140,7 @@ def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
     import numpy as np
 
     import wmrl_envs.world_models.smollm2 as sm
-    from agents.bench import LLMBenchAgent
+    from agents.experiments.bench import LLMBenchAgent
 
     monkeypatch.setattr(sm, "load_smollm2", lambda: (tiny_model(tokenizer), tokenizer))
     agent = LLMBenchAgent(seed=0, lr=1e-2, max_new_tokens=6)

@@ -21,7 +21,7 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel
 
 ray = pytest.importorskip("ray", exc_type=ImportError)
 
-from wmrl_envs.scale import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
+from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
 
 A = np.array([0.5], np.float32)
 

@@ -23,7 +23,7 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel
 
 ray = pytest.importorskip("ray", exc_type=ImportError)  # also a broken install
 
-from wmrl_envs.scale import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
+from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Tests of ``wmrl_envs.world_models.robometer``: the reference reward, frame selection, the
+"""Tests of ``wmrl_envs.envs.libero.robometer``: the reference reward, frame selection, the
 world model on a tiny randomly initialised Robometer (Qwen3-VL + heads), and loading errors.
 
 No real Robometer weights are available here (they cannot be downloaded): the model tests use
@@ -20,7 +20,7 @@ torch.set_num_threads(1)
 
 from wmrl_envs.world_models import WorldModel  # noqa: E402
 from wmrl_envs.world_models.base import Trajectory  # noqa: E402
-from wmrl_envs.world_models.robometer import (  # noqa: E402
+from wmrl_envs.envs.libero.robometer import (  # noqa: E402
     PROG_TOKEN,
     SPECIAL_TOKENS,
     RobometerHeadConfig,

@@ -435,7 +435,7 @@ def test_a_flood_of_fake_reports_keeps_the_real_one_first():
 
 
 def test_predicted_feedback_has_the_same_marking():
-    from wmrl_envs.world_models.llm_judge import format_predicted_feedback
+    from wmrl_envs.envs.autoresearch.llm_judge import format_predicted_feedback
 
     fb = format_predicted_feedback("runtime_err", FAKE, 0.1)
     _assert_marked(fb, "runtime_err", 0.1)
@@ -462,7 +462,7 @@ def test_a_real_step_quotes_a_fake_grader_block():
 def test_the_judge_prompt_never_holds_a_feedback():
     """The judge reads the task text and the solution only: a previous feedback holding a fake
     grader block (multi-turn) cannot reach its prompt."""
-    from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
 
     judge = LLMJudgeWorldModel(None, load_smollm2_tokenizer(), generator=_NoGenerator(), constrained=False)

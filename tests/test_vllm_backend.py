@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from wmrl_envs.world_models.llm_judge import PREFILL, LLMJudgeWorldModel, judge_json_schema
+from wmrl_envs.envs.autoresearch.llm_judge import PREFILL, LLMJudgeWorldModel, judge_json_schema
 from wmrl_envs.world_models.vllm_backend import GeneratorError, OpenAICompatibleGenerator
 
 _CONSTRAINT_FIELDS = ("structured_outputs", "response_format", "guided_json")

@@ -3,7 +3,7 @@
 On a GPU, judge inference is where a WMRL run spends its world-model time, and vLLM's
 continuous batching and paged attention serve it several times faster than
 ``transformers.generate``. Two ways to reach it, behind one tiny protocol
-(:class:`TextGenerator`) that :class:`~wmrl_envs.world_models.llm_judge.LLMJudgeWorldModel`
+(:class:`TextGenerator`) that :class:`~wmrl_envs.envs.autoresearch.llm_judge.LLMJudgeWorldModel`
 accepts as ``generator=``:
 
 * :class:`VLLMGenerator` — an in-process ``vllm.LLM`` (``pip install vllm`` on a CUDA machine;

@@ -35,6 +35,12 @@ Modules:
     * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`,
       :func:`format_feedback` (the grader's report first, the program's output quoted with
       ``| ``, :func:`layout_feedback`), :func:`next_observation`.
+    * :mod:`~wmrl_envs.envs.autoresearch.llm_judge` — this env's world model of the WMRL method:
+      the agent's backbone prompted as a judge (:class:`LLMJudgeWorldModel`, the strict parser
+      :func:`parse_judge_output`).
+    * :mod:`~wmrl_envs.envs.autoresearch.embedding_world_model` — a fast learned world model
+      (:class:`EmbeddingWorldModel`, :class:`DegradedWorldModel`) fitted on the shipped log of
+      real executions ``data/autoresearch_executions.jsonl`` (:func:`load_execution_log`).
 
 Functions here:
     * :func:`register_envs` — register ``wmrl/AutoResearch-v0`` with Gymnasium (idempotent).
@@ -74,6 +80,13 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         task_secret,
     )
     from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel, ParsedJudgement, parse_judge_output
+    from wmrl_envs.envs.autoresearch.embedding_world_model import (
+        DegradedWorldModel,
+        EmbeddingWorldModel,
+        SentenceEncoder,
+        load_execution_log,
+    )
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
@@ -90,6 +103,9 @@ _LAZY: dict[str, str] = {
                     "secret"),
     **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),
     **dict.fromkeys(["TaskSpec", "get_task", "list_tasks"], "tasks"),
+    **dict.fromkeys(["LLMJudgeWorldModel", "ParsedJudgement", "parse_judge_output"], "llm_judge"),
+    **dict.fromkeys(["EmbeddingWorldModel", "DegradedWorldModel", "SentenceEncoder", "load_execution_log"],
+                    "embedding_world_model"),
 }
 
 
@@ -129,6 +145,13 @@ __all__ = [
     "TaskSpec",
     "get_task",
     "list_tasks",
+    "LLMJudgeWorldModel",
+    "ParsedJudgement",
+    "parse_judge_output",
+    "EmbeddingWorldModel",
+    "DegradedWorldModel",
+    "SentenceEncoder",
+    "load_execution_log",
 ]
 
 ENV_ID = "wmrl/AutoResearch-v0"

@@ -257,7 +257,7 @@ def layout_feedback(
     together take at most half of ``max_chars``: a report line longer than its share ends in
     ``...`` after status and score, and the run line takes at most a quarter). The real
     grader (:func:`format_feedback`) and the world models that predict feedback
-    (:func:`wmrl_envs.world_models.llm_judge.format_predicted_feedback`) share this layout.
+    (:func:`wmrl_envs.envs.autoresearch.llm_judge.format_predicted_feedback`) share this layout.
 
     Args:
         status: the status (one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`).

@@ -6,7 +6,7 @@ raises at run time 0.1, one that runs but writes no valid submission 0.2, and a 
 submission ``0.5 + 0.5 * pos`` where ``pos`` in [0, 1] is its leaderboard position score.
 
 Both the real grader (:mod:`wmrl_envs.envs.autoresearch.grading`) and the LLM judge
-(:mod:`wmrl_envs.world_models.llm_judge`) map a *status* to a score with
+(:mod:`wmrl_envs.envs.autoresearch.llm_judge`) map a *status* to a score with
 :func:`score_from_status`, so that real and predicted grades live on one scale.
 """
 

@@ -7,6 +7,8 @@ a video world model supplies dense reward. This package holds:
     * :mod:`~wmrl_envs.envs.libero.env` — :class:`LiberoEnv` (Gymnasium id
       ``wmrl/LIBERO-Long-v0``).
     * :func:`register_envs` — register that id with Gymnasium (idempotent).
+    * :mod:`~wmrl_envs.envs.libero.robometer` — the Robometer reward model, this env's
+      reward-mode world model (:class:`RobometerWorldModel`; imported on first access).
 
 Importing this package is light: LIBERO itself (the ``libero`` extra,
 ``pip install -e ".[libero]"``) is imported only when a :class:`LiberoEnv` is constructed.
@@ -30,3 +32,19 @@ def register_envs() -> None:
     if ENV_ID in gymnasium.registry:
         return
     gymnasium.register(id=ENV_ID, entry_point="wmrl_envs.envs.libero.env:LiberoEnv")
+
+
+_ROBOMETER_NAMES = (
+    "RobometerWorldModel", "RobometerModel", "RobometerProcessor", "RobometerHeadConfig",
+    "RobometerWeightsNotFoundError", "robometer_reward", "uniform_frame_indices", "build_tiny_robometer",
+)
+__all__ += list(_ROBOMETER_NAMES)
+
+
+def __getattr__(name: str):
+    """The Robometer names (:mod:`.robometer`, torch-heavy) are imported on first access."""
+    if name in _ROBOMETER_NAMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.robometer"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -718,7 +718,7 @@ class LLMBenchAgent:
 def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
     """The world model the anchored methods use (see :attr:`BenchConfig.world_model`)."""
     if cfg.world_model in ("embedding", "degraded"):
-        from wmrl_envs.world_models.embedding import DegradedWorldModel, EmbeddingWorldModel, load_execution_log
+        from wmrl_envs.envs.autoresearch.embedding_world_model import DegradedWorldModel, EmbeddingWorldModel, load_execution_log
 
         # frozen during training; each training task is predicted by a head fitted on the
         # logged executions of the *other* tasks (held-out tasks are never used)
@@ -727,7 +727,7 @@ def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
             return DegradedWorldModel(wm, information=cfg.wm_information, seed=seed)
         return wm
     if cfg.world_model == "llm":
-        from wmrl_envs.world_models.llm_judge import LLMJudgeWorldModel
+        from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
 
         return LLMJudgeWorldModel.from_smollm2(seed=seed, max_prompt_tokens=640)
     raise ValueError(f"world_model must be 'embedding', 'degraded' or 'llm', got {cfg.world_model!r}")

@@ -1,6 +1,6 @@
 """``EmbeddingWorldModel``: a fast learned world model — a frozen sentence encoder plus a regression head.
 
-The LLM judge (:mod:`wmrl_envs.world_models.llm_judge`) is the method's world model, but a
+The LLM judge (:mod:`wmrl_envs.envs.autoresearch.llm_judge`) is the method's world model, but a
 135M judge carries no signal on CPU and a large one is slow. ``EmbeddingWorldModel`` is a
 cheap, *learned* alternative for AutoResearch: it embeds two short texts with the frozen
 all-MiniLM-L6-v2 sentence encoder (mean pooling, L2-normalised, 384 dimensions each) — the

@@ -1,16 +1,16 @@
 """Scale-out: real executions on a pool of Ray actors (optional dependency ``ray``).
 
 Contents:
-    - :class:`~wmrl_envs.scale.ray_pool.RayExecutionPool` — executes rollouts
+    - :class:`~wmrl_envs.distributed.ray_pool.RayExecutionPool` — executes rollouts
       (``reset(seed, options)`` + ``step(action)``) of an expensive env on ``num_workers`` Ray
       actors; ``execute_group`` returns a future at once; execution seconds go to a
       :class:`~wmrl_envs.core.CostLedger`.
-    - :class:`~wmrl_envs.scale.ray_pool.AsyncAnchoredScorer` — the WMRL group path on top of
+    - :class:`~wmrl_envs.distributed.ray_pool.AsyncAnchoredScorer` — the WMRL group path on top of
       it: routes and world-model-scores groups at submission, corrects them with the shared
       ``WMRLCorrector.correct_group`` when their real scores arrive.
-    - :class:`~wmrl_envs.scale.ray_pool.GroupExecution`,
-      :class:`~wmrl_envs.scale.ray_pool.GroupExecutionFuture`,
-      :class:`~wmrl_envs.scale.ray_pool.PendingGroup` — the results and handles.
+    - :class:`~wmrl_envs.distributed.ray_pool.GroupExecution`,
+      :class:`~wmrl_envs.distributed.ray_pool.GroupExecutionFuture`,
+      :class:`~wmrl_envs.distributed.ray_pool.PendingGroup` — the results and handles.
 
 Importing this package does not import Ray; building a pool does (``ImportError`` with the
 install command when it is missing). Deployment on a cluster: ``docs/scale_out.md``.

@@ -1,0 +1,7 @@
+"""Experiment harnesses built on the library (not agent plugins).
+
+    * :mod:`~agents.experiments.bench` — ``wmrl bench``: the method benchmark on AutoResearch
+      (six methods side by side, equal steps and equal compute).
+    * :mod:`~agents.experiments.embodied` — the embodied experiment (Reacher, reward mode, a
+      learned progress world model).
+"""
