@@ -180,7 +180,7 @@ def _validate(cfg: TrainConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
-    from wmrl_envs.core import AnchorWeighter, IsotonicDebiaser
+    from wmrl_envs.core import InverseVarianceDenoiser, IsotonicDebiaser
     from wmrl_envs.sandbox import BACKENDS
 
     if cfg.sandbox not in ("auto", *BACKENDS):
@@ -190,7 +190,7 @@ def _validate(cfg: TrainConfig) -> None:
     # the correction objects check their own arguments: build throwaway ones now, before any
     # model is loaded or run folder written
     IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every)
-    AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
+    InverseVarianceDenoiser(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
                    rho_max=cfg.rho_max, mode=cfg.rho_mode)
 
 
@@ -232,7 +232,7 @@ def _build(cfg: TrainConfig) -> _Components:
     import torch
 
     from agents.llm_policy import LLMPolicy
-    from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
@@ -268,7 +268,7 @@ def _build(cfg: TrainConfig) -> _Components:
     env.prepare_leaderboards()
     corrector = WMRLCorrector(
         IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
-        AnchorWeighter(
+        InverseVarianceDenoiser(
             warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
             rho_max=cfg.rho_max, mode=cfg.rho_mode,
         ),

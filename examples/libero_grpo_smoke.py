@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
         mode="reward",
         groups_per_step=max(1, round(1 / max(args.anchor_fraction, 1e-9))),
         debiaser_kwargs={"min_pairs": 2, "refit_every": 2},
-        weighter_kwargs={"warmup_groups": 1},
+        denoiser_kwargs={"warmup_groups": 1},
         seed=args.seed,
     )
     build_s = time.perf_counter() - t_build

@@ -73,7 +73,7 @@ def make_venv(args: Args) -> Any:
         lambda: GuessEnv(step_seconds=args.step_seconds), world_model, n_envs=args.n_envs, seed=args.seed,
         anchor_fraction=args.anchor_fraction, group_size=args.group_size,
         debiaser_kwargs={"min_pairs": args.min_pairs, "refit_every": args.refit_every},
-        weighter_kwargs={"warmup_groups": args.warmup_groups},
+        denoiser_kwargs={"warmup_groups": args.warmup_groups},
     )
 
 

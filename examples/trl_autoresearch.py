@@ -124,7 +124,7 @@ def build(args: Args) -> dict[str, Any]:
     wrapper = AnchoredWorldModelWrapper(
         env, world_model, anchor_fraction=args.anchor_fraction, group_size=args.num_generations,
         debiaser_kwargs={"min_pairs": args.min_pairs, "refit_every": args.refit_every},
-        weighter_kwargs={"warmup_groups": args.warmup_groups}, seed=args.seed,
+        denoiser_kwargs={"warmup_groups": args.warmup_groups}, seed=args.seed,
     )
 
     rows = []

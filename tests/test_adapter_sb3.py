@@ -24,7 +24,7 @@ from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 from agents.adapters.sb3 import AnchoredVecEnv, AnchorWeightCallback, make_anchored_vec_env  # noqa: E402
-from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector  # noqa: E402
+from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector  # noqa: E402
 from wmrl_envs.envs.guess import GuessEnv, guess_score  # noqa: E402
 from wmrl_envs.world_models.synthetic import SyntheticWorldModel  # noqa: E402
 
@@ -46,7 +46,7 @@ RHO_25 = {"ema": 0.75, "c": 2.0, "n_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from 
 def make_venv(n_envs: int = 2, seed: int = 0, corrector: WMRLCorrector | None = None, **kw) -> AnchoredVecEnv:
     wm = SyntheticWorldModel(guess_score, bias=lambda s: s**3, noise_std=0.02, seed=seed)
     if corrector is None:
-        corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), AnchorWeighter(warmup_groups=2))
+        corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), InverseVarianceDenoiser(warmup_groups=2))
     args = dict(anchor_fraction=0.25, group_size=4)
     args.update(kw)
     return make_anchored_vec_env(GuessEnv, wm, n_envs=n_envs, seed=seed, corrector=corrector, **args)
@@ -100,7 +100,7 @@ def test_vec_env_training_flag_reaches_every_sub_env_and_the_shared_corrector():
     assert len({id(r) for r in venv.venv.get_attr("router")}) == 3  # each sub-env routes with its own seed
     venv.training = False
     assert venv.training is False and venv.venv.get_attr("training") == [False] * 3
-    assert correctors[0].debiaser.training is False and correctors[0].weighter.training is False
+    assert correctors[0].debiaser.training is False and correctors[0].denoiser.training is False
     venv.training = True
     assert venv.training is True
 
@@ -136,7 +136,7 @@ def test_ppo_trains_with_routing_counts_and_calibration_pairs():
     # pairs are recorded when an anchor group completes: 4 per completed anchor group
     corrector = venv.venv.get_attr("corrector")[0]
     assert corrector.debiaser.n_pairs == 4 * corrector.n_groups["anchor"] == stats["anchor_pairs"]
-    assert corrector.debiaser.fitted and corrector.weighter.warmed_up
+    assert corrector.debiaser.fitted and corrector.denoiser.warmed_up
     err = corrector.calibration_error()
     assert err["calibrated_mae"] < err["raw_mae"]  # the isotonic map undoes the cubic bias
 
@@ -144,9 +144,9 @@ def test_ppo_trains_with_routing_counts_and_calibration_pairs():
 @pytest.mark.parametrize("normalize_advantage", [False, True])
 def test_anchor_weight_callback_multiplies_gae_advantages_of_anchor_steps(normalize_advantage):
     """After the callback: advantages = ρ × SB3's GAE advantages on anchor steps, unchanged elsewhere."""
-    weighter = AnchorWeighter(warmup_groups=1)
-    weighter.load_state_dict({**weighter.state_dict(), **RHO_25})
-    corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), weighter)
+    denoiser = InverseVarianceDenoiser(warmup_groups=1)
+    denoiser.load_state_dict({**denoiser.state_dict(), **RHO_25})
+    corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), denoiser)
     venv = make_venv(n_envs=2, corrector=corrector, anchor_fraction=0.5, group_size=2)
     before, after = Tally(), Tally()
     model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu",

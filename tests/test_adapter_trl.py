@@ -32,7 +32,7 @@ from agents.adapters.trl import (  # noqa: E402
     WMRLRewardFunction,
     completion_text,
 )
-from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector  # noqa: E402
+from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector  # noqa: E402
 from wmrl_envs.world_models import WorldModelPrediction  # noqa: E402
 
 torch.set_num_threads(1)
@@ -84,10 +84,10 @@ class SquareWM:
 
 def make_wrapper(anchor_fraction: float = 0.5, group_size: int = 4, rho_state: dict | None = None,
                  min_pairs: int = 4, **kw: Any):
-    weighter = AnchorWeighter(warmup_groups=1)
+    denoiser = InverseVarianceDenoiser(warmup_groups=1)
     if rho_state is not None:
-        weighter.load_state_dict({**weighter.state_dict(), **rho_state})
-    corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=min_pairs, refit_every=4), weighter)
+        denoiser.load_state_dict({**denoiser.state_dict(), **rho_state})
+    corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=min_pairs, refit_every=4), denoiser)
     return AnchoredWorldModelWrapper(TextTaskEnv(), SquareWM(), anchor_fraction=anchor_fraction,
                                      group_size=group_size, corrector=corrector, **kw)
 

@@ -137,7 +137,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
     assert len(set(EVAL_SEEDS)) == 2 and None not in EVAL_SEEDS
 
 
-def test_rho_mode_reaches_the_weighter():
+def test_rho_mode_reaches_the_denoiser():
     from agents.experiments.bench import run_method
 
     seen = {}

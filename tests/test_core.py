@@ -1,4 +1,4 @@
-"""Unit tests of the correction objects (no Gymnasium): router, debiaser, weighter, corrector."""
+"""Unit tests of the correction objects (no Gymnasium): router, debiaser, denoiser, corrector."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from wmrl_envs.core import (
     AnchorRouter,
-    AnchorWeighter,
+    InverseVarianceDenoiser,
     CostLedger,
     IsotonicDebiaser,
     WMRLCorrector,
@@ -109,7 +109,7 @@ def test_debiaser_state_roundtrip_predicts_identically():
     assert deb.n_fits == other.n_fits
 
 
-# ---------------------------------------------------------------- weighter
+# ---------------------------------------------------------------- denoiser
 @pytest.mark.parametrize(
     "cal,real,expected",
     [
@@ -143,8 +143,8 @@ def test_group_disagreement_of_an_affine_map_is_a_minus_1_squared(a, b):
     assert group_disagreement(list(a * r + b + e), list(r)) == pytest.approx(expected)
 
 
-def test_weighter_warmup_calibration_and_clip():
-    w = AnchorWeighter(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+def test_denoiser_warmup_calibration_and_clip():
+    w = InverseVarianceDenoiser(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
     for _ in range(2):
         w.update([0.3, 0.3], [0.0, 1.0])  # s2 = 1
         assert w.rho == 1.0
@@ -160,16 +160,16 @@ def test_weighter_warmup_calibration_and_clip():
     for _ in range(30):
         w.update([0.0, 1.0], [0.0, 1.0])
     # perfect world model: back to the lowest calibrated weight, 1 + c·ε (ε: disagreement floor)
-    assert w.rho == pytest.approx(1.0 + w.c * AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR)
+    assert w.rho == pytest.approx(1.0 + w.c * InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR)
 
 
-def test_weighter_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_amount():
+def test_denoiser_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_amount():
     """A warm-up with zero disagreement: c comes from the floor ε, so ρ = ρ_target exactly at
     calibration, and a small disagreement afterwards moves ρ by (ρ_target − 1)·(s̄² − ε)/ε at most,
     not to the clip (before the floor, c was 10⁶: ρ was 1 at calibration, then 4)."""
-    eps = AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR
+    eps = InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR
     assert eps == 0.01
-    w = AnchorWeighter(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+    w = InverseVarianceDenoiser(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
     for _ in range(3):
         assert w.update([0.0, 1.0], [0.0, 1.0]) == 0.0  # perfect ranking: s² = 0
     assert w.ema == 0.0 and w.c == 1.0 / eps
@@ -182,7 +182,7 @@ def test_weighter_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_
     assert w.update([0.1, 0.9], [0.0, 1.0]) == pytest.approx(0.04)
     assert w.rho == pytest.approx(1.0 + 0.0225 / eps)
     # reference half-life 64: one constant-prediction group (s² = 1) after a perfect warm-up
-    v = AnchorWeighter(warmup_groups=2)
+    v = InverseVarianceDenoiser(warmup_groups=2)
     for _ in range(2):
         v.update([0.0, 1.0], [0.0, 1.0])
     assert v.rho == 2.0
@@ -191,48 +191,48 @@ def test_weighter_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_
     assert v.ema == pytest.approx(alpha) and v.rho == pytest.approx(1.0 + alpha / eps)  # 2.077
     # the floor survives a state round trip; states saved before it existed keep the 1e-6
     # floor their c was computed with
-    u = AnchorWeighter()
+    u = InverseVarianceDenoiser()
     u.load_state_dict(json.loads(json.dumps(v.state_dict())))
     assert u.rho == v.rho and u.disagreement_floor == eps
     old = {k: val for k, val in v.state_dict().items() if k != "disagreement_floor"}
     u.load_state_dict(old)
     assert u.disagreement_floor == 1e-6
     with pytest.raises(ValueError, match="disagreement_floor"):
-        AnchorWeighter(disagreement_floor=0.0)
+        InverseVarianceDenoiser(disagreement_floor=0.0)
 
 
-def test_weighter_floor_is_continuous_and_only_in_calibrated_mode():
+def test_denoiser_floor_is_continuous_and_only_in_calibrated_mode():
     """ρ = 1 + (ρ_target − 1)·max(s̄², ε)/max(η̂²_cal, ε): the usual 1 + η̂²/η̂²_cal once both
     exceed ε; parameter-free ρ = 1 + s̄² has no division, so no floor."""
     eps = 0.05
-    w = AnchorWeighter(warmup_groups=1, half_life=1.0, rho_target=3.0, rho_max=10.0, disagreement_floor=eps)
+    w = InverseVarianceDenoiser(warmup_groups=1, half_life=1.0, rho_target=3.0, rho_max=10.0, disagreement_floor=eps)
     w.update([0.3, 0.3], [0.0, 1.0])  # s² = 1 > ε
     assert w.c == pytest.approx(2.0) and w.rho == pytest.approx(3.0)
     for _ in range(40):
         w.update([0.0, 1.0], [0.0, 1.0])
     assert w.ema < eps and w.rho == pytest.approx(1.0 + 2.0 * eps)  # the lowest calibrated ρ
-    p = AnchorWeighter(warmup_groups=1, mode="parameter_free", disagreement_floor=eps)
+    p = InverseVarianceDenoiser(warmup_groups=1, mode="parameter_free", disagreement_floor=eps)
     p.update([0.0, 1.0], [0.0, 1.0])
     assert p.rho == 1.0
 
 
-def test_weighter_parameter_free_and_state():
-    w = AnchorWeighter(warmup_groups=1, half_life=64, mode="parameter_free")
+def test_denoiser_parameter_free_and_state():
+    w = InverseVarianceDenoiser(warmup_groups=1, half_life=64, mode="parameter_free")
     w.update([0.3, 0.3], [0.0, 1.0])
     assert w.rho == pytest.approx(2.0)
-    v = AnchorWeighter()
+    v = InverseVarianceDenoiser()
     v.load_state_dict(json.loads(json.dumps(w.state_dict())))
     assert v.rho == w.rho and v.mode == "parameter_free"
     w.training = False
     assert w.update([1.0, 0.0], [0.0, 1.0]) is None
     assert w.rho == pytest.approx(2.0)
     with pytest.raises(ValueError):
-        AnchorWeighter(mode="nope")
+        InverseVarianceDenoiser(mode="nope")
 
 
 # ---------------------------------------------------------------- corrector / ledger
 def test_corrector_routes_rewards_and_weights():
-    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
     a = corr.correct_group("anchor", raw=[0.2, 0.4, None, 0.9], real=[0.0, 1.0, 1.0, None], group_id=3)
     assert a.rewards == [0.0, 1.0, 1.0, None]  # real scores on anchors; ungraded stays None
     assert a.advantage_weight == 1.0 and a.group_id == 3
@@ -251,11 +251,11 @@ def test_corrector_routes_rewards_and_weights():
 
 
 def test_corrector_ablation_switches():
-    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=2, refit_every=1), AnchorWeighter(warmup_groups=1), debias=False, denoise=False)
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=2, refit_every=1), InverseVarianceDenoiser(warmup_groups=1), debias=False, denoise=False)
     corr.correct_group("anchor", raw=[0.1, 0.9], real=[1.0, 0.0])
     assert corr.debiaser.fitted  # pairs still logged
     assert corr.correct_group("world_model", raw=[0.1]).rewards == [0.1]
-    assert corr.rho == 1.0 and corr.weighter.rho > 1.0
+    assert corr.rho == 1.0 and corr.denoiser.rho > 1.0
 
 
 def test_ledger():
@@ -278,7 +278,7 @@ def test_ledger():
 def test_calibration_error_mae_and_brier_on_binary_outcomes():
     """Binary anchors (success 0/1): the isotonic map learns P(success | r̂); its prequential
     Brier score (MSE) beats the raw score's, while the MAE may not — hand-checkable numbers."""
-    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
     # raw score 0.9 always; real success half of the time -> calibrated map -> 0.5
     corr.correct_group("anchor", [0.9, 0.9, 0.9, 0.9], [1.0, 0.0, 1.0, 0.0])  # identity map: cal = raw
     corr.correct_group("anchor", [0.9, 0.9, 0.9, 0.9], [1.0, 0.0, 1.0, 0.0])  # map fitted on 4 pairs: 0.5
@@ -288,7 +288,7 @@ def test_calibration_error_mae_and_brier_on_binary_outcomes():
     assert err["calibrated_mse"] == pytest.approx(((0.01 + 0.81) / 2 + 0.25) / 2)  # 4 identity pairs + 4 at 0.5
     assert err["raw_mae"] == pytest.approx(0.5) and err["calibrated_mae"] == pytest.approx(0.5)  # MAE sees no gain
     state = json.loads(json.dumps(corr.state_dict()))
-    other = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), AnchorWeighter(warmup_groups=1))
+    other = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
     other.load_state_dict(state)
     assert other.calibration_error() == err
     assert corr.stats()["calibration_mse_calibrated"] == pytest.approx(err["calibrated_mse"])

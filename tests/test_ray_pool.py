@@ -99,7 +99,7 @@ def make_wrapper(seed=0):
     wm = SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
     return AnchoredWorldModelWrapper(
         GuessEnv(), wm, anchor_fraction=0.5, group_size=G, seed=seed,
-        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 2},
+        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2},
     )
 
 

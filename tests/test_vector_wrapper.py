@@ -74,7 +74,7 @@ def task_fn(k, n):
 def make_outcome(venv, group_size, **kw):
     wm = SyntheticWorldModel(two_step_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
     kw.setdefault("debiaser_kwargs", {"min_pairs": 8, "refit_every": 4})
-    kw.setdefault("weighter_kwargs", {"warmup_groups": 2})
+    kw.setdefault("denoiser_kwargs", {"warmup_groups": 2})
     env = AnchoredWorldModelVectorWrapper(
         venv, wm, anchor_fraction=0.5, group_size=group_size, groups_per_step=venv.num_envs // group_size,
         task_fn=task_fn, **kw,
@@ -163,7 +163,7 @@ def check_outcome_log(env, log, inner_steps, episode_len):
     assert env.corrector.debiaser.n_seen == g * env.corrector.n_groups["anchor"]
     assert env.ledger.count("execution") == anchor_steps.sum()
     # ρ: after the warm-up (2 anchor groups) it leaves 1 and anchors carry it
-    assert env.corrector.weighter.warmed_up
+    assert env.corrector.denoiser.warmed_up
     weights = [float(info["wmrl"]["advantage_weight"][i]) for kind, *_r, info in log if kind == "step"
                for i in range(n) if info["wmrl"]["route"][i] == "anchor"]
     assert max(weights) > 1.0
@@ -217,7 +217,7 @@ def test_group_members_start_from_the_generation_task():
 def test_vector_twin_equals_serial_score_group():
     """Sync + next-step autoreset on one-step episodes reproduces score_group exactly, ρ ≠ 1 included."""
     g, k, gens = 4, 2, 6
-    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, weighter_kwargs={"warmup_groups": 2}, seed=3)
+    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2}, seed=3)
 
     def wm():
         return SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
@@ -248,7 +248,7 @@ def test_vector_twin_equals_serial_score_group():
     # the comparison covers anchor groups weighted by a ρ other than 1 (after the 2-group warm-up)
     anchor_weights = [wt for route, _, wt in serial_out if route == "anchor"]
     assert sum(wt != 1.0 for wt in anchor_weights) >= 2, anchor_weights
-    assert vec.corrector.weighter.state_dict() == serial.corrector.weighter.state_dict()
+    assert vec.corrector.denoiser.state_dict() == serial.corrector.denoiser.state_dict()
     assert vec.rho == serial.rho != 1.0
     assert vec.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen > 0
     assert vec.corrector.debiaser.n_fits == serial.corrector.debiaser.n_fits > 0
@@ -306,7 +306,7 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
     env = AnchoredWorldModelVectorWrapper(
         venv, wm, anchor_fraction=0.5, group_size=g, groups_per_step=k, mode="reward",
         task_fn=lambda kk, n: (None, {"start": -0.5 + 0.1 * kk}),
-        debiaser_kwargs={"min_pairs": 4, "refit_every": 2}, weighter_kwargs={"warmup_groups": 1},
+        debiaser_kwargs={"min_pairs": 4, "refit_every": 2}, denoiser_kwargs={"warmup_groups": 1},
     )
     rng = np.random.default_rng(0)
     obs, info = env.reset(seed=0)

@@ -34,7 +34,7 @@ def test_calibration_beats_raw_and_rho_rises_with_noise():
         anchor_fraction=0.5,
         group_size=8,
         debiaser_kwargs={"min_pairs": 100, "refit_every": 32},
-        weighter_kwargs={"warmup_groups": 16, "half_life": 8},
+        denoiser_kwargs={"warmup_groups": 16, "half_life": 8},
     )
     rng = np.random.default_rng(1)
     rhos, warmed = [], []
@@ -42,7 +42,7 @@ def test_calibration_beats_raw_and_rho_rises_with_noise():
         t, acts = random_group(rng, 8)
         out = w.score_group(acts, options={"target": t})
         rhos.append(out.advantage_weight if out.route == "anchor" else w.rho)
-        warmed.append(w.corrector.weighter.warmed_up)
+        warmed.append(w.corrector.denoiser.warmed_up)
     # rho is exactly 1 before the warm-up of 16 anchor groups completes
     first_warm = warmed.index(True)
     assert all(r == 1.0 for r in rhos[: first_warm + 1])
@@ -186,7 +186,7 @@ def test_state_roundtrip_continues_identically(tmp_path):
         return out
 
     kw = dict(anchor_fraction=0.3, group_size=4, debiaser_kwargs={"min_pairs": 20, "refit_every": 8},
-              weighter_kwargs={"warmup_groups": 3, "half_life": 4})
+              denoiser_kwargs={"warmup_groups": 3, "half_life": 4})
     _, wm_a, a = make(noise=0.1, **kw)
     rng = np.random.default_rng(3)
     run(a, wm_a, rng, 30)
@@ -209,7 +209,7 @@ def test_training_flag_freezes_corrections():
     _, _, w = make(anchor_fraction=1.0)
     w.training = False
     w.score_group([np.array([0.1], dtype=np.float32)] * 3, options={"target": 0.5})
-    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.weighter.n_groups == 0
+    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.denoiser.n_groups == 0
     w.training = True
     w.score_group([np.array([0.1], dtype=np.float32), np.array([0.9], dtype=np.float32)], options={"target": 0.5})
     assert w.corrector.debiaser.n_pairs == 2

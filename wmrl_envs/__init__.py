@@ -2,7 +2,7 @@
 
 Contents:
     - :mod:`wmrl_envs.core` — the corrections as plain objects: routing, isotonic debiaser,
-      anchor weighter (ρ), the group-level corrector, the cost ledger.
+      anchor denoiser (ρ), the group-level corrector, the cost ledger.
     - :mod:`wmrl_envs.wrappers` — :class:`AnchoredWorldModelWrapper` (Gymnasium).
     - :mod:`wmrl_envs.world_models` — the world-model protocol, the LLM judge, a synthetic one.
     - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code), LIBERO-Long (robot
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .core import AnchorRouter, AnchorWeighter, CostLedger, GroupCorrection, IsotonicDebiaser, WMRLCorrector
+from .core import AnchorRouter, InverseVarianceDenoiser, CostLedger, GroupCorrection, IsotonicDebiaser, WMRLCorrector
 from .wrappers import AnchoredWorldModelWrapper, GroupRollout
 
 __all__ = [
@@ -26,7 +26,7 @@ __all__ = [
     "GroupRollout",
     "AnchorRouter",
     "IsotonicDebiaser",
-    "AnchorWeighter",
+    "InverseVarianceDenoiser",
     "WMRLCorrector",
     "GroupCorrection",
     "CostLedger",

@@ -70,7 +70,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from wmrl_envs.core import AnchorWeighter, CostLedger, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.core import InverseVarianceDenoiser, CostLedger, IsotonicDebiaser, WMRLCorrector
 from wmrl_envs.world_models.base import WorldModel
 from wmrl_envs.wrappers.anchored import AnchoredWorldModelWrapper
 
@@ -228,7 +228,7 @@ def make_anchored_vec_env(
     seed: int = 0,
     corrector: WMRLCorrector | None = None,
     debiaser_kwargs: dict[str, Any] | None = None,
-    weighter_kwargs: dict[str, Any] | None = None,
+    denoiser_kwargs: dict[str, Any] | None = None,
     ledger: CostLedger | None = None,
     monitor: bool = True,
     vec_env_cls: type[VecEnv] = DummyVecEnv,
@@ -247,9 +247,9 @@ def make_anchored_vec_env(
         n_envs: number of sub-envs (>= 1).
         seed: sub-env ``i``'s router gets ``seed + i``.
         corrector: the shared corrector (default: one built from ``debiaser_kwargs`` and
-            ``weighter_kwargs``, reference settings otherwise).
-        debiaser_kwargs, weighter_kwargs: keyword arguments of
-            :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.AnchorWeighter`.
+            ``denoiser_kwargs``, reference settings otherwise).
+        debiaser_kwargs, denoiser_kwargs: keyword arguments of
+            :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
         ledger: the shared cost ledger (default: a new one).
         monitor: wrap each sub-env in SB3's ``Monitor`` (default ``True``).
         vec_env_cls: ``DummyVecEnv`` (default; corrector and ledger truly shared) or
@@ -262,15 +262,15 @@ def make_anchored_vec_env(
         The :class:`AnchoredVecEnv`.
 
     Raises:
-        ValueError: ``n_envs < 1``; both ``corrector`` and ``debiaser_kwargs``/``weighter_kwargs``;
+        ValueError: ``n_envs < 1``; both ``corrector`` and ``debiaser_kwargs``/``denoiser_kwargs``;
             any error of ``AnchoredWorldModelWrapper``'s constructor.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-    if corrector is not None and (debiaser_kwargs or weighter_kwargs):
-        raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+    if corrector is not None and (debiaser_kwargs or denoiser_kwargs):
+        raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
     if corrector is None:
-        corrector = WMRLCorrector(IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {})))
+        corrector = WMRLCorrector(IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {})))
     shared_ledger = ledger if ledger is not None else CostLedger()
 
     def thunk(i: int) -> Callable[[], gym.Env]:

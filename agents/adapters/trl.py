@@ -388,7 +388,7 @@ class WMRLGRPOTrainer(GRPOTrainer):
       the wrapper's ``training`` flag off (corrections frozen, routes = ``eval_route``,
       default real execution) and with ``num_generations_eval``.
     * checkpoints — ``_save_checkpoint`` also writes the wrapper's router / debiaser /
-      weighter / ledger state to ``<checkpoint>/wmrl_state.json``; resuming
+      denoiser / ledger state to ``<checkpoint>/wmrl_state.json``; resuming
       (``train(resume_from_checkpoint=...)``) loads it back.
 
     Logged metrics: ``wmrl/rho``, ``wmrl/anchor_groups``, ``wmrl/realised_anchor_fraction``,

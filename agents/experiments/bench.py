@@ -224,13 +224,13 @@ def run_method(
         calibration errors) and ``max_steps + 1`` or fewer snapshots.
     """
     from agents.grpo import build_advantages
-    from wmrl_envs import AnchoredWorldModelWrapper, AnchorWeighter, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
     from wmrl_envs.core import GENERATION, UPDATE
 
     f = spec.anchor_fraction if spec.anchor_fraction is not None else cfg.anchor_fraction
     corrector = WMRLCorrector(
         IsotonicDebiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
-        AnchorWeighter(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, mode=cfg.rho_mode,
+        InverseVarianceDenoiser(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, mode=cfg.rho_mode,
                        rho_target=cfg.rho_target),
         debias=spec.debias,
         denoise=spec.denoise,
@@ -265,7 +265,7 @@ def run_method(
             step=step,
             compute_s=compute,
             seconds={s: ledger.seconds(s) for s in ("execution", "world_model", "generation", "update")},
-            rho=stats["rho"] if spec.denoise else corrector.weighter.rho,
+            rho=stats["rho"] if spec.denoise else corrector.denoiser.rho,
             disagreement_ema=stats["disagreement_ema"],
             calibration_mae_raw=stats["calibration_mae_raw"],
             calibration_mae_calibrated=stats["calibration_mae_calibrated"],

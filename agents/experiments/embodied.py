@@ -617,7 +617,7 @@ def make_wrapper(method: str, world_model: Any, config: EmbodiedConfig, seed: in
             world_model,
             anchor_fraction=config.anchor_fraction,
             debiaser_kwargs={"min_pairs": config.debias_min_pairs, "refit_every": config.debias_refit_every},
-            weighter_kwargs={"warmup_groups": config.rho_warmup_groups},
+            denoiser_kwargs={"warmup_groups": config.rho_warmup_groups},
             **common,
         )
     raise ValueError(f"unknown method {method!r}; choose from {sorted(METHOD_LABELS)}")

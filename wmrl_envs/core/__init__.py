@@ -3,7 +3,7 @@
 Contents:
     - :class:`AnchorRouter` — seeded routing of whole groups to ``anchor`` / ``world_model``.
     - :class:`IsotonicDebiaser` — online debiasing (isotonic map from anchor pairs).
-    - :class:`AnchorWeighter`, :func:`group_disagreement` — inverse-variance denoising (ρ).
+    - :class:`InverseVarianceDenoiser`, :func:`group_disagreement` — inverse-variance denoising (ρ).
     - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
     - :class:`CostLedger` — counts and seconds per cost source.
     - :class:`UngradedMonitor`, :class:`TooManyUngradedError` — ungraded rollouts (the machinery
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .corrector import GroupCorrection, WMRLCorrector
 from .debias import IsotonicDebiaser
-from .denoise import AnchorWeighter, group_disagreement
+from .denoise import InverseVarianceDenoiser, group_disagreement
 from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
 from .ungraded import TooManyUngradedError, UngradedMonitor
@@ -27,7 +27,7 @@ __all__ = [
     "Route",
     "AnchorRouter",
     "IsotonicDebiaser",
-    "AnchorWeighter",
+    "InverseVarianceDenoiser",
     "group_disagreement",
     "WMRLCorrector",
     "GroupCorrection",

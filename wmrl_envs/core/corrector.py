@@ -6,7 +6,7 @@ on anchor groups, the real scores — and returns what the agent should train on
 scores ``r̃ = f̂(r̂)`` on world-model groups) and the advantage weight (``ρ`` on anchor groups,
 1 on world-model groups). On anchor groups it also feeds the anchor pairs to the
 :class:`~wmrl_envs.core.debias.IsotonicDebiaser` and the group's disagreement to the
-:class:`~wmrl_envs.core.denoise.AnchorWeighter`. See ``docs/method.md``.
+:class:`~wmrl_envs.core.denoise.InverseVarianceDenoiser`. See ``docs/method.md``.
 
 The calibration error is tracked *prequentially*: each anchor group is scored with the map
 as it was before its own pairs were added, so "after calibration" is an honest out-of-sample
@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .debias import IsotonicDebiaser
-from .denoise import AnchorWeighter
+from .denoise import InverseVarianceDenoiser
 from .routing import ANCHOR, WORLD_MODEL, Route
 
 __all__ = ["GroupCorrection", "WMRLCorrector"]
@@ -74,13 +74,13 @@ class WMRLCorrector:
 
     Args:
         debiaser: the isotonic debiaser (default: reference settings).
-        weighter: the anchor weighter (default: reference settings).
+        denoiser: the anchor denoiser (default: reference settings).
         debias: apply ``f̂`` to world-model scores (ablation switch; pairs are still logged).
         denoise: use ``ρ`` as the anchor-group advantage weight (ablation switch; ``s²`` is
             still tracked and logged).
 
     Attributes:
-        training: propagates to the debiaser and the weighter; ``False`` freezes both
+        training: propagates to the debiaser and the denoiser; ``False`` freezes both
             (evaluation), as ``VecNormalize.training`` does in Stable-Baselines3.
 
     Example:
@@ -93,13 +93,13 @@ class WMRLCorrector:
     def __init__(
         self,
         debiaser: IsotonicDebiaser | None = None,
-        weighter: AnchorWeighter | None = None,
+        denoiser: InverseVarianceDenoiser | None = None,
         *,
         debias: bool = True,
         denoise: bool = True,
     ) -> None:
         self.debiaser = debiaser if debiaser is not None else IsotonicDebiaser()
-        self.weighter = weighter if weighter is not None else AnchorWeighter()
+        self.denoiser = denoiser if denoiser is not None else InverseVarianceDenoiser()
         self.debias = bool(debias)
         self.denoise = bool(denoise)
         self._training = True
@@ -115,19 +115,19 @@ class WMRLCorrector:
     # ------------------------------------------------------------------ flags
     @property
     def training(self) -> bool:
-        """Whether anchor groups update the debiaser and the weighter."""
+        """Whether anchor groups update the debiaser and the denoiser."""
         return self._training
 
     @training.setter
     def training(self, value: bool) -> None:
         self._training = bool(value)
         self.debiaser.training = self._training
-        self.weighter.training = self._training
+        self.denoiser.training = self._training
 
     @property
     def rho(self) -> float:
         """The anchor weight currently applied (1.0 when denoising is off)."""
-        return self.weighter.rho if self.denoise else 1.0
+        return self.denoiser.rho if self.denoise else 1.0
 
     # ------------------------------------------------------------------ core
     def calibrate(self, raw: Sequence[float | None]) -> list[float | None]:
@@ -183,7 +183,7 @@ class WMRLCorrector:
                     self._sq_err_raw += (a - r) ** 2
                     self._sq_err_cal += (c - r) ** 2
                     self._n_sq += 1
-            s2 = self.weighter.update(cal, real_c)
+            s2 = self.denoiser.update(cal, real_c)
             self.debiaser.add_pairs(raw_c, real_c)
         self.n_groups[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
@@ -216,7 +216,7 @@ class WMRLCorrector:
     def stats(self) -> dict[str, Any]:
         """Flat dict for logging: ρ, s̄², pairs, fits, calibration errors, group counts."""
         err = self.calibration_error()
-        ema = self.weighter.ema
+        ema = self.denoiser.ema
         return {
             "rho": self.rho,
             "disagreement_ema": None if not math.isfinite(ema) else ema,
@@ -236,7 +236,7 @@ class WMRLCorrector:
         """Everything needed to continue exactly (JSON-serialisable)."""
         return {
             "debiaser": self.debiaser.state_dict(),
-            "weighter": self.weighter.state_dict(),
+            "denoiser": self.denoiser.state_dict(),
             "debias": self.debias,
             "denoise": self.denoise,
             "abs_err_raw": self._abs_err_raw,
@@ -251,7 +251,7 @@ class WMRLCorrector:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (the ``training`` flag is kept)."""
         self.debiaser.load_state_dict(state["debiaser"])
-        self.weighter.load_state_dict(state["weighter"])
+        self.denoiser.load_state_dict(state["denoiser"])
         self.debias = bool(state["debias"])
         self.denoise = bool(state["denoise"])
         self._abs_err_raw = float(state["abs_err_raw"])

@@ -18,7 +18,7 @@ Near-perfect warm-up. ``η̂²/η̂²_cal`` is undefined when the world model ma
 warm-up (``η̂²_cal = 0``), and explodes when ``η̂²_cal`` is tiny: with a bare ``1e-6`` guard,
 ``c`` was ``10⁶``, ρ was 1 at calibration instead of ``ρ_target``, and the first small
 disagreement sent it to the clip. In calibrated mode a disagreement below the *floor* ``ε``
-(``disagreement_floor``, default :attr:`AnchorWeighter.DEFAULT_DISAGREEMENT_FLOOR` = 0.01) counts
+(``disagreement_floor``, default :attr:`InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR` = 0.01) counts
 as ``ε``, in ``c`` and in ρ alike::
 
     c = (ρ_target − 1) / max(η̂²_cal, ε),    ρ = clip(1 + c·max(s̄², ε), 1, ρ_max)
@@ -43,7 +43,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-__all__ = ["AnchorWeighter", "group_disagreement"]
+__all__ = ["InverseVarianceDenoiser", "group_disagreement"]
 
 
 def group_disagreement(calibrated: Sequence[float | None], real: Sequence[float | None], eps: float = 1e-8) -> float | None:
@@ -76,7 +76,7 @@ def group_disagreement(calibrated: Sequence[float | None], real: Sequence[float 
     return float(np.mean(resid**2) / var_r)
 
 
-class AnchorWeighter:
+class InverseVarianceDenoiser:
     """Tracks the disagreement EMA ``s̄²`` and gives the anchor weight ``ρ``.
 
     Args:
@@ -99,7 +99,7 @@ class AnchorWeighter:
         ValueError: invalid arguments.
 
     Example:
-        >>> w = AnchorWeighter(warmup_groups=2)
+        >>> w = InverseVarianceDenoiser(warmup_groups=2)
         >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho
         1.0
         >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho  # perfect warm-up: calibrated at the floor

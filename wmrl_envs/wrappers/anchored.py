@@ -53,7 +53,7 @@ from wmrl_envs.core import (
     WORLD_MODEL,
     WORLD_MODEL_SOURCE,
     AnchorRouter,
-    AnchorWeighter,
+    InverseVarianceDenoiser,
     CostLedger,
     GroupCorrection,
     IsotonicDebiaser,
@@ -379,10 +379,10 @@ class AnchoredWorldModelWrapper(
             AutoResearch: its ``max_turns``, default 1).
         episode_score: how per-step world-model scores make the episode's score: ``"max"``
             (AutoResearch: max over turns), ``"last"`` or ``"sum"``.
-        corrector: the correction object (default: reference debiaser and weighter, or one
-            built from ``debiaser_kwargs``/``weighter_kwargs``).
+        corrector: the correction object (default: reference debiaser and denoiser, or one
+            built from ``debiaser_kwargs``/``denoiser_kwargs``).
         debiaser_kwargs: keyword arguments of :class:`~wmrl_envs.core.IsotonicDebiaser`.
-        weighter_kwargs: keyword arguments of :class:`~wmrl_envs.core.AnchorWeighter`.
+        denoiser_kwargs: keyword arguments of :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
         seed: seed of the anchor router.
         ledger: a :class:`~wmrl_envs.core.CostLedger` to record into (default: a new one).
         eval_route: route of every episode while ``training`` is ``False`` (default
@@ -451,7 +451,7 @@ class AnchoredWorldModelWrapper(
         episode_score: Literal["max", "last", "sum"] = "max",
         corrector: WMRLCorrector | None = None,
         debiaser_kwargs: dict[str, Any] | None = None,
-        weighter_kwargs: dict[str, Any] | None = None,
+        denoiser_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
@@ -533,10 +533,10 @@ class AnchoredWorldModelWrapper(
         self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
         if corrector is None:
             corrector = WMRLCorrector(
-                IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {}))
+                IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {}))
             )
-        elif debiaser_kwargs or weighter_kwargs:
-            raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+        elif debiaser_kwargs or denoiser_kwargs:
+            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
         self.corrector = corrector
         self.ledger = ledger if ledger is not None else CostLedger()
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)

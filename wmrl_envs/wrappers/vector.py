@@ -61,7 +61,7 @@ from wmrl_envs.core import (
     EXECUTION,
     WORLD_MODEL,
     AnchorRouter,
-    AnchorWeighter,
+    InverseVarianceDenoiser,
     CostLedger,
     IsotonicDebiaser,
     Route,
@@ -254,7 +254,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             (``"max"``, ``"last"`` or ``"sum"``).
         task_fn: ``task_fn(group_index, generation) -> (seed, options)``: the reset arguments
             shared by the G episodes of a generation (called once per generation, cached).
-        corrector, debiaser_kwargs, weighter_kwargs, seed, ledger: as in
+        corrector, debiaser_kwargs, denoiser_kwargs, seed, ledger: as in
             :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (``seed`` seeds the
             router).
         eval_route: route of every generation started while ``training`` is ``False``.
@@ -308,7 +308,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         task_fn: TaskFn | None = None,
         corrector: WMRLCorrector | None = None,
         debiaser_kwargs: dict[str, Any] | None = None,
-        weighter_kwargs: dict[str, Any] | None = None,
+        denoiser_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
@@ -355,10 +355,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             )
         if corrector is None:
             corrector = WMRLCorrector(
-                IsotonicDebiaser(**(debiaser_kwargs or {})), AnchorWeighter(**(weighter_kwargs or {}))
+                IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {}))
             )
-        elif debiaser_kwargs or weighter_kwargs:
-            raise ValueError("pass either corrector= or debiaser_kwargs/weighter_kwargs, not both")
+        elif debiaser_kwargs or denoiser_kwargs:
+            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
         mode_meta = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self.autoreset_mode = mode_meta if isinstance(mode_meta, AutoresetMode) else AutoresetMode(mode_meta)
 
