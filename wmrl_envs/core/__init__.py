@@ -5,6 +5,7 @@ Contents:
     - :class:`IsotonicDebiaser` — online debiasing (isotonic map from anchor pairs).
     - :class:`InverseVarianceDenoiser`, :func:`group_disagreement` — inverse-variance denoising (ρ).
     - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
+    - :class:`CorrectionConfig` — the correction settings, declared once (:mod:`.config`).
     - :class:`CostLedger` — counts and seconds per cost source.
     - :class:`UngradedMonitor`, :class:`TooManyUngradedError` — ungraded rollouts (the machinery
       failed): counts by cause, warnings and the stop rule (:mod:`.ungraded`).
@@ -14,6 +15,7 @@ The wrapper (:mod:`wmrl_envs.wrappers`) and all adapters share these objects.
 
 from __future__ import annotations
 
+from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser, group_disagreement
@@ -31,6 +33,7 @@ __all__ = [
     "group_disagreement",
     "WMRLCorrector",
     "GroupCorrection",
+    "CorrectionConfig",
     "CostLedger",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",

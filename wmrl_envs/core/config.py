@@ -1,0 +1,108 @@
+"""``CorrectionConfig``: the correction settings of one run, declared once.
+
+Every CLI config (``wmrl train``, ``wmrl bench``, the embodied experiment) nests this dataclass
+and every wrapper accepts it, so the anchor schedule, the debiaser and the denoiser are set by
+the same names everywhere (tyro turns the field docstrings into ``--help``). The defaults are
+the reference settings of ``docs/method.md``; :meth:`CorrectionConfig.build_corrector` and
+:meth:`CorrectionConfig.build_router` make the objects of :mod:`wmrl_envs.core` from it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from .corrector import WMRLCorrector
+from .debias import IsotonicDebiaser
+from .denoise import InverseVarianceDenoiser
+from .routing import AnchorRouter
+
+__all__ = ["CorrectionConfig"]
+
+
+@dataclass(frozen=True)
+class CorrectionConfig:
+    """Anchor schedule, online debiasing and inverse-variance denoising settings (validated once).
+
+    Raises:
+        ValueError: a field is out of range (the message names the field and its range).
+
+    Example:
+        >>> cfg = CorrectionConfig(anchor_fraction=0.25, min_pairs=16)
+        >>> cfg.build_corrector().debiaser.min_pairs, cfg.build_router(seed=0).anchor_fraction
+        (16, 0.25)
+    """
+
+    anchor_fraction: float = 0.1
+    """Target share of groups that are also executed for real (anchors), in [0, 1]."""
+    min_anchor_groups: int = 1
+    """Anchor groups per training step at least (0 allows steps without anchors)."""
+    debias: bool = True
+    """Apply online debiasing (the isotonic map f̂) to world-model scores."""
+    denoise: bool = True
+    """Apply the anchor weight ρ to anchor-group advantages."""
+    buffer_size: int = 5000
+    """FIFO capacity of the debiaser's anchor pairs (reference 5000)."""
+    min_pairs: int = 200
+    """Anchor pairs before the first isotonic fit; the map is the identity before (reference 200)."""
+    refit_every: int = 64
+    """Refit the isotonic map after this many new anchor pairs (reference 64)."""
+    warmup_groups: int = 32
+    """Anchor groups with a defined disagreement before ρ leaves 1 (reference 32)."""
+    half_life: float = 64.0
+    """Half-life, in anchor groups, of the disagreement EMA s̄² (reference 64)."""
+    rho_target: float = 2.0
+    """ρ at the moment of calibration (calibrated mode; reference 2)."""
+    rho_max: float = 4.0
+    """Upper clip of ρ (reference 4)."""
+    rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
+    """How ρ is scaled: c fixed at the end of warm-up (calibrated) or c = 1 (parameter_free)."""
+    disagreement_floor: float = InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR
+    """ε: in calibrated mode a disagreement below it counts as ε (share of the real within-group variance)."""
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, field: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"CorrectionConfig.{field} must be {what}, got {getattr(self, field)!r}")
+
+        def is_num(v: object) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+        def is_int(v: object) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        check(is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0, "anchor_fraction", "a number in [0, 1]")
+        check(is_int(self.min_anchor_groups) and self.min_anchor_groups >= 0, "min_anchor_groups", "an integer >= 0")
+        check(isinstance(self.debias, bool), "debias", "True or False")
+        check(isinstance(self.denoise, bool), "denoise", "True or False")
+        for name in ("buffer_size", "min_pairs", "refit_every"):
+            check(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
+        check(is_int(self.warmup_groups) and self.warmup_groups >= 0, "warmup_groups", "an integer >= 0")
+        check(is_num(self.half_life) and self.half_life > 0, "half_life", "a number of groups > 0")
+        check(is_num(self.rho_max) and self.rho_max >= 1.0, "rho_max", "a number >= 1")
+        check(is_num(self.rho_target) and 1.0 <= self.rho_target <= self.rho_max, "rho_target",
+              f"a number in [1, rho_max={self.rho_max!r}]")
+        check(self.rho_mode in ("calibrated", "parameter_free"), "rho_mode", "'calibrated' or 'parameter_free'")
+        check(is_num(self.disagreement_floor) and self.disagreement_floor > 0, "disagreement_floor",
+              "a finite share of the real variance > 0 (e.g. 0.01)")
+
+    def build_debiaser(self) -> IsotonicDebiaser:
+        """A fresh :class:`~wmrl_envs.core.IsotonicDebiaser` with these settings."""
+        return IsotonicDebiaser(buffer_size=self.buffer_size, min_pairs=self.min_pairs, refit_every=self.refit_every)
+
+    def build_denoiser(self) -> InverseVarianceDenoiser:
+        """A fresh :class:`~wmrl_envs.core.InverseVarianceDenoiser` with these settings."""
+        return InverseVarianceDenoiser(
+            warmup_groups=self.warmup_groups, half_life=self.half_life, rho_target=self.rho_target,
+            rho_max=self.rho_max, mode=self.rho_mode, disagreement_floor=self.disagreement_floor,
+        )
+
+    def build_corrector(self) -> WMRLCorrector:
+        """A fresh :class:`~wmrl_envs.core.WMRLCorrector` (debiaser + denoiser) with these settings."""
+        return WMRLCorrector(self.build_debiaser(), self.build_denoiser(), debias=self.debias, denoise=self.denoise)
+
+    def build_router(self, seed: int = 0) -> AnchorRouter:
+        """A fresh :class:`~wmrl_envs.core.AnchorRouter` (``anchor_fraction``, ``min_anchor_groups``)
+        seeded with ``seed`` (int)."""
+        return AnchorRouter(self.anchor_fraction, min_anchor_groups=self.min_anchor_groups, seed=seed)
