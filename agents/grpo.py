@@ -8,18 +8,32 @@ zeroed); groups with fewer than 2 graded rollouts are skipped. WMRL (Yang et al.
 weight ρ after this normalisation. The loss is PPO's clipped surrogate on per-token ratios with
 a KL penalty to a frozen reference policy (k3 estimator) and an optional entropy bonus.
 
-This module is pure tensor/array code, shared by every policy plugin.
+The one GRPO step of every policy and loop lives here too: :class:`GRPOPolicy` is the small
+protocol a policy implements (per-token log-probs of chosen rows, under the policy or the frozen
+reference, and its trainable parameters), :class:`GRPOUpdateConfig` the step's settings, and
+:func:`grpo_update` / :func:`grpo_step` the update (advantages, then ``num_iterations``
+optimisation epochs of micro-batched backward passes and one optimiser step each).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
 
-__all__ = ["group_advantages", "GRPOLossOutput", "grpo_loss", "GroupBatch", "build_advantages"]
+__all__ = [
+    "group_advantages",
+    "GRPOLossOutput",
+    "grpo_loss",
+    "GroupBatch",
+    "build_advantages",
+    "GRPOPolicy",
+    "GRPOUpdateConfig",
+    "grpo_step",
+    "grpo_update",
+]
 
 
 def group_advantages(
@@ -67,6 +81,8 @@ class GroupBatch:
         n_groups_used: groups that contributed rows.
         n_groups_skipped: groups skipped (fewer than 2 graded rollouts).
         n_ungraded: rows dropped because they were ungraded.
+        group_index: the group (position in the step's list of groups) of each kept row, int64
+            shape (N,).
     """
 
     row_index: np.ndarray
@@ -74,6 +90,7 @@ class GroupBatch:
     n_groups_used: int
     n_groups_skipped: int
     n_ungraded: int
+    group_index: np.ndarray
 
 
 def build_advantages(
@@ -100,10 +117,10 @@ def build_advantages(
     """
     if len(group_rewards) != len(group_weights):
         raise ValueError(f"{len(group_rewards)} groups of rewards but {len(group_weights)} weights")
-    rows, advs = [], []
+    rows, advs, gids = [], [], []
     used = skipped = ungraded = 0
     offset = 0
-    for rewards, w in zip(group_rewards, group_weights):
+    for gi, (rewards, w) in enumerate(zip(group_rewards, group_weights)):
         a = group_advantages(rewards, scale=scale)
         g = len(rewards)
         ungraded += sum(1 for v in rewards if v is None or not np.isfinite(v))
@@ -115,8 +132,12 @@ def build_advantages(
                 if np.isfinite(a[i]) and not (drop_zero_advantage and a[i] == 0.0):
                     rows.append(offset + i)
                     advs.append(float(a[i]) * float(w))
+                    gids.append(gi)
         offset += g
-    return GroupBatch(np.asarray(rows, dtype=np.int64), np.asarray(advs, dtype=np.float64), used, skipped, ungraded)
+    return GroupBatch(
+        np.asarray(rows, dtype=np.int64), np.asarray(advs, dtype=np.float64), used, skipped, ungraded,
+        np.asarray(gids, dtype=np.int64),
+    )
 
 
 @dataclass
@@ -188,3 +209,274 @@ def grpo_loss(
     loss = policy_loss + kl_coef * kl_mean - entropy_coef * ent
     clipped = ((ratio - 1.0).abs() > clip_eps).to(logprobs.dtype)
     return GRPOLossOutput(loss, policy_loss.detach(), kl_mean.detach(), ent.detach(), per_seq(clipped).detach())
+
+
+# ----------------------------------------------------------------------------------------------
+# The one GRPO step
+# ----------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class GRPOPolicy(Protocol):
+    """What :func:`grpo_step` needs from a policy: log-probs of chosen rows, and its parameters.
+
+    ``samples`` is whatever the policy's sampler returned (opaque to the step); a *row* is one
+    sampled sequence in it, indexed ``0 … N−1`` group after group (row ``g·G + j`` is sample j
+    of group g when every group has G rows).
+    """
+
+    def grpo_logprobs(
+        self, samples: Any, rows: np.ndarray, *, reference: bool = False, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probabilities of the sampled tokens of ``rows``.
+
+        Args:
+            samples: the policy's samples.
+            rows: int64 array (B,) of row indices into ``samples``.
+            reference: score under the frozen reference policy (e.g. adapters disabled),
+                under ``torch.no_grad()``; otherwise with grad w.r.t. the trainable parameters.
+            with_entropy: also return per-token entropies (needed only when
+                ``entropy_coef > 0``; may cost a full-distribution pass).
+
+        Returns:
+            ``(logprobs, mask, entropy)``: float (B, T) log-probs (0 at padding), the (B, T)
+            float mask of real tokens (1.0) vs padding (0.0), and (B, T) entropies or ``None``.
+        """
+        ...
+
+    def trainable_parameters(self) -> Iterable[torch.nn.Parameter]:
+        """The parameters the optimiser updates (gradient clipping runs over these)."""
+        ...
+
+
+@dataclass(frozen=True)
+class GRPOUpdateConfig:
+    """Settings of :func:`grpo_update` / :func:`grpo_step` (validated on construction).
+
+    Attributes:
+        clip_eps: PPO clip range ε (> 0) of the surrogate.
+        kl_coef: β (>= 0) of the k3 KL penalty to the frozen reference; the reference pass runs
+            only when ``kl_coef > 0``.
+        entropy_coef: weight (>= 0) of the per-token entropy bonus; entropies are computed only
+            when it is > 0.
+        num_iterations: optimisation epochs (>= 1) over the same rows, one optimiser step each.
+        micro_batch_size: at most this many rows per forward/backward (>= 1; ``None`` = all
+            rows of a segment at once). Gradients are accumulated with weights proportional to
+            row counts, so the step equals the full-batch one up to float round-off.
+        micro_batch_per_group: a micro-batch never holds rows of two groups (one backward per
+            group, split further by ``micro_batch_size``): for policies that score one prompt
+            per call (the LLM policy).
+        max_grad_norm: clip the gradient norm of ``trainable_parameters()`` to this (> 0)
+            before each optimiser step; ``None`` = no clipping.
+        scale: standardise advantages per group (GRPO) or centre only (:func:`build_advantages`).
+        drop_zero_advantage: drop rows whose advantage is exactly 0 (:func:`build_advantages`).
+
+    Raises:
+        ValueError: a setting out of range.
+    """
+
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    num_iterations: int = 1
+    micro_batch_size: int | None = None
+    micro_batch_per_group: bool = False
+    max_grad_norm: float | None = 1.0
+    scale: bool = True
+    drop_zero_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.clip_eps) and self.clip_eps > 0):
+            raise ValueError(f"clip_eps must be a finite number > 0, got {self.clip_eps}")
+        if not (np.isfinite(self.kl_coef) and self.kl_coef >= 0):
+            raise ValueError(f"kl_coef must be a finite number >= 0, got {self.kl_coef}")
+        if not (np.isfinite(self.entropy_coef) and self.entropy_coef >= 0):
+            raise ValueError(f"entropy_coef must be a finite number >= 0, got {self.entropy_coef}")
+        if isinstance(self.num_iterations, bool) or not isinstance(self.num_iterations, (int, np.integer)) or self.num_iterations < 1:
+            raise ValueError(f"num_iterations must be an integer >= 1, got {self.num_iterations!r}")
+        if self.micro_batch_size is not None and (
+            isinstance(self.micro_batch_size, bool) or not isinstance(self.micro_batch_size, (int, np.integer)) or self.micro_batch_size < 1
+        ):
+            raise ValueError(f"micro_batch_size must be None or an integer >= 1, got {self.micro_batch_size!r}")
+        if self.max_grad_norm is not None and not (np.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"max_grad_norm must be None or a finite number > 0, got {self.max_grad_norm}")
+
+
+_STAT_KEYS = ("loss", "policy_loss", "kl", "entropy", "clip_fraction")
+
+
+def _micro_batches(n: int, groups: np.ndarray | None, config: GRPOUpdateConfig) -> list[slice]:
+    """Consecutive row slices: split at group changes (if asked), then at ``micro_batch_size``."""
+    if config.micro_batch_per_group:
+        cuts = [0, *(np.flatnonzero(np.diff(groups)) + 1).tolist(), n]  # type: ignore[arg-type]
+    else:
+        cuts = [0, n]
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        mb = config.micro_batch_size or (b - a)
+        out.extend(slice(s, min(s + mb, b)) for s in range(a, b, mb))
+    return out
+
+
+def _grad_norm(params: list[torch.nn.Parameter], max_grad_norm: float | None) -> float:
+    if max_grad_norm is not None:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    norms = [p.grad.norm() for p in params if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def grpo_step(
+    policy: GRPOPolicy,
+    optimizer: torch.optim.Optimizer,
+    samples: Any,
+    rows: Sequence[int] | np.ndarray,
+    advantages: Sequence[float] | np.ndarray,
+    *,
+    config: GRPOUpdateConfig,
+    old_logprobs: torch.Tensor | np.ndarray | None = None,
+    groups: Sequence[int] | np.ndarray | None = None,
+) -> dict[str, float]:
+    """GRPO's clipped-surrogate update on rows whose advantages are already built.
+
+    ``config.num_iterations`` epochs over the rows; each epoch: ``optimizer.zero_grad``, one
+    forward/backward of :func:`grpo_loss` per micro-batch (its loss weighted by its share of
+    the rows; a single micro-batch is not rescaled), optional gradient clipping, one
+    ``optimizer.step()``. The ratio's denominator: ``old_logprobs`` when given (e.g. recorded
+    at sampling), in every epoch; otherwise epoch 1 uses the current log-probs detached and
+    later epochs reuse those epoch-1 values. So with ``num_iterations=1`` and no recorded
+    log-probs the ratio is exactly 1 and ``clip_eps`` has no effect (on-policy GRPO, as TRL's
+    with ``num_iterations=1``); clipping acts from the second epoch on, or with log-probs
+    recorded at sampling. Reference log-probs are computed (once, in epoch 1) only when
+    ``config.kl_coef > 0``. The method: ``docs/method.md``.
+
+    Args:
+        policy: a :class:`GRPOPolicy`.
+        optimizer: optimiser over ``policy.trainable_parameters()``.
+        samples: the policy's samples (passed to ``policy.grpo_logprobs``).
+        rows: N row indices into ``samples``.
+        advantages: N (weighted) advantages, one per row.
+        config: the step's settings (``scale`` and ``drop_zero_advantage`` are not used here).
+        old_logprobs: optional float (N, T_max) log-probs of the rows' tokens under the
+            sampling policy, aligned with ``rows`` and padded at the end (a micro-batch uses its
+            first T columns); NaN entries fall back to the on-policy value.
+        groups: N group ids of the rows (e.g. :attr:`GroupBatch.group_index`); required when
+            ``config.micro_batch_per_group``.
+
+    Returns:
+        Floats: ``loss``, ``policy_loss``, ``kl``, ``entropy``, ``clip_fraction`` (row-weighted
+        means over the micro-batches of the last epoch), ``grad_norm`` (the last epoch's
+        gradient norm before clipping), ``n_rows``, ``n_iterations``. No rows: zeros, no step.
+
+    Raises:
+        ValueError: rows, advantages, groups or old log-probs disagree in length, ``groups``
+            is missing while ``config.micro_batch_per_group``, or ``old_logprobs`` is not 2-D.
+    """
+    rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
+    adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    n = int(rows_a.size)
+    if adv_a.size != n:
+        raise ValueError(f"{n} rows but {adv_a.size} advantages")
+    groups_a = None
+    if groups is not None:
+        groups_a = np.asarray(groups, dtype=np.int64).reshape(-1)
+        if groups_a.size != n:
+            raise ValueError(f"{n} rows but {groups_a.size} group ids")
+    elif config.micro_batch_per_group:
+        raise ValueError("micro_batch_per_group needs the rows' group ids (groups=)")
+    old_t = None
+    if old_logprobs is not None:
+        old_t = torch.as_tensor(old_logprobs)
+        if old_t.ndim != 2 or old_t.shape[0] != n:
+            raise ValueError(f"old_logprobs must have shape ({n}, T), got {tuple(old_t.shape)}")
+    stats = {k: 0.0 for k in _STAT_KEYS}
+    stats.update(grad_norm=0.0, n_rows=float(n), n_iterations=float(config.num_iterations))
+    if n == 0:
+        return stats
+    chunks = _micro_batches(n, groups_a, config)
+    params = list(policy.trainable_parameters())
+    first_old: list[torch.Tensor | None] = [None] * len(chunks)
+    refs: list[torch.Tensor | None] = [None] * len(chunks)
+    for epoch in range(config.num_iterations):
+        stats.update({k: 0.0 for k in _STAT_KEYS})
+        optimizer.zero_grad(set_to_none=True)
+        for k, sl in enumerate(chunks):
+            r = rows_a[sl]
+            if config.kl_coef > 0 and refs[k] is None:
+                refs[k] = policy.grpo_logprobs(samples, r, reference=True)[0].detach()
+            lp, mask, ent = policy.grpo_logprobs(samples, r, with_entropy=config.entropy_coef > 0)
+            if epoch == 0:
+                cur = lp.detach()
+                if old_t is not None:
+                    rec = old_t[sl, : lp.shape[1]].to(lp.device)
+                    cur = torch.where(torch.isnan(rec), cur, rec) if bool(torch.isnan(rec).any()) else rec
+                first_old[k] = cur
+            old = first_old[k]
+            ref = refs[k] if config.kl_coef > 0 else lp.detach()
+            adv = torch.as_tensor(adv_a[sl], dtype=lp.dtype, device=lp.device)
+            out = grpo_loss(lp, old, ref, adv, mask, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
+                            entropy=ent, entropy_coef=config.entropy_coef)
+            if len(chunks) == 1:
+                out.loss.backward()
+                for key in _STAT_KEYS:
+                    stats[key] = float(getattr(out, key).detach())
+            else:
+                (out.loss * len(r) / n).backward()
+                for key in _STAT_KEYS:
+                    stats[key] += float(getattr(out, key).detach()) * len(r) / n
+        stats["grad_norm"] = _grad_norm(params, config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return stats
+
+
+def grpo_update(
+    policy: GRPOPolicy,
+    optimizer: torch.optim.Optimizer,
+    samples: Any,
+    group_rewards: Sequence[Sequence[float | None]],
+    group_weights: Sequence[float] | None,
+    *,
+    config: GRPOUpdateConfig,
+    old_logprobs: torch.Tensor | np.ndarray | None = None,
+) -> dict[str, float]:
+    """The GRPO update of one step: :func:`build_advantages`, then :func:`grpo_step` on the kept rows.
+
+    Advantages are group-relative (``config.scale``), ρ-weighted per group, computed over the
+    graded rows only: ungraded rows never enter the loss, groups with fewer than 2 graded rows
+    are skipped.
+
+    Args:
+        policy: a :class:`GRPOPolicy`.
+        optimizer: optimiser over ``policy.trainable_parameters()``.
+        samples: the policy's samples, rows laid out group after group (if ``samples`` has a
+            ``len``, it is the number of rows).
+        group_rewards: per group, its rewards (``None`` = ungraded).
+        group_weights: per group, the advantage weight (ρ on anchor groups); ``None`` = all 1.
+        config: the settings.
+        old_logprobs: optional float (N_total, T_max) log-probs recorded at sampling for every
+            row of ``samples`` (kept rows are selected here); see :func:`grpo_step`.
+
+    Returns:
+        :func:`grpo_step`'s floats plus ``n_groups_used``, ``n_groups_skipped``,
+        ``n_ungraded``.
+
+    Raises:
+        ValueError: the rewards do not cover ``len(samples)`` rows, the weights are not one per
+            group, or :func:`grpo_step`'s errors.
+    """
+    n_total = sum(len(g) for g in group_rewards)
+    if hasattr(samples, "__len__") and len(samples) != n_total:
+        raise ValueError(f"rewards cover {n_total} rows but the samples have {len(samples)}")
+    weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
+    batch = build_advantages(group_rewards, weights, scale=config.scale, drop_zero_advantage=config.drop_zero_advantage)
+    old = None
+    if old_logprobs is not None:
+        old_all = torch.as_tensor(old_logprobs)
+        if old_all.ndim != 2 or old_all.shape[0] != n_total:
+            raise ValueError(f"old_logprobs must have shape ({n_total}, T), got {tuple(old_all.shape)}")
+        old = old_all[torch.as_tensor(batch.row_index)]
+    stats = grpo_step(policy, optimizer, samples, batch.row_index, batch.advantages, config=config,
+                      old_logprobs=old, groups=batch.group_index)
+    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
+                 n_ungraded=float(batch.n_ungraded))
+    return stats
