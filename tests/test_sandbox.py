@@ -664,7 +664,7 @@ def test_fork_bomb_in_one_sandbox_does_not_starve_another(tmp_path: Path) -> Non
 
 
 def test_no_cgroup_warns_once_and_falls_back_to_rlimits(monkeypatch, job: Path) -> None:
-    import wmrl_envs.sandbox.subprocess as sp
+    import wmrl_envs.sandbox.process as sp
     from wmrl_envs.sandbox.cgroup import CgroupSupport
 
     monkeypatch.setattr(sp, "cgroup_support", lambda: CgroupSupport(0, (), "read-only cgroupfs (test)"))

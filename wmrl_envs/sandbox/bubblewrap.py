@@ -28,18 +28,18 @@ from .base import (
     SandboxUnavailableError,
     default_hidden_paths,
 )
-from .subprocess import (
-    _base_env,
-    _chown_tree,
-    _limit_extras,
-    _make_preexec,
-    _new_cgroup,
-    _prepare_workdir,
-    _rlimits,
-    _run_process,
-    _sanitize_workdir,
-    _StartedPipe,
-    _warn_if_no_cgroup,
+from .process import (
+    base_env,
+    chown_tree,
+    limit_extras,
+    make_preexec,
+    new_cgroup,
+    prepare_workdir,
+    rlimit_table,
+    run_process,
+    sanitize_workdir,
+    StartedPipe,
+    warn_if_no_cgroup,
 )
 
 __all__ = ["BubblewrapSandbox"]
@@ -55,7 +55,7 @@ _HOST_ETC_FILES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime")
 _BWRAP_TASKS = 2
 
 
-def _hidden_list(hidden_paths: Iterable[str | os.PathLike] | None) -> list[str]:
+def hidden_list(hidden_paths: Iterable[str | os.PathLike] | None) -> list[str]:
     """Absolute hidden paths; ``None`` means :func:`~wmrl_envs.sandbox.base.default_hidden_paths`."""
     paths = default_hidden_paths() if hidden_paths is None else [os.fspath(p) for p in hidden_paths]
     out = []
@@ -66,11 +66,11 @@ def _hidden_list(hidden_paths: Iterable[str | os.PathLike] | None) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _python_prefixes(python: str) -> list[str]:
+def python_prefixes(python: str) -> list[str]:
     """Folders the interpreter needs: venv prefix and base installation."""
     if os.path.abspath(python) == os.path.abspath(sys.executable):
         dirs = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
@@ -208,7 +208,7 @@ class BubblewrapSandbox(Sandbox):
         self.uid = int(uid)
         self.gid = int(gid)
         self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
-        self.hidden_paths = _hidden_list(hidden_paths)
+        self.hidden_paths = hidden_list(hidden_paths)
         self.bwrap = bwrap or shutil.which("bwrap")
         self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self.as_root = os.geteuid() == 0
@@ -223,7 +223,7 @@ class BubblewrapSandbox(Sandbox):
             )
         self._binds = self._interpreter_binds()
         #: Whether runs get a whole-sandbox cgroup here (else per-process rlimits; warned once).
-        self.whole_sandbox_bounds: bool = _warn_if_no_cgroup(self.name)
+        self.whole_sandbox_bounds: bool = warn_if_no_cgroup(self.name)
         ok, why = self._probe()
         if not ok:
             raise SandboxUnavailableError(f"bubblewrap does not work here: {why}")
@@ -275,7 +275,7 @@ class BubblewrapSandbox(Sandbox):
     # ------------------------------------------------------------------ mount plan
     def _interpreter_binds(self) -> list[tuple[str, str]]:
         """(host source, sandbox destination) pairs, read-only, deduplicated."""
-        wanted: list[str] = [*_python_prefixes(self.python), *self.extra_ro_binds]
+        wanted: list[str] = [*python_prefixes(self.python), *self.extra_ro_binds]
         pairs: set[tuple[str, str]] = set()
         for p in wanted:
             if not p or not os.path.exists(p):
@@ -283,9 +283,9 @@ class BubblewrapSandbox(Sandbox):
             absp = os.path.abspath(p)
             real = os.path.realpath(p)
             for dest in {absp, real}:
-                if dest in _RESERVED or _under(dest, WORKSPACE):
+                if dest in _RESERVED or is_under(dest, WORKSPACE):
                     raise SandboxUnavailableError(f"cannot bind {p!r} at reserved path {dest!r}")
-                if any(_under(dest, r) for r in ("/proc", "/dev", "/etc")):
+                if any(is_under(dest, r) for r in ("/proc", "/dev", "/etc")):
                     continue
                 pairs.add((real, dest))
         # /usr is bound wholesale; drop binds that an enclosing bind already provides.
@@ -294,7 +294,7 @@ class BubblewrapSandbox(Sandbox):
         for src, dest in base:
             covered = False
             for s0, d0 in kept:
-                if _under(dest, d0) and src == os.path.realpath(s0 + dest[len(d0):]):
+                if is_under(dest, d0) and src == os.path.realpath(s0 + dest[len(d0):]):
                     covered = True
                     break
             if not covered:
@@ -319,7 +319,7 @@ class BubblewrapSandbox(Sandbox):
         out: dict[str, bool] = {}
         for h in self.hidden_paths:
             for dest in dict.fromkeys([h, os.path.realpath(h)]):
-                if not os.path.lexists(dest) or not any(_under(dest, b) for b in bound):
+                if not os.path.lexists(dest) or not any(is_under(dest, b) for b in bound):
                     continue
                 out[dest] = os.path.isdir(dest) and not os.path.islink(dest)
         return sorted(out.items(), key=lambda kv: (kv[0].count("/"), kv[0]))
@@ -386,7 +386,7 @@ class BubblewrapSandbox(Sandbox):
         for d in dests:
             parent = os.path.dirname(d)
             while parent not in ("/", "", "/tmp"):
-                if any(_under(parent, m) for m in mounted):
+                if any(is_under(parent, m) for m in mounted):
                     break
                 parents.add(parent)
                 parent = os.path.dirname(parent)
@@ -415,7 +415,7 @@ class BubblewrapSandbox(Sandbox):
                 "--inh-caps", "-all",
                 "--",
             ]
-        argv += [self.python, "-c", _StartedPipe.bootstrap_for(started_w), filename]
+        argv += [self.python, "-c", StartedPipe.bootstrap_for(started_w), filename]
         return argv, fds
 
     # ------------------------------------------------------------------ running
@@ -429,22 +429,22 @@ class BubblewrapSandbox(Sandbox):
         filename: str = "solution.py",
     ) -> ExecutionResult:
         lim = limits or self.limits
-        path = _prepare_workdir(workdir, source, filename)
+        path = prepare_workdir(workdir, source, filename)
         if self.as_root:
-            _chown_tree(path, self.uid, self.gid)
+            chown_tree(path, self.uid, self.gid)
         # The whole tree (bwrap's two processes included) joins one cgroup before bwrap runs;
         # without one, RLIMIT_NPROC (per host uid, ignored by bwrap/setpriv as root, applied
         # once setpriv drops to uid) is the only process bound.
-        cgroup = _new_cgroup(lim, extra_pids=_BWRAP_TASKS)
-        preexec = _make_preexec(_rlimits(lim, nproc=None if cgroup else int(lim.max_processes)), cgroup)
-        started = _StartedPipe()
+        cgroup = new_cgroup(lim, extra_pids=_BWRAP_TASKS)
+        preexec = make_preexec(rlimit_table(lim, nproc=None if cgroup else int(lim.max_processes)), cgroup)
+        started = StartedPipe()
         fds: list[int] = []
         try:
             argv, fds = self._argv(path, lim, filename, started.w)
-            out = _run_process(
+            out = run_process(
                 argv,
                 cwd="/",
-                env=_base_env("/tmp", "/tmp", env),
+                env=base_env("/tmp", "/tmp", env),
                 wall_time_s=lim.wall_time_s,
                 preexec_fn=preexec,
                 pass_fds=(started.w, *fds),
@@ -459,7 +459,7 @@ class BubblewrapSandbox(Sandbox):
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
-        removed = _sanitize_workdir(path)
+        removed = sanitize_workdir(path)
         rc = out.returncode
         if not out.started:
             # bwrap's set-up, setpriv or the interpreter's start failed: the program never ran.
@@ -483,7 +483,7 @@ class BubblewrapSandbox(Sandbox):
             "output_truncated": out.truncated,
             "removed_special_files": removed,
             "user_namespace": not self.as_root,
-            **_limit_extras(out, cgroup is not None),
+            **limit_extras(out, cgroup is not None),
         }
         return ExecutionResult(
             exit_code=exit_code,

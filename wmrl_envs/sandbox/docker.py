@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .base import ExecutionResult, Sandbox, SandboxInfrastructureError, SandboxLimits, SandboxUnavailableError
-from .bubblewrap import WORKSPACE, _hidden_list, _python_prefixes, _under
+from .bubblewrap import WORKSPACE, hidden_list, python_prefixes, is_under
 from .jobdirs import FolderWatch, is_bounded
-from .subprocess import DEFAULT_NOFILE, _base_env, _chown_tree, _prepare_workdir, _sanitize_workdir, _tail_text
+from .process import DEFAULT_NOFILE, base_env, chown_tree, prepare_workdir, sanitize_workdir, tail_text
 
 __all__ = ["DockerSandbox"]
 
@@ -161,7 +161,7 @@ class DockerSandbox(Sandbox):
         self.gid = int(gid)
         self.cpus = cpus
         self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
-        self.hidden_paths = _hidden_list(hidden_paths)
+        self.hidden_paths = hidden_list(hidden_paths)
         self._own_client = client is None
         try:
             self.client = client or self._docker.from_env(timeout=120)
@@ -189,16 +189,16 @@ class DockerSandbox(Sandbox):
     # ------------------------------------------------------------------ image and mounts
     def _plan_binds(self) -> list[tuple[str, str]]:
         pairs: list[tuple[str, str]] = [("/usr", "/usr")]
-        for p in [*_python_prefixes(self.python), *self.extra_ro_binds]:
+        for p in [*python_prefixes(self.python), *self.extra_ro_binds]:
             if not p or not os.path.exists(p):
                 continue
             real = os.path.realpath(p)
             for dest in dict.fromkeys([os.path.abspath(p), real]):
-                if dest in ("/", "/tmp", "/proc", "/dev", "/etc", WORKSPACE) or _under(dest, WORKSPACE):
+                if dest in ("/", "/tmp", "/proc", "/dev", "/etc", WORKSPACE) or is_under(dest, WORKSPACE):
                     raise SandboxUnavailableError(f"cannot bind {p!r} at reserved path {dest!r}")
-                if any(_under(dest, r) for r in ("/proc", "/dev", "/sys", "/etc")):
+                if any(is_under(dest, r) for r in ("/proc", "/dev", "/sys", "/etc")):
                     continue
-                if any(_under(dest, d0) and real == os.path.realpath(s0 + dest[len(d0):]) for s0, d0 in pairs):
+                if any(is_under(dest, d0) and real == os.path.realpath(s0 + dest[len(d0):]) for s0, d0 in pairs):
                     continue
                 pairs.append((real, dest))
         pairs += [(f, f) for f in _HOST_ETC_FILES if os.path.exists(f)]
@@ -210,7 +210,7 @@ class DockerSandbox(Sandbox):
         out: dict[str, bool] = {}
         for h in self.hidden_paths:
             for dest in dict.fromkeys([h, os.path.realpath(h)]):
-                if os.path.lexists(dest) and any(_under(dest, b) for b in bound):
+                if os.path.lexists(dest) and any(is_under(dest, b) for b in bound):
                     out[dest] = os.path.isdir(dest) and not os.path.islink(dest)
         return sorted(out.items())
 
@@ -247,9 +247,9 @@ class DockerSandbox(Sandbox):
         from requests.exceptions import RequestException  # docker depends on requests
 
         lim = limits or self.limits
-        path = _prepare_workdir(workdir, source, filename)
+        path = prepare_workdir(workdir, source, filename)
         if os.geteuid() == 0:
-            _chown_tree(path, self.uid, self.gid)
+            chown_tree(path, self.uid, self.gid)
         else:  # the container user must be able to write; best effort for non-root callers
             os.chmod(path, 0o777)
         mib = 1024 * 1024
@@ -269,7 +269,7 @@ class DockerSandbox(Sandbox):
             command=[self.python, filename],
             working_dir=WORKSPACE,
             user=f"{self.uid}:{self.gid}",
-            environment=_base_env("/tmp", "/tmp", env),
+            environment=base_env("/tmp", "/tmp", env),
             hostname="sandbox",
             network_mode="none",
             read_only=True,
@@ -325,8 +325,8 @@ class DockerSandbox(Sandbox):
                 status = container.wait(timeout=60)
             wall = time.monotonic() - start
             rc = int(status.get("StatusCode", -1))
-            stdout = _tail_text(container.logs(stdout=True, stderr=False))
-            stderr = _tail_text(container.logs(stdout=False, stderr=True))
+            stdout = tail_text(container.logs(stdout=True, stderr=False))
+            stderr = tail_text(container.logs(stdout=False, stderr=True))
             container.reload()
             oom = bool(container.attrs.get("State", {}).get("OOMKilled", False))
         except SandboxUnavailableError:
@@ -341,7 +341,7 @@ class DockerSandbox(Sandbox):
                     container.remove(force=True)
                 except Exception:
                     pass
-        removed = _sanitize_workdir(path)
+        removed = sanitize_workdir(path)
         sig: int | None = None
         exit_code: int | None = rc
         if 128 < rc < 128 + 65:  # killed by a signal (timeout kill, OOM, SIGXCPU, ...)

@@ -1,0 +1,483 @@
+"""Running one program on the host under limits: what every sandbox backend shares.
+
+The backends (:mod:`.subprocess`, :mod:`.bubblewrap`, :mod:`.docker`) differ in how they
+isolate a program; they share how a job folder is prepared and cleaned (:func:`prepare_workdir`,
+:func:`chown_tree`, :func:`sanitize_workdir`), the rlimits and the child's pre-exec set-up
+(:func:`rlimit_table`, :func:`make_preexec`), the per-execution cgroup (:func:`new_cgroup`), the
+"program started" handshake (:class:`StartedPipe`), the environment variables
+(:func:`base_env`), and the run loop with bounded output capture, time-outs and the job-folder
+watchdog (:func:`run_process`, :class:`ProcessOutcome`, :func:`limit_extras`). Limits and their
+enforcement: ``docs/sandbox.md``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import fcntl
+import math
+import os
+import resource
+import signal as _signal
+import stat
+import subprocess
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from .base import SandboxInfrastructureError, SandboxLimits, WeakLimitsWarning
+from .cgroup import ExecutionCgroup, cgroup_support
+from .jobdirs import FolderWatch, is_bounded
+
+__all__ = [
+    "OUTPUT_TAIL_BYTES", "DEFAULT_NOFILE", "prepare_workdir", "chown_tree", "sanitize_workdir", "rlimit_table",
+    "make_preexec", "warn_if_no_cgroup", "new_cgroup", "StartedPipe", "base_env", "tail_text", "ProcessOutcome",
+    "run_process", "limit_extras", "count_tasks_of_uid",
+]
+
+#: Bytes of stdout / stderr kept (the tail).
+OUTPUT_TAIL_BYTES = 64 * 1024
+_MIB = 1024 * 1024
+#: Open-file limit given to sandboxed programs.
+DEFAULT_NOFILE = 256
+#: Seconds to wait for output readers after the process tree is gone.
+_READER_JOIN_S = 5.0
+
+
+def _check_filename(filename: str) -> None:
+    if (
+        not filename
+        or filename in (".", "..")
+        or "/" in filename
+        or "\\" in filename
+        or "\0" in filename
+    ):
+        raise ValueError(f"filename must be a plain file name, got {filename!r}")
+
+
+def prepare_workdir(workdir: str | Path, source: str, filename: str) -> Path:
+    """Resolve ``workdir`` (must exist) and write the script into it."""
+    _check_filename(filename)
+    path = Path(workdir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"job folder does not exist: {path}")
+    path = path.resolve()
+    script = path / filename
+    if script.is_symlink() or (script.exists() and not script.is_file()):
+        script.unlink()  # never write through a symlink/fifo left by an earlier run
+    script.write_text(source, encoding="utf-8")
+    return path
+
+
+def chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give ``root`` and everything under it to ``uid:gid`` (never following symlinks).
+
+    Symlinks are skipped entirely: chown/chmod through a symlink planted by an earlier run
+    would hand a host file to the sandbox user.
+    """
+
+    def fix(path: str, is_dir: bool) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            return
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            return
+        if st.st_uid != uid or st.st_gid != gid:
+            os.chown(path, uid, gid, follow_symlinks=False)
+        want = stat.S_IMODE(st.st_mode) | (0o700 if is_dir else 0o600)
+        if want != stat.S_IMODE(st.st_mode):
+            os.chmod(path, want)
+
+    fix(str(root), True)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames:
+            fix(os.path.join(dirpath, name), True)
+        for name in filenames:
+            fix(os.path.join(dirpath, name), False)
+
+
+def sanitize_workdir(root: Path) -> list[str]:
+    """Remove everything in ``root`` that is neither a regular file nor a directory.
+
+    Symlinks (e.g. ``submission.csv -> /root/hidden/labels.csv``), FIFOs (which would block a
+    grader's ``open``), sockets and device nodes created by the program are deleted so that
+    the host reading the job folder afterwards only ever sees real files; set-uid/set-gid bits
+    are cleared. Returns the removed paths, relative to ``root``.
+    """
+    removed: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in list(dirnames) + filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                if mode & (stat.S_ISUID | stat.S_ISGID):  # no set-id files left on the host
+                    try:
+                        os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    except OSError:
+                        pass
+                continue
+            try:
+                os.unlink(path)
+                removed.append(os.path.relpath(path, root))
+            except OSError:
+                pass
+            if name in dirnames:
+                dirnames.remove(name)
+    return removed
+
+
+def rlimit_table(limits: SandboxLimits, *, nproc: int | None) -> dict[int, tuple[int, int]]:
+    """The rlimits (resource -> (soft, hard)) that implement ``limits``."""
+    cpu = max(1, int(math.ceil(limits.cpu_time_s)))
+    mem = int(limits.memory_mb) * _MIB
+    fsize = int(limits.file_size_mb) * _MIB
+    out = {
+        resource.RLIMIT_AS: (mem, mem),
+        resource.RLIMIT_CPU: (cpu, cpu + 1),  # SIGXCPU first, SIGKILL one second later
+        resource.RLIMIT_FSIZE: (fsize, fsize),
+        resource.RLIMIT_NOFILE: (DEFAULT_NOFILE, DEFAULT_NOFILE),
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    if nproc is not None:
+        out[resource.RLIMIT_NPROC] = (nproc, nproc)
+    return out
+
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - non-glibc platforms
+    _prctl = None
+
+
+def make_preexec(
+    rlimits: Mapping[int, tuple[int, int]], cgroup: ExecutionCgroup | None = None
+) -> Callable[[], None]:
+    """The child's set-up between fork and exec: join the execution cgroup (so everything the
+    program starts is inside it), die with the host process (``PR_SET_PDEATHSIG``), rlimits."""
+    items = list(rlimits.items())
+    join = cgroup.join if cgroup is not None else None
+
+    def preexec() -> None:  # runs in the child between fork and exec: keep it minimal
+        if join is not None:
+            join()
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, int(_signal.SIGKILL), 0, 0, 0)
+        for res, value in items:
+            resource.setrlimit(res, value)
+
+    return preexec
+
+
+_warned_no_cgroup = False
+
+
+def warn_if_no_cgroup(backend: str) -> bool:
+    """Whether whole-sandbox cgroup bounds work here; warns once per process when not."""
+    global _warned_no_cgroup
+    support = cgroup_support()
+    if not support.available and not _warned_no_cgroup:
+        _warned_no_cgroup = True
+        warnings.warn(
+            f"{backend}: no writable cgroup here ({support.reason}), so memory_mb and "
+            "max_processes are per-process rlimits only: RLIMIT_AS bounds each process (a "
+            "program with N processes may hold N x memory_mb) and RLIMIT_NPROC counts every "
+            "task of the sandbox uid on the host (concurrent sandboxes of one uid share it). "
+            "Run as root (cgroup v1 memory+pids, or cgroup v2 with a delegated sub-tree) for "
+            "whole-sandbox bounds.",
+            WeakLimitsWarning,
+            stacklevel=3,
+        )
+    return support.available
+
+
+def new_cgroup(limits: SandboxLimits, extra_pids: int = 0) -> ExecutionCgroup | None:
+    """The execution cgroup for one run (``None`` where cgroups cannot be used here).
+
+    Raises:
+        SandboxInfrastructureError: cgroups work here but this one could not be made.
+    """
+    if not cgroup_support().available:
+        return None
+    try:
+        return ExecutionCgroup(int(limits.memory_mb), int(limits.max_processes) + int(extra_pids))
+    except OSError as exc:
+        raise SandboxInfrastructureError(f"could not create the execution cgroup: {exc}") from exc
+
+
+class StartedPipe:
+    """Tells the host whether the untrusted program was reached at all.
+
+    The interpreter is started with :meth:`bootstrap` as ``-c`` code: it writes one byte to
+    the pipe, closes it, then runs the script in ``__main__`` (``sys.argv``, ``__file__``,
+    ``sys.path[0]`` and the printed traceback of an uncaught exception as for
+    ``python script.py``). Everything that fails before that byte (bwrap set-up, ``setpriv``, the interpreter's
+    start-up) is the sandbox's failure; everything after is the program's. The program cannot
+    forge the byte's absence or presence: the pipe is closed before its first line runs.
+    """
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+        fcntl.fcntl(self.r, fcntl.F_SETFL, os.O_NONBLOCK)
+        self.started = False
+
+    def bootstrap(self) -> str:
+        """The ``-c`` code for this pipe (its write end keeps its number in the child)."""
+        return self.bootstrap_for(self.w)
+
+    @staticmethod
+    def bootstrap_for(w: int) -> str:
+        """The ``-c`` code that signals on file descriptor ``w``, then runs ``sys.argv[1]``."""
+        return (
+            f"import os,sys;os.write({w},b'S');os.close({w});del sys.argv[0];"
+            "__file__=os.path.abspath(sys.argv[0]);sys.path[0]=os.path.dirname(__file__);"
+            "sys.excepthook=lambda t,v,tb,_h=sys.__excepthook__:(lambda x:_h(t,v.with_traceback(x),x))("
+            "tb.tb_next if tb is not None and tb.tb_frame.f_code.co_filename=='<string>' else tb);"
+            "del os,sys;exec(compile(open(__file__,'rb').read(),__file__,'exec'))"
+        )
+
+    def close_writer(self) -> None:
+        if self.w >= 0:
+            os.close(self.w)
+            self.w = -1
+
+    def close(self) -> None:
+        self.close_writer()
+        if self.r >= 0:
+            try:
+                self.started = self.started or os.read(self.r, 1) == b"S"
+            except BlockingIOError:
+                pass
+            os.close(self.r)
+            self.r = -1
+
+
+def base_env(home: str, tmpdir: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """A clean environment for the program: no host variables leak in."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": tmpdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": tmpdir,
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "NUMEXPR_NUM_THREADS": "1",
+        "VECLIB_MAXIMUM_THREADS": "1",
+    }
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+class _TailReader(threading.Thread):
+    """Drains a pipe, keeping only the last ``OUTPUT_TAIL_BYTES`` bytes."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.buf = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        try:
+            while True:
+                chunk = self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536)
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                self.buf += chunk
+                if len(self.buf) > 2 * OUTPUT_TAIL_BYTES:
+                    del self.buf[: len(self.buf) - OUTPUT_TAIL_BYTES]
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        return bytes(self.buf[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > OUTPUT_TAIL_BYTES
+
+
+def tail_text(data: bytes) -> str:
+    return data[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+@dataclass
+class ProcessOutcome:
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_time_s: float
+    timed_out: bool
+    truncated: bool
+    started: bool = True
+    oom_kills: int = 0
+    peak_memory_mb: float | None = None
+    workdir_exceeded: str = ""
+    cleanup_s: float = 0.0
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, _signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_process(
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    wall_time_s: float,
+    preexec_fn: Callable[[], None] | None,
+    pass_fds: Sequence[int] = (),
+    cgroup: ExecutionCgroup | None = None,
+    started: StartedPipe | None = None,
+    workdir: Path | None = None,
+    limits: SandboxLimits | None = None,
+) -> ProcessOutcome:
+    """Run ``argv`` in a new session; on wall-clock time-out kill its whole process group.
+
+    With ``cgroup``, the whole group is killed at the end (background children and programs
+    that left the process group with ``setsid`` included) and removed; its OOM-kill count and
+    peak memory are reported. With ``workdir`` and ``limits``, a :class:`FolderWatch` kills the
+    run when a job folder that the kernel does not bound exceeds ``workdir_size_mb`` or
+    ``workdir_max_files``.
+
+    Raises:
+        SandboxInfrastructureError: the process could not be started (missing binary, the
+            cgroup could not be joined).
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=tuple(pass_fds),
+            preexec_fn=preexec_fn,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        if started is not None:
+            started.close()
+        raise SandboxInfrastructureError(f"could not start {argv[0]!r}: {exc}") from exc
+    if started is not None:
+        started.close_writer()
+
+    def kill_all() -> None:
+        _kill_group(proc.pid)
+        if cgroup is not None:
+            cgroup.kill()
+
+    watch = None
+    if workdir is not None and limits is not None and not is_bounded(workdir, limits):
+        watch = FolderWatch(workdir, limits, kill_all)
+        watch.start()
+    readers = [_TailReader(proc.stdout), _TailReader(proc.stderr)]
+    for r in readers:
+        r.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=max(0.0, wall_time_s))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except BaseException:  # e.g. KeyboardInterrupt: never leave the tree running
+        kill_all()
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        # Kill leftovers of the group even after a normal exit (background children).
+        kill_all()
+        if watch is not None:
+            watch.stop()
+    if timed_out:
+        proc.kill()
+        proc.wait()
+    wall = time.monotonic() - start
+    t_clean = time.monotonic()
+    oom, peak = 0, None
+    if cgroup is not None:
+        oom, peak = cgroup.oom_kills(), cgroup.peak_memory_mb()
+        cgroup.remove()
+    for r in readers:
+        r.join(_READER_JOIN_S)
+    for stream in (proc.stdout, proc.stderr):
+        try:
+            stream.close()
+        except OSError:
+            pass
+    if started is not None:
+        started.close()
+    return ProcessOutcome(
+        returncode=proc.returncode,
+        stdout=readers[0].text(),
+        stderr=readers[1].text(),
+        wall_time_s=wall,
+        timed_out=timed_out,
+        truncated=readers[0].truncated or readers[1].truncated,
+        started=True if started is None else started.started,
+        oom_kills=oom,
+        peak_memory_mb=peak,
+        workdir_exceeded=watch.exceeded if watch is not None else "",
+        cleanup_s=time.monotonic() - t_clean,
+    )
+
+
+def limit_extras(out: ProcessOutcome, cgroup_used: bool) -> dict:
+    """The ``extras`` entries about whole-sandbox limits shared by the backends."""
+    return {
+        "cgroup": cgroup_used,
+        "oom_killed": out.oom_kills > 0,
+        "oom_kills": out.oom_kills,
+        "peak_memory_mb": out.peak_memory_mb,
+        "workdir_limit_exceeded": out.workdir_exceeded,
+    }
+
+
+def count_tasks_of_uid(uid: int) -> int:
+    """Tasks (processes + threads) whose real uid is ``uid``; what RLIMIT_NPROC counts."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as fh:
+                real_uid = threads = None
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        real_uid = int(line.split()[1])
+                    elif line.startswith(b"Threads:"):
+                        threads = int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+        if real_uid == uid:
+            count += threads or 1
+    return count
+
+
