@@ -248,7 +248,7 @@ def test_strict_parser_accepts_exactly_one_schema_object(text, status, bucket, f
 
 @pytest.mark.parametrize("text", list(REJECTED.values()), ids=list(REJECTED))
 def test_strict_parser_rejects_malformed_output(text):
-    from wmrl_envs.envs.autoresearch.llm_judge import _parse_strict
+    from wmrl_envs.envs.autoresearch.llm_judge.parser import _parse_strict
 
     assert parse_judge_output(text) is None
     parsed, reason = _parse_strict(text, FEEDBACK_MAX_CHARS)
@@ -539,7 +539,7 @@ def test_constrained_feedback_is_closed_at_the_budget_and_limited(tokenizer, nex
 
 
 def test_drop_section():
-    from wmrl_envs.envs.autoresearch.llm_judge import _drop_section
+    from wmrl_envs.envs.autoresearch.llm_judge.prompt import _drop_section
 
     text = "# T\nintro\n## Data\nd\n## Starter code\n```python\n## not a heading\nx = 1\n```\n## After\na"
     assert _drop_section(text, "## Starter code") == "# T\nintro\n## Data\nd\n## After\na"
@@ -593,6 +593,22 @@ def test_prompt_truncation_keeps_head_and_tail(tokenizer):
     # short inputs are untouched
     short = LLMJudgeWorldModel(ExplodingModel(), tokenizer).build_prompt(_obs(), GOOD_CODE)
     assert GOOD_CODE.strip() in short and TASK_PROMPT in short and "omitted" not in short
+
+
+def test_judge_prompt_is_the_judges_prompt(tokenizer):
+    from wmrl_envs.envs.autoresearch.llm_judge import SYSTEM_PROMPT, JudgePrompt
+
+    prompt = JudgePrompt(tokenizer, max_prompt_tokens=512)
+    judge = LLMJudgeWorldModel(ExplodingModel(), tokenizer, max_prompt_tokens=512)
+    long_code = "".join(f"x{i} = {i}\n" for i in range(800))
+    for code in (GOOD_CODE, long_code):
+        assert prompt.build(_obs(), code) == judge.build_prompt(_obs(), code)
+    assert judge.system_prompt == prompt.system_prompt == SYSTEM_PROMPT and judge.max_prompt_tokens == 512
+    assert prompt.overhead == prompt.n_tokens(prompt.render("", "")) and 64 < prompt.overhead < 512
+    assert prompt.render("TASK", "CODE").endswith(PREFILL) and "TASK" in prompt.render("TASK", "CODE")
+    assert JudgePrompt(tokenizer, system_prompt="Be brief.").build(_obs(), GOOD_CODE).count("Be brief.") == 1
+    with pytest.raises(ValueError, match="leaves no room for task and code"):
+        JudgePrompt(tokenizer, max_prompt_tokens=prompt.overhead + 63)
 
 
 def test_peft_adapters_disabled_and_modes_restored(tokenizer, next_observation):

@@ -1,4 +1,4 @@
-"""Tests of ``wmrl_envs.envs.libero.robometer``: the reference reward, frame selection, the
+"""Tests of the ``wmrl_envs.envs.libero.robometer`` package: the reference reward, frame selection, the
 world model on a tiny randomly initialised Robometer (Qwen3-VL + heads), and loading errors.
 
 No real Robometer weights are available here (they cannot be downloaded): the model tests use
@@ -28,7 +28,9 @@ from wmrl_envs.envs.libero.robometer import (  # noqa: E402
     RobometerWeightsNotFoundError,
     RobometerWorldModel,
     build_tiny_robometer,
+    load_checkpoint,
     robometer_reward,
+    save_checkpoint,
     uniform_frame_indices,
 )
 
@@ -345,6 +347,22 @@ def test_save_and_load_round_trip(tiny, tmp_path):
     for x, y in zip(a, b):
         assert np.allclose(x.extras["progress"], y.extras["progress"], atol=1e-6)
         assert x.score == pytest.approx(y.score, abs=1e-6)
+
+
+def test_load_and_save_checkpoint_without_the_world_model(tiny, tmp_path):
+    model, processor = tiny
+    folder = save_checkpoint(model, processor, tmp_path / "ckpt")
+    assert folder == tmp_path / "ckpt"
+    assert {"config.json", "model.safetensors", "config.yaml"} <= {p.name for p in folder.iterdir()}
+    loaded_model, loaded_processor = load_checkpoint(folder, device="cpu")
+    assert isinstance(loaded_model, type(model)) and isinstance(loaded_processor, RobometerProcessor)
+    assert not loaded_model.training and not any(p.requires_grad for p in loaded_model.parameters())
+    assert loaded_model.dtype == torch.float32 and loaded_model.head_config.progress_bins == 10
+    assert loaded_processor.prog_token_id == processor.prog_token_id
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded_model.state_dict()[key], value), key
+    with pytest.raises(RobometerWeightsNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing")
 
 
 def test_load_rejects_folder_without_heads(tiny, tmp_path):
