@@ -43,22 +43,21 @@ weights (an "instruction-tuned" starting point: mostly sensible code; 12% of its
 an option that always fails and 5-8% one that fails on some data, and 21% of 300 logged
 executions raised); ``init="uniform"`` from the uniform distribution (54% of 79 raised).
 
-GRPO: the choices of a program are its tokens; :meth:`GrammarPolicy.token_logprobs` returns
-``(B, L)`` log-probabilities and a mask for :func:`agents.grpo.grpo_loss`, and
-:meth:`GrammarPolicy.grpo_update` runs one clipped-surrogate step with advantages from
-:func:`agents.grpo.build_advantages`.
+GRPO: the choices of a program are its tokens; :class:`GrammarPolicy` is an
+:class:`agents.grpo.GRPOPolicy` (:meth:`GrammarPolicy.grpo_logprobs` returns ``(B, L)``
+log-probabilities and a mask), so :func:`agents.grpo.grpo_update` trains it.
 
 Example:
     >>> import torch
-    >>> from agents.grpo import build_advantages
+    >>> from agents.grpo import GRPOUpdateConfig, grpo_update
     >>> policy = GrammarPolicy(seed=0)
     >>> groups = policy.sample(["house-prices", "land-cover"], group_size=4)   # 2 x 4 programs
     >>> source = groups[0][0].code                                           # the action
     >>> rewards = [[0.1, 0.6, 0.7, 0.5], [0.5, 0.1, 0.9, 0.8]]               # e.g. real scores
-    >>> batch = build_advantages(rewards, [1.0, 1.0])
     >>> flat = [p for g in groups for p in g]
     >>> opt = torch.optim.Adam(policy.parameters(), lr=0.05)
-    >>> stats = policy.grpo_update([flat[i] for i in batch.row_index], batch.advantages, opt)
+    >>> stats = grpo_update(policy, opt, flat, rewards, None, config=GRPOUpdateConfig(max_grad_norm=None),
+    ...                     old_logprobs=policy.sampling_logprobs(flat))
 """
 
 from __future__ import annotations
@@ -74,7 +73,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.grpo import grpo_loss
 
 __all__ = [
     "Option",
@@ -963,70 +961,85 @@ class GrammarPolicy(nn.Module):
         return out
 
     # ------------------------------------------------------------------ GRPO
-    def reference(self) -> GrammarPolicy:
-        """A frozen copy of the current policy (no grad), e.g. the KL reference of GRPO."""
+    def freeze_reference(self) -> GrammarPolicy:
+        """Snapshot the current policy as GRPO's frozen KL reference and return it.
+
+        :meth:`grpo_logprobs` with ``reference=True`` scores under this snapshot (no grad);
+        it is held outside the module's parameters and ``state_dict()``. Call it again to move
+        the reference.
+
+        Returns:
+            The frozen copy (``requires_grad=False``, eval mode).
+        """
         ref = GrammarPolicy(self.grammars, init=self.init, temperature=self.temperature, seed=self.seed)
         ref.load_state_dict(self.state_dict())
         for p in ref.parameters():
             p.requires_grad_(False)
-        return ref.eval()
+        self.__dict__["_reference"] = ref.eval()  # not a submodule: its parameters stay out of ours
+        return ref
 
-    def grpo_update(
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Every parameter (biases and weights of each problem type): what GRPO optimises."""
+        return list(self.parameters())
+
+    def grpo_logprobs(
         self,
-        programs: Sequence[Program],
-        advantages: Sequence[float] | np.ndarray | torch.Tensor,
-        optimizer: torch.optim.Optimizer,
+        samples: Sequence[Program],
+        rows: Sequence[int] | np.ndarray,
         *,
-        ref: GrammarPolicy | None = None,
-        kl_coef: float = 0.04,
-        clip_eps: float = 0.2,
-        entropy_coef: float = 0.0,
-    ) -> dict[str, float]:
-        """One GRPO step: :func:`agents.grpo.grpo_loss` over the programs' choices, then ``optimizer.step()``.
+        reference: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-choice log-probs of programs ``samples[rows]`` (:class:`agents.grpo.GRPOPolicy`).
 
         Args:
-            programs: B programs (rows kept by :func:`agents.grpo.build_advantages`).
-            advantages: (B,) weighted advantages (ρ already applied on anchor rows).
-            optimizer: an optimiser over (a subset of) ``self.parameters()``.
-            ref: frozen reference policy for the KL penalty (:meth:`reference`); ``None`` means
-                no KL term (the reference is taken equal to the current policy).
-            kl_coef: β of the KL penalty (ignored without ``ref``).
-            clip_eps: PPO clip range ε.
-            entropy_coef: weight of the per-choice entropy bonus.
+            samples: the step's programs, flat (group after group, e.g. ``[p for g in
+                groups for p in g]`` of :meth:`sample`).
+            rows: B indices into ``samples``.
+            reference: score under the reference frozen by :meth:`freeze_reference` (no grad).
+            with_entropy: also return the per-choice entropies (:meth:`token_entropy`).
 
         Returns:
-            ``{"loss", "policy_loss", "kl", "entropy", "clip_fraction"}`` (floats); an empty
-            ``programs`` returns zeros without stepping.
+            ``(logprobs, mask, entropy)``: float32 (B, L) as :meth:`token_logprobs`, and (B, L)
+            entropies or ``None``.
 
         Raises:
-            ValueError: ``advantages`` does not have B entries.
+            RuntimeError: ``reference=True`` before :meth:`freeze_reference`.
+            ValueError: empty ``rows``.
         """
-        if len(programs) == 0:
-            return {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0}
-        adv = torch.as_tensor(np.asarray(advantages, dtype=np.float32)).reshape(-1)
-        if adv.shape[0] != len(programs):
-            raise ValueError(f"{len(programs)} programs but {adv.shape[0]} advantages")
+        programs = [samples[int(i)] for i in np.asarray(rows, dtype=np.int64).reshape(-1)]
+        if reference:
+            ref = self.__dict__.get("_reference")
+            if ref is None:
+                raise RuntimeError("no KL reference: call freeze_reference() before a GRPO step with kl_coef > 0")
+            with torch.no_grad():
+                lp, mask = ref.token_logprobs(programs)
+                ent = ref.token_entropy(programs) if with_entropy else None
+            return lp, mask, ent
         lp, mask = self.token_logprobs(programs)
-        old = torch.zeros_like(lp)
+        return lp, mask, self.token_entropy(programs) if with_entropy else None
+
+    @staticmethod
+    def sampling_logprobs(programs: Sequence[Program]) -> torch.Tensor:
+        """The per-choice log-probs recorded at sampling (:attr:`Program.old_logprobs`), stacked.
+
+        Pass as ``old_logprobs=`` to :func:`agents.grpo.grpo_step` (aligned with its rows) or
+        :func:`agents.grpo.grpo_update` (all programs of the step).
+
+        Returns:
+            float32 (B, L), L the most choices of a program, 0 at padding; a row is NaN (the
+            step then uses the current policy's value) when a program has no recorded
+            log-probs (built by :func:`build_program`, not sampled).
+
+        Raises:
+            ValueError: empty ``programs``.
+        """
+        if not programs:
+            raise ValueError("programs is empty")
+        old = torch.zeros(len(programs), max(len(p.slot_ids) for p in programs))
         for i, p in enumerate(programs):
             if p.old_logprobs is not None:
                 old[i, : len(p.old_logprobs)] = torch.tensor(p.old_logprobs)
             else:
-                old[i] = lp[i].detach()
-        if ref is not None:
-            with torch.no_grad():
-                ref_lp, _ = ref.token_logprobs(programs)
-        else:
-            ref_lp = lp.detach()
-        ent = self.token_entropy(programs) if entropy_coef else None
-        out = grpo_loss(
-            lp, old, ref_lp, adv, mask, clip_eps=clip_eps, kl_coef=kl_coef if ref is not None else 0.0,
-            entropy=ent, entropy_coef=entropy_coef,
-        )
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        optimizer.step()
-        return {
-            "loss": float(out.loss.detach()), "policy_loss": float(out.policy_loss), "kl": float(out.kl),
-            "entropy": float(out.entropy), "clip_fraction": float(out.clip_fraction),
-        }
+                old[i] = float("nan")
+        return old

@@ -12,7 +12,7 @@ uniform bins and written as one token among the **last 256 ids of the vocabulary
 is 7 tokens, an action chunk of C steps is ``C * 7`` tokens (step after step). The policy samples
 these tokens autoregressively with the logits restricted to that id range, so every sample
 decodes to a valid action. Its probability model is the *restricted* distribution (softmax over
-the 256 action ids at temperature τ): sampling, :meth:`VLAPolicy.logprobs` and the frozen
+the 256 action ids at temperature τ): sampling, :meth:`VLAPolicy.grpo_logprobs` and the frozen
 reference all use it, so GRPO's ratios and KL (:mod:`agents.grpo`) are exact.
 
 Backbones: any Hugging Face image-text-to-text model with a processor (``processor(images=...,
@@ -38,12 +38,11 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from agents.grpo import build_advantages, grpo_loss
 
 __all__ = [
     "ActionTokenizer",
@@ -336,7 +335,9 @@ class VLAPolicy:
 
     The frozen reference policy is the same model with the adapters disabled, so policy and
     reference cost one model in memory. The model is kept in eval mode (no dropout; LoRA dropout
-    defaults to 0), so sampling and :meth:`logprobs` compute the same distribution.
+    defaults to 0), so sampling and :meth:`grpo_logprobs` compute the same distribution. It is
+    an :class:`agents.grpo.GRPOPolicy`: :func:`agents.grpo.grpo_update` trains it on samples of
+    :meth:`act` (old log-probs recorded at sampling: ``old_logprobs=samples.logprobs``).
 
     Args:
         model: a Hugging Face image-text-to-text model (e.g. ``LlavaForConditionalGeneration``;
@@ -601,7 +602,7 @@ class VLAPolicy:
         )
 
     # ------------------------------------------------------------------ log-probs
-    def logprobs(
+    def grpo_logprobs(
         self,
         samples: VLASamples,
         rows: Sequence[int] | np.ndarray | torch.Tensor | None = None,
@@ -610,6 +611,9 @@ class VLAPolicy:
         with_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Per-token log-probabilities of sampled action tokens (differentiable w.r.t. LoRA).
+
+        The :class:`agents.grpo.GRPOPolicy` method: :func:`agents.grpo.grpo_update` and
+        :func:`agents.grpo.grpo_step` train the policy through it.
 
         Each distinct observation among ``rows`` is encoded once (images through the vision
         tower, prompt through the LM); its cache is indexed to the rows, which then read their
@@ -664,124 +668,6 @@ class VLAPolicy:
         mask = torch.ones(r, t_total, dtype=torch.float32, device=dev)
         ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
         return lp, mask, ent
-
-    # ------------------------------------------------------------------ GRPO
-    def grpo_step(
-        self,
-        samples: VLASamples,
-        rows: Sequence[int] | np.ndarray,
-        advantages: Sequence[float] | np.ndarray,
-        optimizer: torch.optim.Optimizer,
-        *,
-        clip_eps: float = 0.2,
-        kl_coef: float = 0.04,
-        entropy_coef: float = 0.0,
-        micro_batch_size: int | None = None,
-        max_grad_norm: float | None = 1.0,
-        old_logprobs: Literal["recompute", "sampling"] = "recompute",
-    ) -> dict[str, float]:
-        """One optimiser step of GRPO's clipped surrogate (:func:`agents.grpo.grpo_loss`).
-
-        Rows may come from any mix of observations (e.g. every step of G episodes from one
-        initial state, each row carrying its episode's advantage). Gradients of micro-batches are
-        accumulated with weights proportional to their row counts, so the step equals the
-        full-batch one.
-
-        Args:
-            samples: the rows' samples.
-            rows: R row indices into ``samples``.
-            advantages: R (weighted) advantages, one per row.
-            optimizer: optimiser over :meth:`trainable_parameters`.
-            clip_eps, kl_coef, entropy_coef: see :func:`agents.grpo.grpo_loss`; with
-                ``kl_coef == 0`` the reference pass is skipped.
-            micro_batch_size: rows per forward/backward (default all at once).
-            max_grad_norm: clip the LoRA gradient norm (None: no clipping).
-            old_logprobs: ``"recompute"`` (default): the ratio's denominator is the current
-                policy's detached log-prob (exactly on-policy for a single step, immune to
-                sampling/training numeric mismatch); ``"sampling"``: the values recorded by
-                :meth:`act`.
-
-        Returns:
-            Mean diagnostics over micro-batches: ``loss``, ``policy_loss``, ``kl``, ``entropy``,
-            ``clip_fraction``, ``grad_norm``, ``n_rows``.
-
-        Raises:
-            ValueError: rows and advantages differ in length, or an unknown ``old_logprobs``.
-        """
-        rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
-        adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
-        if rows_a.shape != adv_a.shape:
-            raise ValueError(f"{rows_a.size} rows but {adv_a.size} advantages")
-        if old_logprobs not in ("recompute", "sampling"):
-            raise ValueError(f"old_logprobs must be 'recompute' or 'sampling', got {old_logprobs!r}")
-        stats = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "n_rows": float(rows_a.size)}
-        if rows_a.size == 0:
-            return stats
-        mb = int(micro_batch_size or rows_a.size)
-        optimizer.zero_grad(set_to_none=True)
-        dev = self.device
-        for s in range(0, rows_a.size, mb):
-            r = rows_a[s : s + mb]
-            frac = len(r) / rows_a.size
-            lp, mask, ent = self.logprobs(samples, r, with_entropy=entropy_coef > 0)
-            old = samples.logprobs[torch.as_tensor(r)].to(dev) if old_logprobs == "sampling" else lp.detach()
-            ref = self.logprobs(samples, r, reference=True)[0] if kl_coef > 0 else lp.detach()
-            adv = torch.as_tensor(adv_a[s : s + mb], dtype=torch.float32, device=dev)
-            out = grpo_loss(lp, old, ref, adv, mask, clip_eps=clip_eps, kl_coef=kl_coef, entropy=ent, entropy_coef=entropy_coef)
-            (out.loss * frac).backward()
-            for k in ("loss", "policy_loss", "kl", "entropy", "clip_fraction"):
-                stats[k] += float(getattr(out, k).detach()) * frac
-        params = self.trainable_parameters()
-        if max_grad_norm is not None:
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-        else:
-            stats["grad_norm"] = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return stats
-
-    def grpo_update(
-        self,
-        samples: VLASamples,
-        group_rewards: Sequence[Sequence[float | None]],
-        group_weights: Sequence[float] | None,
-        optimizer: torch.optim.Optimizer,
-        *,
-        scale: bool = True,
-        drop_zero_advantage: bool = True,
-        **step_kwargs: Any,
-    ) -> dict[str, float]:
-        """GRPO update for samples whose rows are laid out group after group.
-
-        Advantages come from :func:`agents.grpo.build_advantages` (group-relative, ungraded rows
-        dropped, groups with < 2 graded rows skipped, WMRL's anchor weight ρ applied per group),
-        then :meth:`grpo_step` runs on the kept rows. With samples from ``act(obs, G)`` a group is
-        the G samples of one observation (one shared initial state).
-
-        Args:
-            samples: the samples (``sum(len(g) for g in group_rewards) == len(samples)``).
-            group_rewards: per group, its rewards (``None`` = ungraded).
-            group_weights: per group, the advantage weight (ρ on anchor groups; None: all 1).
-            optimizer: optimiser over :meth:`trainable_parameters`.
-            scale: standardise (GRPO) or centre only.
-            drop_zero_advantage: skip rows with zero advantage (no gradient signal).
-            **step_kwargs: passed to :meth:`grpo_step`.
-
-        Returns:
-            :meth:`grpo_step`'s diagnostics plus ``n_groups_used``, ``n_groups_skipped``,
-            ``n_ungraded``.
-
-        Raises:
-            ValueError: the rewards do not cover the samples' rows.
-        """
-        n = sum(len(g) for g in group_rewards)
-        if n != len(samples):
-            raise ValueError(f"rewards cover {n} rows but the samples have {len(samples)}")
-        weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
-        batch = build_advantages(group_rewards, weights, scale=scale, drop_zero_advantage=drop_zero_advantage)
-        stats = self.grpo_step(samples, batch.row_index, batch.advantages, optimizer, **step_kwargs)
-        stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped), n_ungraded=float(batch.n_ungraded))
-        return stats
 
     # ------------------------------------------------------------------ params / io
     def trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--groups-per-step", type=int, default=d.groups_per_step)
     ap.add_argument("--group-size", type=int, default=d.group_size, help="G rollouts per initial state")
     ap.add_argument("--lr", type=float, default=d.lr)
-    ap.add_argument("--anchor-fraction", type=float, default=d.anchor_fraction, help="WMRL's share of anchor groups")
+    ap.add_argument("--anchor-fraction", type=float, default=d.correction.anchor_fraction,
+                    help="WMRL's share of anchor groups (the other correction settings: EmbodiedConfig.correction)")
     ap.add_argument("--success-threshold", type=float, default=d.success_threshold, help="metres")
     ap.add_argument("--n-demos", type=int, default=d.n_demos, help="noisy demonstrations for the warm start")
     ap.add_argument("--demo-noise", type=float, default=d.demo_noise)
@@ -57,15 +58,16 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(1)
     from agents.experiments.embodied import EmbodiedConfig, plot_curves, results_table, run_experiment
 
+    d = EmbodiedConfig()
     cfg = dataclasses.replace(
-        EmbodiedConfig(),
+        d,
         seeds=tuple(range(args.seeds)),
         methods=tuple(args.methods),
         steps=args.steps,
         groups_per_step=args.groups_per_step,
         group_size=args.group_size,
         lr=args.lr,
-        anchor_fraction=args.anchor_fraction,
+        correction=dataclasses.replace(d.correction, anchor_fraction=args.anchor_fraction),
         success_threshold=args.success_threshold,
         n_demos=args.n_demos,
         demo_noise=args.demo_noise,

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     import numpy as np
     import torch
 
-    from agents.grpo import build_advantages
+    from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
     from agents.vla_policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.libero import LiberoEnv
@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     model, processor = load_vla(args.vla) if args.vla else build_tiny_vla(seed=args.seed)
     policy = VLAPolicy(model, processor, image_keys=("agentview_image",), seed=args.seed)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
+    update_config = GRPOUpdateConfig(kl_coef=0.0, micro_batch_size=32)
     if args.robometer:
         world_model = RobometerWorldModel.from_pretrained(args.robometer)
     else:
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows = [i for i, e in enumerate(episode_of_row) if e in adv_of_episode]
         stats = {}
         if rows:
-            stats = policy.grpo_step(VLASamples.concat(parts), rows, [adv_of_episode[episode_of_row[i]] for i in rows],
-                                     optimizer, kl_coef=0.0, micro_batch_size=32)
+            stats = grpo_step(policy, optimizer, VLASamples.concat(parts), rows,
+                              [adv_of_episode[episode_of_row[i]] for i in rows], config=update_config)
         rec = {
             "group": gi, "init_state_id": state, "route": route, "rho": rho, "returns": returns,
             "success_seen_by_agent": successes_seen, "policy_steps": len(parts), "rows_trained": len(rows),

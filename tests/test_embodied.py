@@ -26,6 +26,7 @@ from agents.experiments.embodied import (  # noqa: E402
     rollout,
     train_grpo,
 )
+from wmrl_envs.core.config import CorrectionConfig  # noqa: E402
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction  # noqa: E402
 from wmrl_envs.world_models.progress import ProgressWorldModel, frame_indices  # noqa: E402
 
@@ -125,8 +126,8 @@ class SpyWM:
 
 
 def test_tiny_wmrl_grpo_through_wrapper(envs):
-    cfg = EmbodiedConfig(steps=3, groups_per_step=4, group_size=4, anchor_fraction=0.25, eval_every=3,
-                         debias_min_pairs=4, debias_refit_every=4, rho_warmup_groups=1)
+    cfg = EmbodiedConfig(steps=3, groups_per_step=4, group_size=4, eval_every=3,
+                         correction=CorrectionConfig(anchor_fraction=0.25, min_pairs=4, refit_every=4, warmup_groups=1))
     rng = np.random.default_rng(1)
     torch.manual_seed(1)
     demos = collect_demonstrations(envs, ScriptedReacher(), [200_000 + i for i in range(8)], noise_std=0.3, rng=rng)

@@ -26,7 +26,7 @@ from agents.grammar_policy import (
     build_program,
     task_context,
 )
-from agents.grpo import build_advantages
+from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
 
 torch.set_num_threads(1)
 
@@ -326,23 +326,48 @@ def test_emitted_programs_run_in_the_real_sandbox():
 
 def test_grpo_updates_increase_the_rewarded_family():
     pol = GrammarPolicy(seed=0)
-    ref = pol.reference()
+    assert isinstance(pol, GRPOPolicy)
+    ref = pol.freeze_reference()
     tasks = [CLF_TASK, REG_TASK, "land-cover"]
     before = {t: pol.family_probs(t)["random_forest"] for t in tasks + ["sensor-fault"]}
     opt = torch.optim.Adam(pol.parameters(), lr=0.05)
+    cfg = GRPOUpdateConfig(kl_coef=0.04, max_grad_norm=None, drop_zero_advantage=False)
     for step in range(12):
         groups = pol.sample(tasks, 16)
         rewards = [[1.0 if p.family == "random_forest" else 0.0 for p in g] for g in groups]
-        batch = build_advantages(rewards, [1.0] * len(groups))
         flat = [p for g in groups for p in g]
-        stats = pol.grpo_update([flat[i] for i in batch.row_index], batch.advantages, opt, ref=ref, kl_coef=0.04)
+        stats = grpo_update(pol, opt, flat, rewards, None, config=cfg, old_logprobs=pol.sampling_logprobs(flat))
         assert math.isfinite(stats["loss"])
     after = {t: pol.family_probs(t)["random_forest"] for t in before}
     for t in tasks:
         assert after[t] > before[t] + 0.25, (t, before[t], after[t])
     assert after["sensor-fault"] > before["sensor-fault"]  # an unseen (held-out) task moves too
-    # the reference stayed frozen
+    # the reference stayed frozen, outside the policy's parameters
     assert ref.family_probs(CLF_TASK)["random_forest"] == pytest.approx(before[CLF_TASK])
     assert all(not p.requires_grad for p in ref.parameters())
+    assert len(list(pol.parameters())) == len(list(ref.parameters())) and "_reference" not in dict(pol.named_modules())
     with pytest.raises(ValueError, match="advantages"):
-        pol.grpo_update(flat[:3], [1.0, 2.0], opt)
+        grpo_step(pol, opt, flat, [0, 1, 2], [1.0, 2.0], config=cfg)
+    with pytest.raises(RuntimeError, match="freeze_reference"):
+        GrammarPolicy(seed=0).grpo_logprobs(flat, [0], reference=True)
+
+
+def test_grpo_logprobs_and_sampling_logprobs():
+    pol = _tiny_policy()
+    g = pol.grammars["classification"]
+    groups = pol.sample([CLF_TASK, CLF_TASK], 3)
+    built = build_program(CLF_TASK, {"preprocess": "standard", "family": "knn", "knn.k": "k1", "knn.weights": "distance"}, grammar=g)
+    flat = [p for grp in groups for p in grp] + [built]
+    lp, mask, ent = pol.grpo_logprobs(flat, [4, 0, 6], with_entropy=True)
+    tok, tmask = pol.token_logprobs([flat[4], flat[0], flat[6]])
+    assert torch.equal(lp, tok) and torch.equal(mask, tmask)
+    assert torch.equal(ent, pol.token_entropy([flat[4], flat[0], flat[6]]))
+    assert pol.grpo_logprobs(flat, [1])[2] is None
+    old = pol.sampling_logprobs(flat)
+    assert old.shape == (7, max(len(p.slot_ids) for p in flat))
+    for i, p in enumerate(flat[:6]):
+        assert old[i, : len(p.old_logprobs)].tolist() == pytest.approx(list(p.old_logprobs), abs=0)
+        assert (old[i, len(p.old_logprobs):] == 0).all()
+    assert torch.isnan(old[6]).all()  # built, not sampled: no recorded log-probs
+    with pytest.raises(ValueError, match="empty"):
+        pol.sampling_logprobs([])

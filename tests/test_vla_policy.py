@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import agents.vla_policy as vla_mod
+from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
 from agents.vla_policy import (
     OPENVLA_PROMPT,
     ActionTokenizer,
@@ -207,26 +208,26 @@ def test_act_samples_only_action_tokens(observations):
 def test_logprobs_match_sampling_and_full_forward(observations):
     pol = make_policy(temperature=0.7, seed=1)
     s = pol.act(observations, group_size=3)
-    lp, mask, ent = pol.logprobs(s, with_entropy=True)
+    lp, mask, ent = pol.grpo_logprobs(s, with_entropy=True)
     assert lp.shape == mask.shape == ent.shape == (9, 7)
     assert lp.requires_grad and (mask == 1).all()
     torch.testing.assert_close(lp.detach(), s.logprobs, atol=1e-4, rtol=0)
     # a subset, out of order and spanning observations, scores the same
     rows = [7, 0, 4, 5]
-    sub, _, _ = pol.logprobs(s, rows)
+    sub, _, _ = pol.grpo_logprobs(s, rows)
     torch.testing.assert_close(sub.detach(), s.logprobs[rows], atol=1e-4, rtol=0)
     for r in (0, 8):
         torch.testing.assert_close(lp[r].detach(), naive_logprobs(pol, s, r), atol=1e-4, rtol=0)
     assert (ent > 0).all() and (ent <= np.log(256) + 1e-4).all()
     # the reference is the base model (adapters disabled) and differs from the adapted policy
-    ref, _, _ = pol.logprobs(s, [0, 8], reference=True)
+    ref, _, _ = pol.grpo_logprobs(s, [0, 8], reference=True)
     assert not ref.requires_grad
     with pol.model.disable_adapter():
         base0 = naive_logprobs(pol, s, 0)
     torch.testing.assert_close(ref[0], base0, atol=1e-4, rtol=0)
     assert (ref - lp[[0, 8]].detach()).abs().max() > 1e-3
     with pytest.raises(IndexError):
-        pol.logprobs(s, [9])
+        pol.grpo_logprobs(s, [9])
 
 
 def test_concat_samples(observations):
@@ -235,7 +236,7 @@ def test_concat_samples(observations):
     b = pol.act(observations[2:], group_size=3)
     c = VLASamples.concat([a, b])
     assert len(c) == 7 and c.obs_index.tolist() == [0, 0, 1, 1, 2, 2, 2] and c.group_size == 0
-    lp, _, _ = pol.logprobs(c)
+    lp, _, _ = pol.grpo_logprobs(c)
     torch.testing.assert_close(lp.detach(), torch.cat([a.logprobs, b.logprobs]), atol=1e-4, rtol=0)
 
 
@@ -245,14 +246,16 @@ def test_grpo_step_changes_only_lora_and_follows_advantage(observations):
     base_before = {n: p.detach().clone() for n, p in pol.model.named_parameters() if not p.requires_grad}
     lora_before = pol.adapter_state_dict()
     with torch.no_grad():
-        lp0 = pol.logprobs(s)[0].sum(1)
+        lp0 = pol.grpo_logprobs(s)[0].sum(1)
     opt = torch.optim.Adam(pol.trainable_parameters(), lr=5e-3)
+    assert isinstance(pol, GRPOPolicy)
     # group 0: row 0 succeeded; group 1: row 6 succeeded (row 5 ungraded)
-    stats = pol.grpo_update(s, [[1.0, 0.0, 0.0, 0.0], [0.0, None, 1.0, 0.0]], [1.0, 2.0], opt, kl_coef=0.04, micro_batch_size=3)
+    cfg = GRPOUpdateConfig(kl_coef=0.04, micro_batch_size=3)
+    stats = grpo_update(pol, opt, s, [[1.0, 0.0, 0.0, 0.0], [0.0, None, 1.0, 0.0]], [1.0, 2.0], config=cfg)
     assert stats["n_groups_used"] == 2 and stats["n_ungraded"] == 1 and stats["n_rows"] == 7
     assert stats["grad_norm"] > 0 and np.isfinite(stats["loss"])
     with torch.no_grad():
-        lp1 = pol.logprobs(s)[0].sum(1)
+        lp1 = pol.grpo_logprobs(s)[0].sum(1)
     assert lp1[0] > lp0[0] and lp1[6] > lp0[6]  # positively advantaged samples become more likely
     from agents.grpo import build_advantages
 
@@ -265,12 +268,12 @@ def test_grpo_step_changes_only_lora_and_follows_advantage(observations):
     after = pol.adapter_state_dict()
     assert any(not torch.equal(after[n], lora_before[n]) for n in after)
     # explicit rows/advantages, sampling-time old log-probs, no KL
-    st = pol.grpo_step(s, [0, 1], [1.0, -1.0], opt, kl_coef=0.0, old_logprobs="sampling")
+    st = grpo_step(pol, opt, s, [0, 1], [1.0, -1.0], config=GRPOUpdateConfig(), old_logprobs=s.logprobs[[0, 1]])
     assert st["n_rows"] == 2 and st["kl"] == 0.0
     with pytest.raises(ValueError, match="rewards cover"):
-        pol.grpo_update(s, [[1.0, 0.0]], None, opt)
+        grpo_update(pol, opt, s, [[1.0, 0.0]], None, config=cfg)
     with pytest.raises(ValueError):
-        pol.grpo_step(s, [0, 1], [1.0], opt)
+        grpo_step(pol, opt, s, [0, 1], [1.0], config=cfg)
 
 
 def test_lora_only_on_language_model():
@@ -284,12 +287,12 @@ def test_adapter_round_trip(observations, tmp_path):
     pol = make_policy(3)
     s = pol.act(observations[:1], group_size=2)
     state = pol.adapter_state_dict()
-    lp_a = pol.logprobs(s)[0].detach()
+    lp_a = pol.grpo_logprobs(s)[0].detach()
     fresh = make_policy(3, perturb=False)
-    lp_fresh = fresh.logprobs(s)[0].detach()
+    lp_fresh = fresh.grpo_logprobs(s)[0].detach()
     assert (lp_fresh - lp_a).abs().max() > 1e-3
     fresh.load_adapter_state_dict(state)
-    torch.testing.assert_close(fresh.logprobs(s)[0].detach(), lp_a, atol=1e-5, rtol=0)
+    torch.testing.assert_close(fresh.grpo_logprobs(s)[0].detach(), lp_a, atol=1e-5, rtol=0)
     with pytest.raises(KeyError, match="lacks parameter"):
         fresh.load_adapter_state_dict({k: v for i, (k, v) in enumerate(state.items()) if i})
     pol.save_adapter(tmp_path / "adapter")

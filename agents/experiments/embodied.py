@@ -29,14 +29,15 @@ of 0.02 s per episode), small enough to learn on one CPU core in minutes:
   — an MLP on the states of 8 uniformly sampled frames → success probability (and per-frame
   progress), fitted BEFORE RL on offline rollouts of the scripted controller with several
   noise levels and of the warm-started policy, frozen during RL.
-* **GRPO** (:mod:`agents.grpo`): per step, ``groups_per_step`` training states × G rollouts;
-  the per-step Gaussian log-probs are the "tokens" of :func:`agents.grpo.grpo_loss`
-  (per-step ratios, clipped surrogate, k3 KL to the warm-start policy).
+* **GRPO** (:func:`agents.grpo.grpo_update`; the policy is an :class:`agents.grpo.GRPOPolicy`):
+  per step, ``groups_per_step`` training states × G rollouts; the per-step Gaussian log-probs
+  are the "tokens" (per-step ratios against the log-probs recorded at sampling, clipped
+  surrogate, k3 KL to the warm-start policy, ``grpo.num_iterations`` epochs per step).
 * **methods** — all through :class:`wmrl_envs.AnchoredWorldModelWrapper` in reward mode and its
   group API :meth:`~wmrl_envs.AnchoredWorldModelWrapper.score_trajectories`:
   ``real`` (sparse real success: ``anchor_fraction=1``, no world model), ``wm_only`` (the
   frozen predictor only: ``anchor_fraction=0``, ``min_anchor_groups=0``) and ``wmrl``
-  (predictor + ``anchor_fraction`` anchor groups + online isotonic debiasing + ρ).
+  (predictor + ``correction.anchor_fraction`` anchor groups + online isotonic debiasing + ρ).
 * **evaluation**: success rate on the held-out states, before RL, every ``eval_every`` steps
   and after: one rollout per state with the policy's mean action (deterministic; the primary
   metric by default) and ``eval_sampled_rollouts`` rollouts per state with sampled actions
@@ -51,6 +52,7 @@ share the demonstrations, the warm start, the predictor and the training-state s
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import math
@@ -62,7 +64,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.grpo import build_advantages, grpo_loss
+from agents.grpo import GRPOUpdateConfig, grpo_update
+from wmrl_envs.core.config import CorrectionConfig
 from wmrl_envs.world_models.base import Trajectory
 
 __all__ = [
@@ -103,7 +106,9 @@ METHOD_LABELS = {
 class EmbodiedConfig:
     """Every setting of the experiment (defaults: the documented run, about 8 min on a busy 2-core machine).
 
-    Units: distances in metres; ``horizon`` in environment steps (0.02 s each).
+    Units: distances in metres; ``horizon`` in environment steps (0.02 s each). ``grpo`` holds
+    the GRPO update's settings and ``correction`` WMRL's (used by the ``wmrl`` method; ``real``
+    and ``wm_only`` override the anchor schedule and keep the reference correction settings).
     """
 
     env_id: str = "Reacher-v5"
@@ -139,16 +144,13 @@ class EmbodiedConfig:
     groups_per_step: int = 8
     group_size: int = 8
     lr: float = 1e-3
-    update_epochs: int = 4
-    clip_eps: float = 0.2
-    kl_coef: float = 0.04
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 1.0
-    # WMRL
-    anchor_fraction: float = 0.125
-    debias_min_pairs: int = 32
-    debias_refit_every: int = 16
-    rho_warmup_groups: int = 8
+    grpo: GRPOUpdateConfig = field(
+        default_factory=lambda: GRPOUpdateConfig(kl_coef=0.04, num_iterations=4, max_grad_norm=1.0, drop_zero_advantage=False)
+    )
+    # WMRL (CPU-scale settings: the run has few anchor groups)
+    correction: CorrectionConfig = field(
+        default_factory=lambda: CorrectionConfig(anchor_fraction=0.125, min_pairs=32, refit_every=16, warmup_groups=8)
+    )
     # evaluation
     eval_every: int = 10
     eval_deterministic: bool = True
@@ -171,7 +173,8 @@ class GaussianMLPPolicy(nn.Module):
         log_std_bounds: clamp of the log standard deviation.
 
     Observations are standardised with the buffers ``obs_mean``/``obs_std`` (set by
-    :func:`behaviour_cloning` from the demonstrations).
+    :func:`behaviour_cloning` from the demonstrations). It is an :class:`agents.grpo.GRPOPolicy`
+    on :class:`RolloutBatch` samples (a row is an episode, its steps are the tokens).
     """
 
     def __init__(
@@ -220,6 +223,59 @@ class GaussianMLPPolicy(nn.Module):
     def entropy(self, obs: torch.Tensor) -> torch.Tensor:
         """Entropy in nats, summed over action dims → shape (...)."""
         return self.distribution(obs).entropy().sum(-1)
+
+    # ------------------------------------------------------------------ GRPO
+    def freeze_reference(self) -> GaussianMLPPolicy:
+        """Snapshot the current policy as GRPO's frozen KL reference and return it.
+
+        :meth:`grpo_logprobs` with ``reference=True`` scores under this copy (no grad); it is
+        held outside the module's parameters and ``state_dict()``.
+        """
+        ref = copy.deepcopy(self)
+        ref.__dict__.pop("_reference", None)
+        ref.eval().requires_grad_(False)
+        self.__dict__["_reference"] = ref  # not a submodule: its parameters stay out of ours
+        return ref
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Every parameter (MLP and log standard deviation)."""
+        return list(self.parameters())
+
+    def grpo_logprobs(
+        self,
+        samples: RolloutBatch,
+        rows: Sequence[int] | np.ndarray,
+        *,
+        reference: bool = False,
+        with_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-step log-densities of episodes ``rows`` of ``samples`` (:class:`agents.grpo.GRPOPolicy`).
+
+        Args:
+            samples: the step's rollouts.
+            rows: B episode indices.
+            reference: score under the copy frozen by :meth:`freeze_reference` (no grad).
+            with_entropy: also return the per-step entropies.
+
+        Returns:
+            ``(logprobs, mask, entropy)``: float32 (B, T) log-densities of the unclipped
+            actions, a (B, T) mask of ones, and (B, T) entropies or ``None``.
+
+        Raises:
+            RuntimeError: ``reference=True`` before :meth:`freeze_reference`.
+        """
+        rows_t = torch.as_tensor(np.asarray(rows, dtype=np.int64).reshape(-1))
+        obs = torch.as_tensor(samples.observations[:, :-1])[rows_t]
+        act = torch.as_tensor(samples.actions)[rows_t]
+        net = self
+        if reference:
+            net = self.__dict__.get("_reference")
+            if net is None:
+                raise RuntimeError("no KL reference: call freeze_reference() before a GRPO step with kl_coef > 0")
+        with torch.no_grad() if reference else contextlib.nullcontext():
+            lp = net.log_prob(obs, act)
+            ent = net.entropy(obs) if with_entropy else None
+        return lp, torch.ones_like(lp), ent
 
     @torch.no_grad()
     def act(
@@ -594,9 +650,10 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
 def make_wrapper(method: str, world_model: Any, config: EmbodiedConfig, seed: int):
     """The :class:`~wmrl_envs.AnchoredWorldModelWrapper` (reward mode) of one method.
 
-    ``real``: no world model, every group anchored; ``wm_only``: no anchors at all;
-    ``wmrl``: ``config.anchor_fraction`` of the groups anchored (at least one per step),
-    isotonic debiasing and ρ with the CPU-scale settings of ``config``.
+    ``real``: no world model, every group anchored; ``wm_only``: no anchors at all (both with
+    the reference correction settings, :class:`~wmrl_envs.core.config.CorrectionConfig`'s
+    defaults); ``wmrl``: ``config.correction`` (its anchor fraction, at least
+    ``min_anchor_groups`` anchor groups per step, isotonic debiasing and ρ).
 
     Raises:
         ValueError: unknown method.
@@ -606,19 +663,17 @@ def make_wrapper(method: str, world_model: Any, config: EmbodiedConfig, seed: in
     from wmrl_envs import AnchoredWorldModelWrapper
 
     env = gym.make(config.env_id, max_episode_steps=config.horizon)
-    common = dict(group_size=config.group_size, mode="reward", groups_per_step=config.groups_per_step, seed=seed)
-    if method == "real":
-        return AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, **common)
-    if method == "wm_only":
-        return AnchoredWorldModelWrapper(env, world_model, anchor_fraction=0.0, min_anchor_groups=0, **common)
-    if method == "wmrl":
+    corrections = {
+        "real": (None, CorrectionConfig(anchor_fraction=1.0)),
+        "wm_only": (world_model, CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0)),
+        "wmrl": (world_model, config.correction),
+    }
+    if method in corrections:
+        wm, corr = corrections[method]
         return AnchoredWorldModelWrapper(
-            env,
-            world_model,
-            anchor_fraction=config.anchor_fraction,
-            debiaser_kwargs={"min_pairs": config.debias_min_pairs, "refit_every": config.debias_refit_every},
-            denoiser_kwargs={"warmup_groups": config.rho_warmup_groups},
-            **common,
+            env, wm, anchor_fraction=corr.anchor_fraction, group_size=config.group_size, mode="reward",
+            groups_per_step=config.groups_per_step, min_anchor_groups=corr.min_anchor_groups,
+            corrector=corr.build_corrector(), seed=seed,
         )
     raise ValueError(f"unknown method {method!r}; choose from {sorted(METHOD_LABELS)}")
 
@@ -643,9 +698,9 @@ def train_grpo(
     ``wrapper.score_trajectories(contexts, trajectories, real_successes)``, which routes it and
     returns its training rewards (real success on anchor groups, calibrated predictor scores
     elsewhere — the real successes of world-model groups are withheld by the wrapper) and its
-    advantage weight (ρ on anchor groups); then :func:`agents.grpo.build_advantages` and
-    ``update_epochs`` full-batch Adam steps on :func:`agents.grpo.grpo_loss` with the per-step
-    log-probs as tokens and the warm start as the KL reference.
+    advantage weight (ρ on anchor groups); then :func:`agents.grpo.grpo_update` with
+    ``config.grpo`` (``num_iterations`` full-batch Adam steps against the log-probs recorded at
+    sampling, the per-step log-probs as tokens and the warm start as the KL reference).
 
     Args:
         policy: the policy to train (the warm start; a frozen copy is the reference).
@@ -667,8 +722,7 @@ def train_grpo(
         "final_eval": {...}, "train_seconds": float, "eval_seconds": float}``; ``real_labels``
         counts the real success labels the learner received (anchor-group rollouts).
     """
-    ref = copy.deepcopy(policy).eval()
-    ref.requires_grad_(False)
+    policy.freeze_reference()
     opt = torch.optim.Adam(policy.parameters(), lr=config.lr)
     G, n_groups = config.group_size, config.groups_per_step
     real_labels = 0
@@ -715,35 +769,17 @@ def train_grpo(
             else:  # diagnostic only (never given to the learner): the predictor vs the hidden real success
                 raw_wm.extend(res.correction.raw_scores)
                 real_wm_groups.extend(batch.success[i] for i in idx)
-        gb = build_advantages(group_rewards, group_weights, scale=True)
-        stats: dict[str, Any] = {}
-        if len(gb.row_index):
-            rows = torch.as_tensor(gb.row_index)
-            obs_t = torch.as_tensor(batch.observations[:, :-1])[rows]
-            act_t = torch.as_tensor(batch.actions)[rows]
-            old_lp = torch.as_tensor(batch.logp)[rows]
-            with torch.no_grad():
-                ref_lp = ref.log_prob(obs_t, act_t)
-            adv = torch.as_tensor(gb.advantages, dtype=torch.float32)
-            mask = torch.ones_like(old_lp)
-            for _ in range(config.update_epochs):
-                lp = policy.log_prob(obs_t, act_t)
-                ent = policy.entropy(obs_t) if config.entropy_coef else None
-                out = grpo_loss(lp, old_lp, ref_lp, adv, mask, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
-                                entropy=ent, entropy_coef=config.entropy_coef)
-                opt.zero_grad()
-                out.loss.backward()
-                nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-                opt.step()
-            stats = {"loss": float(out.loss.detach()), "kl": float(out.kl), "clip_fraction": float(out.clip_fraction)}
+        up = grpo_update(policy, opt, batch, group_rewards, group_weights, config=config.grpo,
+                         old_logprobs=torch.as_tensor(batch.logp))
+        stats = {k: up[k] for k in ("loss", "kl", "clip_fraction")} if up["n_rows"] else {}
         train_secs += time.perf_counter() - t0
         row: dict[str, Any] = {
             "step": step + 1,
             "train_success": float(batch.success.mean()),
             "anchor_groups": routes.count("anchor"),
-            "rows": int(len(gb.row_index)),
-            "groups_used": gb.n_groups_used,
-            "ungraded_rows": gb.n_ungraded,
+            "rows": int(up["n_rows"]),
+            "groups_used": int(up["n_groups_used"]),
+            "ungraded_rows": int(up["n_ungraded"]),
             "rho": float(wrapper.rho),
             "policy_std": float(policy.log_std.detach().clamp(*policy.log_std_bounds).exp().mean()),
             "real_labels": real_labels,
