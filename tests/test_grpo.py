@@ -1,4 +1,5 @@
-"""GRPO core: advantages on hand-computed groups, the loss's values and gradient direction."""
+"""GRPO core: advantages on hand-computed groups, the loss's values and gradient direction, and
+the one GRPO step (``grpo_step`` / ``grpo_update``) on a toy policy with hand-computed values."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import pytest
 import torch
 
 from agents.evaluation import avg_at_k
-from agents.grpo import build_advantages, group_advantages, grpo_loss
+from agents.grpo import (
+    GRPOPolicy,
+    GRPOUpdateConfig,
+    build_advantages,
+    group_advantages,
+    grpo_loss,
+    grpo_step,
+    grpo_update,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +51,7 @@ def test_build_advantages_applies_rho_to_anchor_rows_only_and_drops_ungraded():
     np.testing.assert_array_equal(batch.row_index, [0, 1, 2, 4])
     np.testing.assert_allclose(batch.advantages, [1.0, -1.0, 0.1, -0.1])
     assert (batch.n_groups_used, batch.n_groups_skipped, batch.n_ungraded) == (3, 1, 2)
+    np.testing.assert_array_equal(batch.group_index, [0, 0, 1, 1])
     with pytest.raises(ValueError):
         build_advantages([[1.0]], [1.0, 2.0])
 
@@ -99,3 +109,174 @@ def test_avg_at_k_errors():
         avg_at_k({"a": []}, {"a": "x"})
     with pytest.raises(ValueError):
         avg_at_k({"a": [0.1]}, {})
+
+
+# ------------------------------------------------------------------------------ the GRPO step
+class ToySamples:
+    def __init__(self, x: torch.Tensor, mask: torch.Tensor) -> None:
+        self.x, self.mask = x, mask
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+class ToyPolicy:
+    """``logprobs[r, t] = x[r, t] * theta`` for a scalar parameter theta; records the rows it scores.
+
+    ``samples`` is a :class:`ToySamples`: float (N, T) features and the (N, T) mask; the reference is
+    theta frozen at construction; the entropy is ``-logprobs`` (any differentiable value).
+    """
+
+    def __init__(self, theta: float = 0.5) -> None:
+        self.theta = torch.nn.Parameter(torch.tensor([theta]))
+        self.theta_ref = torch.tensor([theta])
+        self.calls: list[tuple[list[int], bool]] = []
+
+    def grpo_logprobs(self, samples, rows, *, reference=False, with_entropy=False):
+        x, mask = samples.x, samples.mask
+        r = torch.as_tensor(np.asarray(rows, dtype=np.int64))
+        self.calls.append((r.tolist(), reference))
+        if reference:
+            with torch.no_grad():
+                lp = x[r] * self.theta_ref
+        else:
+            lp = x[r] * self.theta
+        return lp * mask[r], mask[r], (-lp * mask[r]) if with_entropy else None
+
+    def trainable_parameters(self):
+        return [self.theta]
+
+
+def _toy_samples(n: int = 6, t: int = 3, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, t, generator=g)
+    mask = torch.ones(n, t)
+    mask[1, 2] = mask[4, 1:] = 0.0
+    return ToySamples(x, mask)
+
+
+def test_protocol_check():
+    assert isinstance(ToyPolicy(), GRPOPolicy)
+    assert not isinstance(object(), GRPOPolicy)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"clip_eps": 0.0},
+        {"clip_eps": float("nan")},
+        {"kl_coef": -0.1},
+        {"entropy_coef": -1.0},
+        {"num_iterations": 0},
+        {"num_iterations": 1.5},
+        {"num_iterations": True},
+        {"micro_batch_size": 0},
+        {"max_grad_norm": 0.0},
+        {"max_grad_norm": float("inf")},
+    ],
+)
+def test_update_config_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        GRPOUpdateConfig(**kwargs)
+
+
+def test_second_iteration_moves_the_ratio_off_one_and_clips():
+    # one row, one token, logprob = theta, advantage 1, SGD lr 0.5, no grad clipping.
+    # epoch 1: ratio 1, loss -1, d loss / d theta = -1 -> theta 0.5 + 0.5 = 1.0.
+    # epoch 2: ratio exp(1.0 - 0.5) = 1.649 > 1.2 -> clipped: loss -1.2, no gradient, theta stays.
+    pol = ToyPolicy(0.5)
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.5)
+    samples = ToySamples(torch.ones(1, 1), torch.ones(1, 1))
+    one = grpo_step(pol, opt, samples, [0], [1.0], config=GRPOUpdateConfig(num_iterations=1, max_grad_norm=None))
+    assert one["loss"] == pytest.approx(-1.0) and one["clip_fraction"] == 0.0
+    assert float(pol.theta) == pytest.approx(1.0)
+    pol = ToyPolicy(0.5)
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.5)
+    two = grpo_step(pol, opt, samples, [0], [1.0], config=GRPOUpdateConfig(num_iterations=2, max_grad_norm=None))
+    assert two["n_iterations"] == 2.0 and two["n_rows"] == 1.0
+    assert two["clip_fraction"] == 1.0 and two["loss"] == pytest.approx(-1.2) and two["grad_norm"] == 0.0
+    assert float(pol.theta) == pytest.approx(1.0)
+    # epochs 2.. reuse epoch 1's old log-probs: 2 (policy) + 0 (no KL: no reference) calls
+    assert pol.calls == [([0], False), ([0], False)]
+    # a wide clip range lets the second epoch move theta again: ratio 1.649, grad -1.649
+    pol = ToyPolicy(0.5)
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.5)
+    wide = grpo_step(pol, opt, samples, [0], [1.0], config=GRPOUpdateConfig(num_iterations=2, clip_eps=1.0, max_grad_norm=None))
+    assert wide["clip_fraction"] == 0.0 and wide["loss"] == pytest.approx(-math.exp(0.5))
+    assert float(pol.theta) == pytest.approx(1.0 + 0.5 * math.exp(0.5))
+
+
+def test_recorded_old_logprobs_act_from_the_first_iteration():
+    # theta 1.0 now, log-prob recorded at sampling 0.5: ratio exp(0.5) > 1.2 in epoch 1 already
+    pol = ToyPolicy(1.0)
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.5)
+    samples = ToySamples(torch.ones(2, 1), torch.ones(2, 1))
+    old = torch.tensor([[0.5], [float("nan")]])  # row 1: nothing recorded -> on-policy (ratio 1)
+    st = grpo_step(pol, opt, samples, [0, 1], [1.0, 1.0], config=GRPOUpdateConfig(max_grad_norm=None), old_logprobs=old)
+    assert st["clip_fraction"] == pytest.approx(0.5)  # row 0 clipped, row 1 not
+    assert st["loss"] == pytest.approx(-(1.2 + 1.0) / 2)
+    assert float(pol.theta) == pytest.approx(1.0 + 0.5 * 0.5)  # only row 1's gradient, / 2 rows
+    with pytest.raises(ValueError, match="old_logprobs"):
+        grpo_step(pol, opt, samples, [0, 1], [1.0, 1.0], config=GRPOUpdateConfig(), old_logprobs=torch.zeros(3, 1))
+
+
+def _old_formula(pol, opt, samples, rows, adv, *, kl_coef, clip_eps, max_grad_norm, mb):
+    """The update every loop wrote before agents.grpo.grpo_step (trainer-style accumulation)."""
+    opt.zero_grad(set_to_none=True)
+    n = len(rows)
+    chunks = [rows[i : i + mb] for i in range(0, n, mb)]
+    for c in chunks:
+        ref = pol.grpo_logprobs(samples, c, reference=True)[0] if kl_coef > 0 else None
+        lp, mask, _ = pol.grpo_logprobs(samples, c)
+        a = torch.as_tensor(np.asarray([adv[rows.index(i)] for i in c]), dtype=torch.float32)
+        out = grpo_loss(lp, lp.detach(), ref if kl_coef > 0 else lp.detach(), a, mask, clip_eps=clip_eps, kl_coef=kl_coef)
+        (out.loss if len(chunks) == 1 else out.loss * len(c) / n).backward()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(pol.trainable_parameters(), max_grad_norm)
+    opt.step()
+
+
+@pytest.mark.parametrize("kl_coef,mb,max_grad_norm", [(0.0, None, 1.0), (0.04, 2, None), (0.1, 3, 0.01)])
+def test_one_iteration_equals_the_old_formula_exactly(kl_coef, mb, max_grad_norm):
+    samples = _toy_samples()
+    rewards, weights = [[1.0, 0.0, 0.5], [0.2, 0.9, 0.4]], [2.0, 1.0]
+    batch = build_advantages(rewards, weights, drop_zero_advantage=True)
+    rows = batch.row_index.tolist()
+    a, b = ToyPolicy(0.3), ToyPolicy(0.3)
+    opt_a = torch.optim.Adam(a.trainable_parameters(), lr=0.1)
+    opt_b = torch.optim.Adam(b.trainable_parameters(), lr=0.1)
+    cfg = GRPOUpdateConfig(kl_coef=kl_coef, micro_batch_size=mb, max_grad_norm=max_grad_norm)
+    for _ in range(3):
+        a.theta_ref = b.theta_ref = torch.tensor([0.1])
+        grpo_update(a, opt_a, samples, rewards, weights, config=cfg)
+        _old_formula(b, opt_b, samples, rows, batch.advantages.tolist(), kl_coef=kl_coef, clip_eps=0.2,
+                     max_grad_norm=max_grad_norm, mb=mb or len(rows))
+        assert torch.equal(a.theta, b.theta)
+    assert float(a.theta) != 0.3
+
+
+def test_ungraded_and_skipped_rows_never_enter_and_micro_batches_follow_groups():
+    samples = _toy_samples(n=7)
+    # group 0: rows 0-2 (row 1 ungraded); group 1: rows 3-4 (row 4 ungraded -> skipped); group 2: rows 5-6
+    rewards = [[1.0, None, 0.0], [0.5, float("nan")], [0.3, 0.9]]
+    pol = ToyPolicy()
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.1)
+    cfg = GRPOUpdateConfig(kl_coef=0.04, entropy_coef=0.01, micro_batch_per_group=True, num_iterations=2)
+    st = grpo_update(pol, opt, samples, rewards, [1.0, 1.0, 3.0], config=cfg)
+    assert (st["n_rows"], st["n_groups_used"], st["n_groups_skipped"], st["n_ungraded"]) == (4.0, 2.0, 1.0, 2.0)
+    # one reference call per micro-batch (epoch 1 only), one policy call per micro-batch per epoch
+    assert pol.calls == [([0, 2], True), ([0, 2], False), ([5, 6], True), ([5, 6], False), ([0, 2], False), ([5, 6], False)]
+    assert st["entropy"] != 0.0 and st["kl"] > 0.0
+    pol.calls.clear()
+    grpo_update(pol, opt, samples, rewards, None, config=GRPOUpdateConfig(micro_batch_size=3))
+    assert pol.calls == [([0, 2, 5], False), ([6], False)]  # without per-group splitting: any rows together
+    with pytest.raises(ValueError, match="group ids"):
+        grpo_step(pol, opt, samples, [0, 2], [1.0, -1.0], config=cfg)
+    with pytest.raises(ValueError, match="advantages"):
+        grpo_step(pol, opt, samples, [0, 2], [1.0], config=GRPOUpdateConfig())
+    with pytest.raises(ValueError, match="old_logprobs"):
+        grpo_update(pol, opt, samples, rewards, None, config=GRPOUpdateConfig(), old_logprobs=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="rewards cover 7 rows but the samples have 6"):
+        grpo_update(pol, opt, _toy_samples(n=6), rewards, None, config=GRPOUpdateConfig())
+    empty = grpo_update(pol, opt, samples, [[1.0, 1.0, 1.0], [0.0, 0.0], [0.5, 0.5]], None, config=GRPOUpdateConfig())
+    assert empty["n_rows"] == 0.0 and empty["loss"] == 0.0  # all-equal groups: no rows, no step
