@@ -7,7 +7,9 @@ Usage:
     wmrl presets
 
 Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
-parsed by tyro on top of the chosen preset; `wmrl train --help` lists them.
+parsed by tyro on top of the chosen preset; the correction settings (its nested
+wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
+(`--min-pairs`, `--rho-mode`, `--disagreement-floor`); `wmrl train --help` lists them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,28 @@ _TRAIN_HELP = (
 )
 
 
+class _UsageError(ValueError):
+    """The settings were refused while parsing (tyro has printed why)."""
+
+
+def _parse(cls: type, args: list[str], *, prog: str, description: str, default: object = None) -> object:
+    """``tyro.cli`` of ``cls`` on ``args``; a refused setting (tyro prints its message and exits
+    with status 2, e.g. a nested :class:`~wmrl_envs.core.config.CorrectionConfig` out of range)
+    becomes :class:`_UsageError`, so that ``main`` returns 2 instead of exiting.
+
+    Raises:
+        _UsageError: the arguments were refused.
+    """
+    import tyro
+
+    try:
+        return tyro.cli(cls, default=default, args=args, prog=prog, description=description)
+    except SystemExit as exc:
+        if exc.code in (0, None):  # --help
+            raise
+        raise _UsageError(f"invalid settings for {prog} (see the message above; {prog} --help lists them)") from None
+
+
 def _train(argv: list[str]) -> int:
     pre = argparse.ArgumentParser(prog="wmrl train", add_help=False)
     pre.add_argument("--preset", default="default")
@@ -45,10 +69,8 @@ def _train(argv: list[str]) -> int:
         print(f"error: wmrl train --resume takes no other settings (the run's config.json is used); got {rest}",
               file=sys.stderr)
         return 2
-    import tyro
-
     base = dataclasses.replace(PRESETS[known.preset], preset=known.preset)
-    cfg = tyro.cli(type(base), default=base, args=rest, prog="wmrl train", description=_TRAIN_HELP)
+    cfg = _parse(type(base), rest, prog="wmrl train", description=_TRAIN_HELP, default=base)
     if known.resume:
         train(cfg, known.resume, resume=True, quiet=known.quiet)
         return 0
@@ -71,12 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "train":
             return _train(rest)
         if cmd == "bench":
-            import tyro
-
             from agents.experiments.bench import BenchConfig, main_bench
 
-            cfg = tyro.cli(BenchConfig, args=rest, prog="wmrl bench",
-                           description="The method benchmark: six methods side by side (see benchmarks/README.md).")
+            cfg = _parse(BenchConfig, rest, prog="wmrl bench",
+                         description="The method benchmark: six methods side by side (see benchmarks/README.md).")
             main_bench(cfg)
             return 0
         if cmd == "presets":

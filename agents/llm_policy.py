@@ -2,7 +2,9 @@
 
 The policy samples G completions per prompt (one GRPO group), turns each completion into an
 action (Python source for AutoResearch), and computes per-token log-probabilities of its
-own samples for the GRPO loss (:mod:`agents.grpo`). The frozen reference policy is the same
+own samples for the GRPO loss: it is an :class:`agents.grpo.GRPOPolicy`
+(:meth:`LLMPolicy.grpo_logprobs` on the flat rows of :class:`PolicySamples`), so
+:func:`agents.grpo.grpo_update` trains it. The frozen reference policy is the same
 backbone with the LoRA adapters disabled, so policy, reference — and the LLM judge world
 model, when it shares the backbone — cost one model in memory.
 
@@ -88,6 +90,24 @@ class PolicySamples:
     texts: list[list[str]]
     new_tokens: int
 
+    def __len__(self) -> int:
+        """Rows: completions over all groups (row ``r`` counts group after group)."""
+        return sum(len(c) for c in self.completion_ids)
+
+    def row_positions(self, rows: Sequence[int]) -> list[tuple[int, int]]:
+        """``(group, completion)`` of each flat row index.
+
+        Raises:
+            IndexError: a row outside ``0 … len(self) − 1``.
+        """
+        flat = [(gi, j) for gi, c in enumerate(self.completion_ids) for j in range(len(c))]
+        out = []
+        for r in rows:
+            if not 0 <= int(r) < len(flat):
+                raise IndexError(f"row {int(r)} is outside the {len(flat)} sampled completions")
+            out.append(flat[int(r)])
+        return out
+
 
 class LLMPolicy:
     """LoRA-adapted causal LM policy for GRPO.
@@ -104,6 +124,11 @@ class LLMPolicy:
         temperature: sampling temperature; log-probabilities use the same temperature, so the
             sampled distribution and the optimised one agree.
         seed: seed of the sampling generator.
+
+    Attributes:
+        n_sample_calls: calls of :meth:`sample` so far (int); the k-th call draws from a
+            generator seeded ``seed * 1_000_003 + k``, so ``(seed, n_sample_calls)`` is the whole
+            sampling state (a checkpoint saves it; setting both restarts a stream).
 
     Raises:
         ValueError: unknown mode or non-positive temperature.
@@ -147,7 +172,7 @@ class LLMPolicy:
         self.max_new_tokens = int(max_new_tokens)
         self.temperature = float(temperature)
         self.seed = int(seed)
-        self._n_sample_calls = 0
+        self.n_sample_calls = 0
 
     # ------------------------------------------------------------------ prompts
     def build_prompt(self, observation: dict[str, Any], task: Any | None = None) -> str:
@@ -236,8 +261,8 @@ class LLMPolicy:
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in flat])
             attn = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in flat])
             device = next(self.model.parameters()).device
-            generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self._n_sample_calls)
-            self._n_sample_calls += 1
+            generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self.n_sample_calls)
+            self.n_sample_calls += 1
             stop = ["\n"] if self.mode == "line" else ["```"]
             out = self.model.generate(
                 input_ids=input_ids.to(device),
@@ -278,6 +303,55 @@ class LLMPolicy:
         return PolicySamples(enc, completion_ids, texts, n_new)
 
     # ------------------------------------------------------------------ log-probs
+    def grpo_logprobs(
+        self, samples: PolicySamples, rows: Sequence[int], *, reference: bool = False, with_entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Per-token log-probabilities of the sampled completions ``rows`` (the
+        :class:`agents.grpo.GRPOPolicy` protocol).
+
+        Consecutive rows of one group are scored in one :meth:`group_logprobs` call (prompt
+        encoded once); the parts are right-padded to the longest and stacked in the order of
+        ``rows``. The model is put in training mode first (these are the update's forward
+        passes; :meth:`sample` keeps its own mode).
+
+        Args:
+            samples: the :class:`PolicySamples` the rows index (flat, group after group).
+            rows: B flat row indices.
+            reference: score under the frozen reference (adapters disabled, no grad).
+            with_entropy: also return per-token entropies.
+
+        Returns:
+            ``(logprobs, mask, entropy)``: float32 (B, T) tensors (0 at padding) and (B, T)
+            entropies or ``None``.
+
+        Raises:
+            ValueError: no rows.
+            IndexError: a row outside the samples.
+        """
+        pos = samples.row_positions(rows)
+        if not pos:
+            raise ValueError("grpo_logprobs needs at least one row")
+        self.model.train()
+        runs: list[tuple[int, list[int]]] = []
+        for gi, j in pos:
+            if runs and runs[-1][0] == gi:
+                runs[-1][1].append(j)
+            else:
+                runs.append((gi, [j]))
+        parts = [
+            self.group_logprobs(samples.prompt_ids[gi], [samples.completion_ids[gi][j] for j in js],
+                                reference=reference, with_entropy=with_entropy)
+            for gi, js in runs
+        ]
+        if len(parts) == 1:
+            return parts[0]
+        width = max(p[0].shape[1] for p in parts)
+
+        def stack(i: int) -> torch.Tensor:
+            return torch.cat([torch.nn.functional.pad(p[i], (0, width - p[i].shape[1])) for p in parts])
+
+        return stack(0), stack(1), stack(2) if with_entropy else None
+
     def group_logprobs(
         self,
         prompt_ids: Sequence[int],

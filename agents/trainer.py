@@ -29,9 +29,13 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+import tyro
+
+from wmrl_envs.core.config import CorrectionConfig
+from wmrl_envs.utils import write_json_atomic
 
 __all__ = ["TrainConfig", "PRESETS", "train", "load_config"]
 
@@ -47,31 +51,12 @@ class TrainConfig:
     """Groups (tasks) per step; the anchor schedule puts at least one anchor group in each step."""
     group_size: int = 4
     """G, rollouts per group."""
-    anchor_fraction: float = 0.1
-    """Target share of groups that are also executed for real (anchors)."""
-    min_anchor_groups: int = 1
-    """Anchor groups per step at least."""
-    # --- corrections (reference defaults in docs/method.md; warm-ups shortened for CPU runs)
-    debias: bool = True
-    """Apply online debiasing (isotonic map) to world-model scores."""
-    denoise: bool = True
-    """Apply the anchor weight ρ to anchor-group advantages."""
-    min_pairs: int = 16
-    """Anchor pairs before the first isotonic fit (reference 200)."""
-    refit_every: int = 8
-    """Refit after this many new pairs (reference 64)."""
-    buffer_size: int = 5000
-    """FIFO capacity of anchor pairs."""
-    warmup_groups: int = 3
-    """Anchor groups before ρ leaves 1 (reference 32)."""
-    half_life: float = 64.0
-    """Half-life in groups of the disagreement EMA."""
-    rho_target: float = 2.0
-    """ρ at calibration time."""
-    rho_max: float = 4.0
-    """Upper clip of ρ."""
-    rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
-    """How ρ is scaled: fixed at warm-up (calibrated) or c = 1 (parameter_free)."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3)
+    )
+    """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
+    ``--anchor-fraction``, ``--min-pairs``, ...). Reference values in docs/method.md; the
+    warm-ups (min_pairs, refit_every, warmup_groups) are shortened for CPU runs."""
     # --- agent
     solution_mode: Literal["line", "script"] = "line"
     """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""
@@ -88,7 +73,11 @@ class TrainConfig:
     entropy_coef: float = 0.002
     """Entropy bonus."""
     clip_eps: float = 0.2
-    """PPO clip range."""
+    """PPO clip range ε of the ratio to the sampling policy; acts only with num_iterations > 1
+    (in the first epoch the policy is the sampling policy, so the ratio is 1)."""
+    num_iterations: int = 1
+    """Optimisation epochs per step on the log-probabilities recorded at sampling (1 = one
+    on-policy gradient step)."""
     scale_advantages: bool = True
     """Standardise advantages within groups (False: centring only)."""
     max_grad_norm: float = 1.0
@@ -134,7 +123,8 @@ PRESETS: dict[str, TrainConfig] = {
     "default": TrainConfig(),
     "tiny": TrainConfig(
         steps=2, groups_per_step=2, group_size=2, eval_k=1, eval_tasks=2, max_new_tokens=24,
-        judge_max_new_tokens=40, min_pairs=2, refit_every=2, warmup_groups=1, preset="tiny",
+        judge_max_new_tokens=40, correction=CorrectionConfig(min_pairs=2, refit_every=2, warmup_groups=1),
+        preset="tiny",
     ),
 }
 """Built-in presets: ``default`` (the README's main job, <= 15 min on 2 CPU cores) and
@@ -142,31 +132,39 @@ PRESETS: dict[str, TrainConfig] = {
 
 
 def load_config(run_dir: str | Path) -> TrainConfig:
-    """Read ``RUN_DIR/config.json``.
+    """Read ``RUN_DIR/config.json`` (its ``"correction"`` object becomes the nested
+    :class:`~wmrl_envs.core.config.CorrectionConfig`, validated again).
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder (no config.json).
-        ValueError: config.json has keys this version does not know.
+        ValueError: config.json has keys this version does not know, or invalid correction settings.
     """
     path = Path(run_dir) / "config.json"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} is not a wmrl run folder: {path} is missing")
     data = json.loads(path.read_text())
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = set(data) - known
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(TrainConfig)})
+    correction = data.pop("correction", {})
+    unknown += [f"correction.{k}" for k in sorted(set(correction) - {f.name for f in dataclasses.fields(CorrectionConfig)})]
     if unknown:
-        raise ValueError(f"{path} has unknown keys {sorted(unknown)}; was it written by another wmrl version?")
-    return TrainConfig(**data)
+        raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
+    return TrainConfig(**data, correction=CorrectionConfig(**correction))
 
 
 def _validate(cfg: TrainConfig) -> None:
+    """Check the settings before any model is loaded or run folder written (the correction
+    settings have checked themselves when their :class:`CorrectionConfig` was built).
+
+    Raises:
+        ValueError: the first invalid setting (the message names it and its range).
+    """
     checks = [
         (cfg.steps >= 1, f"steps must be >= 1, got {cfg.steps}"),
         (cfg.groups_per_step >= 1, f"groups_per_step must be >= 1, got {cfg.groups_per_step}"),
         (cfg.group_size >= 2, f"group_size must be >= 2 (GRPO compares rollouts within a group), got {cfg.group_size}"),
-        (0.0 <= cfg.anchor_fraction <= 1.0, f"anchor_fraction must be in [0, 1], got {cfg.anchor_fraction}"),
         (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.num_iterations >= 1, f"num_iterations must be >= 1 (optimisation epochs per step), got {cfg.num_iterations}"),
         (cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}"),
         (cfg.max_ungraded_share is None or 0.0 < cfg.max_ungraded_share <= 1.0,
          f"max_ungraded_share must be in (0, 1] or None (never stop), got {cfg.max_ungraded_share}"),
@@ -180,27 +178,17 @@ def _validate(cfg: TrainConfig) -> None:
     for ok, msg in checks:
         if not ok:
             raise ValueError(msg)
-    from wmrl_envs.core import InverseVarianceDenoiser, IsotonicDebiaser
     from wmrl_envs.sandbox import BACKENDS
 
     if cfg.sandbox not in ("auto", *BACKENDS):
         raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
     if cfg.solution_mode not in ("line", "script"):
         raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
-    # the correction objects check their own arguments: build throwaway ones now, before any
-    # model is loaded or run folder written
-    IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every)
-    InverseVarianceDenoiser(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
-                   rho_max=cfg.rho_max, mode=cfg.rho_mode)
+    if not isinstance(cfg.correction, CorrectionConfig):  # it validates itself when built
+        raise ValueError(f"correction must be a CorrectionConfig, got {type(cfg.correction).__name__}")
 
 
 # ---------------------------------------------------------------------- helpers
-def _atomic_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=_json_default))
-    tmp.replace(path)
-
-
 def _json_default(o: Any) -> Any:
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
@@ -218,6 +206,8 @@ def _mean(xs: list[float]) -> float | None:
 
 @dataclass
 class _Components:
+    """What one run is made of (built by :func:`_build`)."""
+
     policy: Any
     judge: Any
     env: Any
@@ -226,13 +216,15 @@ class _Components:
     train_tasks: list[str]
     heldout_tasks: list[str]
     get_task: Any
+    eval_wrapper: Any = None
+    """The evaluation wrapper over ``env`` (built on the first :func:`evaluate`)."""
 
 
 def _build(cfg: TrainConfig) -> _Components:
     import torch
 
     from agents.llm_policy import LLMPolicy
-    from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
@@ -266,19 +258,10 @@ def _build(cfg: TrainConfig) -> _Components:
     # This installation's leaderboards (built once per task secret, cached): paid here, before
     # any step, so that no one-off build is charged as execution cost.
     env.prepare_leaderboards()
-    corrector = WMRLCorrector(
-        IsotonicDebiaser(buffer_size=cfg.buffer_size, min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
-        InverseVarianceDenoiser(
-            warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, rho_target=cfg.rho_target,
-            rho_max=cfg.rho_max, mode=cfg.rho_mode,
-        ),
-        debias=cfg.debias,
-        denoise=cfg.denoise,
-    )
     wrapper = AnchoredWorldModelWrapper(
-        env, judge, anchor_fraction=cfg.anchor_fraction, group_size=cfg.group_size,
-        groups_per_step=cfg.groups_per_step, min_anchor_groups=cfg.min_anchor_groups,
-        corrector=corrector, seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share,
+        env, judge, anchor_fraction=cfg.correction.anchor_fraction, group_size=cfg.group_size,
+        groups_per_step=cfg.groups_per_step, min_anchor_groups=cfg.correction.min_anchor_groups,
+        corrector=cfg.correction.build_corrector(), seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share,
         world_model_timeout_s=cfg.world_model_timeout_s,
     )
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -288,26 +271,43 @@ def _build(cfg: TrainConfig) -> _Components:
     return _Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
 
 
-def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> dict[str, Any]:
-    """Held-out avg@k with real execution (not counted in the training compute).
+def _evaluation_wrapper(env: Any, cfg: TrainConfig) -> Any:
+    """The wrapper's evaluation mode over the training env: no world model, every group executed
+    for real (``anchor_fraction=1``), ``training=False`` (nothing is learned or routed), its own
+    ledger (evaluation is never counted in the training compute)."""
+    from wmrl_envs import AnchoredWorldModelWrapper
 
-    Ungraded trajectories (the sandbox failed: ``info["graded"] is False``) are left out of
-    avg@k and of the mean score, counted by cause in ``"ungraded"``, and warned about; a task
-    left with no graded trajectory is left out (``"n_tasks_ungraded"``).
+    wrapper = AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=cfg.eval_k,
+                                        max_ungraded_share=cfg.max_ungraded_share)
+    wrapper.training = False
+    return wrapper
+
+
+def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
+    """Held-out avg@k with real execution, through the wrapper's evaluation mode
+    (:func:`_evaluation_wrapper`; not counted in the training compute).
+
+    Ungraded trajectories (the machinery failed: ``info["wmrl"]["ungraded_cause"]`` is set) are
+    left out of avg@k and of the mean score, counted by cause in ``"ungraded"``, and warned
+    about; a task left with no graded trajectory is left out (``"n_tasks_ungraded"``).
+
+    Returns:
+        :func:`agents.evaluation.avg_at_k`'s dict (percent) plus ``mean_score`` (reward scale),
+        ``statuses`` (trajectories by grading status), ``generation_s`` and ``execution_s``
+        (seconds), ``n_tasks``, ``k``, ``ungraded`` (``{cause: trajectories}``) and
+        ``n_tasks_ungraded``.
 
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
     """
-    from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, TooManyUngradedError
     from agents.evaluation import avg_at_k
+    from wmrl_envs.core.ungraded import CAUSE_KEY, TooManyUngradedError
 
-    env, policy = c.env, c.policy
-    prompts, specs = [], []
-    for t in c.heldout_tasks:
-        obs, _ = env.reset(options={"task_id": t})
-        spec = c.get_task(t)
-        specs.append(spec)
-        prompts.append(policy.build_prompt(obs, spec))
+    if c.eval_wrapper is None:
+        c.eval_wrapper = _evaluation_wrapper(c.env, cfg)
+    wrapper, policy = c.eval_wrapper, c.policy
+    specs = [c.get_task(t) for t in c.heldout_tasks]
+    prompts = [policy.build_prompt(_task_context(wrapper, t), spec) for t, spec in zip(c.heldout_tasks, specs)]
     t0 = time.perf_counter()
     samples = policy.sample(prompts, cfg.eval_k)
     gen_s = time.perf_counter() - t0
@@ -316,24 +316,21 @@ def evaluate(c: _Components, cfg: TrainConfig, ledger_source: str = "eval") -> d
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
-    n_traj = 0
     t0 = time.perf_counter()
     for t, spec, texts in zip(c.heldout_tasks, specs, samples.texts):
+        group = _score_task(wrapper, t, [policy.completion_to_action(x, spec) for x in texts])
         positions[t] = []
-        for text in texts:
-            env.reset(options={"task_id": t})
-            _, reward, _, _, info = env.step(policy.completion_to_action(text, spec))
-            n_traj += 1
+        for reward, info in zip(group.rewards, group.infos):
             statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
-            if info.get("graded") is False:  # the machinery failed: not the agent's score
-                cause = str(info.get(CAUSE_KEY) or EXECUTION_UNGRADED)
+            cause = info["wmrl"][CAUSE_KEY]
+            if cause is not None:  # the machinery failed: not the agent's score
                 ungraded[cause] = ungraded.get(cause, 0) + 1
-                messages[cause] = str(info.get("message", ""))
+                messages[cause] = str(info.get("message") or info.get("error") or "")
                 continue
             positions[t].append(info.get("position") if info.get("status") == "valid" else None)
             scores.append(float(reward))
     exec_s = time.perf_counter() - t0
-    n_ungraded = sum(ungraded.values())
+    n_traj, n_ungraded = len(c.heldout_tasks) * cfg.eval_k, sum(ungraded.values())
     if n_ungraded:
         import logging
 
@@ -372,11 +369,11 @@ def _save_checkpoint(run_dir: Path, c: _Components, step: int, rng: np.random.Ge
         "step": step,
         "wrapper": c.wrapper.state_dict(),
         "numpy_rng": rng.bit_generator.state,
-        "policy_sample_calls": c.policy._n_sample_calls,
+        "policy_sample_calls": c.policy.n_sample_calls,
         "judge": {k: getattr(c.judge, k) for k in _JUDGE_COUNTERS if hasattr(c.judge, k)},
         **extra,
     }
-    _atomic_json(tmp / "state.json", state)
+    write_json_atomic(tmp / "state.json", state, indent=2, default=_json_default)
     final = run_dir / "checkpoint"
     old = run_dir / "checkpoint.old"
     if final.exists():
@@ -406,7 +403,7 @@ def _load_checkpoint(run_dir: Path, c: _Components, rng: np.random.Generator) ->
     state = json.loads((folder / "state.json").read_text())
     c.wrapper.load_state_dict(state["wrapper"])
     rng.bit_generator.state = state["numpy_rng"]
-    c.policy._n_sample_calls = int(state["policy_sample_calls"])
+    c.policy.n_sample_calls = int(state["policy_sample_calls"])
     for k, v in state.get("judge", {}).items():
         setattr(c.judge, k, v)  # counters; the generation seed advances with n_generate_calls
     return state
@@ -426,17 +423,105 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
         FileNotFoundError: ``resume`` without a checkpoint in ``run_dir``.
         ValueError: invalid configuration.
+        TooManyUngradedError: the stop rule fired (the reason is in metrics.jsonl; the last
+            checkpoint stays for a resume).
     """
-    import torch
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.grpo import build_advantages, grpo_loss
+    from agents.grpo import grpo_update
     from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
-    from wmrl_envs.wrappers.anchored import world_model_idle
 
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
+    cfg = _start(cfg, run_dir, resume, console)
+    t_start = time.perf_counter()
+    c = _build(cfg)
+    if not resume:  # written only once everything is built, so a failed start leaves no folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=_json_default)
+    policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
+    update_cfg = _update_config(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    metrics_path = run_dir / "metrics.jsonl"
+
+    # 1. the initial policy on the held-out tasks (or the state of the run being resumed)
+    if resume:
+        start_step, eval_before, prior_wall = _resume(run_dir, c, rng, metrics_path)
+        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
+    else:
+        console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
+        start_step, eval_before, prior_wall = 0, evaluate(c, cfg), 0.0
+        _save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
+
+    # 2. GRPO steps
+    progress = Progress(
+        TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"), console=console, disable=quiet,
+    )
+    with progress:
+        bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
+        for step in range(start_step, cfg.steps):
+            t_step = time.perf_counter()
+            # sample the step's tasks and take each one's context from the wrapper
+            wrapper.plan_step(cfg.groups_per_step)
+            task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step,
+                                                   replace=cfg.groups_per_step > len(c.train_tasks))]
+            specs = [c.get_task(t) for t in task_ids]
+            prompts = [policy.build_prompt(_task_context(wrapper, t), spec) for t, spec in zip(task_ids, specs)]
+            # G completions per task
+            with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+                samples = policy.sample(prompts, cfg.group_size)
+            # score every group: world model, real execution on anchors, corrections
+            groups = []
+            try:
+                for t, spec, texts in zip(task_ids, specs, samples.texts):
+                    groups.append(_score_task(wrapper, t, [policy.completion_to_action(x, spec) for x in texts]))
+            except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
+                _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
+                                             "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
+                                             "ledger": ledger.to_dict()})
+                console.print(f"[bold red]stopped at step {step}[/bold red]: {exc}")
+                raise
+            # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
+            _check_judge_idle(c.judge, cfg.world_model_timeout_s)
+            t0 = time.perf_counter()
+            update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
+                                 [g.advantage_weight for g in groups], config=update_cfg)
+            ledger.add(UPDATE, time.perf_counter() - t0, 1)
+            # log and checkpoint
+            rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
+            _append_jsonl(metrics_path, rec)
+            _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
+                                                     "wall_s": prior_wall + time.perf_counter() - t_start})
+            reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
+            info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
+            progress.update(bar, advance=1, info=info)
+            if not console.is_terminal and not quiet:  # a log file gets one line per step instead of a bar
+                console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
+
+    # 3. the trained policy on the held-out tasks, and the summary
+    console.print("evaluating the trained policy on the held-out tasks (real execution)")
+    eval_after = evaluate(c, cfg)
+    summary = _summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
+    write_json_atomic(run_dir / "summary.json", summary, indent=2, default=_json_default)
+    _plot_calibration(c, run_dir / "calibration.png")
+    (run_dir / "summary.md").write_text(_summary_markdown(summary))
+    _print_summary(console, summary)
+    c.env.close()
+    c.env.sandbox.close()
+    return summary
+
+
+# ---------------------------------------------------------------------- pieces of the loop
+def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Any) -> TrainConfig:
+    """The run's configuration (validated, or the resumed run's), after the checks that need no
+    model: a new run's folder must be free, a resumed run must be unfinished. Seeds Python's
+    RNG and warns when the data come from the public reference secret.
+
+    Raises:
+        FileExistsError, FileNotFoundError, ValueError: as :func:`train`.
+    """
     if resume:
         cfg = load_config(run_dir)
     else:
@@ -447,7 +532,6 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             )
     random.seed(cfg.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    t_start = time.perf_counter()
     console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
     if _secret_record()["reference"]:
         console.print(
@@ -461,159 +545,100 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
             "with --run-dir, nothing to resume"
         )
-    c = _build(cfg)
-    if not resume:  # written only once everything is built, so a failed start leaves no folder
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_json(run_dir / "config.json", asdict(cfg))
-    ledger = c.wrapper.ledger
-    rng = np.random.default_rng(cfg.seed)
-    metrics_path = run_dir / "metrics.jsonl"
-    start_step = 0
-    prior_wall = 0.0
-    if resume:
-        state = _load_checkpoint(run_dir, c, rng)
-        start_step = int(state["step"]) + 1
-        eval_before = state["eval_before"]
-        prior_wall = float(state.get("wall_s", 0.0))
-        # drop metrics lines of steps after the checkpoint (the killed step is redone)
-        if metrics_path.exists():
-            kept = []
-            for ln in metrics_path.read_text().splitlines():
-                try:
-                    if json.loads(ln).get("step", -1) < start_step:
-                        kept.append(ln)
-                except json.JSONDecodeError:  # a line torn by the kill: that step is redone
-                    continue
-            metrics_path.write_text("".join(ln + "\n" for ln in kept))
-        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
-    else:
-        console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
-        eval_before = evaluate(c, cfg)
-        _save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
+    return cfg
 
-    policy, wrapper = c.policy, c.wrapper
-    progress = Progress(
-        TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"), console=console, disable=quiet,
-    )
-    with progress:
-        bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
-        for step in range(start_step, cfg.steps):
-            t_step = time.perf_counter()
-            wrapper.plan_step(cfg.groups_per_step)
-            replace = cfg.groups_per_step > len(c.train_tasks)
-            task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step, replace=replace)]
-            specs = [c.get_task(t) for t in task_ids]
-            prompts = []
-            for t, spec in zip(task_ids, specs):
-                obs, _ = c.env.reset(options={"task_id": t})
-                prompts.append(policy.build_prompt(obs, spec))
-            with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
-                samples = policy.sample(prompts, cfg.group_size)
-            groups = []
+
+def _resume(run_dir: Path, c: _Components, rng: np.random.Generator, metrics_path: Path) -> tuple[int, dict, float]:
+    """Load the last checkpoint into ``c`` and ``rng``; drop the metrics lines of steps after it
+    (the killed step is redone). Returns ``(first step to run, eval_before, wall seconds so far)``."""
+    state = _load_checkpoint(run_dir, c, rng)
+    start_step = int(state["step"]) + 1
+    if metrics_path.exists():
+        kept = []
+        for ln in metrics_path.read_text().splitlines():
             try:
-                for t, spec, texts in zip(task_ids, specs, samples.texts):
-                    actions = [policy.completion_to_action(x, spec) for x in texts]
-                    groups.append(wrapper.score_group(actions, options={"task_id": t}))
-            except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
-                with metrics_path.open("a") as f:
-                    f.write(json.dumps({"step": step, "stopped": "too_many_ungraded", "error": str(exc),
-                                        "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
-                                        "ledger": ledger.to_dict()}, default=_json_default) + "\n")
-                console.print(f"[bold red]stopped at step {step}[/bold red]: {exc}")
-                raise
-            batch = build_advantages(
-                [g.rewards for g in groups], [g.advantage_weight for g in groups],
-                scale=cfg.scale_advantages, drop_zero_advantage=True,
-            )
-            # the judge is the policy's own backbone: never update it while a judge call that
-            # timed out is still running on it (docs/method.md, "Ungraded rollouts")
-            if c.judge is not None and not world_model_idle(c.judge, cfg.world_model_timeout_s):
-                raise RuntimeError(
-                    f"a world-model (judge) call that exceeded world_model_timeout_s={cfg.world_model_timeout_s} s "
-                    "is still running on the policy's backbone after another such wait; the policy cannot be "
-                    "updated beside it. The judge hangs: check the model/device, then resume this run."
-                )
-            # ---- policy update: one gradient step over all kept rows, accumulated per group
-            loss_v = kl_v = ent_v = 0.0
-            t0 = time.perf_counter()
-            n_rows = len(batch.row_index)
-            if n_rows:
-                policy.model.train()
-                c.optimizer.zero_grad(set_to_none=True)
-                adv_by_row = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
-                for gi in range(len(groups)):
-                    rows = [j for j in range(cfg.group_size) if gi * cfg.group_size + j in adv_by_row]
-                    if not rows:
-                        continue
-                    comps = [samples.completion_ids[gi][j] for j in rows]
-                    adv = torch.tensor([adv_by_row[gi * cfg.group_size + j] for j in rows], dtype=torch.float32)
-                    ref, _, _ = policy.group_logprobs(samples.prompt_ids[gi], comps, reference=True)
-                    lp, mask, ent = policy.group_logprobs(samples.prompt_ids[gi], comps, with_entropy=cfg.entropy_coef > 0)
-                    out = grpo_loss(lp, lp.detach(), ref, adv, mask, clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef,
-                                    entropy=ent, entropy_coef=cfg.entropy_coef)
-                    (out.loss * len(rows) / n_rows).backward()
-                    loss_v += float(out.loss.detach()) * len(rows) / n_rows
-                    kl_v += float(out.kl) * len(rows) / n_rows
-                    ent_v += float(out.entropy) * len(rows) / n_rows
-                torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), cfg.max_grad_norm)
-                c.optimizer.step()
-                c.optimizer.zero_grad(set_to_none=True)
-            ledger.add(UPDATE, time.perf_counter() - t0, 1)
-            # ---- metrics
-            anchors = [g for g in groups if g.route == "anchor"]
-            statuses: dict[str, int] = {}
-            for g in anchors:
-                for info in g.infos:
-                    s = info.get("status", "?")
-                    statuses[s] = statuses.get(s, 0) + 1
-            stats = wrapper.corrector.stats()
-            rec = {
-                "step": step,
-                "tasks": task_ids,
-                "routes": [g.route for g in groups],
-                "reward_mean": _mean([r for g in groups for r in g.rewards]),
-                "real_score_mean": _mean([r for g in anchors for r in g.correction.real_scores]),
-                "raw_wm_score_mean": _mean([r for g in groups for r in g.correction.raw_scores]),
-                "anchor_statuses": statuses,
-                "rows_trained": n_rows,
-                "groups_used": batch.n_groups_used,
-                "groups_skipped": batch.n_groups_skipped,
-                "ungraded_rows": batch.n_ungraded,
-                "ungraded_by_cause_step": _step_causes(groups),
-                **wrapper.ungraded.stats(),
-                "loss": loss_v, "kl": kl_v, "entropy": ent_v,
-                "new_tokens": samples.new_tokens,
-                "realised_anchor_fraction": wrapper.router.realised_fraction,
-                **stats,
-                "ledger": ledger.to_dict(),
-                "step_s": time.perf_counter() - t_step,
-                "sample_completions": samples.texts[0][:2],
-            }
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(rec, default=_json_default) + "\n")
-            _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
-                                                     "wall_s": prior_wall + time.perf_counter() - t_start})
-            info = (
-                f"reward {rec['reward_mean'] if rec['reward_mean'] is not None else float('nan'):.3f} "
-                f"rho {stats['rho']:.2f} pairs {stats['anchor_pairs']}"
-            )
-            progress.update(bar, advance=1, info=info)
-            if not console.is_terminal and not quiet:  # a log file gets one line per step instead of a bar
-                console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
+                if json.loads(ln).get("step", -1) < start_step:
+                    kept.append(ln)
+            except json.JSONDecodeError:  # a line torn by the kill: that step is redone
+                continue
+        metrics_path.write_text("".join(ln + "\n" for ln in kept))
+    return start_step, state["eval_before"], float(state.get("wall_s", 0.0))
 
-    console.print("evaluating the trained policy on the held-out tasks (real execution)")
-    eval_after = evaluate(c, cfg)
-    wall = prior_wall + time.perf_counter() - t_start
-    summary = _summarise(cfg, c, eval_before, eval_after, wall)
-    _atomic_json(run_dir / "summary.json", summary)
-    _plot_calibration(c, run_dir / "calibration.png")
-    md = _summary_markdown(summary)
-    (run_dir / "summary.md").write_text(md)
-    _print_summary(console, summary)
-    c.env.close()
-    c.env.sandbox.close()
-    return summary
+
+def _update_config(cfg: TrainConfig) -> Any:
+    """The GRPO step's settings: one backward per group (the LLM scores one prompt per call)."""
+    from agents.grpo import GRPOUpdateConfig
+
+    return GRPOUpdateConfig(
+        clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef, num_iterations=cfg.num_iterations,
+        micro_batch_per_group=True, max_grad_norm=cfg.max_grad_norm, scale=cfg.scale_advantages,
+        drop_zero_advantage=True,
+    )
+
+
+def _task_context(wrapper: Any, task_id: str) -> Any:
+    """The observation of ``task_id`` (the prompt's context)."""
+    obs, _ = wrapper.env.reset(options={"task_id": task_id})
+    return obs
+
+
+def _score_task(wrapper: Any, task_id: str, actions: list[str]) -> Any:
+    """``wrapper.score_group`` of one task's G actions (a :class:`~wmrl_envs.wrappers.anchored.GroupRollout`)."""
+    return wrapper.score_group(actions, options={"task_id": task_id})
+
+
+def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:
+    """The judge is the policy's own backbone: never update it while a judge call that timed out
+    is still running on it (docs/method.md, "Ungraded rollouts").
+
+    Raises:
+        RuntimeError: such a call is still running after another wait of ``timeout_s``.
+    """
+    from wmrl_envs.core import world_model_idle
+
+    if judge is not None and not world_model_idle(judge, timeout_s):
+        raise RuntimeError(
+            f"a world-model (judge) call that exceeded world_model_timeout_s={timeout_s} s "
+            "is still running on the policy's backbone after another such wait; the policy cannot be "
+            "updated beside it. The judge hangs: check the model/device, then resume this run."
+        )
+
+
+def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any, update: dict[str, float],
+                 wrapper: Any, step_s: float) -> dict[str, Any]:
+    """One line of metrics.jsonl: routes, rewards, scores, the update, ρ and the corrections, the ledger."""
+    anchors = [g for g in groups if g.route == "anchor"]
+    statuses: dict[str, int] = {}
+    for g in anchors:
+        for info in g.infos:
+            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+    return {
+        "step": step,
+        "tasks": task_ids,
+        "routes": [g.route for g in groups],
+        "reward_mean": _mean([r for g in groups for r in g.rewards]),
+        "real_score_mean": _mean([r for g in anchors for r in g.correction.real_scores]),
+        "raw_wm_score_mean": _mean([r for g in groups for r in g.correction.raw_scores]),
+        "anchor_statuses": statuses,
+        "rows_trained": int(update["n_rows"]),
+        "groups_used": int(update["n_groups_used"]),
+        "groups_skipped": int(update["n_groups_skipped"]),
+        "ungraded_rows": int(update["n_ungraded"]),
+        "ungraded_by_cause_step": _step_causes(groups),
+        **wrapper.ungraded.stats(),
+        "loss": update["loss"], "kl": update["kl"], "entropy": update["entropy"],
+        "new_tokens": samples.new_tokens,
+        "realised_anchor_fraction": wrapper.router.realised_fraction,
+        **wrapper.corrector.stats(),
+        "ledger": wrapper.ledger.to_dict(),
+        "step_s": step_s,
+        "sample_completions": samples.texts[0][:2],
+    }
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=_json_default) + "\n")
 
 
 def _step_causes(groups: list[Any]) -> dict[str, int]:
@@ -650,7 +675,7 @@ def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall
         "anchor_groups": c.wrapper.router.n_anchor_groups,
         "groups": c.wrapper.router.n_groups,
         "realised_anchor_fraction": c.wrapper.router.realised_fraction,
-        "configured_anchor_fraction": cfg.anchor_fraction,
+        "configured_anchor_fraction": cfg.correction.anchor_fraction,
         "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
         "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
         "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),

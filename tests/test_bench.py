@@ -4,12 +4,13 @@ tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selectio
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.experiments.bench import METHODS, BenchConfig, format_table, run_bench
+from agents.experiments.bench import METHODS, BenchConfig, format_table, method_correction, run_bench
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
@@ -95,7 +96,8 @@ def fake_eval(agent, snap, tasks, k, sandbox, parallel, eval_seed=None):
 
 def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
     cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
-                      groups_per_step=5, group_size=4, anchor_fraction=0.2, out_dir=str(tmp_path))
+                      groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2),
+                      out_dir=str(tmp_path))
     FakeEnv.steps = 0
     EVAL_SEEDS.clear()
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
@@ -142,12 +144,34 @@ def test_rho_mode_reaches_the_denoiser():
 
     seen = {}
     for mode in ("calibrated", "parameter_free"):
-        cfg = BenchConfig(steps=3, groups_per_step=3, group_size=4, anchor_fraction=0.34, warmup_groups=1, rho_mode=mode)
+        correction = replace(BenchConfig().correction, anchor_fraction=0.34, warmup_groups=1, rho_mode=mode)
+        cfg = BenchConfig(steps=3, groups_per_step=3, group_size=4, correction=correction)
         run = run_method(METHODS["wmrl"], 0, cfg, FakeAgent, FakeEnv, FakeWM(), ["t1"], max_steps=3)
         seen[mode] = [r.rho for r in run.records]
     # parameter-free: ρ = 1 + s̄² (c = 1) stays near 1 for a good world model; calibrated starts at rho_target
     assert seen["calibrated"][0] == pytest.approx(2.0)
     assert all(1.0 <= r < 1.6 for r in seen["parameter_free"])
+
+
+def test_bench_config_nests_one_correction_config_with_unprefixed_flags():
+    import tyro
+
+    from wmrl_envs.core.config import CorrectionConfig
+
+    default = BenchConfig().correction
+    assert default == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
+    cfg = tyro.cli(BenchConfig, args=["--anchor-fraction", "0.25", "--min-pairs", "4", "--disagreement-floor", "0.02",
+                                      "--num-iterations", "2"])
+    assert (cfg.correction.anchor_fraction, cfg.correction.min_pairs, cfg.correction.disagreement_floor) == (0.25, 4, 0.02)
+    assert cfg.correction.half_life == 16.0 and cfg.num_iterations == 2
+    # each method puts its own route share, debias and denoise on top of the configured settings
+    wmrl, real, wm_only = (method_correction(METHODS[m], cfg.correction) for m in ("wmrl", "real", "wm_only"))
+    assert (wmrl.anchor_fraction, wmrl.min_anchor_groups, wmrl.debias, wmrl.denoise) == (0.25, 1, True, True)
+    assert (real.anchor_fraction, real.debias, real.denoise) == (1.0, False, False)
+    assert (wm_only.anchor_fraction, wm_only.min_anchor_groups) == (0.0, 0)
+    assert wmrl.min_pairs == real.min_pairs == 4 and wmrl.disagreement_floor == 0.02
+    built = wmrl.build_corrector()
+    assert built.debiaser.min_pairs == 4 and built.denoiser.half_life == 16.0
 
 
 def test_grammar_agent_reseed_gives_common_random_numbers():

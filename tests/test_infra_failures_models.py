@@ -189,7 +189,7 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
             raise TimeoutError("judge server did not answer")
 
     class Policy(_FakePolicy):
-        _n_sample_calls = 0
+        n_sample_calls = 0
 
         def adapter_state_dict(self):
             return {}
@@ -198,14 +198,14 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
 
     def build(cfg):
         c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", tasks + list_tasks("train")[:2])
-        wrapper = AnchoredWorldModelWrapper(c.env, RaisingJudge(), anchor_fraction=cfg.anchor_fraction,
+        wrapper = AnchoredWorldModelWrapper(c.env, RaisingJudge(), anchor_fraction=cfg.correction.anchor_fraction,
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
         return _Components(Policy(), None, c.env, wrapper, opt, list_tasks("train")[:2], tasks, get_task)
 
     monkeypatch.setattr(trainer, "_build", build)
-    cfg = TrainConfig(steps=2, groups_per_step=2, group_size=2, eval_k=1, anchor_fraction=0.1)
+    cfg = TrainConfig(steps=2, groups_per_step=2, group_size=2, eval_k=1)
     with pytest.raises(TooManyUngradedError, match="judge server did not answer") as e:
         trainer.train(cfg, tmp_path / "run", quiet=True)
     assert e.value.causes == {WORLD_MODEL_ERROR: 2} and e.value.n_rollouts == 4
@@ -234,7 +234,7 @@ def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
             return [WorldModelPrediction(score=0.1, status="runtime_err") for _ in actions]
 
     class Policy(_FakePolicy):
-        _n_sample_calls = 0
+        n_sample_calls = 0
 
         def adapter_state_dict(self):
             return {}
@@ -247,14 +247,14 @@ def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
 
     def build(cfg):
         c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", heldout + train_tasks)
-        wrapper = AnchoredWorldModelWrapper(c.env, FlakyJudge(), anchor_fraction=cfg.anchor_fraction,
+        wrapper = AnchoredWorldModelWrapper(c.env, FlakyJudge(), anchor_fraction=cfg.correction.anchor_fraction,
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share, seed=cfg.seed)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
         return _Components(Policy(), None, c.env, wrapper, opt, train_tasks, heldout, get_task)
 
     monkeypatch.setattr(trainer, "_build", build)
-    cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, anchor_fraction=0.1, max_ungraded_share=None)
+    cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, max_ungraded_share=None)
     summary = trainer.train(cfg, tmp_path / "run", quiet=True)
     assert summary["ungraded_rollouts"] == 2 and summary["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}
     assert summary["ungraded_scores_by_cause"] == {WORLD_MODEL_ERROR: 2}

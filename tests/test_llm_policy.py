@@ -112,6 +112,50 @@ def test_one_update_changes_only_adapters(tokenizer):
     torch.testing.assert_close(lp3.detach(), lp.detach())
 
 
+def test_grpo_logprobs_index_flat_rows_and_the_one_grpo_step_trains_the_policy(tokenizer):
+    """LLMPolicy is an agents.grpo.GRPOPolicy: flat rows (group after group) map to the groups'
+    completions; grpo_update with one backward per group equals the hand-written per-group step."""
+    from agents.grpo import GRPOPolicy, GRPOUpdateConfig, group_advantages, grpo_update
+    from agents.llm_policy import PolicySamples
+
+    pol = LLMPolicy(tiny_model(tokenizer), tokenizer, temperature=0.7)
+    assert isinstance(pol, GRPOPolicy)
+    p0 = tokenizer(pol.build_prompt({}, Spec()), add_special_tokens=False)["input_ids"]
+    p1 = p0[:-3]
+    samples = PolicySamples([p0, p1], [[[100, 200, 300], [400]], [[500, 600], [700, 800]]], [["a", "b"], ["c", "d"]], 9)
+    assert len(samples) == 4 and samples.row_positions([3, 0, 1]) == [(1, 1), (0, 0), (0, 1)]
+    with pytest.raises(IndexError):
+        samples.row_positions([4])
+    lp, mask, ent = pol.grpo_logprobs(samples, [1, 2, 3], with_entropy=True)
+    assert lp.shape == mask.shape == ent.shape == (3, 2)  # padded to the longest completion of the rows
+    assert mask.tolist() == [[1, 0], [1, 1], [1, 1]]
+    g0, _, _ = pol.group_logprobs(p0, [[400]])
+    g1, _, _ = pol.group_logprobs(p1, [[500, 600], [700, 800]])
+    torch.testing.assert_close(lp[0, :1], g0[0])
+    torch.testing.assert_close(lp[1:], g1)
+    ref, _, none = pol.grpo_logprobs(samples, [0], reference=True)
+    assert none is None and not ref.requires_grad
+
+    rewards = [[1.0, 0.0], [0.0, 1.0]]
+    twin = LLMPolicy(tiny_model(tokenizer), tokenizer, temperature=0.7)
+    opts = [torch.optim.AdamW(p.trainable_parameters(), lr=1e-2) for p in (pol, twin)]
+    cfg = GRPOUpdateConfig(kl_coef=0.04, micro_batch_per_group=True, max_grad_norm=1.0)
+    stats = grpo_update(pol, opts[0], samples, rewards, [2.0, 1.0], config=cfg)
+    assert stats["n_rows"] == 4 and stats["n_groups_used"] == 2
+    # by hand: per group, reference then policy log-probs, loss weighted by the group's share of rows
+    opts[1].zero_grad()
+    for prompt, comps, rw, w in ((p0, samples.completion_ids[0], rewards[0], 2.0), (p1, samples.completion_ids[1], rewards[1], 1.0)):
+        r, _, _ = twin.group_logprobs(prompt, comps, reference=True)
+        l, m, _ = twin.group_logprobs(prompt, comps)
+        adv = torch.tensor((group_advantages(rw) * w).tolist(), dtype=torch.float32)
+        out = grpo_loss(l, l.detach(), r, adv, m, kl_coef=0.04)
+        (out.loss * 2 / 4).backward()
+    torch.nn.utils.clip_grad_norm_(twin.trainable_parameters(), 1.0)
+    opts[1].step()
+    for k, v in pol.adapter_state_dict().items():
+        torch.testing.assert_close(v, twin.adapter_state_dict()[k])
+
+
 @pytest.mark.parametrize(
     "text,expected",
     [

@@ -34,16 +34,20 @@ import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol, Sequence
+from typing import Annotated, Any, Callable, Literal, Protocol, Sequence
 
 import numpy as np
+import tyro
+
+from wmrl_envs.core.config import CorrectionConfig
 
 __all__ = [
     "METHODS",
     "MethodSpec",
     "BenchConfig",
+    "method_correction",
     "BenchAgent",
     "run_method",
     "run_bench",
@@ -94,7 +98,10 @@ class BenchAgent(Protocol):
         """G actions (Python source) per task, plus a handle for :meth:`update`."""
 
     def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        """One GRPO step on the kept rows (flat indices into the sampled actions)."""
+        """One GRPO step on the kept rows: ``row_index`` int64 (N,) flat indices into the sampled
+        actions (group after group), ``advantages`` float64 (N,) weighted advantages
+        (:func:`agents.grpo.build_advantages`). The agents of this module call
+        :func:`agents.grpo.grpo_step`."""
 
     def snapshot(self) -> Any:
         """A copy of the policy's parameters (cheap to keep one per step)."""
@@ -122,8 +129,6 @@ class BenchConfig:
     """Groups (tasks) per step."""
     group_size: int = 4
     """G, rollouts per group."""
-    anchor_fraction: float = 0.1
-    """Anchor fraction of the anchored methods (at least one anchor group per step)."""
     agent: Literal["grammar", "llm"] = "grammar"
     """'grammar': fast template agent; 'llm': SmolLM2 LoRA agent (the GPU-scale configuration)."""
     world_model: Literal["embedding", "degraded", "llm"] = "embedding"
@@ -142,19 +147,18 @@ class BenchConfig:
     """Learning rate of the agent (default: 0.1 for the grammar agent, 2e-4 for the LLM's LoRA)."""
     kl_coef: float = 0.0
     """KL coefficient of the GRPO loss."""
-    min_pairs: int = 16
-    """Debiaser warm-up (anchor pairs)."""
-    refit_every: int = 8
-    """Debiaser refit period (pairs)."""
-    warmup_groups: int = 3
-    """ρ warm-up (anchor groups)."""
-    half_life: float = 16.0
-    """EMA half-life of the disagreement (groups)."""
-    rho_mode: Literal["calibrated", "parameter_free"] = "calibrated"
-    """ρ's scale: fixed at warm-up so that ρ = rho_target there ('calibrated', the reference),
-    or c = 1 ('parameter_free', docs/method.md, "Inverse-variance denoising")."""
-    rho_target: float = 2.0
-    """ρ at the end of warm-up in 'calibrated' mode."""
+    clip_eps: float = 0.2
+    """PPO clip range ε; acts only with num_iterations > 1 (in the first epoch the policy is the
+    sampling policy, so the ratio is 1)."""
+    num_iterations: int = 1
+    """Optimisation epochs per step on the log-probabilities recorded at sampling."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
+    )
+    """Correction settings of the anchored methods (flags without a prefix: ``--anchor-fraction``,
+    ``--min-pairs``, ...). Each method sets its own route share, debias and denoise on top
+    (:data:`METHODS`): ``--anchor-fraction`` is that of the anchored methods (at least
+    ``--min-anchor-groups`` anchor groups per step), ``--debias``/``--denoise`` are ignored."""
     sandbox: str = "auto"
     """Sandbox backend."""
     max_ungraded_share: float | None = 0.5
@@ -201,6 +205,21 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return float(np.mean(v)) if v else None
 
 
+def method_correction(spec: MethodSpec, correction: CorrectionConfig) -> CorrectionConfig:
+    """The correction settings of one method: the benchmark's ``correction`` with the method's
+    anchor fraction (``None`` keeps the configured one), debias and denoise; a method without
+    anchors (fraction 0) needs no anchor group per step.
+
+    Example:
+        >>> c = method_correction(METHODS["wm_only"], CorrectionConfig(anchor_fraction=0.2))
+        >>> c.anchor_fraction, c.min_anchor_groups, c.debias, c.denoise
+        (0.0, 0, False, False)
+    """
+    f = spec.anchor_fraction if spec.anchor_fraction is not None else correction.anchor_fraction
+    return replace(correction, anchor_fraction=f, min_anchor_groups=0 if f == 0 else correction.min_anchor_groups,
+                   debias=spec.debias, denoise=spec.denoise)
+
+
 def run_method(
     spec: MethodSpec,
     seed: int,
@@ -224,25 +243,20 @@ def run_method(
         calibration errors) and ``max_steps + 1`` or fewer snapshots.
     """
     from agents.grpo import build_advantages
-    from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+    from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
 
-    f = spec.anchor_fraction if spec.anchor_fraction is not None else cfg.anchor_fraction
-    corrector = WMRLCorrector(
-        IsotonicDebiaser(min_pairs=cfg.min_pairs, refit_every=cfg.refit_every),
-        InverseVarianceDenoiser(warmup_groups=cfg.warmup_groups, half_life=cfg.half_life, mode=cfg.rho_mode,
-                       rho_target=cfg.rho_target),
-        debias=spec.debias,
-        denoise=spec.denoise,
-    )
+    correction = method_correction(spec, cfg.correction)
     env = make_env()
     extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
     wrapper = AnchoredWorldModelWrapper(
-        env, world_model if spec.world_model else None, anchor_fraction=f, group_size=cfg.group_size,
-        groups_per_step=cfg.groups_per_step, min_anchor_groups=0 if f == 0 else 1, corrector=corrector, seed=seed,
+        env, world_model if spec.world_model else None, anchor_fraction=correction.anchor_fraction,
+        group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
+        min_anchor_groups=correction.min_anchor_groups, corrector=correction.build_corrector(), seed=seed,
         execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
         world_model_timeout_s=cfg.world_model_timeout_s,
     )
+    corrector = wrapper.corrector
     agent = make_agent(seed)
     rng = np.random.default_rng(10_000 + seed)
     run = MethodRun(spec.name, seed, snapshots=[agent.snapshot()])
@@ -599,21 +613,24 @@ def run_bench(
 class GrammarBenchAgent:
     """:class:`agents.grammar_policy.GrammarPolicy` behind the :class:`BenchAgent` protocol.
 
-    Each grammar choice is a "token": the GRPO loss (:func:`agents.grpo.grpo_loss`) runs on the
-    per-choice log-probabilities, one Adam step per training step.
+    Each grammar choice is a "token"; :meth:`update` is the one GRPO step
+    (:func:`agents.grpo.grpo_step`) on the per-choice log-probabilities, one Adam step per
+    optimisation epoch, no gradient clipping.
     """
 
-    def __init__(self, seed: int, lr: float = 0.1, kl_coef: float = 0.0) -> None:
-        import copy
-
+    def __init__(self, seed: int, lr: float = 0.1, kl_coef: float = 0.0, *, clip_eps: float = 0.2,
+                 num_iterations: int = 1) -> None:
         import torch
 
         from agents.grammar_policy import GrammarPolicy
+        from agents.grpo import GRPOUpdateConfig
 
         self.policy = GrammarPolicy(seed=seed)
-        self.reference = copy.deepcopy(self.policy).requires_grad_(False) if kl_coef > 0 else None
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr)
-        self.kl_coef = float(kl_coef)
+        if kl_coef > 0:
+            self.policy.freeze_reference()  # the KL reference: the initial policy
+        self.optimizer = torch.optim.Adam(self.policy.trainable_parameters(), lr=lr)
+        self.update_config = GRPOUpdateConfig(clip_eps=clip_eps, kl_coef=kl_coef, num_iterations=num_iterations,
+                                              max_grad_norm=None)
 
     def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
         from wmrl_envs.envs.autoresearch.tasks import get_task
@@ -622,18 +639,9 @@ class GrammarBenchAgent:
         return [[p.code for p in g] for g in programs], [p for g in programs for p in g]
 
     def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        import torch
+        from agents.grpo import grpo_step
 
-        from agents.grpo import grpo_loss
-
-        progs = [handle[int(i)] for i in row_index]
-        lp, mask = self.policy.token_logprobs(progs)
-        ref = self.reference.token_logprobs(progs)[0].detach() if self.reference is not None else lp.detach()
-        out = grpo_loss(lp, lp.detach(), ref, torch.as_tensor(advantages, dtype=lp.dtype), mask, kl_coef=self.kl_coef)
-        self.optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        self.optimizer.step()
-        return {"loss": float(out.loss.detach()), "kl": float(out.kl)}
+        return grpo_step(self.policy, self.optimizer, handle, row_index, advantages, config=self.update_config)
 
     def snapshot(self) -> Any:
         return {k: (v.detach().clone() if hasattr(v, "detach") else v) for k, v in self.policy.state_dict().items()}
@@ -648,14 +656,16 @@ class GrammarBenchAgent:
 class LLMBenchAgent:
     """The LLM agent of ``wmrl train`` (:class:`agents.llm_policy.LLMPolicy`, SmolLM2 + LoRA,
     line mode) behind the :class:`BenchAgent` protocol — the GPU-scale configuration of the
-    benchmark (``wmrl bench --agent llm``). One AdamW step per training step over all kept
-    rows, accumulated group by group, with the same loss as ``wmrl train``.
+    benchmark (``wmrl bench --agent llm``). :meth:`update` is the GRPO step of ``wmrl train``
+    (:func:`agents.grpo.grpo_step`, one backward per group, one AdamW step per epoch).
     """
 
     def __init__(self, seed: int, lr: float = 2e-4, kl_coef: float = 0.0, *, lora_r: int = 16,
-                 max_new_tokens: int = 32, temperature: float = 0.8, max_grad_norm: float = 1.0) -> None:
+                 max_new_tokens: int = 32, temperature: float = 0.8, max_grad_norm: float = 1.0,
+                 clip_eps: float = 0.2, num_iterations: int = 1) -> None:
         import torch
 
+        from agents.grpo import GRPOUpdateConfig
         from agents.llm_policy import LLMPolicy
         from wmrl_envs.world_models.smollm2 import load_smollm2
 
@@ -664,8 +674,8 @@ class LLMBenchAgent:
         self.policy = LLMPolicy(model, tokenizer, mode="line", lora_r=lora_r, lora_alpha=2 * lora_r,
                                 max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         self.optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=lr, weight_decay=0.0)
-        self.kl_coef = float(kl_coef)
-        self.max_grad_norm = float(max_grad_norm)
+        self.update_config = GRPOUpdateConfig(clip_eps=clip_eps, kl_coef=kl_coef, num_iterations=num_iterations,
+                                              micro_batch_per_group=True, max_grad_norm=max_grad_norm)
 
     def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
         from wmrl_envs.envs.autoresearch.tasks import get_task
@@ -673,36 +683,14 @@ class LLMBenchAgent:
         specs = [get_task(t) for t in task_ids]
         samples = self.policy.sample([self.policy.build_prompt({}, s) for s in specs], group_size)
         actions = [[self.policy.completion_to_action(x, s) for x in texts] for s, texts in zip(specs, samples.texts)]
-        return actions, (samples, group_size)
+        return actions, samples
 
     def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        import torch
+        from agents.grpo import grpo_step
 
-        from agents.grpo import grpo_loss
-
-        samples, g = handle
-        adv_by_row = dict(zip((int(i) for i in row_index), (float(a) for a in advantages)))
-        n_rows = len(adv_by_row)
-        self.policy.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_v = kl_v = 0.0
-        for gi in range(len(samples.completion_ids)):
-            rows = [j for j in range(g) if gi * g + j in adv_by_row]
-            if not rows:
-                continue
-            comps = [samples.completion_ids[gi][j] for j in rows]
-            adv = torch.tensor([adv_by_row[gi * g + j] for j in rows], dtype=torch.float32)
-            if self.kl_coef > 0:
-                ref = self.policy.group_logprobs(samples.prompt_ids[gi], comps, reference=True)[0]
-            lp, mask, _ = self.policy.group_logprobs(samples.prompt_ids[gi], comps)
-            out = grpo_loss(lp, lp.detach(), ref if self.kl_coef > 0 else lp.detach(), adv, mask, kl_coef=self.kl_coef)
-            (out.loss * len(rows) / n_rows).backward()
-            loss_v += float(out.loss.detach()) * len(rows) / n_rows
-            kl_v += float(out.kl) * len(rows) / n_rows
-        torch.nn.utils.clip_grad_norm_(self.policy.trainable_parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return {"loss": loss_v, "kl": kl_v}
+        groups = [gi for gi, _ in handle.row_positions(row_index)]
+        return grpo_step(self.policy, self.optimizer, handle, row_index, advantages, config=self.update_config,
+                         groups=groups)
 
     def snapshot(self) -> Any:
         return {k: v.detach().clone() for k, v in self.policy.adapter_state_dict().items()}
@@ -712,7 +700,7 @@ class LLMBenchAgent:
 
     def reseed(self, seed: int) -> None:
         self.policy.seed = int(seed)
-        self.policy._n_sample_calls = 0
+        self.policy.n_sample_calls = 0
 
 
 def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
@@ -750,10 +738,12 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
         lr = cfg.lr if cfg.lr is not None else 2e-4
 
         def make_agent(seed: int) -> BenchAgent:
-            return LLMBenchAgent(seed, lr=lr, kl_coef=cfg.kl_coef)
+            return LLMBenchAgent(seed, lr=lr, kl_coef=cfg.kl_coef, clip_eps=cfg.clip_eps,
+                                 num_iterations=cfg.num_iterations)
     else:
         def make_agent(seed: int) -> BenchAgent:
-            return GrammarBenchAgent(seed, lr=cfg.lr if cfg.lr is not None else 0.1, kl_coef=cfg.kl_coef)
+            return GrammarBenchAgent(seed, lr=cfg.lr if cfg.lr is not None else 0.1, kl_coef=cfg.kl_coef,
+                                     clip_eps=cfg.clip_eps, num_iterations=cfg.num_iterations)
     sandbox = make_sandbox(cfg.sandbox, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
