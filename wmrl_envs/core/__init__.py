@@ -6,6 +6,10 @@ Contents:
     - :class:`InverseVarianceDenoiser`, :func:`group_disagreement` — inverse-variance denoising (ρ).
     - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
     - :class:`CorrectionConfig` — the correction settings, declared once (:mod:`.config`).
+    - :class:`CorrectionLoop`, :class:`GroupTicket` — the method's group step in the order it
+      runs: route, world-model prediction, (execution), close (:mod:`.loop`).
+    - :func:`predict_checked`, :func:`world_model_idle` — the one checked, bounded world-model
+      call (:mod:`.world_model_call`).
     - :class:`CostLedger` — counts and seconds per cost source.
     - :class:`UngradedMonitor`, :class:`TooManyUngradedError` — ungraded rollouts (the machinery
       failed): counts by cause, warnings and the stop rule (:mod:`.ungraded`).
@@ -22,6 +26,8 @@ from .denoise import InverseVarianceDenoiser, group_disagreement
 from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
 from .ungraded import TooManyUngradedError, UngradedMonitor
+from .world_model_call import predict_checked, world_model_idle
+from .loop import CorrectionLoop, GroupTicket
 
 __all__ = [
     "ANCHOR",
@@ -34,6 +40,10 @@ __all__ = [
     "WMRLCorrector",
     "GroupCorrection",
     "CorrectionConfig",
+    "CorrectionLoop",
+    "GroupTicket",
+    "predict_checked",
+    "world_model_idle",
     "CostLedger",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",

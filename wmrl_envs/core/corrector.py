@@ -52,6 +52,8 @@ class GroupCorrection:
             the streaming wrapper and the batch API agree), 1.0 for world-model groups.
         disagreement: the group's ``s²`` (anchor groups with varying real scores), else ``None``.
         group_id: caller's group id (int) or ``None``.
+        ungraded_causes: per rollout, why it has no training reward (``None``: it has one);
+            filled by :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, empty otherwise.
     """
 
     route: Route
@@ -62,7 +64,7 @@ class GroupCorrection:
     advantage_weight: float
     disagreement: float | None = None
     group_id: int | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
+    ungraded_causes: list[str | None] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-serialisable)."""
@@ -109,7 +111,6 @@ class WMRLCorrector:
         self._n_err = 0
         self._sq_err_raw = 0.0
         self._sq_err_cal = 0.0
-        self._n_sq = 0
         self.n_groups = {ANCHOR: 0, WORLD_MODEL: 0}
 
     # ------------------------------------------------------------------ flags
@@ -143,6 +144,8 @@ class WMRLCorrector:
         raw: Sequence[float | None],
         real: Sequence[float | None] | None = None,
         group_id: int | None = None,
+        *,
+        rho: float | None = None,
     ) -> GroupCorrection:
         """Correct one group's scores and, on anchor groups, update the corrections.
 
@@ -151,6 +154,8 @@ class WMRLCorrector:
             raw: world-model raw scores r̂ of the G rollouts (float or ``None``), shape (G,).
             real: real scores r, shape (G,); required for anchor groups, ignored otherwise.
             group_id: optional id carried into the result.
+            rho: advantage weight of an anchor group (default: ρ now, before this group's own
+                update); :class:`~wmrl_envs.core.CorrectionLoop` passes the ρ at routing.
 
         Returns:
             A :class:`GroupCorrection`.
@@ -172,7 +177,8 @@ class WMRLCorrector:
             raise ValueError(f"raw and real differ in length: {g} vs {len(real)}")
         real_c = _clean(real, g)
         cal = self.calibrate(raw_c)  # the map *before* this group's pairs: prequential
-        rho = self.rho  # the weight as known when the group was routed, before its own update
+        if rho is None:
+            rho = self.rho  # the weight before this group's own update
         s2: float | None = None
         if self._training:
             for a, c, r in zip(raw_c, cal, real_c):
@@ -182,7 +188,6 @@ class WMRLCorrector:
                     self._n_err += 1
                     self._sq_err_raw += (a - r) ** 2
                     self._sq_err_cal += (c - r) ** 2
-                    self._n_sq += 1
             s2 = self.denoiser.update(cal, real_c)
             self.debiaser.add_pairs(raw_c, real_c)
         self.n_groups[ANCHOR] += 1
@@ -208,8 +213,8 @@ class WMRLCorrector:
         return {
             "raw_mae": self._abs_err_raw / self._n_err,
             "calibrated_mae": self._abs_err_cal / self._n_err,
-            "raw_mse": self._sq_err_raw / self._n_sq if self._n_sq else nan,
-            "calibrated_mse": self._sq_err_cal / self._n_sq if self._n_sq else nan,
+            "raw_mse": self._sq_err_raw / self._n_err,
+            "calibrated_mse": self._sq_err_cal / self._n_err,
             "n": self._n_err,
         }
 
@@ -244,7 +249,6 @@ class WMRLCorrector:
             "n_err": self._n_err,
             "sq_err_raw": self._sq_err_raw,
             "sq_err_cal": self._sq_err_cal,
-            "n_sq": self._n_sq,
             "n_groups": dict(self.n_groups),
         }
 
@@ -257,9 +261,7 @@ class WMRLCorrector:
         self._abs_err_raw = float(state["abs_err_raw"])
         self._abs_err_cal = float(state["abs_err_cal"])
         self._n_err = int(state["n_err"])
-        # states saved before the squared errors existed restart them from zero
-        self._sq_err_raw = float(state.get("sq_err_raw", 0.0))
-        self._sq_err_cal = float(state.get("sq_err_cal", 0.0))
-        self._n_sq = int(state.get("n_sq", 0))
+        self._sq_err_raw = float(state["sq_err_raw"])
+        self._sq_err_cal = float(state["sq_err_cal"])
         self.n_groups = {ANCHOR: int(state["n_groups"][ANCHOR]), WORLD_MODEL: int(state["n_groups"][WORLD_MODEL])}
         self.training = self._training

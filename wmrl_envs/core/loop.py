@@ -1,0 +1,444 @@
+"""``CorrectionLoop``: the method's group step, once, in the order it runs.
+
+One group of G rollouts (one task) goes through these steps (``docs/method.md``):
+
+1. **route** — :meth:`CorrectionLoop.plan_step` draws the routes of a training step, and
+   :meth:`CorrectionLoop.open_group` gives the next group its route, its id and the ρ known at
+   that moment (a :class:`GroupTicket`);
+2. **world-model prediction** — :meth:`CorrectionLoop.predict` (one checked, bounded, timed
+   batched call, :func:`~wmrl_envs.core.world_model_call.predict_checked`). While training the
+   world model scores every group (anchor pairs), so the group APIs call it just *before*
+   :meth:`~CorrectionLoop.open_group`: a world model that breaks the protocol then stops the
+   run without having consumed a route or a group id;
+3. **real execution on anchors** — the caller's (an env ``step``, a sandbox, a Ray pool),
+   timed into the ledger with :meth:`CorrectionLoop.record_execution`;
+4. **close** — :meth:`CorrectionLoop.close_group`: calibrate ``f̂(r̂)``, feed an anchor group's
+   pairs to the debiaser and its disagreement to ρ, account the ungraded rollouts (ledger,
+   warning, stop rule), and return the :class:`~wmrl_envs.core.GroupCorrection` the agent
+   trains on (rewards, the ρ of its ticket, per-rollout ungraded causes).
+
+The wrappers (per-episode, vector, the Ray scorer, the TRL/SB3 adapters) are plumbing around
+these calls. The loop is built for what comes next: :meth:`~CorrectionLoop.set_anchor_fraction`
+changes the schedule from the next drawn step on; tickets may be closed out of order (anchor
+results that arrive after their step) and a group trains with the ρ of its ticket, the one at
+routing; several wrappers or workers may share one loop (``AnchoredWorldModelWrapper(...,
+loop=shared)``): every mutation holds the loop's lock, so counts and pairs add up.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from wmrl_envs.utils import write_json_atomic
+from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+
+from .config import CorrectionConfig
+from .corrector import GroupCorrection, WMRLCorrector
+from .ledger import EXECUTION, CostLedger
+from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
+from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
+from .world_model_call import predict_checked
+
+__all__ = [
+    "CorrectionLoop",
+    "GroupTicket",
+    "rollout_cause",
+    "score_failure",
+    "failure_messages",
+    "default_groups_per_step",
+]
+
+
+@dataclass(frozen=True)
+class GroupTicket:
+    """One routed group, from :meth:`CorrectionLoop.open_group` to :meth:`CorrectionLoop.close_group`.
+
+    Attributes:
+        group_id: running group index (int), ``None`` for an unnumbered evaluation group
+            (:meth:`CorrectionLoop.eval_ticket`).
+        route: ``"anchor"`` or ``"world_model"``.
+        rho: ρ when the group was routed (float): the advantage weight it trains with on anchors.
+        training: whether the loop was training when the group was routed (``False``: evaluation,
+            nothing is updated and its rollouts are not part of a step).
+    """
+
+    group_id: int | None
+    route: Route
+    rho: float
+    training: bool
+
+
+def default_groups_per_step(anchor_fraction: float) -> int:
+    """``ceil(1 / anchor_fraction)`` (1 for ``anchor_fraction = 0``): one anchor group per block at f."""
+    return 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
+
+
+def rollout_cause(route: Route, reward: float | None, wm_cause: str | None, exec_cause: str | None) -> str | None:
+    """Why a rollout has no training reward (``None``: it has one).
+
+    Anchor rollouts train on their real score (cause: the execution's, default
+    ``"execution_ungraded"``); world-model rollouts on their calibrated score (cause: the world
+    model's, default ``"world_model_ungraded"``).
+    """
+    if reward is not None:
+        return None
+    if route == ANCHOR:
+        return exec_cause or EXECUTION_UNGRADED
+    return wm_cause or WORLD_MODEL_UNGRADED
+
+
+def score_failure(route: Route, raw: float | None, wm_cause: str | None, world_model_called: bool) -> str | None:
+    """A failed world-model score that does not leave its rollout ungraded: on an anchor row
+    (whose real score exists) the world model was called and gave no score."""
+    if route == ANCHOR and world_model_called and raw is None:
+        return wm_cause or WORLD_MODEL_UNGRADED
+    return None
+
+
+def failure_messages(preds: Sequence[WorldModelPrediction] = (), infos: Sequence[Mapping[str, Any]] = ()) -> dict[str, str]:
+    """``{cause: error text}`` of a group's failed predictions and executions (for the warning
+    and the stop rule's error)."""
+    out: dict[str, str] = {}
+    for p in preds:
+        if p.score is None and p.ungraded_cause and p.extras.get("error"):
+            out[p.ungraded_cause] = str(p.extras["error"])
+    for info in infos:
+        c = info.get(CAUSE_KEY)
+        if c and (info.get("error") or info.get("message")):
+            out[str(c)] = str(info.get("error") or info.get("message"))
+    return out
+
+
+class CorrectionLoop:
+    """Router, corrector, ledger and ungraded monitor held once, with the group counters.
+
+    Args:
+        config: the correction settings (default :class:`~wmrl_envs.core.CorrectionConfig()`);
+            ignored for the objects given explicitly below.
+        world_model: the frozen world model (``predict(contexts, actions)``), or ``None``
+            (only anchor groups are possible then).
+        seed: seed of the router (int).
+        groups_per_step: groups per training step for the schedule and the stop rule (default
+            ``ceil(1 / anchor_fraction)``).
+        eval_route: route of every group while ``training`` is ``False`` (default ``"anchor"``).
+        world_model_timeout_s: seconds one batched ``predict`` may take (``None``: no limit).
+        max_ungraded_share: the stop rule's share (``None``: never stop).
+        router, corrector, ledger: existing objects to use instead of building them from
+            ``config`` (e.g. a corrector shared by several loops).
+
+    Attributes:
+        config, world_model, world_model_timeout_s, router, corrector, ledger, eval_route,
+        groups_per_step: as given (or built).
+        ungraded: the :class:`~wmrl_envs.core.UngradedMonitor` (writes into ``ledger``).
+        n_groups_started: groups routed through :meth:`open_group` so far (the next group id).
+        n_groups_closed: groups closed by :meth:`close_group` so far.
+        n_episodes: rollouts counted with :meth:`count_episodes`.
+
+    Raises:
+        ValueError: invalid ``groups_per_step``, ``eval_route``, ``world_model_timeout_s`` or
+            ``max_ungraded_share``; a world model without ``predict``.
+    """
+
+    STATE_VERSION = 1
+    """Version of :meth:`state_dict`'s layout (``"version"`` key)."""
+
+    def __init__(
+        self,
+        config: CorrectionConfig | None = None,
+        *,
+        world_model: WorldModel | None = None,
+        seed: int = 0,
+        groups_per_step: int | None = None,
+        eval_route: Route = ANCHOR,
+        world_model_timeout_s: float | None = None,
+        max_ungraded_share: float | None = 0.5,
+        router: AnchorRouter | None = None,
+        corrector: WMRLCorrector | None = None,
+        ledger: CostLedger | None = None,
+    ) -> None:
+        self.config = config if config is not None else CorrectionConfig()
+        if eval_route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"eval_route must be 'anchor' or 'world_model', got {eval_route!r}")
+        if world_model is not None and not callable(getattr(world_model, "predict", None)):
+            raise ValueError(
+                f"world_model must have a predict(contexts, actions) method, got {type(world_model).__name__}"
+            )
+        if world_model_timeout_s is not None and not (
+            isinstance(world_model_timeout_s, (int, float)) and world_model_timeout_s > 0
+        ):
+            raise ValueError(
+                f"world_model_timeout_s must be a number of seconds > 0 or None (no limit), got {world_model_timeout_s!r}"
+            )
+        self.router = router if router is not None else self.config.build_router(seed)
+        if groups_per_step is None:
+            groups_per_step = default_groups_per_step(self.router.anchor_fraction)
+        if groups_per_step < 1:
+            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        self.world_model = world_model
+        self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
+        self.corrector = corrector if corrector is not None else self.config.build_corrector()
+        self.ledger = ledger if ledger is not None else CostLedger()
+        self.eval_route: Route = eval_route
+        self.groups_per_step = int(groups_per_step)
+        self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
+        self._lock = threading.RLock()
+        self._route_queue: list[Route] = []
+        self.n_groups_started = 0
+        self.n_groups_closed = 0
+        self.n_episodes = 0
+
+    # ------------------------------------------------------------------ flags
+    @property
+    def training(self) -> bool:
+        """``False`` = evaluation: corrections frozen, groups routed to ``eval_route``."""
+        return self.corrector.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        with self._lock:
+            self.corrector.training = value
+
+    @property
+    def rho(self) -> float:
+        """The anchor weight ρ now (float; 1.0 when denoising is off)."""
+        return self.corrector.rho
+
+    @property
+    def route_queue(self) -> list[Route]:
+        """Routes drawn and not yet used, in order (a copy)."""
+        return list(self._route_queue)
+
+    # ------------------------------------------------------------------ 1. route
+    def set_anchor_fraction(self, fraction: float) -> None:
+        """Change the anchor fraction; it takes effect at the next step the router draws (routes
+        already planned keep theirs; ``groups_per_step`` is not changed).
+
+        Raises:
+            ValueError: ``fraction`` outside [0, 1].
+        """
+        if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
+            raise ValueError(f"anchor_fraction must be a number in [0, 1], got {fraction!r}")
+        if self.world_model is None and fraction != 1.0:
+            raise ValueError("without a world model every group is an anchor: anchor_fraction must stay 1.0")
+        with self._lock:
+            self.router.anchor_fraction = float(fraction)
+
+    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+        """Draw the routes of the next training step now (replacing any unused ones).
+
+        Args:
+            n_groups: groups in the coming step (default ``groups_per_step``).
+            free_slots: free real-execution slots, in groups (caps the anchor count).
+
+        Returns:
+            The planned routes; the next ``n_groups`` :meth:`open_group` calls take them in order.
+        """
+        with self._lock:
+            routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
+            self._route_queue = list(routes)
+            self.ungraded.plan(len(routes))
+            return routes
+
+    def next_route(self) -> Route:
+        """Pop the next planned route (drawing a block of ``groups_per_step`` when none is left)."""
+        with self._lock:
+            if not self._route_queue:
+                self._route_queue = list(self.router.route_step(self.groups_per_step))
+            return self._route_queue.pop(0)
+
+    def requeue_routes(self, routes: Sequence[Route]) -> None:
+        """Give back routes of groups that were opened but never used (they lead the queue again)."""
+        with self._lock:
+            self._route_queue = list(routes) + self._route_queue
+
+    def open_group(self, route: Route | None = None) -> GroupTicket:
+        """Route the next group: its route (``route`` forces one; default: the schedule while
+        training, ``eval_route`` while evaluating), a new group id and ρ as of now.
+
+        Raises:
+            ValueError: unknown ``route``, or a world-model route without a world model.
+        """
+        if route is not None and route not in (ANCHOR, WORLD_MODEL):
+            raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
+        with self._lock:
+            training = self.training
+            if route is None:
+                route = self.next_route() if training else self.eval_route
+            self._check_route(route)
+            ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training)
+            self.n_groups_started += 1
+            return ticket
+
+    def eval_ticket(self) -> GroupTicket:
+        """An unnumbered evaluation group on ``eval_route`` (no id, no schedule, nothing updated)."""
+        self._check_route(self.eval_route)
+        return GroupTicket(None, self.eval_route, self.corrector.rho, False)
+
+    def _check_route(self, route: Route) -> None:
+        if self.world_model is None and route == WORLD_MODEL:
+            raise ValueError("this wrapper has no world model; only route='anchor' is possible")
+
+    # ------------------------------------------------------------------ 2. world model
+    def calls_world_model(self, route: Route | None, training: bool | None = None, on_eval_anchors: bool = False) -> bool:
+        """Whether a group's rollouts are scored by the world model: always while training (anchor
+        pairs; ``route`` may still be ``None``), on world-model routes, and on evaluation anchors
+        if ``on_eval_anchors``. ``training`` defaults to the loop's flag now (pass a ticket's)."""
+        if training is None:
+            training = self.training
+        return self.world_model is not None and (training or route == WORLD_MODEL or on_eval_anchors)
+
+    def predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
+        """One batched world-model call (B contexts, B actions -> B predictions), checked, bounded
+        by ``world_model_timeout_s`` and timed into ``ledger``; failures come back ungraded.
+
+        Raises:
+            RuntimeError: no world model, or ``predict`` broke the protocol.
+        """
+        if self.world_model is None:
+            raise RuntimeError("this loop has no world model to predict with")
+        return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
+
+    # ------------------------------------------------------------------ 3. execution (the caller's)
+    def record_execution(self, seconds: float, count: int = 1) -> None:
+        """Account ``count`` real executions that took ``seconds`` of wall-clock in all."""
+        with self._lock:
+            self.ledger.add(EXECUTION, seconds, count)
+
+    def count_episodes(self, n: int) -> None:
+        """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""
+        with self._lock:
+            self.n_episodes += int(n)
+
+    # ------------------------------------------------------------------ 4. close
+    def calibrate(self, raw: Sequence[float | None]) -> list[float | None]:
+        """``f̂(r̂)`` of a batch of raw scores (``None`` stays ``None``)."""
+        with self._lock:
+            return self.corrector.calibrate(raw)
+
+    def close_group(
+        self,
+        ticket: GroupTicket,
+        raw: Sequence[float | None],
+        real: Sequence[float | None] | None = None,
+        *,
+        wm_causes: Sequence[str | None] | None = None,
+        exec_causes: Sequence[str | None] | None = None,
+        world_model_called: bool = True,
+        messages: Mapping[str, str] | None = None,
+        rho_from: Literal["routing", "close"] = "routing",
+        where: str | None = None,
+    ) -> GroupCorrection:
+        """Close a group (any order): correct it, update the corrections, account its ungraded rollouts.
+
+        Args:
+            ticket: from :meth:`open_group` (or :meth:`eval_ticket`).
+            raw: world-model raw scores r̂ of the G rollouts (``None`` = no score), shape (G,).
+            real: real scores r (anchor groups), shape (G,); ignored on world-model groups.
+            wm_causes: per rollout, why its world-model score is missing (``None`` where scored).
+            exec_causes: per rollout, why its real execution is ungraded (anchor groups).
+            world_model_called: whether the world model scored the group (a missing score on an
+                anchor row is then a failed score).
+            messages: ``{cause: error text}`` for the warning and the stop rule.
+            rho_from: the advantage weight of an anchor group: ``"routing"`` (the ticket's ρ) or
+                ``"close"`` (ρ now, before this group's own update; the Ray scorer's ordered mode,
+                which reproduces a serial run).
+            where: how a warning names the group (default ``"group <id>"``).
+
+        Returns:
+            The :class:`~wmrl_envs.core.GroupCorrection` (``ungraded_causes`` filled).
+
+        Raises:
+            ValueError: bad route or lengths (see :meth:`WMRLCorrector.correct_group`).
+            TooManyUngradedError: the stop rule fired (the group is corrected and counted first).
+        """
+        g = len(raw)
+        wm = list(wm_causes) if wm_causes is not None else [None] * g
+        ex = list(exec_causes) if exec_causes is not None else [None] * g
+        with self._lock:
+            rho = ticket.rho if rho_from == "routing" else self.corrector.rho
+            corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho)
+            corr.ungraded_causes = [rollout_cause(corr.route, r, wm[i], ex[i]) for i, r in enumerate(corr.rewards)]
+            failures = [score_failure(corr.route, a, wm[i], world_model_called) for i, a in enumerate(corr.raw_scores)]
+            self.n_groups_closed += 1
+            if where is None:
+                where = f"group {ticket.group_id}" if ticket.group_id is not None else "evaluation group"
+            self.ungraded.record_group(
+                corr.ungraded_causes, training=ticket.training, anchor=corr.route == ANCHOR,
+                score_failures=failures, messages=messages, where=where,
+            )
+            return corr
+
+    def record_ungraded(
+        self,
+        causes: Sequence[str | None],
+        *,
+        score_failures: Sequence[str | None] = (),
+        messages: Mapping[str, str] | None = None,
+        where: str = "evaluation episode",
+    ) -> None:
+        """Account evaluation rollouts that are not part of a group (counted and warned about;
+        no stop rule)."""
+        with self._lock:
+            self.ungraded.record_group(causes, training=False, score_failures=score_failures,
+                                       messages=messages, where=where)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
+        with a ``"version"``). Save between groups: open tickets are not part of the state."""
+        with self._lock:
+            return {
+                "version": self.STATE_VERSION,
+                "router": self.router.state_dict(),
+                "route_queue": list(self._route_queue),
+                "corrector": self.corrector.state_dict(),
+                "ledger": self.ledger.state_dict(),
+                "n_groups_started": self.n_groups_started,
+                "n_groups_closed": self.n_groups_closed,
+                "n_episodes": self.n_episodes,
+                "groups_per_step": self.groups_per_step,
+                "ungraded": self.ungraded.state_dict(),
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept).
+
+        Raises:
+            ValueError: missing or unknown ``"version"``.
+        """
+        version = state.get("version")
+        if version != self.STATE_VERSION:
+            raise ValueError(
+                f"correction state version {version!r} is not supported (this code reads version "
+                f"{self.STATE_VERSION}); it was saved by another wmrl version"
+            )
+        with self._lock:
+            self.router.load_state_dict(state["router"])
+            self._route_queue = list(state["route_queue"])
+            self.corrector.load_state_dict(state["corrector"])
+            self.ledger.load_state_dict(state["ledger"])
+            self.n_groups_started = int(state["n_groups_started"])
+            self.n_groups_closed = int(state["n_groups_closed"])
+            self.n_episodes = int(state["n_episodes"])
+            self.groups_per_step = int(state["groups_per_step"])
+            self.ungraded.load_state_dict(state["ungraded"])
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to a JSON file atomically."""
+        write_json_atomic(path, self.state_dict())
+
+    def load(self, path: str | Path) -> None:
+        """Load a file written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unknown state version.
+        """
+        import json
+
+        self.load_state_dict(json.loads(Path(path).read_text()))
