@@ -222,7 +222,7 @@ def test_hung_world_model_times_out_and_later_calls_wait_for_it():
 @pytest.mark.parametrize("how", ["max", "last", "sum"])
 @pytest.mark.parametrize("scores", [[0.5, float("nan")], [float("nan"), 0.5], [None, 0.5], [0.5, float("-inf")]])
 def test_aggregation_of_a_non_finite_turn_is_ungraded_in_any_order(scores, how):
-    from wmrl_envs.wrappers.anchored import aggregate_episode_score
+    from wmrl_envs.wrappers.common import aggregate_episode_score
 
     assert aggregate_episode_score(scores, how) is None
 
@@ -230,7 +230,7 @@ def test_aggregation_of_a_non_finite_turn_is_ungraded_in_any_order(scores, how):
 @pytest.mark.parametrize(("scores", "how", "expected"), [([0.2, 0.5], "max", 0.5), ([0.5, 0.2], "max", 0.5),
                                                           ([0.2, 0.5], "last", 0.5), ([0.2, 0.5], "sum", 0.7)])
 def test_aggregation_of_finite_turns(scores, how, expected):
-    from wmrl_envs.wrappers.anchored import aggregate_episode_score
+    from wmrl_envs.wrappers.common import aggregate_episode_score
 
     assert aggregate_episode_score(scores, how) == pytest.approx(expected)
 
@@ -377,7 +377,7 @@ def test_state_dict_keeps_the_ungraded_counts():
 
 
 def test_world_model_idle_reports_a_call_that_is_still_running():
-    from wmrl_envs.wrappers.anchored import world_model_idle
+    from wmrl_envs.core import world_model_idle
 
     wm = HangingWM()
     w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.0, group_size=2, groups_per_step=10,

@@ -115,7 +115,7 @@ def check_outcome_log(env, log, inner_steps, episode_len):
             continue
         started = w["episode_start"]
         for i in range(n):
-            key = (int(w["group_index"][i]), int(w["generation"][i]))
+            key = (int(w["lane"][i]), int(w["round"][i]))
             assert key[0] == i // g and int(w["episode_in_group"][i]) == i % g
             routes[key].add(w["route"][i])
             if started[i]:
@@ -154,9 +154,9 @@ def check_outcome_log(env, log, inner_steps, episode_len):
     by_gen = defaultdict(list)
     for (k, gen), r in routes.items():
         by_gen[gen].append(next(iter(r)))
-    full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_groups]
-    assert full and all(by_gen[gen].count("anchor") == env.n_groups // 2 for gen in full)
-    assert env.router.n_groups == env.n_groups_started == env.n_generations_completed + len(env._gens)
+    full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_lanes]
+    assert full and all(by_gen[gen].count("anchor") == env.n_lanes // 2 for gen in full)
+    assert env.router.n_groups == env.n_groups_started == env.n_groups_completed + env.n_groups_open
     # corrections: one correct_group per completed generation, pairs from every anchor episode
     assert env.corrector.n_groups["anchor"] == sum(r == "anchor" for _, r in complete)
     assert env.corrector.n_groups["world_model"] == sum(r == "world_model" for _, r in complete)
@@ -207,7 +207,7 @@ def test_group_members_start_from_the_generation_task():
     for _ in range(7):
         w = info["wmrl"]
         for i in range(4):
-            expected = task_fn(int(w["group_index"][i]), int(w["generation"][i]))[1]["target"]
+            expected = task_fn(int(w["lane"][i]), int(w["round"][i]))[1]["target"]
             if w["_episode_start"][i] and (w["episode_start"][i] or _ == 0):
                 assert obs[i, 0] == pytest.approx(expected, abs=1e-6)
         obs, _r, _t, _u, info = env.step(np.full((4, 1), 0.5, np.float32))
@@ -324,7 +324,7 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
             if w["episode_start"][i]:
                 continue
             stepped[i] += 1
-            key = (i // g, int(w["generation"][i]))
+            key = (i // g, int(w["round"][i]))
             routes[key].add(w["route"][i])
             has_success = present(src if done[i] else info, "success", i)
             if w["route"][i] == "world_model":
@@ -363,8 +363,8 @@ def test_full_reset_abandons_generation_and_requeues_its_route():
     env.step(np.full((4, 1), 0.5, np.float32))  # mid-episode
     _o, info = env.reset()
     assert info["wmrl"]["route"].tolist() == first  # unused routes are given back, in order
-    assert info["wmrl"]["generation"].tolist() == [1, 1, 1, 1]
-    assert env.router.n_groups == 2 and env.n_generations_abandoned == 2
+    assert info["wmrl"]["round"].tolist() == [1, 1, 1, 1]
+    assert env.router.n_groups == 2 and env.n_groups_abandoned == 2
     assert env.corrector.n_groups == {"anchor": 0, "world_model": 0}
 
 

@@ -70,9 +70,9 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from wmrl_envs.core import InverseVarianceDenoiser, CostLedger, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.core import EXECUTION, CostLedger, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
 from wmrl_envs.world_models.base import WorldModel
-from wmrl_envs.wrappers.anchored import AnchoredWorldModelWrapper
+from wmrl_envs.wrappers import AnchoredWorldModelWrapper
 
 __all__ = ["STATE_FORMAT", "AnchoredVecEnv", "AnchorWeightCallback", "make_anchored_vec_env"]
 
@@ -184,7 +184,7 @@ class AnchoredVecEnv(VecEnvWrapper):
 
         Returns:
             ``groups_routed``, ``anchor_groups``, ``realised_anchor_fraction``, ``episodes``,
-            ``real_steps`` (inner env steps), ``n_correctors`` (distinct corrector objects;
+            ``real_steps`` (real executions in the distinct ledgers), ``n_correctors`` (distinct corrector objects;
             1 when shared), the first corrector's :meth:`~wmrl_envs.core.WMRLCorrector.stats`
             (``rho``, ``anchor_pairs``, calibration errors, ...), ``ledger``
             (``{source: {"count", "seconds"}}`` summed over distinct ledgers; ungraded scores
@@ -204,7 +204,7 @@ class AnchoredVecEnv(VecEnvWrapper):
             "anchor_groups": k,
             "realised_anchor_fraction": k / n if n else 0.0,
             "episodes": int(sum(self.venv.get_attr("n_episodes"))),
-            "real_steps": int(sum(self.venv.get_attr("inner_step_calls"))),
+            "real_steps": ledger.count(EXECUTION),
             "n_correctors": len(correctors),
             **next(iter(correctors.values())).stats(),
             "ledger": ledger.to_dict(),

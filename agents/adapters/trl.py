@@ -69,7 +69,7 @@ import torch
 from trl import GRPOTrainer
 
 from wmrl_envs.core import ANCHOR, Route
-from wmrl_envs.wrappers.anchored import AnchoredWorldModelWrapper, GroupRollout
+from wmrl_envs.wrappers import AnchoredWorldModelWrapper, GroupRollout
 
 __all__ = [
     "WMRL_STATE_FILE",

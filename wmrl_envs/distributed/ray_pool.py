@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
+from wmrl_envs.core.loop import GroupTicket, failure_messages
+from wmrl_envs.wrappers.common import group_rollout, wm_causes_of
 from wmrl_envs.core.ungraded import (
     CAUSE_KEY,
     EXECUTION_ERROR,
@@ -490,8 +492,7 @@ class PendingGroup:
     """A group submitted to :class:`AsyncAnchoredScorer` (routed and world-model scored).
 
     Attributes:
-        group_id: running group index (shared counter of the wrapper).
-        route: ``"anchor"`` or ``"world_model"``.
+        ticket: the loop's :class:`~wmrl_envs.core.loop.GroupTicket` (id, route, ρ at routing).
         raw_scores: world-model raw scores r̂ (G floats or ``None``).
         predictions: the G :class:`~wmrl_envs.world_models.WorldModelPrediction`.
         context: the reset observation the world model conditioned on.
@@ -500,8 +501,7 @@ class PendingGroup:
         result: the :class:`~wmrl_envs.wrappers.anchored.GroupRollout` once corrected.
     """
 
-    group_id: int
-    route: Route
+    ticket: GroupTicket
     raw_scores: list[float | None]
     predictions: list[Any]
     context: Any
@@ -509,6 +509,17 @@ class PendingGroup:
     world_model_seconds: float = 0.0
     result: Any = None
     _collected: bool = field(default=False, repr=False)
+
+    @property
+    def group_id(self) -> int:
+        """Running group index (the loop's counter)."""
+        assert self.ticket.group_id is not None
+        return self.ticket.group_id
+
+    @property
+    def route(self) -> Route:
+        """``"anchor"`` or ``"world_model"``."""
+        return self.ticket.route
 
     @property
     def ready(self) -> bool:
@@ -519,10 +530,10 @@ class PendingGroup:
 class AsyncAnchoredScorer:
     """Score groups like ``score_group``, with anchor executions running on a :class:`RayExecutionPool`.
 
-    Uses the wrapper's shared objects: its router and route schedule, its world model (one
-    batched ``predict`` per group, recorded in its ledger), its ``WMRLCorrector.correct_group``
-    and its group counter. The env inside the wrapper is only ``reset`` here (for the world
-    model's context); real steps run on the pool.
+    Uses the wrapper's :class:`~wmrl_envs.core.CorrectionLoop` through its public API: a group is
+    opened (routed) and world-model scored at :meth:`submit`, and closed when its executions
+    have finished. The wrapper's
+    inner env is only ``reset`` here (for the world model's context); real steps run on the pool.
 
     Args:
         wrapper: an outcome-mode :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`.
@@ -530,9 +541,11 @@ class AsyncAnchoredScorer:
             execution seconds are added to ``wrapper.ledger`` as well).
         ordered: ``True`` (default): groups are corrected strictly in submission order (a
             finished group waits for earlier anchor groups), so results equal the serial
-            ``score_group`` ones. ``False``: world-model groups are corrected at submission and
-            anchor groups as soon as their executions finish (lower latency; the debiaser sees
-            the pairs in completion order).
+            ``score_group`` ones (an anchor group's weight is ρ at its correction, which is ρ at
+            routing in the serial run). ``False``: world-model groups are corrected at
+            submission and anchor groups as soon as their executions finish (lower latency; the
+            debiaser sees the pairs in completion order; an anchor group trains with the ρ of
+            its routing).
 
     Raises:
         ValueError: the wrapper is not in outcome mode.
@@ -574,28 +587,24 @@ class AsyncAnchoredScorer:
                 world model.
         """
         w = self.wrapper
+        loop = w.loop
         if len(actions) == 0:
             raise ValueError("submit() needs at least one action")
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         g = len(actions)
-        ctx, _ = w.env.reset(seed=seed, options=options)  # same order as score_group: reset, predict, route
-        if route is None and not w.training:
-            route = w.eval_route
+        ctx, _ = w.env.reset(seed=seed, options=options)  # the world model's context, as in score_group
         preds: list[Any] = []
         wm_secs = 0.0
-        if w.world_model is not None and (w.training or route == WORLD_MODEL or w.eval_with_world_model):
+        # as in score_group: predict before routing, so a broken world model consumes no route
+        if loop.calls_world_model(route if w.training else route or w.eval_route, on_eval_anchors=w.eval_with_world_model):
             t0 = time.perf_counter()
-            preds = w._predict([ctx] * g, list(actions))
+            preds = loop.predict([ctx] * g, list(actions))
             wm_secs = time.perf_counter() - t0
-        r: Route = route if route is not None else w._next_route()
-        if w.world_model is None and r == WORLD_MODEL:
-            raise ValueError("this wrapper has no world model; only route='anchor' is possible")
-        group_id = w.n_groups_started
-        w.n_groups_started += 1
+        ticket = loop.open_group(route)
         raw = [p.score for p in preds] if preds else [None] * g
-        fut = self.pool.execute_group(list(actions), seed=seed, options=options) if r == ANCHOR else None
-        pending = PendingGroup(group_id, r, raw, preds, ctx, fut, wm_secs)
+        fut = self.pool.execute_group(list(actions), seed=seed, options=options) if ticket.route == ANCHOR else None
+        pending = PendingGroup(ticket, raw, preds, ctx, fut, wm_secs)
         self._queue.append(pending)
         if not self.ordered and fut is None:
             self._complete(pending)
@@ -603,9 +612,8 @@ class AsyncAnchoredScorer:
 
     def _complete(self, p: PendingGroup) -> None:
         """Run the group's correction (its real scores have arrived, or it has none)."""
-        from wmrl_envs.wrappers.anchored import GroupRollout, group_info
-
         w = self.wrapper
+        loop = w.loop
         g = len(p.raw_scores)
         real: list[float | None] | None = None
         exec_causes: list[str | None] | None = None
@@ -622,9 +630,9 @@ class AsyncAnchoredScorer:
                 if exec_causes[k] is not None:
                     infos[k][CAUSE_KEY] = exec_causes[k]
             exec_secs = float(sum(res.seconds))
-            if self.pool.ledger is not w.ledger:
+            if self.pool.ledger is not loop.ledger:
                 for dt in res.seconds:
-                    w.ledger.add(EXECUTION, dt, 1)
+                    loop.record_execution(dt, 1)
         else:
             import copy
 
@@ -632,17 +640,13 @@ class AsyncAnchoredScorer:
                 copy.deepcopy(pr.observation if pr.observation is not None else p.context) for pr in p.predictions
             ] or [copy.deepcopy(p.context)] * g
             infos = [{"feedback": pr.feedback, "status": pr.status} for pr in p.predictions] or [{} for _ in range(g)]
-        corr = w.corrector.correct_group(p.route, p.raw_scores, real, p.group_id)
-        for i in range(g):
-            infos[i]["wmrl"] = group_info(corr, p.group_id, i)
-        w.n_episodes += g
-        causes = w._record_group(corr, list(p.predictions), exec_causes, infos, group_id=p.group_id)
-        for i in range(g):
-            infos[i]["wmrl"][CAUSE_KEY] = causes[i]
-        p.result = GroupRollout(
-            p.group_id, p.route, corr.rewards, corr.advantage_weight, corr, observations, infos,
-            list(p.predictions), exec_secs, p.world_model_seconds,
+        loop.count_episodes(g)
+        corr = loop.close_group(
+            p.ticket, p.raw_scores, real, wm_causes=wm_causes_of(p.predictions, g), exec_causes=exec_causes,
+            world_model_called=bool(p.predictions), messages=failure_messages(p.predictions, infos),
+            rho_from="close" if self.ordered else "routing",
         )
+        p.result = group_rollout(corr, observations, infos, p.predictions, exec_secs, p.world_model_seconds)
 
     def poll(self) -> list[Any]:
         """Correct and return the groups that can be completed now (never blocks).

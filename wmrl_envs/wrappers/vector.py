@@ -2,23 +2,22 @@
 
 The vector twin of :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`, for RL
 loops that step a ``gymnasium.vector.VectorEnv`` (``SyncVectorEnv``, ``AsyncVectorEnv``, any
-autoreset mode). It shares the method's objects — one :class:`~wmrl_envs.core.AnchorRouter`
-(whole groups are routed), one :class:`~wmrl_envs.core.WMRLCorrector` (debiasing and ρ via
-``correct_group``) and one :class:`~wmrl_envs.core.CostLedger` — and does the same
-bookkeeping as the per-episode wrapper, laid out over sub-envs:
+autoreset mode). Like the per-episode wrapper it is plumbing around one
+:class:`~wmrl_envs.core.CorrectionLoop` (routing, world-model calls, corrections, ungraded
+accounting), laid out over sub-envs:
 
-* **groups** — sub-envs ``[k*G, (k+1)*G)`` form group ``k`` (``num_envs`` must be a multiple
-  of ``G = group_size``). The n-th episode of every member of group ``k`` belongs to the
-  group's *generation* n; a generation is what GRPO calls a group (G rollouts of one task).
-  Its route is drawn from the shared router when its first member starts episode n, all its
-  members share that route, and its correction (``correct_group``: pairs, ρ) runs when all G
-  episodes of the generation are done. Members may run ahead of each other (episodes of
-  different lengths): each generation is tracked until its last member finishes.
-* **tasks** — ``task_fn(k, n) -> (seed, options)`` gives the reset arguments of generation n of
-  group k, so that the G members of a generation start from the same task even when the vector
-  env autoresets them (autoresets call ``reset()`` without arguments). Without ``task_fn``
-  the reset arguments are the caller's; ``reset(seed=int)`` then seeds sub-env ``i`` of group
-  ``k`` with ``seed + k`` (not ``seed + i``), so that the members of a group start alike.
+* **lanes and groups** — sub-envs ``[k*G, (k+1)*G)`` form *lane* ``k`` (``num_envs`` must be a
+  multiple of ``G = group_size``). The n-th episodes of the G members of lane ``k`` form one
+  *group* (what GRPO calls a group: G rollouts of one task), numbered by its *round* n in the
+  lane. The group is routed by the loop when its first member starts episode n, all its
+  members share that route, and it is closed (pairs, ρ) when all G episodes are done. Members
+  may run ahead of each other (episodes of different lengths): each group is tracked until its
+  last member finishes.
+* **tasks** — ``task_fn(lane, round) -> (seed, options)`` gives the reset arguments of a group,
+  so that its G members start from the same task even when the vector env autoresets them
+  (autoresets call ``reset()`` without arguments). Without ``task_fn`` the reset arguments
+  are the caller's; ``reset(seed=int)`` then seeds sub-env ``i`` of lane ``k`` with
+  ``seed + k`` (not ``seed + i``), so that the members of a group start alike.
 * **outcome mode** — the expensive inner ``step`` must not run on world-model routes, but a
   vector env steps every sub-env. Each sub-env therefore carries a small
   :class:`RoutedSubEnv` wrapper (outermost; :func:`make_vector_env` applies it): before a
@@ -44,32 +43,22 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from wmrl_envs.core import (
-    ANCHOR,
-    EXECUTION,
-    WORLD_MODEL,
-    AnchorRouter,
-    InverseVarianceDenoiser,
-    CostLedger,
-    IsotonicDebiaser,
-    Route,
-    WMRLCorrector,
-)
-from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
+from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
-from wmrl_envs.wrappers.anchored import aggregate_episode_score, predict_checked
+
+from .common import LoopViews, aggregate_episode_score, build_loop
 
 __all__ = ["AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
 
@@ -201,22 +190,27 @@ class _RoutedFactory:
 
 
 @dataclass
-class _Generation:
-    """Bookkeeping of one group generation (G episodes, one per member)."""
+class _Group:
+    """Bookkeeping of one group (round ``round`` of lane ``lane``: G episodes, one per member)."""
 
-    group_index: int
-    generation: int
-    group_id: int | None
-    route: Route
-    rho: float
-    evaluating: bool
+    lane: int
+    round: int
+    ticket: GroupTicket
     raw: list[float | None]
     real: list[float | None]
     finished: list[bool]
     abandoned: bool = False
     members_left: int = 0
-    causes: list[str | None] = field(default_factory=list)  # per member: why it has no reward
-    failures: list[str | None] = field(default_factory=list)  # failed world-model scores on anchors
+    wm_causes: list[str | None] = field(default_factory=list)  # per member: its world model's failure
+    exec_causes: list[str | None] = field(default_factory=list)  # per member: its execution's failure
+
+    @property
+    def route(self) -> Route:
+        return self.ticket.route
+
+    @property
+    def evaluating(self) -> bool:
+        return not self.ticket.training
 
 
 @dataclass
@@ -233,7 +227,7 @@ class _Episode:
     real_cause: str | None = None
 
 
-class AnchoredWorldModelVectorWrapper(VectorWrapper):
+class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews):
     """Route whole groups of sub-env episodes to real execution (anchors) or a world model.
 
     Args:
@@ -243,8 +237,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             seconds are the vector step's wall-clock).
         world_model: batched ``predict(contexts, actions)``; ``None`` only with
             ``anchor_fraction=1``.
-        anchor_fraction: target share of group generations routed to real execution.
-        group_size: G, sub-envs per group.
+        anchor_fraction: target share of groups routed to real execution.
+        group_size: G, sub-envs per lane (rollouts per group).
         mode: ``"outcome"`` or ``"reward"`` (see the module docstring).
         groups_per_step: groups per block of the anchor schedule (default
             ``ceil(1 / anchor_fraction)``, as in the per-episode wrapper).
@@ -252,25 +246,28 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         episode_steps: outcome mode: steps after which a world-model episode terminates.
         episode_score: outcome mode: per-step world-model scores → episode score
             (``"max"``, ``"last"`` or ``"sum"``).
-        task_fn: ``task_fn(group_index, generation) -> (seed, options)``: the reset arguments
-            shared by the G episodes of a generation (called once per generation, cached).
-        corrector, debiaser_kwargs, denoiser_kwargs, seed, ledger: as in
-            :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (``seed`` seeds the
-            router).
-        eval_route: route of every generation started while ``training`` is ``False``.
+        task_fn: ``task_fn(lane, round) -> (seed, options)``: the reset arguments shared by the
+            G episodes of a group (called once per group, cached).
+        corrector, debiaser_kwargs, denoiser_kwargs, seed, ledger, correction, loop: as in
+            :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (``loop`` wins over
+            every correction argument; ``correction`` over ``anchor_fraction`` and
+            ``min_anchor_groups``).
+        eval_route: route of every group started while ``training`` is ``False``.
         withheld_info_keys: reward mode: info keys withheld on world-model routes.
         world_model_timeout_s, max_ungraded_share: the per-call world-model time-out and the
             stop rule, as in the per-episode wrapper (``docs/method.md``, "Ungraded
-            rollouts"); a step is ``groups_per_step`` generations (or :meth:`plan_step`'s).
+            rollouts"); a step is ``groups_per_step`` groups (or :meth:`plan_step`'s).
 
     Attributes:
-        router, corrector, ledger: the shared method objects.
-        ungraded: the :class:`~wmrl_envs.core.UngradedMonitor` (counts by cause, stop rule).
+        loop: the :class:`~wmrl_envs.core.CorrectionLoop`; ``router``, ``corrector``,
+            ``ledger``, ``ungraded``, ``rho``, ``training``, ``n_groups_started`` (groups
+            routed: the ``group_id`` counter) and ``n_episodes`` (episodes finished) are views
+            of it.
         autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
-        n_groups_started: group generations routed so far (int); ``group_id`` counter.
-        n_generations_completed: generations whose correction ran (int).
-        n_generations_abandoned: generations dropped by a reset before all members finished.
-        n_episodes: episodes finished (int).
+        n_lanes: ``num_envs // group_size`` (int).
+        n_groups_completed: groups closed (their correction ran; int).
+        n_groups_abandoned: groups dropped by a reset before all members finished (int).
+        n_groups_open: groups routed and not yet closed nor abandoned (int).
         n_plan_updates: ``set_attr`` round trips that sent routes/tasks to the sub-envs (int).
 
     Raises:
@@ -315,8 +312,16 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         withheld_info_keys: Sequence[str] = ("success", "is_success"),
         world_model_timeout_s: float | None = None,
         max_ungraded_share: float | None = 0.5,
+        correction: CorrectionConfig | None = None,
+        loop: CorrectionLoop | None = None,
     ) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, anchor_fraction=anchor_fraction, group_size=group_size, mode=mode, groups_per_step=groups_per_step,
+            min_anchor_groups=min_anchor_groups, episode_steps=episode_steps, episode_score=episode_score,
+            seed=seed, eval_route=eval_route, withheld_info_keys=tuple(withheld_info_keys),
+            world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share, correction=correction,
+        )
+        VectorWrapper.__init__(self, env)
         if mode not in ("outcome", "reward"):
             raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
         if group_size < 1:
@@ -324,59 +329,28 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         if env.num_envs % group_size != 0:
             raise ValueError(
                 f"num_envs={env.num_envs} is not a multiple of group_size={group_size}; sub-envs "
-                "[k*G, (k+1)*G) form group k — use num_envs = (number of groups) * group_size"
+                "[k*G, (k+1)*G) form lane k — use num_envs = (groups at a time) * group_size"
             )
         if episode_steps < 1:
             raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
         if episode_score not in ("max", "last", "sum"):
             raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
-        if not (isinstance(anchor_fraction, (int, float)) and 0.0 <= anchor_fraction <= 1.0):
-            raise ValueError(f"anchor_fraction must be a number in [0, 1], got {anchor_fraction!r}")
-        if world_model is None and anchor_fraction != 1.0:
-            raise ValueError(
-                "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
-                f"for real); got anchor_fraction={anchor_fraction}. Pass a world model."
-            )
-        if world_model is not None and not callable(getattr(world_model, "predict", None)):
-            raise ValueError(
-                f"world_model must have a predict(contexts, actions) method, got {type(world_model).__name__}"
-            )
-        if eval_route not in (ANCHOR, WORLD_MODEL):
-            raise ValueError(f"eval_route must be 'anchor' or 'world_model', got {eval_route!r}")
-        if groups_per_step is None:
-            groups_per_step = 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
-        if groups_per_step < 1:
-            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
-        if world_model_timeout_s is not None and not (
-            isinstance(world_model_timeout_s, (int, float)) and world_model_timeout_s > 0
-        ):
-            raise ValueError(
-                f"world_model_timeout_s must be a number of seconds > 0 or None (no limit), got {world_model_timeout_s!r}"
-            )
-        if corrector is None:
-            corrector = WMRLCorrector(
-                IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {}))
-            )
-        elif debiaser_kwargs or denoiser_kwargs:
-            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
+        self.loop = build_loop(
+            world_model=world_model, anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups,
+            groups_per_step=groups_per_step, corrector=corrector, debiaser_kwargs=debiaser_kwargs,
+            denoiser_kwargs=denoiser_kwargs, seed=seed, ledger=ledger, eval_route=eval_route,
+            world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
+            correction=correction, loop=loop,
+        )
         mode_meta = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self.autoreset_mode = mode_meta if isinstance(mode_meta, AutoresetMode) else AutoresetMode(mode_meta)
-
-        self.world_model = world_model
         self.group_size = int(group_size)
-        self.n_groups = env.num_envs // self.group_size
+        self.n_lanes = env.num_envs // self.group_size
         self.mode = mode
-        self.groups_per_step = int(groups_per_step)
         self.episode_steps = int(episode_steps)
         self.episode_score = episode_score
         self.task_fn = task_fn
-        self.eval_route: Route = eval_route
         self.withheld_info_keys = tuple(withheld_info_keys)
-        self.router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
-        self.corrector = corrector
-        self.ledger = ledger if ledger is not None else CostLedger()
-        self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
-        self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
 
         self._routed = self._has_routed_sub_envs()
         if mode == "outcome" and not self._routed:
@@ -395,11 +369,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             self.env.set_attr("wmrl_episode_steps", [self.episode_steps] * self.num_envs)
 
         n = self.num_envs
-        self._route_queue: list[Route] = []
-        self._gens: dict[tuple[int, int], _Generation] = {}
-        self._gen_counter = [0] * self.n_groups  # next generation index per group
+        self._groups: dict[tuple[int, int], _Group] = {}  # open groups by (lane, round)
+        self._next_round = [0] * self.n_lanes  # next round per lane
         self._tasks: dict[tuple[int, int], tuple[int | None, dict[str, Any] | None]] = {}
-        self._ep_index = np.zeros(n, dtype=np.int64)  # generation of each sub-env's current/next episode
+        self._ep_index = np.zeros(n, dtype=np.int64)  # round of each sub-env's current/next episode
         self._running = np.zeros(n, dtype=bool)  # reset into _ep_index (False: waiting for a reset)
         self._pending_reset = np.zeros(n, dtype=bool)  # NEXT_STEP: the next step resets the sub-env
         self._episodes = [_Episode() for _ in range(n)]
@@ -409,33 +382,14 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self._sent_plans: list[Any] = [object()] * n
         self._started = False
         self._messages: dict[str, str] = {}  # {cause: last error text} for warnings and the stop rule
-        self.n_groups_started = 0
-        self.n_generations_completed = 0
-        self.n_generations_abandoned = 0
-        self.n_episodes = 0
+        self.n_groups_completed = 0
+        self.n_groups_abandoned = 0
         self.n_plan_updates = 0
 
-    # ------------------------------------------------------------------ properties
     @property
-    def training(self) -> bool:
-        """``False`` = evaluation: corrections frozen, new generations routed to ``eval_route``."""
-        return self.corrector.training
-
-    @training.setter
-    def training(self, value: bool) -> None:
-        self.corrector.training = value
-
-    @property
-    def rho(self) -> float:
-        """Current anchor weight ρ (float)."""
-        return self.corrector.rho
-
-    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
-        """Draw the routes of the next ``n_groups`` group generations now (see the per-episode wrapper)."""
-        routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
-        self._route_queue = list(routes)
-        self.ungraded.plan(len(routes))
-        return routes
+    def n_groups_open(self) -> int:
+        """Groups routed whose episodes have not all finished (nor been abandoned) yet (int)."""
+        return len(self._groups)
 
     # ------------------------------------------------------------------ helpers
     def _has_routed_sub_envs(self) -> bool:
@@ -445,11 +399,6 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             return all(bool(x) for x in self.env.call("has_wrapper_attr", PLAN_ATTR))
         except AttributeError:  # a vector env whose sub-envs are not gymnasium.Env
             return False
-
-    def _next_route(self) -> Route:
-        if not self._route_queue:
-            self._route_queue = list(self.router.route_step(self.groups_per_step))
-        return self._route_queue.pop(0)
 
     def _task(self, k: int, gen: int) -> tuple[int | None, dict[str, Any] | None]:
         if self.task_fn is None:
@@ -464,35 +413,27 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             self._tasks[key] = (out[0], out[1])
         return self._tasks[key]
 
-    def _start_generation(self, k: int, gen: int) -> _Generation:
-        key = (k, gen)
-        rec = self._gens.get(key)
+    def _open_group(self, k: int, rnd: int) -> _Group:
+        key = (k, rnd)
+        rec = self._groups.get(key)
         if rec is not None:
             return rec
-        evaluating = not self.training
-        if evaluating:
-            route, group_id = self.eval_route, None
-        else:
-            route = self._next_route()
-            group_id = self.n_groups_started
-            self.n_groups_started += 1
-        if self.world_model is None and route == WORLD_MODEL:
-            raise ValueError("this wrapper has no world model; only the 'anchor' route is possible")
+        ticket = self.loop.open_group() if self.training else self.loop.eval_ticket()
         g = self.group_size
-        rec = _Generation(k, gen, group_id, route, self.corrector.rho, evaluating, [None] * g, [None] * g, [False] * g, members_left=g)
-        self._gens[key] = rec
-        self._gen_counter[k] = max(self._gen_counter[k], gen + 1)
+        rec = _Group(k, rnd, ticket, [None] * g, [None] * g, [False] * g, members_left=g)
+        self._groups[key] = rec
+        self._next_round[k] = max(self._next_round[k], rnd + 1)
         return rec
 
-    def _gen_of(self, i: int) -> _Generation:
-        return self._gens[(i // self.group_size, int(self._ep_index[i]))]
+    def _group_of(self, i: int) -> _Group:
+        return self._groups[(i // self.group_size, int(self._ep_index[i]))]
 
     def _update_plan(self, i: int) -> None:
         if not self._use_plans:
             return
         k = i // self.group_size
         gen = int(self._ep_index[i])
-        route = self._gens[(k, gen)].route if self.mode == "outcome" else None
+        route = self._groups[(k, gen)].route if self.mode == "outcome" else None
         # same-step autoreset resets inside the step that ends the episode: it needs the NEXT task
         task_gen = gen + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else gen
         seed, options = self._task(k, task_gen)
@@ -511,13 +452,6 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         self._ctx[i] = obs
         self._ctx_predicted[i] = False
 
-    def _aggregate(self, scores: list[float]) -> float:
-        return aggregate_episode_score(scores, self.episode_score)
-
-    def _predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
-        assert self.world_model is not None
-        return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
-
     def _note_wm_failure(self, ep: _Episode, p: WorldModelPrediction) -> None:
         cause = p.ungraded_cause or WORLD_MODEL_UNGRADED
         if ep.wm_cause is None:
@@ -527,37 +461,37 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
 
     def _abandon(self, i: int) -> None:
         """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
-        rec = self._gens.get((i // self.group_size, int(self._ep_index[i])))
+        rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
         if rec is None:
             return
         rec.abandoned = True
         rec.members_left -= 1
         self._retire(rec)
 
-    def _retire(self, rec: _Generation) -> None:
+    def _retire(self, rec: _Group) -> None:
         if rec.members_left > 0:
             return
-        del self._gens[(rec.group_index, rec.generation)]
+        del self._groups[(rec.lane, rec.round)]
         if rec.abandoned:
-            self.n_generations_abandoned += 1
-        for key in [key for key in self._tasks if key[0] == rec.group_index and key[1] <= rec.generation]:
+            self.n_groups_abandoned += 1
+        for key in [key for key in self._tasks if key[0] == rec.lane and key[1] <= rec.round]:
             del self._tasks[key]
 
     # ------------------------------------------------------------------ gym API
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset all sub-envs (a new generation for every group), or those in ``options["reset_mask"]``.
+        """Reset all sub-envs (a new group in every lane), or those in ``options["reset_mask"]``.
 
-        A full reset abandons the unfinished generations (no pairs, no correction); the routes of
+        A full reset abandons the unfinished groups (no pairs, no correction); the routes of
         those of which no episode had finished go back to the front of the route queue. With
         ``options={"reset_mask": mask}`` (``np.bool_`` array of shape ``(num_envs,)``; needed
         with ``AutoresetMode.DISABLED``) only the masked sub-envs start their next episode; a
-        masked sub-env whose episode was still running abandons it (its generation gets no
+        masked sub-env whose episode was still running abandons it (its group gets no
         correction).
 
         Args:
-            seed: ``None``, an int (sub-env ``i`` of group ``k`` gets ``seed + k``) or a list of
+            seed: ``None``, an int (sub-env ``i`` of lane ``k`` gets ``seed + k``) or a list of
                 ``num_envs`` seeds; overrides ``task_fn``'s seed for this reset.
             options: reset options (overrides ``task_fn``'s for this reset), may hold
                 ``"reset_mask"``.
@@ -576,17 +510,17 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 if not options:
                     options = None
             requeue: list[Route] = []
-            for key in sorted(self._gens):  # unfinished generations are abandoned
-                rec = self._gens[key]
+            for key in sorted(self._groups):  # unfinished groups are abandoned
+                rec = self._groups[key]
                 if not rec.evaluating and not any(rec.finished):
                     requeue.append(rec.route)  # its route was never used: give it back
-                self.n_generations_abandoned += 1
-            self._gens.clear()
+                self.n_groups_abandoned += 1
+            self._groups.clear()
             self._tasks.clear()
-            self._route_queue = requeue + self._route_queue
-            for k in range(self.n_groups):
-                gen = self._gen_counter[k]
-                self._start_generation(k, gen)
+            self.loop.requeue_routes(requeue)
+            for k in range(self.n_lanes):
+                gen = self._next_round[k]
+                self._open_group(k, gen)
                 for i in range(k * g, (k + 1) * g):
                     self._ep_index[i] = gen
                     self._running[i] = False
@@ -601,7 +535,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 if self._running[i]:  # a running episode is abandoned
                     self._abandon(int(i))
                     self._ep_index[i] += 1
-                    self._start_generation(i // g, int(self._ep_index[i]))
+                    self._open_group(i // g, int(self._ep_index[i]))
                 self._running[i] = False
                 self._pending_reset[i] = False
                 self._update_plan(int(i))
@@ -633,11 +567,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             arrays of shape ``(num_envs,)`` with ``_key`` masks —
 
             * always present (mask all ``True``): ``route`` (object: ``"anchor"`` /
-              ``"world_model"``), ``group_index`` and ``generation`` and ``episode_in_group``
-              (int64), ``advantage_weight`` (float64: ρ known when the generation was routed on
+              ``"world_model"``), ``lane`` and ``round`` (the group's lane and its round in the
+              lane) and ``episode_in_group`` (int64), ``advantage_weight`` (float64: ρ known when
+              the group was routed on
               anchors, 1.0 on world-model routes), ``rho`` (float64, current ρ),
               ``episode_start`` (bool: the sub-env was reset in this step, next-step autoreset),
-              ``group_complete`` (bool: this sub-env's episode completed its generation and the
+              ``group_complete`` (bool: this sub-env's episode completed its group and the
               correction ran);
             * ``group_id`` (int64; masked off while evaluating);
             * at the step that ends an episode (outcome mode also at every step, for
@@ -687,9 +622,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 exec_count += int(np.sum(m))
         if self._routed:
             if exec_count:
-                self.ledger.add(EXECUTION, exec_secs, exec_count)
+                self.loop.record_execution(exec_secs, exec_count)
         elif stepped:
-            self.ledger.add(EXECUTION, wall, len(stepped))
+            self.loop.record_execution(wall, len(stepped))
 
         act_list = list(iterate(self.action_space, actions)) if stepped else []
         obs_list = list(iterate(self.observation_space, obs))
@@ -703,10 +638,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         batch_ctx: list[Any] = []
         batch_act: list[Any] = []
         for i in stepped:
-            rec = self._gen_of(i)
+            rec = self._group_of(i)
             ep = self._episodes[i]
             ep.steps += 1
-            use_wm = self.world_model is not None and (not rec.evaluating or rec.route == WORLD_MODEL)
+            use_wm = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
             if self.mode == "outcome":
                 if use_wm:
                     batch_idx.append(i)
@@ -723,7 +658,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                     batch_act.append(Trajectory(list(ep.traj.observations), list(ep.traj.actions), True))
         preds: dict[int, WorldModelPrediction] = {}
         if batch_idx:
-            for i, p in zip(batch_idx, self._predict(batch_ctx, batch_act)):
+            for i, p in zip(batch_idx, self.loop.predict(batch_ctx, batch_act)):
                 preds[i] = p
 
         w = _InfoBuilder(n)
@@ -731,7 +666,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         completed: list[int] = []
         ended: dict[int, list[tuple[int, float | None]]] = {}
         for i in stepped:
-            rec = self._gen_of(i)
+            rec = self._group_of(i)
             ep = self._episodes[i]
             route = rec.route
             p = preds.get(i)
@@ -755,7 +690,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                         self._note_wm_failure(ep, p)
                     else:
                         ep.raw_steps.append(float(p.score))
-                raw_ep = self._aggregate(ep.raw_steps) if (ep.raw_steps and ep.raw_graded) else None
+                raw_ep = aggregate_episode_score(ep.raw_steps, self.episode_score) if (
+                    ep.raw_steps and ep.raw_graded) else None
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0
                     new_obs = None
@@ -793,12 +729,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         # (a later group's scores see the map updated by an earlier group's pairs, as in score_group)
         for k in sorted(ended):
             members = ended[k]
-            cals = self.corrector.calibrate([raw for _, raw in members])
+            cals = self.loop.calibrate([raw for _, raw in members])
             for (i, raw_ep), cal in zip(members, cals):
-                rec = self._gen_of(i)
+                rec = self._group_of(i)
                 ep = self._episodes[i]
                 route = rec.route
-                self.n_episodes += 1
+                self.loop.count_episodes(1)
                 real_ep = (ep.real_return if ep.real_graded else None) if route == ANCHOR else None
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0 if cal is None else float(cal)
@@ -810,44 +746,39 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 if real_ep is not None:
                     w.set("real_score", i, real_ep, np.float64)
                 w.set("graded", i, graded, bool)
-                wm_called = self.world_model is not None and (not rec.evaluating or route == WORLD_MODEL)
-                if graded:
-                    cause = None
-                elif route == ANCHOR:
-                    cause = ep.real_cause or EXECUTION_UNGRADED
-                else:
-                    cause = ep.wm_cause or WORLD_MODEL_UNGRADED
-                failure = (ep.wm_cause or WORLD_MODEL_UNGRADED) if (route == ANCHOR and wm_called and raw_ep is None) else None
+                wm_called = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
+                cause = rollout_cause(route, real_ep if route == ANCHOR else cal, ep.wm_cause, ep.real_cause)
                 w.set(CAUSE_KEY, i, cause, object)
                 if rec.evaluating:
-                    self.ungraded.record_group([cause], training=False, score_failures=[failure],
-                                               messages=self._messages, where=f"evaluation episode (sub-env {i})")
-                m = i - rec.group_index * g
+                    self.loop.record_ungraded(
+                        [cause], score_failures=[score_failure(route, raw_ep, ep.wm_cause, wm_called)],
+                        messages=self._messages, where=f"evaluation episode (sub-env {i})",
+                    )
+                m = i - rec.lane * g
                 rec.raw[m] = raw_ep
                 rec.real[m] = real_ep
-                if not rec.causes:
-                    rec.causes, rec.failures = [None] * g, [None] * g
-                rec.causes[m], rec.failures[m] = cause, failure
+                if not rec.wm_causes:
+                    rec.wm_causes, rec.exec_causes = [None] * g, [None] * g
+                rec.wm_causes[m], rec.exec_causes[m] = ep.wm_cause, ep.real_cause
                 rec.finished[m] = True
                 rec.members_left -= 1
                 if rec.members_left == 0 and not rec.abandoned:
                     if not rec.evaluating:
-                        corr = self.corrector.correct_group(
-                            route, rec.raw, rec.real if route == ANCHOR else None, rec.group_id
+                        corr = self.loop.close_group(
+                            rec.ticket, rec.raw, rec.real if route == ANCHOR else None,
+                            wm_causes=rec.wm_causes, exec_causes=rec.exec_causes, world_model_called=wm_called,
+                            messages=self._messages,
                         )
                         if corr.disagreement is not None:
                             w.set("group_disagreement", i, corr.disagreement, np.float64)
-                        self.ungraded.record_group(rec.causes, training=True, anchor=route == ANCHOR,
-                                                   score_failures=rec.failures, messages=self._messages,
-                                                   where=f"group {rec.group_id}")
-                    self.n_generations_completed += 1
+                    self.n_groups_completed += 1
                     completed.append(i)
                 # info of the step that ended the episode describes the ended episode
                 self._fill_base(w, i, rec)
                 self._retire(rec)
         for i in stepped:
             if not done[i]:
-                self._fill_base(w, i, self._gen_of(i))
+                self._fill_base(w, i, self._group_of(i))
 
         # ---- next episodes (after this step's corrections, so new routes see the updated ρ)
         for i in range(n):
@@ -857,13 +788,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
                 self._running[i] = True
                 self._new_episode(i, _copy(obs_list[i]))
                 self._update_plan(i)
-                self._fill_base(w, i, self._gen_of(i))
+                self._fill_base(w, i, self._group_of(i))
                 w.set("episode_start", i, True, bool)
                 continue
             if not done[i]:
                 continue
             self._ep_index[i] += 1
-            self._start_generation(k, int(self._ep_index[i]))
+            self._open_group(k, int(self._ep_index[i]))
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 self._running[i] = True
                 self._new_episode(i, _copy(obs_list[i]))
@@ -877,7 +808,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
             w.ensure(key, bool)
         for i in completed:
             w.set("group_complete", i, True, bool)
-        w.fill("rho", self.corrector.rho, np.float64)
+        w.fill("rho", self.loop.rho, np.float64)
 
         if replacements:
             items = [replacements.get(i, obs_list[i]) for i in range(n)]
@@ -890,70 +821,38 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper):
         return obs, rewards, terms, truncs, infos
 
     # ------------------------------------------------------------------ infos
-    def _fill_base(self, w: "_InfoBuilder", i: int, rec: _Generation) -> None:
-        w.set("route", i, rec.route, object)
-        w.set("group_index", i, rec.group_index, np.int64)
-        w.set("generation", i, rec.generation, np.int64)
-        w.set("episode_in_group", i, i - rec.group_index * self.group_size, np.int64)
-        if rec.group_id is not None:
-            w.set("group_id", i, rec.group_id, np.int64)
+    def _fill_base(self, w: "_InfoBuilder", i: int, rec: _Group) -> None:
+        t = rec.ticket
+        w.set("route", i, t.route, object)
+        w.set("lane", i, rec.lane, np.int64)
+        w.set("round", i, rec.round, np.int64)
+        w.set("episode_in_group", i, i - rec.lane * self.group_size, np.int64)
+        if t.group_id is not None:
+            w.set("group_id", i, t.group_id, np.int64)
         else:
             w.ensure("group_id", np.int64)
-        w.set("advantage_weight", i, rec.rho if rec.route == ANCHOR else 1.0, np.float64)
+        w.set("advantage_weight", i, t.rho if t.route == ANCHOR else 1.0, np.float64)
 
     def _base_info(self) -> dict[str, Any]:
         w = _InfoBuilder(self.num_envs)
         for i in range(self.num_envs):
-            self._fill_base(w, i, self._gen_of(i))
-        w.fill("rho", self.corrector.rho, np.float64)
+            self._fill_base(w, i, self._group_of(i))
+        w.fill("rho", self.loop.rho, np.float64)
         w.ensure("group_complete", bool)
         return w.build()
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Router, route queue, corrections, ledger and counters (JSON-serialisable).
+    def _extra_state(self) -> dict[str, Any]:
+        # unfinished groups are not part of the state: save between full resets
+        return {"n_groups_completed": self.n_groups_completed, "next_round": list(self._next_round)}
 
-        Unfinished generations are not part of the state: save between full resets.
-        """
-        return {
-            "router": self.router.state_dict(),
-            "route_queue": list(self._route_queue),
-            "corrector": self.corrector.state_dict(),
-            "ledger": self.ledger.state_dict(),
-            "n_groups_started": self.n_groups_started,
-            "n_generations_completed": self.n_generations_completed,
-            "n_episodes": self.n_episodes,
-            "gen_counter": list(self._gen_counter),
-            "groups_per_step": self.groups_per_step,
-            "ungraded": self.ungraded.state_dict(),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; call :meth:`reset` afterwards."""
-        self.router.load_state_dict(state["router"])
-        self._route_queue = list(state["route_queue"])
-        self.corrector.load_state_dict(state["corrector"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.n_groups_started = int(state["n_groups_started"])
-        self.n_generations_completed = int(state["n_generations_completed"])
-        self.n_episodes = int(state["n_episodes"])
-        self._gen_counter = [int(x) for x in state["gen_counter"]]
-        self.groups_per_step = int(state["groups_per_step"])
-        self.ungraded.load_state_dict(state.get("ungraded", {}))
-        self._gens.clear()
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        """After the loop's state: the lanes' counters; call :meth:`reset` afterwards."""
+        self.n_groups_completed = int(state["n_groups_completed"])
+        self._next_round = [int(x) for x in state["next_round"]]
+        self._groups.clear()
         self._tasks.clear()
         self._started = False
-
-    def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to a JSON file atomically."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.state_dict()))
-        tmp.replace(path)
-
-    def load(self, path: str | Path) -> None:
-        """Load a file written by :meth:`save` (raises ``FileNotFoundError`` if missing)."""
-        self.load_state_dict(json.loads(Path(path).read_text()))
 
 
 # ---------------------------------------------------------------------- info helpers

@@ -1,0 +1,328 @@
+"""What the per-episode wrapper and its vector twin share: the one way to build their
+:class:`~wmrl_envs.core.CorrectionLoop` from their constructor arguments, the views of it they
+both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state), the episode
+score, and the group result of the group APIs (:class:`GroupRollout`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from wmrl_envs.core import (
+    EXECUTION,
+    AnchorRouter,
+    CorrectionConfig,
+    CostLedger,
+    GroupCorrection,
+    InverseVarianceDenoiser,
+    IsotonicDebiaser,
+    Route,
+    WMRLCorrector,
+)
+from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
+from wmrl_envs.core.ungraded import CAUSE_KEY, UngradedMonitor
+from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+
+__all__ = ["GroupRollout", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
+
+
+def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float | None:
+    """An episode's score from its per-step world-model scores: ``"max"`` (AutoResearch: best
+    turn), ``"last"`` or ``"sum"``.
+
+    Order-independent for ``"max"`` and ``"sum"``: a step without a finite score (``None``,
+    NaN, inf) makes the episode ungraded (``None``) whatever its position — a NaN never wins or
+    loses a ``max`` depending on where it stands. ``None`` for an empty sequence.
+    """
+    vals: list[float] = []
+    for v in scores:
+        if v is None:
+            return None
+        f = float(v)
+        if not math.isfinite(f):
+            return None
+        vals.append(f)
+    if not vals:
+        return None
+    if how == "max":
+        return max(vals)
+    if how == "last":
+        return vals[-1]
+    return float(sum(vals))
+
+
+def wm_causes_of(preds: Sequence[WorldModelPrediction], g: int) -> list[str | None]:
+    """Per rollout: the cause of its missing world-model score (``None`` where it has one, or
+    where the world model was not called: ``preds`` empty)."""
+    if not preds:
+        return [None] * g
+    return [None if p.score is not None else p.ungraded_cause for p in preds]
+
+
+@dataclass
+class GroupRollout:
+    """A whole group scored at once (``score_group``, ``score_trajectories``, the Ray scorer).
+
+    Attributes:
+        group_id: running group index (int).
+        correction: the :class:`~wmrl_envs.core.GroupCorrection` (scores, ρ, ungraded causes).
+        observations: G observations after the step (real on anchors, predicted otherwise).
+        infos: G per-rollout info dicts (inner env info on anchors; each has a ``"wmrl"`` key).
+        predictions: G world-model predictions (empty when the world model was not called).
+        execution_seconds: wall-clock seconds of the real steps (0 on WM groups).
+        world_model_seconds: wall-clock seconds of world-model inference.
+    """
+
+    group_id: int
+    correction: GroupCorrection
+    observations: list[Any]
+    infos: list[dict[str, Any]]
+    predictions: list[WorldModelPrediction] = field(default_factory=list)
+    execution_seconds: float = 0.0
+    world_model_seconds: float = 0.0
+
+    @property
+    def route(self) -> Route:
+        """``"anchor"`` or ``"world_model"`` (``correction.route``)."""
+        return self.correction.route
+
+    @property
+    def rewards(self) -> list[float | None]:
+        """G training rewards (real on anchors, calibrated WM on WM groups); ``None`` = ungraded
+        (drop the row; ``infos[i]["wmrl"]["ungraded_cause"]`` says why). ``correction.rewards``."""
+        return self.correction.rewards
+
+    @property
+    def advantage_weight(self) -> float:
+        """ρ at routing for anchor groups, 1.0 otherwise (``correction.advantage_weight``)."""
+        return self.correction.advantage_weight
+
+
+def group_rollout(
+    corr: GroupCorrection,
+    observations: list[Any],
+    infos: list[dict[str, Any]],
+    predictions: Sequence[WorldModelPrediction] = (),
+    execution_seconds: float = 0.0,
+    world_model_seconds: float = 0.0,
+) -> GroupRollout:
+    """A :class:`GroupRollout` whose ``infos[i]["wmrl"]`` describe rollout ``i`` of ``corr``."""
+    assert corr.group_id is not None
+    for i, info in enumerate(infos):
+        info["wmrl"] = {
+            "route": corr.route,
+            "group_id": corr.group_id,
+            "episode_in_group": i,
+            "raw_score": corr.raw_scores[i],
+            "calibrated_score": corr.calibrated_scores[i],
+            "real_score": corr.real_scores[i],
+            "graded": corr.rewards[i] is not None,
+            CAUSE_KEY: corr.ungraded_causes[i] if corr.ungraded_causes else None,
+            "advantage_weight": corr.advantage_weight,
+        }
+    return GroupRollout(corr.group_id, corr, observations, infos, list(predictions), execution_seconds,
+                        world_model_seconds)
+
+
+def build_loop(
+    *,
+    world_model: WorldModel | None,
+    anchor_fraction: float,
+    min_anchor_groups: int,
+    groups_per_step: int | None,
+    corrector: WMRLCorrector | None,
+    debiaser_kwargs: Mapping[str, Any] | None,
+    denoiser_kwargs: Mapping[str, Any] | None,
+    seed: int,
+    ledger: CostLedger | None,
+    eval_route: Route,
+    world_model_timeout_s: float | None,
+    max_ungraded_share: float | None,
+    correction: CorrectionConfig | None,
+    loop: CorrectionLoop | None,
+) -> CorrectionLoop:
+    """The wrappers' :class:`~wmrl_envs.core.CorrectionLoop`: ``loop`` itself when given;
+    otherwise one built from ``correction`` (which wins over ``anchor_fraction``,
+    ``min_anchor_groups`` and the ``*_kwargs``) or from the individual arguments.
+
+    Raises:
+        ValueError: invalid or conflicting arguments (the message says which).
+    """
+    if loop is not None:
+        if correction is not None or corrector is not None or debiaser_kwargs or denoiser_kwargs or ledger is not None:
+            raise ValueError("pass loop= alone: the loop holds the correction settings, the corrector and the ledger")
+        if world_model is not None and world_model is not loop.world_model:
+            raise ValueError("world_model differs from loop.world_model: pass world_model=None or the loop's own")
+        return loop
+    if correction is not None:
+        if corrector is not None or debiaser_kwargs or denoiser_kwargs:
+            raise ValueError("pass either correction= or corrector=/debiaser_kwargs/denoiser_kwargs, not both")
+        anchor_fraction, min_anchor_groups = correction.anchor_fraction, correction.min_anchor_groups
+    if not (isinstance(anchor_fraction, (int, float)) and 0.0 <= anchor_fraction <= 1.0):
+        raise ValueError(f"anchor_fraction must be a number in [0, 1], got {anchor_fraction!r}")
+    if world_model is None and anchor_fraction != 1.0:
+        raise ValueError(
+            "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
+            f"for real); got anchor_fraction={anchor_fraction}. Pass a world model."
+        )
+    if groups_per_step is None:
+        groups_per_step = default_groups_per_step(anchor_fraction)
+    if correction is not None:
+        router, corrector = correction.build_router(seed), correction.build_corrector()
+    else:
+        router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
+        if corrector is None:
+            corrector = WMRLCorrector(
+                IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {}))
+            )
+        elif debiaser_kwargs or denoiser_kwargs:
+            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
+    return CorrectionLoop(
+        correction, world_model=world_model, seed=seed, groups_per_step=groups_per_step, eval_route=eval_route,
+        world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
+        router=router, corrector=corrector, ledger=ledger,
+    )
+
+
+class LoopViews:
+    """The wrappers' views of their :class:`~wmrl_envs.core.CorrectionLoop` (``self.loop``)."""
+
+    loop: CorrectionLoop
+
+    @property
+    def world_model(self) -> WorldModel | None:
+        """The loop's world model."""
+        return self.loop.world_model
+
+    @property
+    def world_model_timeout_s(self) -> float | None:
+        """Seconds one batched ``predict`` may take (``None``: no limit)."""
+        return self.loop.world_model_timeout_s
+
+    @world_model_timeout_s.setter
+    def world_model_timeout_s(self, value: float | None) -> None:
+        self.loop.world_model_timeout_s = None if value is None else float(value)
+
+    @property
+    def router(self) -> AnchorRouter:
+        """The loop's :class:`~wmrl_envs.core.AnchorRouter`."""
+        return self.loop.router
+
+    @property
+    def corrector(self) -> WMRLCorrector:
+        """The loop's :class:`~wmrl_envs.core.WMRLCorrector` (debiaser + denoiser)."""
+        return self.loop.corrector
+
+    @property
+    def ledger(self) -> CostLedger:
+        """The loop's :class:`~wmrl_envs.core.CostLedger`."""
+        return self.loop.ledger
+
+    @property
+    def ungraded(self) -> UngradedMonitor:
+        """The loop's :class:`~wmrl_envs.core.UngradedMonitor` (counts by cause, stop rule)."""
+        return self.loop.ungraded
+
+    @property
+    def eval_route(self) -> Route:
+        """Route of every group while ``training`` is ``False``."""
+        return self.loop.eval_route
+
+    @property
+    def groups_per_step(self) -> int:
+        """Groups per training step of the schedule and the stop rule."""
+        return self.loop.groups_per_step
+
+    @property
+    def training(self) -> bool:
+        """``False`` = evaluation: corrections frozen, every group routed to ``eval_route``."""
+        return self.loop.training
+
+    @training.setter
+    def training(self, value: bool) -> None:
+        self.loop.training = value
+
+    @property
+    def rho(self) -> float:
+        """Current anchor weight ρ (float)."""
+        return self.loop.rho
+
+    @property
+    def n_groups_started(self) -> int:
+        """Groups routed so far (the next group id; shared by every wrapper of the loop)."""
+        return self.loop.n_groups_started
+
+    @property
+    def n_episodes(self) -> int:
+        """Rollouts counted so far (shared by every wrapper of the loop)."""
+        return self.loop.n_episodes
+
+    @property
+    def inner_step_calls(self) -> int:
+        """Real executions recorded in the ledger (``ledger.count("execution")``; a shared
+        ledger counts every wrapper's)."""
+        return self.loop.ledger.count(EXECUTION)
+
+    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+        """Draw the routes of the next training step now (replacing any unused ones).
+
+        Call it at the start of each step when the number of groups per step varies, or to
+        cap the anchors by the real-execution slots that are free right now; the next
+        ``n_groups`` groups then take these routes in order.
+
+        Args:
+            n_groups: groups in the coming step (default ``groups_per_step``).
+            free_slots: free real-execution slots, in groups (caps the anchor count; the
+                realised fraction then reflects the cap).
+
+        Returns:
+            The planned routes.
+        """
+        return self.loop.plan_step(n_groups, free_slots)
+
+    def set_anchor_fraction(self, fraction: float) -> None:
+        """Change the anchor fraction from the next drawn step on (:meth:`CorrectionLoop.set_anchor_fraction`)."""
+        self.loop.set_anchor_fraction(fraction)
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's state (router, route queue, corrections, ledger, counters, ``"version"``)
+        plus the wrapper's own counters (JSON-serialisable). Save at a group boundary."""
+        return {**self.loop.state_dict(), **self._extra_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; the next group continues the saved run.
+
+        Raises:
+            ValueError: unknown state version.
+        """
+        self.loop.load_state_dict(state)
+        self._load_extra_state(state)
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to a JSON file atomically (the env itself is not saved).
+
+        Like ``VecNormalize.save`` in Stable-Baselines3: save beside the model checkpoint.
+        """
+        from wmrl_envs.utils import write_json_atomic
+
+        write_json_atomic(path, self.state_dict())
+
+    def load(self, path: str | Path) -> None:
+        """Load a file written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: unknown state version.
+        """
+        import json
+
+        self.load_state_dict(json.loads(Path(path).read_text()))
