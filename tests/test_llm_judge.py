@@ -248,10 +248,10 @@ def test_strict_parser_accepts_exactly_one_schema_object(text, status, bucket, f
 
 @pytest.mark.parametrize("text", list(REJECTED.values()), ids=list(REJECTED))
 def test_strict_parser_rejects_malformed_output(text):
-    from wmrl_envs.envs.autoresearch.llm_judge.parser import _parse_strict
+    from wmrl_envs.envs.autoresearch.llm_judge import parse_judge_output_with_reason
 
     assert parse_judge_output(text) is None
-    parsed, reason = _parse_strict(text, FEEDBACK_MAX_CHARS)
+    parsed, reason = parse_judge_output_with_reason(text, FEEDBACK_MAX_CHARS)
     assert parsed is None and reason  # a reason for the log
 
 

@@ -3,7 +3,8 @@
 Split where its concerns part:
 
     * :mod:`.parser` — the answer format: :func:`judge_json_schema`, the strict
-      :func:`parse_judge_output` and :class:`ParsedJudgement`.
+      :func:`parse_judge_output` (:func:`parse_judge_output_with_reason`: and why not) and
+      :class:`ParsedJudgement`.
     * :mod:`.prompt` — :class:`JudgePrompt` (chat template, token budget), the model-free
       :func:`precheck_code` and :func:`format_predicted_feedback` (the real feedback's layout).
     * :mod:`.decoding` — the JSON-schema constraint on transformers (llguidance) and the
@@ -15,7 +16,15 @@ Split where its concerns part:
 from __future__ import annotations
 
 from .judge import LLMJudgeWorldModel
-from .parser import FEEDBACK_MAX_CHARS, JUDGE_STATUSES, PREFILL, ParsedJudgement, judge_json_schema, parse_judge_output
+from .parser import (
+    FEEDBACK_MAX_CHARS,
+    JUDGE_STATUSES,
+    PREFILL,
+    ParsedJudgement,
+    judge_json_schema,
+    parse_judge_output,
+    parse_judge_output_with_reason,
+)
 from .prompt import (
     SOLUTION_FILENAME,
     SYSTEM_PROMPT,
@@ -28,6 +37,7 @@ from .prompt import (
 __all__ = [
     "ParsedJudgement",
     "parse_judge_output",
+    "parse_judge_output_with_reason",
     "judge_json_schema",
     "JUDGE_STATUSES",
     "FEEDBACK_MAX_CHARS",

@@ -28,7 +28,7 @@ from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS,
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .decoding import CLOSE_RESERVE, JsonConstraint, brace_stopping, constraint_processor, frozen_backbone, judge_grammar
-from .parser import FEEDBACK_MAX_CHARS, PREFILL, _full_answer, _parse_strict, judge_json_schema
+from .parser import FEEDBACK_MAX_CHARS, PREFILL, full_answer, judge_json_schema, parse_judge_output_with_reason
 from .prompt import SYSTEM_PROMPT, JudgePrompt, format_predicted_feedback, precheck_code
 
 __all__ = ["LLMJudgeWorldModel"]
@@ -571,8 +571,8 @@ class LLMJudgeWorldModel:
             for i, (continuation, n_new) in zip(idx, outs):
                 self.n_model_calls += 1
                 self.tokens_generated += n_new
-                raw = _full_answer(continuation)
-                parsed, reason = _parse_strict(raw, self.max_feedback_chars)
+                raw = full_answer(continuation)
+                parsed, reason = parse_judge_output_with_reason(raw, self.max_feedback_chars)
                 if parsed is None:
                     self.n_parse_errors += 1
                     if self.constrained and self.n_parse_errors == 1:

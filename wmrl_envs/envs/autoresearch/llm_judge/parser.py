@@ -21,6 +21,8 @@ __all__ = [
     "judge_json_schema",
     "ParsedJudgement",
     "parse_judge_output",
+    "parse_judge_output_with_reason",
+    "full_answer",
 ]
 
 PREFILL = '{"status": "'
@@ -108,8 +110,15 @@ def _reject_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
 
 
-def _parse_strict(text: Any, max_feedback_chars: int) -> tuple[ParsedJudgement | None, str]:
-    """:func:`parse_judge_output` with the reason of a rejection (``""`` when accepted)."""
+def parse_judge_output_with_reason(
+    text: Any, max_feedback_chars: int = FEEDBACK_MAX_CHARS
+) -> tuple[ParsedJudgement | None, str]:
+    """:func:`parse_judge_output` with the reason of a rejection.
+
+    Returns:
+        ``(judgement, "")`` when ``text`` is a prediction, else ``(None, reason)`` (one line
+        saying which rule failed; the judge puts it in ``extras["parse_reason"]``). Never raises.
+    """
     if not isinstance(text, str):
         return None, f"not a string ({type(text).__name__})"
     body = text.strip()
@@ -168,10 +177,10 @@ def parse_judge_output(text: str, *, max_feedback_chars: int = FEEDBACK_MAX_CHAR
         A :class:`ParsedJudgement`, or ``None`` when ``text`` is not a prediction (the judge
         then counts it as ``runtime_err``, as the reference does).
     """
-    return _parse_strict(text, int(max_feedback_chars))[0]
+    return parse_judge_output_with_reason(text, int(max_feedback_chars))[0]
 
 
-def _full_answer(continuation: str) -> str:
+def full_answer(continuation: str) -> str:
     """The answer text of a continuation of :data:`PREFILL`: ``PREFILL + continuation``, or
     the continuation itself when it is a whole object (a generator that ignored the prefill;
     ``PREFILL + "{..."`` can never be a valid answer)."""

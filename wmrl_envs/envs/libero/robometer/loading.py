@@ -31,7 +31,7 @@ import torch
 
 from .model import RobometerHeadConfig, RobometerModel
 from .processor import IMAGE_PAD, VISION_END, VISION_START, RobometerProcessor
-from .reward import _check_count
+from .reward import check_count
 
 __all__ = ["RobometerWeightsNotFoundError", "load_checkpoint", "save_checkpoint", "build_tiny_robometer"]
 
@@ -350,7 +350,7 @@ def build_tiny_robometer(
 
     if hidden_size < 32 or hidden_size % 2:
         raise ValueError(f"hidden_size must be even and >= 32, got {hidden_size}")
-    num_layers = _check_count("num_layers", num_layers)
+    num_layers = check_count("num_layers", num_layers)
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

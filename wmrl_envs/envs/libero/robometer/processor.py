@@ -41,6 +41,7 @@ __all__ = [
     "MIN_VISUAL_TOKENS",
     "MAX_VISUAL_TOKENS",
     "RobometerProcessor",
+    "to_uint8_frame",
 ]
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,16 @@ MIN_VISUAL_TOKENS = 4
 MAX_VISUAL_TOKENS = 16384
 """Most visual tokens per frame; larger frames are downscaled."""
 
-def _to_uint8_frame(frame: Any) -> np.ndarray:
-    """One frame as ``uint8 (H, W, 3)``; floats with max <= 1 are taken as [0, 1]."""
+def to_uint8_frame(frame: Any) -> np.ndarray:
+    """One frame as a contiguous ``uint8 (H, W, 3)`` array.
+
+    Gray ``(H, W)`` / ``(H, W, 1)`` images are repeated to RGB, RGBA loses its alpha; numbers
+    other than uint8 are rounded and clipped to [0, 255], and floats with max <= 1 are taken
+    as [0, 1] (scaled by 255).
+
+    Raises:
+        ValueError: not an image shape, empty, not numeric (bools included), or NaN/inf pixels.
+    """
     arr = np.asarray(frame)
     if arr.ndim == 2:
         arr = np.repeat(arr[..., None], 3, axis=-1)
@@ -255,7 +264,7 @@ class RobometerProcessor:
             if not frames:
                 raise ValueError("a query needs at least one frame")
             texts.append(self.text(str(instruction), len(frames)))
-            images.extend(self._pil(_to_uint8_frame(f)) for f in frames)
+            images.extend(self._pil(to_uint8_frame(f)) for f in frames)
         vision = self.image_processor(images=images, do_resize=False, return_tensors="pt")
         grid = torch.as_tensor(vision["image_grid_thw"], dtype=torch.long)
         n_tokens = (grid.prod(dim=-1) // (self.merge_size**2)).tolist()

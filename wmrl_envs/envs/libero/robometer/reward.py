@@ -10,10 +10,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["uniform_frame_indices", "robometer_reward"]
+__all__ = ["uniform_frame_indices", "robometer_reward", "check_count"]
 
 
-def _check_count(name: str, value: Any, minimum: int = 1) -> int:
+def check_count(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int after checking it is an int (not a bool) >= ``minimum``.
+
+    Raises:
+        ValueError: naming ``name``, when ``value`` is not an int or is below ``minimum``.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < minimum:
@@ -46,8 +51,8 @@ def uniform_frame_indices(T_plus_1: int, n: int = 8) -> np.ndarray:
         >>> uniform_frame_indices(3, 8).tolist()
         [0, 0, 1, 1, 1, 1, 2, 2]
     """
-    frames = _check_count("T_plus_1 (number of frames)", T_plus_1)
-    n = _check_count("n (number of indices)", n)
+    frames = check_count("T_plus_1 (number of frames)", T_plus_1)
+    n = check_count("n (number of indices)", n)
     last = frames - 1
     if n == 1:
         return np.array([last], dtype=np.int64)
@@ -81,8 +86,8 @@ def robometer_reward(progress: Sequence[float] | np.ndarray, n_frames: int = 8, 
         >>> round(robometer_reward([0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]), 10)
         0.5
     """
-    n_frames = _check_count("n_frames", n_frames)
-    k = _check_count("k", k)
+    n_frames = check_count("n_frames", n_frames)
+    k = check_count("k", k)
     if k > n_frames:
         raise ValueError(f"k={k} frames per end cannot exceed n_frames={n_frames}")
     try:

@@ -22,8 +22,8 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .loading import build_tiny_robometer, load_checkpoint, save_checkpoint  # noqa: F401 (doctest)
 from .model import RobometerHeadConfig
-from .processor import RobometerProcessor, _to_uint8_frame
-from .reward import _check_count, robometer_reward, uniform_frame_indices
+from .processor import RobometerProcessor, to_uint8_frame
+from .reward import check_count, robometer_reward, uniform_frame_indices
 
 __all__ = ["RobometerWorldModel", "FrameScores"]
 
@@ -134,15 +134,15 @@ class RobometerWorldModel:
     ) -> None:
         if reward not in ("reference", "dense"):
             raise ValueError(f"reward must be 'reference' or 'dense', got {reward!r}")
-        self.n_frames = _check_count("n_frames", n_frames)
-        self.k = _check_count("k", k)
+        self.n_frames = check_count("n_frames", n_frames)
+        self.k = check_count("k", k)
         if self.k > self.n_frames:
             raise ValueError(f"k={k} frames per end cannot exceed n_frames={n_frames}")
-        self.dense_stride = _check_count("dense_stride", dense_stride)
+        self.dense_stride = check_count("dense_stride", dense_stride)
         self.max_dense_frames = (
-            None if max_dense_frames is None else _check_count("max_dense_frames", max_dense_frames)
+            None if max_dense_frames is None else check_count("max_dense_frames", max_dense_frames)
         )
-        self.batch_size = _check_count("batch_size", batch_size)
+        self.batch_size = check_count("batch_size", batch_size)
         self.reward = reward
         self.image_key = str(image_key)
         self.instruction_key = str(instruction_key)
@@ -237,7 +237,7 @@ class RobometerWorldModel:
             ValueError: a query has no frames or a bad frame; any model error is raised too
                 (``predict`` is the forgiving entry point).
         """
-        size = self.batch_size if batch_size is None else _check_count("batch_size", batch_size)
+        size = self.batch_size if batch_size is None else check_count("batch_size", batch_size)
         results: list[FrameScores] = []
         device = next(self.model.parameters()).device
         for start in range(0, len(queries), size):
@@ -295,7 +295,7 @@ class RobometerWorldModel:
             obs = observations[j]
             if not isinstance(obs, Mapping) or obs.get(self.image_key) is None:
                 raise ValueError(f"observation {j} has no {self.image_key!r} image")
-            frames.append(_to_uint8_frame(obs[self.image_key]))
+            frames.append(to_uint8_frame(obs[self.image_key]))
         return _Query(i, self._instruction(context, observations), frames, indices, len(observations))
 
     def _prediction(self, query: _Query, scores: FrameScores) -> WorldModelPrediction:
