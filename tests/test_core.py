@@ -292,3 +292,160 @@ def test_calibration_error_mae_and_brier_on_binary_outcomes():
     other.load_state_dict(state)
     assert other.calibration_error() == err
     assert corr.stats()["calibration_mse_calibrated"] == pytest.approx(err["calibrated_mse"])
+
+
+# ---------------------------------------------------------------- correction config and loop
+from wmrl_envs.core import CorrectionConfig, CorrectionLoop  # noqa: E402
+from wmrl_envs.world_models.base import WorldModelPrediction  # noqa: E402
+
+
+class _EchoWM:
+    """Scores an action with its own value (no env)."""
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(a)) for a in actions]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("anchor_fraction", 1.5), ("anchor_fraction", -0.1), ("min_anchor_groups", -1), ("buffer_size", 0),
+    ("min_pairs", 0), ("refit_every", 0), ("warmup_groups", -1), ("half_life", 0.0), ("rho_max", 0.5),
+    ("rho_target", 5.0), ("rho_mode", "other"), ("disagreement_floor", 0.0), ("debias", 1),
+])
+def test_correction_config_rejects_each_bad_field(field, value):
+    with pytest.raises(ValueError, match=f"CorrectionConfig.{field} must be"):
+        CorrectionConfig(**{field: value})
+
+
+def test_correction_config_defaults_are_the_classes_and_build_objects():
+    cfg = CorrectionConfig()
+    deb, den = IsotonicDebiaser(), InverseVarianceDenoiser()
+    assert (cfg.buffer_size, cfg.min_pairs, cfg.refit_every) == (deb.buffer_size, deb.min_pairs, deb.refit_every)
+    assert (cfg.warmup_groups, cfg.half_life, cfg.rho_target, cfg.rho_max, cfg.rho_mode, cfg.disagreement_floor) == (
+        den.warmup_groups, den.half_life, den.rho_target, den.rho_max, den.mode, den.disagreement_floor)
+    cfg = CorrectionConfig(anchor_fraction=0.25, min_anchor_groups=0, debias=False, min_pairs=3, warmup_groups=2,
+                           rho_mode="parameter_free")
+    corr = cfg.build_corrector()
+    assert corr.debias is False and corr.denoise is True
+    assert corr.debiaser.min_pairs == 3 and corr.denoiser.warmup_groups == 2 and corr.denoiser.mode == "parameter_free"
+    router = cfg.build_router(seed=5)
+    assert (router.anchor_fraction, router.min_anchor_groups, router.seed) == (0.25, 0, 5)
+
+
+def _varying_anchor_close(loop, ticket, offset=0.0):
+    # real scores vary, the world model is off by a per-rollout amount: s² is defined
+    return loop.close_group(ticket, [0.1 + offset, 0.9, 0.5, 0.2], [0.0, 1.0, 1.0, 0.0])
+
+
+def test_loop_rho_at_routing_even_when_a_later_group_closes_first():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, warmup_groups=1), world_model=_EchoWM())
+    first, second = loop.open_group(), loop.open_group()
+    assert (first.group_id, second.group_id) == (0, 1) and first.route == second.route == "anchor"
+    assert first.rho == second.rho == 1.0
+    late = _varying_anchor_close(loop, second)  # the later group's anchors arrive first
+    assert late.group_id == 1 and late.advantage_weight == 1.0 and late.disagreement is not None
+    assert loop.rho == 2.0  # warm-up of one group: calibrated at rho_target
+    early = _varying_anchor_close(loop, first, offset=0.05)
+    assert early.group_id == 0
+    assert early.advantage_weight == 1.0  # the ρ of its routing, not the 2.0 known at its close
+    assert loop.n_groups_started == loop.n_groups_closed == 2
+    assert loop.corrector.debiaser.n_seen == 8 and loop.corrector.denoiser.n_groups == 2
+    third = loop.open_group()
+    assert third.rho == loop.rho > 2.0  # the first group's disagreement moved the EMA on
+    assert _varying_anchor_close(loop, third).advantage_weight == third.rho
+
+
+def test_loop_close_with_rho_at_close_and_world_model_groups():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, warmup_groups=1), world_model=_EchoWM())
+    a, b = loop.open_group(), loop.open_group()
+    _varying_anchor_close(loop, b)
+    assert _varying_anchor_close(loop, a, 0.05).advantage_weight == 1.0
+    c = loop.open_group()
+    d = loop.open_group()
+    _varying_anchor_close(loop, c)
+    rho_before_d = loop.rho  # ρ at d's close, before d's own update (not d.rho, the one at routing)
+    assert rho_before_d != d.rho
+    assert loop.close_group(d, [0.1, 0.9, 0.5, 0.2], [0.0, 1.0, 1.0, 0.0], rho_from="close").advantage_weight == rho_before_d
+    wm = loop.open_group(route="world_model")
+    out = loop.close_group(wm, [0.3, None, 0.7, 0.1], wm_causes=[None, "world_model_timeout", None, None])
+    assert out.advantage_weight == 1.0 and out.rewards == [0.3, None, 0.7, 0.1]
+    assert out.ungraded_causes == [None, "world_model_timeout", None, None]
+    assert loop.ledger.count("ungraded:world_model_timeout") == 1
+
+
+def test_loop_ungraded_causes_per_rollout_on_anchors():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0), world_model=_EchoWM(), max_ungraded_share=None)
+    t = loop.open_group()
+    out = loop.close_group(t, [None, 0.5, 0.4], [1.0, None, 0.0], wm_causes=["world_model_error", None, None],
+                           exec_causes=[None, "sandbox_unavailable", None])
+    assert out.rewards == [1.0, None, 0.0]
+    assert out.ungraded_causes == [None, "sandbox_unavailable", None]
+    # the failed world-model score of row 0 leaves only the anchor pair out
+    assert loop.ledger.ungraded_counts() == {"sandbox_unavailable": 1, "world_model_error": 1}
+    assert loop.corrector.debiaser.n_seen == 1
+
+
+def test_loop_set_anchor_fraction_takes_effect_at_the_next_drawn_step():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.0), world_model=_EchoWM(), groups_per_step=4)
+    assert loop.plan_step() == ["world_model"] * 4
+    loop.set_anchor_fraction(1.0)
+    assert [loop.open_group().route for _ in range(4)] == ["world_model"] * 4  # planned before the change
+    assert [loop.open_group().route for _ in range(4)] == ["anchor"] * 4  # the next block is drawn at 1.0
+    assert loop.plan_step(2) == ["anchor", "anchor"]
+    assert loop.router.anchor_fraction == 1.0
+    with pytest.raises(ValueError, match=r"anchor_fraction must be a number in \[0, 1\]"):
+        loop.set_anchor_fraction(1.5)
+    no_wm = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0))
+    with pytest.raises(ValueError, match="without a world model"):
+        no_wm.set_anchor_fraction(0.5)
+    with pytest.raises(ValueError, match="no world model"):
+        no_wm.open_group(route="world_model")
+
+
+def test_loop_evaluation_freezes_and_uses_eval_route():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=_EchoWM(), eval_route="world_model")
+    loop.training = False
+    t = loop.open_group()
+    assert t.route == "world_model" and not t.training and loop.router.n_groups == 0
+    assert loop.eval_ticket().group_id is None
+    loop.close_group(loop.open_group(route="anchor"), [0.1, 0.9], [0.0, 1.0])
+    assert loop.corrector.debiaser.n_seen == 0 and loop.ungraded.n_rollouts == 0
+
+
+def test_loop_state_round_trip_and_version_check(tmp_path):
+    cfg = CorrectionConfig(anchor_fraction=0.5, min_pairs=2, refit_every=2, warmup_groups=1)
+    loop = CorrectionLoop(cfg, world_model=_EchoWM(), seed=3)
+    for _ in range(5):
+        t = loop.open_group()
+        loop.close_group(t, [0.2, 0.8, 0.4], [0.0, 1.0, 1.0] if t.route == "anchor" else None)
+    loop.count_episodes(15)
+    path = tmp_path / "loop.json"
+    loop.save(path)
+    state = json.loads(path.read_text())
+    assert state["version"] == CorrectionLoop.STATE_VERSION == 1
+    other = CorrectionLoop(cfg, world_model=_EchoWM(), seed=99)
+    other.load(path)
+    assert other.state_dict() == loop.state_dict()
+    assert [other.open_group().route for _ in range(6)] == [loop.open_group().route for _ in range(6)]
+    for bad in ({**state, "version": 99}, {k: v for k, v in state.items() if k != "version"}):
+        with pytest.raises(ValueError, match="correction state version"):
+            other.load_state_dict(bad)
+
+
+def test_loop_mutations_from_many_threads_add_up():
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4), world_model=_EchoWM())
+
+    def work(k):
+        t = loop.open_group()
+        preds = loop.predict([None] * 3, [0.1 * (k % 10), 0.5, 0.9])
+        loop.count_episodes(3)
+        return loop.close_group(t, [p.score for p in preds], [0.0, 0.5, 1.0] if t.route == "anchor" else None)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(work, range(40)))
+    assert sorted(o.group_id for o in outs) == list(range(40))
+    n_anchor = sum(o.route == "anchor" for o in outs)
+    assert loop.n_groups_started == loop.n_groups_closed == 40 and loop.n_episodes == 120
+    assert loop.ledger.count("world_model") == 120 and loop.corrector.debiaser.n_seen == 3 * n_anchor
+    assert loop.corrector.n_groups == {"anchor": n_anchor, "world_model": 40 - n_anchor}

@@ -1,0 +1,139 @@
+"""The wrappers on their CorrectionLoop: one loop shared by several wrappers, begin_group (one
+inner-env reset per group), ``correction=`` / ``loop=`` arguments, the vector twin on a loop."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from wmrl_envs import AnchoredWorldModelWrapper
+from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+from wmrl_envs.envs.guess import GuessEnv, guess_score
+from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+G = 4
+CFG = CorrectionConfig(anchor_fraction=0.5, min_pairs=8, refit_every=4, warmup_groups=2)
+
+
+class CountingGuess(GuessEnv):
+    """GuessEnv that counts its resets."""
+
+    def __init__(self):
+        super().__init__()
+        self.n_resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.n_resets += 1
+        return super().reset(seed=seed, options=options)
+
+
+def wm(seed=0):
+    return SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=seed)
+
+
+def data(n, seed=7):
+    rng = np.random.default_rng(seed)
+    return [(float(rng.random()), [rng.random(1).astype(np.float32) for _ in range(G)]) for _ in range(n)]
+
+
+def summary(rollouts):
+    return [(r.group_id, r.route, r.rewards, r.advantage_weight, r.correction.calibrated_scores) for r in rollouts]
+
+
+def test_one_loop_shared_by_two_wrappers_adds_up_like_one_wrapper():
+    groups = data(12)
+    single = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=G, correction=CFG, seed=3)
+    expected = [single.score_group(acts, options={"target": t}) for t, acts in groups]
+
+    loop = CorrectionLoop(CFG, world_model=wm(), seed=3)
+    a = AnchoredWorldModelWrapper(GuessEnv(), None, group_size=G, loop=loop)
+    b = AnchoredWorldModelWrapper(GuessEnv(), loop.world_model, group_size=G, loop=loop)
+    got = [(a if k % 2 == 0 else b).score_group(acts, options={"target": t}) for k, (t, acts) in enumerate(groups)]
+    assert summary(got) == summary(expected)
+    assert a.router is b.router is loop.router and a.corrector is b.corrector and a.ledger is b.ledger
+    assert a.n_groups_started == b.n_groups_started == loop.n_groups_started == 12
+    assert a.n_episodes == loop.n_episodes == 12 * G
+    n_anchor = sum(r.route == "anchor" for r in got)
+    assert loop.corrector.debiaser.n_seen == n_anchor * G == single.corrector.debiaser.n_seen
+    assert loop.ledger.count("execution") == n_anchor * G and loop.ledger.count("world_model") == 12 * G
+    assert a.rho == b.rho == single.rho
+    assert a.state_dict() == b.state_dict() == loop.state_dict()
+
+
+def test_wrapper_correction_config_equals_the_keyword_arguments():
+    groups = data(8)
+    by_kwargs = AnchoredWorldModelWrapper(
+        GuessEnv(), wm(), anchor_fraction=0.5, group_size=G, seed=1,
+        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2},
+    )
+    by_config = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=G, seed=1, correction=CFG)
+    assert summary([by_kwargs.score_group(x, options={"target": t}) for t, x in groups]) == summary(
+        [by_config.score_group(x, options={"target": t}) for t, x in groups])
+
+
+def test_wrapper_rejects_conflicting_correction_arguments():
+    loop = CorrectionLoop(CFG, world_model=wm())
+    with pytest.raises(ValueError, match="correction= or corrector="):
+        AnchoredWorldModelWrapper(GuessEnv(), wm(), correction=CFG, debiaser_kwargs={"min_pairs": 2})
+    with pytest.raises(ValueError, match="pass loop= alone"):
+        AnchoredWorldModelWrapper(GuessEnv(), None, loop=loop, correction=CFG)
+    with pytest.raises(ValueError, match="world_model differs"):
+        AnchoredWorldModelWrapper(GuessEnv(), wm(), loop=loop)
+
+
+@pytest.mark.parametrize("route", ["anchor", "world_model"])
+def test_begin_group_resets_the_inner_env_once_per_group(route):
+    acts = [np.array([x], np.float32) for x in (0.1, 0.4, 0.6, 0.9)]
+    plain_env = CountingGuess()
+    plain = AnchoredWorldModelWrapper(plain_env, wm(), group_size=G, correction=CFG)
+    ref = plain.score_group(acts, options={"target": 0.3}, route=route)
+
+    env = CountingGuess()
+    w = AnchoredWorldModelWrapper(env, wm(), group_size=G, correction=CFG)
+    obs, info = w.begin_group(options={"target": 0.3})
+    assert env.n_resets == 1 and float(obs[0]) == pytest.approx(0.3) and isinstance(info, dict)
+    out = w.score_group(acts, route=route)
+    # the group's task context came from begin_group: rollout 0 steps the env as it left it
+    assert env.n_resets == (G if route == "anchor" else 1)
+    assert plain_env.n_resets == env.n_resets  # score_group with options resets once itself
+    assert summary([out]) == summary([ref])
+    if route == "anchor":
+        assert out.rewards == pytest.approx([1 - abs(x - 0.3) for x in (0.1, 0.4, 0.6, 0.9)], abs=1e-6)
+    # the context is used once: the next score_group with arguments resets again
+    w.score_group(acts, options={"target": 0.8}, route=route)
+    assert env.n_resets == (2 * G if route == "anchor" else 2)
+
+
+def test_begin_group_is_dropped_by_explicit_arguments_and_by_reset():
+    env = CountingGuess()
+    w = AnchoredWorldModelWrapper(env, wm(), group_size=2, correction=CFG)
+    acts = [np.array([0.5], np.float32)] * 2
+    w.begin_group(options={"target": 0.1})
+    out = w.score_group(acts, options={"target": 0.9}, route="anchor")
+    assert out.rewards == pytest.approx([0.6, 0.6], abs=1e-6) and env.n_resets == 3
+    w.begin_group(options={"target": 0.1})
+    w.reset(options={"target": 0.9})
+    with pytest.raises(RuntimeError, match="per-episode group is in progress"):
+        w.begin_group(options={"target": 0.1})
+    with pytest.raises(ValueError, match="outcome mode"):
+        AnchoredWorldModelWrapper(GuessEnv(), wm(), mode="reward", correction=CFG).begin_group()
+
+
+def test_vector_wrapper_on_a_shared_loop_and_record_constructor_args():
+    loop = CorrectionLoop(CFG, world_model=wm(), seed=2)
+    venv = make_vector_env(GuessEnv, 2 * G)
+    vec = AnchoredWorldModelVectorWrapper(venv, None, group_size=G, loop=loop)
+    per_episode = AnchoredWorldModelWrapper(GuessEnv(), None, group_size=G, loop=loop)
+    assert isinstance(vec, gym.utils.RecordConstructorArgs) and vec.n_lanes == 2
+    vec.reset(seed=0)
+    assert loop.n_groups_started == 2  # one group per lane
+    out = per_episode.score_group([np.array([0.5], np.float32)] * G, options={"target": 0.5})
+    assert out.group_id == 2
+    obs, rew, term, trunc, info = vec.step(np.full((2 * G, 1), 0.5, np.float32))
+    assert info["wmrl"]["lane"].tolist() == [0] * G + [1] * G and info["wmrl"]["round"].tolist() == [0] * (2 * G)
+    assert info["wmrl"]["group_id"].tolist() == [0] * G + [1] * G
+    assert vec.n_groups_completed == 2 and loop.n_groups_closed == 3
+    assert loop.n_groups_started == 5 and vec.n_groups_open == 2  # the next round is routed at once
+    assert loop.n_episodes == 2 * G + G
