@@ -259,10 +259,8 @@ def _build(cfg: TrainConfig) -> _Components:
     # any step, so that no one-off build is charged as execution cost.
     env.prepare_leaderboards()
     wrapper = AnchoredWorldModelWrapper(
-        env, judge, anchor_fraction=cfg.correction.anchor_fraction, group_size=cfg.group_size,
-        groups_per_step=cfg.groups_per_step, min_anchor_groups=cfg.correction.min_anchor_groups,
-        corrector=cfg.correction.build_corrector(), seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share,
-        world_model_timeout_s=cfg.world_model_timeout_s,
+        env, judge, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step, correction=cfg.correction,
+        seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share, world_model_timeout_s=cfg.world_model_timeout_s,
     )
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     heldout = list_tasks("heldout")
@@ -577,13 +575,19 @@ def _update_config(cfg: TrainConfig) -> Any:
 
 
 def _task_context(wrapper: Any, task_id: str) -> Any:
-    """The observation of ``task_id`` (the prompt's context)."""
-    obs, _ = wrapper.env.reset(options={"task_id": task_id})
+    """The observation of ``task_id`` from the wrapper (``begin_group``: the inner env reset for
+    that task), what the policy is prompted with."""
+    obs, _ = wrapper.begin_group(options={"task_id": task_id})
     return obs
 
 
 def _score_task(wrapper: Any, task_id: str, actions: list[str]) -> Any:
-    """``wrapper.score_group`` of one task's G actions (a :class:`~wmrl_envs.wrappers.anchored.GroupRollout`)."""
+    """``wrapper.score_group`` of one task's G actions (a :class:`~wmrl_envs.wrappers.GroupRollout`).
+
+    The policy samples every group of a step in one batch, after all the prompts are built,
+    and the wrapper keeps one begun context at a time, so each group is scored with its reset
+    arguments (the inner env is reset for it again).
+    """
     return wrapper.score_group(actions, options={"task_id": task_id})
 
 

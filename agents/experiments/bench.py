@@ -246,13 +246,11 @@ def run_method(
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
 
-    correction = method_correction(spec, cfg.correction)
     env = make_env()
     extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
     wrapper = AnchoredWorldModelWrapper(
-        env, world_model if spec.world_model else None, anchor_fraction=correction.anchor_fraction,
-        group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
-        min_anchor_groups=correction.min_anchor_groups, corrector=correction.build_corrector(), seed=seed,
+        env, world_model if spec.world_model else None, group_size=cfg.group_size,
+        groups_per_step=cfg.groups_per_step, correction=method_correction(spec, cfg.correction), seed=seed,
         execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
         world_model_timeout_s=cfg.world_model_timeout_s,
     )
