@@ -1,4 +1,4 @@
-"""VLAPolicy / ActionTokenizer on a tiny randomly initialised LLaVA (SigLIP + Qwen2), built offline.
+"""VLAPolicy (and its ActionTokenizer, agents.action_tokenizer) on a tiny randomly initialised LLaVA (SigLIP + Qwen2), built offline.
 
 Fast (a few seconds): tokenizer round trip and edges, action sampling restricted to the action
 ids, log-probs consistent with sampling and with a plain full forward, the frozen reference,
@@ -16,16 +16,15 @@ import pytest
 import torch
 
 import agents.vla_policy as vla_mod
+from agents.action_tokenizer import ActionTokenizer, unnormalize_actions
 from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
 from agents.vla_policy import (
     OPENVLA_PROMPT,
-    ActionTokenizer,
     VLAPolicy,
     VLASamples,
     VLAWeightsNotFoundError,
     build_tiny_vla,
     load_vla,
-    unnormalize_actions,
 )
 
 torch.set_num_threads(1)
