@@ -158,7 +158,7 @@ def summary(wrapper: Any, seconds: float) -> dict[str, Any]:
     """Routing counts, corrections and costs of a run (JSON-serialisable)."""
     return {
         "seconds": seconds,
-        "groups": wrapper.router.n_groups,
+        "groups": wrapper.router.n_groups_routed,
         "anchor_groups": wrapper.router.n_anchor_groups,
         "realised_anchor_fraction": wrapper.router.realised_fraction,
         "real_executions": wrapper.ledger.count("execution"),

@@ -40,7 +40,7 @@ def _sb3_logs_in_tmp_path(tmp_path, monkeypatch):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-RHO_25 = {"ema": 0.75, "c": 2.0, "n_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
+RHO_25 = {"ema": 0.75, "c": 2.0, "n_scored_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
 
 
 def make_venv(n_envs: int = 2, seed: int = 0, corrector: WMRLCorrector | None = None, **kw) -> AnchoredVecEnv:
@@ -130,12 +130,12 @@ def test_ppo_trains_with_routing_counts_and_calibration_pairs():
     assert stats["ledger"]["execution"]["count"] == tally.steps["anchor"] == stats["real_steps"]
     # routes are drawn per block of 1/f = 4 groups with exactly one anchor group each
     for router in venv.venv.get_attr("router"):
-        assert router.n_anchor_groups == router.n_steps and router.n_groups == 4 * router.n_steps
+        assert router.n_anchor_groups == router.n_steps and router.n_groups_routed == 4 * router.n_steps
     assert stats["realised_anchor_fraction"] == 0.25
     assert tally.steps["anchor"] >= 4 * 20  # >= 20 anchor groups of 4 episodes
     # pairs are recorded when an anchor group completes: 4 per completed anchor group
     corrector = venv.venv.get_attr("corrector")[0]
-    assert corrector.debiaser.n_pairs == 4 * corrector.n_groups["anchor"] == stats["anchor_pairs"]
+    assert corrector.debiaser.n_pairs == 4 * corrector.groups_corrected["anchor"] == stats["anchor_pairs"]
     assert corrector.debiaser.fitted and corrector.denoiser.warmed_up
     err = corrector.calibration_error()
     assert err["calibrated_mae"] < err["raw_mae"]  # the isotonic map undoes the cubic bias

@@ -92,7 +92,7 @@ def make_wrapper(anchor_fraction: float = 0.5, group_size: int = 4, rho_state: d
                                      group_size=group_size, corrector=corrector, **kw)
 
 
-RHO_25 = {"ema": 0.75, "c": 2.0, "n_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
+RHO_25 = {"ema": 0.75, "c": 2.0, "n_scored_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
 
 
 @pytest.fixture(scope="module")
@@ -346,11 +346,11 @@ def test_grpo_steps_train_lora_execute_anchors_and_checkpoint_state(tokenizer, t
     changed = [n for n, p in trainer.model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     assert changed, "no LoRA parameter changed"
     # 2 steps × 4 groups, at least one anchor group per step, only anchors executed
-    assert w.router.n_groups == 8 and w.router.n_steps == 2
+    assert w.router.n_groups_routed == 8 and w.router.n_steps == 2
     assert w.router.n_anchor_groups >= 2
     assert w.ledger.count("execution") == 4 * w.router.n_anchor_groups == len(w.env.unwrapped.steps)
     assert w.corrector.debiaser.n_pairs == 4 * w.router.n_anchor_groups
-    assert w.corrector.n_groups == {"anchor": w.router.n_anchor_groups, "world_model": 8 - w.router.n_anchor_groups}
+    assert w.corrector.groups_corrected == {"anchor": w.router.n_anchor_groups, "world_model": 8 - w.router.n_anchor_groups}
     logged = {k for rec in trainer.state.log_history for k in rec}
     assert {"wmrl/rho", "wmrl/anchor_pairs", "rewards/wmrl/mean"} <= logged
     # the correction state is saved in every checkpoint and restored on resume
@@ -363,7 +363,7 @@ def test_grpo_steps_train_lora_execute_anchors_and_checkpoint_state(tokenizer, t
                               args=grpo_config(tmp_path, max_steps=3, save_strategy="no"), train_dataset=dataset(8),
                               processing_class=tokenizer, peft_config=lora)
     resumed.train(resume_from_checkpoint=str(ckpt))
-    assert w2.router.n_groups == 12 and w2.router.n_steps == 3  # continued from the saved 8 groups / 2 steps
+    assert w2.router.n_groups_routed == 12 and w2.router.n_steps == 3  # continued from the saved 8 groups / 2 steps
     assert w2.corrector.debiaser.n_pairs >= saved["corrector"]["debiaser"]["n_seen"] + 4
 
 
@@ -405,7 +405,7 @@ def test_real_smollm2_autoresearch_bubblewrap_grpo_steps(tmp_path):
     assert changed, "no LoRA parameter changed"
     anchors = wrapper.router.n_anchor_groups
     assert parts["reward"].n_calls == 2 == trainer.state.global_step  # one generation batch per optimizer step
-    assert wrapper.router.n_groups == 4 and anchors == 2  # 0.5 × 2 groups per step, 2 steps
+    assert wrapper.router.n_groups_routed == 4 and anchors == 2  # 0.5 × 2 groups per step, 2 steps
     assert wrapper.ledger.count("execution") == 4 * anchors  # every anchor rollout executed in the sandbox
     assert wrapper.corrector.debiaser.n_pairs == 4 * anchors  # AutoResearch grades every execution
     assert wrapper.ledger.count("world_model") == 16

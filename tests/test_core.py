@@ -348,7 +348,7 @@ def test_loop_rho_at_routing_even_when_a_later_group_closes_first():
     assert early.group_id == 0
     assert early.advantage_weight == 1.0  # the ρ of its routing, not the 2.0 known at its close
     assert loop.n_groups_started == loop.n_groups_closed == 2
-    assert loop.corrector.debiaser.n_seen == 8 and loop.corrector.denoiser.n_groups == 2
+    assert loop.corrector.debiaser.n_seen == 8 and loop.corrector.denoiser.n_scored_groups == 2
     third = loop.open_group()
     assert third.rho == loop.rho > 2.0  # the first group's disagreement moved the EMA on
     assert _varying_anchor_close(loop, third).advantage_weight == third.rho
@@ -405,7 +405,7 @@ def test_loop_evaluation_freezes_and_uses_eval_route():
     loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=_EchoWM(), eval_route="world_model")
     loop.training = False
     t = loop.open_group()
-    assert t.route == "world_model" and not t.training and loop.router.n_groups == 0
+    assert t.route == "world_model" and not t.training and loop.router.n_groups_routed == 0
     assert loop.eval_ticket().group_id is None
     loop.close_group(loop.open_group(route="anchor"), [0.1, 0.9], [0.0, 1.0])
     assert loop.corrector.debiaser.n_seen == 0 and loop.ungraded.n_rollouts == 0
@@ -448,4 +448,4 @@ def test_loop_mutations_from_many_threads_add_up():
     n_anchor = sum(o.route == "anchor" for o in outs)
     assert loop.n_groups_started == loop.n_groups_closed == 40 and loop.n_episodes == 120
     assert loop.ledger.count("world_model") == 120 and loop.corrector.debiaser.n_seen == 3 * n_anchor
-    assert loop.corrector.n_groups == {"anchor": n_anchor, "world_model": 40 - n_anchor}
+    assert loop.corrector.groups_corrected == {"anchor": n_anchor, "world_model": 40 - n_anchor}

@@ -182,7 +182,7 @@ def test_unordered_scorer_returns_world_model_groups_while_anchors_run(pool, gat
     rest = scorer.collect(timeout=30)
     assert [r.group_id for r in rest] == [anchor.group_id]
     assert rest[0].rewards == pytest.approx([0.7] * G, abs=1e-6)
-    assert w.corrector.n_groups == {"anchor": 1, "world_model": 1}
+    assert w.corrector.groups_corrected == {"anchor": 1, "world_model": 1}
 
 
 def test_failed_execution_is_ungraded_and_the_pool_survives(pool):

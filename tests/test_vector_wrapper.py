@@ -156,11 +156,11 @@ def check_outcome_log(env, log, inner_steps, episode_len):
         by_gen[gen].append(next(iter(r)))
     full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_lanes]
     assert full and all(by_gen[gen].count("anchor") == env.n_lanes // 2 for gen in full)
-    assert env.router.n_groups == env.n_groups_started == env.n_groups_completed + env.n_groups_open
+    assert env.router.n_groups_routed == env.n_groups_started == env.n_groups_completed + env.n_groups_open
     # corrections: one correct_group per completed generation, pairs from every anchor episode
-    assert env.corrector.n_groups["anchor"] == sum(r == "anchor" for _, r in complete)
-    assert env.corrector.n_groups["world_model"] == sum(r == "world_model" for _, r in complete)
-    assert env.corrector.debiaser.n_seen == g * env.corrector.n_groups["anchor"]
+    assert env.corrector.groups_corrected["anchor"] == sum(r == "anchor" for _, r in complete)
+    assert env.corrector.groups_corrected["world_model"] == sum(r == "world_model" for _, r in complete)
+    assert env.corrector.debiaser.n_seen == g * env.corrector.groups_corrected["anchor"]
     assert env.ledger.count("execution") == anchor_steps.sum()
     # ρ: after the warm-up (2 anchor groups) it leaves 1 and anchors carry it
     assert env.corrector.denoiser.warmed_up
@@ -349,7 +349,7 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
     assert anchor_success_seen > 0 and len(wm_returns) > 0
     # one batched predict per step with finished episodes, covering all of them
     assert wm.batches == [e for e in ends_per_step if e > 0] and max(wm.batches) > 1
-    assert env.corrector.debiaser.n_seen == g * env.corrector.n_groups["anchor"] > 0
+    assert env.corrector.debiaser.n_seen == g * env.corrector.groups_corrected["anchor"] > 0
     assert env.ledger.count("execution") == stepped.sum()
     env.close()
 
@@ -364,8 +364,8 @@ def test_full_reset_abandons_generation_and_requeues_its_route():
     _o, info = env.reset()
     assert info["wmrl"]["route"].tolist() == first  # unused routes are given back, in order
     assert info["wmrl"]["round"].tolist() == [1, 1, 1, 1]
-    assert env.router.n_groups == 2 and env.n_groups_abandoned == 2
-    assert env.corrector.n_groups == {"anchor": 0, "world_model": 0}
+    assert env.router.n_groups_routed == 2 and env.n_groups_abandoned == 2
+    assert env.corrector.groups_corrected == {"anchor": 0, "world_model": 0}
 
 
 def test_invalid_configurations_raise():

@@ -173,7 +173,7 @@ def test_rejected_reset_leaves_the_running_episode_as_it_was():
         w.reset(options={"target": 0.5})  # a later episode cannot change the group's task
     assert w.n_episodes == 2
     w.step(np.array([0.5], dtype=np.float32))
-    assert w.corrector.n_groups["anchor"] == 1 and w.corrector.debiaser.n_seen == 2  # the group completed
+    assert w.corrector.groups_corrected["anchor"] == 1 and w.corrector.debiaser.n_seen == 2  # the group completed
 
 
 def test_state_roundtrip_continues_identically(tmp_path):
@@ -209,7 +209,7 @@ def test_training_flag_freezes_corrections():
     _, _, w = make(anchor_fraction=1.0)
     w.training = False
     w.score_group([np.array([0.1], dtype=np.float32)] * 3, options={"target": 0.5})
-    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.denoiser.n_groups == 0
+    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.denoiser.n_scored_groups == 0
     w.training = True
     w.score_group([np.array([0.1], dtype=np.float32), np.array([0.9], dtype=np.float32)], options={"target": 0.5})
     assert w.corrector.debiaser.n_pairs == 2
@@ -297,7 +297,7 @@ def test_world_model_contract_errors_consume_nothing():
         w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2)
         with pytest.raises(exc, match=match):
             w.score_group([np.array([0.5], dtype=np.float32)] * 2, options={"target": 0.5})
-        assert w.n_groups_started == 0 and w.router.n_groups == 0 and w.ledger.count("world_model") == 0
+        assert w.n_groups_started == 0 and w.router.n_groups_routed == 0 and w.ledger.count("world_model") == 0
 
 
 @pytest.mark.parametrize("fraction", [float("nan"), -0.5, "0.1"])

@@ -197,7 +197,7 @@ class AnchoredVecEnv(VecEnvWrapper):
         ledger = CostLedger()
         for lg in ledgers.values():
             ledger.merge(lg)
-        n = sum(r.n_groups for r in routers)
+        n = sum(r.n_groups_routed for r in routers)
         k = sum(r.n_anchor_groups for r in routers)
         return {
             "groups_routed": n,

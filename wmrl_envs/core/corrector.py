@@ -111,7 +111,7 @@ class WMRLCorrector:
         self._n_err = 0
         self._sq_err_raw = 0.0
         self._sq_err_cal = 0.0
-        self.n_groups = {ANCHOR: 0, WORLD_MODEL: 0}
+        self.groups_corrected = {ANCHOR: 0, WORLD_MODEL: 0}
 
     # ------------------------------------------------------------------ flags
     @property
@@ -167,7 +167,7 @@ class WMRLCorrector:
         raw_c = _clean(raw, g)
         if route == WORLD_MODEL:
             cal = self.calibrate(raw_c)
-            self.n_groups[WORLD_MODEL] += 1
+            self.groups_corrected[WORLD_MODEL] += 1
             return GroupCorrection(WORLD_MODEL, raw_c, cal, [None] * g, list(cal), 1.0, None, group_id)
         if route != ANCHOR:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
@@ -190,7 +190,7 @@ class WMRLCorrector:
                     self._sq_err_cal += (c - r) ** 2
             s2 = self.denoiser.update(cal, real_c)
             self.debiaser.add_pairs(raw_c, real_c)
-        self.n_groups[ANCHOR] += 1
+        self.groups_corrected[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
 
     # ------------------------------------------------------------------ reporting
@@ -232,8 +232,8 @@ class WMRLCorrector:
             "calibration_mae_calibrated": err["calibrated_mae"],
             "calibration_mse_raw": err["raw_mse"],
             "calibration_mse_calibrated": err["calibrated_mse"],
-            "anchor_groups": self.n_groups[ANCHOR],
-            "world_model_groups": self.n_groups[WORLD_MODEL],
+            "anchor_groups": self.groups_corrected[ANCHOR],
+            "world_model_groups": self.groups_corrected[WORLD_MODEL],
         }
 
     # ------------------------------------------------------------------ state
@@ -249,7 +249,7 @@ class WMRLCorrector:
             "n_err": self._n_err,
             "sq_err_raw": self._sq_err_raw,
             "sq_err_cal": self._sq_err_cal,
-            "n_groups": dict(self.n_groups),
+            "groups_corrected": dict(self.groups_corrected),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -263,5 +263,5 @@ class WMRLCorrector:
         self._n_err = int(state["n_err"])
         self._sq_err_raw = float(state["sq_err_raw"])
         self._sq_err_cal = float(state["sq_err_cal"])
-        self.n_groups = {ANCHOR: int(state["n_groups"][ANCHOR]), WORLD_MODEL: int(state["n_groups"][WORLD_MODEL])}
+        self.groups_corrected = {ANCHOR: int(state["groups_corrected"][ANCHOR]), WORLD_MODEL: int(state["groups_corrected"][WORLD_MODEL])}
         self.training = self._training

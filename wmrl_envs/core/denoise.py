@@ -139,7 +139,7 @@ class InverseVarianceDenoiser:
         self.training = True
         self.alpha = 1.0 - 0.5 ** (1.0 / self.half_life)
         self.ema = float("nan")
-        self.n_groups = 0
+        self.n_scored_groups = 0
         self.n_skipped = 0
         self.c = 1.0 if mode == "parameter_free" else float("nan")
         self.last_s2: float | None = None
@@ -147,7 +147,7 @@ class InverseVarianceDenoiser:
     @property
     def warmed_up(self) -> bool:
         """``True`` once ``warmup_groups`` groups have contributed a disagreement."""
-        return self.n_groups >= self.warmup_groups and self.n_groups > 0
+        return self.n_scored_groups >= self.warmup_groups and self.n_scored_groups > 0
 
     @property
     def rho(self) -> float:
@@ -172,8 +172,8 @@ class InverseVarianceDenoiser:
             self.n_skipped += 1
             return None
         self.ema = s2 if not math.isfinite(self.ema) else (1 - self.alpha) * self.ema + self.alpha * s2
-        self.n_groups += 1
-        if self.mode == "calibrated" and not math.isfinite(self.c) and self.n_groups >= self.warmup_groups:
+        self.n_scored_groups += 1
+        if self.mode == "calibrated" and not math.isfinite(self.c) and self.n_scored_groups >= self.warmup_groups:
             # Fix c once so that rho == rho_target right now: 1 + c * max(ema, eps) = rho_target
             # (a near-perfect warm-up calibrates at the floor eps, not at a vanishing ema).
             self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
@@ -190,7 +190,7 @@ class InverseVarianceDenoiser:
             "mode": self.mode,
             "disagreement_floor": self.disagreement_floor,
             "ema": nan_to_none(self.ema),
-            "n_groups": self.n_groups,
+            "n_scored_groups": self.n_scored_groups,
             "n_skipped": self.n_skipped,
             "c": nan_to_none(self.c),
         }
@@ -212,6 +212,6 @@ class InverseVarianceDenoiser:
         )
         self.ema = float("nan") if state["ema"] is None else float(state["ema"])
         self.c = float("nan") if state["c"] is None else float(state["c"])
-        self.n_groups = int(state["n_groups"])
+        self.n_scored_groups = int(state["n_scored_groups"])
         self.n_skipped = int(state["n_skipped"])
         self.training = training

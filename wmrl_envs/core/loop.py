@@ -228,18 +228,18 @@ class CorrectionLoop:
         with self._lock:
             self.router.anchor_fraction = float(fraction)
 
-    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+    def plan_step(self, groups_in_step: int | None = None, free_slots: int | None = None) -> list[Route]:
         """Draw the routes of the next training step now (replacing any unused ones).
 
         Args:
-            n_groups: groups in the coming step (default ``groups_per_step``).
+            groups_in_step: groups in the coming step (default ``groups_per_step``).
             free_slots: free real-execution slots, in groups (caps the anchor count).
 
         Returns:
-            The planned routes; the next ``n_groups`` :meth:`open_group` calls take them in order.
+            The planned routes; the next ``groups_in_step`` :meth:`open_group` calls take them in order.
         """
         with self._lock:
-            routes = list(self.router.route_step(n_groups or self.groups_per_step, free_slots=free_slots))
+            routes = list(self.router.route_step(groups_in_step or self.groups_per_step, free_slots=free_slots))
             self._route_queue = list(routes)
             self.ungraded.plan(len(routes))
             return routes

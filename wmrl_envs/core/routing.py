@@ -3,7 +3,7 @@
 Routes are decided per *group* (the G rollouts GRPO samples for one prompt/task), never per
 rollout: a group is either an ``anchor`` group (real execution AND world model) or a
 ``world_model`` group (world model only). Per training step, the number of anchor groups is
-``anchor_fraction * n_groups`` with stochastic rounding (so its expectation is exact), at least
+``anchor_fraction * groups_in_step`` with stochastic rounding (so its expectation is exact), at least
 ``min_anchor_groups`` (default 1), and optionally capped by the free real-execution slots; the
 *realised* fraction is what is reported. See ``docs/method.md`` ("Anchor scheduling").
 """
@@ -51,40 +51,40 @@ class AnchorRouter:
         self.min_anchor_groups = int(min_anchor_groups)
         self.seed = int(seed)
         self._rng = np.random.default_rng(seed)
-        self.n_groups = 0
+        self.n_groups_routed = 0
         self.n_anchor_groups = 0
         self.n_steps = 0
 
-    def route_step(self, n_groups: int, free_slots: int | None = None) -> list[Route]:
-        """Routes for the ``n_groups`` groups of one training step.
+    def route_step(self, groups_in_step: int, free_slots: int | None = None) -> list[Route]:
+        """Routes for the ``groups_in_step`` groups of one training step.
 
         Args:
-            n_groups: number of groups in the step (>= 1).
+            groups_in_step: number of groups in the step (>= 1).
             free_slots: free real-execution slots, in *groups*; caps the anchor count
                 (the minimum of one anchor group yields to this cap).
 
         Returns:
-            A list of ``n_groups`` routes, ``"anchor"`` or ``"world_model"``.
+            A list of ``groups_in_step`` routes, ``"anchor"`` or ``"world_model"``.
 
         Raises:
-            ValueError: ``n_groups < 1`` or ``free_slots < 0``.
+            ValueError: ``groups_in_step < 1`` or ``free_slots < 0``.
         """
-        if n_groups < 1:
-            raise ValueError(f"a step needs at least one group, got n_groups={n_groups}")
+        if groups_in_step < 1:
+            raise ValueError(f"a step needs at least one group, got groups_in_step={groups_in_step}")
         if free_slots is not None and free_slots < 0:
             raise ValueError(f"free_slots must be >= 0, got {free_slots}")
-        expected = self.anchor_fraction * n_groups
+        expected = self.anchor_fraction * groups_in_step
         k = int(np.floor(expected))
         if self._rng.random() < expected - k:
             k += 1
         if self.anchor_fraction > 0:
-            k = max(k, min(self.min_anchor_groups, n_groups))
+            k = max(k, min(self.min_anchor_groups, groups_in_step))
         if free_slots is not None:
             k = min(k, free_slots)
-        k = min(k, n_groups)
-        chosen = set(self._rng.choice(n_groups, size=k, replace=False).tolist()) if k else set()
-        routes: list[Route] = [ANCHOR if i in chosen else WORLD_MODEL for i in range(n_groups)]
-        self.n_groups += n_groups
+        k = min(k, groups_in_step)
+        chosen = set(self._rng.choice(groups_in_step, size=k, replace=False).tolist()) if k else set()
+        routes: list[Route] = [ANCHOR if i in chosen else WORLD_MODEL for i in range(groups_in_step)]
+        self.n_groups_routed += groups_in_step
         self.n_anchor_groups += k
         self.n_steps += 1
         return routes
@@ -92,7 +92,7 @@ class AnchorRouter:
     @property
     def realised_fraction(self) -> float:
         """Share of all routed groups that were anchors so far (0.0 before any routing)."""
-        return self.n_anchor_groups / self.n_groups if self.n_groups else 0.0
+        return self.n_anchor_groups / self.n_groups_routed if self.n_groups_routed else 0.0
 
     def state_dict(self) -> dict[str, Any]:
         """Counters and generator state (JSON-serialisable)."""
@@ -100,7 +100,7 @@ class AnchorRouter:
             "anchor_fraction": self.anchor_fraction,
             "min_anchor_groups": self.min_anchor_groups,
             "seed": self.seed,
-            "n_groups": self.n_groups,
+            "n_groups_routed": self.n_groups_routed,
             "n_anchor_groups": self.n_anchor_groups,
             "n_steps": self.n_steps,
             "rng": self._rng.bit_generator.state,
@@ -111,7 +111,7 @@ class AnchorRouter:
         self.anchor_fraction = float(state["anchor_fraction"])
         self.min_anchor_groups = int(state["min_anchor_groups"])
         self.seed = int(state["seed"])
-        self.n_groups = int(state["n_groups"])
+        self.n_groups_routed = int(state["n_groups_routed"])
         self.n_anchor_groups = int(state["n_anchor_groups"])
         self.n_steps = int(state["n_steps"])
         self._rng = np.random.default_rng()

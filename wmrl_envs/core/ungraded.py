@@ -175,7 +175,7 @@ class TooManyUngradedError(RuntimeError):
 class UngradedMonitor:
     """Counts ungraded rollouts per training step, warns, records them and applies the stop rule.
 
-    A *step* is ``groups_per_step`` groups (or the ``n_groups`` given to :meth:`plan`, which a
+    A *step* is ``groups_per_step`` groups (or the ``groups_in_step`` given to :meth:`plan`, which a
     trainer calls at the start of each step). After every group, when the step's ungraded
     rollouts with an infrastructure cause reach ``max_share`` of the step's rollouts (planned
     groups x rollouts per group), :class:`TooManyUngradedError` is raised at once, so a broken
@@ -241,10 +241,10 @@ class UngradedMonitor:
         self._step_exec_ungraded = 0
         self._step_exec_causes: dict[str, int] = {}
 
-    def plan(self, n_groups: int | None = None) -> None:
-        """Start a new step of ``n_groups`` groups (default ``groups_per_step``)."""
+    def plan(self, groups_in_step: int | None = None) -> None:
+        """Start a new step of ``groups_in_step`` groups (default ``groups_per_step``)."""
         self._reset_step()
-        self._planned = max(1, int(n_groups if n_groups is not None else self._default_planned))
+        self._planned = max(1, int(groups_in_step if groups_in_step is not None else self._default_planned))
 
     @property
     def step_counts(self) -> dict[str, Any]:

@@ -105,7 +105,7 @@ class AnchoredWorldModelWrapper(
             thread of a hung call.
         max_ungraded_share: the stop rule (``docs/method.md``, "Ungraded rollouts"): once this
             share of one training step's rollouts (``groups_per_step`` groups, or the
-            ``n_groups`` of :meth:`plan_step`) is ungraded because the machinery failed,
+            ``groups_in_step`` of :meth:`plan_step`) is ungraded because the machinery failed,
             :class:`~wmrl_envs.core.TooManyUngradedError` is raised (default 0.5; ``None``:
             never stop).
         correction: a :class:`~wmrl_envs.core.CorrectionConfig`; it wins over

@@ -266,22 +266,22 @@ class LoopViews:
         ledger counts every wrapper's)."""
         return self.loop.ledger.count(EXECUTION)
 
-    def plan_step(self, n_groups: int | None = None, free_slots: int | None = None) -> list[Route]:
+    def plan_step(self, groups_in_step: int | None = None, free_slots: int | None = None) -> list[Route]:
         """Draw the routes of the next training step now (replacing any unused ones).
 
         Call it at the start of each step when the number of groups per step varies, or to
         cap the anchors by the real-execution slots that are free right now; the next
-        ``n_groups`` groups then take these routes in order.
+        ``groups_in_step`` groups then take these routes in order.
 
         Args:
-            n_groups: groups in the coming step (default ``groups_per_step``).
+            groups_in_step: groups in the coming step (default ``groups_per_step``).
             free_slots: free real-execution slots, in groups (caps the anchor count; the
                 realised fraction then reflects the cap).
 
         Returns:
             The planned routes.
         """
-        return self.loop.plan_step(n_groups, free_slots)
+        return self.loop.plan_step(groups_in_step, free_slots)
 
     def set_anchor_fraction(self, fraction: float) -> None:
         """Change the anchor fraction from the next drawn step on (:meth:`CorrectionLoop.set_anchor_fraction`)."""
