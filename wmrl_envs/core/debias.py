@@ -149,27 +149,6 @@ class IsotonicDebiaser:
         xs = np.linspace(lo, hi, n)
         return xs, self.transform(xs)
 
-    def calibration_error(self, raw: Sequence[float] | None = None, real: Sequence[float] | None = None) -> dict[str, float]:
-        """Mean absolute error of raw and of calibrated scores against real ones.
-
-        Args:
-            raw, real: pairs to evaluate on (default: the buffer; in-sample, optimistic).
-
-        Returns:
-            ``{"raw_mae": float, "calibrated_mae": float, "n": int}``; NaNs when no pairs.
-        """
-        if raw is None or real is None:
-            x, y = self.pairs()
-        else:
-            x, y = np.asarray(raw, dtype=np.float64), np.asarray(real, dtype=np.float64)
-        if x.size == 0:
-            return {"raw_mae": float("nan"), "calibrated_mae": float("nan"), "n": 0}
-        return {
-            "raw_mae": float(np.mean(np.abs(x - y))),
-            "calibrated_mae": float(np.mean(np.abs(self.transform(x) - y))),
-            "n": int(x.size),
-        }
-
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Buffer, counters and the fitted map's thresholds (JSON-serialisable lists)."""

@@ -1,39 +1,10 @@
 """Inverse-variance denoising: the anchor weight ρ on anchor-group advantages.
 
-For each anchor group with calibrated world-model scores ``d_i = f̂(r̂_i)`` and real scores
-``r_i`` the *disagreement* is
-
-    s² = mean_i[((d_i − mean d) − (r_i − mean r))²] / Var_i(r),
-
-the share of the real within-group variation that the world model gets wrong (groups with
-``Var(r) ≈ 0`` or fewer than 2 graded rollouts are skipped). Its exponential moving average
-``s̄²`` (half-life 64 groups) tracks how noisy world-model advantages are. The anchor weight is
-``ρ = 1`` during a warm-up of 32 groups; then ``c`` is fixed once so that ``ρ = ρ_target``
-(2) at that moment, and from then on ``ρ = clip(1 + c·s̄², 1, ρ_max)`` (``ρ_max = 4``), i.e.
-``ρ = 1 + η̂²/η̂²_cal`` with ``η̂²_cal`` the disagreement frozen at calibration. The
-parameter-free variant uses ``c = 1``. ``ρ`` multiplies the post-normalisation GRPO advantages
-of anchor-group rows only, so training leans on real executions when the world model is poor.
-
-Near-perfect warm-up. ``η̂²/η̂²_cal`` is undefined when the world model made no mistake during
-warm-up (``η̂²_cal = 0``), and explodes when ``η̂²_cal`` is tiny: with a bare ``1e-6`` guard,
-``c`` was ``10⁶``, ρ was 1 at calibration instead of ``ρ_target``, and the first small
-disagreement sent it to the clip. In calibrated mode a disagreement below the *floor* ``ε``
-(``disagreement_floor``, default :attr:`InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR` = 0.01) counts
-as ``ε``, in ``c`` and in ρ alike::
-
-    c = (ρ_target − 1) / max(η̂²_cal, ε),    ρ = clip(1 + c·max(s̄², ε), 1, ρ_max)
-
-so ρ is exactly ``ρ_target`` at calibration whatever ``η̂²_cal`` is (0 included), is a
-continuous function of ``s̄²``, and equals the unfloored formula whenever ``s̄²`` and
-``η̂²_cal`` both exceed ``ε``. After a perfect warm-up, a later disagreement raises ρ by
-``(ρ_target − 1)·(s̄² − ε)/ε``; one constant-prediction group (``s² = 1``) at half-life 64 moves
-``s̄²`` by 0.0108, ρ from 2 to 2.08. The floor is tied to the score scale through ``s²``'s
-normalisation: ``s²`` is the residual's share of the group's *real* variance, so ``ε = 0.01``
-means "a residual standard deviation under 10% of the real scores' within-group spread is as
-good as perfect" on any score scale. The price: once calibrated, ρ never goes below
-``1 + (ρ_target − 1)·ε/max(η̂²_cal, ε)`` (1.01 after a warm-up with ``η̂²_cal = 1``). The
-parameter-free ρ = ``1 + s̄²`` divides by nothing and has no floor.
-See ``docs/method.md`` ("Inverse-variance denoising"), after Yang et al., arXiv 2608.12564.
+:func:`group_disagreement` is one anchor group's normalised disagreement ``s²`` (the share of
+the real within-group variation the world model gets wrong); :class:`InverseVarianceDenoiser`
+keeps its EMA ``s̄²`` and turns it into ``ρ`` (warm-up, calibration of the scale ``c``, the
+floor ``ε`` for a near-perfect warm-up, the clip). The formulas and why the floor is needed are
+in ``docs/method.md`` ("Inverse-variance denoising"), after Yang et al., arXiv 2608.12564.
 """
 
 from __future__ import annotations
@@ -87,7 +58,7 @@ class InverseVarianceDenoiser:
         mode: ``"calibrated"`` (fix ``c`` at warm-up end) or ``"parameter_free"`` (``c = 1``).
         disagreement_floor: ``ε`` (float > 0, a share of the real within-group variance, like
             ``s²``): in calibrated mode a disagreement below it counts as ``ε``, both in ``c`` and
-            in ρ (see the module docstring, "Near-perfect warm-up"). Default 0.01.
+            in ρ (``docs/method.md``, "Inverse-variance denoising"). Default 0.01.
 
     Attributes:
         training: when ``False``, :meth:`update` is ignored (evaluation freezes ρ).
@@ -142,7 +113,6 @@ class InverseVarianceDenoiser:
         self.n_scored_groups = 0
         self.n_skipped = 0
         self.c = 1.0 if mode == "parameter_free" else float("nan")
-        self.last_s2: float | None = None
 
     @property
     def warmed_up(self) -> bool:
@@ -167,7 +137,6 @@ class InverseVarianceDenoiser:
         if not self.training:
             return None
         s2 = group_disagreement(calibrated, real)
-        self.last_s2 = s2
         if s2 is None:
             self.n_skipped += 1
             return None

@@ -6,8 +6,9 @@ One group of G rollouts (one task) goes through these steps (``docs/method.md``)
    :meth:`CorrectionLoop.open_group` gives the next group its route, its id and the ρ known at
    that moment (a :class:`GroupTicket`);
 2. **world-model prediction** — :meth:`CorrectionLoop.predict` (one checked, bounded, timed
-   batched call, :func:`~wmrl_envs.core.world_model_call.predict_checked`). While training the
-   world model scores every group (anchor pairs), so the group APIs call it just *before*
+   batched call, :func:`~wmrl_envs.core.world_model_call.predict_checked`), or
+   :meth:`CorrectionLoop.predict_group` for a whole group. While training the world model scores
+   every group (anchor pairs), so the group APIs call it just *before*
    :meth:`~CorrectionLoop.open_group`: a world model that breaks the protocol then stops the
    run without having consumed a route or a group id;
 3. **real execution on anchors** — the caller's (an env ``step``, a sandbox, a Ray pool),
@@ -28,6 +29,7 @@ loop=shared)``): every mutation holds the loop's lock, so counts and pairs add u
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -302,6 +304,23 @@ class CorrectionLoop:
         if self.world_model is None:
             raise RuntimeError("this loop has no world model to predict with")
         return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
+
+    def predict_group(
+        self, route: Route | None, contexts: Sequence[Any], actions: Sequence[Any], *, on_eval_anchors: bool = False
+    ) -> tuple[list[WorldModelPrediction], float]:
+        """The world-model step of a group about to be opened with ``route`` (``None``: the
+        schedule's): :meth:`predict` when :meth:`calls_world_model` says so, else nothing.
+
+        Returns:
+            ``(predictions, seconds)``: B predictions (empty when the world model is not called)
+            and the call's wall-clock seconds (float).
+        """
+        if not self.calls_world_model(route if self.training else route or self.eval_route,
+                                      on_eval_anchors=on_eval_anchors):
+            return [], 0.0
+        t0 = time.perf_counter()
+        preds = self.predict(contexts, actions)
+        return preds, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ 3. execution (the caller's)
     def record_execution(self, seconds: float, count: int = 1) -> None:

@@ -1,39 +1,16 @@
 """Ungraded rollouts: the contract between "the agent's code failed" and "the machinery failed".
 
-What the agent's own code causes — its time-out, its memory or size limit, a crash, a missing
-or malformed submission — is graded: it gets its score on the reward scale (0.0 … 0.2), as
-before. What the *machinery* causes — a sandbox that could not start or broke, a Docker
-daemon that died, a Ray worker lost mid-execution or past its per-call time-out, a world model
-that raised, hung past its per-call time-out or returned a non-finite score — leaves the
-rollout **ungraded**: its reward is ``None``, never a real 0 or 0.1; it is kept out of the
-anchor pairs, the calibration and the ρ statistics, dropped from its GRPO group, counted in the
-:class:`~wmrl_envs.core.ledger.CostLedger` by cause (sources ``"ungraded:<cause>"``), warned
-about (``logging.warning``) and subject to the stop rule: once ``max_share`` of one training
-step's rollouts — or of its real executions (anchor rollouts), which are few, so that a dead
-sandbox cannot go unnoticed behind a working world model — are ungraded,
-:class:`UngradedMonitor` raises :class:`TooManyUngradedError`.
-
-Rollouts ungraded *without a named failure* are counted in the ledger but neither warned
-about nor subject to the stop rule: an input a world model cannot score by its nature (a
-trajectory without frames: cause :data:`UNSCORABLE`, declared with
-``WorldModelPrediction.ungraded_cause``), a world model's ``score=None`` without a cause
-(:data:`WORLD_MODEL_UNGRADED`, the protocol's "could not grade this action") and an env's
-``info["graded"] = False`` without ``info["ungraded_cause"]`` (:data:`EXECUTION_UNGRADED`).
-Failures of the machinery always have a named cause: the wrappers detect a world model that
-raised, hung or returned NaN and a step that raised ``SandboxUnavailableError`` themselves,
-the Ray pool detects lost and hung workers, and an env names its own (``AutoResearchEnv``:
-``"sandbox_unavailable"``).
-
-Contents:
-    * cause names: :data:`SANDBOX_UNAVAILABLE`, :data:`EXECUTION_ERROR`,
-      :data:`EXECUTION_UNGRADED`, :data:`EXECUTION_TIMEOUT`, :data:`WORKER_LOST`,
-      :data:`WORLD_MODEL_ERROR`, :data:`WORLD_MODEL_TIMEOUT`, :data:`WORLD_MODEL_INVALID`,
-      :data:`WORLD_MODEL_UNGRADED`, :data:`UNSCORABLE`; :func:`is_infrastructure`;
-    * :func:`execution_cause` — the cause of an ungraded real step from its reward and info;
-    * :class:`TooManyUngradedError` — the stop rule's error (counts and causes);
-    * :class:`UngradedMonitor` — per-step counting, warnings, ledger entries and the stop rule.
-
-See ``docs/method.md`` ("Ungraded rollouts").
+What the agent's own code causes is graded (it keeps its score on the reward scale); what the
+machinery causes — a sandbox, a Ray worker, a world model that raised, hung or returned a
+non-finite score — leaves the rollout **ungraded**: reward ``None``, out of the anchor pairs
+and ρ, counted by cause, warned about and subject to the stop rule. This module holds the
+pieces every wrapper and the Ray pool share for that: the cause names and
+:func:`is_infrastructure` (named failures warn and count toward the stop rule; the unnamed
+:data:`UNSCORABLE`, :data:`WORLD_MODEL_UNGRADED` and :data:`EXECUTION_UNGRADED` are only
+counted), :func:`execution_cause` (the cause of an ungraded real step), and
+:class:`UngradedMonitor` with its :class:`TooManyUngradedError` (per-step counts, ledger
+entries ``"ungraded:<cause>"``, warnings, the stop rule). The contract, the causes and the
+stop rule are described in ``docs/method.md`` ("Ungraded rollouts").
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Contents:
       actors; ``execute_group`` returns a future at once; execution seconds go to a
       :class:`~wmrl_envs.core.CostLedger`.
     - :class:`~wmrl_envs.distributed.ray_pool.AsyncAnchoredScorer` — the WMRL group path on top of
-      it: routes and world-model-scores groups at submission, corrects them with the shared
-      ``WMRLCorrector.correct_group`` when their real scores arrive.
+      it: routes and world-model-scores groups at submission, closes them on the wrapper's
+      :class:`~wmrl_envs.core.CorrectionLoop` when their real scores arrive.
     - :class:`~wmrl_envs.distributed.ray_pool.GroupExecution`,
       :class:`~wmrl_envs.distributed.ray_pool.GroupExecutionFuture`,
       :class:`~wmrl_envs.distributed.ray_pool.PendingGroup` — the results and handles.

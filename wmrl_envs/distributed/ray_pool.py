@@ -14,9 +14,9 @@ ledgers the actors keep themselves.
 :class:`AsyncAnchoredScorer` plugs the pool into the shared WMRL path of an
 :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (outcome mode): it routes
 each group with the wrapper's router and schedule, scores it with ONE batched world-model
-call when it is submitted, sends anchor groups to the pool, and completes each group's
-correction with the wrapper's ``WMRLCorrector.correct_group`` when its real scores arrive —
-by default in submission order, which makes the results identical to the serial
+call when it is submitted, sends anchor groups to the pool, and closes each group on the
+wrapper's :class:`~wmrl_envs.core.CorrectionLoop` when its real scores arrive — by default in
+submission order, which makes the results identical to the serial
 :meth:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper.score_group`.
 
 Failures of the machinery leave rollouts ungraded, never scored 0 (``docs/method.md``,
@@ -594,13 +594,8 @@ class AsyncAnchoredScorer:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         g = len(actions)
         ctx, _ = w.env.reset(seed=seed, options=options)  # the world model's context, as in score_group
-        preds: list[Any] = []
-        wm_secs = 0.0
         # as in score_group: predict before routing, so a broken world model consumes no route
-        if loop.calls_world_model(route if w.training else route or w.eval_route, on_eval_anchors=w.eval_with_world_model):
-            t0 = time.perf_counter()
-            preds = loop.predict([ctx] * g, list(actions))
-            wm_secs = time.perf_counter() - t0
+        preds, wm_secs = loop.predict_group(route, [ctx] * g, list(actions), on_eval_anchors=w.eval_with_world_model)
         ticket = loop.open_group(route)
         raw = [p.score for p in preds] if preds else [None] * g
         fut = self.pool.execute_group(list(actions), seed=seed, options=options) if ticket.route == ANCHOR else None

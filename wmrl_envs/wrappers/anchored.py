@@ -597,15 +597,10 @@ class AnchoredWorldModelWrapper(
             seed, options, ctx = begun
         else:
             ctx, _ = self.env.reset(seed=seed, options=options)
-        preds: list[WorldModelPrediction] = []
-        wm_secs = 0.0
         # predict before routing (while training the world model scores every group): a broken
         # world model then consumes no route and no group id
-        if self.loop.calls_world_model(route if self.training else route or self.eval_route,
-                                       on_eval_anchors=self.eval_with_world_model):
-            t0 = time.perf_counter()
-            preds = self.loop.predict([ctx] * g, list(actions))
-            wm_secs = time.perf_counter() - t0
+        preds, wm_secs = self.loop.predict_group(route, [ctx] * g, list(actions),
+                                                      on_eval_anchors=self.eval_with_world_model)
         ticket = self.loop.open_group(route)
         r = ticket.route
         raw = [p.score for p in preds] if preds else [None] * g
@@ -712,15 +707,9 @@ class AnchoredWorldModelWrapper(
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         self._reset_group_state()
-        preds: list[WorldModelPrediction] = []
-        wm_secs = 0.0
-        if self.loop.calls_world_model(route if self.training else route or self.eval_route,
-                                       on_eval_anchors=self.eval_with_world_model):
-            t0 = time.perf_counter()
-            preds = self.loop.predict(
-                list(contexts), [Trajectory(list(t.observations), list(t.actions), True) for t in trajectories]
-            )
-            wm_secs = time.perf_counter() - t0
+        trajs = [Trajectory(list(t.observations), list(t.actions), True) for t in trajectories]
+        preds, wm_secs = self.loop.predict_group(route, list(contexts), trajs,
+                                                      on_eval_anchors=self.eval_with_world_model)
         ticket = self.loop.open_group(route)
         r = ticket.route
         raw = [p.score for p in preds] if preds else [None] * g

@@ -308,21 +308,15 @@ class LoopViews:
         self._load_extra_state(state)
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to a JSON file atomically (the env itself is not saved).
-
-        Like ``VecNormalize.save`` in Stable-Baselines3: save beside the model checkpoint.
-        """
+        """Write :meth:`state_dict` to a JSON file atomically, beside the model checkpoint (like
+        ``VecNormalize.save``); the env itself is not saved."""
         from wmrl_envs.utils import write_json_atomic
 
         write_json_atomic(path, self.state_dict())
 
     def load(self, path: str | Path) -> None:
-        """Load a file written by :meth:`save`.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: unknown state version.
-        """
+        """Load a file written by :meth:`save` (``FileNotFoundError``: no file; ``ValueError``:
+        unknown state version)."""
         import json
 
         self.load_state_dict(json.loads(Path(path).read_text()))

@@ -53,7 +53,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
