@@ -1,5 +1,6 @@
-"""The embodied (Reacher-v5) experiment: scripted controller, BC, the progress world model and
-one tiny WMRL GRPO run through AnchoredWorldModelWrapper's reward-mode group API."""
+"""The embodied (Reacher-v5) experiment and its task kit (agents.experiments.reacher): scripted
+controller, BC, the progress world model and one tiny WMRL GRPO run through
+AnchoredWorldModelWrapper's reward-mode group API."""
 
 from __future__ import annotations
 
@@ -14,18 +15,17 @@ try:
 except Exception as exc:  # pragma: no cover - gymnasium[mujoco] extras missing
     pytest.skip(f"Reacher-v5 unavailable: {exc}", allow_module_level=True)
 
-from agents.experiments.embodied import (  # noqa: E402
-    EmbodiedConfig,
+from agents.experiments.embodied import EmbodiedConfig, make_wrapper, train_grpo  # noqa: E402
+from agents.experiments.reacher import (  # noqa: E402
     GaussianMLPPolicy,
     ScriptedReacher,
     behaviour_cloning,
     collect_demonstrations,
     evaluate,
     make_envs,
-    make_wrapper,
     rollout,
-    train_grpo,
 )
+from agents.grpo import GRPOPolicy  # noqa: E402
 from wmrl_envs.core.config import CorrectionConfig  # noqa: E402
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction  # noqa: E402
 from wmrl_envs.world_models.progress import ProgressWorldModel, frame_indices  # noqa: E402
@@ -162,3 +162,7 @@ def test_tiny_wmrl_grpo_through_wrapper(envs):
     assert out["real_labels"] == 12 and out["anchor_groups"] == 3
     assert [p["step"] for p in out["curve"]] == [0, 3]
     assert any(not torch.equal(a, b) for a, b in zip(before, pol.parameters()))
+    # the policy is a GRPOPolicy; 4 iterations per step on the log-probs recorded at sampling
+    assert isinstance(pol, GRPOPolicy) and cfg.grpo.num_iterations == 4
+    assert all(r["rows"] > 0 and np.isfinite(r["loss"]) and 0.0 <= r["clip_fraction"] <= 1.0 for r in out["log"])
+    assert [r["groups_used"] for r in out["log"]] == [4, 4, 4] and [r["ungraded_rows"] for r in out["log"]] == [0, 0, 0]

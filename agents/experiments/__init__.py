@@ -3,5 +3,5 @@
     * :mod:`~agents.experiments.bench` — ``wmrl bench``: the method benchmark on AutoResearch
       (six methods side by side, equal steps and equal compute).
     * :mod:`~agents.experiments.embodied` — the embodied experiment (Reacher, reward mode, a
-      learned progress world model).
+      learned progress world model), on the Reacher task kit of :mod:`~agents.experiments.reacher`.
 """
