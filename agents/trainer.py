@@ -2,14 +2,18 @@
 
 One flat loop, readable top to bottom (in the spirit of CleanRL):
 
-1. evaluate the untrained policy on the held-out tasks (real execution, avg@k);
-2. per step: sample ``groups_per_step`` training tasks, sample G solutions for each
-   (:class:`agents.llm_policy.LLMPolicy`), score every group through
-   :meth:`wmrl_envs.AnchoredWorldModelWrapper.score_group` (world model for every group;
-   real sandboxed execution on anchor groups; online debiasing and the anchor weight ρ),
-   build GRPO advantages (ρ on anchor rows, ungraded rows dropped) and take one policy
-   step (:func:`agents.grpo.grpo_loss`); log metrics and write a checkpoint;
+1. evaluate the untrained policy on the held-out tasks (avg@k, real execution through the
+   wrapper's evaluation mode);
+2. per step: sample ``groups_per_step`` training tasks, take each task's context from the
+   wrapper (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.begin_group`) and build its prompt,
+   sample G solutions per task (:class:`agents.llm_policy.LLMPolicy`), score every group
+   (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.score_group`: the group step of
+   ``wmrl_envs/core``), take the one GRPO step (:func:`agents.grpo.grpo_update`: advantages,
+   ρ on anchor rows, ungraded rows dropped); log metrics and write a checkpoint;
 3. evaluate again, plot the calibration, write and print the summary.
+
+The correction settings are one nested :class:`~wmrl_envs.core.config.CorrectionConfig`
+(``TrainConfig.correction``; its flags keep their names: ``--anchor-fraction``, ``--min-pairs``).
 
 A run folder holds ``config.json``, ``metrics.jsonl``, ``checkpoint/`` (LoRA weights,
 optimiser, RNG states, the wrapper's routing/correction state including every anchor pair),
@@ -34,7 +38,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
-from wmrl_envs.core.config import CorrectionConfig
+from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.utils import write_json_atomic
 
 __all__ = ["TrainConfig", "PRESETS", "train", "load_config"]
@@ -677,7 +681,7 @@ def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall
         "world_model_predictions": led.count("world_model"),
         "world_model_calls": judge_stats,
         "anchor_groups": c.wrapper.router.n_anchor_groups,
-        "groups": c.wrapper.router.n_groups,
+        "groups": c.wrapper.router.n_groups_routed,
         "realised_anchor_fraction": c.wrapper.router.realised_fraction,
         "configured_anchor_fraction": cfg.correction.anchor_fraction,
         "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},

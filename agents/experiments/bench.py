@@ -41,7 +41,7 @@ from typing import Annotated, Any, Callable, Literal, Protocol, Sequence
 import numpy as np
 import tyro
 
-from wmrl_envs.core.config import CorrectionConfig
+from wmrl_envs.core import CorrectionConfig
 
 __all__ = [
     "METHODS",

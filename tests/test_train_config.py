@@ -1,0 +1,94 @@
+"""`wmrl train`'s configuration (fast, no model): the nested correction config, its unprefixed
+flags, config.json round trips, `wmrl presets`, the GRPO step's settings and the evaluation
+wrapper."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import tyro
+
+from agents.trainer import PRESETS, TrainConfig, load_config
+from wmrl_envs.core import CorrectionConfig
+
+
+def test_train_config_nests_one_correction_config():
+    assert TrainConfig().correction == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3)
+    tiny = PRESETS["tiny"].correction
+    assert (tiny.min_pairs, tiny.refit_every, tiny.warmup_groups, tiny.anchor_fraction) == (2, 2, 1, 0.1)
+    assert TrainConfig().num_iterations == 1 and TrainConfig().clip_eps == 0.2
+
+
+def test_correction_flags_keep_their_names_on_top_of_a_preset():
+    args = ["--anchor-fraction", "0.3", "--min-pairs", "5", "--no-debias", "--rho-mode", "parameter_free",
+            "--disagreement-floor", "0.05", "--num-iterations", "3", "--steps", "4"]
+    cfg = tyro.cli(TrainConfig, default=PRESETS["tiny"], args=args)
+    c = cfg.correction
+    assert (c.anchor_fraction, c.min_pairs, c.debias, c.rho_mode, c.disagreement_floor) == (0.3, 5, False, "parameter_free", 0.05)
+    assert c.refit_every == 2 and c.warmup_groups == 1  # the rest of the preset's correction stays
+    assert (cfg.num_iterations, cfg.steps, cfg.preset) == (3, 4, "tiny")
+
+
+def test_config_json_round_trip_and_unknown_keys(tmp_path):
+    from agents.trainer import _json_default
+    from wmrl_envs.utils import write_json_atomic
+
+    cfg = dataclasses.replace(PRESETS["tiny"], correction=dataclasses.replace(PRESETS["tiny"].correction, min_pairs=7))
+    write_json_atomic(tmp_path / "config.json", dataclasses.asdict(cfg), indent=2, default=_json_default)
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert data["correction"]["min_pairs"] == 7 and "min_pairs" not in data  # nested, not flat
+    assert load_config(tmp_path) == cfg
+    data["correction"]["nope"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"correction\.nope"):
+        load_config(tmp_path)
+    data["correction"].pop("nope")
+    data["correction"]["min_pairs"] = 0  # validated again when read
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="min_pairs"):
+        load_config(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("args", [["--anchor-fraction", "2"], ["--min-pairs", "0"], ["--rho-target", "9"],
+                                  ["--disagreement-floor", "-1"], ["--num-iterations", "0"], ["--no-such-flag"]])
+def test_bad_settings_fail_with_status_2_and_no_run_folder(tmp_path, args, capsys):
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--run-dir", str(run), *args]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert not run.exists()
+
+
+def test_presets_prints_the_nested_correction(capsys):
+    from agents.cli import main
+
+    assert main(["presets"]) == 0
+    out = capsys.readouterr().out
+    assert "'correction': {'anchor_fraction': 0.1" in out and "'disagreement_floor'" in out
+
+
+def test_update_config_follows_the_train_config():
+    from agents.trainer import _update_config
+
+    u = _update_config(dataclasses.replace(TrainConfig(), num_iterations=2, clip_eps=0.1, scale_advantages=False))
+    assert (u.num_iterations, u.clip_eps, u.kl_coef, u.entropy_coef, u.max_grad_norm) == (2, 0.1, 0.04, 0.002, 1.0)
+    assert u.micro_batch_per_group and not u.scale and u.drop_zero_advantage
+
+
+def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
+    import gymnasium as gym
+
+    from agents.trainer import _evaluation_wrapper
+
+    env = gym.make("wmrl/Guess-v0")
+    w = _evaluation_wrapper(env, dataclasses.replace(TrainConfig(), eval_k=3, max_ungraded_share=0.25))
+    assert w.training is False and w.world_model is None and w.ungraded.max_share == 0.25
+    out = w.score_group([[0.2], [0.5], [0.9]], options={"target": 0.5})
+    assert out.route == "anchor" and all(r is not None for r in out.rewards)
+    assert w.ledger.count("execution") == 3  # its own ledger: training's is never charged
+    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.stats()["anchor_pairs"] == 0  # nothing learned
