@@ -61,7 +61,7 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
 
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.guess import GuessEnv
-    from wmrl_envs.wrappers.vector import AnchoredWorldModelVectorWrapper, make_vector_env
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
     rng = np.random.default_rng(0)
     acts = rng.random((episodes, 1)).astype(np.float32)

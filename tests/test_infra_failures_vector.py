@@ -10,7 +10,7 @@ from wmrl_envs.core import TooManyUngradedError
 from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, WORLD_MODEL_ERROR, WORLD_MODEL_INVALID
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models.base import WorldModelPrediction
-from wmrl_envs.wrappers.vector import AnchoredWorldModelVectorWrapper, make_vector_env
+from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
 torch.set_num_threads(1)
 

@@ -23,7 +23,7 @@ from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction
 from wmrl_envs.world_models.synthetic import SyntheticWorldModel
-from wmrl_envs.wrappers.vector import AnchoredWorldModelVectorWrapper, RoutedSubEnv, make_vector_env
+from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, RoutedSubEnv, make_vector_env
 
 torch.set_num_threads(1)
 

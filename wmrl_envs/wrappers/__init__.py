@@ -4,14 +4,18 @@ Contents:
     - :class:`AnchoredWorldModelWrapper` — routes groups of episodes to real execution
       (anchors) or a world model and applies the WMRL corrections.
     - :class:`GroupRollout` — result of scoring a whole group at once.
-    - :class:`AnchoredWorldModelVectorWrapper`, :class:`RoutedSubEnv`, :func:`make_vector_env`
-      (:mod:`.vector`) — the vector twin for ``gymnasium.vector`` envs (Sync/Async, every
-      autoreset mode): the sub-envs of one group share a route.
+    - :class:`AnchoredWorldModelVectorWrapper` (:mod:`.vector`) — the vector twin for
+      ``gymnasium.vector`` envs (Sync/Async, every autoreset mode): the sub-envs of one lane
+      run one group at a time, sharing its route.
+    - :class:`RoutedSubEnv`, :func:`make_vector_env` (:mod:`.routed_sub_env`) — the per-sub-env
+      switch that skips the inner step on world-model routes, and the vector env built of them.
+    - :mod:`.common` — what both wrappers share (the loop's views, ``build_loop``).
 """
 
 from __future__ import annotations
 
 from .anchored import AnchoredWorldModelWrapper, GroupRollout
-from .vector import AnchoredWorldModelVectorWrapper, RoutedSubEnv, make_vector_env
+from .routed_sub_env import RoutedSubEnv, make_vector_env
+from .vector import AnchoredWorldModelVectorWrapper
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout", "AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env"]

@@ -20,10 +20,10 @@ accounting), laid out over sub-envs:
   ``seed + k`` (not ``seed + i``), so that the members of a group start alike.
 * **outcome mode** — the expensive inner ``step`` must not run on world-model routes, but a
   vector env steps every sub-env. Each sub-env therefore carries a small
-  :class:`RoutedSubEnv` wrapper (outermost; :func:`make_vector_env` applies it): before a
+  :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` wrapper (outermost; :func:`~wmrl_envs.wrappers.routed_sub_env.make_vector_env` applies it): before a
   step, the vector wrapper sends every sub-env whose plan changed its route (and next reset
   arguments) with ``VectorEnv.set_attr("wmrl_plan", [...])`` — one round trip, also across
-  processes for ``AsyncVectorEnv`` — and on a world-model route :class:`RoutedSubEnv` returns
+  processes for ``AsyncVectorEnv`` — and on a world-model route :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` returns
   a placeholder transition *without calling the inner step*. The vector wrapper then runs ONE
   batched world-model ``predict`` over the sub-envs that stepped, replaces the placeholders by
   the predicted observation (when the world model predicts one) and pays the calibrated score
@@ -50,7 +50,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
@@ -59,134 +59,12 @@ from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_U
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 from .common import LoopViews, aggregate_episode_score, build_loop
+from .routed_sub_env import EXEC_SECONDS_KEY, PLAN_ATTR
+from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
-__all__ = ["AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
-
-PLAN_ATTR = "wmrl_plan"
-"""Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
-
-EXEC_SECONDS_KEY = "wmrl_exec_seconds"
-"""Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
-vector wrapper moves it into its ledger and removes it from the infos)."""
+__all__ = ["AnchoredWorldModelVectorWrapper"]
 
 TaskFn = Callable[[int, int], "tuple[int | None, dict[str, Any] | None]"]
-
-
-class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Per-sub-env switch that skips the inner ``step`` on world-model routes (outcome mode).
-
-    Put it OUTERMOST on every sub-env of a vector env wrapped by
-    :class:`AnchoredWorldModelVectorWrapper` (:func:`make_vector_env` does). It holds a
-    *plan* the vector wrapper sets with ``VectorEnv.set_attr`` before a step/reset:
-    ``wmrl_plan = (route, seed, options)``:
-
-    * ``route == "world_model"``: ``step`` does NOT call the inner env; it returns
-      ``(last_observation, 0.0, t >= episode_steps, False, {})`` (a placeholder the vector
-      wrapper replaces by the world model's prediction). Any other route (``"anchor"``,
-      ``None``): the inner ``step`` runs and ``info["wmrl_exec_seconds"]`` gets its
-      wall-clock seconds (float).
-    * ``seed``/``options``: used by ``reset`` when the caller gives none (an autoreset, or
-      ``reset(options={"reset_mask": ...})`` whose remaining options are empty).
-
-    Without a plan (``None``) the wrapper is transparent.
-
-    Args:
-        env: the sub-env (the expensive one).
-        episode_steps: steps after which a world-model episode terminates (the vector wrapper
-            overwrites it with its own ``episode_steps``).
-
-    Attributes:
-        inner_step_calls: real inner ``step`` calls (int).
-        skipped_steps: steps answered without the inner env (int).
-    """
-
-    def __init__(self, env: gym.Env, episode_steps: int = 1) -> None:
-        gym.utils.RecordConstructorArgs.__init__(self, episode_steps=episode_steps)
-        gym.Wrapper.__init__(self, env)
-        if episode_steps < 1:
-            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
-        self.wmrl_plan: tuple[Route | None, int | None, dict[str, Any] | None] | None = None
-        self.wmrl_episode_steps = int(episode_steps)
-        self.inner_step_calls = 0
-        self.skipped_steps = 0
-        self._last_obs: Any = None
-        self._t = 0
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset the inner env; missing ``seed``/empty ``options`` come from the plan."""
-        plan = self.wmrl_plan
-        if plan is not None:
-            if seed is None:
-                seed = plan[1]
-            if not options:
-                options = plan[2]
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._last_obs = obs
-        self._t = 0
-        return obs, info
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        """Real inner step, or (world-model route) a placeholder without calling the inner env."""
-        self._t += 1
-        plan = self.wmrl_plan
-        if plan is not None and plan[0] == WORLD_MODEL:
-            self.skipped_steps += 1
-            return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps, False, {}
-        t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        dt = time.perf_counter() - t0
-        self.inner_step_calls += 1
-        self._last_obs = obs
-        info = dict(info)
-        info[EXEC_SECONDS_KEY] = dt
-        return obs, reward, terminated, truncated, info
-
-
-def make_vector_env(
-    env_fn: Callable[[], gym.Env],
-    num_envs: int,
-    *,
-    vectorization: Literal["sync", "async"] = "sync",
-    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-    episode_steps: int = 1,
-    **vector_kwargs: Any,
-) -> VectorEnv:
-    """A ``SyncVectorEnv``/``AsyncVectorEnv`` of ``num_envs`` copies of ``env_fn()``, each
-    wrapped (outermost) in :class:`RoutedSubEnv`, ready for :class:`AnchoredWorldModelVectorWrapper`.
-
-    Args:
-        env_fn: builds one sub-env (for ``"async"`` it must be picklable by cloudpickle).
-        num_envs: number of sub-envs (a multiple of the wrapper's ``group_size``).
-        vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
-        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its string value).
-        episode_steps: steps of a world-model episode (the wrapper sets its own value anyway).
-        **vector_kwargs: passed to the vector env's constructor (e.g. ``shared_memory``).
-
-    Returns:
-        The vector env.
-
-    Raises:
-        ValueError: unknown ``vectorization`` or ``num_envs < 1``.
-    """
-    if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-    fns = [_RoutedFactory(env_fn, episode_steps) for _ in range(num_envs)]
-    if vectorization == "sync":
-        return SyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
-    if vectorization == "async":
-        return AsyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
-    raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
-
-
-class _RoutedFactory:
-    """Picklable ``lambda: RoutedSubEnv(env_fn(), episode_steps)``."""
-
-    def __init__(self, env_fn: Callable[[], gym.Env], episode_steps: int) -> None:
-        self.env_fn = env_fn
-        self.episode_steps = episode_steps
-
-    def __call__(self) -> RoutedSubEnv:
-        return RoutedSubEnv(self.env_fn(), self.episode_steps)
 
 
 @dataclass
@@ -232,7 +110,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
 
     Args:
         env: the vector env (``num_envs`` a multiple of ``group_size``). Outcome mode needs a
-            :class:`RoutedSubEnv` outermost on every sub-env (:func:`make_vector_env`); reward
+            :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` outermost on every sub-env (:func:`~wmrl_envs.wrappers.routed_sub_env.make_vector_env`); reward
             mode needs it only with ``task_fn`` (otherwise plain sub-envs work, and execution
             seconds are the vector step's wall-clock).
         world_model: batched ``predict(contexts, actions)``; ``None`` only with
@@ -272,13 +150,14 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
 
     Raises:
         ValueError: invalid arguments, ``num_envs`` not a multiple of ``group_size``, or (outcome
-            mode / ``task_fn``) sub-envs without :class:`RoutedSubEnv`.
+            mode / ``task_fn``) sub-envs without :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv`.
         TypeError: ``env`` is not a ``gymnasium.vector.VectorEnv``.
 
     Example:
         >>> import numpy as np
         >>> from wmrl_envs.envs.guess import GuessEnv
         >>> from wmrl_envs.world_models import WorldModelPrediction
+        >>> from wmrl_envs.wrappers import make_vector_env
         >>> class EchoWM:
         ...     def predict(self, contexts, actions):
         ...         return [WorldModelPrediction(score=float(a[0])) for a in actions]
@@ -355,7 +234,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._routed = self._has_routed_sub_envs()
         if mode == "outcome" and not self._routed:
             raise ValueError(
-                "outcome mode needs a RoutedSubEnv (wmrl_envs.wrappers.vector) outermost on every sub-env, "
+                "outcome mode needs a RoutedSubEnv (wmrl_envs.wrappers) outermost on every sub-env, "
                 "so that world-model routes skip the expensive inner step: build the vector env with "
                 "make_vector_env(env_fn, num_envs) or wrap each env_fn's env in RoutedSubEnv"
             )
@@ -400,12 +279,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         except AttributeError:  # a vector env whose sub-envs are not gymnasium.Env
             return False
 
-    def _task(self, k: int, gen: int) -> tuple[int | None, dict[str, Any] | None]:
+    def _task(self, k: int, rnd: int) -> tuple[int | None, dict[str, Any] | None]:
         if self.task_fn is None:
             return (None, None)
-        key = (k, gen)
+        key = (k, rnd)
         if key not in self._tasks:
-            out = self.task_fn(k, gen)
+            out = self.task_fn(k, rnd)
             if out is None:
                 out = (None, None)
             if not (isinstance(out, tuple) and len(out) == 2):
@@ -432,11 +311,11 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         if not self._use_plans:
             return
         k = i // self.group_size
-        gen = int(self._ep_index[i])
-        route = self._groups[(k, gen)].route if self.mode == "outcome" else None
+        rnd = int(self._ep_index[i])
+        route = self._groups[(k, rnd)].route if self.mode == "outcome" else None
         # same-step autoreset resets inside the step that ends the episode: it needs the NEXT task
-        task_gen = gen + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else gen
-        seed, options = self._task(k, task_gen)
+        task_round = rnd + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else rnd
+        seed, options = self._task(k, task_round)
         self._plans[i] = (route, seed, options)
 
     def _flush_plans(self) -> None:
@@ -519,10 +398,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             self._tasks.clear()
             self.loop.requeue_routes(requeue)
             for k in range(self.n_lanes):
-                gen = self._next_round[k]
-                self._open_group(k, gen)
+                rnd = self._next_round[k]
+                self._open_group(k, rnd)
                 for i in range(k * g, (k + 1) * g):
-                    self._ep_index[i] = gen
+                    self._ep_index[i] = rnd
                     self._running[i] = False
                     self._pending_reset[i] = False
                     self._update_plan(i)
@@ -546,11 +425,11 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         obs_list = list(iterate(self.observation_space, obs))
         for i in reset_idx:
             self._running[i] = True
-            self._new_episode(i, _copy(obs_list[i]))
+            self._new_episode(i, copy_obs(obs_list[i]))
             self._update_plan(i)
         infos = dict(infos)
         infos["wmrl"] = self._base_info()
-        infos["wmrl"]["episode_start"] = _bool_array(n, reset_idx)
+        infos["wmrl"]["episode_start"] = bool_array(n, reset_idx)
         infos["wmrl"]["_episode_start"] = np.ones(n, dtype=bool)
         return obs, infos
 
@@ -650,8 +529,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             else:
                 assert ep.traj is not None
                 last = final_obs[i] if (same_step and done[i] and final_obs is not None) else obs_list[i]
-                ep.traj.actions.append(_copy(act_list[i]))
-                ep.traj.observations.append(_copy(last))
+                ep.traj.actions.append(copy_obs(act_list[i]))
+                ep.traj.observations.append(copy_obs(last))
                 if done[i] and use_wm:
                     batch_idx.append(i)
                     batch_ctx.append(ep.traj.observations[0])
@@ -661,7 +540,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             for i, p in zip(batch_idx, self.loop.predict(batch_ctx, batch_act)):
                 preds[i] = p
 
-        w = _InfoBuilder(n)
+        w = InfoBuilder(n)
         replacements: dict[int, Any] = {}
         completed: list[int] = []
         ended: dict[int, list[tuple[int, float | None]]] = {}
@@ -672,12 +551,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             p = preds.get(i)
             src = step_info(i)
             real_r = float(rewards[i])
-            graded_flag = _info_get(src, "graded", i)
+            graded_flag = info_get(src, "graded", i)
             if graded_flag is False or not math.isfinite(real_r):
                 ep.real_graded = False
                 if ep.real_cause is None:
-                    ep.real_cause = str(_info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
-                    msg = _info_get(src, "error", i) or _info_get(src, "message", i)
+                    ep.real_cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
+                    msg = info_get(src, "error", i) or info_get(src, "message", i)
                     if msg:
                         self._messages[ep.real_cause] = str(msg)
             else:
@@ -710,7 +589,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                     w.set("feedback", i, p.feedback if p is not None else "", object)
                     w.set("status", i, p.status if p is not None else None, object)
                 else:
-                    self._ctx[i] = _copy(obs_list[i]) if not (same_step and done[i]) else self._ctx[i]
+                    self._ctx[i] = copy_obs(obs_list[i]) if not (same_step and done[i]) else self._ctx[i]
                 if raw_ep is not None:
                     w.set("raw_score", i, raw_ep, np.float64)
             else:
@@ -720,7 +599,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                     self._note_wm_failure(ep, p)
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0  # the real reward is withheld
-                    _withhold(src, self.withheld_info_keys, i)
+                    withhold(src, self.withheld_info_keys, i)
                 if done[i] and raw_ep is not None:
                     w.set("raw_score", i, raw_ep, np.float64)
             if done[i]:
@@ -786,7 +665,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             if resetting[i]:
                 self._pending_reset[i] = False
                 self._running[i] = True
-                self._new_episode(i, _copy(obs_list[i]))
+                self._new_episode(i, copy_obs(obs_list[i]))
                 self._update_plan(i)
                 self._fill_base(w, i, self._group_of(i))
                 w.set("episode_start", i, True, bool)
@@ -797,7 +676,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             self._open_group(k, int(self._ep_index[i]))
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 self._running[i] = True
-                self._new_episode(i, _copy(obs_list[i]))
+                self._new_episode(i, copy_obs(obs_list[i]))
             elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
                 self._running[i] = False
                 self._pending_reset[i] = True
@@ -821,7 +700,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         return obs, rewards, terms, truncs, infos
 
     # ------------------------------------------------------------------ infos
-    def _fill_base(self, w: "_InfoBuilder", i: int, rec: _Group) -> None:
+    def _fill_base(self, w: InfoBuilder, i: int, rec: _Group) -> None:
         t = rec.ticket
         w.set("route", i, t.route, object)
         w.set("lane", i, rec.lane, np.int64)
@@ -834,7 +713,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         w.set("advantage_weight", i, t.rho if t.route == ANCHOR else 1.0, np.float64)
 
     def _base_info(self) -> dict[str, Any]:
-        w = _InfoBuilder(self.num_envs)
+        w = InfoBuilder(self.num_envs)
         for i in range(self.num_envs):
             self._fill_base(w, i, self._group_of(i))
         w.fill("rho", self.loop.rho, np.float64)
@@ -853,84 +732,3 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._groups.clear()
         self._tasks.clear()
         self._started = False
-
-
-# ---------------------------------------------------------------------- info helpers
-class _InfoBuilder:
-    """Builds a Gymnasium dict-of-arrays info with ``_key`` masks."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.values: dict[str, np.ndarray] = {}
-        self.masks: dict[str, np.ndarray] = {}
-
-    def ensure(self, key: str, dtype: Any) -> None:
-        if key not in self.values:
-            if dtype is object:
-                self.values[key] = np.full(self.n, None, dtype=object)
-            elif dtype is np.float64:
-                self.values[key] = np.full(self.n, np.nan, dtype=np.float64)
-            elif dtype is np.int64:
-                self.values[key] = np.full(self.n, -1, dtype=np.int64)
-            else:
-                self.values[key] = np.zeros(self.n, dtype=dtype)
-            self.masks[key] = np.zeros(self.n, dtype=bool)
-
-    def set(self, key: str, i: int, value: Any, dtype: Any) -> None:
-        self.ensure(key, dtype)
-        self.values[key][i] = value
-        self.masks[key][i] = True
-
-    def fill(self, key: str, value: Any, dtype: Any) -> None:
-        self.ensure(key, dtype)
-        self.values[key][:] = value
-        self.masks[key][:] = True
-
-    def build(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, arr in self.values.items():
-            mask = self.masks[key]
-            if key in ("episode_start", "group_complete"):
-                mask = np.ones(self.n, dtype=bool)  # flags: defined for every sub-env
-            out[key] = arr
-            out["_" + key] = mask
-        return out
-
-
-def _bool_array(n: int, idx: Sequence[int]) -> np.ndarray:
-    a = np.zeros(n, dtype=bool)
-    a[list(idx)] = True
-    return a
-
-
-def _info_get(d: dict[str, Any] | None, key: str, i: int) -> Any:
-    if not isinstance(d, dict) or key not in d:
-        return None
-    mask = d.get("_" + key)
-    if mask is not None and not bool(mask[i]):
-        return None
-    v = d[key][i]
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _withhold(d: dict[str, Any] | None, keys: Sequence[str], i: int) -> None:
-    """Remove sub-env ``i``'s value of ``keys`` from a dict-of-arrays info (in place)."""
-    if not isinstance(d, dict):
-        return
-    for key in keys:
-        if key not in d:
-            continue
-        arr = d[key]
-        mask = d.get("_" + key)
-        if isinstance(arr, np.ndarray):
-            arr[i] = None if arr.dtype == object else 0
-        if isinstance(mask, np.ndarray):
-            mask[i] = False
-            if not mask.any():
-                del d[key], d["_" + key]
-
-
-def _copy(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    return copy.deepcopy(x)

@@ -1,0 +1,143 @@
+"""``RoutedSubEnv``: the switch inside each sub-env of a vector env that skips the expensive
+inner ``step`` on world-model routes, and :func:`make_vector_env`, which builds a vector env of
+such sub-envs for :class:`~wmrl_envs.wrappers.vector.AnchoredWorldModelVectorWrapper`.
+
+This is what runs in the sub-env (possibly in a worker process of an ``AsyncVectorEnv``): it
+knows nothing of the method, only the plan ``(route, seed, options)`` the vector wrapper sends
+it with ``set_attr``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Literal
+
+import gymnasium as gym
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+
+from wmrl_envs.core import WORLD_MODEL, Route
+
+__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
+
+PLAN_ATTR = "wmrl_plan"
+"""Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
+
+EXEC_SECONDS_KEY = "wmrl_exec_seconds"
+"""Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
+vector wrapper moves it into its ledger and removes it from the infos)."""
+
+class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Per-sub-env switch that skips the inner ``step`` on world-model routes (outcome mode).
+
+    Put it OUTERMOST on every sub-env of a vector env wrapped by
+    :class:`AnchoredWorldModelVectorWrapper` (:func:`make_vector_env` does). It holds a
+    *plan* the vector wrapper sets with ``VectorEnv.set_attr`` before a step/reset:
+    ``wmrl_plan = (route, seed, options)``:
+
+    * ``route == "world_model"``: ``step`` does NOT call the inner env; it returns
+      ``(last_observation, 0.0, t >= episode_steps, False, {})`` (a placeholder the vector
+      wrapper replaces by the world model's prediction). Any other route (``"anchor"``,
+      ``None``): the inner ``step`` runs and ``info["wmrl_exec_seconds"]`` gets its
+      wall-clock seconds (float).
+    * ``seed``/``options``: used by ``reset`` when the caller gives none (an autoreset, or
+      ``reset(options={"reset_mask": ...})`` whose remaining options are empty).
+
+    Without a plan (``None``) the wrapper is transparent.
+
+    Args:
+        env: the sub-env (the expensive one).
+        episode_steps: steps after which a world-model episode terminates (the vector wrapper
+            overwrites it with its own ``episode_steps``).
+
+    Attributes:
+        inner_step_calls: real inner ``step`` calls (int).
+        skipped_steps: steps answered without the inner env (int).
+    """
+
+    def __init__(self, env: gym.Env, episode_steps: int = 1) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, episode_steps=episode_steps)
+        gym.Wrapper.__init__(self, env)
+        if episode_steps < 1:
+            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
+        self.wmrl_plan: tuple[Route | None, int | None, dict[str, Any] | None] | None = None
+        self.wmrl_episode_steps = int(episode_steps)
+        self.inner_step_calls = 0
+        self.skipped_steps = 0
+        self._last_obs: Any = None
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset the inner env; missing ``seed``/empty ``options`` come from the plan."""
+        plan = self.wmrl_plan
+        if plan is not None:
+            if seed is None:
+                seed = plan[1]
+            if not options:
+                options = plan[2]
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._last_obs = obs
+        self._t = 0
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Real inner step, or (world-model route) a placeholder without calling the inner env."""
+        self._t += 1
+        plan = self.wmrl_plan
+        if plan is not None and plan[0] == WORLD_MODEL:
+            self.skipped_steps += 1
+            return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps, False, {}
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        dt = time.perf_counter() - t0
+        self.inner_step_calls += 1
+        self._last_obs = obs
+        info = dict(info)
+        info[EXEC_SECONDS_KEY] = dt
+        return obs, reward, terminated, truncated, info
+
+
+def make_vector_env(
+    env_fn: Callable[[], gym.Env],
+    num_envs: int,
+    *,
+    vectorization: Literal["sync", "async"] = "sync",
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+    episode_steps: int = 1,
+    **vector_kwargs: Any,
+) -> VectorEnv:
+    """A ``SyncVectorEnv``/``AsyncVectorEnv`` of ``num_envs`` copies of ``env_fn()``, each
+    wrapped (outermost) in :class:`RoutedSubEnv`, ready for :class:`AnchoredWorldModelVectorWrapper`.
+
+    Args:
+        env_fn: builds one sub-env (for ``"async"`` it must be picklable by cloudpickle).
+        num_envs: number of sub-envs (a multiple of the wrapper's ``group_size``).
+        vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
+        autoreset_mode: a ``gymnasium.vector.AutoresetMode`` (or its string value).
+        episode_steps: steps of a world-model episode (the wrapper sets its own value anyway).
+        **vector_kwargs: passed to the vector env's constructor (e.g. ``shared_memory``).
+
+    Returns:
+        The vector env.
+
+    Raises:
+        ValueError: unknown ``vectorization`` or ``num_envs < 1``.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    fns = [_RoutedFactory(env_fn, episode_steps) for _ in range(num_envs)]
+    if vectorization == "sync":
+        return SyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
+    if vectorization == "async":
+        return AsyncVectorEnv(fns, autoreset_mode=autoreset_mode, **vector_kwargs)
+    raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+
+
+class _RoutedFactory:
+    """Picklable ``lambda: RoutedSubEnv(env_fn(), episode_steps)``."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env], episode_steps: int) -> None:
+        self.env_fn = env_fn
+        self.episode_steps = episode_steps
+
+    def __call__(self) -> RoutedSubEnv:
+        return RoutedSubEnv(self.env_fn(), self.episode_steps)
