@@ -30,17 +30,10 @@ from wmrl_envs.envs.autoresearch.env import (
     next_observation,
     sanitize_text,
 )
-from wmrl_envs.envs.autoresearch.grading import (
-    PUBLIC_FILES,
-    REFERENCE_SOLUTIONS,
-    check_source,
-    evaluate,
-    get_leaderboard,
-    load_leaderboards,
-    read_submission,
-    task_data,
-    write_public_files,
-)
+from wmrl_envs.envs.autoresearch.grading import check_source, evaluate
+from wmrl_envs.envs.autoresearch.leaderboards import REFERENCE_SOLUTIONS, get_leaderboard, load_leaderboards
+from wmrl_envs.envs.autoresearch.submission import read_submission
+from wmrl_envs.envs.autoresearch.taskdata import PUBLIC_FILES, task_data, write_public_files
 from wmrl_envs.envs.autoresearch.scale import position_score, score_from_status
 from wmrl_envs.envs.autoresearch.tasks import CATEGORIES, METRICS, get_task, list_tasks
 from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
@@ -552,7 +545,7 @@ def test_a_duplicate_column_after_strip_is_graded_not_raised_by_step(sandbox, tm
 
 
 def test_submission_size_is_bounded_by_the_test_set(tmp_path):
-    from wmrl_envs.envs.autoresearch.grading import submission_max_bytes
+    from wmrl_envs.envs.autoresearch.submission import submission_max_bytes
 
     d = task_data(CHURN)
     limit = submission_max_bytes(CHURN)
@@ -600,12 +593,12 @@ def test_layout_feedback_never_drops_the_run_line(n):
 def test_a_killed_leaderboard_build_leaves_nothing_after_the_next_one(tmp_path, monkeypatch):
     import tempfile
 
-    from wmrl_envs.envs.autoresearch.grading import build_leaderboards
+    from wmrl_envs.envs.autoresearch.leaderboards import build_leaderboards
 
     task = "digits-upscaled"  # the smallest test set: the quickest public files to write
     killer = f"""
 import os, signal
-from wmrl_envs.envs.autoresearch.grading import build_leaderboards
+from wmrl_envs.envs.autoresearch.leaderboards import build_leaderboards
 from wmrl_envs.sandbox.base import Sandbox
 
 class Kill(Sandbox):

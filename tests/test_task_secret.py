@@ -19,6 +19,7 @@ import re
 import shutil
 import stat
 import sys
+import tempfile
 import types
 import uuid
 import warnings
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wmrl_envs.envs.autoresearch import grading
+from wmrl_envs.envs.autoresearch import leaderboards
 from wmrl_envs.envs.autoresearch import secret as S
 from wmrl_envs.envs.autoresearch import tasks as T
 from wmrl_envs.envs.autoresearch.env import (
@@ -38,7 +39,9 @@ from wmrl_envs.envs.autoresearch.env import (
     layout_feedback,
     next_observation,
 )
-from wmrl_envs.envs.autoresearch.grading import Grade, evaluate, get_leaderboard, task_data
+from wmrl_envs.envs.autoresearch.grading import Grade, evaluate
+from wmrl_envs.envs.autoresearch.leaderboards import get_leaderboard
+from wmrl_envs.envs.autoresearch.taskdata import task_data
 from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 from wmrl_envs.sandbox import BubblewrapSandbox, SandboxLimits, SandboxUnavailableError
 
@@ -169,19 +172,19 @@ def test_generator_accepts_a_seed_of_any_size_and_is_deterministic():
 
 
 def test_shipped_leaderboards_are_the_reference_secrets_and_match_its_data():
-    board = grading.load_leaderboards()
+    board = leaderboards.load_leaderboards()
     assert board["secret_fingerprint"] == S.secret_fingerprint(S.REFERENCE_SECRET.encode())
     for tid in list_tasks():
         assert board["tasks"][tid]["data_digest"] == task_data(tid).digest, f"{tid}: rebuild leaderboards.json"
 
 
 def test_a_stale_shipped_leaderboard_warns_once(monkeypatch, tmp_path):
-    board = json.loads(grading.LEADERBOARD_PATH.read_text())
+    board = json.loads(leaderboards.LEADERBOARD_PATH.read_text())
     board["tasks"][ATTACK_TASK]["data_digest"] = "0" * 64  # as if another scikit-learn drew other data
     stale = tmp_path / "leaderboards.json"
     stale.write_text(json.dumps(board))
-    monkeypatch.setattr(grading, "LEADERBOARD_PATH", stale)
-    monkeypatch.setattr(grading, "_STALE_WARNED", set())
+    monkeypatch.setattr(leaderboards, "LEADERBOARD_PATH", stale)
+    monkeypatch.setattr(leaderboards, "_STALE_WARNED", set())
     with pytest.warns(UserWarning, match="computed on other data.*WMRL_TASK_SECRET=wmrl-reference"):
         values = get_leaderboard(ATTACK_TASK)
     assert values == [e["metric_value"] for e in board["tasks"][ATTACK_TASK]["entries"]]
@@ -195,20 +198,20 @@ def test_a_stale_shipped_leaderboard_warns_once(monkeypatch, tmp_path):
 @pytest.fixture
 def quick_references(monkeypatch):
     """Two fast reference solutions per problem type, and a count of leaderboard builds."""
-    monkeypatch.setattr(grading, "REFERENCE_SOLUTIONS", {
+    monkeypatch.setattr(leaderboards, "REFERENCE_SOLUTIONS", {
         "classification": (("majority", "model = DummyClassifier(strategy='prior')"),
                            ("stump", "model = DecisionTreeClassifier(max_depth=2, random_state=0)")),
         "regression": (("mean", "model = DummyRegressor()"),
                        ("stump", "model = DecisionTreeRegressor(max_depth=2, random_state=0)")),
     })
     calls = []
-    real = grading.build_leaderboards
+    real = leaderboards.build_leaderboards
 
     def counting(*a, **kw):
         calls.append(a[0] if a else kw.get("task_ids"))
         return real(*a, **kw)
 
-    monkeypatch.setattr(grading, "build_leaderboards", counting)
+    monkeypatch.setattr(leaderboards, "build_leaderboards", counting)
     return calls
 
 
@@ -218,7 +221,7 @@ def test_other_secret_gets_its_own_leaderboard_built_once_and_cached(other_secre
     err = capsys.readouterr().err
     assert "no reference leaderboard yet" in err and "[leaderboard] hastie-noisy" in err  # progress shown
     assert len(values) == 2 and values[1] > values[0]  # the stump beats the majority class
-    folder = grading.leaderboard_cache_dir()
+    folder = leaderboards.leaderboard_cache_dir()
     assert folder == S.secret_dir() / "leaderboards" / S.secret_fingerprint()
     path = folder / f"{ATTACK_TASK}.json"
     saved = json.loads(path.read_text())
@@ -226,7 +229,7 @@ def test_other_secret_gets_its_own_leaderboard_built_once_and_cached(other_secre
     assert saved["tasks"][ATTACK_TASK]["data_digest"] == task_data(ATTACK_TASK).digest
     assert other_secret.decode() not in str(path) and other_secret.decode() not in path.read_text()
     # computed on this secret's data, not the reference one's
-    ref = [e["metric_value"] for e in grading.load_leaderboards()["tasks"][ATTACK_TASK]["entries"][:2]]
+    ref = [e["metric_value"] for e in leaderboards.load_leaderboards()["tasks"][ATTACK_TASK]["entries"][:2]]
     assert values != ref
     assert get_leaderboard(ATTACK_TASK) == values and quick_references == [[ATTACK_TASK]]  # cached
     # a board of other data (e.g. a changed generator) is rebuilt, not used
@@ -237,9 +240,9 @@ def test_other_secret_gets_its_own_leaderboard_built_once_and_cached(other_secre
 
 def test_leaderboards_refuse_the_wrong_secret(other_secret, tmp_path):
     with pytest.raises(ValueError, match="reference secret's leaderboards"):
-        grading.build_leaderboards([ATTACK_TASK], path=grading.LEADERBOARD_PATH)
+        leaderboards.build_leaderboards([ATTACK_TASK], path=leaderboards.LEADERBOARD_PATH)
     with pytest.raises(ValueError, match="built for another task secret"):
-        get_leaderboard(ATTACK_TASK, path=grading.LEADERBOARD_PATH)
+        get_leaderboard(ATTACK_TASK, path=leaderboards.LEADERBOARD_PATH)
 
 
 # ----------------------------------------------------------------------------- the attack
@@ -350,7 +353,7 @@ out["secret_in_proc"] = found
 out["secret_in_environ"] = [k for k, v in os.environ.items() if {override!r} in v or {key.decode()!r} in v]
 print(json.dumps(out))
 '''
-        job = Path(grading.tempfile.mkdtemp(prefix="wmrl-probe-"))
+        job = Path(tempfile.mkdtemp(prefix="wmrl-probe-"))
         try:
             res = env.sandbox.run_python(probe, job, limits=LIMITS)
         finally:
@@ -496,11 +499,11 @@ def test_concurrent_first_use_agrees_on_one_secret(monkeypatch, tmp_path):
 
 
 def test_cli_builds_this_installations_boards_and_never_the_shipped_file(other_secret, quick_references, capsys):
-    shipped = grading.LEADERBOARD_PATH.read_bytes()
-    assert grading.main(["--tasks", ATTACK_TASK]) == 0
+    shipped = leaderboards.LEADERBOARD_PATH.read_bytes()
+    assert leaderboards.main(["--tasks", ATTACK_TASK]) == 0
     assert quick_references == [[ATTACK_TASK]]
-    assert (grading.leaderboard_cache_dir() / f"{ATTACK_TASK}.json").is_file()
-    assert grading.LEADERBOARD_PATH.read_bytes() == shipped
+    assert (leaderboards.leaderboard_cache_dir() / f"{ATTACK_TASK}.json").is_file()
+    assert leaderboards.LEADERBOARD_PATH.read_bytes() == shipped
     assert "this installation's leaderboards" in capsys.readouterr().out
 
 

@@ -28,10 +28,15 @@ Modules:
       :func:`list_tasks`, :func:`get_task`).
     * :mod:`~wmrl_envs.envs.autoresearch.secret` — the task secret (:func:`task_secret`,
       :func:`derive_seed`, :func:`sandbox_hidden_paths`, :data:`REFERENCE_SECRET`).
-    * :mod:`~wmrl_envs.envs.autoresearch.grading` — job folders, grading (:class:`Grade`,
-      :func:`grade`, :func:`evaluate`) and reference leaderboards
-      (:func:`build_leaderboards`, shipped as ``leaderboards.json`` for the reference secret;
-      :func:`ensure_leaderboard` for any other).
+    * :mod:`~wmrl_envs.envs.autoresearch.taskdata` — a task's data on the host
+      (:func:`task_data`) and the public files of a job folder (:func:`write_public_files`).
+    * :mod:`~wmrl_envs.envs.autoresearch.submission` — reading ``submission.csv``
+      (:func:`read_submission`) and the task metrics (:func:`compute_metric`).
+    * :mod:`~wmrl_envs.envs.autoresearch.grading` — grading one solution (:class:`Grade`,
+      :func:`check_source`, :func:`grade`, :func:`evaluate`).
+    * :mod:`~wmrl_envs.envs.autoresearch.leaderboards` — the reference leaderboards
+      (:func:`get_leaderboard`, :func:`build_leaderboards`, shipped as ``leaderboards.json``
+      for the reference secret; :func:`ensure_leaderboard` for any other).
     * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`,
       :func:`format_feedback` (the grader's report first, the program's output quoted with
       ``| ``, :func:`layout_feedback`), :func:`next_observation`.
@@ -60,16 +65,12 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         next_observation,
         sanitize_text,
     )
-    from wmrl_envs.envs.autoresearch.grading import (
-        Grade,
+    from wmrl_envs.envs.autoresearch.grading import Grade, check_source, evaluate, grade
+    from wmrl_envs.envs.autoresearch.leaderboards import (
         build_leaderboards,
-        check_source,
         ensure_leaderboard,
-        evaluate,
         get_leaderboard,
-        grade,
         load_leaderboards,
-        write_public_files,
     )
     from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
     from wmrl_envs.envs.autoresearch.secret import (
@@ -79,6 +80,7 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         secret_path,
         task_secret,
     )
+    from wmrl_envs.envs.autoresearch.taskdata import write_public_files
     from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel, ParsedJudgement, parse_judge_output
     from wmrl_envs.envs.autoresearch.embedding_world_model import (
@@ -94,11 +96,10 @@ _LAZY: dict[str, str] = {
          "sanitize_text"],
         "env",
     ),
-    **dict.fromkeys(
-        ["Grade", "build_leaderboards", "check_source", "ensure_leaderboard", "evaluate", "get_leaderboard",
-         "grade", "load_leaderboards", "write_public_files"],
-        "grading",
-    ),
+    **dict.fromkeys(["Grade", "check_source", "evaluate", "grade"], "grading"),
+    **dict.fromkeys(["build_leaderboards", "ensure_leaderboard", "get_leaderboard", "load_leaderboards"],
+                    "leaderboards"),
+    **dict.fromkeys(["write_public_files"], "taskdata"),
     **dict.fromkeys(["REFERENCE_SECRET", "derive_seed", "sandbox_hidden_paths", "secret_path", "task_secret"],
                     "secret"),
     **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),

@@ -131,7 +131,7 @@ def describe_task(task_id: str) -> str:
     Raises:
         ValueError: unknown task id.
     """
-    from wmrl_envs.envs.autoresearch.grading import task_data
+    from wmrl_envs.envs.autoresearch.taskdata import task_data
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
     spec = get_task(task_id)

@@ -44,17 +44,11 @@ from typing import Any, Sequence
 import gymnasium as gym
 from gymnasium import spaces
 
-from wmrl_envs.envs.autoresearch.grading import (
-    EXEC_ENV,
-    SOLUTION_FILE,
-    SUBMISSION_FILE,
-    Grade,
-    check_source,
-    evaluate,
-    get_leaderboard,
-    task_data,
-)
+from wmrl_envs.envs.autoresearch.grading import EXEC_ENV, SOLUTION_FILE, Grade, check_source, evaluate
 from wmrl_envs.envs.autoresearch.grading import grade as grade_solution
+from wmrl_envs.envs.autoresearch.leaderboards import get_leaderboard
+from wmrl_envs.envs.autoresearch.submission import SUBMISSION_FILE
+from wmrl_envs.envs.autoresearch.taskdata import task_data
 from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, TaskSpec, get_task, list_tasks
 from wmrl_envs.sandbox.base import Sandbox, SandboxLimits
 
