@@ -239,9 +239,8 @@ def make_wrapper(method: str, world_model: Any, config: EmbodiedConfig, seed: in
     if method in corrections:
         wm, corr = corrections[method]
         return AnchoredWorldModelWrapper(
-            env, wm, anchor_fraction=corr.anchor_fraction, group_size=config.group_size, mode="reward",
-            groups_per_step=config.groups_per_step, min_anchor_groups=corr.min_anchor_groups,
-            corrector=corr.build_corrector(), seed=seed,
+            env, wm, group_size=config.group_size, mode="reward", groups_per_step=config.groups_per_step,
+            correction=corr, seed=seed,
         )
     raise ValueError(f"unknown method {method!r}; choose from {sorted(METHOD_LABELS)}")
 
