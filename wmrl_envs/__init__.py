@@ -1,9 +1,12 @@
 """wmrl_envs — world-model RL with anchored real execution (Yang et al., arXiv 2608.12564).
 
 Contents:
-    - :mod:`wmrl_envs.core` — the corrections as plain objects: routing, isotonic debiaser,
-      anchor denoiser (ρ), the group-level corrector, the cost ledger.
-    - :mod:`wmrl_envs.wrappers` — :class:`AnchoredWorldModelWrapper` (Gymnasium).
+    - :mod:`wmrl_envs.core` — the method, in the order it runs: :class:`CorrectionLoop` (one
+      group step: route, world-model call, close) over the router, the isotonic debiaser, the
+      denoiser (ρ), the corrector, the cost ledger; :class:`CorrectionConfig` (the settings).
+    - :mod:`wmrl_envs.wrappers` — :class:`AnchoredWorldModelWrapper` and its vector twin
+      (Gymnasium plumbing around the loop).
+    - :mod:`wmrl_envs.distributed` — real executions on a Ray pool.
     - :mod:`wmrl_envs.world_models` — the world-model protocol, the LLM judge, a synthetic one.
     - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code), LIBERO-Long (robot
       manipulation, optional extra ``libero``) and the tiny ``Guess`` env.
@@ -18,12 +21,23 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from .core import AnchorRouter, InverseVarianceDenoiser, CostLedger, GroupCorrection, IsotonicDebiaser, WMRLCorrector
+from .core import (
+    AnchorRouter,
+    CorrectionConfig,
+    CorrectionLoop,
+    CostLedger,
+    GroupCorrection,
+    InverseVarianceDenoiser,
+    IsotonicDebiaser,
+    WMRLCorrector,
+)
 from .wrappers import AnchoredWorldModelWrapper, GroupRollout
 
 __all__ = [
     "AnchoredWorldModelWrapper",
     "GroupRollout",
+    "CorrectionConfig",
+    "CorrectionLoop",
     "AnchorRouter",
     "IsotonicDebiaser",
     "InverseVarianceDenoiser",
