@@ -38,6 +38,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
+from agents.train_summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
 from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.utils import write_json_atomic
 
@@ -505,11 +506,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     # 3. the trained policy on the held-out tasks, and the summary
     console.print("evaluating the trained policy on the held-out tasks (real execution)")
     eval_after = evaluate(c, cfg)
-    summary = _summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
+    summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
     write_json_atomic(run_dir / "summary.json", summary, indent=2, default=_json_default)
-    _plot_calibration(c, run_dir / "calibration.png")
-    (run_dir / "summary.md").write_text(_summary_markdown(summary))
-    _print_summary(console, summary)
+    plot_calibration(c, run_dir / "calibration.png")
+    (run_dir / "summary.md").write_text(summary_markdown(summary))
+    print_summary(console, summary)
     c.env.close()
     c.env.sandbox.close()
     return summary
@@ -535,7 +536,7 @@ def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Any) -> Train
     random.seed(cfg.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
-    if _secret_record()["reference"]:
+    if secret_record()["reference"]:
         console.print(
             "[yellow]warning[/yellow]: the AutoResearch data come from the public reference secret "
             "(WMRL_TASK_SECRET=wmrl-reference): its hidden labels can be rebuilt from this repository. "
@@ -658,138 +659,3 @@ def _step_causes(groups: list[Any]) -> dict[str, int]:
             if cause:
                 out[cause] = out.get(cause, 0) + 1
     return out
-
-
-def _secret_record() -> dict[str, Any]:
-    """Which task secret the run's data came from: its one-way fingerprint, never the secret."""
-    from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
-
-    return {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()}
-
-
-def _summarise(cfg: TrainConfig, c: _Components, before: dict, after: dict, wall: float) -> dict[str, Any]:
-    led = c.wrapper.ledger
-    stats = c.wrapper.corrector.stats()
-    judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
-    return {
-        "preset": cfg.preset,
-        "steps": cfg.steps,
-        "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
-        "task_secret": _secret_record(),
-        "rollouts": c.wrapper.n_episodes,
-        "real_executions": led.count("execution"),
-        "world_model_predictions": led.count("world_model"),
-        "world_model_calls": judge_stats,
-        "anchor_groups": c.wrapper.router.n_anchor_groups,
-        "groups": c.wrapper.router.n_groups_routed,
-        "realised_anchor_fraction": c.wrapper.router.realised_fraction,
-        "configured_anchor_fraction": cfg.correction.anchor_fraction,
-        "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
-        "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
-        "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
-        "rho": stats["rho"],
-        "disagreement_ema": stats["disagreement_ema"],
-        "anchor_pairs": stats["anchor_pairs"],
-        "debiaser_fitted": stats["debiaser_fitted"],
-        "calibration_mae_raw": stats["calibration_mae_raw"],
-        "calibration_mae_calibrated": stats["calibration_mae_calibrated"],
-        "calibration_mse_raw": stats["calibration_mse_raw"],
-        "calibration_mse_calibrated": stats["calibration_mse_calibrated"],
-        # failures of the machinery (docs/method.md, "Ungraded rollouts")
-        "ungraded_rollouts": c.wrapper.ungraded.n_ungraded,
-        "ungraded_share": c.wrapper.ungraded.stats()["ungraded_share"],
-        "ungraded_by_cause": c.wrapper.ungraded.stats()["ungraded_by_cause"],
-        "ungraded_scores_by_cause": led.ungraded_counts(),
-        "max_ungraded_share": cfg.max_ungraded_share,
-        "heldout_before": before,
-        "heldout_after": after,
-        "wall_clock_s": wall,
-    }
-
-
-def _fmt(v: Any, nd: int = 3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    return str(v)
-
-
-def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    sec = s["seconds"]
-    return [
-        ("rollouts (training)", _fmt(s["rollouts"])),
-        ("sandbox", _fmt(s.get("sandbox_backend"))),
-        ("real executions (training)", _fmt(s["real_executions"])),
-        ("world-model predictions", _fmt(s["world_model_predictions"])),
-        ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
-        ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
-        ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
-        ("seconds executing", _fmt(sec["execution"], 1)),
-        ("seconds in the world model", _fmt(sec["world_model"], 1)),
-        ("seconds generating", _fmt(sec["generation"], 1)),
-        ("seconds updating", _fmt(sec["update"], 1)),
-        ("seconds per real execution", _fmt(s["seconds_per_execution"], 2)),
-        ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
-        ("anchor weight rho", _fmt(s["rho"], 2)),
-        ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
-        ("calibration MAE before (raw WM)", _fmt(s["calibration_mae_raw"])),
-        ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
-        ("calibration MSE before / after (prequential)",
-         f"{_fmt(s.get('calibration_mse_raw'))} / {_fmt(s.get('calibration_mse_calibrated'))}"),
-        ("ungraded rollouts (training; by cause)",
-         f"{_fmt(s.get('ungraded_rollouts', 0))} ({_fmt_causes(s.get('ungraded_by_cause', {}))})"),
-        ("ungraded scores incl. world model on anchors (by cause)", _fmt_causes(s.get("ungraded_scores_by_cause", {}))),
-        ("ungraded held-out trajectories before / after",
-         f"{sum(s['heldout_before'].get('ungraded', {}).values())} / {sum(s['heldout_after'].get('ungraded', {}).values())}"),
-        (f"held-out avg@{s['heldout_before']['k']} before (percentile)", _fmt(s["heldout_before"]["overall"], 1)),
-        (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
-        ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
-        ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
-    ]
-
-
-def _fmt_causes(causes: dict[str, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in sorted(causes.items())) or "none"
-
-
-def _summary_markdown(s: dict[str, Any]) -> str:
-    lines = ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in _rows(s)]
-    return "\n".join(lines) + "\n"
-
-
-def _print_summary(console: Any, s: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table(title="wmrl train — summary")
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    for k, v in _rows(s):
-        table.add_row(k, v)
-    console.print(table)
-
-
-def _plot_calibration(c: _Components, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    deb = c.wrapper.corrector.debiaser
-    raw, real = deb.pairs()
-    fig, ax = plt.subplots(figsize=(5, 4.2))
-    if raw.size:
-        jitter = np.random.default_rng(0).normal(0, 0.006, size=(2, raw.size))
-        ax.scatter(raw + jitter[0], real + jitter[1], s=14, alpha=0.5, label=f"anchor pairs (n={raw.size})")
-        xs, ys = deb.curve()
-        ax.plot(xs, ys, color="C3", lw=2, label="fitted isotonic map" if deb.fitted else "map (identity, not fitted)")
-    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="identity")
-    ax.set_xlabel("world-model raw score r̂")
-    ax.set_ylabel("real score r")
-    ax.set_xlim(-0.05, 1.05)
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_title("Online debiasing: anchor pairs and f̂")
-    ax.legend(loc="best", fontsize=8, framealpha=0.6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -142,7 +142,7 @@ def test_trainer_evaluation_leaves_ungraded_trajectories_out(tmp_path):
 
 
 def test_trainer_summary_reports_ungraded_counts():
-    from agents.trainer import _summary_markdown
+    from agents.train_summary import summary_markdown
 
     ev = {"k": 2, "overall": 10.0, "mean_score": 0.3, "ungraded": {SANDBOX_UNAVAILABLE: 1}}
     s = {
@@ -155,7 +155,7 @@ def test_trainer_summary_reports_ungraded_counts():
         "ungraded_scores_by_cause": {"world_model_timeout": 2, SANDBOX_UNAVAILABLE: 1},
         "heldout_before": ev, "heldout_after": {**ev, "ungraded": {}}, "wall_clock_s": 5.0,
     }
-    md = _summary_markdown(s)
+    md = summary_markdown(s)
     assert "| ungraded rollouts (training; by cause) | 3 (sandbox_unavailable: 1, world_model_timeout: 2) |" in md
     assert "| ungraded held-out trajectories before / after | 1 / 0 |" in md
 

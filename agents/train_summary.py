@@ -1,0 +1,169 @@
+"""What ``wmrl train`` reports: the summary of a run (``summary.json``), its table
+(``summary.md`` and the terminal) and the calibration plot (``calibration.png``).
+
+Split from :mod:`agents.trainer` at the seam between running the job and reporting it; the
+quantities (routes, ρ, anchor pairs, calibration errors, ungraded counts, costs per source) are
+those of ``docs/method.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["secret_record", "summarise", "summary_markdown", "print_summary", "plot_calibration"]
+
+
+def secret_record() -> dict[str, Any]:
+    """Which task secret the run's data came from: its one-way fingerprint, never the secret."""
+    from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
+
+    return {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()}
+
+
+def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[str, Any]:
+    """The run's ``summary.json``.
+
+    Args:
+        cfg: the run's :class:`agents.trainer.TrainConfig`.
+        c: the run's components (``wrapper``, ``judge``, ``env``; from the trainer's build).
+        before, after: :func:`agents.trainer.evaluate`'s results before and after training.
+        wall: the run's wall-clock seconds (all sessions of a resumed run).
+
+    Returns:
+        A JSON-serialisable dict: counts (rollouts, real executions, world-model predictions,
+        groups, anchor groups), seconds per cost source, ρ, anchor pairs, calibration errors,
+        ungraded counts by cause, the held-out results and the task secret's fingerprint.
+    """
+    led = c.wrapper.ledger
+    stats = c.wrapper.corrector.stats()
+    judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
+    return {
+        "preset": cfg.preset,
+        "steps": cfg.steps,
+        "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
+        "task_secret": secret_record(),
+        "rollouts": c.wrapper.n_episodes,
+        "real_executions": led.count("execution"),
+        "world_model_predictions": led.count("world_model"),
+        "world_model_calls": judge_stats,
+        "anchor_groups": c.wrapper.router.n_anchor_groups,
+        "groups": c.wrapper.router.n_groups_routed,
+        "realised_anchor_fraction": c.wrapper.router.realised_fraction,
+        "configured_anchor_fraction": cfg.correction.anchor_fraction,
+        "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
+        "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
+        "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
+        "rho": stats["rho"],
+        "disagreement_ema": stats["disagreement_ema"],
+        "anchor_pairs": stats["anchor_pairs"],
+        "debiaser_fitted": stats["debiaser_fitted"],
+        "calibration_mae_raw": stats["calibration_mae_raw"],
+        "calibration_mae_calibrated": stats["calibration_mae_calibrated"],
+        "calibration_mse_raw": stats["calibration_mse_raw"],
+        "calibration_mse_calibrated": stats["calibration_mse_calibrated"],
+        # failures of the machinery (docs/method.md, "Ungraded rollouts")
+        "ungraded_rollouts": c.wrapper.ungraded.n_ungraded,
+        "ungraded_share": c.wrapper.ungraded.stats()["ungraded_share"],
+        "ungraded_by_cause": c.wrapper.ungraded.stats()["ungraded_by_cause"],
+        "ungraded_scores_by_cause": led.ungraded_counts(),
+        "max_ungraded_share": cfg.max_ungraded_share,
+        "heldout_before": before,
+        "heldout_after": after,
+        "wall_clock_s": wall,
+    }
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    sec = s["seconds"]
+    return [
+        ("rollouts (training)", _fmt(s["rollouts"])),
+        ("sandbox", _fmt(s.get("sandbox_backend"))),
+        ("real executions (training)", _fmt(s["real_executions"])),
+        ("world-model predictions", _fmt(s["world_model_predictions"])),
+        ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
+        ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
+        ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
+        ("seconds executing", _fmt(sec["execution"], 1)),
+        ("seconds in the world model", _fmt(sec["world_model"], 1)),
+        ("seconds generating", _fmt(sec["generation"], 1)),
+        ("seconds updating", _fmt(sec["update"], 1)),
+        ("seconds per real execution", _fmt(s["seconds_per_execution"], 2)),
+        ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
+        ("anchor weight rho", _fmt(s["rho"], 2)),
+        ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
+        ("calibration MAE before (raw WM)", _fmt(s["calibration_mae_raw"])),
+        ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
+        ("calibration MSE before / after (prequential)",
+         f"{_fmt(s.get('calibration_mse_raw'))} / {_fmt(s.get('calibration_mse_calibrated'))}"),
+        ("ungraded rollouts (training; by cause)",
+         f"{_fmt(s.get('ungraded_rollouts', 0))} ({_fmt_causes(s.get('ungraded_by_cause', {}))})"),
+        ("ungraded scores incl. world model on anchors (by cause)", _fmt_causes(s.get("ungraded_scores_by_cause", {}))),
+        ("ungraded held-out trajectories before / after",
+         f"{sum(s['heldout_before'].get('ungraded', {}).values())} / {sum(s['heldout_after'].get('ungraded', {}).values())}"),
+        (f"held-out avg@{s['heldout_before']['k']} before (percentile)", _fmt(s["heldout_before"]["overall"], 1)),
+        (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
+        ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
+        ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
+    ]
+
+
+def _fmt_causes(causes: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(causes.items())) or "none"
+
+
+def summary_markdown(s: dict[str, Any]) -> str:
+    """``summary.md``: the :func:`summarise` dict as a two-column Markdown table (str)."""
+    lines = ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in _rows(s)]
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(console: Any, s: dict[str, Any]) -> None:
+    """Print the :func:`summarise` dict as a table on a ``rich`` console."""
+    from rich.table import Table
+
+    table = Table(title="wmrl train — summary")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for k, v in _rows(s):
+        table.add_row(k, v)
+    console.print(table)
+
+
+def plot_calibration(c: Any, path: Path) -> None:
+    """``calibration.png``: the anchor pairs (raw world-model score against real score) and the
+    debiaser's fitted isotonic map, from ``c.wrapper.corrector.debiaser``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    deb = c.wrapper.corrector.debiaser
+    raw, real = deb.pairs()
+    fig, ax = plt.subplots(figsize=(5, 4.2))
+    if raw.size:
+        jitter = np.random.default_rng(0).normal(0, 0.006, size=(2, raw.size))
+        ax.scatter(raw + jitter[0], real + jitter[1], s=14, alpha=0.5, label=f"anchor pairs (n={raw.size})")
+        xs, ys = deb.curve()
+        ax.plot(xs, ys, color="C3", lw=2, label="fitted isotonic map" if deb.fitted else "map (identity, not fitted)")
+    ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="identity")
+    ax.set_xlabel("world-model raw score r̂")
+    ax.set_ylabel("real score r")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("Online debiasing: anchor pairs and f̂")
+    ax.legend(loc="best", fontsize=8, framealpha=0.6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
