@@ -1,18 +1,15 @@
-"""The GRPO core: group-relative advantages and the clipped surrogate with a KL penalty.
+"""The GRPO core shared by every policy and loop: advantages, the loss, and the one GRPO step.
 
-Group Relative Policy Optimization (Shao et al., 2024, "DeepSeekMath"): for each group of G
-rollouts of one prompt, the advantage of rollout i is ``A_i = (r_i − mean_g r) / (std_g r + ε)``
-(or centring only), computed over the *graded* rollouts (ungraded ones are dropped, never
-zeroed); groups with fewer than 2 graded rollouts are skipped. WMRL (Yang et al., arXiv
-2608.12564; ``docs/method.md``) multiplies the advantages of anchor-group rows by the anchor
-weight ρ after this normalisation. The loss is PPO's clipped surrogate on per-token ratios with
-a KL penalty to a frozen reference policy (k3 estimator) and an optional entropy bonus.
-
-The one GRPO step of every policy and loop lives here too: :class:`GRPOPolicy` is the small
-protocol a policy implements (per-token log-probs of chosen rows, under the policy or the frozen
-reference, and its trainable parameters), :class:`GRPOUpdateConfig` the step's settings, and
-:func:`grpo_update` / :func:`grpo_step` the update (advantages, then ``num_iterations``
-optimisation epochs of micro-batched backward passes and one optimiser step each).
+GRPO (Shao et al., 2024, "DeepSeekMath") with WMRL's anchor weight ρ on anchor-group advantages;
+the formulas (group-relative advantages over the graded rollouts, ρ after normalisation, PPO's
+clipped surrogate, the k3 KL to a frozen reference, the entropy bonus) are in ``docs/method.md``,
+"GRPO". This module holds them as tensor/array code (:func:`group_advantages`,
+:func:`build_advantages`, :func:`grpo_loss`) and the update every policy and loop calls:
+:class:`GRPOPolicy` is the small protocol a policy implements (per-token log-probs of chosen
+rows, under the policy or its frozen reference, and its trainable parameters),
+:class:`GRPOUpdateConfig` the step's settings, :func:`grpo_update` / :func:`grpo_step` the
+update (``num_iterations`` optimisation epochs of micro-batched backward passes, one optimiser
+step each). Keeping one copy keeps the main job, the benchmark and the experiments comparable.
 """
 
 from __future__ import annotations
@@ -254,7 +251,9 @@ class GRPOUpdateConfig:
     """Settings of :func:`grpo_update` / :func:`grpo_step` (validated on construction).
 
     Attributes:
-        clip_eps: PPO clip range ε (> 0) of the surrogate.
+        clip_eps: PPO clip range ε (> 0) of the surrogate. With ``num_iterations=1`` and no
+            log-probs recorded at sampling the ratio is exactly 1 and ε has no effect
+            (on-policy GRPO); it acts from the second iteration, or against recorded log-probs.
         kl_coef: β (>= 0) of the k3 KL penalty to the frozen reference; the reference pass runs
             only when ``kl_coef > 0``.
         entropy_coef: weight (>= 0) of the per-token entropy bonus; entropies are computed only
@@ -273,6 +272,14 @@ class GRPOUpdateConfig:
 
     Raises:
         ValueError: a setting out of range.
+
+    Example:
+        >>> GRPOUpdateConfig(kl_coef=0.04, num_iterations=4).num_iterations
+        4
+        >>> GRPOUpdateConfig(num_iterations=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_iterations must be an integer >= 1, got 0
     """
 
     clip_eps: float = 0.2
@@ -300,6 +307,9 @@ class GRPOUpdateConfig:
             raise ValueError(f"micro_batch_size must be None or an integer >= 1, got {self.micro_batch_size!r}")
         if self.max_grad_norm is not None and not (np.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
             raise ValueError(f"max_grad_norm must be None or a finite number > 0, got {self.max_grad_norm}")
+        for name in ("micro_batch_per_group", "scale", "drop_zero_advantage"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
 
 
 _STAT_KEYS = ("loss", "policy_loss", "kl", "entropy", "clip_fraction")

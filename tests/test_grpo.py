@@ -173,6 +173,8 @@ def test_protocol_check():
         {"micro_batch_size": 0},
         {"max_grad_norm": 0.0},
         {"max_grad_norm": float("inf")},
+        {"scale": 1},
+        {"drop_zero_advantage": None},
     ],
 )
 def test_update_config_rejects_bad_values(kwargs):
