@@ -80,7 +80,7 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
 
     def run_wrapped() -> int:
         for k in range(episodes):
-            wrapped.reset(options={"target": 0.5} if wrapped._episode_in_group in (0, group_size) else None)
+            wrapped.reset(options={"target": 0.5} if k % group_size == 0 else None)  # a group's first episode
             wrapped.step(acts[k])
         return episodes
 
