@@ -18,7 +18,6 @@ install command when it is missing). Deployment on a cluster: ``docs/scale_out.m
 
 from __future__ import annotations
 
-from . import ray_pool
 from .ray_pool import (
     AsyncAnchoredScorer,
     ExecutionWorker,
@@ -28,4 +27,11 @@ from .ray_pool import (
     RayExecutionPool,
 )
 
-__all__ = list(ray_pool.__all__)
+__all__ = [
+    "RayExecutionPool",
+    "GroupExecution",
+    "GroupExecutionFuture",
+    "AsyncAnchoredScorer",
+    "PendingGroup",
+    "ExecutionWorker",
+]

@@ -198,7 +198,7 @@ class GroupExecutionFuture:
         """``True`` when every rollout of the group has finished (non-blocking)."""
         if self._result is not None:
             return True
-        ready, _ = self._pool._ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
+        ready, _ = self._pool.ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
         return len(ready) == len(self.refs) or len(ready) + len(self._overdue(set(ready))) == len(self.refs)
 
     def result(self, timeout: float | None = None) -> GroupExecution:
@@ -210,7 +210,7 @@ class GroupExecutionFuture:
         """
         if self._result is not None:
             return self._result
-        ray = self._pool._ray
+        ray = self._pool.ray
         t_end = None if timeout is None else time.perf_counter() + timeout
         while True:
             ready, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=0, fetch_local=False)
@@ -229,7 +229,7 @@ class GroupExecutionFuture:
             ray.wait(pending, num_returns=len(pending), timeout=wait_s, fetch_local=False)
         timed_out = set(overdue)
         for k in sorted(timed_out):
-            self._pool._abandon(self.refs[k], self.assigned_workers[k], self._actors[k])
+            self._pool.abandon_execution(self.refs[k], self.assigned_workers[k], self._actors[k])
         outs: list[dict[str, Any]] = []
         for k, (ref, w) in enumerate(zip(self.refs, self.assigned_workers)):
             if k in timed_out:
@@ -245,7 +245,7 @@ class GroupExecutionFuture:
                 else:
                     outs.append(_failed(w, WORKER_LOST if lost else EXECUTION_ERROR, f"{type(e).__name__}: {e}"))
                 if lost:
-                    self._pool._replace_worker(w, self._actors[k])
+                    self._pool.replace_worker(w, self._actors[k])
         causes = [o.get("cause") for o in outs]
         failed = [(c, o["error"]) for c, o in zip(causes, outs) if c is not None]
         if failed:
@@ -263,7 +263,7 @@ class GroupExecutionFuture:
             wall_seconds=time.perf_counter() - self.submitted_at,
             causes=causes,
         )
-        self._pool._settle(self, res)
+        self._pool.settle(self, res)
         self._result = res
         return res
 
@@ -350,6 +350,11 @@ class RayExecutionPool:
             ray.get([w.ping.remote() for w in self._workers])
 
     # ------------------------------------------------------------------ submission
+    @property
+    def ray(self) -> Any:
+        """The ``ray`` module the pool runs on (imported when the pool was built)."""
+        return self._ray
+
     def _refresh_load(self) -> None:
         if not self._inflight:
             return
@@ -399,16 +404,16 @@ class RayExecutionPool:
         self.n_submitted += len(actions)
         return GroupExecutionFuture(self, refs, workers, deadlines, actors)
 
-    def _abandon(self, ref: Any, w: int, actor: Any = None) -> None:
-        """An execution past its deadline: cancel it and replace its actor (a running actor task
-        cannot be interrupted)."""
+    def abandon_execution(self, ref: Any, w: int, actor: Any = None) -> None:
+        """An execution past its deadline (Ray ``ObjectRef`` ``ref`` on worker slot ``w``): cancel
+        it and replace its actor (a running actor task cannot be interrupted)."""
         try:
             self._ray.cancel(ref)
         except Exception:  # noqa: BLE001 - already finished or the actor is gone
             pass
-        self._replace_worker(w, actor)
+        self.replace_worker(w, actor)
 
-    def _replace_worker(self, w: int, actor: Any = None) -> None:
+    def replace_worker(self, w: int, actor: Any = None) -> None:
         """Kill actor ``w`` (if alive) and start a fresh one in its slot; its queued work is lost.
 
         ``actor``: the handle the failed execution ran on; when slot ``w`` already holds another
@@ -428,7 +433,8 @@ class RayExecutionPool:
         self.n_replaced_workers += 1
         logger.warning("Ray execution worker %d replaced (hung past its time-out or lost)", w)
 
-    def _settle(self, fut: GroupExecutionFuture, res: GroupExecution) -> None:
+    def settle(self, fut: GroupExecutionFuture, res: GroupExecution) -> None:
+        """A future's executions are over: free their worker slots, add their seconds to the ledger."""
         for ref in fut.refs:
             w = self._inflight.pop(ref, None)
             if w is not None:
