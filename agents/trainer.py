@@ -47,7 +47,8 @@ __all__ = ["TrainConfig", "PRESETS", "train", "load_config"]
 
 @dataclass
 class TrainConfig:
-    """Configuration of ``wmrl train`` (every field is a CLI flag: ``--steps 10``)."""
+    """Configuration of ``wmrl train`` (every field is a CLI flag: ``--steps 10``; the fields of
+    the nested ``correction`` keep their own names: ``--min-pairs 8``)."""
 
     # --- schedule
     steps: int = 7
@@ -226,6 +227,12 @@ class _Components:
 
 
 def _build(cfg: TrainConfig) -> _Components:
+    """Load the policy (SmolLM2 + LoRA) and the judge on its frozen backbone, start the sandbox
+    and the env (leaderboards prepared), wrap the env with the correction settings.
+
+    Raises:
+        SandboxUnavailableError: ``sandbox="auto"`` finds no isolating backend.
+    """
     import torch
 
     from agents.llm_policy import LLMPolicy
