@@ -61,8 +61,8 @@ class TrainConfig:
         default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3)
     )
     """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
-    ``--anchor-fraction``, ``--min-pairs``, ...). Reference values in docs/method.md; the
-    warm-ups (min_pairs, refit_every, warmup_groups) are shortened for CPU runs."""
+    --anchor-fraction, --min-pairs, ...). Reference values in docs/method.md; the warm-ups
+    (min_pairs, refit_every, warmup_groups) are shortened for CPU runs."""
     # --- agent
     solution_mode: Literal["line", "script"] = "line"
     """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""

@@ -155,10 +155,10 @@ class BenchConfig:
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
         default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
     )
-    """Correction settings of the anchored methods (flags without a prefix: ``--anchor-fraction``,
-    ``--min-pairs``, ...). Each method sets its own route share, debias and denoise on top
-    (:data:`METHODS`): ``--anchor-fraction`` is that of the anchored methods (at least
-    ``--min-anchor-groups`` anchor groups per step), ``--debias``/``--denoise`` are ignored."""
+    """Correction settings (flags without a prefix: --anchor-fraction, --min-pairs, ...). Each
+    method sets its own route share, debias and denoise on top (METHODS, method_correction):
+    --anchor-fraction is that of the anchored methods (at least --min-anchor-groups anchor
+    groups per step); --debias and --denoise are ignored here."""
     sandbox: str = "auto"
     """Sandbox backend."""
     max_ungraded_share: float | None = 0.5
