@@ -1,20 +1,22 @@
-"""The WMRL corrections as plain objects (no Gymnasium dependency).
+"""The WMRL method as plain objects (no Gymnasium dependency), in the order it runs.
 
-Contents:
-    - :class:`AnchorRouter` — seeded routing of whole groups to ``anchor`` / ``world_model``.
-    - :class:`IsotonicDebiaser` — online debiasing (isotonic map from anchor pairs).
-    - :class:`InverseVarianceDenoiser`, :func:`group_disagreement` — inverse-variance denoising (ρ).
-    - :class:`WMRLCorrector`, :class:`GroupCorrection` — the group-level API combining both.
-    - :class:`CorrectionConfig` — the correction settings, declared once (:mod:`.config`).
-    - :class:`CorrectionLoop`, :class:`GroupTicket` — the method's group step in the order it
-      runs: route, world-model prediction, (execution), close (:mod:`.loop`).
-    - :func:`predict_checked`, :func:`world_model_idle` — the one checked, bounded world-model
-      call (:mod:`.world_model_call`).
-    - :class:`CostLedger` — counts and seconds per cost source.
-    - :class:`UngradedMonitor`, :class:`TooManyUngradedError` — ungraded rollouts (the machinery
-      failed): counts by cause, warnings and the stop rule (:mod:`.ungraded`).
+Start at :class:`CorrectionLoop` (:mod:`.loop`): one group step, each step a method —
 
-The wrapper (:mod:`wmrl_envs.wrappers`) and all adapters share these objects.
+1. settings: :class:`CorrectionConfig` (:mod:`.config`), declared once for every CLI and wrapper;
+2. route: :class:`AnchorRouter` (:mod:`.routing`) — seeded routing of whole groups to
+   ``anchor`` / ``world_model``; :meth:`CorrectionLoop.open_group` gives a :class:`GroupTicket`;
+3. world-model prediction: :func:`predict_checked` (:mod:`.world_model_call`) — one checked,
+   bounded, timed batched call; :func:`world_model_idle`;
+4. real execution on anchors: the caller's (an env step, a sandbox, a Ray pool);
+5. close: :class:`WMRLCorrector` (:mod:`.corrector`) calibrates with :class:`IsotonicDebiaser`
+   (:mod:`.debias`), updates ρ with :class:`InverseVarianceDenoiser` and
+   :func:`group_disagreement` (:mod:`.denoise`) and returns a :class:`GroupCorrection`;
+   :class:`UngradedMonitor`, :class:`TooManyUngradedError` (:mod:`.ungraded`) account rollouts
+   the machinery left without a score; :class:`CostLedger` (:mod:`.ledger`) counts and times
+   every source.
+
+The math is in ``docs/method.md``; the wrappers (:mod:`wmrl_envs.wrappers`), the Ray scorer and
+the adapters are plumbing around the loop.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The group-level correction API shared by the Gymnasium wrapper and every adapter.
+"""The group-level correction: debiasing and denoising behind one call, used by
+:class:`~wmrl_envs.core.CorrectionLoop` when it closes a group.
 
 :class:`WMRLCorrector` takes one scored group — its route, the world model's raw scores and,
 on anchor groups, the real scores — and returns what the agent should train on
@@ -48,8 +49,9 @@ class GroupCorrection:
         real_scores: real scores r on anchor groups (``None`` = ungraded / not executed).
         rewards: the scores to train on: real on anchor groups, calibrated on world-model
             groups; ``None`` rows are ungraded and must be dropped, not zeroed.
-        advantage_weight: ρ for anchor groups (the value before this group's own update, so
-            the streaming wrapper and the batch API agree), 1.0 for world-model groups.
+        advantage_weight: ρ for anchor groups — the ρ at routing when the group is closed by
+            :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, else the value before this
+            group's own update — and 1.0 for world-model groups.
         disagreement: the group's ``s²`` (anchor groups with varying real scores), else ``None``.
         group_id: caller's group id (int) or ``None``.
         ungraded_causes: per rollout, why it has no training reward (``None``: it has one);
