@@ -26,7 +26,7 @@ import argparse
 import os
 import time
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -93,16 +93,19 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
     steps = max(1, episodes // num_envs)
     vacts = rng.random((steps, num_envs, 1)).astype(np.float32)
     kinds = [("sync", SyncVectorEnv)] + ([("async", AsyncVectorEnv)] if use_async else [])
-    for name, cls in kinds:
-        venv = cls([GuessEnv] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
-        venv.reset(seed=0)
 
-        def run_vec(v=venv) -> int:
+    def stepping(v: Any) -> Callable[[], int]:
+        """A timed repetition: ``steps`` vector steps of ``v``; returns the env steps taken."""
+        def run() -> int:
             for s in range(steps):
                 v.step(vacts[s])
             return steps * num_envs
+        return run
 
-        vbase = _per_step_us(run_vec, min_seconds)
+    for name, cls in kinds:
+        venv = cls([GuessEnv] * num_envs, autoreset_mode=AutoresetMode.NEXT_STEP)
+        venv.reset(seed=0)
+        vbase = _per_step_us(stepping(venv), min_seconds)
         venv.close()
         rows.append((f"vector ({name}, {num_envs} envs): bare", vbase, 0.0))
         for mode in ("outcome", "reward"):
@@ -112,13 +115,7 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
                 task_fn=lambda k, n: (None, {"target": 0.5}),
             )
             env.reset(seed=0)
-
-            def run_twin(e=env) -> int:
-                for s in range(steps):
-                    e.step(vacts[s])
-                return steps * num_envs
-
-            us = _per_step_us(run_twin, min_seconds)
+            us = _per_step_us(stepping(env), min_seconds)
             env.close()
             rows.append((f"vector ({name}, {num_envs} envs): vector twin, {mode} mode", us, us - vbase))
     return rows
