@@ -70,7 +70,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from wmrl_envs.core import EXECUTION, CostLedger, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.core import EXECUTION, CorrectionConfig, CostLedger, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
 from wmrl_envs.world_models.base import WorldModel
 from wmrl_envs.wrappers import AnchoredWorldModelWrapper
 
@@ -229,6 +229,7 @@ def make_anchored_vec_env(
     corrector: WMRLCorrector | None = None,
     debiaser_kwargs: dict[str, Any] | None = None,
     denoiser_kwargs: dict[str, Any] | None = None,
+    correction: CorrectionConfig | None = None,
     ledger: CostLedger | None = None,
     monitor: bool = True,
     vec_env_cls: type[VecEnv] = DummyVecEnv,
@@ -250,6 +251,9 @@ def make_anchored_vec_env(
             ``denoiser_kwargs``, reference settings otherwise).
         debiaser_kwargs, denoiser_kwargs: keyword arguments of
             :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
+        correction: a :class:`~wmrl_envs.core.CorrectionConfig`: the shared corrector is built
+            from it and every sub-env's router takes its ``anchor_fraction`` and
+            ``min_anchor_groups`` (excludes ``corrector`` and the ``*_kwargs``).
         ledger: the shared cost ledger (default: a new one).
         monitor: wrap each sub-env in SB3's ``Monitor`` (default ``True``).
         vec_env_cls: ``DummyVecEnv`` (default; corrector and ledger truly shared) or
@@ -263,10 +267,17 @@ def make_anchored_vec_env(
 
     Raises:
         ValueError: ``n_envs < 1``; both ``corrector`` and ``debiaser_kwargs``/``denoiser_kwargs``;
+            ``correction`` with any of them;
             any error of ``AnchoredWorldModelWrapper``'s constructor.
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    if correction is not None:
+        if corrector is not None or debiaser_kwargs or denoiser_kwargs:
+            raise ValueError("pass either correction= or corrector=/debiaser_kwargs/denoiser_kwargs, not both")
+        corrector = correction.build_corrector()
+        wrapper_kwargs = {**wrapper_kwargs, "anchor_fraction": correction.anchor_fraction,
+                          "min_anchor_groups": correction.min_anchor_groups}
     if corrector is not None and (debiaser_kwargs or denoiser_kwargs):
         raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
     if corrector is None:

@@ -246,7 +246,6 @@ class AnchoredWorldModelWrapper(
         self._group_wm_causes: list[str | None] = []  # per finished episode: its world model's failure
         self._group_exec_causes: list[str | None] = []  # per finished episode: its execution's failure
         self._group_messages: dict[str, str] = {}
-        self._group_wm_called = False
         self._episode_in_group = 0  # episodes started in the current group
         self._ep_ctx: Any = None
         self._ep_steps = 0
@@ -454,7 +453,6 @@ class AnchoredWorldModelWrapper(
         self._group_real.append(wm_info["real_score"])
         self._group_wm_causes.append(self._ep_wm_cause)
         self._group_exec_causes.append(self._ep_real_cause)
-        self._group_wm_called = wm_called
         if self._episode_in_group >= self.group_size:
             corr = self.loop.close_group(
                 ticket, self._group_raw, self._group_real if route == ANCHOR else None,
