@@ -20,11 +20,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from wmrl_envs.envs.autoresearch import ENV_ID, register_envs
-from wmrl_envs.envs.autoresearch.env import (
+from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+from wmrl_envs.envs.autoresearch.observation import (
     CHARSET,
     FEEDBACK_MAX_CHARS,
     PROMPT_MAX_CHARS,
-    AutoResearchEnv,
     build_prompt,
     format_feedback,
     next_observation,
@@ -580,7 +580,7 @@ def test_missing_column_message_caps_names_and_the_report_keeps_both_grader_line
 
 @pytest.mark.parametrize("n", [10, 2_999, 3_000, 50_000])
 def test_layout_feedback_never_drops_the_run_line(n):
-    from wmrl_envs.envs.autoresearch.env import layout_feedback
+    from wmrl_envs.envs.autoresearch.observation import layout_feedback
 
     fb = layout_feedback("ran_no_sub", 0.2, ["m" * n], run="exit code 0 | 1.00 s", output="log\n" * 5000)
     lines = fb.split("\n")

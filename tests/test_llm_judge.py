@@ -66,7 +66,7 @@ def _obs(turn: int = 0, task_id: str = "credit-default") -> dict:
 @pytest.fixture
 def next_observation():
     """The env's ``next_observation`` (an in-repo module: a failing import fails the test)."""
-    from wmrl_envs.envs.autoresearch.env import next_observation as fn
+    from wmrl_envs.envs.autoresearch.observation import next_observation as fn
 
     return fn
 
@@ -310,7 +310,7 @@ def test_precheck_agrees_with_real_grader(code):
 @pytest.mark.parametrize("code", ["", "  \n", "x = 1\x00", "x = (", "def f():\nreturn 1", "print('a' 'b' c)"])
 def test_precheck_feedback_equals_real_feedback(code, next_observation):
     """For pre-checked actions the predicted feedback is exactly the real env's feedback."""
-    from wmrl_envs.envs.autoresearch.env import format_feedback
+    from wmrl_envs.envs.autoresearch.observation import format_feedback
     from wmrl_envs.envs.autoresearch.grading import grade
 
     real = format_feedback(grade("credit-default", None, None, source=code))
@@ -549,7 +549,7 @@ def test_drop_section():
 
 @pytest.mark.parametrize("task_id", ["credit-default", "hastie-noisy"])
 def test_prompt_from_real_env_observation(tokenizer, task_id):
-    from wmrl_envs.envs.autoresearch.env import build_prompt
+    from wmrl_envs.envs.autoresearch.observation import build_prompt
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
     obs = {"task_id": task_id, "prompt": build_prompt(task_id), "feedback": "", "turn": 0}

@@ -31,10 +31,10 @@ import pytest
 from wmrl_envs.envs.autoresearch import leaderboards
 from wmrl_envs.envs.autoresearch import secret as S
 from wmrl_envs.envs.autoresearch import tasks as T
-from wmrl_envs.envs.autoresearch.env import (
+from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+from wmrl_envs.envs.autoresearch.observation import (
     GRADER_PREFIX,
     OUTPUT_PREFIX,
-    AutoResearchEnv,
     format_feedback,
     layout_feedback,
     next_observation,

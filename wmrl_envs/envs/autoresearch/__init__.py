@@ -26,9 +26,11 @@ Modules:
     * :mod:`~wmrl_envs.envs.autoresearch.leaderboards` — the reference leaderboards
       (:func:`get_leaderboard`, :func:`build_leaderboards`, shipped as ``leaderboards.json``
       for the reference secret; :func:`ensure_leaderboard` for any other).
-    * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`,
-      :func:`format_feedback` (the grader's report first, the program's output quoted with
-      ``| ``, :func:`layout_feedback`), :func:`next_observation`.
+    * :mod:`~wmrl_envs.envs.autoresearch.observation` — the observation's text, shared by real
+      and predicted observations: :func:`build_prompt`, :func:`format_feedback` (the grader's
+      report first, the program's output quoted with ``| ``, :func:`layout_feedback`),
+      :func:`next_observation`, :func:`sanitize_text`.
+    * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`.
     * :mod:`~wmrl_envs.envs.autoresearch.llm_judge` — this env's world model of the WMRL method:
       the agent's backbone prompted as a judge (:class:`LLMJudgeWorldModel`, the strict parser
       :func:`parse_judge_output`).
@@ -48,8 +50,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light to import)
-    from wmrl_envs.envs.autoresearch.env import (
-        AutoResearchEnv,
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.observation import (
         build_prompt,
         format_feedback,
         layout_feedback,
@@ -82,10 +84,9 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
     from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
 
 _LAZY: dict[str, str] = {
+    "AutoResearchEnv": "env",
     **dict.fromkeys(
-        ["AutoResearchEnv", "build_prompt", "format_feedback", "layout_feedback", "next_observation",
-         "sanitize_text"],
-        "env",
+        ["build_prompt", "format_feedback", "layout_feedback", "next_observation", "sanitize_text"], "observation"
     ),
     **dict.fromkeys(["Grade", "check_source", "evaluate", "grade"], "grading"),
     **dict.fromkeys(["build_leaderboards", "ensure_leaderboard", "get_leaderboard", "load_leaderboards"],

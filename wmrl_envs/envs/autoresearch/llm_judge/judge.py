@@ -452,7 +452,6 @@ class LLMJudgeWorldModel:
         import torch
 
         st, bk, bridge = self._choices()
-        tok = self.tokenizer
         enc = self._encode_left(prompts)
         device = self._device()
         ids, attn = enc["input_ids"].to(device), enc["attention_mask"].to(device)
@@ -499,7 +498,7 @@ class LLMJudgeWorldModel:
         Returns:
             B :class:`~wmrl_envs.world_models.base.WorldModelPrediction`, in order, each with
             ``score`` (float in [0, 1]), ``status``, ``feedback`` (the predicted sandbox
-            feedback in the layout of the env's ``format_feedback``, see
+            feedback in the layout of :func:`~wmrl_envs.envs.autoresearch.observation.format_feedback`, see
             :func:`format_predicted_feedback`),
             ``observation`` (``next_observation(context, feedback)`` of the AutoResearch
             env; ``None`` if that fails for this context), ``raw_output`` (the answer
@@ -514,7 +513,7 @@ class LLMJudgeWorldModel:
             ValueError: ``contexts`` and ``actions`` differ in length.
             ImportError: the AutoResearch env module (``next_observation``) is missing.
         """
-        from wmrl_envs.envs.autoresearch.env import next_observation
+        from wmrl_envs.envs.autoresearch.observation import next_observation
 
         if len(contexts) != len(actions):
             raise ValueError(f"got {len(contexts)} contexts but {len(actions)} actions")

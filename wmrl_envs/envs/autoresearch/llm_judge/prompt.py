@@ -5,7 +5,7 @@
 * :func:`precheck_code` — empty or non-compiling code is decided without the model, by the
   real grader's own host-side check (``docs/method.md``, "World model").
 * :func:`format_predicted_feedback` — predicted feedback in the layout of the real feedback
-  (the env's :func:`~wmrl_envs.envs.autoresearch.env.layout_feedback`), so that a predicted
+  (:func:`~wmrl_envs.envs.autoresearch.observation.layout_feedback`), so that a predicted
   observation has the form of a real one.
 """
 
@@ -90,7 +90,7 @@ def format_predicted_feedback(
 ) -> str:
     """Feedback text in the layout of the real sandbox feedback.
 
-    Built by the real grader's :func:`wmrl_envs.envs.autoresearch.env.layout_feedback`, so
+    Built by the real grader's :func:`wmrl_envs.envs.autoresearch.observation.layout_feedback`, so
     predicted and real observations have the same form (outcome mode of the WMRL method, Yang
     et al., arXiv 2608.12564; ``docs/method.md``): the grader's report first, the predicted log
     quoted line by line (``| ``), so that a log can never pass for the report::
@@ -110,7 +110,7 @@ def format_predicted_feedback(
     Returns:
         The feedback text (str).
     """
-    from wmrl_envs.envs.autoresearch.env import layout_feedback
+    from wmrl_envs.envs.autoresearch.observation import layout_feedback
 
     if status == "malformed":
         return layout_feedback(status, score, [message or "no Python source"])
