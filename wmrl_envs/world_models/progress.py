@@ -1,9 +1,9 @@
 """``ProgressWorldModel``: a learned, frozen success/progress predictor for reward-mode WMRL.
 
-The stand-in for Robometer (the paper's LIBERO protocol (``docs/method.md``, "Reward mode"): a VLM that reads the task and 8 uniformly sampled
-frames of an episode and predicts per-frame progress and success) in state-based robot tasks
-that run on a CPU. It reads the *states* of ``n_frames`` (default 8) uniformly sampled frames
-of a :class:`~wmrl_envs.world_models.Trajectory` — observations ``o_0 … o_T`` at indices
+The stand-in for Robometer (``docs/method.md``, "Reward mode";
+:mod:`wmrl_envs.envs.libero.robometer`) in state-based robot tasks that run on a CPU. It
+reads the *states* of ``n_frames`` (default 8) uniformly sampled frames of a
+:class:`~wmrl_envs.world_models.Trajectory` — observations ``o_0 … o_T`` at indices
 ``round(linspace(0, T, n_frames))``, so the first and the last observation are always
 included — each with its time fraction ``t / T``, and predicts with one small MLP:
 
