@@ -22,10 +22,10 @@ import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, failure_messages, rollout_cause, score_failure
-from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, WORLD_MODEL_UNGRADED, execution_cause
+from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import GroupRollout, LoopViews, aggregate_episode_score, build_loop, group_rollout, wm_causes_of
+from .common import EpisodeTally, GroupRollout, LoopViews, build_loop, group_rollout, wm_causes_of
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
 
@@ -248,15 +248,8 @@ class AnchoredWorldModelWrapper(
         self._group_messages: dict[str, str] = {}
         self._episode_in_group = 0  # episodes started in the current group
         self._ep_ctx: Any = None
-        self._ep_steps = 0
-        self._ep_raw_steps: list[float] = []
-        self._ep_raw_graded = True
-        self._ep_real_return = 0.0
-        self._ep_real_graded = True
-        self._ep_wm_cause: str | None = None
-        self._ep_real_cause: str | None = None
+        self._ep = EpisodeTally()  # the running episode's scores and failure causes
         self._ep_done = True
-        self._traj: Trajectory | None = None
         self._ep_wm_paid = 0.0  # reward mode: calibrated world-model reward paid so far
 
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
@@ -333,15 +326,8 @@ class AnchoredWorldModelWrapper(
 
     def _start_episode(self, obs: Any) -> None:
         self._ep_ctx = obs
-        self._ep_steps = 0
-        self._ep_raw_steps = []
-        self._ep_raw_graded = True
-        self._ep_real_return = 0.0
-        self._ep_real_graded = True
-        self._ep_wm_cause = None
-        self._ep_real_cause = None
+        self._ep = EpisodeTally(traj=Trajectory(observations=[obs]) if self.mode == "reward" else None)
         self._ep_done = False
-        self._traj = Trajectory(observations=[obs]) if self.mode == "reward" else None
         self._ep_wm_paid = 0.0
 
     def _reset_eval(self, seed: int | None, options: dict[str, Any] | None) -> tuple[ObsType, dict[str, Any]]:
@@ -376,12 +362,8 @@ class AnchoredWorldModelWrapper(
         wm_called = self.loop.calls_world_model(ticket.route, ticket.training, self.eval_with_world_model)
         if wm_called:
             pred = self.loop.predict([ctx], [action])[0]
-            if pred.score is None:  # predict_checked made every non-finite score None
-                self._ep_raw_graded = False
-                self._note_wm_failure(pred)
-            else:
-                self._ep_raw_steps.append(float(pred.score))
-        self._ep_steps += 1
+            self._ep.add_step_prediction(pred, self._group_messages)
+        self._ep.steps += 1
         if route == ANCHOR:
             t0 = time.perf_counter()
             obs, reward, terminated, truncated, info = real_step(self.env, action, ctx)
@@ -393,13 +375,12 @@ class AnchoredWorldModelWrapper(
             else:
                 obs = copy.deepcopy(ctx)
             reward = 0.0
-            terminated = self._ep_steps >= self.episode_steps
+            terminated = self._ep.steps >= self.episode_steps
             truncated = False
             info = {"feedback": pred.feedback if pred is not None else "", "status": pred.status if pred else None}
         self._ep_ctx = obs
         done = bool(terminated or truncated)
-        raw_ep = aggregate_episode_score(self._ep_raw_steps, self.episode_score) if (
-            self._ep_raw_steps and self._ep_raw_graded) else None
+        raw_ep = self._ep.raw_score(self.episode_score)
         wm_info: dict[str, Any] = self._info(raw_score=raw_ep)
         if done:
             self._ep_done = True
@@ -408,32 +389,17 @@ class AnchoredWorldModelWrapper(
                 reward = 0.0 if cal is None else float(cal)
                 wm_info.update(calibrated_score=cal, graded=cal is not None)
             else:
-                real_ep = self._ep_real_return if self._ep_real_graded else None
+                real_ep = self._ep.real_score
                 wm_info.update(calibrated_score=cal, real_score=real_ep, graded=real_ep is not None)
             self._end_episode(wm_info, raw_ep, wm_called)
         info["wmrl"] = wm_info
         return obs, float(reward), bool(terminated), bool(truncated), info
 
     # ------------------------------------------------------------------ ungraded bookkeeping
-    def _note_wm_failure(self, pred: WorldModelPrediction) -> None:
-        cause = pred.ungraded_cause or WORLD_MODEL_UNGRADED
-        if self._ep_wm_cause is None:
-            self._ep_wm_cause = cause
-        if pred.extras.get("error"):
-            self._group_messages[cause] = str(pred.extras["error"])
-
     def _note_real_step(self, reward: Any, info: dict[str, Any]) -> float:
         """Fold one real step into the episode; returns the reward to hand out (0.0 if ungraded)."""
-        cause = execution_cause(reward, info)
-        if cause is None:
-            self._ep_real_return += float(reward)
-            return float(reward)
-        self._ep_real_graded = False
-        if self._ep_real_cause is None:
-            self._ep_real_cause = cause
-        if info.get("error") or info.get("message"):
-            self._group_messages[cause] = str(info.get("error") or info.get("message"))
-        return 0.0
+        return self._ep.add_real_step(reward, execution_cause(reward, info), info.get("error") or info.get("message"),
+                                      self._group_messages)
 
     def _end_episode(self, wm_info: dict[str, Any], raw_ep: float | None, wm_called: bool) -> None:
         """An episode ended: name its cause in ``wm_info``; the group's last episode closes the
@@ -442,17 +408,18 @@ class AnchoredWorldModelWrapper(
         assert ticket is not None
         route = ticket.route
         score = wm_info["real_score"] if route == ANCHOR else wm_info["calibrated_score"]
-        wm_info[CAUSE_KEY] = rollout_cause(route, score, self._ep_wm_cause, self._ep_real_cause)
+        ep = self._ep
+        wm_info[CAUSE_KEY] = rollout_cause(route, score, ep.wm_cause, ep.real_cause)
         if not ticket.training:
             self.loop.record_ungraded(
-                [wm_info[CAUSE_KEY]], score_failures=[score_failure(route, raw_ep, self._ep_wm_cause, wm_called)],
+                [wm_info[CAUSE_KEY]], score_failures=[score_failure(route, raw_ep, ep.wm_cause, wm_called)],
                 messages=self._group_messages, where="evaluation episode",
             )
             return
         self._group_raw.append(raw_ep)
         self._group_real.append(wm_info["real_score"])
-        self._group_wm_causes.append(self._ep_wm_cause)
-        self._group_exec_causes.append(self._ep_real_cause)
+        self._group_wm_causes.append(ep.wm_cause)
+        self._group_exec_causes.append(ep.real_cause)
         if self._episode_in_group >= self.group_size:
             corr = self.loop.close_group(
                 ticket, self._group_raw, self._group_real if route == ANCHOR else None,
@@ -463,27 +430,28 @@ class AnchoredWorldModelWrapper(
 
     def _step_reward_mode(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
         """Reward mode: the inner env always steps; the world model pays the reward on WM routes."""
-        assert self._traj is not None and self._ticket is not None
+        ep = self._ep
+        assert ep.traj is not None and self._ticket is not None
         ticket = self._ticket
         route = ticket.route
         t0 = time.perf_counter()
-        obs, real_reward, terminated, truncated, info = real_step(self.env, action, self._traj.observations[-1])
+        obs, real_reward, terminated, truncated, info = real_step(self.env, action, ep.traj.observations[-1])
         self.loop.record_execution(time.perf_counter() - t0, 1)
         real_reward = self._note_real_step(real_reward, info)
-        self._traj.actions.append(action)
-        self._traj.observations.append(obs)
-        self._ep_steps += 1
+        ep.traj.actions.append(action)
+        ep.traj.observations.append(obs)
+        ep.steps += 1
         done = bool(terminated or truncated)
         use_wm = self.loop.calls_world_model(ticket.route, ticket.training, self.eval_with_world_model)
-        dense_now = self.reward_timing == "dense" and self._ep_steps % self.dense_every == 0
+        dense_now = self.reward_timing == "dense" and ep.steps % self.dense_every == 0
         raw: float | None = None
         cal: float | None = None
         if use_wm and (done or dense_now):
-            traj = Trajectory(list(self._traj.observations), list(self._traj.actions), done=done)
+            traj = Trajectory(list(ep.traj.observations), list(ep.traj.actions), done=done)
             pred = self.loop.predict([self._ep_ctx], [traj])[0]
             raw = None if pred.score is None else float(pred.score)
             if raw is None and done:  # the episode's score failed (a failed dense call only pays nothing)
-                self._note_wm_failure(pred)
+                ep.note_wm_failure(pred, self._group_messages)
             cal = self.loop.calibrate([raw])[0]
         if route == WORLD_MODEL:
             for key in self.withheld_info_keys:
@@ -498,7 +466,7 @@ class AnchoredWorldModelWrapper(
         wm_info: dict[str, Any] = self._info(raw_score=raw_ep if done else raw)
         if done:
             self._ep_done = True
-            real_ep = (self._ep_real_return if self._ep_real_graded else None) if route == ANCHOR else None
+            real_ep = ep.real_score if route == ANCHOR else None
             cal_ep = self.loop.calibrate([raw_ep])[0]
             if route == WORLD_MODEL:
                 wm_info.update(calibrated_score=cal_ep, graded=cal_ep is not None)

@@ -1,7 +1,8 @@
 """What the per-episode wrapper and its vector twin share: the one way to build their
 :class:`~wmrl_envs.core.CorrectionLoop` from their constructor arguments, the views of it they
-both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state), the episode
-score, and the group result of the group APIs (:class:`GroupRollout`).
+both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state), a running
+episode's tally (:class:`EpisodeTally`: its scores and failure causes), and the group result of
+the group APIs (:class:`GroupRollout`).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from wmrl_envs.core import (
     WMRLCorrector,
 )
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
-from wmrl_envs.core.ungraded import CAUSE_KEY, UngradedMonitor
-from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+from wmrl_envs.core.ungraded import CAUSE_KEY, WORLD_MODEL_UNGRADED, UngradedMonitor
+from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-__all__ = ["GroupRollout", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
+__all__ = ["GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
 
 
 def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float | None:
@@ -60,6 +61,60 @@ def wm_causes_of(preds: Sequence[WorldModelPrediction], g: int) -> list[str | No
     if not preds:
         return [None] * g
     return [None if p.score is not None else p.ungraded_cause for p in preds]
+
+
+@dataclass
+class EpisodeTally:
+    """What one running episode has gathered so far (per-episode wrapper: its one episode;
+    vector twin: one per sub-env): world-model scores per step, the real return, and the first
+    cause of a failed world-model score and of a failed real step."""
+
+    steps: int = 0
+    raw_steps: list[float] = field(default_factory=list)
+    raw_graded: bool = True
+    real_return: float = 0.0
+    real_graded: bool = True
+    traj: Trajectory | None = None
+    wm_cause: str | None = None
+    real_cause: str | None = None
+
+    def note_wm_failure(self, pred: WorldModelPrediction, messages: dict[str, str]) -> None:
+        """A prediction without a score: remember the episode's first cause and its error text."""
+        cause = pred.ungraded_cause or WORLD_MODEL_UNGRADED
+        if self.wm_cause is None:
+            self.wm_cause = cause
+        if pred.extras.get("error"):
+            messages[cause] = str(pred.extras["error"])
+
+    def add_step_prediction(self, pred: WorldModelPrediction, messages: dict[str, str]) -> None:
+        """Outcome mode: one step's world-model score (a missing one makes the episode ungraded)."""
+        if pred.score is None:  # predict_checked made every non-finite score None
+            self.raw_graded = False
+            self.note_wm_failure(pred, messages)
+        else:
+            self.raw_steps.append(float(pred.score))
+
+    def add_real_step(self, reward: Any, cause: str | None, message: Any, messages: dict[str, str]) -> float:
+        """Fold one real step in (``cause``: why it is ungraded, ``None`` when graded); returns the
+        reward to hand out (0.0 when ungraded)."""
+        if cause is None:
+            self.real_return += float(reward)
+            return float(reward)
+        self.real_graded = False
+        if self.real_cause is None:
+            self.real_cause = cause
+        if message:
+            messages[cause] = str(message)
+        return 0.0
+
+    def raw_score(self, how: str) -> float | None:
+        """The episode's world-model score from its per-step scores (``None``: ungraded or none)."""
+        return aggregate_episode_score(self.raw_steps, how) if (self.raw_steps and self.raw_graded) else None
+
+    @property
+    def real_score(self) -> float | None:
+        """The real return, ``None`` when a real step was ungraded."""
+        return self.real_return if self.real_graded else None
 
 
 @dataclass

@@ -55,10 +55,10 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
-from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import LoopViews, aggregate_episode_score, build_loop
+from .common import EpisodeTally, LoopViews, build_loop
 from .routed_sub_env import EXEC_SECONDS_KEY, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
@@ -89,20 +89,6 @@ class _Group:
     @property
     def evaluating(self) -> bool:
         return not self.ticket.training
-
-
-@dataclass
-class _Episode:
-    """Per-sub-env accumulators of the running episode."""
-
-    steps: int = 0
-    raw_steps: list[float] = field(default_factory=list)
-    raw_graded: bool = True
-    real_return: float = 0.0
-    real_graded: bool = True
-    traj: Trajectory | None = None
-    wm_cause: str | None = None
-    real_cause: str | None = None
 
 
 class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews):
@@ -254,7 +240,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._ep_index = np.zeros(n, dtype=np.int64)  # round of each sub-env's current/next episode
         self._running = np.zeros(n, dtype=bool)  # reset into _ep_index (False: waiting for a reset)
         self._pending_reset = np.zeros(n, dtype=bool)  # NEXT_STEP: the next step resets the sub-env
-        self._episodes = [_Episode() for _ in range(n)]
+        self._episodes = [EpisodeTally() for _ in range(n)]
         self._ctx: list[Any] = [None] * n
         self._ctx_predicted = np.zeros(n, dtype=bool)
         self._plans: list[tuple[Route | None, int | None, dict[str, Any] | None] | None] = [None] * n
@@ -327,16 +313,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             self.n_plan_updates += 1
 
     def _new_episode(self, i: int, obs: Any) -> None:
-        self._episodes[i] = _Episode(traj=Trajectory(observations=[obs]) if self.mode == "reward" else None)
+        self._episodes[i] = EpisodeTally(traj=Trajectory(observations=[obs]) if self.mode == "reward" else None)
         self._ctx[i] = obs
         self._ctx_predicted[i] = False
-
-    def _note_wm_failure(self, ep: _Episode, p: WorldModelPrediction) -> None:
-        cause = p.ungraded_cause or WORLD_MODEL_UNGRADED
-        if ep.wm_cause is None:
-            ep.wm_cause = cause
-        if p.extras.get("error"):
-            self._messages[cause] = str(p.extras["error"])
 
     def _abandon(self, i: int) -> None:
         """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
@@ -552,25 +531,15 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             src = step_info(i)
             real_r = float(rewards[i])
             graded_flag = info_get(src, "graded", i)
+            cause = None
             if graded_flag is False or not math.isfinite(real_r):
-                ep.real_graded = False
-                if ep.real_cause is None:
-                    ep.real_cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
-                    msg = info_get(src, "error", i) or info_get(src, "message", i)
-                    if msg:
-                        self._messages[ep.real_cause] = str(msg)
-            else:
-                ep.real_return += real_r
+                cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
+            ep.add_real_step(real_r, cause, info_get(src, "error", i) or info_get(src, "message", i), self._messages)
             raw_ep: float | None = None
             if self.mode == "outcome":
                 if p is not None:
-                    if p.score is None:  # predict_checked made every non-finite score None
-                        ep.raw_graded = False
-                        self._note_wm_failure(ep, p)
-                    else:
-                        ep.raw_steps.append(float(p.score))
-                raw_ep = aggregate_episode_score(ep.raw_steps, self.episode_score) if (
-                    ep.raw_steps and ep.raw_graded) else None
+                    ep.add_step_prediction(p, self._messages)
+                raw_ep = ep.raw_score(self.episode_score)
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0
                     new_obs = None
@@ -596,7 +565,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 if p is not None and p.score is not None:
                     raw_ep = float(p.score)
                 elif p is not None:
-                    self._note_wm_failure(ep, p)
+                    ep.note_wm_failure(p, self._messages)
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0  # the real reward is withheld
                     withhold(src, self.withheld_info_keys, i)
@@ -614,7 +583,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 ep = self._episodes[i]
                 route = rec.route
                 self.loop.count_episodes(1)
-                real_ep = (ep.real_return if ep.real_graded else None) if route == ANCHOR else None
+                real_ep = ep.real_score if route == ANCHOR else None
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0 if cal is None else float(cal)
                     graded = cal is not None
