@@ -71,6 +71,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from wmrl_envs.core import EXECUTION, CorrectionConfig, CostLedger, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.world_models.base import WorldModel
 from wmrl_envs.wrappers import AnchoredWorldModelWrapper
 
@@ -148,11 +149,7 @@ class AnchoredVecEnv(VecEnvWrapper):
         with ``VecNormalize``. Save between rollouts: a sub-env's unfinished group is not part
         of its state (its episodes are dropped, see ``AnchoredWorldModelWrapper.state_dict``).
         """
-        path = Path(save_path)
-        data = {"format": STATE_FORMAT, "num_envs": self.num_envs, "envs": self.state_dicts()}
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
+        write_json_atomic(save_path, {"format": STATE_FORMAT, "num_envs": self.num_envs, "envs": self.state_dicts()})
 
     @staticmethod
     def load(load_path: str | Path, venv: VecEnv) -> AnchoredVecEnv:
