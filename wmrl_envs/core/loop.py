@@ -303,7 +303,14 @@ class CorrectionLoop:
         """
         if self.world_model is None:
             raise RuntimeError("this loop has no world model to predict with")
-        return predict_checked(self.world_model, contexts, actions, self.ledger, timeout_s=self.world_model_timeout_s)
+        # the call runs outside the loop's lock (other groups go on meanwhile); its seconds are
+        # added under it
+        spent = CostLedger()
+        try:
+            return predict_checked(self.world_model, contexts, actions, spent, timeout_s=self.world_model_timeout_s)
+        finally:
+            with self._lock:
+                self.ledger.merge(spent)
 
     def predict_group(
         self, route: Route | None, contexts: Sequence[Any], actions: Sequence[Any], *, on_eval_anchors: bool = False
