@@ -124,6 +124,13 @@ class AnchoredWorldModelWrapper(
             ``groups_per_step``, ``n_groups_started``, ``n_episodes`` and ``inner_step_calls``
             (the ledger's execution count) are views of it.
 
+    ``info["wmrl"]`` (every step; the group APIs: every rollout):
+        ``route``, ``group_id`` (``None`` while evaluating in the per-episode API),
+        ``episode_in_group``, ``raw_score`` (world model), ``calibrated_score`` (``f̂(r̂)``),
+        ``real_score`` (anchors), ``graded``, ``ungraded_cause`` and ``advantage_weight`` (ρ at
+        routing on anchor groups, 1.0 otherwise: what a GRPO learner multiplies into the
+        group's advantages); the step that closes a group adds ``group_disagreement`` (``s²``).
+
     Ungraded rollouts (:mod:`wmrl_envs.core.ungraded`):
         A sandbox failure (the env reports ``info["graded"] = False`` and
         ``info["ungraded_cause"]``, or its ``step`` raises ``SandboxUnavailableError``), a world
