@@ -41,7 +41,7 @@ def test_vector_world_model_failure_is_ungraded_with_its_cause_and_stops_the_run
     venv = make_vector_env(GuessEnv, 4)
     w = AnchoredWorldModelVectorWrapper(venv, RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=2)
     w.reset(seed=0)
-    with pytest.raises(TooManyUngradedError) as e:  # 2 generations of 2: all 4 fail
+    with pytest.raises(TooManyUngradedError) as e:  # 2 groups of 2: all 4 fail
         w.step(_actions(4))
     assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (2, 4, {WORLD_MODEL_ERROR: 2})
     assert "inference server gone" in str(e.value)

@@ -1,8 +1,8 @@
 """AnchoredWorldModelVectorWrapper: the WMRL wrapper over Gymnasium vector envs.
 
-Sub-envs [k*G, (k+1)*G) form group k; a group's n-th episodes form its generation n, routed
-as a whole by the shared AnchorRouter. These tests check real values: routes shared by the
-members of a generation, exactly one anchor per block of generations, world-model episodes
+Sub-envs [k*G, (k+1)*G) form lane k; the lane's n-th episodes form one group (round n), routed
+as a whole by the loop's AnchorRouter. These tests check real values: routes shared by the
+members of a group, exactly one anchor per block of groups, world-model episodes
 never reaching the inner step (outcome mode, counted inside the sub-env processes for
 AsyncVectorEnv), pairs fed to the debiaser, success withheld in reward mode, ρ in the infos,
 and equality with the serial score_group path.
@@ -102,7 +102,7 @@ def rollout(env, steps, seed=1):
 def check_outcome_log(env, log, inner_steps, episode_len):
     """Assertions shared by every autoreset mode / vectorization."""
     n, g = env.num_envs, env.group_size
-    routes = defaultdict(set)  # (group, generation) -> routes seen on any member
+    routes = defaultdict(set)  # (lane, round) -> routes seen on any member
     stepped_gens = defaultdict(set)
     anchor_steps = np.zeros(n, int)
     wm_steps = np.zeros(n, int)
@@ -141,7 +141,7 @@ def check_outcome_log(env, log, inner_steps, episode_len):
                 assert rew[i] == 0.0
             if w["group_complete"][i]:
                 complete.append((key, w["route"][i]))
-    # every member of a generation shares its route
+    # every member of a group shares its route
     assert routes and all(len(r) == 1 for r in routes.values())
     # world-model episodes never reached the inner step: the env's own counters (in the
     # sub-env processes for AsyncVectorEnv) equal the anchor steps, sub-env by sub-env
@@ -150,14 +150,14 @@ def check_outcome_log(env, log, inner_steps, episode_len):
     # (only a sub-env's last episode may be unfinished)
     assert (n_done_anchor == anchor_steps // episode_len).all() and (n_done_wm == wm_steps // episode_len).all()
     # routing counts: groups_per_step = number of groups and f = 0.5 -> exactly one anchor
-    # among the K generations with the same index (they start together: one block)
+    # among the K groups of the same round (they start together: one block)
     by_gen = defaultdict(list)
     for (k, gen), r in routes.items():
         by_gen[gen].append(next(iter(r)))
     full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_lanes]
     assert full and all(by_gen[gen].count("anchor") == env.n_lanes // 2 for gen in full)
     assert env.router.n_groups_routed == env.n_groups_started == env.n_groups_completed + env.n_groups_open
-    # corrections: one correct_group per completed generation, pairs from every anchor episode
+    # corrections: one close_group per completed group, pairs from every anchor episode
     assert env.corrector.groups_corrected["anchor"] == sum(r == "anchor" for _, r in complete)
     assert env.corrector.groups_corrected["world_model"] == sum(r == "world_model" for _, r in complete)
     assert env.corrector.debiaser.n_seen == g * env.corrector.groups_corrected["anchor"]
@@ -200,7 +200,7 @@ def test_outcome_mode_async_counts_inner_steps_in_subprocesses():
         venv.close()
 
 
-def test_group_members_start_from_the_generation_task():
+def test_group_members_start_from_the_group_task():
     venv = make_vector_env(GuessEnv, 4, autoreset_mode=AutoresetMode.NEXT_STEP)
     env, _ = make_outcome(venv, 2)
     obs, info = env.reset()
@@ -355,7 +355,7 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
 
 
 # ---------------------------------------------------------------------- resets and errors
-def test_full_reset_abandons_generation_and_requeues_its_route():
+def test_full_reset_abandons_the_group_and_requeues_its_route():
     venv = make_vector_env(TwoStepGuess, 4, autoreset_mode=AutoresetMode.NEXT_STEP, episode_steps=2)
     env, _ = make_outcome(venv, 2, episode_steps=2)
     _o, info = env.reset()
