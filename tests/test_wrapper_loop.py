@@ -137,3 +137,16 @@ def test_vector_wrapper_on_a_shared_loop_and_record_constructor_args():
     assert vec.n_groups_completed == 2 and loop.n_groups_closed == 3
     assert loop.n_groups_started == 5 and vec.n_groups_open == 2  # the next round is routed at once
     assert loop.n_episodes == 2 * G + G
+
+
+def test_wrapper_set_anchor_fraction_takes_effect_at_the_next_planned_step():
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=2, correction=CorrectionConfig(anchor_fraction=0.0),
+                                  groups_per_step=3)
+    acts = [np.array([0.5], np.float32)] * 2
+    assert w.plan_step() == ["world_model"] * 3
+    w.set_anchor_fraction(1.0)
+    routes = [w.score_group(acts, options={"target": 0.5}).route for _ in range(3)]
+    assert routes == ["world_model"] * 3  # the step planned before the change keeps its routes
+    assert w.plan_step() == ["anchor"] * 3
+    assert [w.score_group(acts, options={"target": 0.5}).route for _ in range(3)] == ["anchor"] * 3
+    assert w.inner_step_calls == w.ledger.count("execution") == 6
