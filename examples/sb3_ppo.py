@@ -25,7 +25,11 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import tyro
+
+from wmrl_envs.core import CorrectionConfig
 
 
 @dataclass
@@ -40,18 +44,15 @@ class Args:
     """PPO rollout length per sub-env."""
     group_size: int = 8
     """Consecutive episodes of one sub-env routed together (one group)."""
-    anchor_fraction: float = 0.1
-    """Target share of groups executed for real (at least one per block of 1/f groups)."""
     noise_std: float = 0.05
     """Noise of the synthetic world model (score units)."""
     step_seconds: float = 0.0
     """Seconds of sleep per real step (simulated execution cost)."""
-    min_pairs: int = 32
-    """Anchor pairs before the first isotonic fit (reference 200)."""
-    refit_every: int = 16
-    """Refit the isotonic map after this many new pairs (reference 64)."""
-    warmup_groups: int = 4
-    """Anchor groups before ρ leaves 1 (reference 32)."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = CorrectionConfig(
+        anchor_fraction=0.1, min_pairs=32, refit_every=16, warmup_groups=4
+    )
+    """Anchor schedule, debiaser and denoiser (flags --anchor-fraction, --min-pairs, ...; short runs
+    need fewer pairs and a shorter warm-up than the reference 200 / 32)."""
     normalize_advantage: bool = False
     """PPO's per-minibatch advantage standardisation (False: anchor steps get exactly ρ × A)."""
     eval_episodes: int = 32
@@ -71,9 +72,7 @@ def make_venv(args: Args) -> Any:
     world_model = SyntheticWorldModel(guess_score, bias=lambda s: s**3, noise_std=args.noise_std, seed=args.seed)
     return make_anchored_vec_env(
         lambda: GuessEnv(step_seconds=args.step_seconds), world_model, n_envs=args.n_envs, seed=args.seed,
-        anchor_fraction=args.anchor_fraction, group_size=args.group_size,
-        debiaser_kwargs={"min_pairs": args.min_pairs, "refit_every": args.refit_every},
-        denoiser_kwargs={"warmup_groups": args.warmup_groups},
+        group_size=args.group_size, correction=args.correction,
     )
 
 
@@ -123,6 +122,4 @@ def main(args: Args) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import tyro
-
     main(tyro.cli(Args))

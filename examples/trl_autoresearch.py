@@ -33,7 +33,11 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import tyro
+
+from wmrl_envs.core import CorrectionConfig
 
 
 @dataclass
@@ -58,14 +62,11 @@ class Args:
     """LoRA rank."""
     world_model: Literal["embedding", "judge"] = "embedding"
     """World model: 'embedding' (MiniLM + fitted head, fast) or 'judge' (frozen SmolLM2 judge)."""
-    anchor_fraction: float = 0.25
-    """Target share of groups executed for real (at least one per step)."""
-    min_pairs: int = 8
-    """Anchor pairs before the first isotonic fit (reference 200; short CPU runs need fewer)."""
-    refit_every: int = 4
-    """Refit the isotonic map after this many new pairs (reference 64)."""
-    warmup_groups: int = 2
-    """Anchor groups before ρ leaves 1 (reference 32)."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = CorrectionConfig(
+        anchor_fraction=0.25, min_pairs=8, refit_every=4, warmup_groups=2
+    )
+    """Anchor schedule (at least one anchor group per step), debiaser and denoiser (flags
+    --anchor-fraction, --min-pairs, ...; short CPU runs need fewer pairs than the reference 200)."""
     sandbox: str = "bubblewrap"
     """Sandbox backend: bubblewrap (default), docker, subprocess (no isolation) or auto."""
     exec_wall_time_s: float = 90.0
@@ -122,9 +123,7 @@ def build(args: Args) -> dict[str, Any]:
         world_model = LLMJudgeWorldModel(policy.model, tokenizer, seed=args.seed, disable_adapters=True,
                                          max_new_tokens=48, max_prompt_tokens=640, decoding="expected")
     wrapper = AnchoredWorldModelWrapper(
-        env, world_model, anchor_fraction=args.anchor_fraction, group_size=args.num_generations,
-        debiaser_kwargs={"min_pairs": args.min_pairs, "refit_every": args.refit_every},
-        denoiser_kwargs={"warmup_groups": args.warmup_groups}, seed=args.seed,
+        env, world_model, group_size=args.num_generations, correction=args.correction, seed=args.seed,
     )
 
     rows = []
@@ -185,6 +184,4 @@ def main(args: Args) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import tyro
-
     main(tyro.cli(Args))

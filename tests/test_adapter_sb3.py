@@ -216,8 +216,11 @@ def test_example_runs_with_a_tiny_budget(tmp_path):
     assert spec.loader is not None
     sys.modules[spec.name] = ex  # dataclasses resolve annotations through sys.modules
     spec.loader.exec_module(ex)
-    out = ex.main(ex.Args(total_timesteps=512, n_envs=2, n_steps=64, group_size=4, anchor_fraction=0.25,
-                          min_pairs=8, refit_every=8, warmup_groups=2, eval_episodes=4, output_dir=str(tmp_path)))
+    from wmrl_envs.core import CorrectionConfig
+
+    correction = CorrectionConfig(anchor_fraction=0.25, min_pairs=8, refit_every=8, warmup_groups=2)
+    out = ex.main(ex.Args(total_timesteps=512, n_envs=2, n_steps=64, group_size=4, correction=correction,
+                          eval_episodes=4, output_dir=str(tmp_path)))
     assert (tmp_path / "ppo.zip").is_file() and (tmp_path / "wmrl_state.json").is_file()
     assert out["anchor_groups"] > 0 and out["anchor_pairs"] > 0 and out["n_correctors"] == 1
     assert 0.0 <= out["eval_mean_real_score"] <= 1.0

@@ -391,8 +391,11 @@ def test_real_smollm2_autoresearch_bubblewrap_grpo_steps(tmp_path):
     except FileNotFoundError as e:
         pytest.skip(str(e))
     ex = _load_example("trl_autoresearch")
-    args = ex.Args(steps=2, groups_per_step=2, num_generations=4, max_completion_length=16, anchor_fraction=0.5,
-                   min_pairs=4, refit_every=4, warmup_groups=1, output_dir=str(tmp_path / "run"))
+    from wmrl_envs.core import CorrectionConfig
+
+    correction = CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1)
+    args = ex.Args(steps=2, groups_per_step=2, num_generations=4, max_completion_length=16, correction=correction,
+                   output_dir=str(tmp_path / "run"))
     parts = ex.build(args)
     trainer, wrapper = parts["trainer"], parts["wrapper"]
     # float32 on one thread: TRL's default bf16 autocast made this test's steps ~14x slower on
