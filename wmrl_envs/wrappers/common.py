@@ -18,8 +18,6 @@ from wmrl_envs.core import (
     CorrectionConfig,
     CostLedger,
     GroupCorrection,
-    InverseVarianceDenoiser,
-    IsotonicDebiaser,
     Route,
     WMRLCorrector,
 )
@@ -215,31 +213,50 @@ def build_loop(
     if correction is not None:
         if corrector is not None or debiaser_kwargs or denoiser_kwargs:
             raise ValueError("pass either correction= or corrector=/debiaser_kwargs/denoiser_kwargs, not both")
-        anchor_fraction, min_anchor_groups = correction.anchor_fraction, correction.min_anchor_groups
-    if not (isinstance(anchor_fraction, (int, float)) and 0.0 <= anchor_fraction <= 1.0):
-        raise ValueError(f"anchor_fraction must be a number in [0, 1], got {anchor_fraction!r}")
-    if world_model is None and anchor_fraction != 1.0:
+    else:
+        if corrector is not None and (debiaser_kwargs or denoiser_kwargs):
+            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
+        correction = correction_from_kwargs(anchor_fraction, min_anchor_groups, debiaser_kwargs, denoiser_kwargs)
+    if world_model is None and correction.anchor_fraction != 1.0:
         raise ValueError(
             "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
-            f"for real); got anchor_fraction={anchor_fraction}. Pass a world model."
+            f"for real); got anchor_fraction={correction.anchor_fraction}. Pass a world model."
         )
     if groups_per_step is None:
-        groups_per_step = default_groups_per_step(anchor_fraction)
-    if correction is not None:
-        router, corrector = correction.build_router(seed), correction.build_corrector()
-    else:
-        router = AnchorRouter(anchor_fraction, min_anchor_groups=min_anchor_groups, seed=seed)
-        if corrector is None:
-            corrector = WMRLCorrector(
-                IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {}))
-            )
-        elif debiaser_kwargs or denoiser_kwargs:
-            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
+        groups_per_step = default_groups_per_step(correction.anchor_fraction)
     return CorrectionLoop(
         correction, world_model=world_model, seed=seed, groups_per_step=groups_per_step, eval_route=eval_route,
         world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
-        router=router, corrector=corrector, ledger=ledger,
+        corrector=corrector, ledger=ledger,
     )
+
+
+def correction_from_kwargs(
+    anchor_fraction: float,
+    min_anchor_groups: int,
+    debiaser_kwargs: Mapping[str, Any] | None,
+    denoiser_kwargs: Mapping[str, Any] | None,
+) -> CorrectionConfig:
+    """The :class:`~wmrl_envs.core.CorrectionConfig` that the wrappers' individual keyword
+    arguments spell out (``denoiser_kwargs["mode"]`` is the config's ``rho_mode``), so that a
+    wrapper built either way is validated once, by the config.
+
+    Raises:
+        ValueError: a value out of range, or a key that is no setting of the debiaser / denoiser.
+    """
+    den = dict(denoiser_kwargs or {})
+    if "mode" in den:
+        den["rho_mode"] = den.pop("mode")
+    deb = dict(debiaser_kwargs or {})
+    for where, keys, allowed in (
+        ("debiaser_kwargs", deb, ("buffer_size", "min_pairs", "refit_every")),
+        ("denoiser_kwargs", den, ("warmup_groups", "half_life", "rho_target", "rho_max", "rho_mode",
+                                  "disagreement_floor")),
+    ):
+        unknown = sorted(set(keys) - set(allowed))
+        if unknown:
+            raise ValueError(f"{where} has unknown key(s) {unknown}; allowed: {list(allowed)}")
+    return CorrectionConfig(anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups, **deb, **den)
 
 
 class LoopViews:
