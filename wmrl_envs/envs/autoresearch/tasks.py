@@ -559,10 +559,16 @@ def _gen_digits_shifted(seed: int) -> DataTuple:
             aug_x.append(noisy.reshape(len(images), -1))
             aug_y.append(labels)
             aug_t.append(is_test)
-    X = np.vstack(aug_x).astype(np.int64)
-    y = np.concatenate(aug_y)
-    t = np.concatenate(aug_t)
-    cols = [f"px_{r}_{c}" for r in range(8) for c in range(8)]
+    return _shuffled_split(rng, aug_x, aug_y, aug_t, [f"px_{r}_{c}" for r in range(8) for c in range(8)])
+
+
+def _shuffled_split(
+    rng: np.random.Generator, xs: list[np.ndarray], ys: list[np.ndarray], is_test: list[np.ndarray], cols: list[str]
+) -> DataTuple:
+    """The augmented image rows stacked, split by ``is_test`` and shuffled (train, then test) with ``rng``."""
+    X = np.vstack(xs).astype(np.int64)
+    y = np.concatenate(ys)
+    t = np.concatenate(is_test)
     tr = rng.permutation(np.flatnonzero(~t))
     te = rng.permutation(np.flatnonzero(t))
     return (
@@ -591,16 +597,7 @@ def _gen_digits_upscaled(seed: int) -> DataTuple:
         aug_x.append(out.reshape(len(big), -1))
         aug_y.append(labels)
         aug_t.append(is_test)
-    X = np.vstack(aug_x).astype(np.int64)
-    y = np.concatenate(aug_y)
-    t = np.concatenate(aug_t)
-    cols = [f"px_{r:02d}_{c:02d}" for r in range(12) for c in range(12)]
-    tr = rng.permutation(np.flatnonzero(~t))
-    te = rng.permutation(np.flatnonzero(t))
-    return (
-        pd.DataFrame(X[tr], columns=cols), pd.Series(y[tr]),
-        pd.DataFrame(X[te], columns=cols), pd.Series(y[te]),
-    )
+    return _shuffled_split(rng, aug_x, aug_y, aug_t, [f"px_{r:02d}_{c:02d}" for r in range(12) for c in range(12)])
 
 
 def _gen_churn(seed: int) -> DataTuple:
