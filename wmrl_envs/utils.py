@@ -1,5 +1,7 @@
 """Small helpers shared across the package (no method logic lives here).
 
+    * :func:`lazy_exports` — a package's PEP 562 ``__getattr__``/``__dir__`` for names whose
+      modules are heavy to import (torch, transformers).
     * :func:`write_json_atomic` — write a JSON file so that a reader (or a run killed
       mid-write) never sees half of it: the wrapper's and the trainer's saved state, the
       adapters' checkpoints and the leaderboards all go through it.
@@ -11,7 +13,7 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 __all__ = ["write_json_atomic"]
 
@@ -48,3 +50,41 @@ def write_json_atomic(
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def lazy_exports(
+    package: str, names: Mapping[str, str], public: Sequence[str] = ()
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's PEP 562 ``__getattr__`` and ``__dir__`` that import heavy names on first use.
+
+    Keeps ``import wmrl_envs.world_models`` (and the other packages that use it) light: torch,
+    transformers or LIBERO are imported only when one of their names is first looked up.
+
+    Args:
+        package: the package's ``__name__``.
+        names: ``{name: module}``; ``module`` is absolute (``"wmrl_envs.world_models.smollm2"``)
+            or relative to ``package`` (``".env"``).
+        public: the package's ``__all__`` (listed by ``__dir__``).
+
+    Returns:
+        ``(__getattr__, __dir__)``; assign both at module level. A name looked up once is
+        cached in the package's namespace.
+
+    Raises:
+        AttributeError: (from ``__getattr__``) a name that is not in ``names``.
+    """
+    import importlib
+    import sys
+
+    def __getattr__(name: str) -> Any:
+        module = names.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(public) | set(names))
+
+    return __getattr__, __dir__

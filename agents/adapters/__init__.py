@@ -19,8 +19,7 @@ Stable-Baselines3: names are resolved on first access.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from wmrl_envs.utils import lazy_exports
 
 __all__ = [
     "WMRLRewardFunction",
@@ -43,14 +42,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -24,8 +24,9 @@ access of their names (module ``__getattr__``).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from wmrl_envs.utils import lazy_exports
 
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
@@ -54,14 +55,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from wmrl_envs.world_models.vllm_backend import OpenAICompatibleGenerator, VLLMGenerator
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -46,8 +46,9 @@ Functions here:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from wmrl_envs.utils import lazy_exports
 
 if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light to import)
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
@@ -102,11 +103,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {k: f".{v}" for k, v in _LAZY.items()})
 
 
 __all__ = [

@@ -16,6 +16,8 @@ Importing this package is light: LIBERO itself (the ``libero`` extra,
 
 from __future__ import annotations
 
+from wmrl_envs.utils import lazy_exports
+
 from .env import ENV_ID, LiberoEnv
 
 __all__ = ["ENV_ID", "LiberoEnv", "register_envs"]
@@ -41,10 +43,5 @@ _ROBOMETER_NAMES = (
 __all__ += list(_ROBOMETER_NAMES)
 
 
-def __getattr__(name: str):
-    """The Robometer names (:mod:`.robometer`, torch-heavy) are imported on first access."""
-    if name in _ROBOMETER_NAMES:
-        import importlib
-
-        return getattr(importlib.import_module(f"{__name__}.robometer"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the Robometer names (:mod:`.robometer`, torch-heavy) are imported on first access
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_ROBOMETER_NAMES, ".robometer"), __all__)
