@@ -477,7 +477,7 @@ class TaskContext:
 
 @functools.lru_cache(maxsize=None)
 def _task_context_cached(task_id: str) -> TaskContext:
-    from wmrl_envs.envs.autoresearch.grading import task_data
+    from wmrl_envs.envs.autoresearch.taskdata import task_data
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
     spec = get_task(task_id)

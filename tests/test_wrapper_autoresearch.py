@@ -10,7 +10,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from wmrl_envs import AnchoredWorldModelWrapper
-from wmrl_envs.envs.autoresearch.env import AutoResearchEnv, next_observation
+from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+from wmrl_envs.envs.autoresearch.observation import next_observation
 from wmrl_envs.envs.autoresearch.tasks import get_task
 from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
 from wmrl_envs.sandbox import SandboxLimits, available_backends, make_sandbox
