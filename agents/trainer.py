@@ -317,7 +317,8 @@ def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
         c.eval_wrapper = _evaluation_wrapper(c.env, cfg)
     wrapper, policy = c.eval_wrapper, c.policy
     specs = [c.get_task(t) for t in c.heldout_tasks]
-    prompts = [policy.build_prompt(_task_context(wrapper, t), spec) for t, spec in zip(c.heldout_tasks, specs)]
+    contexts = [_task_context(wrapper, t) for t in c.heldout_tasks]
+    prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
     t0 = time.perf_counter()
     samples = policy.sample(prompts, cfg.eval_k)
     gen_s = time.perf_counter() - t0
@@ -327,8 +328,8 @@ def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
     t0 = time.perf_counter()
-    for t, spec, texts in zip(c.heldout_tasks, specs, samples.texts):
-        group = _score_task(wrapper, t, [policy.completion_to_action(x, spec) for x in texts])
+    for t, ctx, spec, texts in zip(c.heldout_tasks, contexts, specs, samples.texts):
+        group = _score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts])
         positions[t] = []
         for reward, info in zip(group.rewards, group.infos):
             statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
@@ -478,15 +479,16 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step,
                                                    replace=cfg.groups_per_step > len(c.train_tasks))]
             specs = [c.get_task(t) for t in task_ids]
-            prompts = [policy.build_prompt(_task_context(wrapper, t), spec) for t, spec in zip(task_ids, specs)]
+            contexts = [_task_context(wrapper, t) for t in task_ids]
+            prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
             # G completions per task
             with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
                 samples = policy.sample(prompts, cfg.group_size)
             # score every group: world model, real execution on anchors, corrections
             groups = []
             try:
-                for t, spec, texts in zip(task_ids, specs, samples.texts):
-                    groups.append(_score_task(wrapper, t, [policy.completion_to_action(x, spec) for x in texts]))
+                for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
+                    groups.append(_score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
             except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
                 _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
                                              "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
@@ -593,14 +595,14 @@ def _task_context(wrapper: Any, task_id: str) -> Any:
     return obs
 
 
-def _score_task(wrapper: Any, task_id: str, actions: list[str]) -> Any:
+def _score_task(wrapper: Any, task_id: str, context: Any, actions: list[str]) -> Any:
     """``wrapper.score_group`` of one task's G actions (a :class:`~wmrl_envs.wrappers.GroupRollout`).
 
-    The policy samples every group of a step in one batch, after all the prompts are built,
-    and the wrapper keeps one begun context at a time, so each group is scored with its reset
-    arguments (the inner env is reset for it again).
+    Every group of a step was begun (its prompt built) before the policy sampled them all in one
+    batch, so each group is scored with its begun ``context``: the inner env is reset again only
+    for an anchor group, to execute it; a world-model group does not touch it.
     """
-    return wrapper.score_group(actions, options={"task_id": task_id})
+    return wrapper.score_group(actions, options={"task_id": task_id}, context=context)
 
 
 def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:

@@ -106,6 +106,27 @@ def test_begin_group_resets_the_inner_env_once_per_group(route):
     assert env.n_resets == (2 * G if route == "anchor" else 2)
 
 
+@pytest.mark.parametrize("route", ["anchor", "world_model"])
+def test_groups_begun_before_scoring_reset_only_to_execute(route):
+    """A GRPO step begins every group (its prompt) before scoring any: with context=, a
+    world-model group never resets the inner env, an anchor group resets once for rollout 0."""
+    acts = [np.array([x], np.float32) for x in (0.1, 0.4, 0.6, 0.9)]
+    targets = (0.3, 0.8)
+    plain = AnchoredWorldModelWrapper(CountingGuess(), wm(), group_size=G, correction=CFG)
+    refs = [plain.score_group(acts, options={"target": t}, route=route) for t in targets]
+
+    env = CountingGuess()
+    w = AnchoredWorldModelWrapper(env, wm(), group_size=G, correction=CFG)
+    contexts = [w.begin_group(options={"target": t})[0] for t in targets]
+    assert env.n_resets == 2
+    outs = [w.score_group(acts, options={"target": t}, context=c, route=route) for t, c in zip(targets, contexts)]
+    assert env.n_resets == 2 + (2 * G if route == "anchor" else 0)
+    assert summary(outs) == summary(refs)
+    if route == "anchor":  # each group executed on its own task, not on the last one begun
+        for t, out in zip(targets, outs):
+            assert out.rewards == pytest.approx([1 - abs(x - t) for x in (0.1, 0.4, 0.6, 0.9)], abs=1e-6)
+
+
 def test_begin_group_is_dropped_by_explicit_arguments_and_by_reset():
     env = CountingGuess()
     w = AnchoredWorldModelWrapper(env, wm(), group_size=2, correction=CFG)

@@ -527,6 +527,7 @@ class AnchoredWorldModelWrapper(
         seed: int | None = None,
         options: dict[str, Any] | None = None,
         route: Route | None = None,
+        context: ObsType | None = None,
     ) -> GroupRollout:
         """Score a whole group of single-step episodes at once (one action per rollout).
 
@@ -543,6 +544,11 @@ class AnchoredWorldModelWrapper(
             seed, options: reset arguments shared by the group (given: a new reset, and any
                 :meth:`begin_group` context is dropped).
             route: force ``"anchor"``/``"world_model"`` (e.g. evaluation); bypasses the router.
+            context: the group's task context, the observation an earlier :meth:`begin_group`
+                with these ``seed``/``options`` returned — for loops that begin every group of a
+                step (to build the prompts) before scoring any. The world model conditions on
+                it, and the inner env is reset only if the group is executed (an anchor group):
+                a world-model group never touches the inner env.
 
         Returns:
             A :class:`GroupRollout`.
@@ -566,7 +572,10 @@ class AnchoredWorldModelWrapper(
         self._reset_group_state()
         g = len(actions)
         begun, self._begun = self._begun, None
-        if begun is not None and seed is None and options is None:
+        env_ready = True  # the inner env stands at this group's task (for rollout 0)
+        if context is not None:
+            ctx, env_ready = context, False
+        elif begun is not None and seed is None and options is None:
             seed, options, ctx = begun
         else:
             ctx, _ = self.env.reset(seed=seed, options=options)
@@ -583,6 +592,8 @@ class AnchoredWorldModelWrapper(
         exec_causes: list[str | None] | None = None
         exec_secs = 0.0
         if r == ANCHOR:
+            if not env_ready:
+                self.env.reset(seed=seed, options=options)
             t_group = time.perf_counter()
             outcomes = self._execute_group(list(actions), seed, options, ctx)
             exec_secs = time.perf_counter() - t_group
