@@ -17,26 +17,8 @@ feeds the anchor pairs to the shared corrections (Yang et al., arXiv 2608.12564;
   ρ scale, ledger) as JSON beside the model's ``.zip`` — the envs themselves are never saved.
 * :class:`AnchorWeightCallback` applies ρ.
 
-How ρ reaches PPO:
-    In GRPO, ρ multiplies the post-normalisation advantages of anchor-group rows. PPO has no
-    groups and no per-group normalisation: its advantages come from GAE with a learned value
-    baseline. Scaling anchor *rewards* by ρ would be wrong — it changes the value targets, and
-    through bootstrapping the returns of other steps. So :class:`AnchorWeightCallback` weights
-    the *advantages* instead: during the rollout it reads ``info["wmrl"]["advantage_weight"]``
-    of every step (ρ of the step's anchor group, as known when the group was routed; 1.0 on
-    world-model groups) and, in ``on_rollout_end`` — after SB3 has computed GAE advantages
-    and returns, before ``train()`` reads the buffer — multiplies ``rollout_buffer.advantages``
-    element-wise by these weights. ``rollout_buffer.returns`` (the critic's targets) stay
-    unweighted, so the value function keeps learning real returns. With
-    ``normalize_advantage=False`` the policy-gradient term of every anchor step is then exactly
-    ρ × the plain PPO one; with PPO's default ``normalize_advantage=True`` each minibatch is
-    standardised after the weighting, so anchor steps keep ρ as their weight *relative* to the
-    other steps of the minibatch (up to the common shift and scale).
-
-Debiasing under PPO:
-    Within-group standardisation cancels the affine part of ``f̂`` in GRPO; PPO has none, so
-    the whole map matters: the wrapper pays ``f̂(r̂)`` on world-model episodes, on the scale
-    of the real reward (see ``docs/method.md``, "Online debiasing").
+Why ρ multiplies PPO's GAE advantages (not the rewards) and why the whole map f̂ matters under
+PPO: ``docs/method.md``, "Third-party RL loops".
 
 Contents:
     * :func:`make_anchored_vec_env` — the vector env factory.

@@ -19,15 +19,10 @@ that loop without re-implementing any of it:
   anchor groups. Rewards: real scores on anchor groups, ``f̂(r̂)`` on world-model groups.
   :class:`AsyncWMRLRewardFunction` is the ``async`` variant (TRL 1.16 runs async reward
   functions concurrently on its own event loop).
-* :class:`WMRLGRPOTrainer` applies the anchor weight ``ρ``. TRL normalises rewards per group
-  (``A_i = (r_i − mean) / (std + 1e-4)`` with its default ``scale_rewards="group"``), so
-  multiplying an anchor group's *rewards* by ρ would cancel out; ρ must multiply the *post-normalisation advantages* of anchor rows
-  (``docs/method.md``, "Inverse-variance denoising"). TRL 1.16 computes advantages inline in
-  ``GRPOTrainer._generate_and_score_completions`` and has no smaller hook for them (its
-  maintainers recommend overriding that one method, huggingface/trl#4525), so the subclass
-  calls the parent method unchanged and multiplies the ``"advantages"`` it returns by the
-  per-row weights the reward function recorded for that same batch — before TRL shuffles and
-  splits the batch, so the weights line up row by row. World-model rows keep weight 1.
+* :class:`WMRLGRPOTrainer` applies the anchor weight ``ρ`` to the post-normalisation
+  advantages of anchor rows, by multiplying what ``GRPOTrainer._generate_and_score_completions``
+  returns (why there, and the one-process-per-corrector limitation: ``docs/method.md``,
+  "Third-party RL loops").
 
 Contents:
     * :class:`WMRLRewardFunction`, :class:`AsyncWMRLRewardFunction` — the reward functions.
@@ -39,12 +34,6 @@ Contents:
     * :func:`default_reset_args`, :data:`ActionFn`, :data:`ResetArgsFn` — how a row becomes
       the group's reset arguments and a completion becomes an action.
     * :data:`WMRL_STATE_FILE` — the name of that file.
-
-Limitations:
-    One process per corrector. With several processes (``accelerate launch``) each process
-    scores its own slice of the batch with its own wrapper, so routing and corrections are
-    per process, and a process slice must hold whole groups (its row count divisible by
-    ``num_generations``; otherwise the reward function raises ``ValueError``).
 
 Example:
     >>> from agents.adapters.trl import WMRLRewardFunction, WMRLGRPOTrainer  # doctest: +SKIP
