@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +39,7 @@ from wmrl_envs.envs.autoresearch.secret import (
 )
 from wmrl_envs.envs.autoresearch.taskdata import task_data, write_public_files
 from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
+from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 from wmrl_envs.sandbox.jobdirs import OwnedFolder
 
@@ -391,9 +391,7 @@ def build_leaderboards(
         }
     out["tasks"] = {tid: out["tasks"][tid] for tid in list_tasks() if tid in out["tasks"]}
     if path is not None:
-        tmp_path = Path(path).with_name(f".{Path(path).name}.{uuid.uuid4().hex}.tmp")
-        tmp_path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-        tmp_path.replace(path)
+        write_json_atomic(path, out, indent=1)
     return out
 
 
