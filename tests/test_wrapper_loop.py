@@ -171,3 +171,33 @@ def test_wrapper_set_anchor_fraction_takes_effect_at_the_next_planned_step():
     assert w.plan_step() == ["anchor"] * 3
     assert [w.score_group(acts, options={"target": 0.5}).route for _ in range(3)] == ["anchor"] * 3
     assert w.inner_step_calls == w.ledger.count("execution") == 6
+
+
+def test_context_without_its_reset_arguments_is_refused_not_executed_on_another_task():
+    """score_group(context=...) without seed/options used to execute an anchor group on a task
+    drawn by a bare reset, pairing the world model's scores of one task with real scores of another."""
+    env = CountingGuess()
+    w = AnchoredWorldModelWrapper(env, wm(), group_size=2, correction=CFG)
+    acts = [np.array([0.5], np.float32)] * 2
+    ctx_a, _ = w.begin_group(options={"target": 0.1})
+    ctx_b, _ = w.begin_group(options={"target": 0.9})
+    with pytest.raises(ValueError, match="seed=/options= that begin_group"):
+        w.score_group(acts, context=ctx_a, route="anchor")
+    assert w.corrector.debiaser.n_pairs == 0 and w.loop.n_groups_started == 0
+    # the latest begun context needs no arguments: its task is known
+    ctx_c, _ = w.begin_group(options={"target": 0.3})
+    out = w.score_group(acts, context=ctx_c, route="anchor")
+    assert out.rewards == pytest.approx([0.8, 0.8], abs=1e-6)
+
+
+def test_anchor_group_without_reset_arguments_warns_once():
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=2, correction=CFG)
+    acts = [np.array([0.5], np.float32)] * 2
+    with pytest.warns(UserWarning, match="without reset arguments"):
+        w.score_group(acts, route="anchor")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w.score_group(acts, route="anchor")  # once per wrapper
+        w.score_group(acts, options={"target": 0.2}, route="anchor")

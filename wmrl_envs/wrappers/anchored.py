@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import warnings
 from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, TypeVar
 
 import gymnasium as gym
@@ -143,10 +144,10 @@ class AnchoredWorldModelWrapper(
     Training and evaluation (like ``VecNormalize.training`` in Stable-Baselines3):
         With ``training=True`` the wrapper is deliberately non-stationary: groups advance,
         the router draws routes and the corrections learn. With ``training=False`` it is
-        frozen: every episode is routed to ``eval_route``, nothing is updated, no group
-        bookkeeping is done (``group_id`` is ``None``), so equal seeds and actions give equal
-        results — this is the mode in which ``gymnasium.utils.env_checker.check_env``
-        passes.
+        frozen: every episode is routed to ``eval_route``, nothing is updated, the per-episode
+        API does no group bookkeeping (``group_id`` is ``None``; the group APIs still number the
+        groups they score), so equal seeds and actions give equal results — this is the mode in
+        which ``gymnasium.utils.env_checker.check_env`` passes.
 
     Raises:
         ValueError: invalid arguments (each message says which and how to fix it).
@@ -242,6 +243,7 @@ class AnchoredWorldModelWrapper(
         self.dense_every = int(dense_every)
         self.withheld_info_keys = tuple(withheld_info_keys)
         self._begun: tuple[Any, Any, Any] | None = None  # begin_group(): (seed, options, context)
+        self._warned_unfixed_task = False  # warned once: an anchor group executed without reset arguments
         self._reset_group_state()
 
     # ------------------------------------------------------------------ helpers
@@ -545,7 +547,8 @@ class AnchoredWorldModelWrapper(
                 :meth:`begin_group` context is dropped).
             route: force ``"anchor"``/``"world_model"`` (e.g. evaluation); bypasses the router.
             context: the group's task context, the observation an earlier :meth:`begin_group`
-                with these ``seed``/``options`` returned — for loops that begin every group of a
+                with these ``seed``/``options`` returned (pass them too, unless it is the
+                context of the latest :meth:`begin_group`) — for loops that begin every group of a
                 step (to build the prompts) before scoring any. The world model conditions on
                 it, and the inner env is reset only if the group is executed (an anchor group):
                 a world-model group never touches the inner env.
@@ -555,8 +558,9 @@ class AnchoredWorldModelWrapper(
 
         Raises:
             RuntimeError: a per-episode group is in progress.
-            ValueError: not in outcome mode, empty ``actions``, an unknown ``route``, or a
-                world-model route without a world model.
+            ValueError: not in outcome mode, empty ``actions``, an unknown ``route``, a
+                world-model route without a world model, or ``context`` without the
+                ``seed``/``options`` it was begun with.
             TooManyUngradedError: the stop rule fired (the group is scored and counted first).
         """
         if self.mode != "outcome":
@@ -574,7 +578,15 @@ class AnchoredWorldModelWrapper(
         begun, self._begun = self._begun, None
         env_ready = True  # the inner env stands at this group's task (for rollout 0)
         if context is not None:
-            ctx, env_ready = context, False
+            if seed is None and options is None:
+                if begun is None or begun[2] is not context:
+                    raise ValueError(
+                        "score_group(context=...) needs the seed=/options= that begin_group() was called with "
+                        "for this context: an anchor group is executed on the inner env reset with them"
+                    )
+                seed, options, ctx = begun
+            else:
+                ctx, env_ready = context, False
         elif begun is not None and seed is None and options is None:
             seed, options, ctx = begun
         else:
@@ -624,6 +636,14 @@ class AnchoredWorldModelWrapper(
         ``(obs, reward, info, seconds)``."""
         envs = [self.env, *self.execution_envs]
         g = len(actions)
+        if g > 1 and seed is None and options is None and not self._warned_unfixed_task:
+            self._warned_unfixed_task = True
+            warnings.warn(
+                "an anchor group is executed without reset arguments: its rollouts after the first reset "
+                "the inner env with seed=None, options=None, which gives them one task only if the env has "
+                "a single one; pass seed= or options= to begin_group()/score_group() to fix the group's task",
+                UserWarning, stacklevel=3,
+            )
 
         def execute(i: int) -> tuple[Any, Any, dict, float]:
             e = envs[i % len(envs)]
