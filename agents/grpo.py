@@ -14,6 +14,7 @@ step each). Keeping one copy keeps the main job, the benchmark and the experimen
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
@@ -110,10 +111,14 @@ def build_advantages(
         A :class:`GroupBatch`.
 
     Raises:
-        ValueError: the two sequences differ in length.
+        ValueError: the two sequences differ in length, or a weight is not a finite number
+            (weights are ρ or 1; a NaN would make the loss NaN).
     """
     if len(group_rewards) != len(group_weights):
         raise ValueError(f"{len(group_rewards)} groups of rewards but {len(group_weights)} weights")
+    for gi, w in enumerate(group_weights):
+        if not _is_real(w) or not np.isfinite(float(w)):
+            raise ValueError(f"group_weights[{gi}] must be a finite number (ρ or 1), got {w!r}")
     rows, advs, gids = [], [], []
     used = skipped = ungraded = 0
     offset = 0
@@ -271,7 +276,8 @@ class GRPOUpdateConfig:
         drop_zero_advantage: drop rows whose advantage is exactly 0 (:func:`build_advantages`).
 
     Raises:
-        ValueError: a setting out of range.
+        ValueError: a setting out of range or of the wrong type (e.g. ``clip_eps="0.2"``,
+            ``kl_coef=None``); the message names the field.
 
     Example:
         >>> GRPOUpdateConfig(kl_coef=0.04, num_iterations=4).num_iterations
@@ -293,6 +299,11 @@ class GRPOUpdateConfig:
     drop_zero_advantage: bool = True
 
     def __post_init__(self) -> None:
+        for name in ("clip_eps", "kl_coef", "entropy_coef", "max_grad_norm"):
+            v = getattr(self, name)
+            if not (_is_real(v) or (v is None and name == "max_grad_norm")):
+                none = "None or " if name == "max_grad_norm" else ""
+                raise ValueError(f"{name} must be {none}a finite number, got {v!r} ({type(v).__name__})")
         if not (np.isfinite(self.clip_eps) and self.clip_eps > 0):
             raise ValueError(f"clip_eps must be a finite number > 0, got {self.clip_eps}")
         if not (np.isfinite(self.kl_coef) and self.kl_coef >= 0):
@@ -310,6 +321,11 @@ class GRPOUpdateConfig:
         for name in ("micro_batch_per_group", "scale", "drop_zero_advantage"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+
+def _is_real(v: object) -> bool:
+    """A real number (numpy scalars too), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 _STAT_KEYS = ("loss", "policy_loss", "kl", "entropy", "clip_fraction")
@@ -379,13 +395,16 @@ def grpo_step(
 
     Raises:
         ValueError: rows, advantages, groups or old log-probs disagree in length, ``groups``
-            is missing while ``config.micro_batch_per_group``, or ``old_logprobs`` is not 2-D.
+            is missing while ``config.micro_batch_per_group``, ``old_logprobs`` is not 2-D, or
+            an advantage is not finite.
     """
     rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
     adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
     n = int(rows_a.size)
     if adv_a.size != n:
         raise ValueError(f"{n} rows but {adv_a.size} advantages")
+    if not np.isfinite(adv_a).all():
+        raise ValueError(f"advantages must be finite; rows {np.flatnonzero(~np.isfinite(adv_a)).tolist()[:10]} are not")
     groups_a = None
     if groups is not None:
         groups_a = np.asarray(groups, dtype=np.int64).reshape(-1)

@@ -10,6 +10,7 @@ the reference settings of ``docs/method.md``; :meth:`CorrectionConfig.build_corr
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,8 +26,12 @@ __all__ = ["CorrectionConfig"]
 class CorrectionConfig:
     """Anchor schedule, online debiasing and inverse-variance denoising settings (validated once).
 
+    Integer fields accept any :class:`numbers.Integral` but ``bool`` (e.g. ``np.int64``), number
+    fields any finite :class:`numbers.Real`; values are stored as given.
+
     Raises:
-        ValueError: a field is out of range (the message names the field and its range).
+        ValueError: a field is out of range (the message names the field and its range), or
+            ``buffer_size < min_pairs`` (the map would never be fitted).
 
     Example:
         >>> cfg = CorrectionConfig(anchor_fraction=0.25, min_pairs=16)
@@ -67,10 +72,10 @@ class CorrectionConfig:
                 raise ValueError(f"CorrectionConfig.{field} must be {what}, got {getattr(self, field)!r}")
 
         def is_num(v: object) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+            return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
 
-        def is_int(v: object) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
+        def is_int(v: object) -> bool:  # numpy integers too (not bools)
+            return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
         check(is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0, "anchor_fraction", "a number in [0, 1]")
         check(is_int(self.min_anchor_groups) and self.min_anchor_groups >= 0, "min_anchor_groups", "an integer >= 0")
@@ -78,6 +83,8 @@ class CorrectionConfig:
         check(isinstance(self.denoise, bool), "denoise", "True or False")
         for name in ("buffer_size", "min_pairs", "refit_every"):
             check(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
+        check(self.buffer_size >= self.min_pairs, "buffer_size",
+              f"an integer >= min_pairs={self.min_pairs!r} (a smaller buffer never holds enough pairs to fit)")
         check(is_int(self.warmup_groups) and self.warmup_groups >= 0, "warmup_groups", "an integer >= 0")
         check(is_num(self.half_life) and self.half_life > 0, "half_life", "a number of groups > 0")
         check(is_num(self.rho_max) and self.rho_max >= 1.0, "rho_max", "a number >= 1")

@@ -148,6 +148,7 @@ class WMRLCorrector:
         group_id: int | None = None,
         *,
         rho: float | None = None,
+        training: bool | None = None,
     ) -> GroupCorrection:
         """Correct one group's scores and, on anchor groups, update the corrections.
 
@@ -158,6 +159,10 @@ class WMRLCorrector:
             group_id: optional id carried into the result.
             rho: advantage weight of an anchor group (default: ρ now, before this group's own
                 update); :class:`~wmrl_envs.core.CorrectionLoop` passes the ρ at routing.
+            training: whether this anchor group updates the corrections (pairs, ρ, calibration
+                error); default :attr:`training` now. :class:`~wmrl_envs.core.CorrectionLoop`
+                passes its ticket's flag (a group routed while training still updates when it is
+                closed during evaluation, and the reverse).
 
         Returns:
             A :class:`GroupCorrection`.
@@ -182,7 +187,8 @@ class WMRLCorrector:
         if rho is None:
             rho = self.rho  # the weight before this group's own update
         s2: float | None = None
-        if self._training:
+        update = self._training if training is None else bool(training)
+        if update:
             for a, c, r in zip(raw_c, cal, real_c):
                 if a is not None and c is not None and r is not None:
                     self._abs_err_raw += abs(a - r)
@@ -190,8 +196,15 @@ class WMRLCorrector:
                     self._n_err += 1
                     self._sq_err_raw += (a - r) ** 2
                     self._sq_err_cal += (c - r) ** 2
-            s2 = self.denoiser.update(cal, real_c)
-            self.debiaser.add_pairs(raw_c, real_c)
+            # the debiaser and the denoiser skip updates while their own flag is off: raise it
+            # for this group only (a training group closed during evaluation)
+            was = self._training
+            self.training = True
+            try:
+                s2 = self.denoiser.update(cal, real_c)
+                self.debiaser.add_pairs(raw_c, real_c)
+            finally:
+                self.training = was
         self.groups_corrected[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
 

@@ -28,6 +28,8 @@ loop=shared)``): every mutation holds the loop's lock, so counts and pairs add u
 
 from __future__ import annotations
 
+import dataclasses
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -116,12 +118,22 @@ def failure_messages(preds: Sequence[WorldModelPrediction] = (), infos: Sequence
     return out
 
 
+_STATE_KEYS = ("router", "route_queue", "corrector", "ledger", "n_groups_started", "n_groups_closed",
+               "n_episodes", "groups_per_step", "ungraded")
+
+
+def _check_groups(n: object, name: str) -> None:
+    if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+
+
 class CorrectionLoop:
     """Router, corrector, ledger and ungraded monitor held once, with the group counters.
 
     Args:
         config: the correction settings (default :class:`~wmrl_envs.core.CorrectionConfig()`);
-            ignored for the objects given explicitly below.
+            ignored for the objects given explicitly below. Pass a
+            :class:`~wmrl_envs.core.CorrectionConfig`, not a dict.
         world_model: the frozen world model (``predict(contexts, actions)``), or ``None``
             (only anchor groups are possible then).
         seed: seed of the router (int).
@@ -134,7 +146,11 @@ class CorrectionLoop:
             ``config`` (e.g. a corrector shared by several loops).
 
     Attributes:
-        config, world_model, world_model_timeout_s, router, corrector, ledger, eval_route,
+        config: the settings the loop's objects use *now* (read-only): read back from the router,
+            the corrector, its debiaser and denoiser on each access, so it follows
+            :meth:`set_anchor_fraction`, :meth:`load_state_dict` and objects given explicitly
+            (``router=``, ``corrector=``) instead of the construction-time ``config``.
+        world_model, world_model_timeout_s, router, corrector, ledger, eval_route,
         groups_per_step: as given (or built).
         ungraded: the :class:`~wmrl_envs.core.UngradedMonitor` (writes into ``ledger``).
         n_groups_started: groups routed through :meth:`open_group` so far (the next group id).
@@ -142,8 +158,9 @@ class CorrectionLoop:
         n_episodes: rollouts counted with :meth:`count_episodes`.
 
     Raises:
-        ValueError: invalid ``groups_per_step``, ``eval_route``, ``world_model_timeout_s`` or
-            ``max_ungraded_share``; a world model without ``predict``.
+        TypeError: ``config`` is not a :class:`~wmrl_envs.core.CorrectionConfig` (e.g. a dict).
+        ValueError: invalid ``groups_per_step`` (an integer >= 1), ``eval_route``,
+            ``world_model_timeout_s`` or ``max_ungraded_share``; a world model without ``predict``.
     """
 
     STATE_VERSION = 1
@@ -163,7 +180,11 @@ class CorrectionLoop:
         corrector: WMRLCorrector | None = None,
         ledger: CostLedger | None = None,
     ) -> None:
-        self.config = config if config is not None else CorrectionConfig()
+        if config is not None and not isinstance(config, CorrectionConfig):
+            raise TypeError(
+                f"config must be a CorrectionConfig (e.g. CorrectionConfig(**settings)), got {type(config).__name__}"
+            )
+        self._config = config if config is not None else CorrectionConfig()
         if eval_route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"eval_route must be 'anchor' or 'world_model', got {eval_route!r}")
         if world_model is not None and not callable(getattr(world_model, "predict", None)):
@@ -176,14 +197,13 @@ class CorrectionLoop:
             raise ValueError(
                 f"world_model_timeout_s must be a number of seconds > 0 or None (no limit), got {world_model_timeout_s!r}"
             )
-        self.router = router if router is not None else self.config.build_router(seed)
+        self.router = router if router is not None else self._config.build_router(seed)
         if groups_per_step is None:
             groups_per_step = default_groups_per_step(self.router.anchor_fraction)
-        if groups_per_step < 1:
-            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
+        _check_groups(groups_per_step, "groups_per_step")
         self.world_model = world_model
         self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
-        self.corrector = corrector if corrector is not None else self.config.build_corrector()
+        self.corrector = corrector if corrector is not None else self._config.build_corrector()
         self.ledger = ledger if ledger is not None else CostLedger()
         self.eval_route: Route = eval_route
         self.groups_per_step = int(groups_per_step)
@@ -193,6 +213,22 @@ class CorrectionLoop:
         self.n_groups_started = 0
         self.n_groups_closed = 0
         self.n_episodes = 0
+        # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
+        self._open_ids: set[int] = set()
+
+    @property
+    def config(self) -> CorrectionConfig:
+        """The :class:`~wmrl_envs.core.CorrectionConfig` the loop's objects use now (read back
+        from the router, the corrector, its debiaser and denoiser; see the class docstring)."""
+        with self._lock:
+            c, deb, den = self.corrector, self.corrector.debiaser, self.corrector.denoiser
+            return dataclasses.replace(
+                self._config, anchor_fraction=self.router.anchor_fraction,
+                min_anchor_groups=self.router.min_anchor_groups, debias=c.debias, denoise=c.denoise,
+                buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
+                warmup_groups=den.warmup_groups, half_life=den.half_life, rho_target=den.rho_target,
+                rho_max=den.rho_max, rho_mode=den.mode, disagreement_floor=den.disagreement_floor,
+            )
 
     # ------------------------------------------------------------------ flags
     @property
@@ -221,9 +257,9 @@ class CorrectionLoop:
         already planned keep theirs; ``groups_per_step`` is not changed).
 
         Raises:
-            ValueError: ``fraction`` outside [0, 1].
+            ValueError: ``fraction`` is not a real number (bools are rejected) in [0, 1].
         """
-        if not (isinstance(fraction, (int, float)) and 0.0 <= fraction <= 1.0):
+        if not (isinstance(fraction, numbers.Real) and not isinstance(fraction, bool) and 0.0 <= fraction <= 1.0):
             raise ValueError(f"anchor_fraction must be a number in [0, 1], got {fraction!r}")
         if self.world_model is None and fraction != 1.0:
             raise ValueError("without a world model every group is an anchor: anchor_fraction must stay 1.0")
@@ -239,9 +275,15 @@ class CorrectionLoop:
 
         Returns:
             The planned routes; the next ``groups_in_step`` :meth:`open_group` calls take them in order.
+
+        Raises:
+            ValueError: ``groups_in_step`` is not an integer >= 1 (``None`` means the default).
         """
+        if groups_in_step is None:
+            groups_in_step = self.groups_per_step
+        _check_groups(groups_in_step, "groups_in_step")
         with self._lock:
-            routes = list(self.router.route_step(groups_in_step or self.groups_per_step, free_slots=free_slots))
+            routes = list(self.router.route_step(int(groups_in_step), free_slots=free_slots))
             self._route_queue = list(routes)
             self.ungraded.plan(len(routes))
             return routes
@@ -273,11 +315,13 @@ class CorrectionLoop:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training)
+            self._open_ids.add(ticket.group_id)
             self.n_groups_started += 1
             return ticket
 
     def eval_ticket(self) -> GroupTicket:
-        """An unnumbered evaluation group on ``eval_route`` (no id, no schedule, nothing updated)."""
+        """An unnumbered evaluation group on ``eval_route`` (no id, no schedule, nothing updated;
+        having no id, it is not tracked as open and may be closed more than once)."""
         self._check_route(self.eval_route)
         return GroupTicket(None, self.eval_route, self.corrector.rho, False)
 
@@ -361,8 +405,13 @@ class CorrectionLoop:
     ) -> GroupCorrection:
         """Close a group (any order): correct it, update the corrections, account its ungraded rollouts.
 
+        The *ticket's* ``training`` flag decides, not the loop's flag now: a training ticket closed
+        while the loop evaluates still feeds its anchor pairs and ρ, an evaluation ticket closed
+        while the loop trains updates nothing.
+
         Args:
-            ticket: from :meth:`open_group` (or :meth:`eval_ticket`).
+            ticket: from :meth:`open_group` (still open: each ticket closes once) or
+                :meth:`eval_ticket`.
             raw: world-model raw scores r̂ of the G rollouts (``None`` = no score), shape (G,).
             real: real scores r (anchor groups), shape (G,); ignored on world-model groups.
             wm_causes: per rollout, why its world-model score is missing (``None`` where scored).
@@ -379,15 +428,33 @@ class CorrectionLoop:
             The :class:`~wmrl_envs.core.GroupCorrection` (``ungraded_causes`` filled).
 
         Raises:
-            ValueError: bad route or lengths (see :meth:`WMRLCorrector.correct_group`).
+            TypeError: ``ticket`` is not a :class:`GroupTicket`.
+            ValueError: the ticket is not open (closed already, from before a
+                :meth:`load_state_dict`, or not from this loop); ``rho_from`` not ``"routing"`` or
+                ``"close"``; ``wm_causes`` or ``exec_causes`` not of length G; bad route or
+                lengths (see :meth:`WMRLCorrector.correct_group`). Nothing is updated then.
             TooManyUngradedError: the stop rule fired (the group is corrected and counted first).
         """
+        if not isinstance(ticket, GroupTicket):
+            raise TypeError(f"ticket must be a GroupTicket from open_group or eval_ticket, got {type(ticket).__name__}")
+        if rho_from not in ("routing", "close"):
+            raise ValueError(f"rho_from must be 'routing' or 'close', got {rho_from!r}")
         g = len(raw)
         wm = list(wm_causes) if wm_causes is not None else [None] * g
         ex = list(exec_causes) if exec_causes is not None else [None] * g
+        for name, seq in (("wm_causes", wm), ("exec_causes", ex)):
+            if len(seq) != g:
+                raise ValueError(f"{name} has {len(seq)} entries but raw has {g} (one per rollout)")
         with self._lock:
+            if ticket.group_id is not None and ticket.group_id not in self._open_ids:
+                raise ValueError(
+                    f"group {ticket.group_id} is not open: it was closed already, opened before a "
+                    "load_state_dict, or comes from another loop (each ticket closes once)"
+                )
             rho = ticket.rho if rho_from == "routing" else self.corrector.rho
-            corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho)
+            corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho,
+                                                training=ticket.training)
+            self._open_ids.discard(ticket.group_id)
             corr.ungraded_causes = [rollout_cause(corr.route, r, wm[i], ex[i]) for i, r in enumerate(corr.rewards)]
             failures = [score_failure(corr.route, a, wm[i], world_model_called) for i, a in enumerate(corr.raw_scores)]
             self.n_groups_closed += 1
@@ -416,7 +483,8 @@ class CorrectionLoop:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
-        with a ``"version"``). Save between groups: open tickets are not part of the state."""
+        with a ``"version"``). Save at a group boundary: open tickets are not part of the state
+        (after a :meth:`load_state_dict` no ticket from before it can be closed)."""
         with self._lock:
             return {
                 "version": self.STATE_VERSION,
@@ -432,30 +500,48 @@ class CorrectionLoop:
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept).
+        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept; :attr:`config`
+        follows the loaded settings). The state is checked first: on an error nothing is changed.
+        Tickets opened before the load can no longer be closed.
 
         Raises:
-            ValueError: missing or unknown ``"version"``.
+            ValueError: ``state`` is not a mapping, its ``"version"`` is missing or not the int
+                :attr:`STATE_VERSION`, a key of :meth:`state_dict` is missing (named), or a part
+                of it is malformed.
         """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"correction state must be a dict from state_dict(), got {type(state).__name__}")
         version = state.get("version")
-        if version != self.STATE_VERSION:
+        if type(version) is not int or version != self.STATE_VERSION:
             raise ValueError(
                 f"correction state version {version!r} is not supported (this code reads version "
                 f"{self.STATE_VERSION}); it was saved by another wmrl version"
             )
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"correction state (version {version}) lacks the keys {missing}; it is incomplete")
         with self._lock:
-            self.router.load_state_dict(state["router"])
-            self._route_queue = list(state["route_queue"])
-            self.corrector.load_state_dict(state["corrector"])
-            self.ledger.load_state_dict(state["ledger"])
-            self.n_groups_started = int(state["n_groups_started"])
-            self.n_groups_closed = int(state["n_groups_closed"])
-            self.n_episodes = int(state["n_episodes"])
-            self.groups_per_step = int(state["groups_per_step"])
-            self.ungraded.load_state_dict(state["ungraded"])
+            before = self.state_dict()
+            try:
+                self._load(state)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                self._load(before)  # a malformed nested part: back to the state before the call
+                raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
+            self._open_ids.clear()
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        self.router.load_state_dict(state["router"])
+        self._route_queue = list(state["route_queue"])
+        self.corrector.load_state_dict(state["corrector"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.n_groups_started = int(state["n_groups_started"])
+        self.n_groups_closed = int(state["n_groups_closed"])
+        self.n_episodes = int(state["n_episodes"])
+        self.groups_per_step = int(state["groups_per_step"])
+        self.ungraded.load_state_dict(state["ungraded"])
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to a JSON file atomically."""
+        """Write :meth:`state_dict` to a JSON file atomically (at a group boundary)."""
         write_json_atomic(path, self.state_dict())
 
     def load(self, path: str | Path) -> None:
@@ -463,7 +549,7 @@ class CorrectionLoop:
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: unknown state version.
+            ValueError: bad state (see :meth:`load_state_dict`).
         """
         import json
 
