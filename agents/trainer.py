@@ -82,8 +82,8 @@ class TrainConfig:
     """PPO clip range ε of the ratio to the sampling policy; acts only with num_iterations > 1
     (in the first epoch the policy is the sampling policy, so the ratio is 1)."""
     num_iterations: int = 1
-    """Optimisation epochs per step on the log-probabilities recorded at sampling (1 = one
-    on-policy gradient step)."""
+    """Optimisation epochs per step over its kept rows (1 = one on-policy gradient step, ratio 1);
+    epochs 2.. take the log-probabilities of epoch 1 as the old policy, so --clip-eps clips there."""
     scale_advantages: bool = True
     """Standardise advantages within groups (False: centring only)."""
     max_grad_norm: float = 1.0
@@ -143,7 +143,7 @@ def load_config(run_dir: str | Path) -> TrainConfig:
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a run folder (no config.json).
-        ValueError: config.json has keys this version does not know, or invalid correction settings.
+        ValueError: config.json has keys this version does not know, or an invalid setting.
     """
     path = Path(run_dir) / "config.json"
     if not path.exists():
@@ -154,7 +154,9 @@ def load_config(run_dir: str | Path) -> TrainConfig:
     unknown += [f"correction.{k}" for k in sorted(set(correction) - {f.name for f in dataclasses.fields(CorrectionConfig)})]
     if unknown:
         raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
-    return TrainConfig(**data, correction=CorrectionConfig(**correction))
+    cfg = TrainConfig(**data, correction=CorrectionConfig(**correction))
+    _validate(cfg)
+    return cfg
 
 
 def _validate(cfg: TrainConfig) -> None:
@@ -192,6 +194,7 @@ def _validate(cfg: TrainConfig) -> None:
         raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
     if not isinstance(cfg.correction, CorrectionConfig):  # it validates itself when built
         raise ValueError(f"correction must be a CorrectionConfig, got {type(cfg.correction).__name__}")
+    _update_config(cfg)  # the GRPO step's settings (clip_eps, kl_coef, entropy_coef, max_grad_norm) check themselves
 
 
 # ---------------------------------------------------------------------- helpers

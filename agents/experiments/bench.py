@@ -151,7 +151,8 @@ class BenchConfig:
     """PPO clip range ε; acts only with num_iterations > 1 (in the first epoch the policy is the
     sampling policy, so the ratio is 1)."""
     num_iterations: int = 1
-    """Optimisation epochs per step on the log-probabilities recorded at sampling."""
+    """Optimisation epochs per step over its kept rows (1 = one on-policy step, ratio 1); epochs
+    2.. take the log-probabilities of epoch 1 as the old policy, so --clip-eps clips there."""
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
         default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
     )
@@ -729,6 +730,12 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     from wmrl_envs.sandbox import make_sandbox
 
     torch.set_num_threads(1)
+    from agents.grpo import GRPOUpdateConfig
+
+    # the update settings check themselves now, before any model is loaded or seed started
+    GRPOUpdateConfig(clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, num_iterations=cfg.num_iterations)
+    if cfg.lr is not None and not cfg.lr > 0:
+        raise ValueError(f"lr must be > 0 (or omitted for the agent's default), got {cfg.lr}")
     if cfg.agent not in ("grammar", "llm"):
         raise ValueError(f"agent must be 'grammar' or 'llm', got {cfg.agent!r}")
     if cfg.agent == "llm":
