@@ -54,7 +54,9 @@ def test_config_json_round_trip_and_unknown_keys(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["--anchor-fraction", "2"], ["--min-pairs", "0"], ["--rho-target", "9"],
-                                  ["--disagreement-floor", "-1"], ["--num-iterations", "0"], ["--no-such-flag"]])
+                                  ["--disagreement-floor", "-1"], ["--num-iterations", "0"], ["--no-such-flag"],
+                                  ["--clip-eps", "-1"], ["--clip-eps", "0"], ["--kl-coef", "-1"],
+                                  ["--max-grad-norm", "0"], ["--entropy-coef", "-1"]])
 def test_bad_settings_fail_with_status_2_and_no_run_folder(tmp_path, args, capsys):
     from agents.cli import main
 
@@ -92,3 +94,14 @@ def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
     assert out.route == "anchor" and all(r is not None for r in out.rewards)
     assert w.ledger.count("execution") == 3  # its own ledger: training's is never charged
     assert w.corrector.debiaser.n_pairs == 0 and w.corrector.stats()["anchor_pairs"] == 0  # nothing learned
+
+
+def test_resume_revalidates_the_saved_settings(tmp_path):
+    """A config.json with a bad GRPO setting is refused by load_config (before any model loads)."""
+    from agents.trainer import _json_default
+    from wmrl_envs.utils import write_json_atomic
+
+    bad = dataclasses.asdict(dataclasses.replace(PRESETS["tiny"], clip_eps=-1.0))
+    write_json_atomic(tmp_path / "config.json", bad, indent=2, default=_json_default)
+    with pytest.raises(ValueError, match="clip_eps"):
+        load_config(tmp_path)
