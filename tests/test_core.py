@@ -449,3 +449,125 @@ def test_loop_mutations_from_many_threads_add_up():
     assert loop.n_groups_started == loop.n_groups_closed == 40 and loop.n_episodes == 120
     assert loop.ledger.count("world_model") == 120 and loop.corrector.debiaser.n_seen == 3 * n_anchor
     assert loop.corrector.groups_corrected == {"anchor": n_anchor, "world_model": 40 - n_anchor}
+
+
+# ---------------------------------------------------------------- loop: tickets, state, input checks
+def _anchor_loop(**kw):
+    return CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=4, refit_every=4, warmup_groups=1),
+                          world_model=_EchoWM(), **kw)
+
+
+RAW, REAL = [0.1, 0.4, 0.6, 0.9], [0.0, 0.5, 0.5, 1.0]
+
+
+def test_close_group_follows_the_tickets_training_flag_not_the_loops():
+    loop = _anchor_loop()
+    train_ticket = loop.open_group("anchor")
+    loop.training = False
+    corr = loop.close_group(train_ticket, RAW, REAL)  # result arriving after its step, in evaluation
+    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_scored_groups == 1
+    assert corr.disagreement is not None and corr.advantage_weight == 1.0
+    assert loop.training is False and loop.corrector.debiaser.training is False  # flag restored
+    assert loop.corrector.denoiser.training is False
+    loop.training = True
+    loop.close_group(loop.eval_ticket(), RAW, REAL)  # evaluation ticket closed while training
+    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_scored_groups == 1
+    assert loop.corrector.calibration_error()["n"] == 4
+
+
+def test_a_ticket_closes_once_and_not_after_a_load():
+    from wmrl_envs.core.loop import GroupTicket
+
+    loop = _anchor_loop()
+    t = loop.open_group("anchor")
+    loop.close_group(t, RAW, REAL)
+    with pytest.raises(ValueError, match="group 0 is not open"):
+        loop.close_group(t, RAW, REAL)
+    with pytest.raises(ValueError, match="group 7 is not open"):
+        loop.close_group(GroupTicket(7, "anchor", 1.0, True), RAW, REAL)
+    assert loop.corrector.debiaser.n_seen == 4 and loop.n_groups_closed == 1
+    with pytest.raises(TypeError, match="GroupTicket"):
+        loop.close_group({"group_id": 1}, RAW, REAL)
+    stale = loop.open_group("anchor")
+    state = loop.state_dict()
+    loop.load_state_dict(state)
+    with pytest.raises(ValueError, match="group 1 is not open"):
+        loop.close_group(stale, RAW, REAL)
+    fresh = loop.open_group("anchor")
+    assert fresh.group_id == 2
+    loop.close_group(fresh, RAW, REAL)
+    assert loop.corrector.debiaser.n_seen == 8 and loop.n_groups_closed == 2
+
+
+def test_load_state_dict_validates_first_and_changes_nothing_on_error():
+    loop = _anchor_loop()
+    loop.close_group(loop.open_group("anchor"), RAW, REAL)
+    good = json.loads(json.dumps(loop.state_dict()))
+    other = _anchor_loop(seed=9)
+    before = json.dumps(other.state_dict())
+    bad = [
+        ({k: v for k, v in good.items() if k != "ungraded"}, "lacks the keys \\['ungraded'\\]"),
+        ({**good, "version": 1.0}, "version 1.0 is not supported"),
+        ({**good, "version": True}, "version True is not supported"),
+        ({k: v for k, v in good.items() if k != "version"}, "version None"),
+        ([("version", 1)], "must be a dict"),
+        ({**good, "ungraded": None}, "malformed"),
+        ({**good, "n_episodes": "many"}, "malformed"),
+    ]
+    for state, msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            other.load_state_dict(state)
+        assert json.dumps(other.state_dict()) == before
+    other.load_state_dict(good)
+    assert other.state_dict() == good
+
+
+def test_correction_config_buffer_and_numpy_integers():
+    with pytest.raises(ValueError, match="CorrectionConfig.buffer_size must be an integer >= min_pairs=200"):
+        CorrectionConfig(buffer_size=100)
+    cfg = CorrectionConfig(buffer_size=np.int64(64), min_pairs=np.int32(8), warmup_groups=np.int64(2),
+                           half_life=np.float64(8.0))
+    assert cfg.build_corrector().debiaser.min_pairs == 8 and cfg.build_debiaser().buffer_size == 64
+    with pytest.raises(ValueError, match="CorrectionConfig.min_pairs must be"):
+        CorrectionConfig(min_pairs=True)
+    with pytest.raises(ValueError, match="CorrectionConfig.min_anchor_groups must be"):
+        CorrectionConfig(min_anchor_groups=1.0)
+
+
+def test_loop_input_checks():
+    loop = _anchor_loop()
+    for n in (0, -1, 2.7, True):
+        with pytest.raises(ValueError, match="groups_in_step must be an integer >= 1"):
+            loop.plan_step(n)
+    assert loop.plan_step(np.int64(2)) == ["anchor", "anchor"] and loop.plan_step() == ["anchor"]
+    with pytest.raises(ValueError, match="groups_per_step must be an integer >= 1"):
+        _anchor_loop(groups_per_step=2.7)
+    t = loop.open_group("anchor")
+    with pytest.raises(ValueError, match="wm_causes has 2 entries but raw has 4"):
+        loop.close_group(t, RAW, REAL, wm_causes=[None, None])
+    with pytest.raises(ValueError, match="exec_causes has 5 entries but raw has 4"):
+        loop.close_group(t, RAW, REAL, exec_causes=[None] * 5)
+    with pytest.raises(ValueError, match="rho_from must be 'routing' or 'close'"):
+        loop.close_group(t, RAW, REAL, rho_from="bogus")
+    assert loop.n_groups_closed == 0 and loop.corrector.debiaser.n_seen == 0
+    loop.close_group(t, RAW, REAL)  # still open after the refused calls
+    wm_loop = CorrectionLoop(CorrectionConfig(), world_model=_EchoWM())
+    for f in (True, "0.5", None, 1.5):
+        with pytest.raises(ValueError, match="anchor_fraction must be a number in \\[0, 1\\]"):
+            wm_loop.set_anchor_fraction(f)
+    wm_loop.set_anchor_fraction(np.float64(0.5))
+    assert wm_loop.router.anchor_fraction == 0.5
+    with pytest.raises(TypeError, match="config must be a CorrectionConfig"):
+        CorrectionLoop({"anchor_fraction": 0.5}, world_model=_EchoWM())
+
+
+def test_loop_config_reports_the_settings_in_use():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=_EchoWM())
+    loop.set_anchor_fraction(0.25)
+    assert loop.config == CorrectionConfig(anchor_fraction=0.25)
+    own = CorrectionLoop(world_model=_EchoWM(),
+                         corrector=CorrectionConfig(min_pairs=7, rho_mode="parameter_free").build_corrector(),
+                         router=CorrectionConfig(anchor_fraction=0.2).build_router(1))
+    assert own.config == CorrectionConfig(anchor_fraction=0.2, min_pairs=7, rho_mode="parameter_free")
+    loop.load_state_dict(own.state_dict())
+    assert loop.config == CorrectionConfig(anchor_fraction=0.2, min_pairs=7, rho_mode="parameter_free")

@@ -282,3 +282,24 @@ def test_ungraded_and_skipped_rows_never_enter_and_micro_batches_follow_groups()
         grpo_update(pol, opt, _toy_samples(n=6), rewards, None, config=GRPOUpdateConfig())
     empty = grpo_update(pol, opt, samples, [[1.0, 1.0, 1.0], [0.0, 0.0], [0.5, 0.5]], None, config=GRPOUpdateConfig())
     assert empty["n_rows"] == 0.0 and empty["loss"] == 0.0  # all-equal groups: no rows, no step
+
+
+@pytest.mark.parametrize("field,value", [("clip_eps", "0.2"), ("clip_eps", None), ("kl_coef", None),
+                                         ("entropy_coef", "0"), ("max_grad_norm", "1.0"), ("kl_coef", True)])
+def test_grpo_update_config_names_a_field_of_the_wrong_type(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        GRPOUpdateConfig(**{field: value})
+    assert GRPOUpdateConfig(clip_eps=np.float64(0.1), max_grad_norm=np.float32(1.0)).clip_eps == 0.1
+
+
+@pytest.mark.parametrize("w", [math.nan, math.inf, None, "2"])
+def test_build_advantages_rejects_a_non_finite_weight(w):
+    with pytest.raises(ValueError, match=r"group_weights\[1\] must be a finite number"):
+        build_advantages([[1.0, 0.0], [1.0, 0.0]], [1.0, w])
+    batch = build_advantages([[1.0, 0.0], [1.0, 0.0]], [1.0, np.float64(2.0)], scale=False)
+    assert batch.advantages.tolist() == [0.5, -0.5, 1.0, -1.0]
+
+
+def test_grpo_step_rejects_non_finite_advantages():
+    with pytest.raises(ValueError, match=r"advantages must be finite; rows \[1\]"):
+        grpo_step(None, None, None, [0, 1], [0.5, math.nan], config=GRPOUpdateConfig())
