@@ -26,7 +26,15 @@ from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, failure_messages, r
 from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import EpisodeTally, GroupRollout, LoopViews, build_loop, group_rollout, wm_causes_of
+from .common import (
+    EpisodeTally,
+    GroupRollout,
+    LoopViews,
+    build_loop,
+    check_episode_args,
+    group_rollout,
+    wm_causes_of,
+)
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
 
@@ -214,18 +222,11 @@ class AnchoredWorldModelWrapper(
             correction=correction,
         )
         gym.Wrapper.__init__(self, env)
-        if mode not in ("outcome", "reward"):
-            raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
+        check_episode_args(mode, group_size, episode_steps, episode_score)
         if reward_timing not in ("episode", "dense"):
             raise ValueError(f"reward_timing must be 'episode' or 'dense', got {reward_timing!r}")
         if dense_every < 1:
             raise ValueError(f"dense_every must be >= 1 (steps between world-model calls), got {dense_every}")
-        if group_size < 1:
-            raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
-        if episode_steps < 1:
-            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
-        if episode_score not in ("max", "last", "sum"):
-            raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
         self.loop = build_loop(
             world_model=world_model, anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups,
             groups_per_step=groups_per_step, corrector=corrector, debiaser_kwargs=debiaser_kwargs,

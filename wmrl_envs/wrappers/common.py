@@ -180,6 +180,23 @@ def group_rollout(
                         world_model_seconds)
 
 
+def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_score: str) -> None:
+    """The episode arguments both wrappers take, checked alike.
+
+    Raises:
+        ValueError: ``mode`` not ``"outcome"``/``"reward"``, ``group_size < 1``,
+            ``episode_steps < 1``, or ``episode_score`` not ``"max"``/``"last"``/``"sum"``.
+    """
+    if mode not in ("outcome", "reward"):
+        raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
+    if episode_steps < 1:
+        raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
+    if episode_score not in ("max", "last", "sum"):
+        raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
+
+
 def build_loop(
     *,
     world_model: WorldModel | None,

@@ -58,7 +58,7 @@ from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, scor
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import EpisodeTally, LoopViews, build_loop
+from .common import EpisodeTally, LoopViews, build_loop, check_episode_args
 from .routed_sub_env import EXEC_SECONDS_KEY, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
@@ -187,19 +187,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share, correction=correction,
         )
         VectorWrapper.__init__(self, env)
-        if mode not in ("outcome", "reward"):
-            raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
-        if group_size < 1:
-            raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
+        check_episode_args(mode, group_size, episode_steps, episode_score)
         if env.num_envs % group_size != 0:
             raise ValueError(
                 f"num_envs={env.num_envs} is not a multiple of group_size={group_size}; sub-envs "
                 "[k*G, (k+1)*G) form lane k — use num_envs = (groups at a time) * group_size"
             )
-        if episode_steps < 1:
-            raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
-        if episode_score not in ("max", "last", "sum"):
-            raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
         self.loop = build_loop(
             world_model=world_model, anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups,
             groups_per_step=groups_per_step, corrector=corrector, debiaser_kwargs=debiaser_kwargs,
