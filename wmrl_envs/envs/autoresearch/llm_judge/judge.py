@@ -518,6 +518,12 @@ class LLMJudgeWorldModel:
         if len(contexts) != len(actions):
             raise ValueError(f"got {len(contexts)} contexts but {len(actions)} actions")
         results: list[WorldModelPrediction | None] = [None] * len(actions)
+
+        def predicted(i: int, status: str, score: float, feedback: str, **fields: Any) -> WorldModelPrediction:
+            """Prediction ``i``: its score, status, feedback and the next observation built from them."""
+            return WorldModelPrediction(score=score, status=status, feedback=feedback,
+                                        observation=_next_obs(next_observation, contexts[i], feedback), **fields)
+
         todo: list[int] = []
         for i, code in enumerate(actions):
             decided = precheck_code(code)
@@ -528,15 +534,9 @@ class LLMJudgeWorldModel:
             self.n_precheck += 1
             score = score_from_status(status)
             feedback = format_predicted_feedback(status, stderr, score, message=message, runtime_s=0.0)
-            results[i] = WorldModelPrediction(
-                score=score,
-                status=status,
-                feedback=feedback,
-                observation=_next_obs(next_observation, contexts[i], feedback),
-                raw_output="",
-                model_called=False,
-                extras={"bucket": None, "parse_error": False, "new_tokens": 0, "precheck": True, "log": stderr},
-            )
+            results[i] = predicted(i, status, score, feedback, raw_output="", model_called=False,
+                                   extras={"bucket": None, "parse_error": False, "new_tokens": 0, "precheck": True,
+                                           "log": stderr})
 
         if not todo:
             return [r for r in results if r is not None]
@@ -554,15 +554,9 @@ class LLMJudgeWorldModel:
                 for i, (status, bucket, score, probs) in zip(idx, self._expected([prompts[i] for i in idx])):
                     self.n_model_calls += 1
                     feedback = format_predicted_feedback(status, "", score, bucket=bucket)
-                    results[i] = WorldModelPrediction(
-                        score=score,
-                        status=status,
-                        feedback=feedback,
-                        observation=_next_obs(next_observation, contexts[i], feedback),
-                        raw_output="",
-                        model_called=True,
-                        extras={"bucket": bucket, "parse_error": False, "new_tokens": 0, "log": "", "probs": probs},
-                    )
+                    results[i] = predicted(i, status, score, feedback, raw_output="", model_called=True,
+                                           extras={"bucket": bucket, "parse_error": False, "new_tokens": 0, "log": "",
+                                                   "probs": probs})
                 self.seconds += time.perf_counter() - t0
                 continue
             outs = self._generate([prompts[i] for i in idx])
@@ -586,16 +580,9 @@ class LLMJudgeWorldModel:
                     bucket = parsed.bucket if status == "valid" else None
                     log = parsed.feedback if re.search(r"\w", parsed.feedback) else ""  # "..." is no log
                 feedback = format_predicted_feedback(status, log, score, bucket=bucket)
-                results[i] = WorldModelPrediction(
-                    score=score,
-                    status=status,
-                    feedback=feedback,
-                    observation=_next_obs(next_observation, contexts[i], feedback),
-                    raw_output=raw,
-                    model_called=True,
-                    extras={"bucket": bucket, "parse_error": parsed is None, "new_tokens": n_new, "log": log,
-                            **({"parse_reason": reason} if parsed is None else {})},
-                )
+                results[i] = predicted(i, status, score, feedback, raw_output=raw, model_called=True,
+                                       extras={"bucket": bucket, "parse_error": parsed is None, "new_tokens": n_new,
+                                               "log": log, **({"parse_reason": reason} if parsed is None else {})})
         return [r for r in results if r is not None]
 
 
