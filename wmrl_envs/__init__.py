@@ -9,12 +9,13 @@ Contents:
     - :mod:`wmrl_envs.distributed` — real executions on a Ray pool.
     - :mod:`wmrl_envs.world_models` — the world-model protocol, the LLM judge, a synthetic one.
     - :mod:`wmrl_envs.envs` — AutoResearch (sandboxed ML code), LIBERO-Long (robot
-      manipulation, optional extra ``libero``) and the tiny ``Guess`` env.
+      manipulation, optional extra ``libero``), the tiny ``Guess`` env and ``KnownTruth`` (a
+      known true score per action and a world model of configurable error: the sweep's env).
     - :mod:`wmrl_envs.sandbox` — bubblewrap / Docker / subprocess sandboxes.
 
 Importing the package registers the Gymnasium ids ``wmrl/AutoResearch-v0``,
-``wmrl/LIBERO-Long-v0`` (LIBERO itself is imported only when that env is made) and
-``wmrl/Guess-v0``. The method is explained in ``docs/method.md``.
+``wmrl/LIBERO-Long-v0`` (LIBERO itself is imported only when that env is made),
+``wmrl/Guess-v0`` and ``wmrl/KnownTruth-v0``. The method is explained in ``docs/method.md``.
 """
 
 from __future__ import annotations
@@ -51,9 +52,12 @@ __version__ = "0.1.0"
 
 
 def register_envs() -> None:
-    """Register ``wmrl/AutoResearch-v0``, ``wmrl/LIBERO-Long-v0`` and ``wmrl/Guess-v0`` (idempotent)."""
+    """Register ``wmrl/AutoResearch-v0``, ``wmrl/LIBERO-Long-v0``, ``wmrl/Guess-v0`` and
+    ``wmrl/KnownTruth-v0`` (idempotent)."""
     if "wmrl/Guess-v0" not in gym.registry:
         gym.register(id="wmrl/Guess-v0", entry_point="wmrl_envs.envs.guess:GuessEnv")
+    if "wmrl/KnownTruth-v0" not in gym.registry:
+        gym.register(id="wmrl/KnownTruth-v0", entry_point="wmrl_envs.envs.known_truth:KnownTruthEnv")
     from .envs.autoresearch import register_envs as _register_autoresearch
 
     _register_autoresearch()

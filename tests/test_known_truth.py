@@ -1,0 +1,184 @@
+"""KnownTruthEnv (wmrl/KnownTruth-v0), its configurable world model and the within-group correlation."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import wmrl_envs  # noqa: F401  (registers the ids)
+from wmrl_envs.envs.known_truth import (
+    WORLD_MODEL_ERRORS,
+    BreakingWorldModel,
+    KnownTruthEnv,
+    KnownTruthWorldModel,
+    WorldModelError,
+    clipped_normal_mean,
+    measured_correlation,
+    within_group_correlation,
+)
+
+
+def test_check_env_passes_and_id_is_registered():
+    env = gym.make("wmrl/KnownTruth-v0", n_tasks=3, n_actions=10)
+    check_env(env.unwrapped, skip_render_check=True)
+    assert isinstance(env.unwrapped, KnownTruthEnv) and env.unwrapped.n_actions == 10
+
+
+def test_table_structure_and_declared_cost_in_info():
+    env = KnownTruthEnv(n_tasks=4, n_actions=24, execution_cost_s=2.5)
+    mu, failing = env.mu, env.failing
+    assert failing.sum(axis=1).tolist() == [9] * 4  # round(0.375 * 24)
+    assert (mu[failing] == 0).all()
+    assert ((mu >= 0.75) & (mu <= 0.95)).sum(axis=1).tolist() == [3] * 4  # round(0.125 * 24) good actions
+    task = 2
+    env.reset(seed=0, options={"task": task})
+    fail_action = int(np.flatnonzero(failing[task])[0])
+    _, r, term, trunc, info = env.step(fail_action)
+    assert (r, term, trunc, info["failed"], info["execution_cpu_s"]) == (0.0, True, False, True, 2.5)
+
+
+def test_exact_truth_matches_empirical_mean_of_executions():
+    env = KnownTruthEnv(n_tasks=2, n_actions=12, outcome_noise_std=0.3)  # large noise: clipping matters
+    rng = np.random.default_rng(0)
+    n = 200_000
+    for t, a in [(0, 0), (0, 5), (1, 3), (1, 11)]:
+        emp = env.sample_outcomes(np.full(n, t), np.full(n, a), rng).mean()
+        assert emp == pytest.approx(env.true_score(t, a), abs=3 * 0.3 / np.sqrt(n) + 1e-4)
+    # the clipped mean is not the latent mu for a mediocre action near the edge of [0, 1]
+    assert clipped_normal_mean(0.05, 0.3) == pytest.approx(np.mean(np.clip(rng.normal(0.05, 0.3, n), 0, 1)), abs=3e-3)
+    assert clipped_normal_mean(0.05, 0.3) > 0.12
+    # steps give the same distribution as the vectorised sampler
+    env.reset(seed=1, options={"task": 1})
+    steps = [env.step(3)[1] for _ in range(4000)]
+    assert np.mean(steps) == pytest.approx(env.true_score(1, 3), abs=0.02)
+
+
+def test_expected_score_is_exact_policy_value():
+    env = KnownTruthEnv(n_tasks=3, n_actions=6, outcome_noise_std=0.0)
+    e = env.expected_table
+    probs = np.zeros((3, 6))
+    probs[[0, 1, 2], e.argmax(axis=1)] = 1.0
+    assert env.expected_score(probs) == pytest.approx(e.max(axis=1).mean())
+    assert env.expected_score(np.full(6, 1 / 6)) == pytest.approx(e.mean())
+    assert env.expected_score(probs, tasks=[1]) == pytest.approx(e[1].max())
+    with pytest.raises(ValueError, match="summing to 1"):
+        env.expected_score(np.full(6, 0.5))
+
+
+def test_zero_error_correlation_is_one_without_outcome_noise_and_less_with_it():
+    clean = measured_correlation(KnownTruthEnv(outcome_noise_std=0.0), WorldModelError(), n_groups=128, seed=0)
+    assert clean.pearson == pytest.approx(1.0) and clean.spearman == pytest.approx(1.0) and clean.n_used == 128
+    noisy = measured_correlation(KnownTruthEnv(outcome_noise_std=0.15), WorldModelError(), n_groups=128, seed=0)
+    assert 0.8 < noisy.pearson < 0.99
+
+
+def test_noise_level_lowers_correlation_monotonically():
+    env = KnownTruthEnv(outcome_noise_std=0.0)
+    got = [measured_correlation(env, WorldModelError(noise_std=s), n_groups=400, seed=3).pearson
+           for s in (0.05, 0.15, 0.3, 0.6)]
+    assert got == sorted(got, reverse=True)
+    assert got[0] > 0.95 and got[-1] < 0.6
+
+
+def test_monotone_distortion_keeps_spearman_and_lowers_pearson():
+    env = KnownTruthEnv(outcome_noise_std=0.0)
+    c = measured_correlation(env, WorldModelError(squash=12.0), n_groups=256, seed=0)
+    assert c.spearman == pytest.approx(1.0)
+    assert c.pearson < 0.97
+    wm = KnownTruthWorldModel(env, WorldModelError(squash=12.0))
+    order = np.argsort(env.expected_table[0])
+    assert (np.diff(wm.mean_prediction[0][order]) >= -1e-12).all()  # monotone in the truth
+
+
+def test_blind_spots_predict_high_scores_for_failing_actions():
+    env = KnownTruthEnv(n_tasks=4, n_actions=24)
+    wm = KnownTruthWorldModel(env, WorldModelError(blind_spot_share=0.9), seed=0)
+    failing = env.failing
+    assert wm.blind_spots.sum(axis=1).tolist() == [8] * 4  # round(0.9 * 9) per task
+    assert not (wm.blind_spots & ~failing).any()
+    t, a = np.nonzero(wm.blind_spots)
+    assert np.allclose(wm.predict_scores(t, a), 0.9)
+    t2, a2 = np.nonzero(failing & ~wm.blind_spots)
+    assert np.allclose(wm.predict_scores(t2, a2), 0.0)
+    preds = wm.predict([np.int64(t[0])], [np.int64(a[0])])
+    assert preds[0].score == pytest.approx(0.9)
+
+
+def test_per_action_bias_is_fixed_across_calls():
+    env = KnownTruthEnv()
+    wm = KnownTruthWorldModel(env, WorldModelError(bias_std=0.2), seed=5)
+    t, a = np.array([0, 1, 2]), np.array([4, 4, 4])
+    first = wm.predict_scores(t, a)
+    assert np.array_equal(first, wm.predict_scores(t, a))  # no per-call noise: the offsets stay
+    assert 0.1 < wm.offsets.std() < 0.3
+    assert wm.n_predictions == 6 and wm.declared_cpu_s_per_prediction == 0.01
+
+
+def test_breaking_world_model_switches_after_exactly_n_predictions():
+    env = KnownTruthEnv(outcome_noise_std=0.0)
+    wm = BreakingWorldModel(env, WorldModelError(), WorldModelError(information=0.0), break_after=5)
+    t, a = np.zeros(3, dtype=int), np.array([0, 1, 2])
+    truth = env.expected_table[0, :3]
+    assert np.allclose(wm.predict_scores(t, a), truth) and not wm.broken
+    straddle = wm.predict_scores(t, a)  # predictions 4, 5 before, 6 after
+    assert np.allclose(straddle[:2], truth[:2]) and straddle[2] == pytest.approx(0.5)
+    assert wm.broken and wm.n_predictions == 6
+    assert [p.score for p in wm.predict([0, 0], [0, 1])] == pytest.approx([0.5, 0.5])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"noise_std": -0.1}, "noise_std"),
+    ({"information": 1.5}, "information"),
+    ({"blind_spot_share": float("nan")}, "blind_spot_share"),
+    ({"declared_cpu_s_per_prediction": -1}, "declared_cpu_s_per_prediction"),
+    ({"squash": True}, "squash"),
+])
+def test_bad_world_model_error_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"WorldModelError.{field}"):
+        WorldModelError(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"n_actions": 1}, "n_actions"),
+    ({"outcome_noise_std": -1.0}, "outcome_noise_std"),
+    ({"execution_cost_s": float("inf")}, "execution_cost_s"),
+    ({"failing_share": 0.95}, "failing_share"),
+])
+def test_bad_env_config_names_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=f"KnownTruthEnv.{field}"):
+        KnownTruthEnv(**kwargs)
+
+
+def test_bad_inputs():
+    env = KnownTruthEnv()
+    with pytest.raises(ValueError, match="break_after"):
+        BreakingWorldModel(env, WorldModelError(), WorldModelError(), break_after=-1)
+    with pytest.raises(ValueError, match="declared_cpu_s_per_prediction"):
+        BreakingWorldModel(env, WorldModelError(), WorldModelError(declared_cpu_s_per_prediction=1.0), break_after=1)
+    with pytest.raises(TypeError, match="KnownTruthEnv"):
+        KnownTruthWorldModel(gym.make("wmrl/Guess-v0"))
+    with pytest.raises(ValueError, match="group_size"):
+        measured_correlation(env, WorldModelError(), group_size=1)
+    with pytest.raises(ValueError, match="task"):
+        env.reset(options={"task": 99})
+    with pytest.raises(ValueError, match="shape"):
+        within_group_correlation(np.zeros((2, 3)), np.zeros((3, 2)))
+
+
+def test_within_group_correlation_skips_constant_groups():
+    p = np.array([[0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.3, 0.2, 0.1]])
+    r = np.array([[0.0, 0.5, 1.0], [0.1, 0.2, 0.3], [0.0, 0.1, 0.3]])
+    c = within_group_correlation(p, r)
+    assert (c.n_groups, c.n_used) == (3, 2)
+    assert c.spearman == pytest.approx(0.0)  # +1 and -1
+    assert c.pearson == pytest.approx((1.0 + np.corrcoef(p[2], r[2])[0, 1]) / 2)
+
+
+def test_presets_cover_the_axes():
+    assert {"perfect", "monotone", "mild_noise", "heavy_noise", "bias", "blind_spots", "useless"} <= set(WORLD_MODEL_ERRORS)
+    env = KnownTruthEnv()
+    useless = measured_correlation(env, WORLD_MODEL_ERRORS["useless"], n_groups=400, seed=1)
+    perfect = measured_correlation(env, WORLD_MODEL_ERRORS["perfect"], n_groups=400, seed=1)
+    assert abs(useless.pearson) < 0.1 < 0.9 < perfect.pearson
