@@ -13,8 +13,10 @@ Prints, side by side in one run:
    step, which on an expensive env is the saving; here the inner step costs nothing.
 2. real executions per second on a local Ray cluster with 1 and 2 :class:`RayExecutionPool`
    workers, against the same executions run serially in this process; each execution is a
-   ``GuessEnv`` step with a fixed sleep (``--exec-seconds``), submitted in groups of
-   ``--group-size``; actor start-up is excluded (pools are warmed up first).
+   ``GuessEnv`` step followed by real CPU work (``BusyGuessEnv``: ``--exec-work`` iterations of
+   a pure-Python arithmetic loop, single-threaded, the same work in every variant; nothing
+   sleeps), submitted in
+   groups of ``--group-size``; actor start-up is excluded (pools are warmed up first).
 
     .venv/bin/python benchmarks/overhead.py                  # ~1 minute on 2 cores
     .venv/bin/python benchmarks/overhead.py --no-ray --episodes 5000
@@ -121,17 +123,37 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
     return rows
 
 
-def bench_ray(exec_seconds: float, executions: int, group_size: int, workers: list[int]) -> list[tuple[str, float, float]]:
+def busy_work(rounds: int) -> float:
+    """Real CPU work of one execution: ``rounds`` iterations of a pure-Python arithmetic loop
+    (one thread; returns a checksum so that the work is used)."""
+    acc = 0
+    for i in range(int(rounds)):
+        acc = (acc + i * i) % 1_000_003
+    return float(acc)
+
+
+def _busy_guess_env(rounds: int) -> Any:
+    """A ``GuessEnv`` whose step also does :func:`busy_work` (a module-level factory: Ray ships it)."""
+    from wmrl_envs.envs.guess import GuessEnv
+
+    class BusyGuessEnv(GuessEnv):
+        def step(self, action):
+            busy_work(rounds)
+            return super().step(action)
+
+    return BusyGuessEnv()
+
+
+def bench_ray(exec_work: int, executions: int, group_size: int, workers: list[int]) -> list[tuple[str, float, float]]:
     import ray
 
-    from wmrl_envs.envs.guess import GuessEnv
     from wmrl_envs.distributed import RayExecutionPool
 
     rows: list[tuple[str, float, float]] = []
     acts = [np.array([0.5], np.float32)] * group_size
     n_groups = max(1, executions // group_size)
 
-    env = GuessEnv(step_seconds=exec_seconds)
+    env = _busy_guess_env(exec_work)
     t0 = time.perf_counter()
     for _ in range(n_groups):
         for a in acts:
@@ -147,7 +169,7 @@ def bench_ray(exec_seconds: float, executions: int, group_size: int, workers: li
         ray.init(num_cpus=max(workers), include_dashboard=False, log_to_driver=False)
     try:
         for nw in workers:
-            pool = RayExecutionPool(partial(GuessEnv, step_seconds=exec_seconds), num_workers=nw)
+            pool = RayExecutionPool(partial(_busy_guess_env, exec_work), num_workers=nw)
             pool.execute_group(acts, options={"target": 0.3}).result()  # warm-up
             t0 = time.perf_counter()
             futs = [pool.execute_group(acts, options={"target": 0.3}) for _ in range(n_groups)]
@@ -173,7 +195,8 @@ def main() -> None:
     ap.add_argument("--anchor-fraction", type=float, default=0.1)
     ap.add_argument("--async", dest="use_async", action="store_true", help="also time AsyncVectorEnv")
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray part")
-    ap.add_argument("--exec-seconds", type=float, default=0.05, help="sleep per execution (Ray part)")
+    ap.add_argument("--exec-work", type=int, default=300_000,
+                    help="iterations of real CPU work per execution (Ray part; ~20 CPU-ms on one core here)")
     ap.add_argument("--executions", type=int, default=64, help="executions per Ray measurement")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="Ray pool sizes")
     args = ap.parse_args()
@@ -187,13 +210,16 @@ def main() -> None:
     for name, us, extra in rows:
         print(f"{name:<62} {us:>10.1f} {('+%.1f' % extra) if extra else '':>10}")
     if not args.no_ray:
-        rrows = bench_ray(args.exec_seconds, args.executions, args.group_size, args.workers)
-        print(f"\nReal executions per second ({args.exec_seconds * 1e3:.0f} ms sleep per execution, "
-              f"{args.executions} executions in groups of {args.group_size})")
+        t0 = time.process_time()
+        busy_work(args.exec_work)
+        cpu_ms = 1e3 * (time.process_time() - t0)
+        rrows = bench_ray(args.exec_work, args.executions, args.group_size, args.workers)
+        print(f"\nReal executions per second ({args.exec_work} iterations of CPU work per execution, "
+              f"{cpu_ms:.0f} CPU-ms measured once here; {args.executions} executions in groups of {args.group_size})")
         print(f"{'variant':<62} {'exec/s':>10} {'speed-up':>10}")
         for name, rate, sp in rrows:
             print(f"{name:<62} {rate:>10.2f} {sp:>9.2f}x")
-        print(f"(ideal: {1 / args.exec_seconds:.1f} exec/s per worker; {os.cpu_count()} CPU cores on this machine)")
+        print(f"(ideal: {1e3 / max(cpu_ms, 1e-9):.1f} exec/s per worker; {os.cpu_count()} CPU cores on this machine)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Train Stable-Baselines3 PPO on a WMRL-anchored vector env, save and reload the corrections.
 
-The expensive env is ``wmrl/Guess-v0`` made slow (``--step-seconds``: the cost of a real
-execution); the world model is :class:`~wmrl_envs.world_models.synthetic.SyntheticWorldModel`,
+The expensive env is ``wmrl/Guess-v0`` with a declared execution cost
+(``--execution-cost-s``: CPU-seconds each real execution reports in ``info["execution_cpu_s"]``;
+nothing sleeps); the world model is :class:`~wmrl_envs.world_models.synthetic.SyntheticWorldModel`,
 which predicts the real score with a known non-affine bias (``score³``) and noise, so the
 isotonic debiaser has something to undo — and under PPO, which has no per-group
 normalisation, the whole calibrated map ``f̂`` matters. A share of each sub-env's episode
@@ -46,8 +47,9 @@ class Args:
     """Consecutive episodes of one sub-env routed together (one group)."""
     noise_std: float = 0.05
     """Noise of the synthetic world model (score units)."""
-    step_seconds: float = 0.0
-    """Seconds of sleep per real step (simulated execution cost)."""
+    execution_cost_s: float | None = None
+    """CPU-seconds each real execution declares (info["execution_cpu_s"]; the step is instant);
+    None: none declared, the CPU measured around the step is charged."""
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = CorrectionConfig(
         anchor_fraction=0.1, min_pairs=32, refit_every=16, warmup_groups=4
     )
@@ -71,7 +73,7 @@ def make_venv(args: Args) -> Any:
 
     world_model = SyntheticWorldModel(guess_score, bias=lambda s: s**3, noise_std=args.noise_std, seed=args.seed)
     return make_anchored_vec_env(
-        lambda: GuessEnv(step_seconds=args.step_seconds), world_model, n_envs=args.n_envs, seed=args.seed,
+        lambda: GuessEnv(execution_cost_s=args.execution_cost_s), world_model, n_envs=args.n_envs, seed=args.seed,
         group_size=args.group_size, correction=args.correction,
     )
 

@@ -1,8 +1,9 @@
 """RayExecutionPool and AsyncAnchoredScorer on a local 2-CPU Ray cluster (skipped without ray).
 
-One module-scoped cluster and pool (Ray starts slowly). The env is ``GuessEnv`` with a fixed
-sleep per step, so that executions cost something measurable and their score is known, behind
-a gate: while the test holds it, a step waits, so "returns before completion" and "runs in
+One module-scoped cluster and pool (Ray starts slowly). The env is a test-local ``GuessEnv``
+subclass whose step takes a fixed time (a test fixture that makes the measured seconds known,
+not a cost model: the shipped env never sleeps), so that its score is known, behind a gate:
+while the test holds it, a step waits, so "returns before completion" and "runs in
 parallel" are checked by what is in flight, never by wall-clock thresholds.
 """
 
@@ -44,9 +45,10 @@ def gated_guess_env_fn(gate_dir: str, step_seconds: float = STEP_SECONDS):
                 deadline = time.monotonic() + 120.0
                 while os.path.exists(os.path.join(gate_dir, "hold")) and time.monotonic() < deadline:
                     time.sleep(0.005)
+                time.sleep(step_seconds)  # fixture: a step of known duration (GuessEnv itself is instant)
                 return super().step(action)
 
-        return GatedGuessEnv(step_seconds=step_seconds)
+        return GatedGuessEnv()
 
     return make
 

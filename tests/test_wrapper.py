@@ -308,9 +308,9 @@ def test_bad_anchor_fraction(fraction):
 
 def test_parallel_anchor_execution_matches_sequential():
     wm = SyntheticWorldModel(guess_score)
-    seq = AnchoredWorldModelWrapper(GuessEnv(step_seconds=0.05), wm, anchor_fraction=1.0, group_size=6)
-    extra = [GuessEnv(step_seconds=0.05)]
-    par = AnchoredWorldModelWrapper(GuessEnv(step_seconds=0.05), wm, anchor_fraction=1.0, group_size=6,
+    seq = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=1.0, group_size=6)
+    extra = [GuessEnv()]
+    par = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=1.0, group_size=6,
                                     execution_envs=extra)
     acts = [np.array([x], dtype=np.float32) for x in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)]
     a = seq.score_group(acts, options={"target": 0.5})

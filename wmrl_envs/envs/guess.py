@@ -4,12 +4,13 @@ The observation is a target ``t`` in [0, 1] (shape (1,), float32); the action is
 ``a`` in [0, 1] (shape (1,), float32); the episode ends after one step with the real score
 ``1 - |a - t|``. :func:`guess_score` computes that score without stepping, which lets a
 synthetic world model (:class:`wmrl_envs.world_models.SyntheticWorldModel`) add a known bias
-and noise to it. Optionally ``step_seconds`` of sleep make "execution" cost something.
+and noise to it. An execution is instant; a cost can be *declared*: with ``execution_cost_s``
+set, every step reports ``info["execution_cpu_s"] = execution_cost_s``, which the cost ledger
+charges (unset: no key, the ledger charges the CPU it measured). No sleep stands in for a cost.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +28,12 @@ class GuessEnv(gym.Env[np.ndarray, np.ndarray]):
     """Guess a number: one step, score ``1 - |a - t|``.
 
     Args:
-        step_seconds: seconds to sleep in ``step`` (simulated execution cost, default 0).
+        execution_cost_s: CPU-seconds one execution declares (>= 0), reported as
+            ``info["execution_cpu_s"]``; ``None`` (default): no declared cost, the key is left
+            out. The step itself is instant either way.
+
+    Raises:
+        ValueError: ``execution_cost_s`` is negative or not a finite number.
 
     Reset options:
         ``{"target": float}`` fixes the target; otherwise it is drawn from the env's RNG.
@@ -41,10 +47,15 @@ class GuessEnv(gym.Env[np.ndarray, np.ndarray]):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, step_seconds: float = 0.0) -> None:
+    def __init__(self, execution_cost_s: float | None = None) -> None:
+        if execution_cost_s is not None and (
+            isinstance(execution_cost_s, bool) or not isinstance(execution_cost_s, (int, float, np.floating, np.integer))
+            or not np.isfinite(execution_cost_s) or execution_cost_s < 0
+        ):
+            raise ValueError(f"GuessEnv.execution_cost_s must be a finite number of CPU-seconds >= 0, got {execution_cost_s!r}")
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.action_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
-        self.step_seconds = float(step_seconds)
+        self.execution_cost_s = None if execution_cost_s is None else float(execution_cost_s)
         self._target = np.zeros(1, dtype=np.float32)
         self.n_steps = 0
 
@@ -60,9 +71,10 @@ class GuessEnv(gym.Env[np.ndarray, np.ndarray]):
         return self._target.copy(), {}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
-        if self.step_seconds:
-            time.sleep(self.step_seconds)
         self.n_steps += 1
         a = np.clip(np.asarray(action, dtype=np.float32).reshape(1), 0.0, 1.0)
         score = guess_score(self._target, a)
-        return self._target.copy(), score, True, False, {"score": score}
+        info: dict[str, Any] = {"score": score}
+        if self.execution_cost_s is not None:
+            info["execution_cpu_s"] = self.execution_cost_s
+        return self._target.copy(), score, True, False, info
