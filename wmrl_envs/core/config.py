@@ -42,7 +42,10 @@ class CorrectionConfig:
     anchor_fraction: float = 0.1
     """Target share of groups that are also executed for real (anchors), in [0, 1]."""
     min_anchor_groups: int = 1
-    """Anchor groups per training step at least (0 allows steps without anchors)."""
+    """Anchor groups per window of anchor_window training steps at least (0 allows windows without anchors)."""
+    anchor_window: int = 1
+    """Steps per window of the min_anchor_groups floor, >= 1 (1: the floor holds every step; e.g. 10
+    with 2 groups per step at anchor_fraction 0.05 keeps the realised fraction near 0.05)."""
     debias: bool = True
     """Apply online debiasing (the isotonic map f̂) to world-model scores."""
     denoise: bool = True
@@ -79,6 +82,7 @@ class CorrectionConfig:
 
         check(is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0, "anchor_fraction", "a number in [0, 1]")
         check(is_int(self.min_anchor_groups) and self.min_anchor_groups >= 0, "min_anchor_groups", "an integer >= 0")
+        check(is_int(self.anchor_window) and self.anchor_window >= 1, "anchor_window", "an integer number of steps >= 1")
         check(isinstance(self.debias, bool), "debias", "True or False")
         check(isinstance(self.denoise, bool), "denoise", "True or False")
         for name in ("buffer_size", "min_pairs", "refit_every"):
@@ -110,6 +114,7 @@ class CorrectionConfig:
         return WMRLCorrector(self.build_debiaser(), self.build_denoiser(), debias=self.debias, denoise=self.denoise)
 
     def build_router(self, seed: int = 0) -> AnchorRouter:
-        """A fresh :class:`~wmrl_envs.core.AnchorRouter` (``anchor_fraction``, ``min_anchor_groups``)
-        seeded with ``seed`` (int)."""
-        return AnchorRouter(self.anchor_fraction, min_anchor_groups=self.min_anchor_groups, seed=seed)
+        """A fresh :class:`~wmrl_envs.core.AnchorRouter` (``anchor_fraction``, ``min_anchor_groups``,
+        ``anchor_window``) seeded with ``seed`` (int)."""
+        return AnchorRouter(self.anchor_fraction, min_anchor_groups=self.min_anchor_groups, seed=seed,
+                            anchor_window=self.anchor_window)

@@ -224,7 +224,8 @@ class CorrectionLoop:
             c, deb, den = self.corrector, self.corrector.debiaser, self.corrector.denoiser
             return dataclasses.replace(
                 self._config, anchor_fraction=self.router.anchor_fraction,
-                min_anchor_groups=self.router.min_anchor_groups, debias=c.debias, denoise=c.denoise,
+                min_anchor_groups=self.router.min_anchor_groups, anchor_window=self.router.anchor_window,
+                debias=c.debias, denoise=c.denoise,
                 buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
                 warmup_groups=den.warmup_groups, half_life=den.half_life, rho_target=den.rho_target,
                 rho_max=den.rho_max, rho_mode=den.mode, disagreement_floor=den.disagreement_floor,

@@ -3,13 +3,16 @@
 Routes are decided per *group* (the G rollouts GRPO samples for one prompt/task), never per
 rollout: a group is either an ``anchor`` group (real execution AND world model) or a
 ``world_model`` group (world model only). Per training step, the number of anchor groups is
-``anchor_fraction * groups_in_step`` with stochastic rounding (so its expectation is exact), at least
-``min_anchor_groups`` (default 1), and optionally capped by the free real-execution slots; the
-*realised* fraction is what is reported. See ``docs/method.md`` ("Anchor scheduling").
+``anchor_fraction * groups_in_step`` with stochastic rounding (so its expectation is exact),
+optionally capped by the free real-execution slots; a floor of ``min_anchor_groups`` (default 1)
+anchor groups holds per *window* of ``anchor_window`` consecutive steps (default 1: per step):
+the window's last step takes the anchors the window still lacks. The *realised* fraction is
+what is reported. See ``docs/method.md`` ("Anchor scheduling").
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Literal
 
 import numpy as np
@@ -21,19 +24,39 @@ ANCHOR: Route = "anchor"
 WORLD_MODEL: Route = "world_model"
 
 
+def _check_window(anchor_window: object) -> None:
+    if not (isinstance(anchor_window, numbers.Integral) and not isinstance(anchor_window, bool) and anchor_window >= 1):
+        raise ValueError(f"anchor_window must be an integer number of steps >= 1, got {anchor_window!r}")
+
+
 class AnchorRouter:
     """Seeded random routing of whole groups to ``anchor`` or ``world_model``.
 
     Args:
         anchor_fraction: target share f in [0, 1] of groups routed to real execution.
-        min_anchor_groups: anchor groups per step at least (default 1; 0 allows steps
-            without anchors). Never more than the step's number of groups. Ignored when
+        min_anchor_groups: anchor groups per window of ``anchor_window`` steps at least
+            (default 1; 0 allows windows without anchors). Ignored when
             ``anchor_fraction == 0`` (world-model-only training has no anchors).
         seed: seed of the router's own generator (routing is reproducible and independent of
             the agent's sampling).
+        anchor_window: steps per window of the floor (integer >= 1, default 1). Windows are
+            consecutive blocks of steps counted from the first routed step (``n_steps // anchor_window``).
+            Steps are routed by stochastic rounding alone; on the window's last step, if the
+            window has fewer than ``min_anchor_groups`` anchor groups, that step takes the
+            missing ones (never more than its number of groups; ``free_slots`` still caps it).
+            With 1 the floor holds per step, and the draws are those of a router without
+            windows (same seed, same routes). A larger window lets a small ``anchor_fraction``
+            be the realised one when steps have few groups (e.g. 2 groups per step at f = 0.05
+            with a window of 10: at least one anchor group per 10 steps instead of one per step).
+
+    Attributes:
+        anchor_fraction, min_anchor_groups, anchor_window, seed: as given.
+        n_steps, n_groups_routed, n_anchor_groups: steps, groups and anchor groups routed so far.
+        window_anchor_groups: anchor groups in the current, unfinished window (0 at its start).
 
     Raises:
-        ValueError: ``anchor_fraction`` outside [0, 1] or ``min_anchor_groups < 0``.
+        ValueError: ``anchor_fraction`` outside [0, 1], ``min_anchor_groups < 0`` or
+            ``anchor_window`` not an integer >= 1.
 
     Example:
         >>> router = AnchorRouter(anchor_fraction=0.25, seed=0)
@@ -42,18 +65,23 @@ class AnchorRouter:
         2
     """
 
-    def __init__(self, anchor_fraction: float = 0.1, min_anchor_groups: int = 1, seed: int = 0) -> None:
+    def __init__(
+        self, anchor_fraction: float = 0.1, min_anchor_groups: int = 1, seed: int = 0, *, anchor_window: int = 1
+    ) -> None:
         if not 0.0 <= anchor_fraction <= 1.0:
             raise ValueError(f"anchor_fraction must be in [0, 1], got {anchor_fraction}")
         if min_anchor_groups < 0:
             raise ValueError(f"min_anchor_groups must be >= 0, got {min_anchor_groups}")
+        _check_window(anchor_window)
         self.anchor_fraction = float(anchor_fraction)
         self.min_anchor_groups = int(min_anchor_groups)
+        self.anchor_window = int(anchor_window)
         self.seed = int(seed)
         self._rng = np.random.default_rng(seed)
         self.n_groups_routed = 0
         self.n_anchor_groups = 0
         self.n_steps = 0
+        self.window_anchor_groups = 0
 
     def route_step(self, groups_in_step: int, free_slots: int | None = None) -> list[Route]:
         """Routes for the ``groups_in_step`` groups of one training step.
@@ -61,7 +89,7 @@ class AnchorRouter:
         Args:
             groups_in_step: number of groups in the step (>= 1).
             free_slots: free real-execution slots, in *groups*; caps the anchor count
-                (the minimum of one anchor group yields to this cap).
+                (the floor of ``min_anchor_groups`` yields to this cap).
 
         Returns:
             A list of ``groups_in_step`` routes, ``"anchor"`` or ``"world_model"``.
@@ -77,8 +105,10 @@ class AnchorRouter:
         k = int(np.floor(expected))
         if self._rng.random() < expected - k:
             k += 1
-        if self.anchor_fraction > 0:
-            k = max(k, min(self.min_anchor_groups, groups_in_step))
+        last_of_window = (self.n_steps + 1) % self.anchor_window == 0
+        if self.anchor_fraction > 0 and last_of_window:
+            missing = self.min_anchor_groups - self.window_anchor_groups
+            k = max(k, min(missing, groups_in_step))
         if free_slots is not None:
             k = min(k, free_slots)
         k = min(k, groups_in_step)
@@ -87,6 +117,7 @@ class AnchorRouter:
         self.n_groups_routed += groups_in_step
         self.n_anchor_groups += k
         self.n_steps += 1
+        self.window_anchor_groups = 0 if last_of_window else self.window_anchor_groups + k
         return routes
 
     @property
@@ -95,10 +126,13 @@ class AnchorRouter:
         return self.n_anchor_groups / self.n_groups_routed if self.n_groups_routed else 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters and generator state (JSON-serialisable)."""
+        """Settings, counters (the current window's anchor groups too) and generator state
+        (JSON-serialisable)."""
         return {
             "anchor_fraction": self.anchor_fraction,
             "min_anchor_groups": self.min_anchor_groups,
+            "anchor_window": self.anchor_window,
+            "window_anchor_groups": self.window_anchor_groups,
             "seed": self.seed,
             "n_groups_routed": self.n_groups_routed,
             "n_anchor_groups": self.n_anchor_groups,
@@ -107,12 +141,24 @@ class AnchorRouter:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned; the next routes continue the sequence."""
-        self.anchor_fraction = float(state["anchor_fraction"])
-        self.min_anchor_groups = int(state["min_anchor_groups"])
-        self.seed = int(state["seed"])
-        self.n_groups_routed = int(state["n_groups_routed"])
-        self.n_anchor_groups = int(state["n_anchor_groups"])
-        self.n_steps = int(state["n_steps"])
-        self._rng = np.random.default_rng()
-        self._rng.bit_generator.state = state["rng"]
+        """Restore what :meth:`state_dict` returned; the next routes continue the sequence (in
+        the middle of a window too). A state saved before windows existed (no ``"anchor_window"``)
+        loads as ``anchor_window=1``.
+
+        Raises:
+            KeyError: a key of :meth:`state_dict` is missing (``anchor_window`` and
+                ``window_anchor_groups`` may be).
+            ValueError: ``anchor_window`` is not an integer >= 1. On an error nothing is changed.
+        """
+        window = state.get("anchor_window", 1)
+        _check_window(window)
+        values = (
+            float(state["anchor_fraction"]), int(state["min_anchor_groups"]), int(window),
+            int(state.get("window_anchor_groups", 0)), int(state["seed"]), int(state["n_groups_routed"]),
+            int(state["n_anchor_groups"]), int(state["n_steps"]),
+        )
+        rng = np.random.default_rng()
+        rng.bit_generator.state = state["rng"]
+        (self.anchor_fraction, self.min_anchor_groups, self.anchor_window, self.window_anchor_groups,
+         self.seed, self.n_groups_routed, self.n_anchor_groups, self.n_steps) = values
+        self._rng = rng
