@@ -54,7 +54,8 @@ class TrainConfig:
     steps: int = 7
     """GRPO steps (policy updates)."""
     groups_per_step: int = 4
-    """Groups (tasks) per step; the anchor schedule puts at least one anchor group in each step."""
+    """Groups (tasks) per step; the anchor schedule puts at least min_anchor_groups anchor groups in each
+    window of anchor_window steps (default: one in each step)."""
     group_size: int = 4
     """G, rollouts per group."""
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(

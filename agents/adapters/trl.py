@@ -169,7 +169,8 @@ class WMRLRewardFunction:
     on anchor groups — where ``(seed, options) = reset_args(row)`` of the group's first row.
     While the wrapper is training, every call is one routing step: ``wrapper.plan_step(B / G)``
     draws its routes first (``anchor_fraction`` of the groups with stochastic rounding, at
-    least ``min_anchor_groups``), so every generation batch has its anchors.
+    least ``min_anchor_groups`` per window of ``anchor_window`` calls; the default window of 1
+    gives every generation batch its anchors).
 
     Args:
         wrapper: an outcome-mode :class:`~wmrl_envs.AnchoredWorldModelWrapper` around the

@@ -221,7 +221,8 @@ def make_wrapper(method: str, world_model: Any, config: EmbodiedConfig, seed: in
     ``real``: no world model, every group anchored; ``wm_only``: no anchors at all (both with
     the reference correction settings, :class:`~wmrl_envs.core.config.CorrectionConfig`'s
     defaults); ``wmrl``: ``config.correction`` (its anchor fraction, at least
-    ``min_anchor_groups`` anchor groups per step, isotonic debiasing and ρ).
+    ``min_anchor_groups`` anchor groups per window of ``anchor_window`` steps, isotonic
+    debiasing and ρ).
 
     Raises:
         ValueError: unknown method.

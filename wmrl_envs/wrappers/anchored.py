@@ -87,9 +87,10 @@ class AnchoredWorldModelWrapper(
         withheld_info_keys: reward mode: ``info`` keys removed on world-model episodes (they
             reveal the real outcome; default ``("success", "is_success")``).
         groups_per_step: groups per training step for the anchor schedule (at least
-            ``min_anchor_groups`` anchors among each block of this many groups). Default:
+            ``min_anchor_groups`` anchors among each window of ``correction.anchor_window``
+            blocks of this many groups; default window 1 block). Default:
             ``ceil(1 / anchor_fraction)`` (one anchor group per block at f = 0.1).
-        min_anchor_groups: anchors per block at least (default 1).
+        min_anchor_groups: anchors per window of blocks at least (default 1).
         episode_steps: steps after which a world-model episode terminates (outcome mode;
             AutoResearch: its ``max_turns``, default 1).
         episode_score: how per-step world-model scores make the episode's score: ``"max"``

@@ -106,7 +106,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         mode: ``"outcome"`` or ``"reward"`` (see the module docstring).
         groups_per_step: groups per block of the anchor schedule (default
             ``ceil(1 / anchor_fraction)``, as in the per-episode wrapper).
-        min_anchor_groups: anchors per block at least (default 1).
+        min_anchor_groups: anchors per window of ``correction.anchor_window`` blocks at least
+            (default 1; default window 1 block).
         episode_steps: outcome mode: steps after which a world-model episode terminates.
         episode_score: outcome mode: per-step world-model scores → episode score
             (``"max"``, ``"last"`` or ``"sum"``).
