@@ -171,3 +171,17 @@ def test_anchor_window_flag_through_tyro():
     cfg = tyro.cli(TrainConfig, default=PRESETS["tiny"], args=["--anchor-window", "10"])
     assert cfg.correction.anchor_window == 10
     assert TrainConfig().correction.anchor_window == 1
+
+
+def test_sb3_sub_env_routers_take_the_window_of_the_correction_config():
+    pytest.importorskip("stable_baselines3")
+    from agents.adapters.sb3 import make_anchored_vec_env
+    from wmrl_envs.envs.guess import GuessEnv, guess_score
+    from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+
+    cfg = CorrectionConfig(anchor_fraction=0.05, anchor_window=10)
+    venv = make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), n_envs=2, correction=cfg,
+                                 group_size=2, monitor=False)
+    routers = [e.loop.router for e in venv.venv.envs]
+    assert [r.anchor_window for r in routers] == [10, 10]
+    assert all(e.loop.config.anchor_window == 10 for e in venv.venv.envs)

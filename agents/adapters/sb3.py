@@ -231,8 +231,8 @@ def make_anchored_vec_env(
         debiaser_kwargs, denoiser_kwargs: keyword arguments of
             :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
         correction: a :class:`~wmrl_envs.core.CorrectionConfig`: the shared corrector is built
-            from it and every sub-env's router takes its ``anchor_fraction`` and
-            ``min_anchor_groups`` (excludes ``corrector`` and the ``*_kwargs``).
+            from it and every sub-env's router takes its ``anchor_fraction``,
+            ``min_anchor_groups`` and ``anchor_window`` (excludes ``corrector`` and the ``*_kwargs``).
         ledger: the shared cost ledger (default: a new one).
         monitor: wrap each sub-env in SB3's ``Monitor`` (default ``True``).
         vec_env_cls: ``DummyVecEnv`` (default; corrector and ledger truly shared) or
@@ -268,6 +268,8 @@ def make_anchored_vec_env(
             env: gym.Env = AnchoredWorldModelWrapper(
                 env_fn(), world_model, seed=seed + i, corrector=corrector, ledger=shared_ledger, **wrapper_kwargs
             )
+            if correction is not None:  # the floor's window of steps, set before any routing
+                env.loop.router.anchor_window = int(correction.anchor_window)
             return Monitor(env) if monitor else env
 
         return make
