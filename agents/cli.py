@@ -4,12 +4,15 @@ Usage:
     wmrl train [--preset default|tiny] [--run-dir DIR] [--quiet] [--FIELD VALUE ...]
     wmrl train --resume RUN_DIR [--quiet]
     wmrl bench [--FIELD VALUE ...]
+    wmrl bench sweep [--quick] [--FIELD VALUE ...]
     wmrl presets
 
 Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
 parsed by tyro on top of the chosen preset; the correction settings (its nested
 wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
 (`--min-pairs`, `--rho-mode`, `--disagreement-floor`); `wmrl train --help` lists them.
+`wmrl bench sweep` runs the known-truth sweep (agents.experiments.sweep.SweepConfig; `--quick`
+starts from the CI preset).
 """
 
 from __future__ import annotations
@@ -79,6 +82,19 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
+def _sweep(argv: list[str]) -> int:
+    from agents.experiments.sweep import SWEEP_PRESETS, main_sweep
+
+    quick = "--quick" in argv
+    rest = [a for a in argv if a != "--quick"]
+    cfg = _parse(type(SWEEP_PRESETS["default"]), rest, prog="wmrl bench sweep",
+                 description="The known-truth sweep: speedup over world-model quality x anchor fraction "
+                             "(see benchmarks/README.md). --quick starts from the CI preset.",
+                 default=SWEEP_PRESETS["quick" if quick else "default"])
+    main_sweep(cfg)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
     from wmrl_envs.sandbox import SandboxUnavailableError
@@ -92,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cmd == "train":
             return _train(rest)
+        if cmd == "bench" and rest[:1] == ["sweep"]:
+            return _sweep(rest[1:])
         if cmd == "bench":
             from agents.experiments.bench import BenchConfig, main_bench
 

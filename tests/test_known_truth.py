@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from scipy import stats
 from gymnasium.utils.env_checker import check_env
 
 import wmrl_envs  # noqa: F401  (registers the ids)
@@ -174,6 +175,13 @@ def test_within_group_correlation_skips_constant_groups():
     assert (c.n_groups, c.n_used) == (3, 2)
     assert c.spearman == pytest.approx(0.0)  # +1 and -1
     assert c.pearson == pytest.approx((1.0 + np.corrcoef(p[2], r[2])[0, 1]) / 2)
+    # the vectorised means equal scipy's per-group values
+    rng = np.random.default_rng(0)
+    p, r = rng.random((50, 8)), rng.random((50, 8))
+    r[:, :3] = 0.0  # ties, as failing actions give
+    c = within_group_correlation(p, r)
+    assert c.pearson == pytest.approx(np.mean([stats.pearsonr(a, b)[0] for a, b in zip(p, r)]))
+    assert c.spearman == pytest.approx(np.mean([stats.spearmanr(a, b)[0] for a, b in zip(p, r)]))
 
 
 def test_presets_cover_the_axes():

@@ -539,11 +539,20 @@ def within_group_correlation(predicted: np.ndarray, real: np.ndarray) -> Correla
     if p.shape != r.shape or p.ndim != 2 or p.shape[1] < 2:
         raise ValueError(f"predicted and real must both have shape (n_groups, G >= 2), got {p.shape} and {r.shape}")
     ok = (np.ptp(p, axis=1) > 1e-12) & (np.ptp(r, axis=1) > 1e-12)
-    pear = [stats.pearsonr(p[i], r[i])[0] for i in np.flatnonzero(ok)]
-    spear = [stats.spearmanr(p[i], r[i])[0] for i in np.flatnonzero(ok)]
     nan = float("nan")
-    return CorrelationEstimate(float(np.mean(pear)) if pear else nan, float(np.nanmean(spear)) if spear else nan,
-                               int(p.shape[0]), int(ok.sum()))
+    if not ok.any():
+        return CorrelationEstimate(nan, nan, int(p.shape[0]), 0)
+    p, r = p[ok], r[ok]
+    # row-wise Pearson (what scipy.stats.pearsonr gives per group), and Spearman = Pearson of
+    # the average ranks (scipy.stats.rankdata, ties averaged: scipy.stats.spearmanr's definition)
+    pear = _rowwise_pearson(p, r)
+    spear = _rowwise_pearson(stats.rankdata(p, axis=1), stats.rankdata(r, axis=1))
+    return CorrelationEstimate(float(np.mean(pear)), float(np.mean(spear)), int(ok.size), int(ok.sum()))
+
+
+def _rowwise_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    xc, yc = x - x.mean(axis=1, keepdims=True), y - y.mean(axis=1, keepdims=True)
+    return np.clip((xc * yc).sum(axis=1) / np.sqrt((xc * xc).sum(axis=1) * (yc * yc).sum(axis=1)), -1.0, 1.0)
 
 
 def measured_correlation(
