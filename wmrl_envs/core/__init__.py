@@ -12,8 +12,9 @@ Start at :class:`CorrectionLoop` (:mod:`.loop`): one group step, each step a met
    (:mod:`.debias`), updates ρ with :class:`InverseVarianceDenoiser` and
    :func:`group_disagreement` (:mod:`.denoise`) and returns a :class:`GroupCorrection`;
    :class:`UngradedMonitor`, :class:`TooManyUngradedError` (:mod:`.ungraded`) account rollouts
-   the machinery left without a score; :class:`CostLedger` (:mod:`.ledger`) counts and times
-   every source.
+   the machinery left without a score; :class:`CostLedger` (:mod:`.ledger`) counts every
+   source and charges its wall-clock and CPU-seconds (:class:`Stopwatch`,
+   :func:`execution_cpu_seconds`, the env info key :data:`EXECUTION_CPU_KEY`).
 
 The math is in ``docs/method.md``; the wrappers (:mod:`wmrl_envs.wrappers`), the Ray scorer and
 the adapters are plumbing around the loop.
@@ -25,7 +26,17 @@ from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser, group_disagreement
-from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
+from .ledger import (
+    EXECUTION,
+    EXECUTION_CPU_KEY,
+    GENERATION,
+    UPDATE,
+    WORLD_MODEL_SOURCE,
+    CostLedger,
+    Stopwatch,
+    execution_cpu_seconds,
+    process_cpu_seconds,
+)
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
 from .ungraded import TooManyUngradedError, UngradedMonitor
 from .world_model_call import predict_checked, world_model_idle
@@ -47,6 +58,10 @@ __all__ = [
     "predict_checked",
     "world_model_idle",
     "CostLedger",
+    "Stopwatch",
+    "process_cpu_seconds",
+    "execution_cpu_seconds",
+    "EXECUTION_CPU_KEY",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",
     "GENERATION",

@@ -1,9 +1,24 @@
-"""Cost accounting: how many rollouts each source scored and how many seconds it took.
+"""Cost accounting: how many rollouts each source scored, in wall-clock and in CPU seconds.
 
-The method exists to cut execution cost, so every run keeps a :class:`CostLedger` with a
-count and wall-clock seconds per *source*: ``execution`` (real sandboxed runs),
+The method exists to cut execution cost, so every run keeps a :class:`CostLedger` with, per
+*source*, a count, wall-clock seconds and CPU-seconds: ``execution`` (real sandboxed runs),
 ``world_model`` (world-model inference), ``generation`` (policy sampling), ``update`` (policy
 optimisation), plus any user-defined source. Ledgers from several workers can be merged.
+
+Wall-clock depends on the machine's load; CPU-seconds (user + system time of the processes
+that did the work) do much less, so the benchmark's headline compares methods in CPU-seconds
+and keeps wall-clock beside it. Where CPU-seconds come from (see ``docs/method.md``, "Cost
+accounting"):
+
+* :class:`Stopwatch` / :meth:`CostLedger.timed` measure a block: wall-clock
+  (``time.perf_counter``) and :func:`process_cpu_seconds` (this process's CPU, all threads,
+  plus the CPU of the child processes it waited for), as a difference;
+* an environment may report the CPU-seconds of one execution itself in its step info under
+  :data:`EXECUTION_CPU_KEY` (``"execution_cpu_s"``): measured (AutoResearch: the sandboxed
+  process tree's own usage) or *declared* (a synthetic env charges a fixed number per call);
+  :func:`execution_cpu_seconds` picks it over the measured fallback;
+* a world model may declare its cost per prediction (``declared_cpu_s_per_prediction``, see
+  :class:`~wmrl_envs.world_models.base.WorldModel`).
 
 Rollouts left ungraded because the machinery failed (see :mod:`wmrl_envs.core.ungraded`) are
 counted under the sources ``"ungraded:<cause>"`` (:meth:`CostLedger.ungraded_counts`).
@@ -11,26 +26,147 @@ counted under the sources ``"ungraded:<cause>"`` (:meth:`CostLedger.ungraded_cou
 
 from __future__ import annotations
 
+import math
+import numbers
+import resource
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
-__all__ = ["CostLedger", "EXECUTION", "WORLD_MODEL_SOURCE", "GENERATION", "UPDATE"]
+__all__ = [
+    "CostLedger",
+    "Stopwatch",
+    "process_cpu_seconds",
+    "execution_cpu_seconds",
+    "EXECUTION",
+    "WORLD_MODEL_SOURCE",
+    "GENERATION",
+    "UPDATE",
+    "EXECUTION_CPU_KEY",
+]
 
 EXECUTION = "execution"
 WORLD_MODEL_SOURCE = "world_model"
 GENERATION = "generation"
 UPDATE = "update"
 
+EXECUTION_CPU_KEY = "execution_cpu_s"
+"""Step-info key in which an env reports the CPU-seconds of one execution (float >= 0):
+measured (AutoResearch: the sandboxed process tree's user + system time) or declared (a
+synthetic env's fixed cost per call), or ``None``: executed, but its CPU could not be measured
+(the ledger then counts the execution as unmeasured). The wrappers charge it to
+``execution``; when an env leaves the key out they charge the CPU they measured around the
+step (:func:`execution_cpu_seconds`)."""
+
+
+def process_cpu_seconds() -> float:
+    """CPU-seconds used so far by this process and by the children it has waited for.
+
+    ``time.process_time()`` (user + system time of every thread of this process) plus
+    ``resource.getrusage(RUSAGE_CHILDREN)`` ``ru_utime + ru_stime`` (every terminated child
+    process, and their own waited-for descendants, once this process has reaped it).
+
+    Only differences are meaningful (:class:`Stopwatch`). Such a difference is exact for a
+    block when nothing else of this process runs meanwhile, as in the main job and the
+    benchmark, which run generation, world-model calls, executions and the update one after
+    another. When blocks overlap (threads, e.g. the lanes of a threaded anchor group or a
+    world-model call left running after its time-out), each block's difference also holds
+    the CPU the others used meanwhile, so adding them up over-counts; and a child reaped by
+    another thread during a block is charged to that block.
+
+    Returns:
+        Seconds (float).
+    """
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ru.ru_utime + ru.ru_stime
+
+
+class Stopwatch:
+    """Wall-clock and CPU-seconds since construction (or since :meth:`restart`).
+
+    Wall-clock is ``time.perf_counter``; CPU is :func:`process_cpu_seconds` (this process and
+    its waited-for children; see there for what overlapping blocks mean).
+
+    Example:
+        >>> sw = Stopwatch()
+        >>> wall_s, cpu_s = sw.read()
+        >>> wall_s >= 0 and cpu_s >= 0
+        True
+    """
+
+    __slots__ = ("_t0", "_c0")
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """Start measuring from now."""
+        self._t0 = time.perf_counter()
+        self._c0 = process_cpu_seconds()
+
+    def read(self) -> tuple[float, float]:
+        """``(wall_seconds, cpu_seconds)`` since the start (floats >= 0)."""
+        return max(0.0, time.perf_counter() - self._t0), max(0.0, process_cpu_seconds() - self._c0)
+
+
+def _check_seconds(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{what} must be a finite number >= 0 seconds, got {value!r}")
+    return v
+
+
+def execution_cpu_seconds(info: Mapping[str, Any] | None, measured_cpu_s: float) -> float | None:
+    """CPU-seconds to charge for one execution, from its step ``info``.
+
+    * ``info["execution_cpu_s"]`` is a number: that (measured or declared by the env);
+    * it is ``None``: ``None`` (the env executed but could not measure it; record it as
+      unmeasured: ``CostLedger.add(..., cpu_seconds=None)``);
+    * the key is absent (or ``info`` is not a mapping): ``measured_cpu_s``, what the caller
+      measured around the step (e.g. with :class:`Stopwatch`).
+
+    Args:
+        info: the step's info dict.
+        measured_cpu_s: the fallback (float >= 0).
+
+    Returns:
+        Seconds (float >= 0), or ``None`` (not measured).
+
+    Raises:
+        ValueError: the env reported something that is neither ``None`` nor a finite number
+            >= 0 (an env bug: report CPU-seconds as a float, or leave the key out).
+    """
+    if not isinstance(info, Mapping) or EXECUTION_CPU_KEY not in info:
+        return _check_seconds(measured_cpu_s, "the measured execution CPU")
+    value = info[EXECUTION_CPU_KEY]
+    if value is None:
+        return None
+    try:
+        return _check_seconds(value, f"info[{EXECUTION_CPU_KEY!r}]")
+    except ValueError as exc:
+        raise ValueError(f"{exc}: the env must report the execution's CPU-seconds as a float >= 0 (None: "
+                         "not measured), or leave the key out to have the step's measured CPU charged") from None
+
 
 class CostLedger:
-    """Counts and seconds per cost source.
+    """Counts, wall-clock seconds and CPU-seconds per cost source.
+
+    CPU-seconds are optional per event: :meth:`add` with ``cpu_seconds=None`` records the
+    events as *not measured* (counted by :meth:`cpu_unmeasured`, nothing added to
+    :meth:`cpu_seconds`), so that a report can say which part of a source's count its
+    CPU-seconds cover. Ledgers saved before CPU-seconds existed load with all their events
+    unmeasured.
 
     Example:
         >>> ledger = CostLedger()
-        >>> ledger.add("execution", seconds=2.5, count=4)
-        >>> ledger.count("execution"), ledger.seconds("execution")
-        (4, 2.5)
+        >>> ledger.add("execution", seconds=2.5, count=4, cpu_seconds=2.0)
+        >>> ledger.count("execution"), ledger.seconds("execution"), ledger.cpu_seconds("execution")
+        (4, 2.5, 2.0)
+        >>> ledger.add("execution", seconds=1.0)  # CPU not measured
+        >>> ledger.cpu_unmeasured("execution")
+        1
     """
 
     UNGRADED_PREFIX = "ungraded:"
@@ -39,26 +175,51 @@ class CostLedger:
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}
         self._seconds: dict[str, float] = {}
+        self._cpu: dict[str, float] = {}
+        self._cpu_unmeasured: dict[str, int] = {}
 
-    def add(self, source: str, seconds: float = 0.0, count: int = 1) -> None:
-        """Record ``count`` events of ``source`` that took ``seconds`` of wall-clock in all.
+    def add(self, source: str, seconds: float = 0.0, count: int = 1, *, cpu_seconds: float | None = None) -> None:
+        """Record ``count`` events of ``source`` that took ``seconds`` of wall-clock and
+        ``cpu_seconds`` CPU-seconds in all.
+
+        Args:
+            source: the cost source (``"execution"``, ``"world_model"``, ...).
+            seconds: wall-clock seconds of the ``count`` events together (>= 0).
+            count: number of events (int >= 0).
+            cpu_seconds: their CPU-seconds together (>= 0), or ``None``: not measured (the
+                ``count`` events are counted by :meth:`cpu_unmeasured`).
 
         Raises:
-            ValueError: negative seconds or count.
+            ValueError: negative or non-finite seconds or CPU-seconds, negative or non-integer count.
         """
-        if seconds < 0 or count < 0:
-            raise ValueError(f"seconds and count must be >= 0, got {seconds}, {count}")
-        self._counts[source] = self._counts.get(source, 0) + int(count)
-        self._seconds[source] = self._seconds.get(source, 0.0) + float(seconds)
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+            raise ValueError(f"count must be an integer >= 0, got {count!r}")
+        secs = _check_seconds(seconds, "seconds")
+        cpu = None if cpu_seconds is None else _check_seconds(cpu_seconds, "cpu_seconds")
+        self._add(str(source), int(count), secs, cpu or 0.0, int(count) if cpu is None else 0)
+
+    def _add(self, source: str, count: int, seconds: float, cpu: float, unmeasured: int) -> None:
+        self._counts[source] = self._counts.get(source, 0) + count
+        self._seconds[source] = self._seconds.get(source, 0.0) + seconds
+        self._cpu[source] = self._cpu.get(source, 0.0) + cpu
+        self._cpu_unmeasured[source] = self._cpu_unmeasured.get(source, 0) + unmeasured
 
     @contextmanager
     def timed(self, source: str, count: int = 1) -> Iterator[None]:
-        """Context manager that adds the block's wall-clock seconds to ``source``."""
-        t0 = time.perf_counter()
+        """Context manager that adds the block's wall-clock seconds and CPU-seconds to ``source``.
+
+        CPU is this process's (all threads) plus that of the child processes it waited for
+        during the block (:func:`process_cpu_seconds`): exact when nothing else of this process
+        runs meanwhile (generation, world-model calls, executions and updates one after
+        another, as in the main job and the benchmark); overlapping blocks each include the
+        others' CPU. The block is recorded also when it raises (its time was spent).
+        """
+        sw = Stopwatch()
         try:
             yield
         finally:
-            self.add(source, time.perf_counter() - t0, count)
+            wall, cpu = sw.read()
+            self.add(source, wall, count, cpu_seconds=cpu)
 
     def count(self, source: str) -> int:
         """Events recorded for ``source`` (0 if none)."""
@@ -67,6 +228,16 @@ class CostLedger:
     def seconds(self, source: str) -> float:
         """Wall-clock seconds recorded for ``source`` (0.0 if none)."""
         return self._seconds.get(source, 0.0)
+
+    def cpu_seconds(self, source: str) -> float:
+        """CPU-seconds recorded for ``source`` (0.0 if none), over its measured events only
+        (see :meth:`cpu_unmeasured`)."""
+        return self._cpu.get(source, 0.0)
+
+    def cpu_unmeasured(self, source: str) -> int:
+        """Events of ``source`` recorded without CPU-seconds (``cpu_seconds=None``, or loaded
+        from a ledger saved before CPU-seconds were kept); 0 when all were measured."""
+        return self._cpu_unmeasured.get(source, 0)
 
     @property
     def sources(self) -> list[str]:
@@ -79,19 +250,51 @@ class CostLedger:
         return {s[len(p):]: self.count(s) for s in self.sources if s.startswith(p)}
 
     def merge(self, other: "CostLedger") -> None:
-        """Add another ledger's counts and seconds into this one (e.g. from a remote worker)."""
+        """Add another ledger's counts, seconds, CPU-seconds and unmeasured counts into this
+        one (e.g. from a remote worker)."""
         for s in other.sources:
-            self.add(s, other.seconds(s), other.count(s))
+            self._add(s, other.count(s), other.seconds(s), other.cpu_seconds(s), other.cpu_unmeasured(s))
 
     def to_dict(self) -> dict[str, dict[str, float]]:
-        """``{source: {"count": int, "seconds": float}}``."""
-        return {s: {"count": self.count(s), "seconds": self.seconds(s)} for s in self.sources}
+        """``{source: {"count": int, "seconds": float, "cpu_seconds": float, "cpu_unmeasured": int}}``."""
+        return {
+            s: {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
+                "cpu_unmeasured": self.cpu_unmeasured(s)}
+            for s in self.sources
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Same as :meth:`to_dict` (JSON-serialisable)."""
         return self.to_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Replace the contents with :meth:`state_dict`'s output."""
-        self._counts = {k: int(v["count"]) for k, v in state.items()}
-        self._seconds = {k: float(v["seconds"]) for k, v in state.items()}
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Replace the contents with :meth:`state_dict`'s output.
+
+        A state saved before CPU-seconds were kept (entries with only ``"count"`` and
+        ``"seconds"``) loads with 0 CPU-seconds and every event counted as unmeasured, so a
+        resumed run's report says which part of its count has no CPU measurement.
+
+        Raises:
+            ValueError: ``state`` is not a mapping of ``{source: {"count", "seconds", ...}}``,
+                or a number in it is invalid (nothing is changed then).
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"ledger state must be a dict from state_dict(), got {type(state).__name__}")
+        fresh = CostLedger()
+        for source, entry in state.items():
+            if not isinstance(entry, Mapping) or "count" not in entry or "seconds" not in entry:
+                raise ValueError(f"ledger state entry {source!r} must be a dict with 'count' and 'seconds', got {entry!r}")
+            count = entry["count"]
+            if "cpu_seconds" in entry:
+                cpu, unmeasured = entry["cpu_seconds"], entry.get("cpu_unmeasured", 0)
+            else:  # saved before CPU-seconds were kept
+                cpu, unmeasured = 0.0, count
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+                raise ValueError(f"ledger state entry {source!r}: count must be an integer >= 0, got {count!r}")
+            if isinstance(unmeasured, bool) or not isinstance(unmeasured, numbers.Integral) or not 0 <= unmeasured <= count:
+                raise ValueError(f"ledger state entry {source!r}: cpu_unmeasured must be an integer in [0, count], "
+                                 f"got {unmeasured!r}")
+            fresh._add(str(source), int(count), _check_seconds(entry["seconds"], f"ledger state {source!r} seconds"),
+                       _check_seconds(cpu, f"ledger state {source!r} cpu_seconds"), int(unmeasured))
+        self._counts, self._seconds = fresh._counts, fresh._seconds
+        self._cpu, self._cpu_unmeasured = fresh._cpu, fresh._cpu_unmeasured

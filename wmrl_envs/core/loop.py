@@ -12,7 +12,7 @@ One group of G rollouts (one task) goes through these steps (``docs/method.md``)
    :meth:`~CorrectionLoop.open_group`: a world model that breaks the protocol then stops the
    run without having consumed a route or a group id;
 3. **real execution on anchors** — the caller's (an env ``step``, a sandbox, a Ray pool),
-   timed into the ledger with :meth:`CorrectionLoop.record_execution`;
+   timed into the ledger (wall-clock and CPU-seconds) with :meth:`CorrectionLoop.record_execution`;
 4. **close** — :meth:`CorrectionLoop.close_group`: calibrate ``f̂(r̂)``, feed an anchor group's
    pairs to the debiaser and its disagreement to ρ, account the ungraded rollouts (ledger,
    warning, stop rule), and return the :class:`~wmrl_envs.core.GroupCorrection` the agent
@@ -375,10 +375,20 @@ class CorrectionLoop:
         return preds, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ 3. execution (the caller's)
-    def record_execution(self, seconds: float, count: int = 1) -> None:
-        """Account ``count`` real executions that took ``seconds`` of wall-clock in all."""
+    def record_execution(self, seconds: float, count: int = 1, *, cpu_seconds: float | None = None) -> None:
+        """Account ``count`` real executions that took ``seconds`` of wall-clock and
+        ``cpu_seconds`` CPU-seconds in all.
+
+        ``cpu_seconds`` is what the env reported in ``info["execution_cpu_s"]`` (measured or
+        declared), else what the caller measured around the step
+        (:func:`~wmrl_envs.core.ledger.execution_cpu_seconds`); ``None``: not measured (the
+        ledger counts such executions in ``cpu_unmeasured``).
+
+        Raises:
+            ValueError: negative or non-finite seconds, a bad count.
+        """
         with self._lock:
-            self.ledger.add(EXECUTION, seconds, count)
+            self.ledger.add(EXECUTION, seconds, count, cpu_seconds=cpu_seconds)
 
     def count_episodes(self, n: int) -> None:
         """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""

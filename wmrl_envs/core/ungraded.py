@@ -265,7 +265,7 @@ class UngradedMonitor:
                 self.last_messages[cause] = str(text)[:500]
         failed = [c for c in causes if c is not None]
         for c in [*failed, *(c for c in score_failures if c is not None)]:
-            self.ledger.add(CostLedger.UNGRADED_PREFIX + c, 0.0, 1)
+            self.ledger.add(CostLedger.UNGRADED_PREFIX + c, 0.0, 1, cpu_seconds=0.0)  # a count, not a cost
         for c in failed:
             self.causes[c] = self.causes.get(c, 0) + 1
         infra = [c for c in [*failed, *score_failures] if is_infrastructure(c)]

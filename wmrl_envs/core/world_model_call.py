@@ -3,9 +3,10 @@
 Every path that asks a world model for scores — the per-episode wrapper, the group APIs, the
 vector twin, the Ray scorer — goes through :func:`predict_checked`, so all of them enforce the
 same protocol, the same failure contract (:mod:`wmrl_envs.core.ungraded`) and account the
-seconds the same way. :func:`world_model_idle` lets a trainer whose world model shares weights
+seconds the same way (wall-clock and CPU-seconds, measured or declared by the world model:
+:func:`world_model_cpu_seconds`). :func:`world_model_idle` lets a trainer whose world model shares weights
 with the policy wait for a timed-out call before it updates. See ``docs/method.md``
-("Ungraded rollouts").
+("Ungraded rollouts", "Cost accounting").
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import numbers
 import threading
 import time
 import weakref
@@ -20,10 +22,14 @@ from typing import Any, Sequence
 
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 
-from .ledger import WORLD_MODEL_SOURCE, CostLedger
+from .ledger import WORLD_MODEL_SOURCE, CostLedger, Stopwatch
 from .ungraded import WORLD_MODEL_ERROR, WORLD_MODEL_INVALID, WORLD_MODEL_TIMEOUT, WORLD_MODEL_UNGRADED
 
-__all__ = ["predict_checked", "world_model_idle"]
+__all__ = ["predict_checked", "world_model_idle", "world_model_cpu_seconds", "DECLARED_CPU_ATTR"]
+
+DECLARED_CPU_ATTR = "declared_cpu_s_per_prediction"
+"""Optional world-model attribute: CPU-seconds charged per prediction instead of the measured
+CPU (see :func:`world_model_cpu_seconds`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +69,32 @@ def world_model_idle(world_model: Any, timeout_s: float | None = None) -> bool:
         return False
     lock.release()
     return True
+
+
+def world_model_cpu_seconds(world_model: Any, n_predictions: int, measured_cpu_s: float) -> float:
+    """CPU-seconds to charge for one batched ``predict`` call of ``n_predictions``.
+
+    A world model with the attribute ``declared_cpu_s_per_prediction`` (a float >= 0; e.g. a
+    synthetic world model whose real CPU is negligible and stands for a costly one) is charged
+    ``n_predictions * declared_cpu_s_per_prediction``; any other is charged
+    ``measured_cpu_s``, this process's CPU over the call (:class:`~wmrl_envs.core.Stopwatch`:
+    all threads, so a world model computing in its own threads is counted; other threads'
+    work during the call is counted too).
+
+    Raises:
+        ValueError: the attribute is set to something that is not a finite number >= 0.
+    """
+    declared = getattr(world_model, DECLARED_CPU_ATTR, None)
+    if declared is None:
+        return float(measured_cpu_s)
+    if isinstance(declared, bool) or not isinstance(declared, numbers.Real) or not (
+        math.isfinite(float(declared)) and float(declared) >= 0
+    ):
+        raise ValueError(
+            f"{type(world_model).__name__}.{DECLARED_CPU_ATTR} must be a finite number >= 0 (CPU-seconds "
+            f"charged per prediction), got {declared!r}; remove the attribute to have the measured CPU charged"
+        )
+    return float(declared) * int(n_predictions)
 
 
 def _failed_batch(n: int, cause: str, message: str) -> list[WorldModelPrediction]:
@@ -144,8 +176,11 @@ def predict_checked(
     Args:
         world_model: the world model.
         contexts, actions: B contexts and B actions.
-        ledger: gets ``("world_model", seconds, B)`` (also for a call that raised or timed out:
-            its time was spent; not for a protocol error, which stops the run).
+        ledger: gets ``("world_model", seconds, B)`` with the call's CPU-seconds
+            (:func:`world_model_cpu_seconds`: declared by the world model, else measured), also
+            for a call that raised or timed out: its time was spent (a timed-out call is charged
+            the CPU used until its deadline, not what its abandoned thread uses later); not for
+            a protocol error, which stops the run.
         timeout_s: seconds one call may take (``None``: no limit, the call runs in the caller's
             thread).
 
@@ -155,15 +190,19 @@ def predict_checked(
     Raises:
         RuntimeError: ``predict`` returned not one prediction per action (a protocol bug).
         TypeError: a prediction is not a :class:`WorldModelPrediction`.
+        ValueError: the world model's ``declared_cpu_s_per_prediction`` is not a number >= 0
+            (checked before the call).
     """
     contexts, actions = list(contexts), list(actions)
-    t0 = time.perf_counter()
+    world_model_cpu_seconds(world_model, len(actions), 0.0)  # a bad declared cost fails before the call
+    sw = Stopwatch()
     raw, cause, message = _call_with_deadline(world_model, contexts, actions, timeout_s)
-    dt = time.perf_counter() - t0
+    dt, cpu = sw.read()
+    cpu = world_model_cpu_seconds(world_model, len(actions), cpu)
     name = type(world_model).__name__
     if raw is None:
         assert cause is not None
-        ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))  # its time was spent
+        ledger.add(WORLD_MODEL_SOURCE, dt, len(actions), cpu_seconds=cpu)  # its time was spent
         logger.warning("world model failed, %d prediction(s) ungraded (%s): %s", len(actions), cause, message)
         return _failed_batch(len(actions), cause, message)
     if len(raw) != len(actions):
@@ -177,7 +216,7 @@ def predict_checked(
             f"world model {name} returned a {type(bad).__name__}; "
             "predict() must return WorldModelPrediction objects (e.g. WorldModelPrediction(score=0.7))"
         )
-    ledger.add(WORLD_MODEL_SOURCE, dt, len(actions))
+    ledger.add(WORLD_MODEL_SOURCE, dt, len(actions), cpu_seconds=cpu)
     out: list[WorldModelPrediction] = []
     n_invalid = 0
     for p in raw:

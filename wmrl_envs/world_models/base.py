@@ -94,6 +94,14 @@ class WorldModel(Protocol):
     the input cannot be scored by its nature) or a failure status instead. A ``predict`` that
     raises or hangs is a failure of the machinery: the wrappers catch it (and bound it with
     their ``world_model_timeout_s``) and leave the whole batch ungraded.
+
+    Optional attribute ``declared_cpu_s_per_prediction`` (float >= 0, CPU-seconds): when a
+    world model has it, each ``predict`` call of B predictions is charged ``B ×`` that in the
+    cost ledger's ``world_model`` source instead of the CPU measured over the call (for a
+    synthetic world model whose real CPU is negligible and that stands for a costly one, so a
+    benchmark can set the world-model : execution cost ratio). Without it the measured CPU of
+    the call is charged (:func:`~wmrl_envs.core.world_model_call.predict_checked`;
+    ``docs/method.md``, "Cost accounting").
     """
 
     def predict(
