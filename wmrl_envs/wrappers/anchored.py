@@ -22,6 +22,7 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, failure_messages, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
@@ -101,6 +102,10 @@ class AnchoredWorldModelWrapper(
         denoiser_kwargs: keyword arguments of :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
         seed: seed of the anchor router.
         ledger: a :class:`~wmrl_envs.core.CostLedger` to record into (default: a new one).
+            Each real step is charged its wall-clock seconds and CPU-seconds to
+            ``"execution"``: the env's ``info["execution_cpu_s"]`` when it reports one
+            (measured or declared), else the CPU measured around the step
+            (:func:`~wmrl_envs.core.execution_cpu_seconds`; ``docs/method.md``, "Cost accounting").
         eval_route: route of every episode while ``training`` is ``False`` (default
             ``"anchor"``: evaluation on real scores).
         eval_with_world_model: while evaluating on ``"anchor"``, also call the world model
@@ -108,7 +113,9 @@ class AnchoredWorldModelWrapper(
         execution_envs: extra instances of the same env; :meth:`score_group` then executes
             an anchor group's rollouts concurrently on ``env`` and these (threads; use it when
             the real step runs out of process, e.g. in a sandbox). The ledger still records
-            each execution's own seconds; the group's wall-clock shrinks.
+            each execution's own seconds; the group's wall-clock shrinks. The steps overlap, so
+            an env that reports no ``info["execution_cpu_s"]`` is charged the group's process
+            CPU split evenly among its rollouts.
         world_model_timeout_s: seconds one batched ``world_model.predict`` call may take
             (``None``: no limit). A call past it leaves its batch ungraded (cause
             ``"world_model_timeout"``); see :func:`predict_checked` for what happens to the
@@ -376,9 +383,10 @@ class AnchoredWorldModelWrapper(
             self._ep.add_step_prediction(pred, self._group_messages)
         self._ep.steps += 1
         if route == ANCHOR:
-            t0 = time.perf_counter()
+            sw = Stopwatch()
             obs, reward, terminated, truncated, info = real_step(self.env, action, ctx)
-            self.loop.record_execution(time.perf_counter() - t0, 1)
+            wall, cpu = sw.read()
+            self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
             reward = self._note_real_step(reward, info)
         else:
             if pred is not None and pred.observation is not None:
@@ -445,9 +453,10 @@ class AnchoredWorldModelWrapper(
         assert ep.traj is not None and self._ticket is not None
         ticket = self._ticket
         route = ticket.route
-        t0 = time.perf_counter()
+        sw = Stopwatch()
         obs, real_reward, terminated, truncated, info = real_step(self.env, action, ep.traj.observations[-1])
-        self.loop.record_execution(time.perf_counter() - t0, 1)
+        wall, cpu = sw.read()
+        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
         real_reward = self._note_real_step(real_reward, info)
         ep.traj.actions.append(action)
         ep.traj.observations.append(obs)
@@ -612,8 +621,8 @@ class AnchoredWorldModelWrapper(
             outcomes = self._execute_group(list(actions), seed, options, ctx)
             exec_secs = time.perf_counter() - t_group
             real, exec_causes = [], []
-            for obs, reward, info, dt in outcomes:
-                self.loop.record_execution(dt, 1)
+            for obs, reward, info, dt, cpu in outcomes:
+                self.loop.record_execution(dt, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
                 cause = execution_cause(reward, info)
                 exec_causes.append(cause)
                 real.append(float(reward) if cause is None else None)
@@ -632,10 +641,13 @@ class AnchoredWorldModelWrapper(
 
     def _execute_group(
         self, actions: list[Any], seed: int | None, options: dict[str, Any] | None, ctx: Any
-    ) -> list[tuple[Any, Any, dict, float]]:
+    ) -> list[tuple[Any, Any, dict, float, float]]:
         """Real steps of an anchor group: rollout i on env ``i % n`` of ``[env, *execution_envs]``
         (threads when n > 1; ``env`` is already reset for rollout 0). Returns per rollout
-        ``(obs, reward, info, seconds)``."""
+        ``(obs, reward, info, seconds, measured_cpu_seconds)``: the CPU measured around its step
+        (:class:`~wmrl_envs.core.Stopwatch`), or with threads, where the rollouts' steps
+        overlap, the group's CPU divided evenly among its rollouts (charged only for the
+        rollouts whose env reports no ``info["execution_cpu_s"]``)."""
         envs = [self.env, *self.execution_envs]
         g = len(actions)
         if g > 1 and seed is None and options is None and not self._warned_unfixed_task:
@@ -647,13 +659,14 @@ class AnchoredWorldModelWrapper(
                 UserWarning, stacklevel=3,
             )
 
-        def execute(i: int) -> tuple[Any, Any, dict, float]:
+        def execute(i: int) -> tuple[Any, Any, dict, float, float]:
             e = envs[i % len(envs)]
             if i > 0:  # self.env was reset for rollout 0
                 e.reset(seed=seed, options=options)
-            t0 = time.perf_counter()
+            sw = Stopwatch()
             obs, reward, _term, _trunc, info = real_step(e, actions[i], ctx)
-            return obs, reward, info, time.perf_counter() - t0
+            wall, cpu = sw.read()
+            return obs, reward, info, wall, cpu
 
         if len(envs) == 1:
             return [execute(i) for i in range(g)]
@@ -663,9 +676,12 @@ class AnchoredWorldModelWrapper(
         def lane(k: int) -> list[tuple[int, tuple]]:
             return [(i, execute(i)) for i in range(k, g, len(envs))]
 
+        group_sw = Stopwatch()
         with ThreadPoolExecutor(max_workers=len(envs)) as pool:
             lanes = list(pool.map(lane, range(len(envs))))
-        return [o for _, o in sorted((x for ln in lanes for x in ln), key=lambda t: t[0])]
+        share = group_sw.read()[1] / g  # process CPU of overlapping steps: split, not summed
+        outs = [o for _, o in sorted((x for ln in lanes for x in ln), key=lambda t: t[0])]
+        return [(obs, reward, info, wall, share) for obs, reward, info, wall, _ in outs]
 
     def score_trajectories(
         self,

@@ -9,15 +9,15 @@ it with ``set_attr``.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Literal
 
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from wmrl_envs.core import WORLD_MODEL, Route
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 
-__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY"]
+__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY", "EXEC_CPU_KEY"]
 
 PLAN_ATTR = "wmrl_plan"
 """Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
@@ -25,6 +25,14 @@ PLAN_ATTR = "wmrl_plan"
 EXEC_SECONDS_KEY = "wmrl_exec_seconds"
 """Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
 vector wrapper moves it into its ledger and removes it from the infos)."""
+
+EXEC_CPU_KEY = "wmrl_exec_cpu_seconds"
+"""Info key in which :class:`RoutedSubEnv` reports the CPU-seconds of each real inner step
+(float; NaN: not measured), moved into the ledger by the vector wrapper like
+:data:`EXEC_SECONDS_KEY`. It is the inner env's ``info["execution_cpu_s"]`` when it reports one,
+else the CPU measured around the step in the sub-env's own process (one sub-env per worker
+process of an ``AsyncVectorEnv``, the sub-envs one after another in a ``SyncVectorEnv``: exact
+in both)."""
 
 class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Per-sub-env switch that skips the inner ``step`` on world-model routes (outcome mode).
@@ -38,7 +46,8 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
       ``(last_observation, 0.0, t >= episode_steps, False, {})`` (a placeholder the vector
       wrapper replaces by the world model's prediction). Any other route (``"anchor"``,
       ``None``): the inner ``step`` runs and ``info["wmrl_exec_seconds"]`` gets its
-      wall-clock seconds (float).
+      wall-clock seconds (float), ``info["wmrl_exec_cpu_seconds"]`` its CPU-seconds
+      (:data:`EXEC_CPU_KEY`).
     * ``seed``/``options``: used by ``reset`` when the caller gives none (an autoreset, or
       ``reset(options={"reset_mask": ...})`` whose remaining options are empty).
 
@@ -86,13 +95,15 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if plan is not None and plan[0] == WORLD_MODEL:
             self.skipped_steps += 1
             return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps, False, {}
-        t0 = time.perf_counter()
+        sw = Stopwatch()
         obs, reward, terminated, truncated, info = self.env.step(action)
-        dt = time.perf_counter() - t0
+        dt, cpu = sw.read()
         self.inner_step_calls += 1
         self._last_obs = obs
         info = dict(info)
         info[EXEC_SECONDS_KEY] = dt
+        charged = execution_cpu_seconds(info, cpu)
+        info[EXEC_CPU_KEY] = float("nan") if charged is None else charged  # a float for the vector info
         return obs, reward, terminated, truncated, info
 
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -54,12 +53,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core.ledger import EXECUTION_CPU_KEY, Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 from .common import EpisodeTally, LoopViews, build_loop, check_episode_args
-from .routed_sub_env import EXEC_SECONDS_KEY, PLAN_ATTR
+from .routed_sub_env import EXEC_CPU_KEY, EXEC_SECONDS_KEY, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
 __all__ = ["AnchoredWorldModelVectorWrapper"]
@@ -89,6 +89,18 @@ class _Group:
     @property
     def evaluating(self) -> bool:
         return not self.ticket.training
+
+
+def _own_info(d: Any, i: int) -> dict[str, Any] | None:
+    """Sub-env ``i``'s ``execution_cpu_s`` from a dict-of-arrays info, as a one-key info dict
+    (``None`` when sub-env ``i`` did not report it)."""
+    if not isinstance(d, dict) or EXECUTION_CPU_KEY not in d:
+        return None
+    mask = d.get("_" + EXECUTION_CPU_KEY)
+    if mask is not None and not bool(mask[i]):
+        return None
+    v = d[EXECUTION_CPU_KEY][i]
+    return {EXECUTION_CPU_KEY: v.item() if isinstance(v, np.generic) else v}
 
 
 class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews):
@@ -453,9 +465,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             )
         self._flush_plans()
         resetting = self._pending_reset.copy()
-        t0 = time.perf_counter()
+        sw = Stopwatch()
         obs, rewards, terms, truncs, infos = self.env.step(actions)
-        wall = time.perf_counter() - t0
+        wall, step_cpu = sw.read()
         rewards = np.array(rewards, dtype=np.float64, copy=True)
         terms = np.asarray(terms, dtype=bool)
         truncs = np.asarray(truncs, dtype=bool)
@@ -465,18 +477,32 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         final_info = infos.get("final_info") if same_step else None
         stepped = [i for i in range(n) if not resetting[i]]
 
-        # ---- execution cost: RoutedSubEnv reports each real step's seconds
-        exec_secs, exec_count = 0.0, 0
+        # ---- execution cost: RoutedSubEnv reports each real step's seconds and CPU-seconds
+        exec_secs, exec_count, exec_cpu, cpu_unmeasured = 0.0, 0, 0.0, 0
         for d in (infos, final_info):
             if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
                 m = d.pop("_" + EXEC_SECONDS_KEY)
                 exec_secs += float(np.sum(np.asarray(d.pop(EXEC_SECONDS_KEY))[m]))
                 exec_count += int(np.sum(m))
+            if isinstance(d, dict) and EXEC_CPU_KEY in d:
+                cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)[d.pop("_" + EXEC_CPU_KEY)]
+                exec_cpu += float(np.sum(cpus[~np.isnan(cpus)]))
+                cpu_unmeasured += int(np.sum(np.isnan(cpus)))  # NaN: the env could not measure it
         if self._routed:
             if exec_count:
-                self.loop.record_execution(exec_secs, exec_count)
+                self.loop.record_execution(exec_secs, exec_count - cpu_unmeasured, cpu_seconds=exec_cpu)
+                if cpu_unmeasured:
+                    self.loop.record_execution(0.0, cpu_unmeasured, cpu_seconds=None)
         elif stepped:
-            self.loop.record_execution(wall, len(stepped))
+            # every sub-env stepped for real: the env's own execution_cpu_s where it reports one,
+            # else an even share of the CPU this process measured over the vector step
+            share = step_cpu / len(stepped)
+            charged = [execution_cpu_seconds(_own_info(final_info if same_step and done[i] else infos, i),
+                                             share) for i in stepped]
+            measured = [c for c in charged if c is not None]
+            self.loop.record_execution(wall, len(measured), cpu_seconds=float(sum(measured)))
+            if len(measured) < len(stepped):
+                self.loop.record_execution(0.0, len(stepped) - len(measured), cpu_seconds=None)
 
         act_list = list(iterate(self.action_space, actions)) if stepped else []
         obs_list = list(iterate(self.observation_space, obs))
