@@ -148,7 +148,20 @@ class ExecutionResult:
             memory limit, the program's fault), ``workdir_limit_exceeded`` (``""``,
             ``"workdir_size_mb"`` or ``"workdir_max_files"`` when the watchdog killed the run)
             and ``cgroup`` (bool: whole-sandbox bounds applied); bubblewrap and subprocess also
-            ``oom_kills`` (int) and ``peak_memory_mb`` (float MiB or ``None``).
+            ``oom_kills`` (int) and ``peak_memory_mb`` (float MiB or ``None``), and
+            ``cpu_time_source`` (where ``cpu_time_s`` comes from: ``"cgroup"``, ``"rusage"``
+            or ``None``).
+        cpu_time_s: CPU-seconds (user + system) of the **whole sandboxed process tree**, or
+            ``None`` where the backend cannot measure it. Bubblewrap and subprocess: the
+            execution cgroup's usage where one is used (cgroup v2 ``cpu.stat`` ``usage_usec``,
+            v1 ``cpuacct.usage``: every process of the run, ``setsid`` escapees included).
+            Without one, subprocess reports the ``os.wait4`` rusage of the direct child (it and
+            the descendants it waited for; a process that left with ``setsid`` and was not
+            waited for is missed) and bubblewrap ``None`` (bwrap's outer process exits without
+            reaping its pid namespace's init, so its rusage holds none of the program's CPU).
+            Docker: ``None`` (the container's cgroup is gone once it has exited, and sampling
+            it while it runs is not cheap). This is what the AutoResearch env charges as the
+            execution's CPU (``info["execution_cpu_s"]``, ``docs/method.md``, "Cost accounting").
     """
 
     exit_code: int | None
@@ -159,6 +172,7 @@ class ExecutionResult:
     signal: int | None = None
     backend: str = ""
     extras: dict = field(default_factory=dict)
+    cpu_time_s: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -155,6 +155,12 @@ class BubblewrapSandbox(Sandbox):
     (``--unshare-user --uid``), where the program keeps the caller's host uid, and job folders
     cannot be tmpfs mounts.
 
+    CPU-seconds (``ExecutionResult.cpu_time_s``): the cgroup's usage, the whole process tree
+    (bwrap's own processes and ``setsid`` escapees included); with cgroup v1 it needs the
+    ``cpuacct`` hierarchy. Without a cgroup, ``None``: bwrap's outer process exits on its init's
+    report without reaping it, so the rusage of the process we wait for holds none of the
+    program's CPU.
+
     Failures of the sandbox itself -- bwrap's set-up, ``setpriv`` or the interpreter failing
     before the program's first line (a one-byte handshake on a pipe tells them apart from
     anything the program prints), the cgroup not creatable or joinable -- raise
@@ -476,6 +482,9 @@ class BubblewrapSandbox(Sandbox):
         if out.timed_out:
             exit_code = None
             sig = sig or int(_signal.SIGKILL)
+        # Without a cgroup the rusage is bwrap's own: its outer process exits on its init's
+        # report without reaping it, so none of the program's CPU is in it. Not measured then.
+        cpu_time_s = out.cpu_time_s if out.cpu_time_source == "cgroup" else None
         extras = {
             "uid": self.uid,
             "gid": self.gid,
@@ -484,6 +493,7 @@ class BubblewrapSandbox(Sandbox):
             "removed_special_files": removed,
             "user_namespace": not self.as_root,
             **limit_extras(out, cgroup is not None),
+            "cpu_time_source": "cgroup" if cpu_time_s is not None else None,
         }
         return ExecutionResult(
             exit_code=exit_code,
@@ -493,6 +503,7 @@ class BubblewrapSandbox(Sandbox):
             timed_out=out.timed_out,
             signal=sig,
             backend=self.name,
+            cpu_time_s=cpu_time_s,
             extras=extras,
         )
 

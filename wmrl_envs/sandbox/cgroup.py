@@ -1,8 +1,10 @@
-"""Per-execution cgroups: one memory and process bound for a sandbox's whole process tree.
+"""Per-execution cgroups: one memory and process bound for a sandbox's whole process tree, and
+its CPU-seconds.
 
 Contents:
     * :class:`ExecutionCgroup` -- the cgroup(s) of one execution: create with limits, join from
-      the child before ``exec``, read the out-of-memory count and peak use, kill and remove.
+      the child before ``exec``, read the out-of-memory count, peak use and CPU-seconds, kill
+      and remove.
     * :func:`cgroup_support` -- which hierarchy this process can use (cached), or why none.
 
 Both cgroup versions are supported. The writable hierarchy is found from ``/proc/self/cgroup``
@@ -10,7 +12,8 @@ and ``/proc/self/mountinfo``: with cgroup v2 (one unified hierarchy with the ``m
 ``pids`` controllers) the execution's group is a child of this process's own group where the
 controllers can be delegated there, else of the hierarchy's root (a group holding processes
 cannot delegate them: "no internal processes"); with cgroup v1 one child is made in the ``memory`` hierarchy and one in the ``pids`` hierarchy,
-each under this process's own group there. Needs write access to those folders (root, or a
+each under this process's own group there, and one in the ``cpuacct`` hierarchy where it is
+mounted and writable (for the CPU-seconds; optional). Needs write access to those folders (root, or a
 delegated sub-tree); :func:`cgroup_support` says when there is none.
 
 Limits written: memory ``memory_mb`` MiB with no swap (v2 ``memory.max`` +
@@ -18,6 +21,12 @@ Limits written: memory ``memory_mb`` MiB with no swap (v2 ``memory.max`` +
 ``memory.memsw.limit_in_bytes``); processes ``pids.max``. Exceeding the memory bound gets a
 process of the group killed by the kernel's OOM killer (counted by :meth:`ExecutionCgroup.oom_kills`);
 ``fork``/``clone`` beyond ``pids.max`` fails with ``EAGAIN``.
+
+CPU-seconds (:meth:`ExecutionCgroup.cpu_seconds`): user + system time of every task that ran in
+the group, the whole sandboxed process tree (programs that left the process group with
+``setsid`` included): v2 ``cpu.stat`` ``usage_usec`` (present whether or not the ``cpu``
+controller is enabled), v1 ``cpuacct.usage`` (ns). It is read when the group is empty, just
+before :meth:`ExecutionCgroup.remove` deletes it.
 """
 
 from __future__ import annotations
@@ -43,8 +52,8 @@ class CgroupSupport:
 
     Attributes:
         version: ``2``, ``1`` or ``0`` (none usable).
-        parents: folders under which execution groups are created (v2: one; v1: the memory and
-            the pids folder).
+        parents: folders under which execution groups are created (v2: one; v1: the memory
+            and the pids folder, then the cpuacct folder where that hierarchy is usable).
         reason: why none is usable (``""`` when one is).
     """
 
@@ -171,10 +180,21 @@ def _detect(mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/s
                     reasons.append(f"cgroup v1 {ctrl} folder {folder} is not writable by uid {os.geteuid()}")
                 break
     if len(parents) == 2:
-        return CgroupSupport(1, (parents["memory"], parents["pids"]))
+        cpu_parent = _v1_folder(mounts, own, "cpuacct")  # optional: CPU-seconds of the whole tree
+        return CgroupSupport(1, (parents["memory"], parents["pids"], *([cpu_parent] if cpu_parent else [])))
     if not reasons:
         reasons.append("no cgroup v2 hierarchy with memory+pids and no cgroup v1 memory and pids hierarchies are mounted")
     return CgroupSupport(0, (), "; ".join(reasons))
+
+
+def _v1_folder(mounts: list[tuple[str, str, str, set[str]]], own: dict[str, str], ctrl: str) -> str | None:
+    """This process's writable folder in the cgroup v1 hierarchy of ``ctrl``, or ``None``."""
+    for mp, root, fstype, opts in mounts:
+        if fstype != "cgroup" or ctrl not in opts or ctrl not in own:
+            continue
+        folder = _folder(mp, root, own[ctrl])
+        return folder if folder is not None and os.path.isdir(folder) and _writable(folder) else None
+    return None
 
 
 def _sweep(parents: tuple[str, ...]) -> None:
@@ -285,6 +305,9 @@ class ExecutionCgroup:
         self.version = support.version
         name = f"{_PREFIX}{os.getpid()}-{next(_counter)}-{time.monotonic_ns() % 10**9}"
         self.folders = [os.path.join(p, name) for p in support.parents]
+        #: The folder whose CPU usage is read (``None``: cgroup v1 without a cpuacct hierarchy).
+        self.cpu_folder: str | None = None
+        self._final_cpu_s: float | None = None
         mem = int(memory_mb) * 1024 * 1024
         try:
             for f in self.folders:
@@ -294,9 +317,10 @@ class ExecutionCgroup:
                 self._write(f, "memory.max", str(mem))
                 self._write(f, "memory.swap.max", "0", optional=True)
                 self._write(f, "pids.max", str(int(max_pids)))
-                self.memory_folder = self.pids_folder = f
+                self.memory_folder = self.pids_folder = self.cpu_folder = f
             else:
-                self.memory_folder, self.pids_folder = self.folders
+                self.memory_folder, self.pids_folder = self.folders[:2]
+                self.cpu_folder = self.folders[2] if len(self.folders) > 2 else None
                 self._write(self.memory_folder, "memory.limit_in_bytes", str(mem))
                 self._write(self.memory_folder, "memory.memsw.limit_in_bytes", str(mem), optional=True)
                 self._write(self.pids_folder, "pids.max", str(int(max_pids)))
@@ -350,6 +374,31 @@ class ExecutionCgroup:
         except (OSError, ValueError, IndexError):
             return None
 
+    def _read_cpu_s(self) -> float | None:
+        if self.cpu_folder is None:
+            return None
+        try:
+            if self.version == 2:
+                with open(os.path.join(self.cpu_folder, "cpu.stat")) as fh:
+                    for line in fh:
+                        key, _, val = line.partition(" ")
+                        if key == "usage_usec":
+                            return int(val) / 1e6
+                return None
+            with open(os.path.join(self.cpu_folder, "cpuacct.usage")) as fh:
+                return int(fh.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU-seconds of every task that ran in the group (the whole process
+        tree, ``setsid`` escapees included); after :meth:`remove`, the value read just before
+        the group was deleted. ``None`` where the kernel does not say (cgroup v1 without a
+        usable ``cpuacct`` hierarchy, or the file could not be read)."""
+        if self._final_cpu_s is not None:
+            return self._final_cpu_s
+        return self._read_cpu_s()
+
     def pids(self) -> list[int]:
         """Host pids of the processes now in the group."""
         return _read_pids(self.pids_folder)
@@ -360,5 +409,14 @@ class ExecutionCgroup:
             _kill_folder(f, kill_file_only=self.version == 2)
 
     def remove(self, timeout_s: float = 5.0) -> bool:
-        """Kill what is left in the group and remove it; ``True`` when it is gone. Safe to repeat."""
+        """Kill what is left in the group and remove it; ``True`` when it is gone. Safe to repeat.
+
+        The group's CPU-seconds are read once it is empty (within ``min(timeout_s, 1)`` s of
+        the kill), just before it is deleted, and kept for :meth:`cpu_seconds`."""
+        if self._final_cpu_s is None and self.cpu_folder is not None and os.path.isdir(self.cpu_folder):
+            self.kill()
+            deadline = time.monotonic() + min(float(timeout_s), 1.0)
+            while _read_pids(self.cpu_folder) and time.monotonic() < deadline:
+                time.sleep(0.01)  # killed tasks are still exiting
+            self._final_cpu_s = self._read_cpu_s()
         return _kill_and_rmdir(self.folders, timeout_s)

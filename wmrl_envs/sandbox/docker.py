@@ -125,6 +125,12 @@ class DockerSandbox(Sandbox):
     from the container log (json-file, last ~1 MiB kept by Docker, 64 KiB per stream returned).
     Per-run overhead is container create/start/remove (roughly 0.3-1 s).
 
+    CPU-seconds: ``ExecutionResult.cpu_time_s`` is ``None``. Docker removes the container's
+    cgroup when it exits, and ``stats`` of a running container costs a sampling round-trip per
+    call, so the container's usage is not read; callers that charge execution CPU (the
+    AutoResearch env, the wrappers) then fall back to the CPU they measure on the host, which
+    does not include the container's.
+
     Args:
         limits: default limits (see :class:`~wmrl_envs.sandbox.base.SandboxLimits`).
         python: interpreter to run (default ``sys.executable``).
@@ -357,6 +363,7 @@ class DockerSandbox(Sandbox):
             timed_out=timed_out,
             signal=sig,
             backend=self.name,
+            cpu_time_s=None,  # not measured: see the class docstring
             extras={
                 "uid": self.uid,
                 "gid": self.gid,
@@ -365,6 +372,7 @@ class DockerSandbox(Sandbox):
                 "image": self.image,
                 "removed_special_files": removed,
                 "cgroup": True,
+                "cpu_time_source": None,
                 "workdir_limit_exceeded": watch.exceeded if watch is not None else "",
             },
         )

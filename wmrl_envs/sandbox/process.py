@@ -6,8 +6,9 @@ isolate a program; they share how a job folder is prepared and cleaned (:func:`p
 (:func:`rlimit_table`, :func:`make_preexec`), the per-execution cgroup (:func:`new_cgroup`), the
 "program started" handshake (:class:`StartedPipe`), the environment variables
 (:func:`base_env`), and the run loop with bounded output capture, time-outs and the job-folder
-watchdog (:func:`run_process`, :class:`ProcessOutcome`, :func:`limit_extras`). Limits and their
-enforcement: ``docs/sandbox.md``.
+watchdog (:func:`run_process`, :class:`ProcessOutcome`, :func:`limit_extras`), and the CPU-seconds of
+the run's process tree (:attr:`ProcessOutcome.cpu_time_s`). Limits and their enforcement:
+``docs/sandbox.md``; cost accounting: ``docs/method.md``.
 """
 
 from __future__ import annotations
@@ -322,6 +323,14 @@ def tail_text(data: bytes) -> str:
 
 @dataclass
 class ProcessOutcome:
+    """What :func:`run_process` observed (the backends turn it into an ``ExecutionResult``).
+
+    ``cpu_time_s`` (float seconds, user + system, or ``None``) comes from ``cpu_time_source``:
+    ``"cgroup"`` (the execution cgroup's usage: the whole process tree, ``setsid`` escapees
+    included) or ``"rusage"`` (``os.wait4`` of the direct child: it and the descendants it
+    waited for; a process that left with ``setsid`` and was not waited for is missed).
+    """
+
     returncode: int
     stdout: str
     stderr: str
@@ -333,6 +342,8 @@ class ProcessOutcome:
     peak_memory_mb: float | None = None
     workdir_exceeded: str = ""
     cleanup_s: float = 0.0
+    cpu_time_s: float | None = None
+    cpu_time_source: str | None = None
 
 
 def _kill_group(pid: int) -> None:
@@ -358,8 +369,11 @@ def run_process(
     """Run ``argv`` in a new session; on wall-clock time-out kill its whole process group.
 
     With ``cgroup``, the whole group is killed at the end (background children and programs
-    that left the process group with ``setsid`` included) and removed; its OOM-kill count and
-    peak memory are reported. With ``workdir`` and ``limits``, a :class:`FolderWatch` kills the
+    that left the process group with ``setsid`` included) and removed; its OOM-kill count,
+    peak memory and CPU-seconds are reported. The direct child is reaped with ``os.wait4``, so
+    without a cgroup (or a cgroup v1 without ``cpuacct``) the CPU-seconds are its rusage: the
+    child and the descendants it waited for (a process that escaped with ``setsid`` and was
+    not waited for is not counted). With ``workdir`` and ``limits``, a :class:`FolderWatch` kills the
     run when a job folder that the kernel does not bound exceeds ``workdir_size_mb`` or
     ``workdir_max_files``.
 
@@ -393,6 +407,26 @@ def run_process(
         if cgroup is not None:
             cgroup.kill()
 
+    # The child is reaped here with wait4 (for its rusage), never by Popen: until it is, its pid
+    # cannot be reused, so signalling it by pid stays safe.
+    reaped: dict[str, object] = {}
+
+    def reap() -> None:
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+            reaped["rc"], reaped["ru"] = os.waitstatus_to_exitcode(status), usage
+        except ChildProcessError:  # reaped elsewhere (not expected): no rusage
+            reaped["rc"] = proc.poll()
+
+    reaper = threading.Thread(target=reap, name=f"wmrl-reap-{proc.pid}", daemon=True)
+    reaper.start()
+
+    def kill_child() -> None:
+        try:
+            os.kill(proc.pid, _signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     watch = None
     if workdir is not None and limits is not None and not is_bounded(workdir, limits):
         watch = FolderWatch(workdir, limits, kill_all)
@@ -402,13 +436,12 @@ def run_process(
         r.start()
     timed_out = False
     try:
-        proc.wait(timeout=max(0.0, wall_time_s))
-    except subprocess.TimeoutExpired:
-        timed_out = True
+        reaper.join(max(0.0, wall_time_s))
+        timed_out = reaper.is_alive()
     except BaseException:  # e.g. KeyboardInterrupt: never leave the tree running
         kill_all()
-        proc.kill()
-        proc.wait()
+        kill_child()
+        reaper.join()
         raise
     finally:
         # Kill leftovers of the group even after a normal exit (background children).
@@ -416,14 +449,23 @@ def run_process(
         if watch is not None:
             watch.stop()
     if timed_out:
-        proc.kill()
-        proc.wait()
+        kill_child()
+        reaper.join()
+    if proc.returncode is None:
+        proc.returncode = reaped.get("rc")  # type: ignore[assignment]
     wall = time.monotonic() - start
     t_clean = time.monotonic()
     oom, peak = 0, None
+    cpu: float | None = None
+    cpu_source: str | None = None
     if cgroup is not None:
         oom, peak = cgroup.oom_kills(), cgroup.peak_memory_mb()
         cgroup.remove()
+        cpu = cgroup.cpu_seconds()
+        cpu_source = "cgroup" if cpu is not None else None
+    ru = reaped.get("ru")
+    if cpu is None and ru is not None:
+        cpu, cpu_source = ru.ru_utime + ru.ru_stime, "rusage"  # type: ignore[attr-defined]
     for r in readers:
         r.join(_READER_JOIN_S)
     for stream in (proc.stdout, proc.stderr):
@@ -445,6 +487,8 @@ def run_process(
         peak_memory_mb=peak,
         workdir_exceeded=watch.exceeded if watch is not None else "",
         cleanup_s=time.monotonic() - t_clean,
+        cpu_time_s=cpu,
+        cpu_time_source=cpu_source,
     )
 
 
@@ -456,6 +500,7 @@ def limit_extras(out: ProcessOutcome, cgroup_used: bool) -> dict:
         "oom_kills": out.oom_kills,
         "peak_memory_mb": out.peak_memory_mb,
         "workdir_limit_exceeded": out.workdir_exceeded,
+        "cpu_time_source": out.cpu_time_source,
     }
 
 

@@ -144,6 +144,7 @@ class SubprocessSandbox(Sandbox):
             timed_out=out.timed_out,
             signal=sig,
             backend=self.name,
+            cpu_time_s=out.cpu_time_s,
             extras={
                 "uid": uid,
                 "nproc_limit": nproc,
