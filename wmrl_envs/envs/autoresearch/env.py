@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -103,7 +104,14 @@ class AutoResearchEnv(gym.Env):
 
     Step info: ``status``, ``score``, ``best_score``, ``metric``, ``metric_value``,
     ``position``, ``runtime_s``, ``stdout_tail``, ``stderr_tail``, ``message``, ``task_id``,
-    ``turn``, ``executed``, and ``job_dir`` (str, only with ``keep_job_dirs``).
+    ``turn``, ``executed``, ``execution_cpu_s`` and ``job_dir`` (str, only with
+    ``keep_job_dirs``). ``execution_cpu_s`` (the cost-accounting key
+    :data:`~wmrl_envs.core.ledger.EXECUTION_CPU_KEY`, charged by the wrappers) is the step's
+    CPU-seconds: the sandboxed process tree's user + system time
+    (``ExecutionResult.cpu_time_s``) plus the host CPU of this thread during the step
+    (``time.thread_time``: writing the public files, grading); 0.0 when nothing was
+    executed (a source that fails the host pre-check); ``None`` when the sandbox could not
+    measure its part (Docker, bubblewrap without a cgroup) or failed.
 
     Args:
         tasks: ``"train"``, ``"heldout"``, ``"all"``, or a list of task ids.
@@ -362,10 +370,12 @@ class AutoResearchEnv(gym.Env):
             raise TypeError(f"the action must be Python source (str), got {type(action).__name__}")
         import logging
 
+        from wmrl_envs.core.ledger import EXECUTION_CPU_KEY
         from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE
         from wmrl_envs.sandbox.base import SandboxUnavailableError
 
         task = self._task
+        host_cpu0 = time.thread_time()  # this thread's CPU: the host's share of the execution
         if check_source(action) is not None:  # decided on the host: no sandbox, no job folder
             grade, job_dir = grade_solution(task, None, None, source=action), None
         else:
@@ -393,6 +403,7 @@ class AutoResearchEnv(gym.Env):
                     "best_score": float(self._best), "metric": task.metric, "metric_value": None,
                     "position": None, "runtime_s": 0.0, "executed": False, "message": message,
                     "stdout_tail": "", "stderr_tail": "", "graded": False, CAUSE_KEY: SANDBOX_UNAVAILABLE,
+                    EXECUTION_CPU_KEY: None,  # the sandbox's share is unknown
                 }
                 if self.render_mode == "human":
                     self.render()
@@ -421,6 +432,9 @@ class AutoResearchEnv(gym.Env):
             "stdout_tail": grade.stdout_tail,
             "stderr_tail": grade.stderr_tail,
             "graded": True,
+            # no execution (host pre-check): 0.0, so the info stays deterministic
+            EXECUTION_CPU_KEY: (0.0 if not grade.executed else None if grade.cpu_time_s is None
+                                else float(grade.cpu_time_s) + max(0.0, time.thread_time() - host_cpu0)),
         }
         if job_dir is not None:
             info["job_dir"] = str(job_dir)

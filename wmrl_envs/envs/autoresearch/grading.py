@@ -62,6 +62,9 @@ class Grade:
         position: leaderboard position score in [0, 1], ``None`` unless ``valid``.
         n_reference: number of reference solutions on the task's leaderboard.
         runtime_s: wall-clock seconds of the execution (0.0 when not executed).
+        cpu_time_s: CPU-seconds (user + system) of the whole sandboxed process tree
+            (``ExecutionResult.cpu_time_s``); 0.0 when not executed, ``None`` when the sandbox
+            could not measure it (see :class:`~wmrl_envs.sandbox.base.ExecutionResult`).
         executed: whether the program was run (``False`` for ``malformed`` / ``syntax_err``).
         exit_code: the program's exit status (``None`` when killed or not executed).
         timed_out: whether the wall-clock limit killed it.
@@ -81,6 +84,7 @@ class Grade:
     position: float | None = None
     n_reference: int = 0
     runtime_s: float = 0.0
+    cpu_time_s: float | None = 0.0
     executed: bool = False
     exit_code: int | None = None
     timed_out: bool = False
@@ -174,8 +178,9 @@ def grade(
     if execution_result is None:
         raise ValueError("execution_result is required unless `source` fails the host pre-check")
     r = execution_result
+    cpu = getattr(r, "cpu_time_s", None)  # a sandbox-like object may not report it
     common = dict(
-        runtime_s=float(r.wall_time_s), executed=True, exit_code=r.exit_code, timed_out=bool(r.timed_out),
+        runtime_s=float(r.wall_time_s), cpu_time_s=None if cpu is None else float(cpu), executed=True, exit_code=r.exit_code, timed_out=bool(r.timed_out),
         stdout_tail=_tail(r.stdout), stderr_tail=_tail(r.stderr),
     )
     if r.timed_out:
