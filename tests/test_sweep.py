@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from agents.cli import main
-from agents.experiments.sweep import BREAKING, SWEEP_PRESETS, SweepConfig, TabularSoftmaxPolicy, cost_bound, run_sweep
+from agents.experiments.sweep import BREAKING, REAL_AT_F, SWEEP_PRESETS, SweepConfig, TabularSoftmaxPolicy, cost_bound, run_sweep
 from agents.grpo import GRPOPolicy
 
 torch.set_num_threads(1)
@@ -34,6 +34,7 @@ def test_every_cell_exists_with_a_finite_interval(quick):
     levels = [*cfg.levels, BREAKING]
     expected = {("wm_only", lv, None) for lv in levels} | {("wmrl", lv, f) for lv in levels for f in cfg.fractions}
     expected |= {(m, lv, 0.1) for lv in cfg.levels for m in ("debias_only", "denoise_only", "anchors_raw")}
+    expected |= {(REAL_AT_F, None, f) for f in cfg.fractions}
     assert {(c["method"], c["level"], c["fraction"]) for c in res["cells"]} == expected
     for c in res["cells"]:
         assert c["n_seeds"] == cfg.seeds and len(c["compute_to_target"]) == cfg.seeds
@@ -62,6 +63,10 @@ def test_exact_number_of_executions_per_method(quick):
         assert r["cpu_by_source"]["world_model"] == pytest.approx(r["predictions"] * cfg.wm_cost_s)
     for r in (r for r in res["runs"] if r["method"] == "wm_only"):
         assert r["executions"] == 0 and r["anchor_groups"] == 0
+    small = [r for r in res["runs"] if r["method"] == REAL_AT_F]
+    assert len(small) == cfg.seeds * len(cfg.fractions)
+    for r in small:  # real GRPO on round(f × groups) groups per step: every one of its rollouts executed
+        assert r["executions"] == len(r["rho"]) * max(1, round(r["fraction"] * cfg.groups_per_step)) * cfg.group_size
 
 
 def test_zero_error_world_model_reaches_close_to_the_cost_bound(quick):

@@ -54,6 +54,7 @@ __all__ = [
     "SweepConfig",
     "SWEEP_PRESETS",
     "BREAKING",
+    "REAL_AT_F",
     "TabularSoftmaxPolicy",
     "SweepRun",
     "run_sweep_method",
@@ -64,6 +65,11 @@ __all__ = [
 
 BREAKING = "breaking"
 """The name of the world model that breaks mid-run in the sweep's tables."""
+
+REAL_AT_F = "real_at_f"
+"""The sweep's extra reference: real-execution GRPO with ``max(1, round(f × groups_per_step))``
+groups per step — the anchor groups alone, without the world-model groups. Its speedup over
+real GRPO is the part of an anchored method's saving that a smaller real batch gives by itself."""
 
 _SOURCES = ("execution", "world_model", "generation", "update")
 _ABLATIONS = ("debias_only", "denoise_only", "anchors_raw")
@@ -84,6 +90,9 @@ class SweepConfig:
     """Fractions at which the ablations run (None: every fraction)."""
     breaking: bool = True
     """Also run a world model that breaks mid-run (wmrl at every fraction, and wm_only)."""
+    real_at_f: bool = True
+    """Also run real GRPO with only round(f × groups_per_step) groups per step (the anchor groups
+    alone) at every fraction: how much of the saving a smaller real batch gives by itself."""
     break_from: str = "perfect"
     """Its quality before the break."""
     break_to: str = "useless"
@@ -309,7 +318,8 @@ def run_sweep_method(
     the exact score reaches ``target``, or once the compute reaches ``compute_budget_s``.
 
     Args:
-        method: a name of :data:`agents.experiments.bench.METHODS`.
+        method: a name of :data:`agents.experiments.bench.METHODS`, or :data:`REAL_AT_F` (real
+            GRPO with ``max(1, round(fraction × groups_per_step))`` groups per step).
         level: world-model quality (a :data:`WORLD_MODEL_ERRORS` name or :data:`BREAKING`);
             ``None`` for real.
         fraction: anchor fraction of the anchored methods (ignored by real and wm_only).
@@ -336,7 +346,9 @@ def run_sweep_method(
     from .bench import METHODS, method_correction
 
     torch.set_num_threads(1)
-    spec = METHODS[method]
+    if method == REAL_AT_F:
+        cfg = replace(cfg, groups_per_step=max(1, int(round(float(fraction) * cfg.groups_per_step))))
+    spec = METHODS["real" if method == REAL_AT_F else method]
     env = _make_env(cfg, seed)
     wm = _make_world_model(cfg, level, env, seed) if spec.world_model else None
     base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
@@ -347,7 +359,7 @@ def run_sweep_method(
     update_config = GRPOUpdateConfig(max_grad_norm=None)
     rng = np.random.default_rng([seed, 5])
     ledger, corrector = wrapper.ledger, wrapper.corrector
-    run = SweepRun(method, level, None if spec.anchor_fraction is not None else fraction, seed,
+    run = SweepRun(method, level, fraction if spec.anchor_fraction is None or method == REAL_AT_F else None, seed,
                    compute=[0.0], score=[env.expected_score(policy.probs())])
     pairs_raw: list[list[float]] = []
     pairs_real: list[list[float]] = []
@@ -429,7 +441,9 @@ def _run_jobs(jobs: list[tuple], cfg: SweepConfig, progress: Any, label: str) ->
 def _cells(cfg: SweepConfig) -> list[tuple[str, str, float | None]]:
     """(method, level, fraction) of every non-real cell, in table order."""
     levels = list(cfg.levels) + ([BREAKING] if cfg.breaking else [])
-    cells: list[tuple[str, str, float | None]] = []
+    cells: list[tuple[str, str | None, float | None]] = []
+    if cfg.real_at_f:
+        cells += [(REAL_AT_F, None, f) for f in cfg.fractions]
     for level in levels:
         if "wm_only" in cfg.methods:
             cells.append(("wm_only", level, None))
@@ -507,12 +521,14 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
         runs = sorted(runs, key=lambda r: r.seed)
         ctt = [compute_to_target(Curve(r.compute, r.score), target) for r in runs]
         est = speedup(real_ctt, ctt, n_boot=cfg.n_boot, seed=0)
-        groups = sum(len(r.rho) for r in runs) * cfg.groups_per_step
+        gps = max(1, int(round(f * cfg.groups_per_step))) if m == REAL_AT_F else cfg.groups_per_step
+        groups = sum(len(r.rho) for r in runs) * gps
         cells_out.append({
             "method": m, "level": lv, "fraction": f,
             "speedup": est.point, "low": est.low, "high": est.high, "n_reached": est.n_reached,
             "n_seeds": est.n_seeds, "reached": est.reached(), "formatted": est.format(),
-            "compute_to_target": ctt, "cost_bound": cost_bound(f if m != "wm_only" else 0.0, cfg.execution_cost_s, cfg.wm_cost_s),
+            "compute_to_target": ctt,
+            "cost_bound": None if m == REAL_AT_F else cost_bound(f if m != "wm_only" else 0.0, cfg.execution_cost_s, cfg.wm_cost_s),
             "realised_fraction": (sum(r.anchor_groups for r in runs) / groups) if groups else 0.0,
             "executions": [r.executions for r in runs], "anchor_groups": [r.anchor_groups for r in runs],
             "steps": [len(r.rho) for r in runs],
@@ -583,9 +599,23 @@ def format_sweep_table(results: dict[str, Any]) -> str:
               "| level | method | f | speedup [95% CI] | seeds reached | cost bound | realised f |",
               "|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
+        if c["method"] == REAL_AT_F:
+            continue
         f = "—" if c["fraction"] is None else f"{c['fraction']:g}"
         lines.append(f"| {c['level']} | {c['method']} | {f} | {c['formatted']} | {c['n_reached']}/{c['n_seeds']} | "
                      f"{c['cost_bound']:.1f}× | {c['realised_fraction']:.3f} |")
+    small = [c for c in results["cells"] if c["method"] == REAL_AT_F]
+    if small:
+        gps = cfg["groups_per_step"]
+        lines += ["", f"## Reference: real GRPO with fewer groups per step ({REAL_AT_F})", "",
+                  f"Real-execution GRPO with max(1, round(f × {gps})) groups per step: the anchor groups alone, no world "
+                  "model. Its speedup over real GRPO (at "
+                  f"{gps} groups per step) is the saving a smaller real batch gives by itself; an anchored method adds "
+                  "value over it only where its speedup is higher.", "",
+                  "| f | groups per step | speedup [95% CI] | seeds reached |", "|---|---|---|---|"]
+        for c in small:
+            lines.append(f"| {c['fraction']:g} | {max(1, round(c['fraction'] * gps))} | {c['formatted']} | "
+                         f"{c['n_reached']}/{c['n_seeds']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -601,9 +631,9 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
     fracs = list(cfg["fractions"])
     cells = {(c["method"], c["level"], c["fraction"]): c for c in results["cells"]}
 
-    def panel(ax: Any, method: str, cols: list[Any], title: str) -> Any:
-        grid = np.full((len(levels), len(cols)), np.nan)
-        for i, lv in enumerate(levels):
+    def panel(ax: Any, rows: list[tuple[str, str, str | None]], cols: list[Any], title: str) -> Any:
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for i, (_label, method, lv) in enumerate(rows):
             for j, f in enumerate(cols):
                 c = cells.get((method, lv, f))
                 if c is None:
@@ -611,14 +641,18 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
                 grid[i, j] = c["speedup"] if c["reached"] and math.isfinite(c["speedup"]) and c["speedup"] > 0 else np.nan
                 txt = (f"{c['speedup']:.1f}×\n[{_f(c['low'], 1)}, {_f(c['high'], 1)}]" if c["reached"] else "n.r.")
                 ax.text(j, i, txt, ha="center", va="center", fontsize=7)
-        im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", norm=LogNorm(vmin=0.1, vmax=max(20.0, np.nanmax(grid) if np.isfinite(grid).any() else 20.0)), aspect="auto")
+        vmax = max(20.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 20.0)
+        im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", norm=LogNorm(vmin=0.1, vmax=vmax), aspect="auto")
         ax.set_xticks(range(len(cols)), [("—" if f is None else f"f={f:g}") for f in cols])
-        ax.set_yticks(range(len(levels)), levels)
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows])
         ax.set_title(title, fontsize=9)
         return im
 
     fig, ax = plt.subplots(figsize=(1.6 * len(fracs) + 3, 0.55 * len(levels) + 2))
-    im = panel(ax, "wmrl", fracs, "WMRL: compute-to-target speedup over real GRPO (median, 95% CI; n.r. = not reached)")
+    rows = [(lv, "wmrl", lv) for lv in levels]
+    if any(c["method"] == REAL_AT_F for c in results["cells"]):
+        rows.append(("(reference) real GRPO,\nf × groups per step", REAL_AT_F, None))
+    im = panel(ax, rows, fracs, "WMRL: compute-to-target speedup over real GRPO\n(median, 95% CI; n.r. = not reached)")
     fig.colorbar(im, ax=ax, label="speedup (log scale)")
     fig.tight_layout()
     fig.savefig(out_dir / "speedup_heatmap.png", dpi=120)
@@ -628,7 +662,7 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
         fig, axes = plt.subplots(1, len(others), figsize=(3.2 * len(others) + 1, 0.55 * len(levels) + 2), squeeze=False)
         for ax, m in zip(axes[0], others):
             cols = [None] if m == "wm_only" else [f for f in fracs if any(c["method"] == m and c["fraction"] == f for c in results["cells"])]
-            im = panel(ax, m, cols, m)
+            im = panel(ax, [(lv, m, lv) for lv in levels], cols, m)
         fig.colorbar(im, ax=list(axes[0]), label="speedup (log scale)")
         fig.savefig(out_dir / "speedup_heatmap_methods.png", dpi=120, bbox_inches="tight")
         plt.close(fig)
@@ -662,9 +696,9 @@ def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
             x = np.arange(1, len(mean_trace(rs, "mae_raw")) + 1)
             axes[1].plot(x, mean_trace(rs, "mae_raw"), ls="--", color=f"C{i}")
             axes[1].plot(x, mean_trace(rs, "mae_calibrated"), color=f"C{i}", label=lv)
-    axes[0].set_title(f"anchor weight ρ (WMRL, f={f0:g}, mean over seeds)")
+    axes[0].set_title(f"anchor weight ρ (WMRL, f={f0:g}, mean over seeds)", fontsize=9)
     axes[0].set_xlabel("step"); axes[0].legend(fontsize=7)
-    axes[1].set_title("calibration MAE on anchor pairs (dashed: raw, solid: calibrated)")
+    axes[1].set_title("prequential calibration MAE on anchor pairs\n(dashed: raw, solid: calibrated; WMRL)", fontsize=9)
     axes[1].set_xlabel("step"); axes[1].legend(fontsize=7)
     rs = [r for r in runs if r["level"] == BREAKING]
     if rs:
@@ -672,7 +706,7 @@ def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
         axes[2].plot(x, mean_trace(rs, "rho"), label="anchor weight ρ")
         axes[2].plot(x, mean_trace(rs, "anchor_pearson"), label="within-group Pearson of the anchor groups")
         axes[2].axvline(cfg["break_at_step"] + 0.5, color="k", ls=":", label="world model breaks")
-        axes[2].set_title(f"breaking world model ({cfg['break_from']} → {cfg['break_to']}), WMRL f={f0:g}")
+        axes[2].set_title(f"breaking world model ({cfg['break_from']} → {cfg['break_to']}), WMRL f={f0:g}", fontsize=9)
         axes[2].set_xlabel("step"); axes[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "traces.png", dpi=120)
