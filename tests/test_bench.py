@@ -3,7 +3,6 @@ tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selectio
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import gymnasium as gym
@@ -14,50 +13,22 @@ from agents.experiments.bench import METHODS, BenchConfig, format_table, method_
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
-class FakeClock:
-    """Stands in for ``agents.experiments.bench``'s ``time`` module: its seconds pass only when a FakeEnv
-    executes (2 ms per step), so the compute budgets do not depend on the machine's load."""
-
-    TICK = 0.002
-
-    def __init__(self):
-        self.ticks = 0
-        self._lock = threading.Lock()  # the bench may run executions on two threads
-
-    def advance(self):
-        with self._lock:
-            self.ticks += 1
-
-    def perf_counter(self):
-        return self.ticks * self.TICK
-
-
-CLOCK = FakeClock()
-
-
-@pytest.fixture
-def fake_clock(monkeypatch):
-    import agents.experiments.bench
-
-    CLOCK.ticks = 0
-    monkeypatch.setattr(agents.experiments.bench, "time", CLOCK)
-    return CLOCK
-
-
 class FakeEnv(gym.Env):
-    """Action = a number as text; real score = that number; each step costs 2 ms of FakeClock time."""
+    """Action = a number as text; real score = that number; each execution DECLARES 20 CPU-seconds
+    (``info["execution_cpu_s"]``), so the compute budgets are exact and do not depend on load (the
+    agent's own generation/update CPU, measured, is far below a second)."""
 
     observation_space = gym.spaces.Discrete(1)
     action_space = gym.spaces.Text(16)
     steps = 0
+    CPU_S = 20.0
 
     def reset(self, *, seed=None, options=None):
         return 0, {}
 
     def step(self, action):
-        CLOCK.advance()
         FakeEnv.steps += 1
-        return 0, float(action), True, False, {}
+        return 0, float(action), True, False, {"execution_cpu_s": self.CPU_S}
 
 
 class FakeWM:
@@ -94,49 +65,87 @@ def fake_eval(agent, snap, tasks, k, sandbox, parallel, eval_seed=None):
     return {"overall": 100 * snap, "per_category": {"a": 100 * snap, "b": 50 * snap}, "per_task": {}}
 
 
-def test_run_bench_routing_budgets_and_table(tmp_path, fake_clock):
+def test_run_bench_routing_budgets_and_table(tmp_path):
     cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
                       groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2),
-                      out_dir=str(tmp_path))
+                      eval_points=3, refine_evals=2, out_dir=str(tmp_path))
     FakeEnv.steps = 0
     EVAL_SEEDS.clear()
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
-                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None, fitting_cpu_s=500.0)
     from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
     assert res["task_secret"] == {"fingerprint": secret_fingerprint(), "reference": True}  # conftest's
+    n_exec = 0
     for seed in res["methods"]["real"]["seeds"]:
         rec = seed["records"]
         assert len(rec) == 4  # real runs exactly S steps
         assert rec[-1]["executions"] == 4 * 5 * 4  # a real execution for every rollout
-        # compute = executed steps x 2 ms: 20 rollouts per step -> 0.04 s per step, budget 0.16 s
-        assert [r["compute_s"] for r in rec] == pytest.approx([0.04, 0.08, 0.12, 0.16])
-        # at WMRL's budget (0.032 s) not even one real step fits: the initial policy
+        n_exec += rec[-1]["executions"]
+        # compute = declared execution CPU-seconds: 20 rollouts x 20 s per step
+        assert [r["compute_cpu_s"] for r in rec] == pytest.approx([400, 800, 1200, 1600], abs=0.5)
+        assert [r["cpu_seconds"]["execution"] for r in rec] == [400.0, 800.0, 1200.0, 1600.0]
+        assert all(r["realised_anchor_fraction"] == 1.0 for r in rec)
+        # at WMRL's budget (80 CPU-s) not even one real step fits: the initial policy
         assert seed["snapshot"] == {"steps": 4, "compute_real": 4, "compute_wmrl": 0}
-    assert FakeEnv.steps == fake_clock.ticks  # every tick of compute is one real execution
     for name in ("wmrl", "anchors_raw"):
         for seed in res["methods"][name]["seeds"]:
             rec = seed["records"]
             # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
             assert all(r["anchor_groups"] == r["step"] for r in rec)
             assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
-            # 4 executions = 0.008 s per step: 12 steps (the cap, 3 x S) cost 0.096 s < 0.16 s
-            assert [r["compute_s"] for r in rec] == pytest.approx([0.008 * i for i in range(1, 13)])
+            assert rec[-1]["realised_anchor_fraction"] == pytest.approx(0.2)
+            n_exec += rec[-1]["executions"]
+            # 4 executions = 80 CPU-s per step: 12 steps (the cap, 3 x S) cost 960 < 1600
+            assert [r["compute_cpu_s"] for r in rec] == pytest.approx([80.0 * i for i in range(1, 13)], abs=0.5)
             assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 4, "compute_real": 12}
     for seed in res["methods"]["wm_only"]["seeds"]:
         assert seed["records"][-1]["executions"] == 0 and len(seed["records"]) == 12  # capped at 3 x S
-        assert all(r["compute_s"] == 0.0 for r in seed["records"])  # no execution: no FakeClock time
+        assert seed["records"][-1]["cpu_seconds"]["execution"] == 0.0
         assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 12, "compute_real": 12}
+    assert FakeEnv.steps == n_exec  # every execution charged is one real env step
+    # curves: coarse points (3 over each run's steps) + the comparison points + refinement near the target
+    sp = res["speedup"]
+    real_curves = [s["curve"] for s in res["methods"]["real"]["seeds"]]
+    for c in real_curves:
+        assert {0, 2, 4} <= set(c["step"]) and c["compute_cpu_s"][0] == 0.0
+    s0 = np.mean([c["score"][0] for c in real_curves])
+    sS = np.mean([c["score"][c["step"].index(4)] for c in real_curves])
+    assert sp["target"] == pytest.approx(s0 + 0.9 * (sS - s0))
+    from agents.experiments.speedup import Curve, compute_to_target
+
+    for name, m in res["methods"].items():
+        for seed, ctt in zip(m["seeds"], sp["methods"][name]["ctt"]):
+            c = seed["curve"]
+            assert ctt == compute_to_target(Curve(np.array(c["compute_cpu_s"]), np.array(c["score"])), sp["target"])
+    # the headline table shows every method, the fitting cost column and the target
     table = (tmp_path / "table.md").read_text()
+    assert "Compute-to-target speedup" in table and "with world-model fitting (500 CPU-s)" in table
     for m in cfg.methods:
         assert METHODS[m].label in table
-    # method 1 is the unit of compute at the equal-steps and its own equal-compute point
-    # (at WMRL's budget it is evaluated at an earlier, cheaper snapshot)
-    steps_t, wmrl_t, real_t = table.split("### ")[1:]
+    head, costs, steps_t, wmrl_t, real_t = table.split("### ")[0:5]
     assert "| GRPO, real execution | 1.00 |" in steps_t and "| GRPO, real execution | 1.00 |" in real_t
+    assert "realised anchor fraction" in costs
     assert (tmp_path / "score_vs_compute.png").exists() and (tmp_path / "rho_calibration.png").exists()
     assert format_table(res, "steps").count("\n") == 2 + len(cfg.methods)
     # every evaluation of one bench seed draws the same random numbers, seeds differ
     assert len(set(EVAL_SEEDS)) == 2 and None not in EVAL_SEEDS
+
+
+def test_coarse_eval_steps_and_refinement_step():
+    from agents.experiments.bench import coarse_eval_steps, refinement_step
+
+    assert coarse_eval_steps(12, 5) == [0, 3, 6, 9, 12]
+    assert coarse_eval_steps(2, 5) == [0, 1, 2]
+    assert coarse_eval_steps(0, 3) == [0]
+    with pytest.raises(ValueError):
+        coarse_eval_steps(4, 1)
+    # first crossing of 30 lies between steps 4 and 8: bisect there
+    assert refinement_step([0, 4, 8, 12], [10.0, 20.0, 40.0, 25.0], 30.0) == 6
+    # unordered input is sorted first
+    assert refinement_step([8, 0, 4], [40.0, 10.0, 20.0], 30.0) == 6
+    assert refinement_step([0, 1, 8], [10.0, 35.0, 40.0], 30.0) is None  # adjacent snapshots: nothing to refine
+    assert refinement_step([0, 4], [10.0, 20.0], 30.0) is None  # never crosses
+    assert refinement_step([0, 4], [35.0, 20.0], 30.0) is None  # already above at the start
 
 
 def test_rho_mode_reaches_the_denoiser():

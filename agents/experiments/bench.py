@@ -10,21 +10,29 @@ percentile per category and overall; ``docs/method.md``, "Evaluation"):
 4. ``debias_only``; 5. ``denoise_only``; 6. ``anchors_raw`` — anchors, raw world model,
    no correction.
 
-Compute is measured as the paper measures GPU-hours: the wall-clock of the training process
-(excluding held-out evaluation), one method after another in the same invocation, broken down
-into execution, world-model inference, generation and policy update, and reported as a ratio
-to method 1. Every rollout pays for its own execution (no result cache).
+Compute is charged per cost source in CPU-seconds (:data:`COST_SOURCES`: the sandboxed process
+trees of the executions, world-model inference, generation and policy update; held-out
+evaluation excluded), with wall-clock kept beside it; CPU-seconds do not depend on the
+machine's load, so the headline uses them. Every training rollout pays for its own execution
+(no result cache).
 
-Comparisons: at equal steps (``steps``), and at equal compute — the held-out score each
-method reaches within the compute WMRL used for ``steps`` steps and within the compute
-method 1 used (cheap methods train for more steps, up to ``max_steps_factor × steps``, to fill
-those budgets). To evaluate each method at all three points from one training run, the
-policy is snapshotted after every step together with its cumulative compute; snapshots are
-evaluated afterwards.
+The headline is the compute-to-target speedup (``docs/method.md``, "Compute-to-target
+speedup"): the CPU-seconds real-execution GRPO needs to reach ``target_gain`` of its own gain
+after S steps, divided by the CPU-seconds each other method needs to reach the same held-out
+score, read from per-step snapshots (interpolated between evaluated ones), median over seeds
+with a paired bootstrap 95% CI, with and without the world model's own fitting cost.
 
-Outputs (in ``out_dir``): ``results.json`` (everything), ``table.md`` (the paper's layout:
-method, compute ratio, held-out score per category and overall, mean ± spread over seeds),
-``score_vs_compute.png``, ``rho_calibration.png``.
+Comparisons kept beside it: at equal steps (``steps``), and at equal compute — the held-out
+score each method reaches within the compute WMRL used for ``steps`` steps and within the
+compute method 1 used (cheap methods train for more steps, up to ``max_steps_factor × steps``,
+to fill those budgets). The policy is snapshotted after every step together with its
+cumulative compute; snapshots are evaluated afterwards, sparsely (``eval_points``, plus
+``refine_evals`` near where a curve crosses the target), with held-out results cached by
+(task, program).
+
+Outputs (in ``out_dir``): ``results.json`` (everything), ``table.md`` (headline, cost split,
+the paper's layout: method, compute ratio, held-out score per category and overall, mean ±
+spread over seeds), ``score_vs_compute.png``, ``rho_calibration.png``.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Protocol, Sequence
 
@@ -43,52 +51,24 @@ import tyro
 
 from wmrl_envs.core import CorrectionConfig
 
+from .bench_report import compute_speedups, cost_summary, format_table, real_target, write_report
+from .methods import COST_SOURCES, METHODS, MethodSpec, method_correction
+
 __all__ = [
     "METHODS",
     "MethodSpec",
+    "COST_SOURCES",
     "BenchConfig",
     "method_correction",
     "BenchAgent",
     "run_method",
     "run_bench",
     "select_snapshots",
+    "coarse_eval_steps",
+    "refinement_step",
     "format_table",
+    "write_report",
 ]
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """How one method routes and corrects.
-
-    Attributes:
-        name: short id.
-        label: name in tables.
-        anchor_fraction: ``None`` = the benchmark's configured fraction; 1.0 = every group real.
-        world_model: whether a world model scores groups.
-        debias: apply the isotonic map.
-        denoise: apply ρ.
-    """
-
-    name: str
-    label: str
-    anchor_fraction: float | None
-    world_model: bool
-    debias: bool
-    denoise: bool
-
-
-METHODS: dict[str, MethodSpec] = {
-    m.name: m
-    for m in [
-        MethodSpec("real", "GRPO, real execution", 1.0, False, False, False),
-        MethodSpec("wm_only", "GRPO, world model only", 0.0, True, False, False),
-        MethodSpec("wmrl", "WMRL (debias + denoise)", None, True, True, True),
-        MethodSpec("debias_only", "anchors + debiasing only", None, True, True, False),
-        MethodSpec("denoise_only", "anchors + denoising only", None, True, False, True),
-        MethodSpec("anchors_raw", "anchors, no correction", None, True, False, False),
-    ]
-}
-"""The six methods of the comparison, in table order."""
 
 
 class BenchAgent(Protocol):
@@ -159,7 +139,7 @@ class BenchConfig:
     """Correction settings (flags without a prefix: --anchor-fraction, --min-pairs, ...). Each
     method sets its own route share, debias and denoise on top (METHODS, method_correction):
     --anchor-fraction is that of the anchored methods (at least --min-anchor-groups anchor
-    groups per step); --debias and --denoise are ignored here."""
+    groups per window of --anchor-window steps); --debias and --denoise are ignored here."""
     sandbox: str = "auto"
     """Sandbox backend."""
     max_ungraded_share: float | None = 0.5
@@ -167,6 +147,18 @@ class BenchConfig:
     evaluation, is ungraded because the machinery failed; None never stops."""
     world_model_timeout_s: float | None = None
     """Seconds one batched world-model call may take (None: no limit); past it the batch is ungraded."""
+    target_gain: float = 0.9
+    """The compute-to-target headline's target: this share of real-execution GRPO's gain from the
+    untrained policy to its score after S steps (its mean curve over seeds)."""
+    eval_points: int = 5
+    """Snapshots each training curve is first evaluated at, spread evenly over its steps (plus the
+    equal-steps and equal-compute points)."""
+    refine_evals: int = 3
+    """Extra evaluations per curve inside the interval where it first crosses the target (bisection),
+    so that compute-to-target is interpolated between close snapshots."""
+    eval_cache: bool = True
+    """Reuse the held-out grade of a (task, program) pair already executed in this run (held-out
+    evaluation only; training executions are never cached)."""
     out_dir: str = "runs/bench"
     """Output folder."""
 
@@ -174,9 +166,18 @@ class BenchConfig:
 # ---------------------------------------------------------------------- one method, one seed
 @dataclass
 class StepRecord:
+    """One training step of one method and seed (cumulative figures)."""
+
     step: int
-    compute_s: float
+    compute_cpu_s: float
+    """Training compute so far in CPU-seconds: the ledger's CPU-seconds of execution (the sandboxed
+    process trees), world model, generation and update (:data:`COST_SOURCES`)."""
+    compute_wall_s: float
+    """Wall-clock seconds of the training loop so far (beside the CPU figure; depends on load)."""
     seconds: dict[str, float]
+    """Wall-clock seconds per cost source."""
+    cpu_seconds: dict[str, float]
+    """CPU-seconds per cost source."""
     rho: float
     disagreement_ema: float | None
     calibration_mae_raw: float | None
@@ -184,6 +185,8 @@ class StepRecord:
     reward_mean: float | None
     executions: int
     anchor_groups: int
+    realised_anchor_fraction: float = 0.0
+    """Share of the groups routed so far that were anchor groups."""
     ungraded: int = 0
     """Ungraded rollouts so far (training; the machinery failed), cumulative."""
     ungraded_by_cause: dict[str, int] = field(default_factory=dict)
@@ -198,27 +201,17 @@ class MethodRun:
     ungraded: dict[str, Any] = field(default_factory=dict)  # the wrapper's UngradedMonitor.stats()
 
     def compute_at(self, step: int) -> float:
-        return 0.0 if step == 0 else self.records[step - 1].compute_s
+        """Training compute (CPU-seconds) after ``step`` steps (0.0 for the initial policy)."""
+        return 0.0 if step == 0 else self.records[step - 1].compute_cpu_s
+
+    def wall_at(self, step: int) -> float:
+        """Wall-clock seconds of training after ``step`` steps (0.0 for the initial policy)."""
+        return 0.0 if step == 0 else self.records[step - 1].compute_wall_s
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:
     v = [x for x in xs if x is not None and math.isfinite(x)]
     return float(np.mean(v)) if v else None
-
-
-def method_correction(spec: MethodSpec, correction: CorrectionConfig) -> CorrectionConfig:
-    """The correction settings of one method: the benchmark's ``correction`` with the method's
-    anchor fraction (``None`` keeps the configured one), debias and denoise; a method without
-    anchors (fraction 0) needs no anchor group per step.
-
-    Example:
-        >>> c = method_correction(METHODS["wm_only"], CorrectionConfig(anchor_fraction=0.2))
-        >>> c.anchor_fraction, c.min_anchor_groups, c.debias, c.denoise
-        (0.0, 0, False, False)
-    """
-    f = spec.anchor_fraction if spec.anchor_fraction is not None else correction.anchor_fraction
-    return replace(correction, anchor_fraction=f, min_anchor_groups=0 if f == 0 else correction.min_anchor_groups,
-                   debias=spec.debias, denoise=spec.denoise)
 
 
 def run_method(
@@ -260,7 +253,7 @@ def run_method(
     rng = np.random.default_rng(10_000 + seed)
     run = MethodRun(spec.name, seed, snapshots=[agent.snapshot()])
     ledger = wrapper.ledger
-    compute = 0.0
+    wall = 0.0
     for step in range(1, max_steps + 1):
         t0 = time.perf_counter()
         wrapper.plan_step(cfg.groups_per_step)
@@ -272,12 +265,15 @@ def run_method(
         with ledger.timed(UPDATE):
             if len(batch.row_index):
                 agent.update(handle, batch.row_index, batch.advantages)
-        compute += time.perf_counter() - t0
+        wall += time.perf_counter() - t0
+        cpu = float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES))
         stats = corrector.stats()
         run.records.append(StepRecord(
             step=step,
-            compute_s=compute,
-            seconds={s: ledger.seconds(s) for s in ("execution", "world_model", "generation", "update")},
+            compute_cpu_s=cpu,
+            compute_wall_s=wall,
+            seconds={s: ledger.seconds(s) for s in COST_SOURCES},
+            cpu_seconds={s: ledger.cpu_seconds(s) for s in COST_SOURCES},
             rho=stats["rho"] if spec.denoise else corrector.denoiser.rho,
             disagreement_ema=stats["disagreement_ema"],
             calibration_mae_raw=stats["calibration_mae_raw"],
@@ -285,14 +281,16 @@ def run_method(
             reward_mean=_mean([r for g in groups for r in g.rewards]),
             executions=ledger.count("execution"),
             anchor_groups=wrapper.router.n_anchor_groups,
+            realised_anchor_fraction=wrapper.router.realised_fraction,
             ungraded=wrapper.ungraded.n_ungraded,
             ungraded_by_cause=dict(wrapper.ungraded.causes),
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
             rm = run.records[-1].reward_mean
-            progress(f"{spec.name} seed {seed} step {step}: compute {compute:.0f}s reward {rm if rm is None else round(rm, 3)} rho {run.records[-1].rho:.2f}")
-        if compute_budget_s is not None and compute >= compute_budget_s:
+            progress(f"{spec.name} seed {seed} step {step}: compute {cpu:.0f} CPU-s reward "
+                     f"{rm if rm is None else round(rm, 3)} rho {run.records[-1].rho:.2f}")
+        if compute_budget_s is not None and cpu >= compute_budget_s:
             break
     for e in (env, *extra_envs):
         e.close()
@@ -313,7 +311,7 @@ def select_snapshots(run: MethodRun, steps: int, budgets: dict[str, float]) -> d
         step whose cumulative compute is within each budget (0 = the initial policy).
 
     Example:
-        >>> r = MethodRun("m", 0, [StepRecord(i, 10.0 * i, {}, 1, None, None, None, None, 0, 0) for i in (1, 2, 3)])
+        >>> r = MethodRun("m", 0, [StepRecord(i, 10.0 * i, 12.0 * i, {}, {}, 1, None, None, None, None, 0, 0) for i in (1, 2, 3)])
         >>> select_snapshots(r, 2, {"c": 25.0})
         {'steps': 2, 'c': 2}
     """
@@ -322,7 +320,7 @@ def select_snapshots(run: MethodRun, steps: int, budgets: dict[str, float]) -> d
     for name, b in budgets.items():
         j = 0
         for rec in run.records:
-            if rec.compute_s <= b * 1.0001:
+            if rec.compute_cpu_s <= b * 1.0001:
                 j = rec.step
         out[name] = j
     return out
@@ -338,8 +336,15 @@ def evaluate_snapshot(
     parallel: int = 2,
     eval_seed: int | None = None,
     max_ungraded_share: float | None = 0.5,
+    cache: dict[tuple[str, str], Any] | None = None,
 ) -> dict[str, Any]:
     """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time).
+
+    With ``cache`` (a dict shared by the evaluations of one benchmark), a (task id, program
+    source) pair already executed is not executed again: its grade is reused. This is sound
+    because a program's source carries its ``random_state``, so the same source on the same task
+    gives the same result; held-out evaluation is not training compute, and training executions
+    are never cached. ``res["executed"]`` / ``res["cached"]`` count both kinds.
 
     With ``eval_seed`` the agent's sampling stream is reset before sampling, so every snapshot
     of every method of one bench seed is evaluated on the same random draws (common random
@@ -372,8 +377,12 @@ def evaluate_snapshot(
         except SandboxUnavailableError as exc:  # the machinery failed: not the agent's score
             return f"{type(exc).__name__}: {exc}"
 
+    todo = [j for j in dict.fromkeys(jobs) if cache is None or j not in cache]
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        outcomes = list(pool.map(run, jobs))
+        done = dict(zip(todo, pool.map(run, todo)))
+    if cache is not None:  # an ungraded outcome (str) is not cached: it is retried next time
+        cache.update({j: g for j, g in done.items() if not isinstance(g, str)})
+    outcomes = [done[j] if j in done else cache[j] for j in jobs]  # type: ignore[index]
     positions: dict[str, list[float | None]] = {t: [] for t in heldout_tasks}
     grades, errors = [], []
     for (t, _), g in zip(jobs, outcomes):
@@ -394,106 +403,58 @@ def evaluate_snapshot(
     res = avg_at_k(graded, {t: get_task(t).category for t in heldout_tasks}, k=k)
     res["mean_score"] = float(np.mean([g.score for g in grades]))
     res["ungraded"] = {SANDBOX_UNAVAILABLE: len(errors)} if errors else {}
+    res["executed"], res["cached"] = len(todo), len(jobs) - len(todo)
     return res
 
 
 # ---------------------------------------------------------------------- reporting
-def _agg(values: Sequence[float]) -> tuple[float, float]:
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    if v.size == 0:
-        return float("nan"), float("nan")
-    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+def coarse_eval_steps(last: int, n_points: int) -> list[int]:
+    """The snapshots a curve is first evaluated at: ``n_points`` step indices spread evenly over
+    0..``last`` (both included), rounded, without repeats.
 
-
-def format_table(results: dict[str, Any], point: str) -> str:
-    """Markdown table in the paper's layout for one comparison point.
-
-    Args:
-        results: the ``results.json`` structure of :func:`run_bench`.
-        point: ``"steps"``, ``"compute_wmrl"`` or ``"compute_real"``.
-
-    Returns:
-        The table (str): method, compute used at that point as a ratio to method 1's compute
-        at S steps, mean steps, held-out avg@k per category and overall as ``mean ± std``
-        over seeds.
+    Example:
+        >>> coarse_eval_steps(12, 5)
+        [0, 3, 6, 9, 12]
+        >>> coarse_eval_steps(2, 5)
+        [0, 1, 2]
     """
-    cats = sorted({c for m in results["methods"].values() for s in m["seeds"] for c in s["eval"][point]["per_category"]})
-    head = "| method | compute ratio | steps | " + " | ".join(cats) + " | overall |"
-    lines = [head, "|" + "---|" * (4 + len(cats))]
-    # the unit of compute is method 1's compute at S steps, in every table
-    real_c = _agg([s["compute_at"]["steps"] for s in results["methods"]["real"]["seeds"]])[0] if "real" in results["methods"] else float("nan")
-    for name, m in results["methods"].items():
-        comp = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
-        ratio = comp / real_c if real_c and math.isfinite(real_c) and real_c > 0 else float("nan")
-        st = _agg([s["snapshot"][point] for s in m["seeds"]])[0]
-        cells = []
-        for c in cats:
-            mu, sd = _agg([s["eval"][point]["per_category"].get(c) for s in m["seeds"]])
-            cells.append(f"{mu:.1f} ± {sd:.1f}")
-        mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
-        lines.append(f"| {METHODS[name].label} | {ratio:.2f} | {st:.1f} | " + " | ".join(cells) + f" | **{mu:.1f} ± {sd:.1f}** |")
-    return "\n".join(lines) + "\n"
+    if last < 0 or n_points < 2:
+        raise ValueError(f"need last >= 0 and n_points >= 2, got last={last}, n_points={n_points}")
+    return sorted({int(round(x)) for x in np.linspace(0, last, n_points)})
 
 
-def _ungraded_note(results: dict[str, Any]) -> str:
-    """One line: ungraded rollouts (the machinery failed) per method, summed over seeds."""
-    parts = []
-    for name, m in results["methods"].items():
-        n = sum(int(s.get("ungraded", {}).get("ungraded_rollouts", 0)) for s in m["seeds"])
-        causes: dict[str, int] = {}
-        for s in m["seeds"]:
-            for c, k in s.get("ungraded", {}).get("ungraded_by_cause", {}).items():
-                causes[c] = causes.get(c, 0) + int(k)
-        ev = sum(int(v) for s in m["seeds"] for e in s["eval"].values() for v in e.get("ungraded", {}).values())
-        detail = ", ".join(f"{c}: {k}" for c, k in sorted(causes.items()))
-        parts.append(f"{name} {n}" + (f" ({detail})" if detail else "") + (f", held-out {ev}" if ev else ""))
-    return "Ungraded rollouts (training, all seeds; failures of the machinery, left out of training): " + "; ".join(parts) + "\n"
+def refinement_step(steps: Sequence[int], scores: Sequence[float], target: float) -> int | None:
+    """The next snapshot to evaluate so that a curve's compute-to-target is read closer to
+    where it crosses ``target``: the middle step of the first evaluated interval
+    ``(steps[i], steps[i+1])`` with ``scores[i] < target <= scores[i+1]`` (the interval
+    :func:`agents.experiments.speedup.compute_to_target` interpolates in), or ``None`` when that
+    interval has no step inside it or the curve never crosses.
+
+    Example:
+        >>> refinement_step([0, 4, 8], [10.0, 20.0, 40.0], 30.0)
+        6
+        >>> refinement_step([0, 1, 8], [10.0, 35.0, 40.0], 30.0) is None
+        True
+    """
+    order = np.argsort(steps)
+    st = [int(steps[i]) for i in order]
+    sc = [float(scores[i]) for i in order]
+    if sc and sc[0] >= target:
+        return None
+    for (a, b), (sa, sb) in zip(zip(st, st[1:]), zip(sc, sc[1:])):
+        if sa < target <= sb:
+            return (a + b) // 2 if b - a > 1 else None
+    return None
 
 
-def _plot(results: dict[str, Any], out_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for i, (name, m) in enumerate(results["methods"].items()):
-        pts = []
-        for point in ("steps", "compute_wmrl", "compute_real"):
-            c = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
-            mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
-            pts.append((c, mu, sd))
-        pts = sorted(set(pts))
-        xs, ys, es = zip(*pts)
-        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=METHODS[name].label, color=f"C{i}")
-    ax.set_xlabel("training compute (wall-clock seconds, excluding evaluation)")
-    ax.set_ylabel("held-out avg@k leaderboard percentile")
-    ax.set_title("Held-out score against compute")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "score_vs_compute.png", dpi=120)
-    plt.close(fig)
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for i, (name, m) in enumerate(results["methods"].items()):
-        if not METHODS[name].world_model or METHODS[name].anchor_fraction == 0.0:
-            continue
-        n = min(len(s["records"]) for s in m["seeds"])
-        steps = np.arange(1, n + 1)
-        rho = np.mean([[r["rho"] for r in s["records"][:n]] for s in m["seeds"]], axis=0)
-        a1.plot(steps, rho, label=METHODS[name].label, color=f"C{i}")
-        raw = [[r["calibration_mae_raw"] if r["calibration_mae_raw"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
-        cal = [[r["calibration_mae_calibrated"] if r["calibration_mae_calibrated"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
-        if METHODS[name].debias:
-            a2.plot(steps, np.nanmean(raw, axis=0), ls="--", color=f"C{i}", label=f"{METHODS[name].label}: raw")
-            a2.plot(steps, np.nanmean(cal, axis=0), color=f"C{i}", label=f"{METHODS[name].label}: calibrated")
-    a1.set_xlabel("step"); a1.set_ylabel("anchor weight ρ (mean over seeds)"); a1.legend(fontsize=7)
-    a1.set_title("ρ over training (computed; applied only where denoising is on)")
-    a2.set_xlabel("step"); a2.set_ylabel("prequential MAE on anchor pairs"); a2.legend(fontsize=7)
-    a2.set_title("Calibration error over training")
-    fig.tight_layout()
-    fig.savefig(out_dir / "rho_calibration.png", dpi=120)
-    plt.close(fig)
+def _set_curve(entry: dict[str, Any], run: MethodRun, evaluated: dict[int, dict[str, Any]]) -> None:
+    idx = sorted(evaluated)
+    entry["curve"] = {
+        "step": idx,
+        "compute_cpu_s": [run.compute_at(i) for i in idx],
+        "compute_wall_s": [run.wall_at(i) for i in idx],
+        "score": [float(evaluated[i]["overall"]) for i in idx],
+    }
 
 
 def run_bench(
@@ -507,18 +468,29 @@ def run_bench(
     sandbox: Any,
     evaluate: Callable[..., dict[str, Any]] = evaluate_snapshot,
     log: Callable[[str], None] = print,
+    fitting_cpu_s: float = 0.0,
 ) -> dict[str, Any]:
-    """Run every method for every seed, evaluate the comparison points, write the outputs.
+    """Run every method for every seed, evaluate their curves, compute the speedup, write the outputs.
 
-    Per seed, ``real`` runs first (S steps, fixing the budget ``compute_real``), then
-    ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the others; every method
+    Per seed, ``real`` runs first (S steps, fixing the budget ``compute_real`` in CPU-seconds),
+    then ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the others; every method
     except ``real`` trains until it reaches ``compute_real`` or ``max_steps_factor × S`` steps.
+    Each run's curve is evaluated at ``eval_points`` snapshots spread over its steps plus the
+    comparison points; once every seed has run, the target is fixed from real GRPO's mean curve
+    and each curve gets up to ``refine_evals`` more evaluations inside the interval where it
+    first crosses the target (:func:`refinement_step`), so its compute-to-target is read from
+    closer snapshots. With the default ``evaluate``, held-out results are cached by (task,
+    program) across the whole run (``eval_cache``); training executions never are.
+
+    Args:
+        fitting_cpu_s: CPU-seconds of the real executions the world model was fitted on (0 for
+            a world model fitted on none), reported in its own column of the headline.
 
     Returns:
         The results dict (also written to ``out_dir/results.json``).
 
     Raises:
-        ValueError: unknown method names, or a comparison without ``real``/``wmrl`` budgets.
+        ValueError: unknown method names.
     """
     unknown = [m for m in cfg.methods if m not in METHODS]
     if unknown:
@@ -527,8 +499,10 @@ def run_bench(
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
-    if evaluate is evaluate_snapshot:  # the stop rule of held-out evaluation follows the config
-        evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share)
+    if evaluate is evaluate_snapshot:  # the stop rule and the cache of held-out evaluation follow the config
+        evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share,
+                                     cache={} if cfg.eval_cache else None)
+    eval_counts = {"executed": 0, "cached": 0, "evaluations": 0}
     from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
 
     results: dict[str, Any] = {
@@ -536,12 +510,28 @@ def run_bench(
         # which task secret the AutoResearch data came from (its one-way fingerprint, never the secret)
         "task_secret": {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()},
         "methods": {m: {"seeds": []} for m in order},
+        "world_model_fitting_cpu_s": fitting_cpu_s,
     }
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[info]}"), transient=False)
     t_all = time.perf_counter()
+    kept: list[tuple[Any, dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]]] = []
+
+    def evaluate_at(agent: Any, run: MethodRun, idx: int, seed: int) -> dict[str, Any]:
+        res = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
+                       eval_seed=1_000_003 + seed)
+        eval_counts["evaluations"] += 1
+        eval_counts["executed"] += int(res.get("executed", len(heldout_tasks) * cfg.eval_k))
+        eval_counts["cached"] += int(res.get("cached", 0))
+        return res
+
+    def save() -> None:
+        results["wall_clock_s"] = time.perf_counter() - t_all
+        results["evaluation"] = dict(eval_counts)
+        (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+
     progress.start()
     try:
         for seed in range(cfg.seeds):
@@ -560,51 +550,80 @@ def run_bench(
                                         max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real,
                                         progress=tick)
                 progress.update(bar, total=len(runs[name].records))
-                log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute "
-                    f"{runs[name].records[-1].compute_s:.1f}s (wall {time.perf_counter() - t0:.1f}s)")
+                last = runs[name].records[-1]
+                log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute {last.compute_cpu_s:.1f} CPU-s "
+                    f"({last.compute_wall_s:.1f} s wall-clock; whole method {time.perf_counter() - t0:.1f} s)")
                 if name == "real":
-                    budget_real = runs[name].records[-1].compute_s
+                    budget_real = last.compute_cpu_s
             budgets = {}
             if "real" in runs:
                 budgets["compute_real"] = runs["real"].compute_at(min(cfg.steps, len(runs["real"].records)))
             if "wmrl" in runs:
                 budgets["compute_wmrl"] = runs["wmrl"].compute_at(min(cfg.steps, len(runs["wmrl"].records)))
             agent = make_agent(seed)
+            evaluated: dict[str, dict[int, dict[str, Any]]] = {}
             for name in order:
                 run = runs[name]
                 sel = select_snapshots(run, cfg.steps, budgets)
+                todo = sorted(set(sel.values()) | set(coarse_eval_steps(len(run.records), cfg.eval_points)))
+                bar = progress.add_task(f"seed {seed} {name:12s} eval", total=len(todo), info="")
                 evals: dict[int, dict[str, Any]] = {}
-                for point, idx in sel.items():
-                    if idx not in evals:
-                        evals[idx] = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
-                                             eval_seed=1_000_003 + seed)
+                for idx in todo:
+                    evals[idx] = evaluate_at(agent, run, idx, seed)
+                    progress.update(bar, advance=1, info=f"step {idx}: {evals[idx]['overall']:.1f}")
+                evaluated[name] = evals
                 entry = {
                     "seed": seed,
                     "snapshot": sel,
                     "compute_at": {p: run.compute_at(i) for p, i in sel.items()},
+                    "wall_at": {p: run.wall_at(i) for p, i in sel.items()},
                     "eval": {p: evals[i] for p, i in sel.items()},
                     "records": [asdict(r) for r in run.records],
                     "budgets": budgets,
                     "ungraded": run.ungraded,
                 }
+                _set_curve(entry, run, evals)
                 for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
                     entry["snapshot"].setdefault(p, sel["steps"])
                     entry["compute_at"].setdefault(p, entry["compute_at"]["steps"])
+                    entry["wall_at"].setdefault(p, entry["wall_at"]["steps"])
                     entry["eval"].setdefault(p, entry["eval"]["steps"])
                 results["methods"][name]["seeds"].append(entry)
                 log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
                     f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
-            results["wall_clock_s"] = time.perf_counter() - t_all
-            (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+            kept.append((agent, runs, evaluated))
+            save()
+        # the target is known once every seed of real GRPO has run: refine each curve near it
+        if "real" in results["methods"] and cfg.refine_evals > 0:
+            try:
+                target = real_target(results, steps=cfg.steps, gain_fraction=cfg.target_gain)[0]
+            except ValueError as exc:
+                target = None
+                log(f"[bench] no compute-to-target: {exc}")
+            if target is not None:
+                bar = progress.add_task("refine near the target", total=len(kept) * len(order) * cfg.refine_evals, info="")
+                for seed, (agent, runs, evaluated) in enumerate(kept):
+                    for name in order:
+                        entry = results["methods"][name]["seeds"][seed]
+                        for _ in range(cfg.refine_evals):
+                            idx = refinement_step(entry["curve"]["step"], entry["curve"]["score"], target)
+                            progress.update(bar, advance=1)
+                            if idx is None or idx in evaluated[name]:
+                                break
+                            evaluated[name][idx] = evaluate_at(agent, runs[name], idx, seed)
+                            _set_curve(entry, runs[name], evaluated[name])
+        if "real" in results["methods"]:
+            try:
+                results["speedup"] = compute_speedups(results, gain_fraction=cfg.target_gain, steps=cfg.steps,
+                                                      fitting_cpu_s=fitting_cpu_s)
+            except ValueError as exc:  # real GRPO did not improve: there is no target to reach
+                results["speedup"] = {}
+                results["speedup_error"] = str(exc)
+        results["costs"] = cost_summary(results)
+        save()
     finally:
         progress.stop()
-    tables = []
-    for point, title in (("steps", f"Equal steps ({cfg.steps})"), ("compute_wmrl", "Equal compute: WMRL's"),
-                         ("compute_real", "Equal compute: real-execution GRPO's")):
-        tables.append(f"### {title}\n\n" + format_table(results, point))
-    tables.append(_ungraded_note(results))
-    (out_dir / "table.md").write_text("\n".join(tables))
-    _plot(results, out_dir)
+    write_report(results, out_dir)
     return results
 
 
@@ -720,6 +739,29 @@ def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
     raise ValueError(f"world_model must be 'embedding', 'degraded' or 'llm', got {cfg.world_model!r}")
 
 
+def world_model_fitting_cost(cfg: BenchConfig) -> tuple[float, str]:
+    """CPU-seconds of the real executions the benchmark's world model was fitted on.
+
+    The embedding world model (and its degraded twin) is fitted on the shipped log of real
+    executions of the training tasks (leave-one-task-out, so every training-task record is
+    used); a user without that log would pay for those executions first, so the headline reports
+    the speedup with this cost charged too. The LLM judge is a frozen backbone fitted on none.
+
+    Returns:
+        ``(seconds, what)``: the sum of the log's ``cpu_s`` per record where the log has it,
+        else of its wall-clock ``runtime_s`` (``what`` says which), and 0.0 for the LLM judge.
+    """
+    if cfg.world_model == "llm":
+        return 0.0, "none (frozen backbone)"
+    from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
+
+    records = load_execution_log(split="train")
+    if records and all(r.get("cpu_s") is not None for r in records):
+        return float(sum(float(r["cpu_s"]) for r in records)), f"{len(records)} logged executions, CPU-seconds"
+    return float(sum(float(r.get("runtime_s") or 0.0) for r in records)), (
+        f"{len(records)} logged executions, wall-clock seconds (the log has no CPU-seconds)")
+
+
 def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
     """``wmrl bench``: build the real components and run :func:`run_bench`."""
     import torch
@@ -753,7 +795,9 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
     wm = build_world_model(cfg)
-    log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} seeds={cfg.seeds}")
+    fitting_cpu_s, fitting_what = world_model_fitting_cost(cfg)
+    log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} "
+        f"seeds={cfg.seeds}; world-model fitting cost {fitting_cpu_s:.0f} s ({fitting_what})")
     try:
         # This installation's leaderboards (built once per task secret): paid before any method
         # runs, so that no method's compute includes a one-off build.
@@ -767,6 +811,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
             heldout_tasks=list_tasks("heldout"),
             sandbox=sandbox,
             log=log,
+            fitting_cpu_s=fitting_cpu_s,
         )
     finally:
         sandbox.close()

@@ -1,0 +1,306 @@
+"""Reporting of ``wmrl bench``: the compute-to-target headline, the cost split, the paper's tables, the plots.
+
+Everything here reads the ``results.json`` structure that :func:`agents.experiments.bench.run_bench`
+writes, so a finished run can be re-reported (``write_report``) without training again. The
+speedup's definition (target, interpolation, median over seeds, paired bootstrap CI) is in
+:mod:`agents.experiments.speedup` and ``docs/method.md`` ("Compute-to-target speedup").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .methods import COST_SOURCES, METHODS
+
+__all__ = ["format_table", "format_speedup_table", "format_cost_table", "compute_speedups", "cost_summary",
+           "write_report", "curve_of", "real_target"]
+
+
+def _agg(values: Sequence[float]) -> tuple[float, float]:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if v.size == 0:
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def format_table(results: dict[str, Any], point: str) -> str:
+    """Markdown table in the paper's layout for one comparison point.
+
+    Args:
+        results: the ``results.json`` structure of :func:`run_bench`.
+        point: ``"steps"``, ``"compute_wmrl"`` or ``"compute_real"``.
+
+    Returns:
+        The table (str): method, compute used at that point as a ratio to method 1's compute
+        at S steps, mean steps, held-out avg@k per category and overall as ``mean ± std``
+        over seeds.
+    """
+    cats = sorted({c for m in results["methods"].values() for s in m["seeds"] for c in s["eval"][point]["per_category"]})
+    head = "| method | compute ratio | steps | " + " | ".join(cats) + " | overall |"
+    lines = [head, "|" + "---|" * (4 + len(cats))]
+    # the unit of compute is method 1's compute at S steps, in every table
+    real_c = _agg([s["compute_at"]["steps"] for s in results["methods"]["real"]["seeds"]])[0] if "real" in results["methods"] else float("nan")
+    for name, m in results["methods"].items():
+        comp = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
+        ratio = comp / real_c if real_c and math.isfinite(real_c) and real_c > 0 else float("nan")
+        st = _agg([s["snapshot"][point] for s in m["seeds"]])[0]
+        cells = []
+        for c in cats:
+            mu, sd = _agg([s["eval"][point]["per_category"].get(c) for s in m["seeds"]])
+            cells.append(f"{mu:.1f} ± {sd:.1f}")
+        mu, sd = _agg([s["eval"][point]["overall"] for s in m["seeds"]])
+        lines.append(f"| {METHODS[name].label} | {ratio:.2f} | {st:.1f} | " + " | ".join(cells) + f" | **{mu:.1f} ± {sd:.1f}** |")
+    return "\n".join(lines) + "\n"
+
+
+def _ungraded_note(results: dict[str, Any]) -> str:
+    """One line: ungraded rollouts (the machinery failed) per method, summed over seeds."""
+    parts = []
+    for name, m in results["methods"].items():
+        n = sum(int(s.get("ungraded", {}).get("ungraded_rollouts", 0)) for s in m["seeds"])
+        causes: dict[str, int] = {}
+        for s in m["seeds"]:
+            for c, k in s.get("ungraded", {}).get("ungraded_by_cause", {}).items():
+                causes[c] = causes.get(c, 0) + int(k)
+        ev = sum(int(v) for s in m["seeds"] for e in s["eval"].values() for v in e.get("ungraded", {}).values())
+        detail = ", ".join(f"{c}: {k}" for c, k in sorted(causes.items()))
+        parts.append(f"{name} {n}" + (f" ({detail})" if detail else "") + (f", held-out {ev}" if ev else ""))
+    return "Ungraded rollouts (training, all seeds; failures of the machinery, left out of training): " + "; ".join(parts) + "\n"
+
+
+def _plot(results: dict[str, Any], out_dir: Path) -> None:
+    """``score_vs_compute.png`` (every seed's curve and the target) and ``rho_calibration.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (name, m) in enumerate(results["methods"].items()):
+        for j, e in enumerate(m["seeds"]):  # each seed's evaluated curve
+            c = e.get("curve")
+            if c:
+                ax.plot(c["compute_cpu_s"], c["score"], marker=".", lw=1, alpha=0.55, color=f"C{i}",
+                        label=METHODS[name].label if j == 0 else None)
+    sp = results.get("speedup") or {}
+    if sp:
+        ax.axhline(sp["target"], color="k", ls=":", lw=1, label=f"target {sp['target']:.1f}")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("training compute (CPU-seconds, evaluation excluded; symlog)")
+    ax.set_ylabel("held-out avg@k leaderboard percentile")
+    ax.set_title("Held-out score against compute (one line per seed)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out_dir / "score_vs_compute.png", dpi=120)
+    plt.close(fig)
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, (name, m) in enumerate(results["methods"].items()):
+        if not METHODS[name].world_model or METHODS[name].anchor_fraction == 0.0:
+            continue
+        n = min(len(s["records"]) for s in m["seeds"])
+        steps = np.arange(1, n + 1)
+        rho = np.mean([[r["rho"] for r in s["records"][:n]] for s in m["seeds"]], axis=0)
+        a1.plot(steps, rho, label=METHODS[name].label, color=f"C{i}")
+        raw = [[r["calibration_mae_raw"] if r["calibration_mae_raw"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
+        cal = [[r["calibration_mae_calibrated"] if r["calibration_mae_calibrated"] is not None else np.nan for r in s["records"][:n]] for s in m["seeds"]]
+        if METHODS[name].debias:
+            a2.plot(steps, np.nanmean(raw, axis=0), ls="--", color=f"C{i}", label=f"{METHODS[name].label}: raw")
+            a2.plot(steps, np.nanmean(cal, axis=0), color=f"C{i}", label=f"{METHODS[name].label}: calibrated")
+    a1.set_xlabel("step"); a1.set_ylabel("anchor weight ρ (mean over seeds)"); a1.legend(fontsize=7)
+    a1.set_title("ρ over training (computed; applied only where denoising is on)")
+    a2.set_xlabel("step"); a2.set_ylabel("prequential MAE on anchor pairs"); a2.legend(fontsize=7)
+    a2.set_title("Calibration error over training")
+    fig.tight_layout()
+    fig.savefig(out_dir / "rho_calibration.png", dpi=120)
+    plt.close(fig)
+
+
+def curve_of(entry: dict[str, Any]) -> Any:
+    from agents.experiments.speedup import Curve
+
+    c = entry["curve"]
+    return Curve(np.asarray(c["compute_cpu_s"], dtype=float), np.asarray(c["score"], dtype=float))
+
+
+def real_target(results: dict[str, Any], *, steps: int | None = None, gain_fraction: float = 0.9) -> tuple[float, float, float]:
+    """The target of the headline from real-execution GRPO's mean curve over seeds.
+
+    Reads each real seed's held-out score at step 0 and at step ``steps`` (default: its last
+    evaluated step) from its evaluated curve and applies
+    :func:`agents.experiments.speedup.target_score` to them.
+
+    Returns:
+        ``(target, s0, s_S)``: the target and the two means it comes from.
+
+    Raises:
+        ValueError: no real seed, a seed without step 0 or step S evaluated, or real GRPO did not
+            improve (there is no target).
+    """
+    from agents.experiments.speedup import Curve, target_score
+
+    pts = []
+    for e in results["methods"]["real"]["seeds"]:
+        c = e["curve"]
+        s = min(steps, c["step"][-1]) if steps is not None else c["step"][-1]
+        if 0 not in c["step"] or s not in c["step"]:
+            raise ValueError(f"real GRPO seed {e['seed']} has no evaluation at step 0 and step {s}")
+        i0, iS = c["step"].index(0), c["step"].index(s)
+        pts.append(Curve(np.array([0.0, c["compute_cpu_s"][iS]]), np.array([c["score"][i0], c["score"][iS]])))
+    if not pts:
+        raise ValueError("no real-execution GRPO seed to take the target from")
+    s0 = float(np.mean([p.score[0] for p in pts]))
+    sS = float(np.mean([p.score[1] for p in pts]))
+    return target_score(pts, steps_index=1, gain_fraction=gain_fraction), s0, sS
+
+
+def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, steps: int | None = None,
+                     fitting_cpu_s: float = 0.0, n_boot: int = 10_000) -> dict[str, Any]:
+    """The headline: compute-to-target of every method and its speedup over real-execution GRPO.
+
+    The target is ``gain_fraction`` of real GRPO's gain from the untrained policy to its score
+    after ``steps`` steps, on its mean curve over seeds (:func:`agents.experiments.speedup.target_score`);
+    each seed's compute-to-target (CPU-seconds, interpolated between evaluated snapshots; ``inf``
+    when not reached within the method's budget) comes from its own curve; the speedup is the
+    ratio of medians over seeds with a paired 95% bootstrap CI
+    (:func:`agents.experiments.speedup.speedup`). Methods with a world model are also reported
+    with the world model's fitting cost (``fitting_cpu_s``, the real executions it was fitted on)
+    added to each seed's compute-to-target.
+
+    Returns:
+        ``{"target", "s0", "s_S", "gain_fraction", "fitting_cpu_s", "methods": {name: {"ctt":
+        [per seed], "speedup": SpeedupEstimate fields, "speedup_with_fitting": ... or None}}}``;
+        ``{}`` without a ``real`` method.
+    """
+    from agents.experiments.speedup import compute_to_target, speedup
+
+    if "real" not in results["methods"]:
+        return {}
+    real_curves = [curve_of(e) for e in results["methods"]["real"]["seeds"]]
+    target, s0, sS = real_target(results, steps=steps, gain_fraction=gain_fraction)
+    real_ctt = [compute_to_target(c, target) for c in real_curves]
+    out: dict[str, Any] = {"target": target, "s0": s0, "s_S": sS, "gain_fraction": gain_fraction,
+                           "fitting_cpu_s": fitting_cpu_s, "methods": {}}
+    for name, m in results["methods"].items():
+        ctt = [compute_to_target(curve_of(e), target) for e in m["seeds"]]
+        row: dict[str, Any] = {"ctt": ctt, "speedup": None, "speedup_with_fitting": None}
+        if name != "real" and len(ctt) == len(real_ctt):
+            row["speedup"] = asdict(speedup(real_ctt, ctt, n_boot=n_boot))
+            if METHODS[name].world_model and fitting_cpu_s > 0:
+                row["speedup_with_fitting"] = asdict(speedup(real_ctt, [c + fitting_cpu_s for c in ctt], n_boot=n_boot))
+        out["methods"][name] = row
+    return out
+
+
+def _fmt_speedup(d: dict[str, Any] | None) -> str:
+    from agents.experiments.speedup import SpeedupEstimate
+
+    return "—" if d is None else SpeedupEstimate(**d).format()
+
+
+def format_speedup_table(results: dict[str, Any]) -> str:
+    """Markdown table of the headline (``results["speedup"]``, :func:`compute_speedups`): per method,
+    compute-to-target in CPU-seconds (median and inter-quartile range over seeds), seeds that
+    reached the target, speedup over real-execution GRPO with its 95% bootstrap CI, and the
+    same with the world model's fitting cost charged."""
+    from agents.experiments.speedup import percentile_inf
+
+    sp = results.get("speedup") or {}
+    if not sp:
+        return "(no compute-to-target: the run has no real-execution GRPO)\n"
+    fit = sp["fitting_cpu_s"]
+    lines = [
+        f"Target: held-out {sp['target']:.1f} = {sp['s0']:.1f} + {sp['gain_fraction']:g} × ({sp['s_S']:.1f} − {sp['s0']:.1f}) "
+        f"(real-execution GRPO's mean curve: untrained → after S steps).",
+        "",
+        f"| method | compute-to-target, CPU-s (median [IQR]) | seeds reached | speedup [95% CI] | with world-model fitting ({fit:.0f} CPU-s) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in sp["methods"].items():
+        c = np.asarray(row["ctt"], dtype=float)
+        fin = c[np.isfinite(c)]
+        med = percentile_inf(c, 50) if c.size else float("nan")
+        q1, q3 = (percentile_inf(c, 25), percentile_inf(c, 75)) if c.size else (float("nan"),) * 2
+        cell = ("not reached" if not math.isfinite(med) else f"{med:.0f}") + " [" + ", ".join(
+            "n.r." if not math.isfinite(q) else f"{q:.0f}" for q in (q1, q3)) + "]"
+        lines.append(f"| {METHODS[name].label} | {cell} | {fin.size}/{c.size} | "
+                     f"{'1 (reference)' if name == 'real' else _fmt_speedup(row['speedup'])} | "
+                     f"{_fmt_speedup(row['speedup_with_fitting']) if name != 'real' else '—'} |")
+    return "\n".join(lines) + "\n"
+
+
+def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
+    """Per method, mean over seeds at its last step: CPU-seconds per source, executions, realised
+    anchor fraction, and the world-model : execution cost per rollout (CPU-seconds per prediction
+    over CPU-seconds per execution), which bounds the attainable speedup."""
+    out: dict[str, Any] = {}
+    for name, m in results["methods"].items():
+        last = [e["records"][-1] for e in m["seeds"] if e["records"]]
+        if not last:
+            continue
+        cpu = {s: float(np.mean([r["cpu_seconds"].get(s, 0.0) for r in last])) for s in COST_SOURCES}
+        n_exec = float(np.mean([r["executions"] for r in last]))
+        out[name] = {"cpu_seconds": cpu, "executions": n_exec,
+                     "realised_anchor_fraction": float(np.mean([r["realised_anchor_fraction"] for r in last])),
+                     "cpu_s_per_execution": cpu["execution"] / n_exec if n_exec else None}
+    per_exec = [v["cpu_s_per_execution"] for v in out.values() if v["cpu_s_per_execution"]]
+    wm = [(v["cpu_seconds"]["world_model"], n) for n, v in out.items()
+          if METHODS[n].world_model and v["cpu_seconds"]["world_model"] > 0]
+    if per_exec and wm:
+        name = wm[0][1]
+        m = results["methods"][name]["seeds"]
+        n_pred = np.mean([len(e["records"]) for e in m]) * results["config"]["groups_per_step"] * results["config"]["group_size"]
+        c_wm = wm[0][0] / n_pred
+        out["_ratio"] = {"cpu_s_per_prediction": c_wm, "cpu_s_per_execution": float(np.mean(per_exec)),
+                         "wm_to_execution": c_wm / float(np.mean(per_exec))}
+    return out
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> None:
+    """``table.md`` (headline, cost split, the three comparison tables, ungraded counts) and the
+    plots, from a ``results.json`` structure."""
+    cfg = results["config"]
+    parts = ["## Compute-to-target speedup (headline; CPU-seconds of training, evaluation excluded)\n\n"
+             + (format_speedup_table(results) if results.get("speedup") else
+                f"(no compute-to-target: {results.get('speedup_error', 'the run has no real-execution GRPO')})\n")]
+    parts.append(format_cost_table(results))
+    for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
+                         ("compute_real", "Equal compute: real-execution GRPO's")):
+        parts.append(f"### {title}\n\n" + format_table(results, point))
+    parts.append(_ungraded_note(results))
+    ev = results.get("evaluation", {})
+    if ev:
+        parts.append(f"Held-out evaluation: {ev['evaluations']} snapshot evaluations, {ev['executed']} programs executed, "
+                     f"{ev['cached']} taken from the (task, program) cache.\n")
+    (out_dir / "table.md").write_text("\n".join(parts))
+    _plot(results, out_dir)
+
+
+def format_cost_table(results: dict[str, Any]) -> str:
+    """Markdown table of where each method's training compute went (CPU-seconds per source, mean
+    over seeds at its last step), its executions and realised anchor fraction, and the
+    world-model : execution cost per rollout."""
+    costs = results.get("costs") or cost_summary(results)
+    lines = ["### Cost split (CPU-seconds, mean over seeds, at each method's last step)\n",
+             "| method | execution | world model | generation | update | executions | realised anchor fraction |",
+             "|---|---|---|---|---|---|---|"]
+    for name, c in costs.items():
+        if name.startswith("_"):
+            continue
+        cs = c["cpu_seconds"]
+        lines.append(f"| {METHODS[name].label} | {cs['execution']:.1f} | {cs['world_model']:.1f} | {cs['generation']:.1f} | "
+                     f"{cs['update']:.1f} | {c['executions']:.0f} | {c['realised_anchor_fraction']:.3f} |")
+    r = costs.get("_ratio")
+    if r:
+        lines.append(f"\nWorld model : execution cost per rollout = 1 : {1 / r['wm_to_execution']:.3g} "
+                     f"({r['cpu_s_per_prediction'] * 1e3:.1f} ms vs {r['cpu_s_per_execution']:.2f} CPU-s); the speedup at "
+                     f"equal steps cannot exceed 1 / (f + {r['wm_to_execution']:.3f}) for anchor fraction f.")
+    fit = results.get("world_model_fitting_cpu_s") or 0.0
+    if fit:
+        lines.append(f"World-model fitting cost (the real executions it was fitted on, paid once): {fit:.0f} CPU-s.")
+    return "\n".join(lines) + "\n"
