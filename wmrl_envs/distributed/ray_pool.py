@@ -6,8 +6,9 @@ ML script for AutoResearch) takes seconds to minutes. :class:`RayExecutionPool` 
 ``docs/scale_out.md``) — and returns at once: :meth:`RayExecutionPool.execute_group` hands
 back a :class:`GroupExecutionFuture` while the trainer goes on generating and scoring other
 groups; the results are collected later. Each actor builds its env once with ``env_fn()``,
-runs ``reset(seed, options)`` + ``step(action)`` per rollout and returns the step's seconds;
-the pool adds them to a :class:`~wmrl_envs.core.CostLedger` (pass the wrapper's ledger to
+runs ``reset(seed, options)`` + ``step(action)`` per rollout and returns the step's seconds
+and CPU-seconds (the env's ``info["execution_cpu_s"]``, else measured in the actor); the pool
+adds them to a :class:`~wmrl_envs.core.CostLedger` (pass the wrapper's ledger to
 account for everything in one place), and :meth:`RayExecutionPool.worker_ledger` merges the
 ledgers the actors keep themselves.
 
@@ -43,6 +44,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import GroupTicket, failure_messages
 from wmrl_envs.wrappers.common import group_rollout, wm_causes_of
 from wmrl_envs.core.ungraded import (
@@ -97,31 +99,37 @@ class ExecutionWorker:
 
         Returns:
             ``{"observation", "reward" (float or None = ungraded), "info" (dict), "seconds" (float,
-            wall-clock of the step), "worker" (int), "pid" (int), "error" (str or None),
-            "cause" (why it is ungraded, see :mod:`wmrl_envs.core.ungraded`, or None)}``.
+            wall-clock of the step), "cpu_seconds" (float, or None: not measured), "worker"
+            (int), "pid" (int), "error" (str or None), "cause" (why it is ungraded, see
+            :mod:`wmrl_envs.core.ungraded`, or None)}``. ``cpu_seconds`` is the env's
+            ``info["execution_cpu_s"]`` when it reports one, else the CPU this actor's process
+            (and the children it waited for) used during the step: exact, as an actor runs
+            one execution at a time.
         """
         from wmrl_envs.sandbox.base import SandboxUnavailableError
 
-        t0 = time.perf_counter()
+        sw = Stopwatch()
         try:
             self.env.reset(seed=seed, options=options)
-            t0 = time.perf_counter()
+            sw.restart()
             obs, reward, _term, _trunc, info = self.env.step(action)
-            dt = time.perf_counter() - t0
+            dt, cpu = sw.read()
             info = dict(info)
+            cpu = execution_cpu_seconds(info, cpu)
             cause = execution_cause(reward, info)
             out_reward = float(reward) if cause is None else None
             error = info.get("message") if cause is not None else None
         except Exception as e:  # a crashed execution is an ungraded rollout, not a dead worker
-            dt = time.perf_counter() - t0
+            dt, cpu = sw.read()
             obs, out_reward, info, error = None, None, {}, f"{type(e).__name__}: {e}"
             cause = SANDBOX_UNAVAILABLE if isinstance(e, SandboxUnavailableError) else EXECUTION_ERROR
-        self.ledger.add(EXECUTION, dt, 1)
+        self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu)
         return {
             "observation": obs,
             "reward": out_reward,
             "info": info,
             "seconds": dt,
+            "cpu_seconds": cpu,
             "worker": self.worker_id,
             "pid": os.getpid(),
             "error": error,
@@ -129,7 +137,7 @@ class ExecutionWorker:
         }
 
     def ledger_state(self) -> dict[str, Any]:
-        """This worker's :class:`CostLedger` state (``{source: {"count", "seconds"}}``)."""
+        """This worker's :class:`CostLedger` state (``{source: {"count", "seconds", "cpu_seconds", "cpu_unmeasured"}}``)."""
         return self.ledger.state_dict()
 
     def ping(self) -> int:
@@ -147,6 +155,9 @@ class GroupExecution:
         observations: observations after the step (``None`` where it failed).
         infos: the env's info dicts (``{}`` where it failed).
         seconds: wall-clock seconds of each step, measured in the worker.
+        cpu_seconds: CPU-seconds of each step (the env's ``info["execution_cpu_s"]``, else
+            measured in the worker), ``None`` where not measured (the execution failed to
+            report: timed out, worker lost).
         workers: index of the worker that ran each rollout (-1 if unknown).
         errors: error text per rollout, ``None`` when it ran.
         wall_seconds: seconds from submission to the moment the results were collected.
@@ -163,6 +174,7 @@ class GroupExecution:
     errors: list[str | None]
     wall_seconds: float = 0.0
     causes: list[str | None] = field(default_factory=list)
+    cpu_seconds: list[float | None] = field(default_factory=list)
 
 
 class GroupExecutionFuture:
@@ -262,16 +274,22 @@ class GroupExecutionFuture:
             errors=[o["error"] for o in outs],
             wall_seconds=time.perf_counter() - self.submitted_at,
             causes=causes,
+            cpu_seconds=[o.get("cpu_seconds") for o in outs],
         )
         self._pool.settle(self, res)
         self._result = res
         return res
 
 
+def _cpu_list(res: GroupExecution) -> list[float | None]:
+    """``res.cpu_seconds``, or ``None`` per rollout for a :class:`GroupExecution` built without it."""
+    return list(res.cpu_seconds) if len(res.cpu_seconds) == len(res.seconds) else [None] * len(res.seconds)
+
+
 def _failed(worker: int, cause: str, error: str) -> dict[str, Any]:
     """The result record of a rollout whose execution produced nothing."""
-    return {"observation": None, "reward": None, "info": {}, "seconds": 0.0, "worker": worker, "pid": -1,
-            "error": error, "cause": cause}
+    return {"observation": None, "reward": None, "info": {}, "seconds": 0.0, "cpu_seconds": None, "worker": worker,
+            "pid": -1, "error": error, "cause": cause}
 
 
 class RayExecutionPool:
@@ -434,13 +452,14 @@ class RayExecutionPool:
         logger.warning("Ray execution worker %d replaced (hung past its time-out or lost)", w)
 
     def settle(self, fut: GroupExecutionFuture, res: GroupExecution) -> None:
-        """A future's executions are over: free their worker slots, add their seconds to the ledger."""
+        """A future's executions are over: free their worker slots, add their seconds and
+        CPU-seconds to the ledger (an execution that reported none counts as unmeasured)."""
         for ref in fut.refs:
             w = self._inflight.pop(ref, None)
             if w is not None:
                 self._load[w] = max(0, self._load[w] - 1)
-        for dt in res.seconds:
-            self.ledger.add(EXECUTION, dt, 1)
+        for dt, cpu in zip(res.seconds, _cpu_list(res)):
+            self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu)
         self.n_completed += len(res.seconds)
 
     def wait(
@@ -632,8 +651,8 @@ class AsyncAnchoredScorer:
                     infos[k][CAUSE_KEY] = exec_causes[k]
             exec_secs = float(sum(res.seconds))
             if self.pool.ledger is not loop.ledger:
-                for dt in res.seconds:
-                    loop.record_execution(dt, 1)
+                for dt, cpu in zip(res.seconds, _cpu_list(res)):
+                    loop.record_execution(dt, 1, cpu_seconds=cpu)
         else:
             import copy
 
