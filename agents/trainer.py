@@ -501,10 +501,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                 raise
             # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
             _check_judge_idle(c.judge, cfg.world_model_timeout_s)
-            t0 = time.perf_counter()
-            update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
-                                 [g.advantage_weight for g in groups], config=update_cfg)
-            ledger.add(UPDATE, time.perf_counter() - t0, 1)
+            with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
+                update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
+                                     [g.advantage_weight for g in groups], config=update_cfg)
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
             _append_jsonl(metrics_path, rec)

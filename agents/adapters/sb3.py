@@ -166,8 +166,8 @@ class AnchoredVecEnv(VecEnvWrapper):
             ``real_steps`` (real executions in the distinct ledgers), ``n_correctors`` (distinct corrector objects;
             1 when shared), the first corrector's :meth:`~wmrl_envs.core.WMRLCorrector.stats`
             (``rho``, ``anchor_pairs``, calibration errors, ...), ``ledger``
-            (``{source: {"count", "seconds"}}`` summed over distinct ledgers; ungraded scores
-            under ``"ungraded:<cause>"``), ``ungraded_rollouts`` and ``ungraded_by_cause``
+            (``{source: {"count", "seconds", "cpu_seconds", "cpu_unmeasured"}}`` summed over
+            distinct ledgers; ungraded scores under ``"ungraded:<cause>"``), ``ungraded_rollouts`` and ``ungraded_by_cause``
             (summed over sub-envs; each sub-env applies the stop rule to its own groups).
         """
         routers = self.venv.get_attr("router")
