@@ -135,3 +135,14 @@ def test_bad_config_names_the_field(kwargs, field):
 
 def test_cli_refuses_bad_settings_with_status_2(capsys):
     assert main(["bench", "sweep", "--quick", "--seeds", "0"]) == 2
+
+
+def test_a_run_is_reproducible_from_its_seed():
+    from agents.experiments.sweep import run_sweep_method
+
+    cfg = SweepConfig(outcome_noise_std=0.2)
+    a = run_sweep_method("wmrl", "mild_noise", 0.2, 3, cfg, max_steps=4)
+    b = run_sweep_method("wmrl", "mild_noise", 0.2, 3, cfg, max_steps=4)
+    c = run_sweep_method("wmrl", "mild_noise", 0.2, 4, cfg, max_steps=4)
+    assert a.score == b.score and a.executions == b.executions and a.rho == b.rho
+    assert a.score != c.score

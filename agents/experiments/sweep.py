@@ -350,6 +350,7 @@ def run_sweep_method(
         cfg = replace(cfg, groups_per_step=max(1, int(round(float(fraction) * cfg.groups_per_step))))
     spec = METHODS["real" if method == REAL_AT_F else method]
     env = _make_env(cfg, seed)
+    env.reset(seed=seed)  # seeds the outcome noise once; the groups' resets (seed=None) continue its stream
     wm = _make_world_model(cfg, level, env, seed) if spec.world_model else None
     base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
     wrapper = AnchoredWorldModelWrapper(env, wm, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
