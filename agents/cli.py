@@ -3,7 +3,7 @@
 Usage:
     wmrl train [--preset default|tiny] [--run-dir DIR] [--quiet] [--FIELD VALUE ...]
     wmrl train --resume RUN_DIR [--quiet]
-    wmrl bench [--FIELD VALUE ...]
+    wmrl bench [--quick] [--FIELD VALUE ...]
     wmrl bench sweep [--quick] [--FIELD VALUE ...]
     wmrl presets
 
@@ -82,16 +82,33 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
+def _parse_preset(presets: dict, argv: list[str], *, prog: str, description: str) -> object:
+    """Parse ``argv`` on top of ``presets["default"]``, or of ``presets["quick"]`` (the CI preset)
+    when ``--quick`` is among them."""
+    quick = "--quick" in argv
+    rest = [a for a in argv if a != "--quick"]
+    base = presets["quick" if quick else "default"]
+    return _parse(type(base), rest, prog=prog, description=description + " --quick starts from the CI preset.",
+                  default=base)
+
+
 def _sweep(argv: list[str]) -> int:
     from agents.experiments.sweep import SWEEP_PRESETS, main_sweep
 
-    quick = "--quick" in argv
-    rest = [a for a in argv if a != "--quick"]
-    cfg = _parse(type(SWEEP_PRESETS["default"]), rest, prog="wmrl bench sweep",
-                 description="The known-truth sweep: speedup over world-model quality x anchor fraction "
-                             "(see benchmarks/README.md). --quick starts from the CI preset.",
-                 default=SWEEP_PRESETS["quick" if quick else "default"])
+    cfg = _parse_preset(SWEEP_PRESETS, argv, prog="wmrl bench sweep",
+                        description="The known-truth sweep: speedup over world-model quality x anchor fraction "
+                                    "(see benchmarks/README.md).")
     main_sweep(cfg)
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    from agents.experiments.bench import BENCH_PRESETS, main_bench
+
+    cfg = _parse_preset(BENCH_PRESETS, argv, prog="wmrl bench",
+                        description="The method benchmark: compute-to-target speedup of WMRL and the other methods "
+                                    "over real-execution GRPO, on AutoResearch (see benchmarks/README.md).")
+    main_bench(cfg)
     return 0
 
 
@@ -111,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "bench" and rest[:1] == ["sweep"]:
             return _sweep(rest[1:])
         if cmd == "bench":
-            from agents.experiments.bench import BenchConfig, main_bench
-
-            cfg = _parse(BenchConfig, rest, prog="wmrl bench",
-                         description="The method benchmark: six methods side by side (see benchmarks/README.md).")
-            main_bench(cfg)
-            return 0
+            return _bench(rest)
         if cmd == "presets":
             from agents.trainer import PRESETS
 

@@ -1,4 +1,5 @@
-"""A tiny real benchmark run: grammar agent, MiniLM world model, bubblewrap execution."""
+"""A tiny real benchmark run (``wmrl bench --quick``): grammar agent, MiniLM world model,
+bubblewrap execution, CPU-seconds from the sandbox's cgroup, the compute-to-target headline."""
 
 from __future__ import annotations
 
@@ -13,21 +14,31 @@ def test_tiny_bench_real_components(tmp_path):
     from agents.cli import main
 
     out = tmp_path / "bench"
-    rc = main(["bench", "--methods", "real", "wmrl", "--seeds", "1", "--steps", "2", "--max-steps-factor", "2",
-               "--groups-per-step", "4", "--group-size", "3", "--eval-k", "1", "--out-dir", str(out)])
+    rc = main(["bench", "--quick", "--out-dir", str(out)])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
+    cfg = res["config"]
     real = res["methods"]["real"]["seeds"][0]["records"]
     wmrl = res["methods"]["wmrl"]["seeds"][0]["records"]
-    # method 1 executes every rollout; WMRL one anchor group of the 4 per step (0.1 * 4 < 1)
-    assert real[-1]["executions"] == 2 * 4 * 3
+    g, n = cfg["group_size"], cfg["groups_per_step"]
+    # method 1 executes every rollout; WMRL one anchor group per step (0.1 * 4 < 1: the floor)
+    assert real[-1]["executions"] == cfg["steps"] * n * g
     assert all(r["anchor_groups"] == r["step"] for r in wmrl)
-    assert wmrl[-1]["executions"] == 3 * wmrl[-1]["anchor_groups"]
-    assert wmrl[-1]["seconds"]["world_model"] > 0 and real[-1]["seconds"]["world_model"] == 0
+    assert wmrl[-1]["executions"] == g * wmrl[-1]["anchor_groups"]
+    assert wmrl[-1]["realised_anchor_fraction"] == pytest.approx(1 / n)
+    # compute is CPU-seconds: the sandboxed programs' own CPU (a Python + scikit-learn start-up
+    # alone is well over 0.1 CPU-s per execution), the world model's, generation's and update's
+    assert real[-1]["cpu_seconds"]["execution"] > 0.1 * real[-1]["executions"]
+    assert real[-1]["compute_cpu_s"] == pytest.approx(sum(real[-1]["cpu_seconds"].values()))
+    assert wmrl[-1]["cpu_seconds"]["world_model"] > 0 and real[-1]["cpu_seconds"]["world_model"] == 0
+    assert wmrl[-1]["seconds"]["world_model"] > 0 and real[-1]["compute_wall_s"] > 0
     table = (out / "table.md").read_text()
+    assert "## Compute-to-target speedup" in table and "### Cost split" in table
     assert "| GRPO, real execution | 1.00 |" in table and "| WMRL (debias + denoise) |" in table
-    assert table.count("\n| ") >= 6  # 3 tables x (header + 2 rows)
-    for seed in res["methods"].values():
-        ev = seed["seeds"][0]["eval"]["steps"]
-        assert 0.0 <= ev["overall"] <= 100.0 and set(ev["per_category"]) == {
-            "image-classification", "tabular-classification", "tabular-regression"}
+    assert res["world_model_fitting_cpu_s"] > 0  # the logged executions the world model was fitted on
+    for m in res["methods"].values():
+        seed = m["seeds"][0]
+        ev = seed["eval"]["steps"]
+        assert 0.0 <= ev["overall"] <= 100.0
+        assert seed["curve"]["step"][0] == 0 and len(seed["curve"]["step"]) >= 2
+    assert (out / "score_vs_compute.png").stat().st_size > 0

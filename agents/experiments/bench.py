@@ -59,6 +59,7 @@ __all__ = [
     "MethodSpec",
     "COST_SOURCES",
     "BenchConfig",
+    "BENCH_PRESETS",
     "method_correction",
     "BenchAgent",
     "run_method",
@@ -161,6 +162,15 @@ class BenchConfig:
     evaluation only; training executions are never cached)."""
     out_dir: str = "runs/bench"
     """Output folder."""
+
+
+BENCH_PRESETS: dict[str, BenchConfig] = {
+    "default": BenchConfig(),
+    # CI: one seed, two methods, a few steps and one held-out draw per task (minutes, not hours)
+    "quick": BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2.0, groups_per_step=4,
+                         group_size=3, eval_k=1, eval_points=3, refine_evals=1, out_dir="runs/bench-quick"),
+}
+"""``wmrl bench`` starts from ``"default"``; ``wmrl bench --quick`` from ``"quick"`` (flags apply on top)."""
 
 
 # ---------------------------------------------------------------------- one method, one seed
