@@ -632,7 +632,7 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
     fracs = list(cfg["fractions"])
     cells = {(c["method"], c["level"], c["fraction"]): c for c in results["cells"]}
 
-    def panel(ax: Any, rows: list[tuple[str, str, str | None]], cols: list[Any], title: str) -> Any:
+    def panel(ax: Any, rows: list[tuple[str, str, str | None]], cols: list[Any], title: str, labels: bool = True) -> Any:
         grid = np.full((len(rows), len(cols)), np.nan)
         for i, (_label, method, lv) in enumerate(rows):
             for j, f in enumerate(cols):
@@ -641,11 +641,11 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
                     continue
                 grid[i, j] = c["speedup"] if c["reached"] and math.isfinite(c["speedup"]) and c["speedup"] > 0 else np.nan
                 txt = (f"{c['speedup']:.1f}×\n[{_f(c['low'], 1)}, {_f(c['high'], 1)}]" if c["reached"] else "n.r.")
-                ax.text(j, i, txt, ha="center", va="center", fontsize=7)
+                ax.text(j, i, txt, ha="center", va="center", fontsize=7 if len(cols) < 4 or labels else 6)
         vmax = max(20.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 20.0)
         im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", norm=LogNorm(vmin=0.1, vmax=vmax), aspect="auto")
         ax.set_xticks(range(len(cols)), [("—" if f is None else f"f={f:g}") for f in cols])
-        ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+        ax.set_yticks(range(len(rows)), [r[0] for r in rows] if labels else [])
         ax.set_title(title, fontsize=9)
         return im
 
@@ -660,10 +660,10 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
     plt.close(fig)
     others = [m for m in ("wm_only", *_ABLATIONS) if any(c["method"] == m for c in results["cells"])]
     if others:
-        fig, axes = plt.subplots(1, len(others), figsize=(3.2 * len(others) + 1, 0.55 * len(levels) + 2), squeeze=False)
-        for ax, m in zip(axes[0], others):
+        fig, axes = plt.subplots(1, len(others), figsize=(4.2 * len(others) + 1.5, 0.6 * len(levels) + 2), squeeze=False)
+        for k, (ax, m) in enumerate(zip(axes[0], others)):
             cols = [None] if m == "wm_only" else [f for f in fracs if any(c["method"] == m and c["fraction"] == f for c in results["cells"])]
-            im = panel(ax, [(lv, m, lv) for lv in levels], cols, m)
+            im = panel(ax, [(lv, m, lv) for lv in levels], cols, m, labels=k == 0)
         fig.colorbar(im, ax=list(axes[0]), label="speedup (log scale)")
         fig.savefig(out_dir / "speedup_heatmap_methods.png", dpi=120, bbox_inches="tight")
         plt.close(fig)
