@@ -22,11 +22,18 @@ bootstrap), an absurd value (``n_neighbors=0``), or a choice that fails only on 
 (``MultinomialNB`` on negative features, a Poisson loss on negative targets, ``PCA(100)`` on
 fewer than 100 features, liblinear on more than two classes). They raise at run time, so GRPO
 has a signal at the bottom of the reward scale too. Every estimator that takes a
-``random_state`` gets one drawn per rollout, so executions carry real run-to-run noise. Executing
-a program takes 1.2-2.5 s for a mistake or a linear model and up to tens of seconds for heavy
-options (100-200 trees with many features, gradient boosting on multi-class data); over the
-shipped log (``wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl``) the mean is 3.1 s,
-the median 1.8 s, the 90th percentile 6.0 s and the maximum 45 s.
+``random_state`` gets one drawn per rollout, so executions carry real run-to-run noise.
+
+Hyper-parameters matter, as they do in practice: the options span over-regularised
+(``C=0.001``, ``alpha=1000``), under-fitted (10 boosting stages, 50 iterations, depth-2 trees)
+and over-fitted (``n_neighbors=1``, unlimited depth, ``learning_rate=0.3``) settings, and what
+a task needs (scaling before a distance-based model, ``class_weight='balanced'`` for an
+imbalanced task scored by macro-F1, an absolute-error loss for a heavy-tailed target) is one
+choice among several. Heavy options are capped so that no execution takes tens of seconds: at
+most 200 histogram-boosting iterations, 50 gradient-boosting stages and 100 trees per forest
+(200 before), on tasks of 6000 rows or fewer. An execution's cost is then mostly the start-up
+of Python and scikit-learn (about 1.3 CPU-seconds); the measured distribution is printed by
+``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design").
 """
 
 from __future__ import annotations
@@ -304,8 +311,8 @@ def _tree(estimator: str, extra: tuple[Option, ...]) -> Family:
 
 def _hgb(estimator: str, extra: tuple[Option, ...]) -> Family:
     return Family("hist_gb", estimator, (
-        Slot("learning_rate", (_o("lr0.03", "learning_rate=0.03"), _o("lr0.1", ""), _o("lr0.3", "learning_rate=0.3"))),
-        Slot("max_iter", (_o("it100", ""), _o("it300", "max_iter=300"), _o("it600", "max_iter=600"))),
+        Slot("learning_rate", (_o("lr0.05", "learning_rate=0.05"), _o("lr0.1", ""), _o("lr0.3", "learning_rate=0.3"))),
+        Slot("max_iter", (_o("it50", "max_iter=50"), _o("it100", ""), _o("it200", "max_iter=200"))),
         Slot("max_leaf_nodes", (_o("m15", "max_leaf_nodes=15"), _o("m31", ""), _o("m63", "max_leaf_nodes=63"))),
         Slot("extra", extra),
     ))
@@ -313,7 +320,7 @@ def _hgb(estimator: str, extra: tuple[Option, ...]) -> Family:
 
 def _gb(estimator: str, extra: tuple[Option, ...]) -> Family:
     return Family("gradient_boosting", estimator, (
-        Slot("n_estimators", (_o("n20", "n_estimators=20"), _o("n50", "n_estimators=50"), _o("n100", ""))),
+        Slot("n_estimators", (_o("n10", "n_estimators=10"), _o("n20", "n_estimators=20"), _o("n50", "n_estimators=50"))),
         Slot("learning_rate", (_o("lr0.05", "learning_rate=0.05"), _o("lr0.1", ""), _o("lr0.3", "learning_rate=0.3"))),
         Slot("max_depth", (_o("d2", "max_depth=2"), _o("d3", ""))),
         Slot("extra", extra),
@@ -323,7 +330,7 @@ def _gb(estimator: str, extra: tuple[Option, ...]) -> Family:
 def _et(estimator: str, extra: tuple[Option, ...], default_sqrt: bool) -> Family:
     sqrt = _o("sqrt", "" if default_sqrt else "max_features='sqrt'")
     return Family("extra_trees", estimator, (
-        Slot("n_estimators", (_o("n50", "n_estimators=50"), _o("n100", ""), _o("n200", "n_estimators=200"))),
+        Slot("n_estimators", (_o("n25", "n_estimators=25"), _o("n50", "n_estimators=50"), _o("n100", ""))),
         Slot("max_features", (sqrt, _o("f0.3", "max_features=0.3"), _o("f0.6", "max_features=0.6"))),
         Slot("min_samples_leaf", (_o("l1", ""), _o("l3", "min_samples_leaf=3"), _o("l10", "min_samples_leaf=10"))),
         Slot("extra", extra),
@@ -332,7 +339,7 @@ def _et(estimator: str, extra: tuple[Option, ...], default_sqrt: bool) -> Family
 
 _CLASSIFICATION = Grammar("classification", PREPROCESS, (
     Family("logistic", "LogisticRegression", (
-        Slot("C", (_o("C0.01", "C=0.01"), _o("C0.1", "C=0.1"), _o("C1", ""), _o("C10", "C=10.0"))),
+        Slot("C", (_o("C0.001", "C=0.001"), _o("C0.01", "C=0.01"), _o("C0.1", "C=0.1"), _o("C1", ""), _o("C10", "C=10.0"))),
         Slot("max_iter", (_o("it100", ""), _o("it300", "max_iter=300"), _o("it1000", "max_iter=1000"))),
         Slot("solver", (_o("lbfgs", "", 2.0), _o("liblinear", "solver='liblinear'", 0.6, "data"),  # binary only
                         _o("saga", "solver='saga'", 0.6), _o("newton_cholesky", "solver='newton-cholesky'", 0.6),
@@ -366,6 +373,7 @@ _CLASSIFICATION = Grammar("classification", PREPROCESS, (
     ), default_sqrt=True),
     _hgb("HistGradientBoostingClassifier", (
         _o("none", "", 2.0), _o("no_early_stop", "early_stopping=False"), _o("l2", "l2_regularization=1.0"),
+        _o("balanced", "class_weight='balanced'"),
         _o("n_estimators", "n_estimators=200", _MISTAKE, "always"),
         _o("squared_loss", "loss='squared_error'", _MISTAKE, "always"),
     )),
@@ -378,7 +386,8 @@ _CLASSIFICATION = Grammar("classification", PREPROCESS, (
 
 _REGRESSION = Grammar("regression", PREPROCESS, (
     Family("ridge", "Ridge", (
-        Slot("alpha", (_o("a0.1", "alpha=0.1"), _o("a1", ""), _o("a10", "alpha=10.0"), _o("a100", "alpha=100.0"))),
+        Slot("alpha", (_o("a0.1", "alpha=0.1"), _o("a1", ""), _o("a10", "alpha=10.0"), _o("a100", "alpha=100.0"),
+                       _o("a1000", "alpha=1000.0"))),
         Slot("extra", (_o("none", "", 2.0), _o("no_intercept", "fit_intercept=False"), _o("svd", "solver='svd'"),
                        _o("lbfgs", "solver='lbfgs'", _MISTAKE, "always"),  # needs positive=True
                        _o("normalize", "normalize=True", _MISTAKE, "always"))),

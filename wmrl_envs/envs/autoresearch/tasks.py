@@ -3,10 +3,21 @@
 Every task is a Kaggle-style supervised-learning problem whose data are generated on the fly
 from data that ship with scikit-learn (the bundled ``digits`` images and seeded generators
 such as :func:`~sklearn.datasets.make_classification` and
-:func:`~sklearn.datasets.make_friedman1`), so nothing is downloaded. Tasks are sized so that
-*executing* a solution takes seconds, not milliseconds (about 1–4 s for the starter baseline,
-2–10 s for a random forest / gradient boosting model on one core, Python start-up included):
-execution is the cost the WMRL method exists to cut, so it must be realistic.
+:func:`~sklearn.datasets.make_friedman1`), so nothing is downloaded. Tasks are small (6000
+rows for the tabular tasks, 1797 images for the image tasks, split 3:1 into train and test) so
+that executing a solution costs one to a few CPU-seconds, most of it the start-up of Python and
+scikit-learn (about 1.3 CPU-seconds before any fit); execution is the cost the WMRL method
+exists to cut, and it stays the dominant cost of real-execution GRPO. Measured figures:
+``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design").
+
+There are 7 training and 8 held-out tasks, every category in both splits. They are hard in
+ways an ML engineer meets (so that an untrained agent leaves room to learn): features on very
+different scales (``friedman-plant``, ``insurance-claims``: distance-based models need
+scaling), skewed targets and heavy-tailed noise scored by MAE (``insurance-claims``,
+``sparse-linear``), class imbalance scored by macro-F1 or ROC AUC (``card-fraud`` 4% positive,
+``customer-churn``, ``land-cover``), high-cardinality categoricals (``card-fraud``: 40 merchant
+categories), missing values, and hyper-parameters that matter (the leaderboards' top entries are
+tuned gradient boosting models, :mod:`~wmrl_envs.envs.autoresearch.leaderboards`).
 
 Contents:
     * :class:`TaskSpec` — one task: id, category, split, metric and direction, overview text,
@@ -81,6 +92,14 @@ ID_COLUMN = "id"
 """Name of the row-id column of ``test.csv`` and ``submission.csv``."""
 
 DataTuple = tuple[pd.DataFrame, pd.Series, pd.DataFrame, pd.Series]
+
+_N_ROWS = 6000
+"""Rows (train + test, 3:1) of every tabular task: small enough that a fit takes well under a
+second on one core for most programs, so an execution costs about its Python and scikit-learn
+start-up (measured by ``benchmarks/bench_design.py``)."""
+
+_DIGIT_COPIES = 1
+"""Augmented copies of every bundled digits image in the image tasks (1797 images each)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,7 +408,7 @@ def _gen_credit_default(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
     rng, sk_rng = _rngs(seed)
-    n = 32000
+    n = _N_ROWS
     X, y = make_classification(
         n_samples=n, n_features=36, n_informative=10, n_redundant=8, n_repeated=0,
         n_clusters_per_class=3, weights=[0.88], flip_y=0.04, class_sep=0.7,
@@ -420,7 +439,7 @@ def _gen_land_cover(seed: int) -> DataTuple:
 
     rng, sk_rng = _rngs(seed)
     X, y = make_classification(
-        n_samples=26000, n_features=32, n_informative=14, n_redundant=6, n_classes=6,
+        n_samples=_N_ROWS, n_features=32, n_informative=14, n_redundant=6, n_classes=6,
         n_clusters_per_class=2, weights=[0.30, 0.25, 0.18, 0.12, 0.10, 0.05],
         class_sep=1.1, flip_y=0.02, random_state=sk_rng,
     )
@@ -437,7 +456,7 @@ def _gen_hastie_noisy(seed: int) -> DataTuple:
     from sklearn.datasets import make_hastie_10_2
 
     rng, sk_rng = _rngs(seed)
-    n = 22000
+    n = _N_ROWS
     X, y = make_hastie_10_2(n_samples=n, random_state=sk_rng)
     noise = rng.standard_normal((n, 20))
     mix = X @ rng.standard_normal((10, 6)) / 3.0 + 0.5 * rng.standard_normal((n, 6))
@@ -451,7 +470,7 @@ def _gen_friedman_sensors(seed: int) -> DataTuple:
     from sklearn.datasets import make_friedman1
 
     rng, sk_rng = _rngs(seed)
-    X, y = make_friedman1(n_samples=26000, n_features=40, noise=1.0, random_state=sk_rng)
+    X, y = make_friedman1(n_samples=_N_ROWS, n_features=40, noise=1.0, random_state=sk_rng)
     perm = rng.permutation(X.shape[1])
     df = pd.DataFrame(X[:, perm], columns=[f"sensor_{i:02d}" for i in range(X.shape[1])])
     return _split(df, y, rng)
@@ -461,7 +480,7 @@ def _gen_sparse_linear(seed: int) -> DataTuple:
     from sklearn.datasets import make_regression
 
     rng, sk_rng = _rngs(seed)
-    n = 24000
+    n = _N_ROWS
     X, y = make_regression(
         n_samples=n, n_features=50, n_informative=12, effective_rank=20, tail_strength=0.4,
         noise=0.0, random_state=sk_rng,
@@ -475,7 +494,7 @@ def _gen_sparse_linear(seed: int) -> DataTuple:
 
 def _gen_house_prices(seed: int) -> DataTuple:
     rng = _rngs(seed)[0]
-    n = 24000
+    n = _N_ROWS
     hoods = np.array([f"district_{c}" for c in "ABCDEFGHIJKL"], dtype=object)
     hood_idx = rng.integers(0, len(hoods), n)
     hood_effect = rng.normal(0, 0.25, len(hoods))[hood_idx]
@@ -538,6 +557,17 @@ def _shift(img: np.ndarray, dy: int, dx: int) -> np.ndarray:
     return out
 
 
+def _shift_each(images: np.ndarray, dy: np.ndarray, dx: np.ndarray, r: int) -> np.ndarray:
+    """Every image ``images[i]`` shifted by its own ``(dy[i], dx[i])``, both in ``[-r, r]``."""
+    out = np.empty_like(images)
+    for sy in range(-r, r + 1):
+        for sx in range(-r, r + 1):
+            m = (dy == sy) & (dx == sx)
+            if m.any():
+                out[m] = _shift(images[m], sy, sx)
+    return out
+
+
 def _digits_split(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarray, np.ndarray]:
     """Split the original images (not their augmentations) so no digit leaks into the test set."""
     rng = _rngs(seed)[0]
@@ -552,13 +582,14 @@ def _digits_split(seed: int) -> tuple[np.random.Generator, np.ndarray, np.ndarra
 def _gen_digits_shifted(seed: int) -> DataTuple:
     rng, images, labels, is_test = _digits_split(seed)
     aug_x, aug_y, aug_t = [], [], []
-    for dy in (-1, 0, 1):
-        for dx in (-1, 0, 1):
-            shifted = _shift(images, dy, dx)
-            noisy = np.clip(np.round(shifted + rng.normal(0, 1.5, shifted.shape)), 0, 16)
-            aug_x.append(noisy.reshape(len(images), -1))
-            aug_y.append(labels)
-            aug_t.append(is_test)
+    for _ in range(_DIGIT_COPIES):  # each copy shifts every image by its own (dy, dx) in {-1, 0, 1}^2
+        dy = rng.integers(-1, 2, len(images))
+        dx = rng.integers(-1, 2, len(images))
+        shifted = _shift_each(images, dy, dx, 1)
+        noisy = np.clip(np.round(shifted + rng.normal(0, 1.5, shifted.shape)), 0, 16)
+        aug_x.append(noisy.reshape(len(images), -1))
+        aug_y.append(labels)
+        aug_t.append(is_test)
     return _shuffled_split(rng, aug_x, aug_y, aug_t, [f"px_{r}_{c}" for r in range(8) for c in range(8)])
 
 
@@ -583,15 +614,10 @@ def _gen_digits_upscaled(seed: int) -> DataTuple:
     rng, images, labels, is_test = _digits_split(seed)
     big = zoom(images, (1, 1.5, 1.5), order=1)  # (n, 12, 12), bilinear upscaling
     aug_x, aug_y, aug_t = [], [], []
-    for _ in range(5):
+    for _ in range(_DIGIT_COPIES):
         dy = rng.integers(-2, 3, len(big))
         dx = rng.integers(-2, 3, len(big))
-        out = np.empty_like(big)
-        for sy in range(-2, 3):
-            for sx in range(-2, 3):
-                m = (dy == sy) & (dx == sx)
-                if m.any():
-                    out[m] = _shift(big[m], sy, sx)
+        out = _shift_each(big, dy, dx, 2)
         contrast = rng.uniform(0.6, 1.2, (len(big), 1, 1))
         out = np.clip(np.round(out * contrast * 255 / 16 + rng.normal(0, 40, out.shape)), 0, 255)
         aug_x.append(out.reshape(len(big), -1))
@@ -604,7 +630,7 @@ def _gen_churn(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
     rng, sk_rng = _rngs(seed)
-    n = 30000
+    n = _N_ROWS
     X, y = make_classification(
         n_samples=n, n_features=30, n_informative=9, n_redundant=6, n_clusters_per_class=4,
         weights=[0.92], flip_y=0.03, class_sep=0.6, shuffle=False, random_state=sk_rng,
@@ -630,7 +656,7 @@ def _gen_churn(seed: int) -> DataTuple:
 
 def _gen_energy_load(seed: int) -> DataTuple:
     rng = _rngs(seed)[0]
-    n = 26000
+    n = _N_ROWS
     hour = rng.integers(0, 24, n)
     weekday = rng.integers(0, 7, n)
     month = rng.integers(1, 13, n)
@@ -666,7 +692,7 @@ def _gen_sensor_fault(seed: int) -> DataTuple:
     from sklearn.datasets import make_classification
 
     rng, sk_rng = _rngs(seed)
-    n = 24000
+    n = _N_ROWS
     X, y = make_classification(
         n_samples=n, n_features=36, n_informative=8, n_redundant=10, n_classes=4,
         n_clusters_per_class=3, weights=[0.4, 0.25, 0.2, 0.15], class_sep=1.4, flip_y=0.02,
@@ -681,6 +707,90 @@ def _gen_sensor_fault(seed: int) -> DataTuple:
     df["rpm"] = np.round(1500 + 300 * rng.standard_normal(n))
     df["temperature_c"] = np.round(55 + 4 * X[:, 20] + 3 * rng.standard_normal(n), 2)
     return _split(df, names[y], rng)
+
+
+def _gen_fraud(seed: int) -> DataTuple:
+    """Card transactions: 4% fraud, a skewed amount, account age in days, a high-cardinality
+    merchant category whose levels carry their own fraud rate, and 20 anonymised features."""
+    from sklearn.datasets import make_classification
+
+    rng, sk_rng = _rngs(seed)
+    n = _N_ROWS
+    X, y = make_classification(
+        n_samples=n, n_features=24, n_informative=8, n_redundant=4, n_clusters_per_class=2,
+        weights=[0.96], flip_y=0.01, class_sep=0.9, shuffle=False, random_state=sk_rng,
+    )
+    merchants = np.array([f"mcc_{i:02d}" for i in range(40)], dtype=object)
+    risk = rng.normal(0, 1, len(merchants))  # per-merchant risk, echoed by the label
+    m_idx = np.where(rng.random(n) < 0.5, np.argsort(risk)[np.clip((X[:, 0] * 8 + 20).astype(int), 0, 39)],
+                     rng.integers(0, len(merchants), n))
+    amount = np.round(np.exp(3.5 + 0.9 * X[:, 1] + 0.4 * rng.standard_normal(n)), 2)  # skewed: 1..10^4
+    account_age = np.clip(np.round(900 + 600 * X[:, 2] + 300 * rng.standard_normal(n)), 1, None)
+    hour = np.clip(np.round(14 + 4 * X[:, 3] + 3 * rng.standard_normal(n)), 0, 23).astype(np.int64)
+    rest = X[:, 4:]
+    df = pd.DataFrame(rest[:, rng.permutation(rest.shape[1])], columns=[f"v{i:02d}" for i in range(rest.shape[1])])
+    df.insert(0, "amount", amount)
+    df.insert(1, "account_age_days", account_age)
+    df.insert(2, "hour", hour)
+    df.insert(3, "merchant_category", merchants[m_idx])
+    return _split(df, y.astype(np.int64), rng)
+
+
+def _gen_insurance_claims(seed: int) -> DataTuple:
+    """Claim costs: a right-skewed (log-normal) target driven by age, vehicle value, region and
+    past claims through multiplicative effects; features on very different scales."""
+    rng = _rngs(seed)[0]
+    n = _N_ROWS
+    regions = np.array(["urban", "suburban", "rural", "coastal", "mountain"], dtype=object)
+    r_idx = rng.integers(0, len(regions), n)
+    age = rng.integers(18, 86, n)
+    vehicle_value = np.round(np.exp(rng.normal(9.8, 0.5, n)), -1)
+    annual_km = np.round(np.exp(rng.normal(9.4, 0.45, n)))
+    past_claims = rng.poisson(0.4 + 0.01 * np.maximum(30 - age, 0), n)
+    bonus_malus = np.clip(np.round(rng.normal(1.0, 0.25, n) + 0.15 * past_claims, 2), 0.5, 2.5)
+    log_cost = (
+        6.2 + 0.35 * (np.log(vehicle_value) - 9.8) + 0.25 * (np.log(annual_km) - 9.4)
+        + 0.018 * np.abs(age - 45) + 0.3 * past_claims + 0.5 * (bonus_malus - 1)
+        + rng.normal(0, 0.25, len(regions))[r_idx] + rng.normal(0, 0.6, n)
+    )
+    df = pd.DataFrame({
+        "age": age, "vehicle_value": vehicle_value, "annual_km": annual_km, "past_claims": past_claims,
+        "bonus_malus": bonus_malus, "region": regions[r_idx],
+    })
+    for i in range(14):
+        df[f"policy_attr_{i:02d}"] = np.round(rng.normal(0, 1, n) * 10 ** (i % 4), 3)
+    return _split(df, np.round(np.exp(log_cost), 2), rng)
+
+
+def _gen_friedman_plant(seed: int) -> DataTuple:
+    """Friedman #2 (an impedance from four physical quantities of very different scales) with
+    16 distractor columns of random scales: a distance-based model needs scaling."""
+    from sklearn.datasets import make_friedman2
+
+    rng, sk_rng = _rngs(seed)
+    n = _N_ROWS
+    X, y = make_friedman2(n_samples=n, noise=60.0, random_state=sk_rng)
+    noise = rng.standard_normal((n, 16)) * (10.0 ** rng.integers(-1, 4, 16))
+    df = pd.DataFrame({"resistance_ohm": X[:, 0], "angular_freq": X[:, 1], "inductance_h": X[:, 2],
+                       "capacitance_uf": X[:, 3]}).round(4)
+    for i in range(noise.shape[1]):
+        df[f"aux_{i:02d}"] = noise[:, i].round(3)
+    return _split(df, y, rng)
+
+
+def _gen_digits_rotated(seed: int) -> DataTuple:
+    from scipy.ndimage import rotate
+
+    rng, images, labels, is_test = _digits_split(seed)
+    aug_x, aug_y, aug_t = [], [], []
+    for _ in range(_DIGIT_COPIES):
+        angles = rng.uniform(-20, 20, len(images))
+        out = np.stack([rotate(im, a, reshape=False, order=1, mode="constant") for im, a in zip(images, angles)])
+        out = np.clip(np.round(out + rng.normal(0, 2.0, out.shape)), 0, 16)
+        aug_x.append(out.reshape(len(images), -1))
+        aug_y.append(labels)
+        aug_t.append(is_test)
+    return _shuffled_split(rng, aug_x, aug_y, aug_t, [f"px_{r}_{c}" for r in range(8) for c in range(8)])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -811,6 +921,35 @@ _TASKS: dict[str, TaskSpec] = {
             "columns px_<row>_<col>) that are shifted by up to two pixels, vary in contrast and "
             "carry strong sensor noise. Test digits come from samples never seen in training.",
             _gen_digits_upscaled, 2104,
+        ),
+        _make(
+            "card-fraud", "tabular-classification", "heldout", "macro_f1", "is_fraud",
+            "Flag fraudulent card transactions (1). Features: the amount (right-skewed), the account "
+            "age in days, the hour, the merchant category (40 levels) and 20 anonymised features "
+            "v00..v19. Only about 4% of transactions are fraud, so the metric averages F1 over the "
+            "two classes.",
+            _gen_fraud, 2105, ("merchant_category",),
+        ),
+        _make(
+            "insurance-claims", "tabular-regression", "heldout", "mae", "claim_cost",
+            "Predict the cost of an insurance claim from the driver's age, vehicle value, annual "
+            "kilometres, past claims, bonus-malus factor, region (categorical) and 14 policy "
+            "attributes on very different scales. Costs are right-skewed.",
+            _gen_insurance_claims, 2106, ("region",),
+        ),
+        _make(
+            "friedman-plant", "tabular-regression", "heldout", "rmse", "impedance",
+            "Predict a circuit's impedance from its resistance, angular frequency, inductance and "
+            "capacitance (on very different scales) and 16 auxiliary readings aux_00..aux_15 of "
+            "no value. The target is measured with Gaussian noise.",
+            _gen_friedman_plant, 2107,
+        ),
+        _make(
+            "digits-rotated", "image-classification", "heldout", "accuracy", "digit",
+            "Recognise handwritten digits 0-9 in 8x8 grey-scale images (pixel intensities 0-16, "
+            "64 columns px_<row>_<col>) rotated by up to 20 degrees and noisy. Test digits come "
+            "from samples never seen in training.",
+            _gen_digits_rotated, 2108,
         ),
     ]
 }
