@@ -63,7 +63,7 @@ def loto(encoder, log) -> EmbeddingWorldModel:
 
 def test_text_and_encoder(encoder):
     d = describe_task("credit-default")
-    assert d.startswith("classification task, metric roc_auc (higher is better), 24000 training rows")
+    assert d.startswith("classification task, metric roc_auc (higher is better), 4500 training rows")
     assert "categorical columns" in d and "missing values" in d
     code = "import pandas\n# MODEL: ...\nmodel = GaussianNB()\nmodel.fit(X, y)\n"
     assert action_text(code) == "model = GaussianNB()"
