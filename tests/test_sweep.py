@@ -5,13 +5,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from agents.cli import main
-from agents.experiments.sweep import BREAKING, REAL_AT_F, SWEEP_PRESETS, SweepConfig, TabularSoftmaxPolicy, cost_bound, run_sweep
+from agents.experiments.sweep import (
+    BREAKING,
+    REAL_AT_F,
+    SWEEP_PRESETS,
+    SweepConfig,
+    TabularSoftmaxPolicy,
+    cost_bound,
+    run_sweep,
+)
 from agents.grpo import GRPOPolicy
 
 torch.set_num_threads(1)
@@ -40,11 +49,12 @@ def test_every_cell_exists_with_a_finite_interval(quick):
         assert c["n_seeds"] == cfg.seeds and len(c["compute_to_target"]) == cfg.seeds
         if c["reached"]:
             assert math.isfinite(c["low"]) and math.isfinite(c["high"]) and c["low"] <= c["speedup"] <= c["high"]
-    table = (open(f"{cfg.out_dir}/table.md").read())
+    out = Path(cfg.out_dir)
+    table = (out / "table.md").read_text()
     assert "| perfect | wmrl | 0.1 |" in table and "| useless | wm_only | — | not reached" in table
-    for name in ("results.json", "speedup_heatmap.png", "speedup_heatmap_methods.png", "traces.png"):
-        assert (open(f"{cfg.out_dir}/{name}", "rb").read(4))
-    assert json.loads(open(f"{cfg.out_dir}/results.json").read())["target"] == pytest.approx(res["target"])
+    for name in ("speedup_heatmap.png", "speedup_heatmap_methods.png", "traces.png"):
+        assert (out / name).read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out / "results.json").read_text())["target"] == pytest.approx(res["target"])
 
 
 def test_exact_number_of_executions_per_method(quick):
@@ -87,7 +97,7 @@ def test_zero_error_world_model_reaches_close_to_the_cost_bound(quick):
 
 
 def test_useless_world_model_alone_does_not_reach_the_target(quick):
-    cfg, res = quick
+    _cfg, res = quick
     c = _cell(res, "wm_only", "useless", None)
     assert not c["reached"] and c["n_reached"] == 0
     assert all(math.isinf(x) for x in c["compute_to_target"])
@@ -119,7 +129,7 @@ def test_tabular_policy_is_a_grpo_policy():
     assert isinstance(p, GRPOPolicy)
     acts, handle = p.sample(np.array([0, 2]), 4)
     assert acts.shape == (2, 4) and handle[0].tolist() == [0] * 4 + [2] * 4
-    logp, mask, ent = p.grpo_logprobs(handle, np.array([0, 5]), with_entropy=True)
+    logp, _mask, ent = p.grpo_logprobs(handle, np.array([0, 5]), with_entropy=True)
     assert logp.shape == (2, 1) and torch.allclose(logp, torch.full((2, 1), -math.log(5), dtype=torch.float64))
     assert ent is not None and torch.allclose(ent, torch.full((2, 1), math.log(5), dtype=torch.float64))
 

@@ -2,7 +2,7 @@
 
 Issue 11, items 4 and 5. On :class:`~wmrl_envs.envs.known_truth.KnownTruthEnv` (a true expected
 score per action, declared costs) it trains a small tabular softmax policy with GRPO under the
-methods of ``wmrl bench`` (:data:`agents.experiments.bench.METHODS`: real-execution GRPO, world
+methods of ``wmrl bench`` (:data:`agents.experiments.methods.METHODS`: real-execution GRPO, world
 model only, WMRL and its three ablations) and measures the compute-to-target speedup of each
 against real GRPO (:mod:`agents.experiments.speedup`), over a grid of world-model quality levels
 (:data:`~wmrl_envs.envs.known_truth.WORLD_MODEL_ERRORS`, each reported with the within-group
@@ -11,7 +11,7 @@ that breaks mid-run.
 
 Everything runs through the objects of the main job: one
 :class:`~wmrl_envs.AnchoredWorldModelWrapper` per run (``plan_step``, ``score_group``), its
-:class:`~wmrl_envs.core.CorrectionConfig` from :func:`agents.experiments.bench.method_correction`,
+:class:`~wmrl_envs.core.CorrectionConfig` from :func:`agents.experiments.methods.method_correction`,
 the advantages of :func:`agents.grpo.build_advantages` and the one GRPO step
 :func:`agents.grpo.grpo_step` — the shape of :func:`agents.experiments.bench.run_method`.
 
@@ -38,29 +38,31 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterable, Sequence
+from typing import Annotated, Any
 
 import numpy as np
 import tyro
 
 from wmrl_envs.core import CorrectionConfig
 
+from .methods import COST_SOURCES
+
 __all__ = [
-    "SweepConfig",
-    "SWEEP_PRESETS",
     "BREAKING",
     "REAL_AT_F",
-    "TabularSoftmaxPolicy",
+    "SWEEP_PRESETS",
+    "SweepConfig",
     "SweepRun",
-    "run_sweep_method",
-    "run_sweep",
-    "main_sweep",
+    "TabularSoftmaxPolicy",
     "cost_bound",
+    "main_sweep",
+    "run_sweep",
+    "run_sweep_method",
 ]
 
 BREAKING = "breaking"
@@ -71,7 +73,6 @@ REAL_AT_F = "real_at_f"
 groups per step — the anchor groups alone, without the world-model groups. Its speedup over
 real GRPO is the part of an anchored method's saving that a smaller real batch gives by itself."""
 
-_SOURCES = ("execution", "world_model", "generation", "update")
 _ABLATIONS = ("debias_only", "denoise_only", "anchors_raw")
 
 
@@ -85,7 +86,7 @@ class SweepConfig:
     fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
     """Anchor fractions f of the anchored methods."""
     methods: tuple[str, ...] = ("real", "wm_only", "wmrl", "debias_only", "denoise_only", "anchors_raw")
-    """Methods (agents.experiments.bench.METHODS); real is always run (it sets the target)."""
+    """Methods (agents.experiments.methods.METHODS); real is always run (it sets the target)."""
     ablation_fractions: tuple[float, ...] | None = None
     """Fractions at which the ablations run (None: every fraction)."""
     breaking: bool = True
@@ -148,7 +149,7 @@ class SweepConfig:
 
         from wmrl_envs.envs.known_truth import WORLD_MODEL_ERRORS
 
-        from .bench import METHODS
+        from .methods import METHODS
 
         unknown = [x for x in self.levels if x not in WORLD_MODEL_ERRORS]
         check(bool(self.levels) and not unknown, "levels", f"a non-empty subset of {sorted(WORLD_MODEL_ERRORS)}")
@@ -318,7 +319,7 @@ def run_sweep_method(
     the exact score reaches ``target``, or once the compute reaches ``compute_budget_s``.
 
     Args:
-        method: a name of :data:`agents.experiments.bench.METHODS`, or :data:`REAL_AT_F` (real
+        method: a name of :data:`agents.experiments.methods.METHODS`, or :data:`REAL_AT_F` (real
             GRPO with ``max(1, round(fraction × groups_per_step))`` groups per step).
         level: world-model quality (a :data:`WORLD_MODEL_ERRORS` name or :data:`BREAKING`);
             ``None`` for real.
@@ -343,7 +344,7 @@ def run_sweep_method(
     from wmrl_envs.core import GENERATION, UPDATE
     from wmrl_envs.envs.known_truth import within_group_correlation
 
-    from .bench import METHODS, method_correction
+    from .methods import METHODS, method_correction
 
     torch.set_num_threads(1)
     if method == REAL_AT_F:
@@ -382,7 +383,7 @@ def run_sweep_method(
         pairs_raw += step_raw
         pairs_real += step_real
         stats = corrector.stats()
-        run.compute.append(float(sum(ledger.cpu_seconds(s) for s in _SOURCES)))
+        run.compute.append(float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES)))
         run.score.append(env.expected_score(policy.probs()))
         run.rho.append(float(stats["rho"]))
         run.mae_raw.append(stats["calibration_mae_raw"])
@@ -396,7 +397,7 @@ def run_sweep_method(
     run.executions = ledger.count("execution")
     run.anchor_groups = wrapper.router.n_anchor_groups
     run.predictions = ledger.count("world_model")
-    run.cpu_by_source = {s: ledger.cpu_seconds(s) for s in _SOURCES}
+    run.cpu_by_source = {s: ledger.cpu_seconds(s) for s in COST_SOURCES}
     if pairs_raw:
         c = within_group_correlation(np.array(pairs_raw), np.array(pairs_real))
         run.correlation = {"pearson": c.pearson, "spearman": c.spearman, "n_groups": c.n_groups, "n_used": c.n_used}
@@ -469,7 +470,13 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
         ValueError: real GRPO did not improve (there is no target; from
             :func:`agents.experiments.speedup.target_score`).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from wmrl_envs.envs.known_truth import measured_correlation
 
@@ -571,17 +578,17 @@ def format_sweep_table(results: dict[str, Any]) -> str:
         + ", ".join(f"f={f}: {b:.1f}×" for f, b in cost["bound"].items())
         + f"; world model only: {cost['bound_wm_only']:.0f}×.",
         "",
-        f"Target score {results['target']:.3f} ({cfg['gain_fraction']:g} of real GRPO's mean gain in {cfg['steps']} steps; "
-        f"exact expected score over {cfg['n_tasks']} tasks). Other methods stop at the target, at "
-        f"{results['compute_budget_s']:.0f} CPU-s ({cfg['max_compute_factor']:g}× real GRPO's median compute) or at "
-        f"{results['max_steps']} steps; 'not reached' = beyond that budget. {cfg['seeds']} seeds per cell; 95% paired "
-        f"bootstrap CI over seeds.",
+        (f"Target score {results['target']:.3f} ({cfg['gain_fraction']:g} of real GRPO's mean gain in {cfg['steps']} steps; "
+         f"exact expected score over {cfg['n_tasks']} tasks). Other methods stop at the target, at "
+         f"{results['compute_budget_s']:.0f} CPU-s ({cfg['max_compute_factor']:g}× real GRPO's median compute) or at "
+         f"{results['max_steps']} steps; 'not reached' = beyond that budget. {cfg['seeds']} seeds per cell; 95% paired "
+         "bootstrap CI over seeds."),
         "",
         "## World-model quality levels (within-group correlation of world-model vs real score, measured)",
         "",
-        "Per group the Pearson / Spearman correlation of its G world-model and real scores, averaged over the "
-        "groups in which neither is constant. 'untrained policy': groups drawn from the uniform policy; "
-        "'anchor groups': every anchor group of the level's anchored runs.",
+        ("Per group the Pearson / Spearman correlation of its G world-model and real scores, averaged over the "
+         "groups in which neither is constant. 'untrained policy': groups drawn from the uniform policy; "
+         "'anchor groups': every anchor group of the level's anchored runs."),
         "",
         "| level | Pearson (untrained policy) | Spearman (untrained policy) | Pearson (anchor groups) | Spearman (anchor groups) |",
         "|---|---|---|---|---|",
@@ -609,10 +616,9 @@ def format_sweep_table(results: dict[str, Any]) -> str:
     if small:
         gps = cfg["groups_per_step"]
         lines += ["", f"## Reference: real GRPO with fewer groups per step ({REAL_AT_F})", "",
-                  f"Real-execution GRPO with max(1, round(f × {gps})) groups per step: the anchor groups alone, no world "
-                  "model. Its speedup over real GRPO (at "
-                  f"{gps} groups per step) is the saving a smaller real batch gives by itself; an anchored method adds "
-                  "value over it only where its speedup is higher.", "",
+                  (f"Real-execution GRPO with max(1, round(f × {gps})) groups per step: the anchor groups alone, no "
+                   f"world model. Its speedup over real GRPO (at {gps} groups per step) is the saving a smaller real "
+                   "batch gives by itself; an anchored method adds value over it only where its speedup is higher."), "",
                   "| f | groups per step | speedup [95% CI] | seeds reached |", "|---|---|---|---|"]
         for c in small:
             lines.append(f"| {c['fraction']:g} | {max(1, round(c['fraction'] * gps))} | {c['formatted']} | "

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -42,15 +43,15 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 
 __all__ = [
     "ENV_ID",
-    "KnownTruthEnv",
-    "WorldModelError",
     "WORLD_MODEL_ERRORS",
-    "KnownTruthWorldModel",
     "BreakingWorldModel",
     "CorrelationEstimate",
-    "within_group_correlation",
-    "measured_correlation",
+    "KnownTruthEnv",
+    "KnownTruthWorldModel",
+    "WorldModelError",
     "clipped_normal_mean",
+    "measured_correlation",
+    "within_group_correlation",
 ]
 
 ENV_ID = "wmrl/KnownTruth-v0"
@@ -322,7 +323,7 @@ class WorldModelError:
         k = float(self.squash)
         if k == 0:
             return x.copy()
-        sig = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+        sig = lambda z: 1.0 / (1.0 + np.exp(-z))
         lo, hi = sig(-k / 2), sig(k / 2)
         return (sig(k * (x - 0.5)) - lo) / (hi - lo)
 
