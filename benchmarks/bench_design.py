@@ -46,7 +46,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -107,6 +107,34 @@ def expected_best_of_k(positions: Sequence[float | None], k: int) -> float:
         raise ValueError(f"k must be in [1, n={n}] (draws per task), got k={k}")
     w = np.array([comb(i, k - 1) for i in range(n)], dtype=float) / comb(n, k)
     return float((w * x).sum())
+
+
+def avg_at_k_estimate(positions: Mapping[str, Sequence[float | None]], categories: Mapping[str, str],
+                      k: int, draws: int | None = None) -> tuple[float, dict[str, float], dict[str, float]]:
+    """avg@k (percent) from each task's draws, aggregated as :func:`agents.evaluation.avg_at_k`.
+
+    Args:
+        positions: per task, its trajectories' position scores in draw order (``None``: no
+            valid submission); a task without trajectories is left out.
+        categories: per task, its category.
+        k: k of avg@k (a task with fewer draws uses all of them).
+        draws: use only the first ``draws`` trajectories of each task (``None``: all), which is
+            an evaluation with fewer draws on the same stream.
+
+    Returns:
+        ``(overall, per_category, per_task)``: per task 100 × :func:`expected_best_of_k`;
+        per category the mean over its tasks; overall the mean over categories.
+    """
+    per_task = {}
+    for t, p in positions.items():
+        p = list(p)[: draws if draws is not None else None]
+        if p:
+            per_task[t] = 100.0 * expected_best_of_k(p, min(k, len(p)))
+    by_cat: dict[str, list[float]] = {}
+    for t, v in per_task.items():
+        by_cat.setdefault(categories[t], []).append(v)
+    per_cat = {c: statistics.fmean(v) for c, v in sorted(by_cat.items())}
+    return (statistics.fmean(per_cat.values()) if per_cat else float("nan")), per_cat, per_task
 
 
 class CachedEvaluator:
@@ -184,19 +212,12 @@ class CachedEvaluator:
                 ungraded += 1
                 continue
             positions[t].append(g.position if g.status == "valid" else None)
-        def score(k: int) -> tuple[float, dict[str, float], dict[str, float]]:
-            per_task = {t: 100.0 * expected_best_of_k(p, min(k, len(p))) for t, p in positions.items() if p}
-            by_cat: dict[str, list[float]] = {}
-            for t, v in per_task.items():
-                by_cat.setdefault(get_task(t).category, []).append(v)
-            per_cat = {c: statistics.fmean(v) for c, v in sorted(by_cat.items())}
-            return (statistics.fmean(per_cat.values()) if per_cat else float("nan")), per_cat, per_task
-
-        overall, per_cat, per_task = score(self.k)
+        cats = {t: get_task(t).category for t in self.tasks}
+        overall, per_cat, per_task = avg_at_k_estimate(positions, cats, self.k)
         # the same draws scored for every k up to the number of draws (no further execution)
-        by_k = {kk: score(kk)[0] for kk in (1, 2, 4, 8) if kk <= self.draws}
+        by_k = {kk: avg_at_k_estimate(positions, cats, kk)[0] for kk in (1, 2, 4, 8) if kk <= self.draws}
         return {"overall": overall, "per_category": per_cat, "per_task": per_task, "ungraded": ungraded,
-                "overall_by_k": by_k}
+                "overall_by_k": by_k, "positions": positions}
 
 
 def measure_execution_costs(sandbox: Any, programs: Sequence[tuple[str, str]],
@@ -229,6 +250,32 @@ def measure_execution_costs(sandbox: Any, programs: Sequence[tuple[str, str]],
 
 def _fmt(d: dict[str, float]) -> str:
     return f"mean {d['mean']:.2f}  median {d['median']:.2f}  p90 {d['p90']:.2f}  max {d['max']:.2f}  (n={d['n']})"
+
+
+def noise_by_draws(runs: Sequence[Mapping[str, Sequence[float | None]]], categories: Mapping[str, str],
+                   max_draws: int) -> dict[str, dict[str, float]]:
+    """Mean and std over evaluation seeds of the overall avg@k for fewer draws and other k.
+
+    Each evaluation seed's first ``d`` draws per task are themselves an evaluation with ``d``
+    draws, so one run with ``max_draws`` draws gives the noise of every smaller one (no further
+    execution).
+
+    Args:
+        runs: per evaluation seed, per task, the positions in draw order.
+        categories: per task, its category.
+        max_draws: the draws per task of ``runs``.
+
+    Returns:
+        ``{"k=<k>,draws=<d>": {"mean", "std"}}`` for k in 1, 2, 4 and d in 2, 4, 8, 16, 24, 32
+        with k <= d <= max_draws.
+    """
+    out = {}
+    for k in (1, 2, 4):
+        for d in (2, 4, 8, 16, 24, 32):
+            if k <= d <= max_draws:
+                v = [avg_at_k_estimate(r, categories, k, draws=d)[0] for r in runs]
+                out[f"k={k},draws={d}"] = {"mean": statistics.fmean(v), "std": statistics.stdev(v)}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -272,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from agents.experiments.bench import METHODS, BenchConfig, GrammarBenchAgent, run_method
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import is_reference_secret, sandbox_hidden_paths, secret_fingerprint
-    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import make_sandbox
 
     torch.set_num_threads(1)
@@ -315,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 "overall_by_k": {str(kk): {"mean": statistics.fmean(r["overall_by_k"][kk] for r in untrained),
                                            "std": statistics.stdev(r["overall_by_k"][kk] for r in untrained)}
                                  for kk in untrained[0]["overall_by_k"]},
+                "noise_by_draws": noise_by_draws([r["positions"] for r in untrained],
+                                                 {t: get_task(t).category for t in heldout}, args.eval_draws),
+                "positions": [r["positions"] for r in untrained],
             }
 
         if "cost" in parts:  # 3. cost of one execution, one at a time
@@ -388,8 +438,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for c in cats:
             t.add_row(f"  {c}", f"{u['per_category_mean'][c]:.1f} ± {u['per_category_std'][c]:.1f}", "")
         t.add_row(f"eval noise of a fixed policy (std, {args.noise_seeds} eval seeds)", f"{u['overall_std']:.2f}", "<= ~2")
-        for kk, v in u["overall_by_k"].items():
-            t.add_row(f"  same draws scored as avg@{kk}", f"{v['mean']:.1f} ± {v['std']:.2f}", "")
+        for key, v in u["noise_by_draws"].items():
+            t.add_row(f"  same stream, {key}", f"{v['mean']:.1f} ± {v['std']:.2f}", "")
         for task, v in u["per_task_mean"].items():
             t.add_row(f"  untrained {task}", f"{v:.1f}", "")
     if "execution_cost" in results:

@@ -94,3 +94,31 @@ def test_cost_summary():
     assert s == {"n": 5, "mean": 4.0, "median": 3.0, "p90": pytest.approx(7.6), "max": 10.0}
     with pytest.raises(ValueError, match="no execution costs"):
         bd.cost_summary([])
+
+
+def test_avg_at_k_estimate_aggregates_like_avg_at_k_and_truncates_draws():
+    from agents.evaluation import avg_at_k
+
+    positions = {"a": [0.25, None, 1.0, 0.5], "b": [0.5, 0.5, 0.0, 1.0], "c": [None, 0.75, 0.25, 0.0]}
+    cats = {"a": "x", "b": "x", "c": "y"}
+    # with k = the number of draws it is avg@k itself
+    overall, per_cat, per_task = bd.avg_at_k_estimate(positions, cats, 4)
+    ref = avg_at_k(positions, cats, k=4)
+    assert overall == pytest.approx(ref["overall"]) and per_cat == pytest.approx(ref["per_category"])
+    assert per_task == pytest.approx(ref["per_task"])
+    # the first two draws, best of 1 = their mean
+    overall2, _, per_task2 = bd.avg_at_k_estimate(positions, cats, 1, draws=2)
+    assert per_task2 == pytest.approx({"a": 12.5, "b": 50.0, "c": 37.5})
+    assert overall2 == pytest.approx(((12.5 + 50.0) / 2 + 37.5) / 2)
+
+
+def test_noise_by_draws_is_the_spread_over_seeds_of_each_truncated_evaluation():
+    cats = {"a": "x"}
+    runs = [{"a": [0.0, 1.0, 0.5, 0.5]}, {"a": [1.0, 1.0, 0.0, 0.0]}]
+    out = bd.noise_by_draws(runs, cats, 4)
+    assert set(out) == {"k=1,draws=2", "k=1,draws=4", "k=2,draws=2", "k=2,draws=4", "k=4,draws=4"}
+    # k=1, draws=2: 50 and 100 -> mean 75, sample std 35.36
+    assert out["k=1,draws=2"]["mean"] == pytest.approx(75.0)
+    assert out["k=1,draws=2"]["std"] == pytest.approx(np.std([50.0, 100.0], ddof=1))
+    # k=1, draws=4: both 50 -> no spread
+    assert out["k=1,draws=4"] == {"mean": pytest.approx(50.0), "std": pytest.approx(0.0)}
