@@ -9,9 +9,10 @@ execution to ``--out``:
 
     {"task_id", "split", "policy", "family", "choices", "random_state", "fails", "model_line",
      "code", "status", "score", "position", "metric_value", "runtime_s", "step_s", "error",
-     "worker", "workers"}
+     "cpu_s", "worker", "workers"}
 
 ``runtime_s`` is the sandbox's wall-clock time of the program (Python start-up included),
+``cpu_s`` the CPU-seconds of its sandboxed process tree (``execution_cpu_s`` of the step's info),
 ``step_s`` the host time of the whole ``env.step`` (job folder, execution, grading); ``error`` is
 the last line of stderr for failed runs. Jobs are shuffled (training tasks first) and no new
 job starts after ``--budget-s`` seconds, so a budget cut leaves a balanced log. At the end a
@@ -151,6 +152,7 @@ def main() -> None:
             "split": get_task(prog.task_id).split, "policy": policy_name, "status": info["status"],
             "score": float(info["score"]), "position": info["position"], "metric_value": info["metric_value"],
             "runtime_s": round(float(info["runtime_s"]), 3), "step_s": round(step_s, 3), "error": err,
+            "cpu_s": None if info.get("execution_cpu_s") is None else round(float(info["execution_cpu_s"]), 3),
             "worker": local.worker, "workers": args.workers,
         })
         with write_lock:

@@ -217,9 +217,9 @@ def test_degraded_world_model(loto, log):
 
 
 def test_leave_one_task_out_quality_on_the_shipped_log(loto, log):
-    """LOTO predictions vs real scores, pinned to the figures the docs quote: Spearman 0.71 on
-    the whole shipped log (``embedding.py``'s module docstring), and 0.65 for the bench's world
-    model, fitted and scored on the training split (``docs/bench_reference.md``)."""
+    """LOTO predictions vs real scores on the shipped log (239 executions, regenerated on the
+    6000-row tasks): Spearman 0.63 on the whole log and, for the bench's world model fitted and
+    scored on the training split, the figure below (``docs/autoresearch.md``, "Benchmark design")."""
     tasks = sorted({r["task_id"] for r in log})
     pred = loto.predict_scores([r["task_id"] for r in log], [r["code"] for r in log])
     real = np.array([r["score"] for r in log])
@@ -234,16 +234,16 @@ def test_leave_one_task_out_quality_on_the_shipped_log(loto, log):
     base_mae = float(np.abs(real - real.mean()).mean())
     print(f"\nLOTO on the shipped log ({len(log)} executions, {len(tasks)} tasks): Spearman {rho:.3f}, "
           f"mean within-task Spearman {np.mean(per_task):.3f}, MAE {mae:.3f} (constant-mean MAE {base_mae:.3f})")
-    # measured 0.7114, 0.7191, 0.157 vs 0.282; the tolerance allows for BLAS rounding, not for a change
-    assert rho == pytest.approx(0.711, abs=0.005)
-    assert np.mean(per_task) == pytest.approx(0.719, abs=0.005)
-    assert mae == pytest.approx(0.157, abs=0.003) and base_mae == pytest.approx(0.282, abs=0.001)
+    # measured 0.628, 0.675, 0.157 vs 0.228; the tolerance allows for BLAS rounding, not for a change
+    assert rho == pytest.approx(0.628, abs=0.005)
+    assert np.mean(per_task) == pytest.approx(0.675, abs=0.005)
+    assert mae == pytest.approx(0.157, abs=0.003) and base_mae == pytest.approx(0.228, abs=0.001)
     train = load_execution_log(split="train")
     bench_wm = EmbeddingWorldModel(loto.encoder).fit_leave_one_task_out(train)
     pred_t = bench_wm.predict_scores([r["task_id"] for r in train], [r["code"] for r in train])
     rho_t = spearmanr(pred_t, [r["score"] for r in train]).statistic
     print(f"bench world model (fitted and scored on the {len(train)} training-split executions): Spearman {rho_t:.3f}")
-    assert rho_t == pytest.approx(0.653, abs=0.005)  # measured 0.6526
+    assert rho_t == pytest.approx(0.531, abs=0.005)  # measured 0.5311
 
 
 def test_plugs_into_the_anchored_wrapper(loto, log):
