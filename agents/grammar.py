@@ -33,7 +33,8 @@ choice among several. Heavy options are capped so that no execution takes tens o
 most 200 histogram-boosting iterations, 50 gradient-boosting stages and 100 trees per forest
 (200 before), on tasks of 6000 rows or fewer. An execution's cost is then mostly the start-up
 of Python and scikit-learn (about 1.3 CPU-seconds); the measured distribution is printed by
-``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design").
+``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design: room to
+learn").
 """
 
 from __future__ import annotations

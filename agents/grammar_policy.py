@@ -19,9 +19,9 @@ size and feature-count buckets, categorical columns, missing values),
 :meth:`GrammarPolicy.log_probs` is exact and differentiable. Only the slots of the chosen
 family are part of a program, so the distribution is a tree and ``log p(program)`` is the sum
 of the log-probabilities of its choices. ``init="prior"`` starts from :attr:`agents.grammar.Option.prior`
-weights (an "instruction-tuned" starting point: mostly sensible code; 12% of its programs hold
-an option that always fails and 5-8% one that fails on some data, and 21% of 300 logged
-executions raised); ``init="uniform"`` from the uniform distribution (54% of 79 raised).
+weights (an "instruction-tuned" starting point: mostly sensible code; 11-12% of its programs hold
+an option that always fails and 5-8% one that fails on some data, and 22% of 188 logged
+executions raised); ``init="uniform"`` from the uniform distribution (55% of 51 raised).
 
 GRPO: the choices of a program are its tokens; :class:`GrammarPolicy` is an
 :class:`agents.grpo.GRPOPolicy` (:meth:`GrammarPolicy.grpo_logprobs` returns ``(B, L)``

@@ -219,7 +219,8 @@ def test_degraded_world_model(loto, log):
 def test_leave_one_task_out_quality_on_the_shipped_log(loto, log):
     """LOTO predictions vs real scores on the shipped log (239 executions, regenerated on the
     6000-row tasks): Spearman 0.63 on the whole log and, for the bench's world model fitted and
-    scored on the training split, the figure below (``docs/autoresearch.md``, "Benchmark design")."""
+    scored on the training split, the figure below (``docs/autoresearch.md``, "Benchmark
+    design: room to learn")."""
     tasks = sorted({r["task_id"] for r in log})
     pred = loto.predict_scores([r["task_id"] for r in log], [r["code"] for r in log])
     real = np.array([r["score"] for r in log])

@@ -8,7 +8,8 @@ rows for the tabular tasks, 1797 images for the image tasks, split 3:1 into trai
 that executing a solution costs one to a few CPU-seconds, most of it the start-up of Python and
 scikit-learn (about 1.3 CPU-seconds before any fit); execution is the cost the WMRL method
 exists to cut, and it stays the dominant cost of real-execution GRPO. Measured figures:
-``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design").
+``benchmarks/bench_design.py`` (``docs/autoresearch.md``, "Benchmark design: room to
+learn").
 
 There are 7 training and 8 held-out tasks, every category in both splits. They are hard in
 ways an ML engineer meets (so that an untrained agent leaves room to learn): features on very
