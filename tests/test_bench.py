@@ -204,3 +204,32 @@ def test_unknown_method():
     with pytest.raises(ValueError, match="unknown methods"):
         run_bench(BenchConfig(methods=("nope",)), make_agent=FakeAgent, make_env=FakeEnv, world_model=None,
                   train_tasks=["t"], heldout_tasks=["h"], sandbox=None)
+
+
+def test_run_method_records_why_it_stopped():
+    """A cheap method stops at real GRPO's compute or at its step cap, and says which: the headline
+    tells a seed that ran out of budget from one that ran out of steps."""
+    from agents.experiments.bench import run_method
+
+    cfg = BenchConfig(groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2))
+    kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"])
+    # one anchor group of 4 rollouts per step = 80 declared CPU-s: a 200 CPU-s budget binds at step 3
+    run = run_method(METHODS["wmrl"], 0, cfg, kw["make_agent"], kw["make_env"], kw["world_model"], kw["train_tasks"],
+                     max_steps=10, compute_budget_s=200.0)
+    assert (len(run.records), run.stopped) == (3, "compute budget")
+    run = run_method(METHODS["wmrl"], 0, cfg, kw["make_agent"], kw["make_env"], kw["world_model"], kw["train_tasks"],
+                     max_steps=2, compute_budget_s=200.0)
+    assert (len(run.records), run.stopped) == (2, "step cap")
+    run = run_method(METHODS["real"], 0, cfg, kw["make_agent"], kw["make_env"], None, kw["train_tasks"], max_steps=2)
+    assert run.stopped == "steps" and run.records[-1].cpu_seconds["execution"] == 2 * 20 * 20.0
+
+
+def test_world_model_fitting_cost_is_the_logged_executions_cpu_seconds():
+    from agents.experiments.bench import world_model_fitting_cost
+    from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
+
+    records = load_execution_log(split="train")
+    seconds, what, is_cpu = world_model_fitting_cost(BenchConfig(world_model="embedding"))
+    assert is_cpu and seconds == pytest.approx(sum(r["cpu_s"] for r in records)) and seconds > 0
+    assert f"{len(records)} logged executions" in what
+    assert world_model_fitting_cost(BenchConfig(world_model="llm"))[0] == 0.0

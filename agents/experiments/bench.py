@@ -208,6 +208,9 @@ class MethodRun:
     seed: int
     records: list[StepRecord] = field(default_factory=list)
     snapshots: list[Any] = field(default_factory=list)  # snapshots[i] = policy after step i (0 = initial)
+    stopped: str = "steps"
+    """Why training stopped: ``"steps"`` (its step budget: S for real GRPO), ``"compute budget"``
+    (it reached real GRPO's compute) or ``"step cap"`` (``max_steps_factor × S`` came first)."""
     ungraded: dict[str, Any] = field(default_factory=dict)  # the wrapper's UngradedMonitor.stats()
 
     def compute_at(self, step: int) -> float:
@@ -301,7 +304,11 @@ def run_method(
             progress(f"{spec.name} seed {seed} step {step}: compute {cpu:.0f} CPU-s reward "
                      f"{rm if rm is None else round(rm, 3)} rho {run.records[-1].rho:.2f}")
         if compute_budget_s is not None and cpu >= compute_budget_s:
+            run.stopped = "compute budget"
             break
+    else:
+        if compute_budget_s is not None:
+            run.stopped = "step cap"
     for e in (env, *extra_envs):
         e.close()
     run.ungraded = wrapper.ungraded.stats()
@@ -479,6 +486,7 @@ def run_bench(
     evaluate: Callable[..., dict[str, Any]] = evaluate_snapshot,
     log: Callable[[str], None] = print,
     fitting_cpu_s: float = 0.0,
+    fitting_unit: str = "CPU-s",
 ) -> dict[str, Any]:
     """Run every method for every seed, evaluate their curves, compute the speedup, write the outputs.
 
@@ -495,6 +503,8 @@ def run_bench(
     Args:
         fitting_cpu_s: CPU-seconds of the real executions the world model was fitted on (0 for
             a world model fitted on none), reported in its own column of the headline.
+        fitting_unit: the unit of ``fitting_cpu_s`` as printed (``"CPU-s"``; another string when
+            only a wall-clock figure exists, so the table never calls it CPU-seconds).
 
     Returns:
         The results dict (also written to ``out_dir/results.json``).
@@ -521,6 +531,7 @@ def run_bench(
         "task_secret": {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()},
         "methods": {m: {"seeds": []} for m in order},
         "world_model_fitting_cpu_s": fitting_cpu_s,
+        "world_model_fitting_unit": fitting_unit,
     }
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -590,6 +601,7 @@ def run_bench(
                     "eval": {p: evals[i] for p, i in sel.items()},
                     "records": [asdict(r) for r in run.records],
                     "budgets": budgets,
+                    "stopped": run.stopped,
                     "ungraded": run.ungraded,
                 }
                 _set_curve(entry, run, evals)
@@ -749,7 +761,7 @@ def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
     raise ValueError(f"world_model must be 'embedding', 'degraded' or 'llm', got {cfg.world_model!r}")
 
 
-def world_model_fitting_cost(cfg: BenchConfig) -> tuple[float, str]:
+def world_model_fitting_cost(cfg: BenchConfig) -> tuple[float, str, bool]:
     """CPU-seconds of the real executions the benchmark's world model was fitted on.
 
     The embedding world model (and its degraded twin) is fitted on the shipped log of real
@@ -758,18 +770,19 @@ def world_model_fitting_cost(cfg: BenchConfig) -> tuple[float, str]:
     the speedup with this cost charged too. The LLM judge is a frozen backbone fitted on none.
 
     Returns:
-        ``(seconds, what)``: the sum of the log's ``cpu_s`` per record where the log has it,
-        else of its wall-clock ``runtime_s`` (``what`` says which), and 0.0 for the LLM judge.
+        ``(seconds, what, is_cpu)``: the sum of the log's ``cpu_s`` per record where every record
+        has it (``is_cpu`` True), else of its wall-clock ``runtime_s`` (``is_cpu`` False: reported
+        under that name, never as CPU-seconds); ``what`` says which; 0.0 for the LLM judge.
     """
     if cfg.world_model == "llm":
-        return 0.0, "none (frozen backbone)"
+        return 0.0, "none (frozen backbone)", True
     from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
 
     records = load_execution_log(split="train")
     if records and all(r.get("cpu_s") is not None for r in records):
-        return float(sum(float(r["cpu_s"]) for r in records)), f"{len(records)} logged executions, CPU-seconds"
+        return float(sum(float(r["cpu_s"]) for r in records)), f"{len(records)} logged executions, CPU-seconds", True
     return float(sum(float(r.get("runtime_s") or 0.0) for r in records)), (
-        f"{len(records)} logged executions, wall-clock seconds (the log has no CPU-seconds)")
+        f"{len(records)} logged executions, wall-clock seconds (the log has no CPU-seconds)"), False
 
 
 def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -805,7 +818,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
     wm = build_world_model(cfg)
-    fitting_cpu_s, fitting_what = world_model_fitting_cost(cfg)
+    fitting_cpu_s, fitting_what, fitting_is_cpu = world_model_fitting_cost(cfg)
     log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} "
         f"seeds={cfg.seeds}; world-model fitting cost {fitting_cpu_s:.0f} s ({fitting_what})")
     try:
@@ -822,6 +835,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
             sandbox=sandbox,
             log=log,
             fitting_cpu_s=fitting_cpu_s,
+            fitting_unit="CPU-s" if fitting_is_cpu else "wall-clock s (no CPU figure logged)",
         )
     finally:
         sandbox.close()

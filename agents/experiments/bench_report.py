@@ -197,6 +197,11 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
     return out
 
 
+CAUSE_WORDS = {"steps": "end of its S steps", "compute budget": "compute budget (real GRPO's compute)",
+               "step cap": "step cap (max_steps_factor × S)"}
+"""How a seed that did not reach the target is described, by why its training stopped."""
+
+
 def _fmt_speedup(d: dict[str, Any] | None) -> str:
     from agents.experiments.speedup import SpeedupEstimate
 
@@ -214,11 +219,12 @@ def format_speedup_table(results: dict[str, Any]) -> str:
     if not sp:
         return "(no compute-to-target: the run has no real-execution GRPO)\n"
     fit = sp["fitting_cpu_s"]
+    unit = results.get("world_model_fitting_unit", "CPU-s")
     lines = [
         f"Target: held-out {sp['target']:.1f} = {sp['s0']:.1f} + {sp['gain_fraction']:g} × ({sp['s_S']:.1f} − {sp['s0']:.1f}) "
         f"(real-execution GRPO's mean curve: untrained → after S steps).",
         "",
-        f"| method | compute-to-target, CPU-s (median [IQR]) | seeds reached | speedup [95% CI] | with world-model fitting ({fit:.0f} CPU-s) |",
+        f"| method | compute-to-target, CPU-s (median [IQR]) | seeds reached | speedup [95% CI] | with world-model fitting ({fit:.0f} {unit}) |",
         "|---|---|---|---|---|",
     ]
     for name, row in sp["methods"].items():
@@ -228,7 +234,12 @@ def format_speedup_table(results: dict[str, Any]) -> str:
         q1, q3 = (percentile_inf(c, 25), percentile_inf(c, 75)) if c.size else (float("nan"),) * 2
         cell = ("not reached" if not math.isfinite(med) else f"{med:.0f}") + " [" + ", ".join(
             "n.r." if not math.isfinite(q) else f"{q:.0f}" for q in (q1, q3)) + "]"
-        lines.append(f"| {METHODS[name].label} | {cell} | {fin.size}/{c.size} | "
+        causes: dict[str, int] = {}
+        for e, v in zip(results["methods"][name]["seeds"], c):
+            if not math.isfinite(v):
+                causes[e.get("stopped", "steps")] = causes.get(e.get("stopped", "steps"), 0) + 1
+        why = "; ".join(f"{k} at the {CAUSE_WORDS.get(w, w)}" for w, k in sorted(causes.items()))
+        lines.append(f"| {METHODS[name].label} | {cell} | {fin.size}/{c.size}{f' (not reached: {why})' if why else ''} | "
                      f"{'1 (reference)' if name == 'real' else _fmt_speedup(row['speedup'])} | "
                      f"{_fmt_speedup(row['speedup_with_fitting']) if name != 'real' else '—'} |")
     return "\n".join(lines) + "\n"
@@ -302,5 +313,6 @@ def format_cost_table(results: dict[str, Any]) -> str:
                      f"equal steps cannot exceed 1 / (f + {r['wm_to_execution']:.3f}) for anchor fraction f.")
     fit = results.get("world_model_fitting_cpu_s") or 0.0
     if fit:
-        lines.append(f"World-model fitting cost (the real executions it was fitted on, paid once): {fit:.0f} CPU-s.")
+        unit = results.get("world_model_fitting_unit", "CPU-s")
+        lines.append(f"World-model fitting cost (the real executions it was fitted on, paid once): {fit:.0f} {unit}.")
     return "\n".join(lines) + "\n"
