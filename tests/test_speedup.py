@@ -97,6 +97,25 @@ def test_no_gain_means_no_target():
         target_score(flat)
 
 
+def test_a_gain_of_rounding_size_or_below_min_gain_means_no_target():
+    # lr 1e-12: real GRPO "improves" by 3e-13, which is rounding, not learning
+    tiny = [Curve([0.0, 10.0], [0.5, 0.5 + 3e-13]), Curve([0.0, 10.0], [0.6, 0.6 + 3e-13])]
+    with pytest.raises(ValueError, match=r"did not improve by more than min_gain=0; there is no target"):
+        target_score(tiny)
+    # the tolerance scales with |s0|: a gain of 1e-7 on a score of 1e3 is rounding too
+    big = [Curve([0.0, 10.0], [1000.0, 1000.0 + 5e-7])]
+    with pytest.raises(ValueError, match="there is no target"):
+        target_score(big)
+    assert target_score([Curve([0.0, 10.0], [0.5, 0.5 + 1e-6])], gain_fraction=1.0) == pytest.approx(0.5 + 1e-6)
+    # an explicit min_gain, absolute in score units
+    small = [Curve([0.0, 10.0], [0.5, 0.505])]
+    with pytest.raises(ValueError, match=r"did not improve by more than min_gain=0.01"):
+        target_score(small, min_gain=0.01)
+    assert target_score(small, min_gain=0.001, gain_fraction=1.0) == pytest.approx(0.505)
+    with pytest.raises(ValueError, match="min_gain must be a finite number >= 0"):
+        target_score(small, min_gain=-0.1)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"at_compute": 5.0, "steps_index": 1}, "not both"),
     ({"gain_fraction": 0.0}, r"gain_fraction must be a number in \(0, 1\]"),
@@ -208,24 +227,54 @@ def test_bootstrap_interval_matches_the_enumerated_distribution(confidence):
     assert est.low < est.high  # the data do disagree across seeds
 
 
-def test_replicates_where_both_medians_are_inf_are_dropped_and_counted():
+def test_replicates_where_the_method_is_not_reached_count_as_zero_not_dropped():
     # seeds 0 and 1 reach the target with neither method; seed 2 with both (ratio 2)
     real, method = [INF, INF, 10.0], [INF, INF, 5.0]
     n_boot = 4000
     est = speedup(real, method, n_boot=n_boot, seed=0)
     assert est.point == 0.0 and not est.reached()
-    assert est.n_boot + est.n_boot_dropped == n_boot
-    # a replicate has finite medians iff at least 2 of its 3 draws are seed 2: p = 7/27
-    p = 7 / 27
-    sd = math.sqrt(p * (1 - p) / n_boot)
-    assert abs(est.n_boot / n_boot - p) < 5 * sd
-    assert est.low == 2.0 and est.high == 2.0  # only the kept replicates make the interval
+    assert (est.n_boot, est.n_boot_dropped) == (n_boot, 0)
+    # a replicate has finite medians iff at least 2 of its 3 draws are seed 2: p = 7/27; every
+    # other replicate has the method's median inf: 0 (not reached), like the point
+    assert est.low == 0.0 and est.high == 2.0
+    assert est.low <= est.point <= est.high
+
+
+@pytest.mark.parametrize("real, method", [
+    ([INF, INF, 10.0], [INF, INF, 5.0]),                    # the point is 0: so is the lower bound
+    ([INF, 20.0, 10.0], [INF, INF, 5.0]),                   # real reached in the median, method not
+    ([INF, INF, 10.0], [3.0, 4.0, 5.0]),                    # only real GRPO's median inf: point inf
+    ([10.0, 20.0, 30.0, INF, INF], [5.0, INF, 10.0, INF, 4.0]),
+    ([12.0, 30.0, 45.0, 20.0], [30.0, 6.0, 10.0, 8.0]),     # all finite
+    ([10.0, 20.0, 30.0, 40.0, 50.0], [5.0, 10.0, INF, 20.0, 25.0]),
+])
+def test_the_point_lies_within_its_interval(real, method):
+    est = speedup(real, method, n_boot=4000, seed=2)
+    assert not math.isnan(est.low) and not math.isnan(est.high)
+    assert est.low <= est.point <= est.high, est
+
+
+def test_a_single_seed_has_no_interval():
+    est = speedup([30.0], [10.0], n_boot=500)
+    assert est.point == 3.0 and est.n_seeds == 1
+    assert math.isnan(est.low) and math.isnan(est.high) and est.n_boot == 0
+    assert est.format() == "3.0× (1 seed, no CI)"
+    assert "[" not in est.format()
+    # two seeds do have one
+    est2 = speedup([30.0, 60.0], [10.0, 10.0], n_boot=500)
+    assert est2.format().startswith("4.5× [") and est2.low == 3.0 and est2.high == 6.0
 
 
 def test_real_grpo_not_reached_but_method_reached():
     est = speedup([INF, INF, 30.0], [10.0, 10.0, 10.0], n_boot=500)
     assert est.point == INF and est.reached()
     assert est.format() == "real GRPO not reached within budget; method reached (3/3 seeds reached)"
+
+
+def test_not_reached_names_what_stopped_the_runs():
+    est = speedup([10.0, 20.0, 30.0], [INF, INF, 5.0], n_boot=200)
+    assert est.format() == "not reached within budget (1/3 seeds reached)"
+    assert est.format(limit="within 1200 steps (step cap)") == "not reached within 1200 steps (step cap) (1/3 seeds reached)"
 
 
 @pytest.mark.parametrize("real, method, kwargs, match", [
@@ -247,7 +296,13 @@ def test_format_of_a_reached_estimate():
     assert est.format() == "3.1× [2.2, 4.5]"
     wide = SpeedupEstimate(point=2.0, low=0.0, high=INF, n_seeds=5, n_reached=3, real_median=20.0,
                            method_median=10.0, confidence=0.95)
-    assert wide.format() == "2.0× [0.0, ∞]"
+    assert wide.format() == "2.0× [n.r., ∞]"   # a bound of 0 is "not reached", never a number
+    biased = SpeedupEstimate(point=68.7, low=0.0, high=74.7, n_seeds=10, n_reached=7, real_median=2400.0,
+                             method_median=34.9, confidence=0.95)
+    assert biased.format() == "68.7× [n.r., 74.7]"
+    small = SpeedupEstimate(point=0.05, low=0.012, high=0.5, n_seeds=3, n_reached=3, real_median=1.0,
+                            method_median=20.0, confidence=0.95)
+    assert small.format() == "0.05× [0.012, 0.5]"   # small positive bounds stay numbers
 
 
 def test_percentile_next_to_inf_is_inf():
@@ -255,6 +310,13 @@ def test_percentile_next_to_inf_is_inf():
     assert percentile_inf(x, 25) == pytest.approx(np.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 25))
     assert percentile_inf(x, 60) == INF  # np.percentile gives nan here
     assert percentile_inf(x, 50) == 3.0
+
+
+def test_percentile_rejects_minus_inf_and_nan():
+    with pytest.raises(ValueError, match="-inf"):
+        percentile_inf([-INF, 1.0, 2.0], 10)
+    with pytest.raises(ValueError, match="NaN"):
+        percentile_inf([NAN, 1.0], 50)
 
 
 def test_speedup_table_rows():
@@ -273,9 +335,10 @@ def test_speedup_table_rows():
 def test_ratio_edge_cases():
     from agents.experiments.speedup import _median_ratios, median_ratio
 
-    cases = [(30.0, 10.0, 3.0), (30.0, INF, 0.0), (INF, 10.0, INF), (10.0, 0.0, INF), (0.0, 0.0, 1.0)]
+    # method inf: 0 (not reached) whatever real's median, also inf
+    cases = [(30.0, 10.0, 3.0), (30.0, INF, 0.0), (INF, 10.0, INF), (10.0, 0.0, INF), (0.0, 0.0, 1.0),
+             (INF, INF, 0.0)]
     for real, method, expected in cases:
         assert median_ratio(real, method) == expected
-    assert math.isnan(median_ratio(INF, INF))
-    vec = _median_ratios(np.array([c[0] for c in cases] + [INF]), np.array([c[1] for c in cases] + [INF]))
-    assert vec[:-1].tolist() == [c[2] for c in cases] and math.isnan(vec[-1])
+    vec = _median_ratios(np.array([c[0] for c in cases]), np.array([c[1] for c in cases]))
+    assert vec.tolist() == [c[2] for c in cases]

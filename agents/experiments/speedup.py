@@ -15,13 +15,14 @@ to reach the same held-out score (issue 11, item 1; the definition is in ``docs/
    median (a seed that never reaches the target counts as beyond the budget in the median), with
    a 95% percentile bootstrap interval that resamples seed indices jointly for both methods
    (paired by seed). :class:`SpeedupEstimate` holds the result and formats it
-   (``"3.1× [2.2, 4.5]"`` or ``"not reached within budget (3/10 seeds reached)"``).
+   (``"3.1× [2.2, 4.5]"``, ``"3.1× [n.r., 4.5]"`` when the method is not reached in some
+   resamples, ``"3.0× (1 seed, no CI)"`` or ``"not reached within budget (3/10 seeds reached)"``).
 4. :func:`speedup_table` — markdown rows of several methods against real GRPO.
 
 Scores are higher-is-better. The module is pure numpy (no gymnasium or torch import), so a
 notebook or a report script can use it on saved curves. ``scipy.stats.bootstrap`` is not used:
-the statistic (a ratio of medians that may be ``inf``) and the dropping of replicates whose two
-medians are both ``inf`` need the explicit resampling below.
+the statistic (a ratio of medians that may be ``inf``, with the rule of :func:`median_ratio`
+for a median that is ``inf``) needs the explicit resampling below.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def target_score(
     at_compute: float | None = None,
     steps_index: int | None = None,
     gain_fraction: float = 0.9,
+    min_gain: float = 0.0,
 ) -> float:
     """The target held-out score: ``s0 + gain_fraction * (s_S - s0)`` on real GRPO's mean curve.
 
@@ -185,6 +187,9 @@ def target_score(
         at_compute: read ``s_S`` at this compute instead of at a snapshot index.
         steps_index: read ``s_S`` at this snapshot index (``>= 1``; not with ``at_compute``).
         gain_fraction: share of real GRPO's gain the target asks for, in ``(0, 1]``.
+        min_gain: the smallest gain ``s_S - s0`` (absolute, in score units, ``>= 0``) that counts
+            as an improvement. Whatever it is, a gain of at most ``1e-9 × max(1, |s0|)`` is
+            rounding, not learning, and counts as no gain.
 
     Returns:
         The target score (float).
@@ -193,7 +198,8 @@ def target_score(
         ValueError: no curves or a non-Curve; both ``at_compute`` and ``steps_index``; a seed
             without an evaluated initial score; ``steps_index`` out of range or not evaluated
             on every seed; ``at_compute`` outside a seed's range; ``gain_fraction`` outside
-            ``(0, 1]``; or real GRPO did not improve (``s_S <= s0``): there is no target.
+            ``(0, 1]``; ``min_gain`` negative or not a number; or real GRPO did not improve by
+            more than ``min_gain`` (nor by more than the rounding tolerance): there is no target.
 
     Example:
         >>> real = [Curve([0, 10, 20], [0.2, 0.6, 0.7]), Curve([0, 12, 24], [0.4, 0.7, 0.9])]
@@ -206,6 +212,9 @@ def target_score(
     if not (isinstance(gain_fraction, numbers.Real) and not isinstance(gain_fraction, bool)
             and 0.0 < gain_fraction <= 1.0):
         raise ValueError(f"gain_fraction must be a number in (0, 1], got {gain_fraction!r}")
+    if not (isinstance(min_gain, numbers.Real) and not isinstance(min_gain, bool)
+            and math.isfinite(float(min_gain)) and min_gain >= 0.0):
+        raise ValueError(f"min_gain must be a finite number >= 0 (score units), got {min_gain!r}")
     no_start = [i for i, c in enumerate(curves) if np.isnan(c.score[0])]
     if no_start:
         raise ValueError(
@@ -242,11 +251,13 @@ def target_score(
         s_end = float(np.mean([c.score[steps_index] for c in curves]))
         where = f"at snapshot {steps_index}"
     gain = s_end - s0
-    if not gain > 0:
+    tolerance = 1e-9 * max(1.0, abs(s0))
+    if not (gain > float(min_gain) and gain > tolerance):
         raise ValueError(
-            f"real GRPO did not improve: its mean score {where} is {s_end:.6g}, its initial mean "
-            f"{s0:.6g} (gain {gain:.6g} <= 0), so there is no target to reach; train longer or "
-            "check the run before comparing compute"
+            f"real GRPO did not improve by more than min_gain={float(min_gain):g}; there is no target: "
+            f"its mean score {where} is {s_end:.6g}, its initial mean {s0:.6g} (gain {gain:.6g}; gains of "
+            f"at most {tolerance:.3g} are rounding). Train longer, raise the learning rate or check the "
+            "run before comparing compute"
         )
     return s0 + float(gain_fraction) * gain
 
@@ -296,11 +307,13 @@ def percentile_inf(values: Sequence[float] | np.ndarray, q: float) -> float:
     interpolated next to ``inf`` is ``inf`` (``np.percentile`` gives NaN there).
 
     Args:
-        values: finite numbers or ``+inf``, at least one, no NaN.
+        values: finite numbers or ``+inf`` (a compute-to-target or a speedup: ``+inf`` means
+            "beyond every finite value"), at least one, no NaN, no ``-inf``.
         q: percentile in [0, 100].
 
     Raises:
-        ValueError: empty ``values``, a NaN, or ``q`` outside [0, 100].
+        ValueError: empty ``values``, a NaN, a ``-inf`` (no quantity here is ``-inf``; the
+            interpolation next to it would be undefined), or ``q`` outside [0, 100].
 
     Example:
         >>> percentile_inf([1.0, 2.0, float("inf")], 50), percentile_inf([1.0, 2.0, float("inf")], 75)
@@ -311,22 +324,28 @@ def percentile_inf(values: Sequence[float] | np.ndarray, q: float) -> float:
         raise ValueError("percentile of no values")
     if np.isnan(x).any():
         raise ValueError("percentile of values with NaN")
+    if np.isneginf(x).any():
+        raise ValueError("percentile of values with -inf: only finite values and +inf (not reached) are accepted")
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"q must be a percentile in [0, 100], got {q!r}")
     pos = q / 100.0 * (x.size - 1)
     lo, hi = int(math.floor(pos)), int(math.ceil(pos))
-    if math.isinf(x[lo]) or math.isinf(x[hi]):
-        return math.inf if (x[hi] > 0) else -math.inf
+    if math.isinf(x[hi]):
+        return math.inf
     return float(x[lo] + (pos - lo) * (x[hi] - x[lo]))
 
 
 def median_ratio(real_median: float, method_median: float) -> float:
     """The speedup of one pair of medians: ``real_median / method_median``, with the edge cases
-    spelled out: method ``inf`` (not reached) → ``0.0`` (both ``inf`` → ``nan``: no comparison);
-    method ``0`` (reached by the initial policy) → ``inf``, or ``1.0`` when real GRPO's median is 0 too.
+    spelled out: method ``inf`` (not reached) → ``0.0``, *whatever real GRPO's median* (a method
+    that does not reach the target has no speedup, also when real GRPO does not reach it either);
+    only real GRPO's ``inf`` (method finite) → ``inf``; method ``0`` (reached by the initial
+    policy) → ``inf``, or ``1.0`` when real GRPO's median is 0 too. The point estimate and every
+    bootstrap replicate of :func:`speedup` use this one rule, so the interval describes the same
+    statistic as the point (``docs/method.md``, "Compute-to-target speedup").
     """
     if math.isinf(method_median):
-        return math.nan if math.isinf(real_median) else 0.0
+        return 0.0
     if method_median == 0.0:
         return 1.0 if real_median == 0.0 else math.inf
     return real_median / method_median
@@ -336,7 +355,7 @@ def _median_ratios(real: np.ndarray, method: np.ndarray) -> np.ndarray:
     """:func:`median_ratio` elementwise on float64 arrays of the same shape."""
     with np.errstate(divide="ignore", invalid="ignore"):
         out = real / method
-    out = np.where(np.isinf(method), np.where(np.isinf(real), np.nan, 0.0), out)
+    out = np.where(np.isinf(method), 0.0, out)
     out = np.where(method == 0.0, np.where(real == 0.0, 1.0, np.inf), out)
     return out
 
@@ -364,6 +383,12 @@ def _fmt(x: float) -> str:
     return f"{x:.1f}" if (x == 0.0 or abs(x) >= 0.1) else f"{x:.2g}"
 
 
+def _fmt_bound(x: float) -> str:
+    """A bound of the speedup interval: ``0`` is a resample where the method's median is
+    ``inf`` (not reached), printed ``"n.r."`` — never as a number; ``inf`` prints ``"∞"``."""
+    return "n.r." if x == 0.0 else _fmt(x)
+
+
 @dataclass(frozen=True)
 class SpeedupEstimate:
     """Compute-to-target speedup of one method over real GRPO, with its bootstrap interval.
@@ -372,14 +397,16 @@ class SpeedupEstimate:
         point: ``median(real ctt) / median(method ctt)`` over seeds (:func:`median_ratio`);
             ``0.0`` when the method's median is ``inf`` ("not reached"), ``inf`` when only real
             GRPO's median is ``inf``.
-        low, high: the ``confidence`` paired percentile bootstrap interval over seeds; may be
-            ``0.0`` or ``inf``; ``nan`` when every replicate was dropped.
+        low, high: the ``confidence`` paired percentile bootstrap interval over seeds; ``0.0``
+            (a resample where the method's median is ``inf``: not reached, formatted ``"n.r."``)
+            or ``inf`` are possible; ``nan`` with fewer than 2 seeds (there is no interval).
         n_seeds: seeds (pairs) compared.
         n_reached: seeds whose method curve reached the target (finite compute-to-target).
         real_median, method_median: the two medians, CPU-seconds (``inf`` allowed).
         confidence: the interval's level, e.g. 0.95.
-        n_boot: bootstrap replicates kept.
-        n_boot_dropped: replicates dropped because both medians were ``inf`` (no ratio).
+        n_boot: bootstrap replicates drawn (0 with fewer than 2 seeds).
+        n_boot_dropped: always 0 (kept so that saved results of earlier versions, which dropped
+            the replicates whose two medians were both ``inf``, still load).
     """
 
     point: float
@@ -397,16 +424,26 @@ class SpeedupEstimate:
         """True when the method's median compute-to-target is finite (the speedup is a number)."""
         return math.isfinite(self.method_median)
 
-    def format(self) -> str:
-        """``"3.1× [2.2, 4.5]"``; ``"not reached within budget (3/10 seeds reached)"`` when the
-        method's median is ``inf`` — never a number then. When real GRPO's own median is ``inf``
-        and the method's is finite, says so instead of printing ``∞×``."""
+    def format(self, *, limit: str = "within budget") -> str:
+        """The estimate as text, never a number for a method that was not reached:
+
+        - ``"3.1× [2.2, 4.5]"``; a bound of ``0`` (the method's median is ``inf`` in that
+          resample) prints ``"n.r."`` (``"68.7× [n.r., 74.7]"``), a bound of ``inf`` ``"∞"``;
+        - ``"3.0× (1 seed, no CI)"`` with a single seed (there is no interval);
+        - ``"not reached within budget (3/10 seeds reached)"`` when the method's median is
+          ``inf``; ``limit`` replaces ``"within budget"`` when something else stopped the runs,
+          e.g. ``"within 1200 steps (step cap)"``;
+        - when real GRPO's own median is ``inf`` and the method's is finite, says so instead of
+          printing ``∞×``.
+        """
         if not self.reached():
-            return f"not reached within budget ({self.n_reached}/{self.n_seeds} seeds reached)"
+            return f"not reached {limit} ({self.n_reached}/{self.n_seeds} seeds reached)"
         if math.isinf(self.real_median):
             return (f"real GRPO not reached within budget; method reached "
                     f"({self.n_reached}/{self.n_seeds} seeds reached)")
-        return f"{_fmt(self.point)}× [{_fmt(self.low)}, {_fmt(self.high)}]"
+        if self.n_seeds < 2:
+            return f"{_fmt(self.point)}× ({self.n_seeds} seed, no CI)"
+        return f"{_fmt(self.point)}× [{_fmt_bound(self.low)}, {_fmt_bound(self.high)}]"
 
 
 def speedup(
@@ -423,10 +460,13 @@ def speedup(
     seed that never reached the target) stay in the medians as values beyond the budget. The
     interval is the percentile bootstrap: ``n_boot`` replicates each draw ``n`` seed indices with
     replacement, *the same indices for both methods* (the pairing of a seed's runs is kept), and
-    take the ratio of the two medians; replicates where both medians are ``inf`` have no ratio and
-    are dropped (counted in ``n_boot_dropped``); ``low``/``high`` are the ``(1 ± confidence)/2``
-    percentiles of the rest (:func:`percentile_inf`). Definition: issue 11, item 1;
-    ``docs/method.md``, "Compute-to-target speedup".
+    take the ratio of the two medians by the rule of the point (:func:`median_ratio`: a
+    replicate where the method's median is ``inf`` is ``0``, not reached, whatever real GRPO's
+    median; one where only real GRPO's is ``inf`` is ``inf``); no replicate is dropped, so the
+    interval is not conditioned on the method being reached. ``low``/``high`` are the
+    ``(1 ± confidence)/2`` percentiles of the replicates (:func:`percentile_inf`). With a single
+    seed there is no interval: ``low`` and ``high`` are NaN and no replicate is drawn.
+    Definition: issue 11, item 1; ``docs/method.md``, "Compute-to-target speedup".
 
     Args:
         real_ctt: real GRPO's compute-to-target per seed, CPU-seconds (``>= 0`` or ``inf``).
@@ -446,6 +486,8 @@ def speedup(
         >>> est = speedup([30.0, 40.0, 50.0], [10.0, 10.0, 10.0], n_boot=200)
         >>> est.point, est.format()
         (4.0, '4.0× [3.0, 5.0]')
+        >>> speedup([30.0], [10.0]).format()
+        '3.0× (1 seed, no CI)'
     """
     real = _check_ctt(real_ctt, "real_ctt")
     method = _check_ctt(method_ctt, "method_ctt")
@@ -459,22 +501,20 @@ def speedup(
         raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
     real_med, method_med = float(np.median(real)), float(np.median(method))
     point = median_ratio(real_med, method_med)
-    if math.isnan(point):  # both medians inf: not reached, and no comparison
-        point = 0.0
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, real.size, size=(int(n_boot), real.size))
-    rm, mm = np.median(real[idx], axis=1), np.median(method[idx], axis=1)
-    ratios = _median_ratios(rm, mm)
-    kept = ratios[~np.isnan(ratios)]
-    alpha = (1.0 - float(confidence)) / 2.0
-    if kept.size:
-        low, high = percentile_inf(kept, 100.0 * alpha), percentile_inf(kept, 100.0 * (1.0 - alpha))
-    else:
-        low = high = math.nan
+    low = high = math.nan
+    drawn = 0
+    if real.size >= 2:
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, real.size, size=(int(n_boot), real.size))
+        rm, mm = np.median(real[idx], axis=1), np.median(method[idx], axis=1)
+        ratios = _median_ratios(rm, mm)
+        alpha = (1.0 - float(confidence)) / 2.0
+        low, high = percentile_inf(ratios, 100.0 * alpha), percentile_inf(ratios, 100.0 * (1.0 - alpha))
+        drawn = int(ratios.size)
     return SpeedupEstimate(
         point=float(point), low=float(low), high=float(high), n_seeds=int(real.size),
         n_reached=int(np.isfinite(method).sum()), real_median=real_med, method_median=method_med,
-        confidence=float(confidence), n_boot=int(kept.size), n_boot_dropped=int(ratios.size - kept.size),
+        confidence=float(confidence), n_boot=drawn, n_boot_dropped=0,
     )
 
 
