@@ -52,7 +52,8 @@ def test_router_state_roundtrip():
     for _ in range(7):
         a.route_step(5)
     b = AnchorRouter(0.9, seed=0)
-    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    with pytest.warns(UserWarning, match="anchor_fraction: configured 0.9, saved 0.3"):
+        b.load_state_dict(json.loads(json.dumps(a.state_dict())))
     assert [a.route_step(5) for _ in range(10)] == [b.route_step(5) for _ in range(10)]
     assert a.realised_fraction == b.realised_fraction
 
@@ -569,5 +570,90 @@ def test_loop_config_reports_the_settings_in_use():
                          corrector=CorrectionConfig(min_pairs=7, rho_mode="parameter_free").build_corrector(),
                          router=CorrectionConfig(anchor_fraction=0.2).build_router(1))
     assert own.config == CorrectionConfig(anchor_fraction=0.2, min_pairs=7, rho_mode="parameter_free")
-    loop.load_state_dict(own.state_dict())
+    with pytest.warns(UserWarning, match="anchor_fraction: configured 0.25, saved 0.2"):
+        loop.load_state_dict(own.state_dict())
     assert loop.config == CorrectionConfig(anchor_fraction=0.2, min_pairs=7, rho_mode="parameter_free")
+
+
+# ---------------------------------------------------------------- loading a state with other settings
+def _saved_wrapper_state(tmp_path, correction, groups_per_step=4):
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.envs.guess import GuessEnv, guess_score
+    from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+
+    w = AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), correction=correction,
+                                  group_size=2, groups_per_step=groups_per_step, seed=1)
+    for k in range(6):
+        w.score_group([np.array([0.1 * k], dtype=np.float32), np.array([0.9], dtype=np.float32)],
+                      options={"target": 0.5})
+    path = tmp_path / "wmrl_state.json"
+    w.save(path)
+    return w, path
+
+
+def _fresh_wrapper(correction, groups_per_step=4):
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.envs.guess import GuessEnv, guess_score
+    from wmrl_envs.world_models.synthetic import SyntheticWorldModel
+
+    return AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), correction=correction,
+                                     group_size=2, groups_per_step=groups_per_step, seed=7)
+
+
+def test_loading_a_state_saved_with_other_settings_warns_once_and_uses_the_saved_ones(tmp_path):
+    import warnings
+
+    saved_cfg = CorrectionConfig(anchor_fraction=0.25, anchor_window=1, min_pairs=8, refit_every=4)
+    src, path = _saved_wrapper_state(tmp_path, saved_cfg)
+    w = _fresh_wrapper(CorrectionConfig(anchor_fraction=0.05, anchor_window=10, min_pairs=8, refit_every=4,
+                                        rho_mode="parameter_free"), groups_per_step=20)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        w.load(path)
+    assert len(caught) == 1 and caught[0].category is UserWarning
+    msg = str(caught[0].message)
+    assert "saved values are used" in msg
+    for piece in ("anchor_fraction: configured 0.05, saved 0.25", "anchor_window: configured 10, saved 1",
+                  "rho_mode: configured 'parameter_free', saved 'calibrated'",
+                  "groups_per_step: configured 20, saved 4"):
+        assert piece in msg
+    for same in ("min_anchor_groups", "min_pairs", "refit_every", "half_life", "debias:"):
+        assert same not in msg  # equal settings are not listed
+    # the saved settings are the ones in use, and the run continues the saved one
+    assert w.loop.config == saved_cfg and w.loop.groups_per_step == 4
+    assert w.corrector.denoiser.mode == "calibrated"
+    assert [w.loop.next_route() for _ in range(12)] == [src.loop.next_route() for _ in range(12)]
+
+
+def test_loading_a_state_saved_with_the_same_settings_is_silent(tmp_path):
+    import warnings
+
+    cfg = CorrectionConfig(anchor_fraction=0.25, anchor_window=3, min_pairs=8, refit_every=4)
+    _, path = _saved_wrapper_state(tmp_path, cfg)
+    w = _fresh_wrapper(cfg)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w.load(path)  # a resume with the run's own settings: no warning
+    assert w.loop.config == cfg
+
+
+def test_loop_debiaser_and_denoiser_settings_are_named_and_a_failed_load_does_not_warn():
+    import warnings
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, buffer_size=300, half_life=16.0, denoise=False),
+                          world_model=_EchoWM())
+    state = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=_EchoWM()).state_dict()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="malformed"):
+            loop.load_state_dict({**state, "n_episodes": "many"})
+        assert caught == []  # nothing was loaded, nothing replaced
+    with pytest.warns(UserWarning) as record:
+        loop.load_state_dict(state)
+    assert len(record) == 1
+    msg = str(record[0].message)
+    assert msg.startswith("CorrectionLoop.load_state_dict")
+    for piece in ("denoise: configured False, saved True", "buffer_size: configured 300, saved 5000",
+                  "half_life: configured 16.0, saved 64.0"):
+        assert piece in msg
+    assert "anchor_fraction" not in msg and loop.config == CorrectionConfig(anchor_fraction=0.5)

@@ -120,7 +120,8 @@ def test_state_round_trip_mid_window_continues_identically():
     state = json.loads(json.dumps(a.state_dict()))
     assert state["anchor_window"] == 10 and state["window_anchor_groups"] == a.window_anchor_groups
     b = AnchorRouter(0.5, seed=0, anchor_window=1)
-    b.load_state_dict(state)
+    with pytest.warns(UserWarning, match="anchor_fraction: configured 0.5, saved 0.05, anchor_window: configured 1, saved 10"):
+        b.load_state_dict(state)
     assert (b.anchor_window, b.window_anchor_groups, b.n_steps) == (10, a.window_anchor_groups, 13)
     assert [a.route_step(2) for _ in range(40)] == [b.route_step(2) for _ in range(40)]
     assert b.realised_fraction == a.realised_fraction
@@ -132,7 +133,8 @@ def test_a_state_without_a_window_loads_as_window_one():
         a.route_step(4)
     old_state = {k: v for k, v in a.state_dict().items() if k not in ("anchor_window", "window_anchor_groups")}
     b = AnchorRouter(0.1, seed=0, anchor_window=7)
-    b.load_state_dict(old_state)
+    with pytest.warns(UserWarning, match=r"\(anchor_window: configured 7, saved 1\)"):
+        b.load_state_dict(old_state)
     assert b.anchor_window == 1
     assert [a.route_step(4) for _ in range(20)] == [b.route_step(4) for _ in range(20)]
 
@@ -156,7 +158,8 @@ def test_config_builds_the_window_and_the_loop_reads_it_back():
     assert (router.anchor_window, router.min_anchor_groups, router.seed) == (10, 1, 3)
     loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.05), world_model=object.__new__(_WM))
     assert loop.config.anchor_window == 1
-    loop.load_state_dict({**loop.state_dict(), "router": router.state_dict()})
+    with pytest.warns(UserWarning, match=r"CorrectionLoop.load_state_dict: .*\(anchor_window: configured 1, saved 10\)"):
+        loop.load_state_dict({**loop.state_dict(), "router": router.state_dict()})
     assert loop.router.anchor_window == 10 and loop.config.anchor_window == 10
 
 
@@ -185,3 +188,28 @@ def test_sb3_sub_env_routers_take_the_window_of_the_correction_config():
     routers = [e.loop.router for e in venv.venv.envs]
     assert [r.anchor_window for r in routers] == [10, 10]
     assert all(e.loop.config.anchor_window == 10 for e in venv.venv.envs)
+
+
+def test_router_load_names_the_settings_it_replaces_and_is_silent_when_equal():
+    import warnings
+
+    saved = AnchorRouter(0.25, min_anchor_groups=2, seed=4, anchor_window=1)
+    saved.route_step(4)
+    state = json.loads(json.dumps(saved.state_dict()))
+    same = AnchorRouter(0.25, min_anchor_groups=2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same.load_state_dict(state)  # same settings (another seed): silent
+    other = AnchorRouter(0.05, min_anchor_groups=2, seed=0, anchor_window=10)
+    with pytest.warns(UserWarning) as record:
+        other.load_state_dict(state)
+    assert len(record) == 1
+    msg = str(record[0].message)
+    assert "anchor_fraction: configured 0.05, saved 0.25" in msg and "anchor_window: configured 10, saved 1" in msg
+    assert "min_anchor_groups" not in msg and "saved values are used" in msg
+    assert (other.anchor_fraction, other.anchor_window, other.min_anchor_groups) == (0.25, 1, 2)
+    quiet = AnchorRouter(0.05, seed=0, anchor_window=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.load_state_dict(state, warn=False)  # the loop's call: it warns once for all settings
+    assert quiet.anchor_fraction == 0.25

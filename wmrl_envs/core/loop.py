@@ -44,7 +44,7 @@ from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .ledger import EXECUTION, CostLedger
-from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
+from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route, warn_saved_settings
 from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from .world_model_call import predict_checked
 
@@ -515,6 +515,12 @@ class CorrectionLoop:
         follows the loaded settings). The state is checked first: on an error nothing is changed.
         Tickets opened before the load can no longer be closed.
 
+        Loading continues the saved run, so the saved settings win: every field of
+        :attr:`config` (router, debiaser, denoiser, ``debias``/``denoise``) and
+        ``groups_per_step`` take their saved values. When any of them differs from the value in
+        use before the load, one :class:`UserWarning` lists each (configured and saved value);
+        equal settings load silently.
+
         Raises:
             ValueError: ``state`` is not a mapping, its ``"version"`` is missing or not the int
                 :attr:`STATE_VERSION`, a key of :meth:`state_dict` is missing (named), or a part
@@ -532,6 +538,7 @@ class CorrectionLoop:
         if missing:
             raise ValueError(f"correction state (version {version}) lacks the keys {missing}; it is incomplete")
         with self._lock:
+            configured = self._settings()
             before = self.state_dict()
             try:
                 self._load(state)
@@ -539,9 +546,15 @@ class CorrectionLoop:
                 self._load(before)  # a malformed nested part: back to the state before the call
                 raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
             self._open_ids.clear()
+            saved = self._settings()
+        warn_saved_settings("CorrectionLoop.load_state_dict", configured, saved)
+
+    def _settings(self) -> dict[str, Any]:
+        """The settings a load may replace: :attr:`config`'s fields and ``groups_per_step``."""
+        return {**dataclasses.asdict(self.config), "groups_per_step": self.groups_per_step}
 
     def _load(self, state: Mapping[str, Any]) -> None:
-        self.router.load_state_dict(state["router"])
+        self.router.load_state_dict(state["router"], warn=False)
         self._route_queue = list(state["route_queue"])
         self.corrector.load_state_dict(state["corrector"])
         self.ledger.load_state_dict(state["ledger"])

@@ -8,20 +8,55 @@ optionally capped by the free real-execution slots; a floor of ``min_anchor_grou
 anchor groups holds per *window* of ``anchor_window`` consecutive steps (default 1: per step):
 the window's last step takes the anchors the window still lacks. The *realised* fraction is
 what is reported. See ``docs/method.md`` ("Anchor scheduling").
+
+Loading a saved state continues the saved run, settings included; when they differ from the
+ones the object was built with, one :class:`UserWarning` names each of them
+(:func:`warn_saved_settings`).
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Literal
+import warnings
+from typing import Any, Literal, Mapping
 
 import numpy as np
 
-__all__ = ["Route", "ANCHOR", "WORLD_MODEL", "AnchorRouter"]
+__all__ = ["Route", "ANCHOR", "WORLD_MODEL", "AnchorRouter", "warn_saved_settings"]
 
 Route = Literal["anchor", "world_model"]
 ANCHOR: Route = "anchor"
 WORLD_MODEL: Route = "world_model"
+
+
+_ROUTER_SETTINGS = ("anchor_fraction", "min_anchor_groups", "anchor_window")
+
+
+def warn_saved_settings(what: str, configured: Mapping[str, Any], saved: Mapping[str, Any], *, stacklevel: int = 3) -> list[str]:
+    """Warn (one :class:`UserWarning`) that a loaded state's settings replace the configured ones.
+
+    Resuming from a state continues the saved run, so the saved settings are the ones used; this
+    tells the user which configured settings that overrides.
+
+    Args:
+        what: what was loaded, for the message (e.g. ``"AnchorRouter.load_state_dict"``).
+        configured: ``{setting: value}`` in use before the load.
+        saved: ``{setting: value}`` after it (the saved ones); only keys of ``configured`` are compared.
+        stacklevel: passed to :func:`warnings.warn` (default: the caller of the caller).
+
+    Returns:
+        The names of the settings that differ, in ``configured``'s order (empty: no warning).
+    """
+    changed = [k for k in configured if k in saved and configured[k] != saved[k]]
+    if changed:
+        listing = ", ".join(f"{k}: configured {configured[k]!r}, saved {saved[k]!r}" for k in changed)
+        warnings.warn(
+            f"{what}: the loaded state was saved with other settings ({listing}); the saved values are "
+            "used from now on (resuming continues the saved run). To run with the configured settings, "
+            "start from a fresh state instead of loading this one.",
+            UserWarning, stacklevel=stacklevel,
+        )
+    return changed
 
 
 def _check_window(anchor_window: object) -> None:
@@ -140,10 +175,15 @@ class AnchorRouter:
             "rng": self._rng.bit_generator.state,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, warn: bool = True) -> None:
         """Restore what :meth:`state_dict` returned; the next routes continue the sequence (in
         the middle of a window too). A state saved before windows existed (no ``"anchor_window"``)
         loads as ``anchor_window=1``.
+
+        The saved settings (``anchor_fraction``, ``min_anchor_groups``, ``anchor_window``) replace
+        the router's own: with ``warn`` (default), one :class:`UserWarning` names those whose
+        saved value differs (:func:`warn_saved_settings`). :class:`~wmrl_envs.core.CorrectionLoop`
+        passes ``warn=False`` and warns once for all its settings.
 
         Raises:
             KeyError: a key of :meth:`state_dict` is missing (``anchor_window`` and
@@ -159,6 +199,10 @@ class AnchorRouter:
         )
         rng = np.random.default_rng()
         rng.bit_generator.state = state["rng"]
+        configured = {k: getattr(self, k) for k in _ROUTER_SETTINGS}
         (self.anchor_fraction, self.min_anchor_groups, self.anchor_window, self.window_anchor_groups,
          self.seed, self.n_groups_routed, self.n_anchor_groups, self.n_steps) = values
         self._rng = rng
+        if warn:
+            warn_saved_settings("AnchorRouter.load_state_dict", configured,
+                                {k: getattr(self, k) for k in _ROUTER_SETTINGS})

@@ -388,7 +388,9 @@ class LoopViews:
         return {**self.loop.state_dict(), **self._extra_state()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; the next group continues the saved run.
+        """Restore :meth:`state_dict`'s output; the next group continues the saved run, with
+        the saved correction settings (one ``UserWarning`` lists those that differ from the
+        configured ones: :meth:`CorrectionLoop.load_state_dict`).
 
         Raises:
             ValueError: unknown state version.
