@@ -5,7 +5,9 @@ What is checked (``docs/method.md``, "Cost accounting"):
 * the sandboxes report the CPU-seconds of the whole sandboxed process tree
   (``ExecutionResult.cpu_time_s``) on programs whose CPU time is known: a busy parent and a
   busy forked child (about 1.2 CPU-s), a sleeper (about 0 CPU-s, 0.5 s wall); from the cgroup,
-  which also sees a ``setsid`` escapee, and from ``os.wait4``'s rusage without one;
+  which also sees a ``setsid`` escapee, and from ``os.wait4``'s rusage without one; a program
+  that moves itself out of its cgroup (possible as root under the subprocess backend only) is
+  not counted from then on;
 * the AutoResearch env puts it in ``info["execution_cpu_s"]``;
 * the wrappers (per-episode, group, threaded group, vector, Ray worker) charge the envs'
   declared ``execution_cpu_s`` exactly, the measured CPU when an env reports none, and count an
@@ -160,6 +162,48 @@ def test_cgroup_cpu_time_includes_a_setsid_escapee(backend: str, tmp_path: Path)
     res = _backend(backend).run_python(SETSID_ESCAPEE, tmp_path)
     assert res.ok and (tmp_path / "escapee-done").exists()
     assert res.extras["cpu_time_source"] == "cgroup" and 0.6 <= res.cpu_time_s <= 2.0
+
+
+#: The program writes its pid into the root groups' ``cgroup.procs`` (v1 cpuacct, pids, memory;
+#: v2 unified), then burns 0.6 CPU-s and prints how many groups it moved to.
+LEAVE_CGROUP = """
+import os, time
+moved = 0
+for f in ("/sys/fs/cgroup/cpuacct/cgroup.procs", "/sys/fs/cgroup/pids/cgroup.procs",
+          "/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/cgroup.procs"):
+    try:
+        with open(f, "w") as fh:
+            fh.write(str(os.getpid()))
+        moved += 1
+    except OSError:
+        pass
+while time.process_time() < 0.6:
+    pass
+print(moved, flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", ["bubblewrap", "subprocess"])
+def test_a_program_that_leaves_its_cgroup(backend: str, tmp_path: Path) -> None:
+    """Bubblewrap: the program cannot leave (uid 65534, no ``/sys``), its CPU is counted. The
+    subprocess backend as root: it can, and its CPU from then on is not counted (the documented
+    limit of ``ExecutionResult.cpu_time_s``: that backend isolates nothing)."""
+    support = cgroup_support()
+    if not support.available:
+        pytest.skip(f"no usable cgroup here: {support.reason}")
+    if support.version == 1 and len(support.parents) < 3:
+        pytest.skip("cgroup v1 without a writable cpuacct hierarchy")
+    if backend == "subprocess" and os.geteuid() != 0:
+        pytest.skip("only a root program can move itself to a root-owned cgroup")
+    res = _backend(backend).run_python(LEAVE_CGROUP, tmp_path)
+    assert res.ok, res.stderr
+    assert res.extras["cpu_time_source"] == "cgroup"
+    if backend == "bubblewrap":
+        assert res.stdout.strip() == "0"
+        assert 0.6 <= res.cpu_time_s <= 2.0
+    else:
+        assert int(res.stdout) >= 1  # it left the execution cgroup
+        assert res.cpu_time_s < 0.3  # its 0.6 CPU-s after leaving are not counted
 
 
 def test_cgroup_v1_uses_the_cpuacct_hierarchy_and_v2_cpu_stat(tmp_path: Path) -> None:

@@ -16,7 +16,10 @@ not grade as the program's outcome.
 Backends: :mod:`~wmrl_envs.sandbox.bubblewrap` (default), :mod:`~wmrl_envs.sandbox.docker`
 (docker SDK, locally built image, no registry) and :mod:`~wmrl_envs.sandbox.subprocess`
 (resource limits only, no isolation: warns loudly). :func:`wmrl_envs.sandbox.make_sandbox`
-picks one.
+picks one. The whole-sandbox bounds hold for the processes that stay in the execution cgroup:
+under bubblewrap the program runs as an unprivileged uid without ``/sys``, so it cannot leave
+it; under the subprocess backend a program running as root can (see
+:class:`~wmrl_envs.sandbox.subprocess.SubprocessSandbox`).
 """
 
 from __future__ import annotations
@@ -98,8 +101,10 @@ class SandboxLimits:
         memory_mb: address-space / memory limit in MiB.
         file_size_mb: largest file the program may write, in MiB (RLIMIT_FSIZE).
         memory_mb: memory limit of the **whole sandbox** in MiB (a cgroup: every process of the
-            run together, including what it writes to its tmpfs ``/tmp``, ``/dev/shm`` and
-            bounded job folder); also each process's address-space limit (``RLIMIT_AS``).
+            run that stays in it, together, including what it writes to its tmpfs ``/tmp``,
+            ``/dev/shm`` and bounded job folder; a subprocess-backend program running as root
+            can leave the cgroup and with it this bound); also each process's address-space
+            limit (``RLIMIT_AS``).
         file_size_mb: largest file the program may write, in MiB (RLIMIT_FSIZE).
         max_processes: most processes/threads the whole sandbox may have at once (cgroup
             ``pids.max``; fork-bomb guard).
@@ -154,7 +159,13 @@ class ExecutionResult:
         cpu_time_s: CPU-seconds (user + system) of the **whole sandboxed process tree**, or
             ``None`` where the backend cannot measure it. Bubblewrap and subprocess: the
             execution cgroup's usage where one is used (cgroup v2 ``cpu.stat`` ``usage_usec``,
-            v1 ``cpuacct.usage``: every process of the run, ``setsid`` escapees included).
+            v1 ``cpuacct.usage``): every process of the run while it is in the cgroup,
+            ``setsid`` escapees included. Under bubblewrap no process can leave the cgroup
+            (unprivileged uid, no ``/sys``). The subprocess backend runs the program as the
+            caller: as root, a program that writes its pid into another cgroup's
+            ``cgroup.procs`` (e.g. ``/sys/fs/cgroup/pids/cgroup.procs``) leaves the execution
+            cgroup, and its CPU from then on is not counted (nor bounded, nor killed at the
+            end; :class:`~wmrl_envs.sandbox.subprocess.SubprocessSandbox` isolates nothing).
             Without one, subprocess reports the ``os.wait4`` rusage of the direct child (it and
             the descendants it waited for; a process that left with ``setsid`` and was not
             waited for is missed) and bubblewrap ``None`` (bwrap's outer process exits without

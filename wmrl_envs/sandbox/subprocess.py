@@ -49,7 +49,9 @@ class SubprocessSandbox(Sandbox):
           :mod:`~wmrl_envs.sandbox.cgroup`): ``memory_mb`` MiB for all its processes together
           (the OOM killer ends it beyond, ``extras["oom_killed"]``) and ``max_processes``
           tasks (``pids.max``); at the end every process of the cgroup is killed, including
-          those that left the process group with ``setsid``;
+          those that left the process group with ``setsid`` (but not one that left the cgroup
+          itself, see below); the CPU-seconds (``ExecutionResult.cpu_time_s``) are the
+          cgroup's usage;
         * memory per process: ``RLIMIT_AS`` = ``memory_mb`` MiB of address space (allocations
           beyond it raise ``MemoryError``);
         * CPU: ``RLIMIT_CPU`` = ``ceil(cpu_time_s)`` seconds (then SIGXCPU, SIGKILL 1 s later);
@@ -66,7 +68,13 @@ class SubprocessSandbox(Sandbox):
 
     What it does NOT do: the program runs with the caller's uid and sees the caller's whole
     filesystem (it can read hidden labels, write anywhere the caller can) and network, and can
-    escape the process group with ``setsid``. The environment is clean (no host variables),
+    escape the process group with ``setsid``. When the caller is root (where the cgroup
+    exists), the program is root too and can leave its execution cgroup by writing its pid
+    into another group's ``cgroup.procs`` (e.g. ``/sys/fs/cgroup/pids/cgroup.procs``, and the
+    ``memory`` and ``cpuacct`` ones under cgroup v1): from then on that process escapes the
+    memory and process bounds, the CPU-seconds and the final kill, and may outlive the run.
+    This backend cannot stop it; the bubblewrap backend can (the program runs as an
+    unprivileged uid, without ``/sys``). The environment is clean (no host variables),
     ``HOME``/``TMPDIR`` point at the job folder. ``tmp_size_mb`` is not enforced.
 
     Use only for trusted code or when nothing else runs; constructing it emits an
