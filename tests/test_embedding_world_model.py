@@ -216,6 +216,34 @@ def test_degraded_world_model(loto, log):
         DegradedWorldModel(loto, 0.5, mode="shuffle")
 
 
+def test_degraded_world_model_noise_comes_from_the_training_split_only(tmp_path):
+    """Held-out tasks' real scores never reach the agent through the default noise pool."""
+    import json
+
+    train_scores, heldout_scores = [0.1, 0.2, 0.3], [0.85, 0.9, 0.95]
+    records = [{"task_id": "t", "code": "model = Ridge()", "score": v, "split": "train"} for v in train_scores]
+    records += [{"task_id": "h", "code": "model = Ridge()", "score": v, "split": "heldout"} for v in heldout_scores * 5]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    class _NeverCalled:
+        def predict(self, contexts, actions):  # pragma: no cover - information=0 never calls it
+            raise AssertionError
+
+    wm = DegradedWorldModel(_NeverCalled(), information=0.0, seed=0, log=path)
+    assert sorted(wm.noise_pool.tolist()) == train_scores
+    z = [p.score for p in wm.predict([{"task_id": "h"}] * 2000, ["model = Ridge()"] * 2000)]
+    assert set(z) == set(train_scores)  # every training score is drawn, no held-out one ever
+    # a log without a training split cannot give the default pool: said clearly
+    path.write_text("".join(json.dumps(r) + "\n" for r in records if r["split"] == "heldout"))
+    with pytest.raises(ValueError, match="no scored records with split 'train'"):
+        DegradedWorldModel(_NeverCalled(), information=0.5, log=path)
+    assert DegradedWorldModel(_NeverCalled(), information=0.5, log=path, noise_pool=[]).noise_pool.size == 0
+    # the shipped log: the default pool is its training records' scores
+    shipped = [r["score"] for r in load_execution_log(split="train")]
+    assert sorted(DegradedWorldModel(_NeverCalled(), 0.0).noise_pool.tolist()) == sorted(shipped)
+
+
 def test_leave_one_task_out_quality_on_the_shipped_log(loto, log):
     """LOTO predictions vs real scores on the shipped log (239 executions, regenerated on the
     6000-row tasks): Spearman 0.63 on the whole log and, for the bench's world model fitted and

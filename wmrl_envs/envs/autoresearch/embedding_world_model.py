@@ -7,7 +7,8 @@ score with a regression head fitted on logged real executions of *other* tasks
 (:meth:`~EmbeddingWorldModel.fit_leave_one_task_out`), frozen while an agent trains. Execution
 results are never cached or looked up: predictions come from the head alone.
 :class:`DegradedWorldModel` mixes any world model's predictions with action-independent noise
-(the degradation experiment). :func:`load_execution_log` reads the shipped log of real
+(the degradation experiment), drawn by default from the real scores of the log's training split
+only (held-out tasks' outcomes never enter a world model). :func:`load_execution_log` reads the shipped log of real
 executions (:data:`EXECUTION_LOG_PATH`, written by ``benchmarks/log_executions.py``).
 Why two texts, what a prediction costs, and the log: ``docs/autoresearch.md``, "World models".
 """
@@ -518,8 +519,10 @@ class DegradedWorldModel:
     """A world model with a controlled amount of information about the outcome.
 
     Two ways to remove information (``mode``), both with noise ``z`` drawn independently of the
-    actions from ``noise_pool`` (default: the real scores of the shipped log, i.e. the marginal
-    distribution of real outcomes) or uniformly in [0, 1]:
+    actions from ``noise_pool`` (default: the real scores of the execution log's **training
+    split**, i.e. the marginal distribution of real outcomes on the training tasks; held-out
+    tasks' scores are never used, so that evaluating on them stays unbiased) or uniformly in
+    [0, 1]:
 
     * ``"replace"`` (default): each prediction is kept with probability ``information`` and
       otherwise replaced by ``z`` — the rank correlation with the base model falls about
@@ -536,11 +539,16 @@ class DegradedWorldModel:
         information: in [0, 1].
         seed: noise seed.
         mode: ``"replace"`` or ``"mix"``.
-        noise_pool: 1-D scores to draw ``z`` from; ``None`` uses the shipped log's real scores;
-            an empty sequence draws ``z ~ U(0, 1)``.
+        noise_pool: 1-D scores to draw ``z`` from; ``None`` uses the real scores of the
+            records of ``log`` whose ``split`` is ``"train"``; an empty sequence draws
+            ``z ~ U(0, 1)``.
+        log: the execution log of the default pool (``None``: :data:`EXECUTION_LOG_PATH`);
+            ignored when ``noise_pool`` is given.
 
     Raises:
-        ValueError: ``information`` outside [0, 1] or unknown ``mode``.
+        ValueError: ``information`` outside [0, 1], unknown ``mode``, or (default pool) a log
+            without scored training-split records.
+        FileNotFoundError: (default pool) ``log`` does not exist.
 
     Attributes:
         information: may be changed between calls (e.g. a mid-run degradation).
@@ -554,6 +562,7 @@ class DegradedWorldModel:
         *,
         mode: str = "replace",
         noise_pool: Sequence[float] | None = None,
+        log: str | Path | None = None,
     ) -> None:
         if not 0.0 <= float(information) <= 1.0:
             raise ValueError(f"information must be in [0, 1], got {information}")
@@ -565,7 +574,13 @@ class DegradedWorldModel:
         self.mode = mode
         self.rng = np.random.default_rng(self.seed)
         if noise_pool is None:
-            noise_pool = [float(r["score"]) for r in load_execution_log() if r.get("score") is not None]
+            # the training split only: held-out tasks' real scores must not reach the agent
+            noise_pool = [float(r["score"]) for r in load_execution_log(log, split="train") if r.get("score") is not None]
+            if not noise_pool:
+                raise ValueError(
+                    f"the execution log {log or EXECUTION_LOG_PATH} has no scored records with split 'train' "
+                    "for the default noise pool; pass noise_pool= (scores to draw from, or [] for U(0, 1))"
+                )
         self.noise_pool = np.asarray(noise_pool, dtype=np.float64)
 
     def _noise(self, n: int) -> np.ndarray:
