@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 
