@@ -190,3 +190,40 @@ def test_presets_cover_the_axes():
     useless = measured_correlation(env, WORLD_MODEL_ERRORS["useless"], n_groups=400, seed=1)
     perfect = measured_correlation(env, WORLD_MODEL_ERRORS["perfect"], n_groups=400, seed=1)
     assert abs(useless.pearson) < 0.1 and perfect.pearson > 0.9
+
+
+@pytest.mark.parametrize("bad", [2.9, np.array([3, 5]), np.array([3]), "1", True, -1, 24, float("nan"), None, 1.5 + 0j])
+def test_step_rejects_an_action_that_is_not_an_integer_scalar_in_range(bad):
+    env = KnownTruthEnv(n_tasks=2, n_actions=24)
+    env.reset(seed=0, options={"task": 0})
+    with pytest.raises(ValueError, match=r"action must be an integer in \[0, 24\)"):
+        env.step(bad)
+    assert env.n_steps == 0  # nothing was executed
+
+
+@pytest.mark.parametrize("bad", [1.7, "1", np.array([1, 0]), False, 2, -1])
+def test_reset_rejects_a_task_that_is_not_an_integer_scalar_in_range(bad):
+    env = KnownTruthEnv(n_tasks=2, n_actions=8)
+    with pytest.raises(ValueError, match=r"task must be an integer in \[0, 2\)"):
+        env.reset(options={"task": bad})
+
+
+@pytest.mark.parametrize("ok", [3, np.int64(3), np.int32(3), np.array(3), 3.0, np.float64(3.0)])
+def test_integer_valued_scalars_are_accepted(ok):
+    env = KnownTruthEnv(n_tasks=2, n_actions=8, outcome_noise_std=0.0)
+    obs, _ = env.reset(options={"task": np.array(1) if isinstance(ok, np.ndarray) else 1})
+    assert int(obs) == 1
+    _, r, *_ = env.step(ok)
+    assert r == env.true_score(1, 3)
+    assert env.true_score(np.int64(1), ok) == env.true_score(1, 3)
+
+
+def test_world_models_reject_non_integer_contexts_and_actions():
+    env = KnownTruthEnv(n_tasks=2, n_actions=8)
+    for wm in (KnownTruthWorldModel(env, WorldModelError()),
+               BreakingWorldModel(env, WorldModelError(), WorldModelError(), break_after=1)):
+        assert len(wm.predict([np.int64(1), 0], [3, np.array(2)])) == 2
+        with pytest.raises(ValueError, match="action must be an integer"):
+            wm.predict([0], [2.9])
+        with pytest.raises(ValueError, match=r"context \(task id\) must be an integer"):
+            wm.predict([np.array([1, 0])], [2])

@@ -114,11 +114,17 @@ class KnownTruthEnv(gym.Env[np.int64, np.int64]):
     Reset options:
         ``{"task": int}`` fixes the task; otherwise it is drawn from the env's RNG.
 
+    A task or an action is an integer-valued scalar in range (a Python or numpy integer, an
+    integer-valued float such as ``2.0``, or a 0-d array of one); ``2.9``, ``"1"``, ``True`` or a
+    1-D array raise ValueError instead of being truncated or read from their first element.
+
     ``info`` of a step: ``score`` (the real score), ``failed`` (a failing action),
     ``execution_cpu_s`` (the declared cost).
 
     Raises:
-        ValueError: a setting out of range (the message names it).
+        ValueError: a setting out of range (the message names it); from :meth:`reset`,
+            :meth:`step`, :meth:`true_score` or :meth:`expected_score`, a task or action that is
+            not an integer-valued scalar in range.
 
     Example:
         >>> env = KnownTruthEnv(n_tasks=2, n_actions=8, outcome_noise_std=0.0)
@@ -254,16 +260,35 @@ class KnownTruthEnv(gym.Env[np.int64, np.int64]):
         return np.int64(self._task), score, True, False, info
 
     def _check_task(self, task: Any) -> int:
-        t = int(np.asarray(task).reshape(-1)[0]) if np.ndim(task) else int(task)
-        if not 0 <= t < self.n_tasks:
-            raise ValueError(f"task must be an integer in [0, {self.n_tasks}), got {task!r}")
-        return t
+        return _index(task, self.n_tasks, "task")
 
     def _check_action(self, action: Any) -> int:
-        a = int(np.asarray(action).reshape(-1)[0]) if np.ndim(action) else int(action)
-        if not 0 <= a < self.n_actions:
-            raise ValueError(f"action must be an integer in [0, {self.n_actions}), got {action!r}")
-        return a
+        return _index(action, self.n_actions, "action")
+
+
+def _index(value: Any, n: int, name: str) -> int:
+    """``value`` as an int in ``[0, n)``: an integer-valued scalar (a Python or numpy integer, an
+    integer-valued float, or a 0-d array of one); anything else is a ValueError, never truncated
+    or read from its first element."""
+    x = value
+    if isinstance(x, np.ndarray):
+        if x.ndim != 0:
+            raise ValueError(f"{name} must be an integer in [0, {n}), one per call (a scalar), got an array of "
+                             f"shape {x.shape}")
+        x = x[()]
+    ok = False
+    if isinstance(x, (bool, np.bool_)):
+        ok = False
+    elif isinstance(x, (numbers.Integral, np.integer)):
+        ok, x = True, int(x)
+    elif isinstance(x, (numbers.Real, np.floating)) and math.isfinite(float(x)) and float(x).is_integer():
+        ok, x = True, int(x)
+    if not ok or not 0 <= x < n:
+        raise ValueError(
+            f"{name} must be an integer in [0, {n}) (a Python or numpy integer, an integer-valued float or a 0-d "
+            f"array of one), got {value!r}"
+        )
+    return int(x)
 
 
 # ---------------------------------------------------------------------- the world model's error
@@ -421,8 +446,8 @@ class KnownTruthWorldModel:
         """One prediction per (task id, action); see the class docstring."""
         if len(contexts) != len(actions):
             raise ValueError(f"contexts and actions differ in length: {len(contexts)} vs {len(actions)}")
-        t = np.asarray([int(np.asarray(c).reshape(-1)[0]) for c in contexts], dtype=np.int64)
-        a = np.asarray([int(np.asarray(x).reshape(-1)[0]) for x in actions], dtype=np.int64)
+        t = np.asarray([_index(c, self.env.n_tasks, "context (task id)") for c in contexts], dtype=np.int64)
+        a = np.asarray([_index(x, self.env.n_actions, "action") for x in actions], dtype=np.int64)
         return [WorldModelPrediction(score=float(s)) for s in self.predict_scores(t, a)]
 
     def state_dict(self) -> dict[str, Any]:
@@ -496,8 +521,8 @@ class BreakingWorldModel:
         """One prediction per (task id, action), ``before`` or ``after`` by the prediction count."""
         if len(contexts) != len(actions):
             raise ValueError(f"contexts and actions differ in length: {len(contexts)} vs {len(actions)}")
-        t = np.asarray([int(np.asarray(c).reshape(-1)[0]) for c in contexts], dtype=np.int64)
-        a = np.asarray([int(np.asarray(x).reshape(-1)[0]) for x in actions], dtype=np.int64)
+        t = np.asarray([_index(c, self.env.n_tasks, "context (task id)") for c in contexts], dtype=np.int64)
+        a = np.asarray([_index(x, self.env.n_actions, "action") for x in actions], dtype=np.int64)
         return [WorldModelPrediction(score=float(s)) for s in self.predict_scores(t, a)]
 
 
