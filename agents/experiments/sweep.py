@@ -23,10 +23,16 @@ policy's *exact* expected true score over the evaluation tasks (all tasks:
 noise; evaluation is not training compute.
 
 Per seed, real GRPO trains ``steps`` steps; the target is ``gain_fraction`` of real GRPO's mean
-gain (:func:`~agents.experiments.speedup.target_score`). Every other method trains until its
-curve reaches the target, its compute reaches ``max_compute_factor`` × real GRPO's median
-compute, or ``max_steps_factor`` × ``steps`` steps — whichever comes first; a seed that stops
-short of the target has compute-to-target ``inf`` ("not reached within budget").
+gain (:func:`~agents.experiments.speedup.target_score`, at least ``min_gain``). Every other method
+trains until its curve reaches the target or its compute reaches the budget,
+``max_compute_factor`` × real GRPO's median compute. The compute budget is what binds: each
+run's step cap is derived from its declared cost per step (:func:`declared_step_cost_s`) so that
+it can spend the whole budget (:func:`step_cap_for`), within the absolute safety cap
+``step_cap``, which binds first only where a run's budget would need more steps than that (world
+model only, at about 1 % of real GRPO's cost per step). Each run records why it stopped
+(``"target"``, ``"compute budget"`` or ``"step cap"``); a seed that stops short of the target has
+compute-to-target ``inf``, and a cell that is not reached says which limit stopped it ("not
+reached within budget" or "not reached within N steps (step cap)").
 
 Outputs in ``out_dir``: ``results.json``, ``table.md``, ``speedup_heatmap.png`` (WMRL),
 ``speedup_heatmap_methods.png`` (world model only and the ablations), ``traces.png`` (ρ and
@@ -39,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
@@ -59,10 +66,13 @@ __all__ = [
     "SweepConfig",
     "SweepRun",
     "TabularSoftmaxPolicy",
-    "cost_bound",
+    "declared_step_cost_s",
+    "equal_steps_cost_ratio",
     "main_sweep",
+    "mean_over_all_seeds",
     "run_sweep",
     "run_sweep_method",
+    "step_cap_for",
 ]
 
 BREAKING = "breaking"
@@ -104,12 +114,17 @@ class SweepConfig:
     """Seeds per cell (0..seeds-1; runs of one seed share the env table, the world model's seed and the policy's start)."""
     steps: int = 25
     """Steps of real-execution GRPO (its budget S)."""
-    max_steps_factor: float = 4.0
-    """Other methods train at most this many times S steps."""
     max_compute_factor: float = 2.0
-    """Other methods stop at this many times real GRPO's median compute (CPU-seconds)."""
+    """Other methods stop at this many times real GRPO's median compute (CPU-seconds): the budget."""
+    step_cap: int = 1200
+    """Absolute safety cap on any run's steps. Each run's own cap is the steps its declared cost per
+    step needs to spend the budget, with a 25% margin (step_cap_for), but never more than this;
+    it binds first only for world model only (its budget would need ~5000 steps at the defaults)."""
     gain_fraction: float = 0.9
     """The target: this share of real GRPO's mean gain from the untrained policy to step S."""
+    min_gain: float = 0.01
+    """Real GRPO must improve its exact expected score (0-1 scale) by more than this in S steps, or
+    there is no target and the sweep stops after the real runs (target_score's min_gain)."""
     groups_per_step: int = 16
     """Groups (tasks) per step."""
     group_size: int = 8
@@ -151,6 +166,11 @@ class SweepConfig:
 
         from .methods import METHODS
 
+        for name in ("levels", "fractions", "methods", "ablation_fractions"):
+            values = getattr(self, name)
+            if values is not None and len(set(values)) != len(values):
+                dup = sorted({v for v in values if list(values).count(v) > 1}, key=str)
+                raise ValueError(f"SweepConfig.{name} has duplicates {dup}: give each value once, got {values!r}")
         unknown = [x for x in self.levels if x not in WORLD_MODEL_ERRORS]
         check(bool(self.levels) and not unknown, "levels", f"a non-empty subset of {sorted(WORLD_MODEL_ERRORS)}")
         check(bool(self.fractions) and all(0 < f <= 1 for f in self.fractions), "fractions", "anchor fractions in (0, 1]")
@@ -162,10 +182,19 @@ class SweepConfig:
         for name in ("seeds", "steps", "groups_per_step", "n_tasks", "workers", "n_boot", "correlation_groups"):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "an integer >= 1")
         check(isinstance(self.break_at_step, int) and self.break_at_step >= 0, "break_at_step", "an integer >= 0")
+        if self.breaking and self.break_at_step >= self.steps:
+            raise ValueError(
+                f"SweepConfig.break_at_step={self.break_at_step} is not within real GRPO's {self.steps} steps: the "
+                "breaking world model's runs stop at the target, which a good world model reaches in fewer steps "
+                f"than real GRPO, so the break would not happen; give break_at_step < steps ({self.steps}) or "
+                "--no-breaking"
+            )
+        check(isinstance(self.step_cap, int) and self.step_cap >= self.steps, "step_cap",
+              f"an integer >= steps ({self.steps})")
         check(isinstance(self.group_size, int) and self.group_size >= 2, "group_size", "an integer >= 2")
-        check(self.max_steps_factor >= 1, "max_steps_factor", "a number >= 1")
         check(self.max_compute_factor > 0, "max_compute_factor", "a number > 0")
         check(0 < self.gain_fraction <= 1, "gain_fraction", "a number in (0, 1]")
+        check(0 <= self.min_gain < 1, "min_gain", "a score gain in [0, 1)")
         check(self.execution_cost_s > 0, "execution_cost_s", "a number of CPU-seconds > 0")
         check(self.wm_cost_s >= 0, "wm_cost_s", "a number of CPU-seconds >= 0")
         check(self.lr > 0, "lr", "a number > 0")
@@ -175,22 +204,73 @@ SWEEP_PRESETS: dict[str, SweepConfig] = {
     "default": SweepConfig(),
     "quick": SweepConfig(levels=("perfect", "useless"), fractions=(0.1, 0.4), seeds=4, steps=15,
                          ablation_fractions=(0.1,), break_at_step=4, n_boot=500, correlation_groups=128,
-                         workers=1, out_dir="runs/sweep-quick"),
+                         step_cap=400, workers=1, out_dir="runs/sweep-quick"),
 }
 """``default``: the full map (the issue's grid, the ablations at every fraction); ``quick``: the CI preset
-(two levels, two fractions, four seeds; well under a minute on one core)."""
+(two levels, two fractions, four seeds, a safety cap of 400 steps; about a minute on one core)."""
 
 
-def cost_bound(fraction: float | None, execution_cost_s: float, wm_cost_s: float) -> float:
-    """The speedup a method could reach at most from its per-rollout cost alone:
-    ``c_exec / (f·c_exec + c_wm)`` (``f = 0``: world model only), ignoring generation and update.
+def equal_steps_cost_ratio(fraction: float | None, execution_cost_s: float, wm_cost_s: float) -> float:
+    """The equal-steps cost ratio: real GRPO's declared cost per rollout over an anchored method's,
+    ``c_exec / (f·c_exec + c_wm)`` (``f = 0`` or ``None``: world model only), ignoring generation
+    and update.
+
+    It is the compute-to-target speedup a method would have if it needed exactly as many steps as
+    real GRPO to reach the target. It is *not* a bound: a method that needs fewer steps beats it.
+    In the known-truth env a perfect world model predicts the *expected* score of an action,
+    without the outcome noise of a real execution, so its advantages are less noisy than real
+    ones and it can learn faster per step than real GRPO (``docs/sweep_reference.md``).
 
     Example:
-        >>> round(cost_bound(0.1, 1.0, 0.01), 2)
+        >>> round(equal_steps_cost_ratio(0.1, 1.0, 0.01), 2)
         9.09
     """
     f = 0.0 if fraction is None else float(fraction)
     return float(execution_cost_s) / (f * float(execution_cost_s) + float(wm_cost_s))
+
+
+def declared_step_cost_s(method: str, fraction: float | None, cfg: SweepConfig) -> float:
+    """Expected declared CPU-seconds of one training step of ``method`` (generation and update,
+    measured and well under 1% here, left out).
+
+    ``real``: ``groups × G × c_exec``; :data:`REAL_AT_F`: ``max(1, round(f × groups)) × G × c_exec``;
+    ``wm_only``: ``groups × G × c_wm``; anchored methods: ``f × groups × G × c_exec + groups × G ×
+    c_wm`` (the router's anchor groups are ``f × groups`` in expectation; the world model predicts
+    every group, the anchor groups' predictions being the calibration pairs).
+
+    Raises:
+        ValueError: an unknown method, or an anchored method without a fraction.
+    """
+    from .methods import METHODS
+
+    g = cfg.groups_per_step * cfg.group_size
+    if method == REAL_AT_F:
+        if fraction is None:
+            raise ValueError(f"{REAL_AT_F} needs a fraction")
+        return max(1, int(round(float(fraction) * cfg.groups_per_step))) * cfg.group_size * cfg.execution_cost_s
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: one of {list(METHODS)} or {REAL_AT_F!r}")
+    spec = METHODS[method]
+    f = spec.anchor_fraction if spec.anchor_fraction is not None else fraction
+    if f is None:
+        raise ValueError(f"the anchored method {method!r} needs a fraction")
+    return float(f) * g * cfg.execution_cost_s + (g * cfg.wm_cost_s if spec.world_model else 0.0)
+
+
+def step_cap_for(method: str, fraction: float | None, cfg: SweepConfig, budget_s: float) -> int:
+    """The step cap of one run: enough steps to spend ``budget_s`` CPU-seconds at the declared cost
+    per step (:func:`declared_step_cost_s`) with a 25% margin (the anchor groups per step vary
+    by stochastic rounding), at least ``cfg.steps`` and at most ``cfg.step_cap``.
+
+    Example:
+        >>> step_cap_for("wmrl", 0.1, SweepConfig(), 6400.0)   # 14.08 CPU-s per step
+        569
+        >>> step_cap_for("wm_only", None, SweepConfig(), 6400.0)  # 1.28 per step: the safety cap
+        1200
+    """
+    cost = declared_step_cost_s(method, fraction, cfg)
+    need = math.inf if cost <= 0 else math.ceil(1.25 * float(budget_s) / cost)
+    return int(min(cfg.step_cap, max(cfg.steps, need)))
 
 
 # ---------------------------------------------------------------------- the policy
@@ -258,6 +338,10 @@ class SweepRun:
             anchor groups, the world model's predictions).
         correlation: within-group Pearson / Spearman over all anchor groups of the run.
         cpu_by_source: the ledger's CPU-seconds per source at the end.
+        stop_reason: why training stopped: ``"target"`` (the score reached it), ``"compute
+            budget"``, ``"step cap"`` (``max_steps`` came first) or ``"steps"`` (real GRPO's S
+            steps, no target or budget given).
+        max_steps: the run's step cap.
     """
 
     method: str
@@ -275,6 +359,8 @@ class SweepRun:
     predictions: int = 0
     correlation: dict[str, float] = field(default_factory=dict)
     cpu_by_source: dict[str, float] = field(default_factory=dict)
+    stop_reason: str = ""
+    max_steps: int = 0
 
 
 def _make_env(cfg: SweepConfig, seed: int) -> Any:
@@ -331,7 +417,7 @@ def run_sweep_method(
         compute_budget_s: stop once the compute reaches it (``None``: never).
 
     Returns:
-        A :class:`SweepRun`.
+        A :class:`SweepRun` (``stop_reason`` says which of the three stopped it).
 
     Raises:
         RuntimeError: the ledger did not charge the declared execution or world-model costs
@@ -363,6 +449,8 @@ def run_sweep_method(
     ledger, corrector = wrapper.ledger, wrapper.corrector
     run = SweepRun(method, level, fraction if spec.anchor_fraction is None or method == REAL_AT_F else None, seed,
                    compute=[0.0], score=[env.expected_score(policy.probs())])
+    run.max_steps = int(max_steps)
+    run.stop_reason = "steps" if target is None and compute_budget_s is None else "step cap"
     pairs_raw: list[list[float]] = []
     pairs_real: list[list[float]] = []
     for _step in range(1, max_steps + 1):
@@ -391,8 +479,10 @@ def run_sweep_method(
         run.anchor_pearson.append(within_group_correlation(np.array(step_raw), np.array(step_real)).pearson
                                   if step_raw else float("nan"))
         if target is not None and run.score[-1] >= target:
+            run.stop_reason = "target"
             break
         if compute_budget_s is not None and run.compute[-1] >= compute_budget_s:
+            run.stop_reason = "compute budget"
             break
     run.executions = ledger.count("execution")
     run.anchor_groups = wrapper.router.n_anchor_groups
@@ -485,19 +575,19 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
-    max_steps = int(round(cfg.max_steps_factor * cfg.steps))
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with progress:
         real = _run_jobs([("real", None, None, s, cfg, {"max_steps": cfg.steps}) for s in range(cfg.seeds)],
                          cfg, progress, "real GRPO")
         real_curves = [Curve(r.compute, r.score) for r in real]
-        target = target_score(real_curves, gain_fraction=cfg.gain_fraction)
+        target = target_score(real_curves, gain_fraction=cfg.gain_fraction, min_gain=cfg.min_gain)
         real_ctt = [compute_to_target(c, target) for c in real_curves]
         budget = cfg.max_compute_factor * float(np.median([r.compute[-1] for r in real]))
         log(f"[sweep] real GRPO: score {np.mean([r.score[0] for r in real]):.3f} -> {np.mean([r.score[-1] for r in real]):.3f} "
-            f"in {cfg.steps} steps; target {target:.3f}; budget {budget:.0f} CPU-s or {max_steps} steps")
+            f"in {cfg.steps} steps; target {target:.3f}; budget {budget:.0f} CPU-s (safety cap {cfg.step_cap} steps)")
         cells = _cells(cfg)
-        jobs = [(m, lv, f, s, cfg, {"max_steps": max_steps, "target": target, "compute_budget_s": budget})
+        jobs = [(m, lv, f, s, cfg, {"max_steps": step_cap_for(m, f, cfg, budget), "target": target,
+                                    "compute_budget_s": budget})
                 for (m, lv, f) in cells for s in range(cfg.seeds)]
         others = _run_jobs(jobs, cfg, progress, "other methods")
     by_cell: dict[tuple, list[SweepRun]] = {}
@@ -529,14 +619,20 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
         runs = sorted(runs, key=lambda r: r.seed)
         ctt = [compute_to_target(Curve(r.compute, r.score), target) for r in runs]
         est = speedup(real_ctt, ctt, n_boot=cfg.n_boot, seed=0)
+        cap = runs[0].max_steps
+        capped = [r.seed for r, t in zip(runs, ctt) if math.isinf(t) and r.stop_reason == "step cap"]
+        limit = f"within {cap} steps (step cap)" if capped else "within budget"
         gps = max(1, int(round(f * cfg.groups_per_step))) if m == REAL_AT_F else cfg.groups_per_step
         groups = sum(len(r.rho) for r in runs) * gps
         cells_out.append({
             "method": m, "level": lv, "fraction": f,
             "speedup": est.point, "low": est.low, "high": est.high, "n_reached": est.n_reached,
-            "n_seeds": est.n_seeds, "reached": est.reached(), "formatted": est.format(),
+            "n_seeds": est.n_seeds, "reached": est.reached(), "formatted": est.format(limit=limit),
             "compute_to_target": ctt,
-            "cost_bound": None if m == REAL_AT_F else cost_bound(f if m != "wm_only" else 0.0, cfg.execution_cost_s, cfg.wm_cost_s),
+            "stop_reasons": [r.stop_reason for r in runs], "step_cap": cap,
+            "final_compute": [r.compute[-1] for r in runs],
+            "equal_steps_cost_ratio": None if m == REAL_AT_F else equal_steps_cost_ratio(
+                f if m != "wm_only" else 0.0, cfg.execution_cost_s, cfg.wm_cost_s),
             "realised_fraction": (sum(r.anchor_groups for r in runs) / groups) if groups else 0.0,
             "executions": [r.executions for r in runs], "anchor_groups": [r.anchor_groups for r in runs],
             "steps": [len(r.rho) for r in runs],
@@ -545,9 +641,10 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
         "config": asdict(cfg),
         "cost": {"execution_cpu_s": cfg.execution_cost_s, "world_model_cpu_s": cfg.wm_cost_s,
                  "ratio_wm_to_execution": cfg.wm_cost_s / cfg.execution_cost_s,
-                 "bound": {str(f): cost_bound(f, cfg.execution_cost_s, cfg.wm_cost_s) for f in cfg.fractions},
-                 "bound_wm_only": cost_bound(0.0, cfg.execution_cost_s, cfg.wm_cost_s)},
-        "target": target, "real_compute_to_target": real_ctt, "compute_budget_s": budget, "max_steps": max_steps,
+                 "equal_steps_cost_ratio": {str(f): equal_steps_cost_ratio(f, cfg.execution_cost_s, cfg.wm_cost_s)
+                                            for f in cfg.fractions},
+                 "equal_steps_cost_ratio_wm_only": equal_steps_cost_ratio(0.0, cfg.execution_cost_s, cfg.wm_cost_s)},
+        "target": target, "real_compute_to_target": real_ctt, "compute_budget_s": budget, "step_cap": cfg.step_cap,
         "levels": levels_out, "cells": cells_out,
         "runs": [asdict(r) for r in real + others],
         "wall_clock_s": time.perf_counter() - t_all,
@@ -565,23 +662,35 @@ def _f(x: float | None, nd: int = 2) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{nd}f}"
 
 
+def _stops(cell: dict[str, Any]) -> str:
+    r = cell.get("stop_reasons", [])
+    return f"{r.count('target')} / {r.count('compute budget')} / {r.count('step cap')}"
+
+
 def format_sweep_table(results: dict[str, Any]) -> str:
-    """The sweep's markdown report: costs and bounds, each level's measured correlations, and one
-    row per cell (speedup with its 95% CI, seeds reached, cost bound, realised fraction)."""
+    """The sweep's markdown report: costs and equal-steps cost ratios, each level's measured
+    correlations, and one row per cell (speedup with its 95% CI, seeds reached, why the seeds
+    stopped, equal-steps cost ratio, realised fraction)."""
     cfg, cost = results["config"], results["cost"]
     lines = [
         "# Known-truth sweep: compute-to-target speedup over real-execution GRPO",
         "",
         f"World-model : execution cost ratio {cost['world_model_cpu_s']:g} : {cost['execution_cpu_s']:g} "
-        f"(declared CPU-seconds per prediction / per execution). Cost bound on the speedup per rollout, "
-        f"c_exec / (f·c_exec + c_wm), ignoring generation and update: "
-        + ", ".join(f"f={f}: {b:.1f}×" for f, b in cost["bound"].items())
-        + f"; world model only: {cost['bound_wm_only']:.0f}×.",
+        f"(declared CPU-seconds per prediction / per execution). Equal-steps cost ratio c_exec / (f·c_exec + c_wm) "
+        f"(the speedup a method would have if it needed as many steps as real GRPO; generation and update ignored): "
+        + ", ".join(f"f={f}: {b:.1f}×" for f, b in cost["equal_steps_cost_ratio"].items())
+        + f"; world model only: {cost['equal_steps_cost_ratio_wm_only']:.0f}×. It is not a bound: a method that needs "
+        "fewer steps than real GRPO beats it, and here a good world model can, because it predicts an action's expected "
+        "score without the outcome noise of a real execution (less noisy advantages).",
         "",
         (f"Target score {results['target']:.3f} ({cfg['gain_fraction']:g} of real GRPO's mean gain in {cfg['steps']} steps; "
-         f"exact expected score over {cfg['n_tasks']} tasks). Other methods stop at the target, at "
-         f"{results['compute_budget_s']:.0f} CPU-s ({cfg['max_compute_factor']:g}× real GRPO's median compute) or at "
-         f"{results['max_steps']} steps; 'not reached' = beyond that budget. {cfg['seeds']} seeds per cell; 95% paired "
+         f"exact expected score over {cfg['n_tasks']} tasks). Other methods stop at the target or at the compute "
+         f"budget, {results['compute_budget_s']:.0f} CPU-s ({cfg['max_compute_factor']:g}× real GRPO's median compute); "
+         f"each run's step cap is derived from its declared cost per step so that it can spend the budget, within a "
+         f"safety cap of {results['step_cap']} steps that binds first only where the budget needs more steps (world "
+         "model only). 'not reached within budget' / 'not reached within N steps (step cap)' say which limit stopped "
+         "the seeds; 'stopped' counts the seeds by reason (target / compute budget / step cap). In an interval, "
+         f"'n.r.' is a resample in which the method is not reached. {cfg['seeds']} seeds per cell; 95% paired "
          "bootstrap CI over seeds."),
         "",
         "## World-model quality levels (within-group correlation of world-model vs real score, measured)",
@@ -604,14 +713,15 @@ def format_sweep_table(results: dict[str, Any]) -> str:
     if cfg["breaking"]:
         lines += ["", f"`{BREAKING}`: {cfg['break_from']} for the predictions of {cfg['break_at_step']} steps, then {cfg['break_to']}."]
     lines += ["", "## Speedup per cell", "",
-              "| level | method | f | speedup [95% CI] | seeds reached | cost bound | realised f |",
-              "|---|---|---|---|---|---|---|"]
+              "| level | method | f | speedup [95% CI] | seeds reached | stopped: target / budget / step cap "
+              "| equal-steps cost ratio | realised f |",
+              "|---|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
         if c["method"] == REAL_AT_F:
             continue
         f = "—" if c["fraction"] is None else f"{c['fraction']:g}"
         lines.append(f"| {c['level']} | {c['method']} | {f} | {c['formatted']} | {c['n_reached']}/{c['n_seeds']} | "
-                     f"{c['cost_bound']:.1f}× | {c['realised_fraction']:.3f} |")
+                     f"{_stops(c)} | {c['equal_steps_cost_ratio']:.1f}× | {c['realised_fraction']:.3f} |")
     small = [c for c in results["cells"] if c["method"] == REAL_AT_F]
     if small:
         gps = cfg["groups_per_step"]
@@ -619,11 +729,19 @@ def format_sweep_table(results: dict[str, Any]) -> str:
                   (f"Real-execution GRPO with max(1, round(f × {gps})) groups per step: the anchor groups alone, no "
                    f"world model. Its speedup over real GRPO (at {gps} groups per step) is the saving a smaller real "
                    "batch gives by itself; an anchored method adds value over it only where its speedup is higher."), "",
-                  "| f | groups per step | speedup [95% CI] | seeds reached |", "|---|---|---|---|"]
+                  "| f | groups per step | speedup [95% CI] | seeds reached | stopped: target / budget / step cap |",
+                  "|---|---|---|---|---|"]
         for c in small:
             lines.append(f"| {c['fraction']:g} | {max(1, round(c['fraction'] * gps))} | {c['formatted']} | "
-                         f"{c['n_reached']}/{c['n_seeds']} |")
+                         f"{c['n_reached']}/{c['n_seeds']} | {_stops(c)} |")
     return "\n".join(lines) + "\n"
+
+
+def _bound(x: float | None) -> str:
+    """An interval bound on the heat map: 0 (not reached in that resample) is 'n.r.', inf '∞'."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return "n.r." if x == 0.0 else ("∞" if math.isinf(x) else f"{x:.1f}")
 
 
 def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
@@ -646,7 +764,8 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
                 if c is None:
                     continue
                 grid[i, j] = c["speedup"] if c["reached"] and math.isfinite(c["speedup"]) and c["speedup"] > 0 else np.nan
-                txt = (f"{c['speedup']:.1f}×\n[{_f(c['low'], 1)}, {_f(c['high'], 1)}]" if c["reached"] else "n.r.")
+                txt = (f"{c['speedup']:.1f}×\n[{_bound(c['low'])}, {_bound(c['high'])}]" if c["reached"]
+                       else ("n.r.\n(step cap)" if "step cap" in c["formatted"] else "n.r."))
                 ax.text(j, i, txt, ha="center", va="center", fontsize=7 if len(cols) < 4 or labels else 6)
         vmax = max(20.0, float(np.nanmax(grid)) if np.isfinite(grid).any() else 20.0)
         im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", norm=LogNorm(vmin=0.1, vmax=vmax), aspect="auto")
@@ -659,7 +778,7 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
     rows = [(lv, "wmrl", lv) for lv in levels]
     if any(c["method"] == REAL_AT_F for c in results["cells"]):
         rows.append(("(reference) real GRPO,\nf × groups per step", REAL_AT_F, None))
-    im = panel(ax, rows, fracs, "WMRL: compute-to-target speedup over real GRPO\n(median, 95% CI; n.r. = not reached)")
+    im = panel(ax, rows, fracs, "WMRL: compute-to-target speedup over real GRPO\n(median, 95% CI; n.r. = not reached within budget)")
     fig.colorbar(im, ax=ax, label="speedup (log scale)")
     fig.tight_layout()
     fig.savefig(out_dir / "speedup_heatmap.png", dpi=120)
@@ -675,6 +794,23 @@ def _plot_heatmaps(results: dict[str, Any], out_dir: Path) -> None:
         plt.close(fig)
 
 
+def mean_over_all_seeds(runs: list[dict[str, Any]], key: str) -> np.ndarray:
+    """Mean over runs of the per-step trace ``run[key]``, only at the steps *every* run has.
+
+    Runs stop at the target, so a later step would average only the few slow seeds and jump;
+    the traces of ``traces.png`` end at the last step every seed ran. ``None`` (not yet
+    measured, e.g. a calibration error before the first refit) counts as NaN and is skipped.
+
+    Returns:
+        float64 array of shape ``(min_len,)`` (empty without runs).
+    """
+    n = min((len(r[key]) for r in runs), default=0)
+    m = np.array([[np.nan if v is None else v for v in r[key][:n]] for r in runs], dtype=np.float64).reshape(len(runs), n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a step where no run has a value: NaN
+        return np.nanmean(m, axis=0) if len(runs) else np.array([])
+
+
 def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
     import matplotlib
 
@@ -685,13 +821,7 @@ def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
     f0 = 0.1 if 0.1 in cfg["fractions"] else cfg["fractions"][0]
     runs = [r for r in results["runs"] if r["method"] == "wmrl" and r["fraction"] == f0]
 
-    def mean_trace(rs: list[dict], key: str) -> np.ndarray:
-        n = max((len(r[key]) for r in rs), default=0)
-        m = np.full((len(rs), n), np.nan)
-        for i, r in enumerate(rs):
-            m[i, :len(r[key])] = [np.nan if v is None else v for v in r[key]]
-        with np.errstate(all="ignore"):
-            return np.nanmean(m, axis=0) if len(rs) else np.array([])
+    mean_trace = mean_over_all_seeds
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for i, lv in enumerate(results["levels"]):
@@ -703,9 +833,11 @@ def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
             x = np.arange(1, len(mean_trace(rs, "mae_raw")) + 1)
             axes[1].plot(x, mean_trace(rs, "mae_raw"), ls="--", color=f"C{i}")
             axes[1].plot(x, mean_trace(rs, "mae_calibrated"), color=f"C{i}", label=lv)
-    axes[0].set_title(f"anchor weight ρ (WMRL, f={f0:g}, mean over seeds)", fontsize=9)
+    axes[0].set_title(f"anchor weight ρ (WMRL, f={f0:g}; mean over all seeds, up to the\n"
+                      "last step every seed ran: runs stop at the target)", fontsize=9)
     axes[0].set_xlabel("step"); axes[0].legend(fontsize=7)
-    axes[1].set_title("prequential calibration MAE on anchor pairs\n(dashed: raw, solid: calibrated; WMRL)", fontsize=9)
+    axes[1].set_title("prequential calibration MAE on anchor pairs (dashed: raw, solid:\n"
+                      "calibrated; WMRL; mean over all seeds, steps every seed ran)", fontsize=9)
     axes[1].set_xlabel("step"); axes[1].legend(fontsize=7)
     rs = [r for r in runs if r["level"] == BREAKING]
     if rs:
@@ -713,7 +845,8 @@ def _plot_traces(results: dict[str, Any], out_dir: Path) -> None:
         axes[2].plot(x, mean_trace(rs, "rho"), label="anchor weight ρ")
         axes[2].plot(x, mean_trace(rs, "anchor_pearson"), label="within-group Pearson of the anchor groups")
         axes[2].axvline(cfg["break_at_step"] + 0.5, color="k", ls=":", label="world model breaks")
-        axes[2].set_title(f"breaking world model ({cfg['break_from']} → {cfg['break_to']}), WMRL f={f0:g}", fontsize=9)
+        axes[2].set_title(f"breaking world model ({cfg['break_from']} → {cfg['break_to']}), WMRL f={f0:g}\n"
+                          "(mean over all seeds, steps every seed ran)", fontsize=9)
         axes[2].set_xlabel("step"); axes[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_dir / "traces.png", dpi=120)
