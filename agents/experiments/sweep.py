@@ -713,8 +713,8 @@ def format_sweep_table(results: dict[str, Any]) -> str:
     if cfg["breaking"]:
         lines += ["", f"`{BREAKING}`: {cfg['break_from']} for the predictions of {cfg['break_at_step']} steps, then {cfg['break_to']}."]
     lines += ["", "## Speedup per cell", "",
-              "| level | method | f | speedup [95% CI] | seeds reached | stopped: target / budget / step cap "
-              "| equal-steps cost ratio | realised f |",
+              ("| level | method | f | speedup [95% CI] | seeds reached | stopped: target / budget / step cap "
+               "| equal-steps cost ratio | realised f |"),
               "|---|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
         if c["method"] == REAL_AT_F:

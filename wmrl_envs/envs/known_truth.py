@@ -276,13 +276,12 @@ def _index(value: Any, n: int, name: str) -> int:
             raise ValueError(f"{name} must be an integer in [0, {n}), one per call (a scalar), got an array of "
                              f"shape {x.shape}")
         x = x[()]
-    ok = False
-    if isinstance(x, (bool, np.bool_)):
-        ok = False
-    elif isinstance(x, (numbers.Integral, np.integer)):
-        ok, x = True, int(x)
-    elif isinstance(x, (numbers.Real, np.floating)) and math.isfinite(float(x)) and float(x).is_integer():
-        ok, x = True, int(x)
+    ok = not isinstance(x, (bool, np.bool_)) and (
+        isinstance(x, (numbers.Integral, np.integer))
+        or (isinstance(x, (numbers.Real, np.floating)) and math.isfinite(float(x)) and float(x).is_integer())
+    )
+    if ok:
+        x = int(x)
     if not ok or not 0 <= x < n:
         raise ValueError(
             f"{name} must be an integer in [0, {n}) (a Python or numpy integer, an integer-valued float or a 0-d "
