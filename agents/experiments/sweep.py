@@ -680,8 +680,9 @@ def format_sweep_table(results: dict[str, Any]) -> str:
         f"(the speedup a method would have if it needed as many steps as real GRPO; generation and update ignored): "
         + ", ".join(f"f={f}: {b:.1f}×" for f, b in cost["equal_steps_cost_ratio"].items())
         + f"; world model only: {cost['equal_steps_cost_ratio_wm_only']:.0f}×. It is not a bound: a method that needs "
-        "fewer steps than real GRPO beats it, and here a good world model can, because it predicts an action's expected "
-        "score without the outcome noise of a real execution (less noisy advantages).",
+        "fewer steps than real GRPO beats it. A good world model can: it predicts an action's expected score without "
+        "the outcome noise of a real execution (less noisy advantages), and a monotone distortion changes the spacing of "
+        "the scores that GRPO standardises within a group.",
         "",
         (f"Target score {results['target']:.3f} ({cfg['gain_fraction']:g} of real GRPO's mean gain in {cfg['steps']} steps; "
          f"exact expected score over {cfg['n_tasks']} tasks). Other methods stop at the target or at the compute "
