@@ -291,6 +291,20 @@ def _index(value: Any, n: int, name: str) -> int:
 
 
 # ---------------------------------------------------------------------- the world model's error
+def _predict_table(wm: Any, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
+    """The ``predict`` of the known-truth world models: validate the (task id, action) pairs
+    against ``wm.env`` and wrap ``wm.predict_scores`` in :class:`WorldModelPrediction`.
+
+    Raises:
+        ValueError: different lengths, or a task id / action that is not an integer in range.
+    """
+    if len(contexts) != len(actions):
+        raise ValueError(f"contexts and actions differ in length: {len(contexts)} vs {len(actions)}")
+    t = np.asarray([_index(c, wm.env.n_tasks, "context (task id)") for c in contexts], dtype=np.int64)
+    a = np.asarray([_index(x, wm.env.n_actions, "action") for x in actions], dtype=np.int64)
+    return [WorldModelPrediction(score=float(s)) for s in wm.predict_scores(t, a)]
+
+
 @dataclass(frozen=True)
 class WorldModelError:
     """How a :class:`KnownTruthWorldModel` errs (validated; every field defaults to no error).
@@ -443,11 +457,7 @@ class KnownTruthWorldModel:
 
     def predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         """One prediction per (task id, action); see the class docstring."""
-        if len(contexts) != len(actions):
-            raise ValueError(f"contexts and actions differ in length: {len(contexts)} vs {len(actions)}")
-        t = np.asarray([_index(c, self.env.n_tasks, "context (task id)") for c in contexts], dtype=np.int64)
-        a = np.asarray([_index(x, self.env.n_actions, "action") for x in actions], dtype=np.int64)
-        return [WorldModelPrediction(score=float(s)) for s in self.predict_scores(t, a)]
+        return _predict_table(self, contexts, actions)
 
     def state_dict(self) -> dict[str, Any]:
         """Noise generator state and prediction count."""
@@ -518,11 +528,7 @@ class BreakingWorldModel:
 
     def predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
         """One prediction per (task id, action), ``before`` or ``after`` by the prediction count."""
-        if len(contexts) != len(actions):
-            raise ValueError(f"contexts and actions differ in length: {len(contexts)} vs {len(actions)}")
-        t = np.asarray([_index(c, self.env.n_tasks, "context (task id)") for c in contexts], dtype=np.int64)
-        a = np.asarray([_index(x, self.env.n_actions, "action") for x in actions], dtype=np.int64)
-        return [WorldModelPrediction(score=float(s)) for s in self.predict_scores(t, a)]
+        return _predict_table(self, contexts, actions)
 
 
 # ---------------------------------------------------------------------- correlation
