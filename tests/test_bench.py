@@ -233,3 +233,142 @@ def test_world_model_fitting_cost_is_the_logged_executions_cpu_seconds():
     assert is_cpu and seconds == pytest.approx(sum(r["cpu_s"] for r in records)) and seconds > 0
     assert f"{len(records)} logged executions" in what
     assert world_model_fitting_cost(BenchConfig(world_model="llm"))[0] == 0.0
+
+
+class UnmeasuredEnv(FakeEnv):
+    """An env whose executions have no CPU figure (``info["execution_cpu_s"] = None``)."""
+
+    def step(self, action):
+        FakeEnv.steps += 1
+        return 0, float(action), True, False, {"execution_cpu_s": None}
+
+
+def _bench(tmp_path, env=FakeEnv, evaluate=None, **kw):
+    settings = dict(methods=("real", "wmrl"), seeds=2, steps=4, max_steps_factor=3, groups_per_step=5, group_size=4,
+                    correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3, refine_evals=2,
+                    out_dir=str(tmp_path))
+    cfg = BenchConfig(**{**settings, **kw})
+    res = run_bench(cfg, make_agent=FakeAgent, make_env=env, world_model=FakeWM(), train_tasks=["t1", "t2"],
+                    heldout_tasks=["h"], sandbox=None, evaluate=evaluate or fake_eval, log=lambda s: None)
+    return res, (tmp_path / "table.md").read_text()
+
+
+def test_curves_are_read_in_cpu_seconds_at_the_evaluated_steps(tmp_path):
+    res, _ = _bench(tmp_path)
+    for m in res["methods"].values():
+        for e in m["seeds"]:
+            c, rec = e["curve"], e["records"]
+            assert c["compute_cpu_s"] == [0.0 if i == 0 else rec[i - 1]["compute_cpu_s"] for i in c["step"]]
+            assert c["compute_wall_s"] == [0.0 if i == 0 else rec[i - 1]["compute_wall_s"] for i in c["step"]]
+            assert c["compute_cpu_s"] != c["compute_wall_s"]  # declared 20 CPU-s per execution: not the wall-clock
+
+
+def test_unmeasured_execution_cpu_is_reported_not_counted_as_zero(tmp_path):
+    res, table = _bench(tmp_path, env=UnmeasuredEnv)
+    rec = res["methods"]["real"]["seeds"][0]["records"]
+    assert rec[-1]["cpu_unmeasured"] == 4 * 5 * 4 and rec[-1]["cpu_seconds"]["execution"] == 0.0
+    assert "Warning: compute understated" in table and "GRPO, real execution 80" in table
+
+
+def test_tables_without_their_budget_are_left_out(tmp_path):
+    _, table = _bench(tmp_path, methods=("real", "anchors_raw"))
+    assert "Equal compute: WMRL's" not in table and "Equal compute: real-execution GRPO's" in table
+    _, table = _bench(tmp_path / "b", methods=("wmrl", "wm_only"))
+    assert "Equal compute: real-execution GRPO's" not in table and "no compute-to-target" in table
+
+
+def test_a_seed_stopped_by_the_step_cap_is_not_said_to_be_beyond_the_budget(tmp_path):
+    class AntiWM:  # ranks actions backwards: the world-model groups pull the policy down
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=1.0 - float(a)) for a in actions]
+
+    cfg = BenchConfig(methods=("real", "wm_only"), seeds=2, steps=4, max_steps_factor=2, groups_per_step=5,
+                      group_size=4, eval_points=3, refine_evals=0, out_dir=str(tmp_path))
+    res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=AntiWM(), train_tasks=["t1"],
+                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    assert [e["stopped"] for e in res["methods"]["wm_only"]["seeds"]] == ["step cap", "step cap"]
+    head = (tmp_path / "table.md").read_text().split("### ")[0]
+    row = next(line for line in head.splitlines() if line.startswith("| GRPO, world model only"))
+    assert "step cap" in row and "within budget" not in row
+
+
+def test_heldout_ungraded_counts_every_evaluation(tmp_path):
+    calls = []
+
+    def eval_with_one_ungraded(*a, **kw):
+        calls.append(1)
+        return {**fake_eval(*a, **kw), "ungraded": {"sandbox_unavailable": 1}}
+
+    res, table = _bench(tmp_path, methods=("real",), evaluate=eval_with_one_ungraded)
+    assert sum(e["heldout_ungraded"] for e in res["methods"]["real"]["seeds"]) == len(calls) > 2
+    assert f"held-out {len(calls)}" in table
+
+
+@pytest.mark.parametrize("field,value", [("eval_points", 1), ("eval_draws", 0), ("target_gain", 1.5),
+                                         ("refine_evals", -1), ("methods", ("real", "real")), ("group_size", 1)])
+def test_bad_settings_are_refused_before_anything_trains(tmp_path, field, value):
+    FakeEnv.steps = 0
+    with pytest.raises(ValueError, match=field.replace("_", "-") if field != "methods" else "twice"):
+        _bench(tmp_path, **{field: value})
+    assert FakeEnv.steps == 0
+
+
+def test_evaluate_snapshot_cache_draws_and_what_is_never_cached(monkeypatch):
+    """Held-out evaluation executes each (task, program) once per run, never caches an ungraded
+    outcome or a time-out, estimates avg@k from all its draws, and without a cache executes all."""
+    from types import SimpleNamespace
+
+    import agents.experiments.bench as bench
+    import wmrl_envs.envs.autoresearch.grading as grading
+    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+    from wmrl_envs.sandbox.base import SandboxUnavailableError
+
+    task = list_tasks("heldout")[0]
+    executed = []
+
+    def fake_run(t, code, sandbox):
+        executed.append(code)
+        if code == "broken":
+            raise SandboxUnavailableError("no sandbox")
+        pos = float(code.split()[1])
+        return SimpleNamespace(status="valid", position=pos, score=pos, timed_out=code.startswith("slow")), None
+
+    monkeypatch.setattr(grading, "evaluate", fake_run)
+
+    class Agent:
+        def __init__(self, codes):
+            self.codes = codes
+
+        def restore(self, snap):
+            pass
+
+        def reseed(self, seed):
+            pass
+
+        def sample(self, tasks, n):
+            return [self.codes[:n] for _ in tasks], None
+
+    codes = ["p 0.2", "p 0.8", "p 0.2", "slow 0.5"]
+    cache: dict = {}
+    r1 = bench.evaluate_snapshot(Agent(codes), None, [task], 2, None, parallel=1, cache=cache, draws=4)
+    assert r1["per_task"][task] == pytest.approx(100 * grading_best_of_k([0.2, 0.8, 0.2, 0.5], 2))
+    assert len(executed) == 3 and (r1["executed"], r1["cached"]) == (3, 1)  # the repeated draw once
+    r2 = bench.evaluate_snapshot(Agent(codes), None, [task], 2, None, parallel=1, cache=cache, draws=4)
+    assert executed[3:] == ["slow 0.5"] and r2["overall"] == r1["overall"]  # only the time-out again
+    executed.clear()
+    bench.evaluate_snapshot(Agent(codes), None, [task], 2, None, parallel=1, cache=None, draws=4)
+    assert len(executed) == 4  # no cache: every trajectory
+    executed.clear()
+    broken = ["broken", "p 0.4"]
+    cache = {}
+    bench.evaluate_snapshot(Agent(broken), None, [task], 1, None, parallel=1, cache=cache, draws=2, max_ungraded_share=None)
+    bench.evaluate_snapshot(Agent(broken), None, [task], 1, None, parallel=1, cache=cache, draws=2, max_ungraded_share=None)
+    assert executed.count("broken") == 2 and executed.count("p 0.4") == 1  # the ungraded one is retried
+    with pytest.raises(ValueError, match="draws must be >= k"):
+        bench.evaluate_snapshot(Agent(codes), None, [task], 2, None, draws=1)
+
+
+def grading_best_of_k(xs, k):
+    from agents.evaluation import expected_best_of_k
+
+    return expected_best_of_k(xs, k)

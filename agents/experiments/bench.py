@@ -65,6 +65,7 @@ __all__ = [
     "run_method",
     "run_bench",
     "select_snapshots",
+    "check_bench_config",
     "coarse_eval_steps",
     "refinement_step",
     "format_table",
@@ -206,6 +207,9 @@ class StepRecord:
     anchor_groups: int
     realised_anchor_fraction: float = 0.0
     """Share of the groups routed so far that were anchor groups."""
+    cpu_unmeasured: int = 0
+    """Executions so far whose CPU-seconds the sandbox could not measure (not in ``compute_cpu_s``:
+    the compute is then understated, and the report says so)."""
     ungraded: int = 0
     """Ungraded rollouts so far (training; the machinery failed), cumulative."""
     ungraded_by_cause: dict[str, int] = field(default_factory=dict)
@@ -304,6 +308,7 @@ def run_method(
             executions=ledger.count("execution"),
             anchor_groups=wrapper.router.n_anchor_groups,
             realised_anchor_fraction=wrapper.router.realised_fraction,
+            cpu_unmeasured=ledger.cpu_unmeasured("execution"),
             ungraded=wrapper.ungraded.n_ungraded,
             ungraded_by_cause=dict(wrapper.ungraded.causes),
         ))
@@ -374,8 +379,9 @@ def evaluate_snapshot(
     With ``cache`` (a dict shared by the evaluations of one benchmark), a (task id, program
     source) pair already executed is not executed again: its grade is reused. This is sound
     because a program's source carries its ``random_state``, so the same source on the same task
-    gives the same result; held-out evaluation is not training compute, and training executions
-    are never cached. ``res["executed"]`` / ``res["cached"]`` count both kinds.
+    gives the same result (up to time-outs, which depend on the machine's load: they are not
+    cached, nor are ungraded outcomes); held-out evaluation is not training compute, and training
+    executions are never cached. Without ``cache`` every trajectory is executed. ``res["executed"]`` / ``res["cached"]`` count both kinds.
 
     With ``eval_seed`` the agent's sampling stream is reset before sampling, so every snapshot
     of every method of one bench seed is evaluated on the same random draws (common random
@@ -383,7 +389,8 @@ def evaluate_snapshot(
 
     A trajectory whose execution fails in the machinery (``SandboxUnavailableError``) is
     ungraded: left out of avg@k and the mean score, counted in ``"ungraded"`` (by cause) and
-    warned about; a task with no graded trajectory is left out.
+    warned about; a task with fewer graded draws than k is scored from the draws it has, and a
+    task with no graded trajectory is left out (``res["tasks_left_out"]``).
 
     Raises:
         TooManyUngradedError: at least ``max_ungraded_share`` of the trajectories are ungraded.
@@ -411,12 +418,18 @@ def evaluate_snapshot(
         except SandboxUnavailableError as exc:  # the machinery failed: not the agent's score
             return f"{type(exc).__name__}: {exc}"
 
-    todo = [j for j in dict.fromkeys(jobs) if cache is None or j not in cache]
-    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        done = dict(zip(todo, pool.map(run, todo)))
-    if cache is not None:  # an ungraded outcome (str) is not cached: it is retried next time
-        cache.update({j: g for j, g in done.items() if not isinstance(g, str)})
-    outcomes = [done[j] if j in done else cache[j] for j in jobs]  # type: ignore[index]
+    if cache is None:  # every trajectory is executed
+        todo = list(jobs)
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            outcomes = list(pool.map(run, todo))
+    else:
+        todo = [j for j in dict.fromkeys(jobs) if j not in cache]
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            done = dict(zip(todo, pool.map(run, todo)))
+        # neither an ungraded outcome (str) nor a time-out (it depends on the machine's load) is
+        # cached: they are executed again next time
+        cache.update({j: g for j, g in done.items() if not isinstance(g, str) and not getattr(g, "timed_out", False)})
+        outcomes = [done[j] if j in done else cache[j] for j in jobs]
     positions: dict[str, list[float | None]] = {t: [] for t in heldout_tasks}
     grades, errors = [], []
     for (t, _), g in zip(jobs, outcomes):
@@ -434,15 +447,45 @@ def evaluate_snapshot(
             raise TooManyUngradedError(len(errors), len(jobs), max_ungraded_share, {SANDBOX_UNAVAILABLE: len(errors)},
                                        {SANDBOX_UNAVAILABLE: errors[-1]})
     graded = {t: p for t, p in positions.items() if p}
+    left_out = sorted(set(heldout_tasks) - set(graded))
     overall, per_cat, per_task = avg_at_k_estimate(graded, {t: get_task(t).category for t in heldout_tasks}, k)
     res: dict[str, Any] = {"overall": overall, "per_category": per_cat, "per_task": per_task}
     res["mean_score"] = float(np.mean([g.score for g in grades]))
     res["ungraded"] = {SANDBOX_UNAVAILABLE: len(errors)} if errors else {}
     res["executed"], res["cached"] = len(todo), len(jobs) - len(todo)
+    res["tasks_left_out"] = left_out  # every draw ungraded: not in avg@k (the report says so)
     return res
 
 
 # ---------------------------------------------------------------------- reporting
+def check_bench_config(cfg: BenchConfig) -> None:
+    """Refuse, before anything is trained, the settings that could only fail (or mean nothing)
+    once the methods have run.
+
+    Raises:
+        ValueError: naming the setting, what it must be, and what was given.
+    """
+    unknown = [m for m in cfg.methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    if len(set(cfg.methods)) != len(cfg.methods):
+        raise ValueError(f"--methods lists a method twice: {list(cfg.methods)}")
+    for name, value, ok, what in (
+        ("seeds", cfg.seeds, cfg.seeds >= 1, ">= 1"),
+        ("steps", cfg.steps, cfg.steps >= 1, ">= 1"),
+        ("max_steps_factor", cfg.max_steps_factor, cfg.max_steps_factor >= 1, ">= 1 (the others train at least S steps)"),
+        ("groups_per_step", cfg.groups_per_step, cfg.groups_per_step >= 1, ">= 1"),
+        ("group_size", cfg.group_size, cfg.group_size >= 2, ">= 2 (GRPO standardises within a group)"),
+        ("eval_k", cfg.eval_k, cfg.eval_k >= 1, ">= 1"),
+        ("eval_draws", cfg.eval_draws, cfg.eval_draws >= cfg.eval_k, f">= eval_k ({cfg.eval_k}): avg@k is estimated from them"),
+        ("eval_points", cfg.eval_points, cfg.eval_points >= 2, ">= 2 (the initial policy and the last step at least)"),
+        ("refine_evals", cfg.refine_evals, cfg.refine_evals >= 0, ">= 0"),
+        ("target_gain", cfg.target_gain, 0 < cfg.target_gain <= 1, "in (0, 1] (a share of real GRPO's gain)"),
+    ):
+        if not ok:
+            raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+
+
 def coarse_eval_steps(last: int, n_points: int) -> list[int]:
     """The snapshots a curve is first evaluated at: ``n_points`` step indices spread evenly over
     0..``last`` (both included), rounded, without repeats.
@@ -530,9 +573,7 @@ def run_bench(
     Raises:
         ValueError: unknown method names.
     """
-    unknown = [m for m in cfg.methods if m not in METHODS]
-    if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    check_bench_config(cfg)
     order = [m for m in ("real", "wmrl") if m in cfg.methods] + [m for m in cfg.methods if m not in ("real", "wmrl")]
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -541,6 +582,7 @@ def run_bench(
         evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share,
                                      cache={} if cfg.eval_cache else None, draws=cfg.eval_draws)
     eval_counts = {"executed": 0, "cached": 0, "evaluations": 0}
+    entry_ungraded: dict[tuple[str, int], int] = {}  # held-out ungraded trajectories per (method, seed)
     from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
 
     results: dict[str, Any] = {
@@ -562,13 +604,18 @@ def run_bench(
         res = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
                        eval_seed=1_000_003 + seed)
         eval_counts["evaluations"] += 1
-        eval_counts["executed"] += int(res.get("executed", len(heldout_tasks) * cfg.eval_k))
+        eval_counts["executed"] += int(res.get("executed", len(heldout_tasks) * cfg.eval_draws))
+        entry_ungraded[(run.method, seed)] = entry_ungraded.get((run.method, seed), 0) + sum(
+            int(v) for v in res.get("ungraded", {}).values())
         eval_counts["cached"] += int(res.get("cached", 0))
         return res
 
     def save() -> None:
         results["wall_clock_s"] = time.perf_counter() - t_all
         results["evaluation"] = dict(eval_counts)
+        for name, m in results["methods"].items():
+            for e in m["seeds"]:
+                e["heldout_ungraded"] = entry_ungraded.get((name, e["seed"]), 0)
         (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
 
     progress.start()
@@ -592,6 +639,9 @@ def run_bench(
                 last = runs[name].records[-1]
                 log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute {last.compute_cpu_s:.1f} CPU-s "
                     f"({last.compute_wall_s:.1f} s wall-clock; whole method {time.perf_counter() - t0:.1f} s)")
+                if last.cpu_unmeasured:
+                    log(f"[bench] WARNING seed {seed} {name}: {last.cpu_unmeasured} executions without a CPU figure "
+                        "(the sandbox could not measure it): their compute is missing from every figure")
                 if name == "real":
                     budget_real = last.compute_cpu_s
             budgets = {}
@@ -655,7 +705,7 @@ def run_bench(
         if "real" in results["methods"]:
             try:
                 results["speedup"] = compute_speedups(results, gain_fraction=cfg.target_gain, steps=cfg.steps,
-                                                      fitting_cpu_s=fitting_cpu_s)
+                                                      fitting_cpu_s=fitting_cpu_s if fitting_unit == "CPU-s" else 0.0)
             except ValueError as exc:  # real GRPO did not improve: there is no target to reach
                 results["speedup"] = {}
                 results["speedup_error"] = str(exc)
@@ -815,6 +865,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     torch.set_num_threads(1)
     from agents.grpo import GRPOUpdateConfig
 
+    check_bench_config(cfg)
     # the update settings check themselves now, before any model is loaded or seed started
     GRPOUpdateConfig(clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, num_iterations=cfg.num_iterations)
     if cfg.lr is not None and not cfg.lr > 0:
@@ -853,7 +904,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
             sandbox=sandbox,
             log=log,
             fitting_cpu_s=fitting_cpu_s,
-            fitting_unit="CPU-s" if fitting_is_cpu else "wall-clock s (no CPU figure logged)",
+            fitting_unit="CPU-s" if fitting_is_cpu else "wall-clock s (no CPU figure logged: not added to the speedup)",
         )
     finally:
         sandbox.close()

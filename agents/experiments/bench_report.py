@@ -67,7 +67,7 @@ def _ungraded_note(results: dict[str, Any]) -> str:
         for s in m["seeds"]:
             for c, k in s.get("ungraded", {}).get("ungraded_by_cause", {}).items():
                 causes[c] = causes.get(c, 0) + int(k)
-        ev = sum(int(v) for s in m["seeds"] for e in s["eval"].values() for v in e.get("ungraded", {}).values())
+        ev = sum(int(s.get("heldout_ungraded", 0)) for s in m["seeds"])
         detail = ", ".join(f"{c}: {k}" for c, k in sorted(causes.items()))
         parts.append(f"{name} {n}" + (f" ({detail})" if detail else "") + (f", held-out {ev}" if ev else ""))
     return "Ungraded rollouts (training, all seeds; failures of the machinery, left out of training): " + "; ".join(parts) + "\n"
@@ -112,9 +112,12 @@ def _plot(results: dict[str, Any], out_dir: Path) -> None:
         if METHODS[name].debias:
             a2.plot(steps, np.nanmean(raw, axis=0), ls="--", color=f"C{i}", label=f"{METHODS[name].label}: raw")
             a2.plot(steps, np.nanmean(cal, axis=0), color=f"C{i}", label=f"{METHODS[name].label}: calibrated")
-    a1.set_xlabel("step"); a1.set_ylabel("anchor weight ρ (mean over seeds)"); a1.legend(fontsize=7)
+    a1.set_xlabel("step"); a1.set_ylabel("anchor weight ρ (mean over seeds)")
     a1.set_title("ρ over training (computed; applied only where denoising is on)")
-    a2.set_xlabel("step"); a2.set_ylabel("prequential MAE on anchor pairs"); a2.legend(fontsize=7)
+    a2.set_xlabel("step"); a2.set_ylabel("prequential MAE on anchor pairs")
+    for ax_ in (a1, a2):
+        if ax_.get_legend_handles_labels()[0]:
+            ax_.legend(fontsize=7)
     a2.set_title("Calibration error over training")
     fig.tight_layout()
     fig.savefig(out_dir / "rho_calibration.png", dpi=120)
@@ -202,10 +205,10 @@ CAUSE_WORDS = {"steps": "end of its S steps", "compute budget": "compute budget 
 """How a seed that did not reach the target is described, by why its training stopped."""
 
 
-def _fmt_speedup(d: dict[str, Any] | None) -> str:
+def _fmt_speedup(d: dict[str, Any] | None, limit: str = "within budget") -> str:
     from agents.experiments.speedup import SpeedupEstimate
 
-    return "—" if d is None else SpeedupEstimate(**d).format()
+    return "—" if d is None else SpeedupEstimate(**d).format(limit=limit)
 
 
 def format_speedup_table(results: dict[str, Any]) -> str:
@@ -239,9 +242,10 @@ def format_speedup_table(results: dict[str, Any]) -> str:
             if not math.isfinite(v):
                 causes[e.get("stopped", "steps")] = causes.get(e.get("stopped", "steps"), 0) + 1
         why = "; ".join(f"{k} at the {CAUSE_WORDS.get(w, w)}" for w, k in sorted(causes.items()))
+        limit = "within budget" if set(causes) <= {"compute budget"} else "before its run stopped (" + why + ")"
         lines.append(f"| {METHODS[name].label} | {cell} | {fin.size}/{c.size}{f' (not reached: {why})' if why else ''} | "
-                     f"{'1 (reference)' if name == 'real' else _fmt_speedup(row['speedup'])} | "
-                     f"{_fmt_speedup(row['speedup_with_fitting']) if name != 'real' else '—'} |")
+                     f"{'1 (reference)' if name == 'real' else _fmt_speedup(row['speedup'], limit)} | "
+                     f"{_fmt_speedup(row['speedup_with_fitting'], limit) if name != 'real' else '—'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -257,6 +261,8 @@ def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
         cpu = {s: float(np.mean([r["cpu_seconds"].get(s, 0.0) for r in last])) for s in COST_SOURCES}
         n_exec = float(np.mean([r["executions"] for r in last]))
         out[name] = {"cpu_seconds": cpu, "executions": n_exec,
+                     "wall_s": float(np.mean([r["compute_wall_s"] for r in last])),
+                     "cpu_unmeasured": float(np.mean([r.get("cpu_unmeasured", 0) for r in last])),
                      "realised_anchor_fraction": float(np.mean([r["realised_anchor_fraction"] for r in last])),
                      "cpu_s_per_execution": cpu["execution"] / n_exec if n_exec else None}
     per_exec = [v["cpu_s_per_execution"] for v in out.values() if v["cpu_s_per_execution"]]
@@ -282,6 +288,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
     parts.append(format_cost_table(results))
     for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's")):
+        owner = {"compute_wmrl": "wmrl", "compute_real": "real"}.get(point)
+        if owner is not None and owner not in results["methods"]:
+            continue  # no budget to compare at: that method did not run
         parts.append(f"### {title}\n\n" + format_table(results, point))
     parts.append(_ungraded_note(results))
     ev = results.get("evaluation", {})
@@ -298,18 +307,24 @@ def format_cost_table(results: dict[str, Any]) -> str:
     world-model : execution cost per rollout."""
     costs = results.get("costs") or cost_summary(results)
     lines = ["### Cost split (CPU-seconds, mean over seeds, at each method's last step)\n",
-             "| method | execution | world model | generation | update | executions | realised anchor fraction |",
-             "|---|---|---|---|---|---|---|"]
+             "| method | execution | world model | generation | update | total CPU-s | wall-clock s | executions | realised anchor fraction |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, c in costs.items():
         if name.startswith("_"):
             continue
         cs = c["cpu_seconds"]
         lines.append(f"| {METHODS[name].label} | {cs['execution']:.1f} | {cs['world_model']:.1f} | {cs['generation']:.1f} | "
-                     f"{cs['update']:.1f} | {c['executions']:.0f} | {c['realised_anchor_fraction']:.3f} |")
+                     f"{cs['update']:.1f} | {sum(cs.values()):.1f} | {c['wall_s']:.1f} | {c['executions']:.0f} | "
+                     f"{c['realised_anchor_fraction']:.3f} |")
+    unmeasured = {n: c["cpu_unmeasured"] for n, c in costs.items() if not n.startswith("_") and c.get("cpu_unmeasured")}
+    if unmeasured:
+        lines.append("\n**Warning: compute understated.** Executions whose CPU-seconds the sandbox could not measure "
+                     "(mean per seed, not in the figures above): " + ", ".join(f"{METHODS[n].label} {v:.0f}" for n, v in unmeasured.items())
+                     + ". Run with a sandbox that measures CPU (bubblewrap or subprocess with a writable cgroup).")
     r = costs.get("_ratio")
     if r:
         lines.append(f"\nWorld model : execution cost per rollout = 1 : {1 / r['wm_to_execution']:.3g} "
-                     f"({r['cpu_s_per_prediction'] * 1e3:.1f} ms vs {r['cpu_s_per_execution']:.2f} CPU-s); the speedup at "
+                     f"({r['cpu_s_per_prediction'] * 1e3:.1f} CPU-ms per prediction vs {r['cpu_s_per_execution']:.2f} CPU-s per execution); the speedup at "
                      f"equal steps cannot exceed 1 / (f + {r['wm_to_execution']:.3f}) for anchor fraction f.")
     fit = results.get("world_model_fitting_cpu_s") or 0.0
     if fit:
