@@ -88,7 +88,7 @@ class CachedEvaluator:
     in ``wmrl bench``; it is not cached.
 
     The per-task term is :func:`expected_best_of_k` of ``draws`` trajectories (``draws == k``:
-    avg@k of one draw, as ``wmrl bench`` computes it); categories and the overall score are
+    avg@k of one draw of k); categories and the overall score are
     aggregated as in :func:`agents.evaluation.avg_at_k` (tasks averaged within a category, then
     categories averaged).
 
