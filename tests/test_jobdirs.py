@@ -160,7 +160,7 @@ def test_bounds_too_small_for_the_public_files_say_so(tmp_path: Path) -> None:
         def run_python(self, *a, **k):  # pragma: no cover - must not be reached
             raise AssertionError("the program must not run")
 
-    limits = SandboxLimits(workdir_size_mb=1)  # the house-prices files take ~3 MiB
-    with pytest.raises(ValueError, match=r"workdir_size_mb=1.*public files of task 'house-prices'"):
-        evaluate("house-prices", "print(1)", NeverRuns(limits), workdir_root=tmp_path, limits=limits)
+    limits = SandboxLimits(workdir_size_mb=1)  # the sparse-linear files take ~2.7 MiB
+    with pytest.raises(ValueError, match=r"workdir_size_mb=1.*public files of task 'sparse-linear'"):
+        evaluate("sparse-linear", "print(1)", NeverRuns(limits), workdir_root=tmp_path, limits=limits)
     assert list(tmp_path.iterdir()) == []
