@@ -522,7 +522,9 @@ def test_timed_and_stopwatch_measure_this_process_and_its_waited_children() -> N
     sw = Stopwatch()
     _burn(0.1)
     wall, cpu = sw.read()
-    assert wall >= cpu >= 0.1
+    # process CPU counts every thread of the process (a test process may have idle helper
+    # threads that wake up), so it may pass wall-clock by a hair: allow clock granularity
+    assert cpu >= 0.1 and wall >= 0.1 and cpu <= wall + 0.05
 
 
 def test_execution_cpu_seconds_picks_the_envs_value_over_the_measured_one() -> None:
