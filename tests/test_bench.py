@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from agents.experiments.bench import METHODS, BenchConfig, format_table, method_correction, run_bench
+from agents.experiments.bench import METHODS, BenchConfig, format_table, method_correction, reused_entries, run_bench
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
@@ -372,3 +372,54 @@ def grading_best_of_k(xs, k):
     from agents.evaluation import expected_best_of_k
 
     return expected_best_of_k(xs, k)
+
+
+def test_reuse_from_reads_real_and_wmrl_and_trains_only_the_others(tmp_path):
+    """The ablation command reuses the headline run's real GRPO and WMRL: their entries are copied
+    as measured, their budgets still bound the other methods, and no execution of theirs happens
+    again."""
+    import json
+
+    base = BenchConfig(methods=("real", "wmrl"), seeds=2, steps=3, max_steps_factor=2, groups_per_step=5,
+                       group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2),
+                       eval_points=3, refine_evals=1, out_dir=str(tmp_path / "head"))
+    kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"], heldout_tasks=["h"],
+              sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    first = run_bench(base, **kw)
+    FakeEnv.steps = 0
+    abl = replace(base, methods=("real", "wmrl", "anchors_raw"), reuse_from=str(tmp_path / "head" / "results.json"),
+                  out_dir=str(tmp_path / "abl"))
+    second = run_bench(abl, **kw)
+    for m in ("real", "wmrl"):
+        for a, b in zip(first["methods"][m]["seeds"], second["methods"][m]["seeds"]):
+            assert b["reused_from"] == abl.reuse_from
+            for key in ("curve", "records", "eval", "snapshot"):  # as measured there (NaN-safe comparison)
+                assert json.dumps(b[key], default=float) == json.dumps(a[key], default=float)
+    # only anchors_raw executed: 2 seeds x its anchor groups x G; its budget is the reused real's
+    runs = second["methods"]["anchors_raw"]["seeds"]
+    assert FakeEnv.steps == sum(s["records"][-1]["executions"] for s in runs) > 0
+    for s, r in zip(runs, first["methods"]["real"]["seeds"]):
+        assert s["budgets"]["compute_real"] == r["records"][-1]["compute_cpu_s"]
+    assert second["speedup"]["target"] == first["speedup"]["target"]
+    assert "read from" in (tmp_path / "abl" / "table.md").read_text()
+    assert json.loads((tmp_path / "abl" / "results.json").read_text())["reused_from"]["methods"] == ["real", "wmrl"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(steps=4), "steps: here 4, there 3"),
+    (dict(seeds=3), "pass --seeds 2 or fewer"),
+    (dict(methods=("anchors_raw",)), "none of the methods"),
+])
+def test_reuse_from_refuses_a_run_that_cannot_stand_in(tmp_path, change, message):
+    base = BenchConfig(methods=("real",), seeds=2, steps=3, groups_per_step=2, group_size=2, eval_points=2,
+                       refine_evals=0, out_dir=str(tmp_path / "head"))
+    run_bench(base, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"],
+              heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    bad = replace(base, reuse_from=str(tmp_path / "head" / "results.json"), out_dir=str(tmp_path / "b"), **change)
+    FakeEnv.steps = 0
+    with pytest.raises(ValueError, match=message):
+        run_bench(bad, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"],
+                  heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    assert FakeEnv.steps == 0  # refused before anything trained
+    with pytest.raises(FileNotFoundError):
+        reused_entries(replace(base, reuse_from=str(tmp_path / "nope.json")))

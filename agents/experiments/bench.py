@@ -64,6 +64,7 @@ __all__ = [
     "BenchAgent",
     "run_method",
     "run_bench",
+    "reused_entries",
     "select_snapshots",
     "check_bench_config",
     "coarse_eval_steps",
@@ -171,6 +172,12 @@ class BenchConfig:
     evaluation only; training executions are never cached)."""
     out_dir: str = "runs/bench"
     """Output folder."""
+    reuse_from: str | None = None
+    """results.json of an earlier ``wmrl bench`` run with the same settings: the methods of --methods
+    that it holds (e.g. real and wmrl) are read from it, curves and costs as measured there, instead
+    of being trained and evaluated again (the ablation command reuses the headline run's real GRPO and
+    WMRL this way). Settings that change what a method learns or how it is scored must match
+    (:func:`reused_entries` names any that differ); --seeds must not exceed the earlier run's."""
 
 
 BENCH_PRESETS: dict[str, BenchConfig] = {
@@ -535,6 +542,67 @@ def _set_curve(entry: dict[str, Any], run: MethodRun, evaluated: dict[int, dict[
     }
 
 
+# settings that must be equal for a method's earlier run to stand in for a new one (what it
+# learns, how it is charged, how it is evaluated); eval_points / refine_evals / out_dir may differ
+_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "world_model",
+                     "wm_information", "eval_k", "eval_draws", "exec_parallel", "lr", "kl_coef", "clip_eps",
+                     "num_iterations", "correction", "sandbox", "target_gain")
+
+
+def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
+    """The per-seed entries of the methods ``cfg.reuse_from`` holds and ``cfg.methods`` asks for.
+
+    Returns:
+        ``{method: [entry of seed 0, ..., entry of seed cfg.seeds - 1]}`` (empty without
+        ``reuse_from``); each entry is the earlier run's, as written to its ``results.json``
+        (curve, records, snapshots chosen, held-out results).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: it is not a ``wmrl bench`` results file; a setting of :data:`_REUSE_MUST_MATCH`
+            differs (each is named with both values); its task data came from another task secret;
+            it has fewer seeds than ``cfg.seeds``; or it holds none of ``cfg.methods``.
+    """
+    if cfg.reuse_from is None:
+        return {}
+    path = Path(cfg.reuse_from)
+    if not path.is_file():
+        raise FileNotFoundError(f"--reuse-from {path}: no such file (give the results.json of an earlier wmrl bench run)")
+    ref = json.loads(path.read_text())
+    if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
+        raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
+    mine = asdict(cfg)
+    diff = [f"{k}: here {mine[k]!r}, there {ref['config'].get(k)!r}" for k in _REUSE_MUST_MATCH
+            if json.loads(json.dumps(mine[k], default=float)) != ref["config"].get(k)]
+    if diff:
+        raise ValueError(f"--reuse-from {path}: the earlier run was made with other settings, so its methods "
+                         f"cannot stand in for this run's ({'; '.join(diff)}); run with the same settings or "
+                         "without --reuse-from")
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+
+    if ref.get("task_secret", {}).get("fingerprint") != secret_fingerprint():
+        raise ValueError(f"--reuse-from {path}: its task data came from another task secret (fingerprint "
+                         f"{ref.get('task_secret', {}).get('fingerprint')!r}, here {secret_fingerprint()!r}); set "
+                         "WMRL_TASK_SECRET as for that run, or run without --reuse-from")
+    if int(ref["config"].get("seeds", 0)) < cfg.seeds:
+        raise ValueError(f"--reuse-from {path}: it has {ref['config'].get('seeds')} seeds, this run asks for "
+                         f"{cfg.seeds}; pass --seeds {ref['config'].get('seeds')} or fewer")
+    out = {m: list(ref["methods"][m]["seeds"][: cfg.seeds]) for m in cfg.methods if m in ref["methods"]}
+    if not out:
+        raise ValueError(f"--reuse-from {path}: it holds none of the methods asked for ({list(cfg.methods)}; it has "
+                         f"{list(ref['methods'])})")
+    short = [m for m, e in out.items() if len(e) < cfg.seeds]
+    if short:
+        raise ValueError(f"--reuse-from {path}: methods {short} have fewer than {cfg.seeds} seeds there (was it "
+                         "stopped early?); pass fewer --seeds")
+    return out
+
+
+def _entry_compute_at(entry: dict[str, Any], step: int) -> float:
+    """An earlier run's training compute (CPU-seconds) after ``step`` steps (0.0 at step 0)."""
+    return 0.0 if step == 0 else float(entry["records"][step - 1]["compute_cpu_s"])
+
+
 def run_bench(
     cfg: BenchConfig,
     *,
@@ -574,6 +642,7 @@ def run_bench(
         ValueError: unknown method names.
     """
     check_bench_config(cfg)
+    reused = reused_entries(cfg)
     order = [m for m in ("real", "wmrl") if m in cfg.methods] + [m for m in cfg.methods if m not in ("real", "wmrl")]
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -593,6 +662,9 @@ def run_bench(
         "world_model_fitting_cpu_s": fitting_cpu_s,
         "world_model_fitting_unit": fitting_unit,
     }
+    if reused:
+        results["reused_from"] = {"path": str(cfg.reuse_from), "methods": sorted(reused)}
+        log(f"[bench] {sorted(reused)} read from {cfg.reuse_from} (not trained or evaluated again)")
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -615,7 +687,8 @@ def run_bench(
         results["evaluation"] = dict(eval_counts)
         for name, m in results["methods"].items():
             for e in m["seeds"]:
-                e["heldout_ungraded"] = entry_ungraded.get((name, e["seed"]), 0)
+                if "reused_from" not in e:  # a reused entry keeps the earlier run's count
+                    e["heldout_ungraded"] = entry_ungraded.get((name, e["seed"]), 0)
         (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
 
     progress.start()
@@ -624,6 +697,10 @@ def run_bench(
             runs: dict[str, MethodRun] = {}
             budget_real: float | None = None
             for name in order:
+                if name in reused:  # measured in the earlier run: its budget stands for this seed
+                    if name == "real":
+                        budget_real = float(reused[name][seed]["records"][-1]["compute_cpu_s"])
+                    continue
                 spec = METHODS[name]
                 steps_cap = cfg.steps if name == "real" else max_steps
                 t0 = time.perf_counter()
@@ -645,13 +722,18 @@ def run_bench(
                 if name == "real":
                     budget_real = last.compute_cpu_s
             budgets = {}
-            if "real" in runs:
-                budgets["compute_real"] = runs["real"].compute_at(min(cfg.steps, len(runs["real"].records)))
-            if "wmrl" in runs:
-                budgets["compute_wmrl"] = runs["wmrl"].compute_at(min(cfg.steps, len(runs["wmrl"].records)))
+            for point, owner in (("compute_real", "real"), ("compute_wmrl", "wmrl")):
+                if owner in runs:
+                    budgets[point] = runs[owner].compute_at(min(cfg.steps, len(runs[owner].records)))
+                elif owner in reused:
+                    e = reused[owner][seed]
+                    budgets[point] = _entry_compute_at(e, min(cfg.steps, len(e["records"])))
             agent = make_agent(seed)
             evaluated: dict[str, dict[int, dict[str, Any]]] = {}
             for name in order:
+                if name in reused:
+                    results["methods"][name]["seeds"].append(dict(reused[name][seed], reused_from=str(cfg.reuse_from)))
+                    continue
                 run = runs[name]
                 sel = select_snapshots(run, cfg.steps, budgets)
                 todo = sorted(set(sel.values()) | set(coarse_eval_steps(len(run.records), cfg.eval_points)))
@@ -694,6 +776,8 @@ def run_bench(
                 bar = progress.add_task("refine near the target", total=len(kept) * len(order) * cfg.refine_evals, info="")
                 for seed, (agent, runs, evaluated) in enumerate(kept):
                     for name in order:
+                        if name in reused:  # its curve was refined in the earlier run
+                            continue
                         entry = results["methods"][name]["seeds"][seed]
                         for _ in range(cfg.refine_evals):
                             idx = refinement_step(entry["curve"]["step"], entry["curve"]["score"], target)
