@@ -14,7 +14,10 @@ Start at :class:`CorrectionLoop` (:mod:`.loop`): one group step, each step a met
    :class:`UngradedMonitor`, :class:`TooManyUngradedError` (:mod:`.ungraded`) account rollouts
    the machinery left without a score; :class:`CostLedger` (:mod:`.ledger`) counts every
    source and charges its wall-clock and CPU-seconds (:class:`Stopwatch`,
-   :func:`execution_cpu_seconds`, the env info key :data:`EXECUTION_CPU_KEY`).
+   :func:`execution_cpu_seconds`, the env info key :data:`EXECUTION_CPU_KEY`);
+6. advice: :class:`AnchorAdvisor` (:mod:`.advisor`) collects the training anchor groups
+   (:meth:`CorrectionLoop.advise`) and recommends an anchor fraction from the within-group
+   correlation and the costs per rollout (:class:`CostRates`), with a verdict (:class:`AnchorAdvice`).
 
 The math is in ``docs/method.md``; the wrappers (:mod:`wmrl_envs.wrappers`), the Ray scorer and
 the adapters are plumbing around the loop.
@@ -22,6 +25,14 @@ the adapters are plumbing around the loop.
 
 from __future__ import annotations
 
+from .advisor import (
+    AnchorAdvice,
+    AnchorAdvisor,
+    CostRates,
+    optimal_anchor_fraction,
+    pooled_within_group_correlation,
+    predicted_speedup,
+)
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .debias import IsotonicDebiaser
@@ -68,4 +79,10 @@ __all__ = [
     "UPDATE",
     "UngradedMonitor",
     "TooManyUngradedError",
+    "AnchorAdvisor",
+    "AnchorAdvice",
+    "CostRates",
+    "optimal_anchor_fraction",
+    "pooled_within_group_correlation",
+    "predicted_speedup",
 ]

@@ -41,6 +41,7 @@ import numpy as np
 from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 
+from .advisor import AnchorAdvice, AnchorAdvisor, CostRates
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .ledger import EXECUTION, CostLedger
@@ -208,6 +209,8 @@ class CorrectionLoop:
         self.eval_route: Route = eval_route
         self.groups_per_step = int(groups_per_step)
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
+        # every training anchor group's (raw world-model, real) scores, for the anchor-fraction advice
+        self.advisor = AnchorAdvisor()
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
@@ -466,6 +469,8 @@ class CorrectionLoop:
             corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho,
                                                 training=ticket.training)
             self._open_ids.discard(ticket.group_id)
+            if ticket.training and corr.route == ANCHOR and world_model_called:
+                self.advisor.add_group(corr.raw_scores, corr.real_scores)
             corr.ungraded_causes = [rollout_cause(corr.route, r, wm[i], ex[i]) for i, r in enumerate(corr.rewards)]
             failures = [score_failure(corr.route, a, wm[i], world_model_called) for i, a in enumerate(corr.raw_scores)]
             self.n_groups_closed += 1
@@ -491,6 +496,25 @@ class CorrectionLoop:
             self.ungraded.record_group(causes, training=False, score_failures=score_failures,
                                        messages=messages, where=where)
 
+    def advise(self, costs: CostRates | None = None) -> AnchorAdvice:
+        """The anchor-fraction advice for this run's training anchor groups so far
+        (:class:`~wmrl_envs.core.advisor.AnchorAdvisor`; ``docs/method.md``, "Choosing the anchor
+        fraction"). World-model scores are calibrated by the debiaser's current map when the run
+        debiases.
+
+        Args:
+            costs: per-rollout costs; default: this run's ledger in CPU-seconds
+                (:meth:`CostRates.from_ledger`).
+
+        Raises:
+            ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet.
+        """
+        with self._lock:
+            costs = costs if costs is not None else CostRates.from_ledger(self.ledger)
+            deb = self.corrector.debiaser
+            calibrate = deb.transform if self.corrector.debias and deb.fitted else None
+            return self.advisor.advise(costs, calibrate=calibrate)
+
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
@@ -508,6 +532,7 @@ class CorrectionLoop:
                 "n_episodes": self.n_episodes,
                 "groups_per_step": self.groups_per_step,
                 "ungraded": self.ungraded.state_dict(),
+                "advisor": self.advisor.state_dict(),
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -563,6 +588,10 @@ class CorrectionLoop:
         self.n_episodes = int(state["n_episodes"])
         self.groups_per_step = int(state["groups_per_step"])
         self.ungraded.load_state_dict(state["ungraded"])
+        advisor = AnchorAdvisor()  # a state saved before the advisor existed loads with no groups
+        if "advisor" in state:
+            advisor.load_state_dict(state["advisor"])
+        self.advisor = advisor
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`state_dict` to a JSON file atomically (at a group boundary)."""

@@ -1,0 +1,214 @@
+"""The anchor-fraction advisor (wmrl_envs.core.advisor): the closed forms against their formulas,
+the within-group correlation on synthetic groups of known correlation, the verdict on both sides
+of its boundary, costs from a ledger, and the state round trip."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from wmrl_envs.core import CostLedger
+from wmrl_envs.core.advisor import (
+    AnchorAdvisor,
+    CostRates,
+    optimal_anchor_fraction,
+    pooled_within_group_correlation,
+    predicted_speedup,
+)
+
+
+def synthetic_groups(r: float, n_groups: int, g: int = 4, seed: int = 0, offset_scale: float = 5.0):
+    """Groups whose within-group world-model/real correlation is r, with large group offsets that
+    differ between the two sides (a task effect the world model gets wrong must not matter)."""
+    rng = np.random.default_rng(seed)
+    wm, real = [], []
+    for _ in range(n_groups):
+        z = rng.normal(size=g)
+        e = rng.normal(size=g)
+        real.append(list(z + offset_scale * rng.normal()))
+        wm.append(list(r * z + math.sqrt(1 - r * r) * e - offset_scale * rng.normal()))
+    return wm, real
+
+
+@pytest.mark.parametrize("r", [0.2, 0.5, 0.9])
+def test_pooled_within_group_correlation_recovers_r_despite_group_offsets(r):
+    wm, real = synthetic_groups(r, 4000)
+    est, n = pooled_within_group_correlation(wm, real)
+    assert n == 4000
+    assert est == pytest.approx(r, abs=0.03)
+
+
+def test_pooled_correlation_skips_missing_scores_and_short_groups():
+    wm = [[0.1, None, 0.5], [0.3], [float("nan"), 0.3, 0.7]]
+    real = [[0.0, 1.0, 1.0], [1.0], [0.0, 0.0, 1.0]]
+    r, n = pooled_within_group_correlation(wm, real)
+    assert n == 2 and r == pytest.approx(1.0)  # both usable groups: the same spread, perfectly ordered
+    assert math.isnan(pooled_within_group_correlation([[0.2, 0.2]], [[0.0, 1.0]])[0])  # no world-model spread
+    with pytest.raises(ValueError, match="2 world-model scores but 3"):
+        pooled_within_group_correlation([[0.1, 0.2]], [[0.0, 1.0, 1.0]])
+
+
+@pytest.mark.parametrize("r, gamma, expected", [
+    (0.8, 0.01, math.sqrt(0.01 * 0.36 / 0.64)),
+    (0.5, 0.2, math.sqrt(0.2 * 0.75 / 0.25)),
+    (0.3, 0.5, 1.0),  # sqrt(0.5 * 0.91 / 0.09) > 1: execute everything
+    (0.0, 0.01, 1.0),
+    (-0.4, 0.01, 1.0),  # isotonic calibration cannot use an anti-correlated world model
+    (1.0, 0.01, 0.0),
+])
+def test_optimal_anchor_fraction_is_cochrans(r, gamma, expected):
+    assert optimal_anchor_fraction(r, gamma) == pytest.approx(expected)
+
+
+def test_predicted_speedup_closed_form_and_its_optimum():
+    costs = CostRates(execution_s=2.0, world_model_s=0.02, other_s=0.01)
+    for r in (0.3, 0.6, 0.9):
+        f = optimal_anchor_fraction(r, costs.gamma)
+        s = predicted_speedup(f, r, costs)
+        # at f*: (c_o + c_e) / c_e / (r sqrt(gamma) + sqrt(1 - r^2))^2
+        closed = (costs.other_s + costs.execution_s) / costs.execution_s / (
+            r * math.sqrt(costs.gamma) + math.sqrt(1 - r * r)) ** 2
+        assert s == pytest.approx(closed, rel=1e-9)
+        grid = np.linspace(0.001, 1.0, 2000)
+        assert s >= max(predicted_speedup(float(x), r, costs) for x in grid) - 1e-9
+    # f = 1: every rollout executed AND predicted: slower than real GRPO by the world model's cost
+    assert predicted_speedup(1.0, 0.7, costs) == pytest.approx(2.01 / 2.03)
+    assert predicted_speedup(0.0, 0.9, costs) == 0.0 and predicted_speedup(0.0, 1.0, costs) == pytest.approx(2.01 / 0.03)
+    with pytest.raises(ValueError, match="anchor fraction"):
+        predicted_speedup(1.5, 0.5, costs)
+    with pytest.raises(ValueError, match="correlation"):
+        predicted_speedup(0.5, 1.5, costs)
+
+
+@pytest.mark.parametrize("r, gamma, use", [
+    (0.9, 0.01, True),
+    (0.5, 0.01, True),
+    (0.1, 0.01, False),  # 0.1*0.1 + sqrt(0.99) = 1.005 > 1: not worth it (the boundary is r = 2 sqrt(g) / (1 + g) = 0.198)
+    (0.9, 0.3, True),    # 0.9*sqrt(0.3) + sqrt(0.19) = 0.93 < 1: a dear world model, but good enough
+    (0.5, 0.5, False),   # 0.5*sqrt(0.5) + sqrt(0.75) = 1.22
+])
+def test_verdict_matches_the_boundary(r, gamma, use):
+    """WMRL pays iff r sqrt(gamma) + sqrt(1 - r^2) < 1 (the predicted speedup at f* exceeds 1)."""
+    assert (r * math.sqrt(gamma) + math.sqrt(1 - r * r) < 1) == use
+    wm, real = synthetic_groups(r, 3000, seed=1)
+    adv = AnchorAdvisor(n_boot=0)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    a = adv.advise(CostRates(execution_s=1.0, world_model_s=gamma))
+    assert a.use_wmrl == use
+    assert ("do not use WMRL" in a.verdict) == (not use)
+
+
+def test_verdict_flips_with_the_cost_ratio_at_fixed_correlation():
+    wm, real = synthetic_groups(0.6, 400, seed=2)
+    adv = AnchorAdvisor(n_boot=200, seed=0)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    cheap = adv.advise(CostRates(execution_s=1.0, world_model_s=0.001))
+    dear = adv.advise(CostRates(execution_s=1.0, world_model_s=1.0))
+    assert cheap.use_wmrl and not dear.use_wmrl
+    assert cheap.recommended_fraction < 0.1 and dear.recommended_fraction == 1.0
+    lo, hi = cheap.r_ci
+    assert lo < 0.6 < hi and hi - lo < 0.15
+    assert cheap.f_star_ci[0] <= cheap.f_star <= cheap.f_star_ci[1]
+    assert cheap.variance_ratio == pytest.approx(1 / cheap.predicted_speedup)
+    assert "upper bound" in cheap.format()
+
+
+def test_too_few_groups_is_said_and_bounds_clip():
+    adv = AnchorAdvisor(min_groups=8, n_boot=0, f_min=0.05, f_max=0.5)
+    wm, real = synthetic_groups(0.95, 7)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    a = adv.advise(CostRates(1.0, 0.001))
+    assert not a.use_wmrl and "7 usable anchor groups, need 8" in a.verdict
+    adv.add_group(wm[0], real[0])
+    a = adv.advise(CostRates(1.0, 0.001))
+    assert a.use_wmrl and a.f_star < 0.05 and a.recommended_fraction == 0.05
+
+
+def test_calibration_is_applied_before_the_correlation():
+    # a non-monotone-looking raw scale that the map straightens: correlation rises after calibration
+    adv = AnchorAdvisor(min_groups=2, n_boot=0)
+    adv.add_group([0.1, 0.2, 0.9], [0.0, 0.1, 0.2])
+    adv.add_group([0.1, 0.8, 0.9], [0.0, 0.9, 1.0])
+    costs = CostRates(1.0, 0.01)
+    raw = adv.advise(costs)
+    cal = adv.advise(costs, calibrate=lambda xs: [min(x, 0.5) if x == x else x for x in xs])
+    assert cal.r != raw.r
+
+
+def test_costs_from_a_ledger():
+    ledger = CostLedger()
+    ledger.add("execution", seconds=9.0, count=4, cpu_seconds=8.0)
+    ledger.add("execution", seconds=3.0, count=1, cpu_seconds=None)  # unmeasured: left out of the CPU average
+    ledger.add("world_model", seconds=0.5, count=20, cpu_seconds=0.4)
+    ledger.add("generation", seconds=1.0, count=20, cpu_seconds=1.0)
+    ledger.add("update", seconds=1.0, count=1, cpu_seconds=1.0)
+    c = CostRates.from_ledger(ledger)
+    assert (c.execution_s, c.world_model_s, c.other_s, c.unit) == (2.0, 0.02, 0.1, "CPU-s")
+    assert c.gamma == pytest.approx(0.06)
+    w = CostRates.from_ledger(ledger, cpu=False)
+    assert w.execution_s == pytest.approx(12.0 / 5) and w.unit == "wall-clock s"
+    with pytest.raises(ValueError, match="no real execution"):
+        CostRates.from_ledger(CostLedger())
+    with pytest.raises(ValueError, match="execution_s must be > 0"):
+        CostRates(0.0, 0.1)
+
+
+def test_state_round_trip_and_fifo():
+    adv = AnchorAdvisor(max_groups=3, min_groups=2, n_boot=50, seed=3)
+    wm, real = synthetic_groups(0.7, 5)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    assert len(adv) == 3 and adv.groups()[0][0] == pytest.approx(wm[2])  # oldest two dropped
+    state = json.loads(json.dumps(adv.state_dict()))
+    other = AnchorAdvisor()
+    other.load_state_dict(state)
+    costs = CostRates(1.0, 0.01)
+    assert json.dumps(other.advise(costs).to_dict()) == json.dumps(adv.advise(costs).to_dict())
+    with pytest.raises(ValueError, match="min_groups"):
+        other.load_state_dict(dict(state, min_groups=1))
+    assert len(other) == 3  # unchanged by the refused load
+    with pytest.raises(ValueError, match="f_min"):
+        AnchorAdvisor(f_min=0.5, f_max=0.2)
+
+
+def test_correction_loop_feeds_the_advisor_from_training_anchor_groups_only(tmp_path):
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(a)) for a in actions]
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
+                          world_model=WM(), groups_per_step=2, seed=0)
+    wm, real = synthetic_groups(0.8, 12, seed=4, offset_scale=0.0)
+    anchors = 0
+    for w, x in zip(wm, real):
+        t = loop.open_group()
+        loop.close_group(t, w, x if t.route == "anchor" else None)
+        anchors += t.route == "anchor"
+    loop.ledger.add("execution", seconds=1.0, count=4 * anchors, cpu_seconds=4.0 * anchors)
+    loop.ledger.add("world_model", seconds=0.1, count=48, cpu_seconds=0.48)
+    assert 0 < anchors < 12 and len(loop.advisor) == anchors
+    loop.training = False
+    loop.close_group(loop.eval_ticket(), wm[0], real[0])  # evaluation adds nothing
+    assert len(loop.advisor) == anchors
+    loop.training = True
+    a = loop.advise()
+    assert a.costs.execution_s == 1.0 and a.costs.world_model_s == pytest.approx(0.01)
+    # the loop's advice is the advisor's on the debiaser-calibrated scores
+    assert a.r == pytest.approx(loop.advisor.advise(a.costs, calibrate=loop.corrector.debiaser.transform).r)
+    state = json.loads(json.dumps(loop.state_dict()))
+    fresh = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
+                           world_model=WM(), groups_per_step=2, seed=0)
+    fresh.load_state_dict(state)
+    assert fresh.advisor.groups() == loop.advisor.groups()
+    del state["advisor"]  # a state saved before the advisor existed still loads, with no groups
+    fresh.load_state_dict(state)
+    assert len(fresh.advisor) == 0

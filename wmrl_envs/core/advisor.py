@@ -1,0 +1,430 @@
+"""Choosing the anchor fraction from measurements: the cost-optimal share of real executions.
+
+Holds the closed forms (:func:`pooled_within_group_correlation`, :func:`optimal_anchor_fraction`,
+:func:`predicted_speedup`), the per-rollout costs they take (:class:`CostRates`, read from a
+:class:`~wmrl_envs.core.CostLedger`), and :class:`AnchorAdvisor`, which collects anchor groups
+(world-model and real scores of the same rollouts, group by group) and answers with an
+:class:`AnchorAdvice`: the within-group correlation with a bootstrap CI, the recommended anchor
+fraction f*, the predicted speedup over real-execution GRPO and a plain verdict.
+
+The recommendation is Cochran's double-sampling optimum, the one ``ppi_py``'s power analysis uses
+for prediction-powered inference, applied to the *within-group* correlation because GRPO
+standardises advantages per group: ``f* = min(1, sqrt(γ (1 − r²) / r²))`` with ``γ`` the
+world model's (plus generation and update) cost per rollout over one execution's. The variance
+argument behind it ignores the world model's bias, so the predicted speedup is an upper bound.
+Derivation, and where it departs from the textbook: ``docs/method.md``, "Choosing the anchor
+fraction".
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
+
+__all__ = [
+    "AnchorAdvice",
+    "AnchorAdvisor",
+    "CostRates",
+    "optimal_anchor_fraction",
+    "pooled_within_group_correlation",
+    "predicted_speedup",
+]
+
+Scores = Sequence[float | None]
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _check_r(r: float) -> float:
+    if not _finite(r) or not -1.0 <= float(r) <= 1.0:
+        raise ValueError(f"r must be a correlation in [-1, 1], got {r!r}")
+    return float(r)
+
+
+@dataclass(frozen=True)
+class CostRates:
+    """Cost of one rollout per source, in seconds (CPU-seconds when read from a ledger).
+
+    Attributes:
+        execution_s: one real execution (> 0).
+        world_model_s: one world-model prediction (>= 0).
+        other_s: what every rollout costs under any method: generation and the policy update,
+            per rollout (>= 0).
+        unit: ``"CPU-s"`` or ``"wall-clock s"`` (what the figures are).
+
+    Raises:
+        ValueError: a cost is negative or not finite, or ``execution_s`` is 0 (with free
+            executions there is nothing to save).
+    """
+
+    execution_s: float
+    world_model_s: float
+    other_s: float = 0.0
+    unit: str = "CPU-s"
+
+    def __post_init__(self) -> None:
+        for name in ("execution_s", "world_model_s", "other_s"):
+            v = getattr(self, name)
+            if not _finite(v) or v < 0:
+                raise ValueError(f"CostRates.{name} must be a finite number of seconds >= 0, got {v!r}")
+        if self.execution_s <= 0:
+            raise ValueError("CostRates.execution_s must be > 0: with free executions there is nothing to save "
+                             f"(got {self.execution_s!r}); measure an execution first")
+
+    @property
+    def gamma(self) -> float:
+        """γ = (world model + other) / execution, per rollout: the fixed cost of a rollout under
+        WMRL in units of one execution."""
+        return (self.world_model_s + self.other_s) / self.execution_s
+
+    @classmethod
+    def from_ledger(cls, ledger: CostLedger, *, cpu: bool = True) -> CostRates:
+        """Per-rollout costs measured in a run: each source's seconds divided by its count.
+
+        ``execution`` and ``world_model`` are counted per rollout by the wrappers; generation and
+        update are spread over the rollouts generated (``generation``'s count, or the world
+        model's when no generation was recorded). Executions whose CPU could not be measured are
+        left out of the execution average (their count too).
+
+        Args:
+            ledger: the run's cost ledger.
+            cpu: CPU-seconds (default; they do not depend on the machine's load) or wall-clock.
+
+        Raises:
+            ValueError: the ledger has no execution with a measured cost, or no world-model call
+                (nothing to compare).
+        """
+        sec = ledger.cpu_seconds if cpu else ledger.seconds
+        n_exec = ledger.count(EXECUTION) - (ledger.cpu_unmeasured(EXECUTION) if cpu else 0)
+        if n_exec <= 0 or sec(EXECUTION) <= 0:
+            raise ValueError("the ledger has no real execution with a measured cost: run anchor groups first")
+        n_wm = ledger.count(WORLD_MODEL_SOURCE)
+        if n_wm <= 0:
+            raise ValueError("the ledger has no world-model prediction: run world-model groups first")
+        n_roll = ledger.count(GENERATION) or n_wm
+        return cls(
+            execution_s=sec(EXECUTION) / n_exec,
+            world_model_s=sec(WORLD_MODEL_SOURCE) / n_wm,
+            other_s=(sec(GENERATION) + sec(UPDATE)) / n_roll,
+            unit="CPU-s" if cpu else "wall-clock s",
+        )
+
+
+def pooled_within_group_correlation(world_model: Sequence[Scores], real: Sequence[Scores]) -> tuple[float, int]:
+    """Pearson correlation of world-model and real scores *within* groups, pooled over groups.
+
+    Each group's scores are centred on its own means (over the rollouts with both scores), then
+    one correlation is taken over all centred pairs: ``Σ d̃·r̃ / sqrt(Σ d̃² · Σ r̃²)``. This is the
+    correlation GRPO sees, since its advantages only use within-group differences; a world
+    model that merely ranks tasks (groups) well gets no credit. Groups are weighted by their
+    spread (a group whose real scores are all equal adds world-model noise and no signal).
+
+    Args:
+        world_model: per group, the world-model scores (calibrated, if the run calibrates) of its
+            rollouts; ``None`` or NaN = no score.
+        real: per group, the real scores of the same rollouts (same lengths).
+
+    Returns:
+        ``(r, n_groups)``: the correlation (NaN when either side has no within-group spread) and
+        the number of groups with at least 2 rollouts scored by both.
+
+    Raises:
+        ValueError: the two lists differ in length, or a group's lists do.
+
+    Example:
+        >>> pooled_within_group_correlation([[0.1, 0.3], [0.8, 0.6]], [[0.0, 1.0], [1.0, 0.0]])
+        (1.0, 2)
+    """
+    if len(world_model) != len(real):
+        raise ValueError(f"{len(world_model)} world-model groups but {len(real)} real ones")
+    sxy = sxx = syy = 0.0
+    n = 0
+    for g, (w, r) in enumerate(zip(world_model, real)):
+        if len(w) != len(r):
+            raise ValueError(f"group {g}: {len(w)} world-model scores but {len(r)} real ones")
+        both = [(float(a), float(b)) for a, b in zip(w, r) if _finite(a) and _finite(b)]
+        if len(both) < 2:
+            continue
+        x = np.array(both)
+        x -= x.mean(axis=0)
+        sxy += float(x[:, 0] @ x[:, 1])
+        sxx += float(x[:, 0] @ x[:, 0])
+        syy += float(x[:, 1] @ x[:, 1])
+        n += 1
+    if sxx <= 1e-12 or syy <= 1e-12:
+        return float("nan"), n
+    return float(np.clip(sxy / math.sqrt(sxx * syy), -1.0, 1.0)), n
+
+
+def optimal_anchor_fraction(r: float, gamma: float) -> float:
+    """Cochran's cost-optimal share of expensive labels, ``min(1, sqrt(γ (1 − r²) / r²))``.
+
+    Args:
+        r: within-group correlation of (calibrated) world-model and real scores, in [-1, 1]. A
+            world model with ``r <= 0`` carries no usable signal (isotonic calibration cannot flip
+            a sign): the answer is 1.
+        gamma: (world model + generation + update) cost per rollout over one execution's, >= 0.
+
+    Returns:
+        f* in [0, 1] (0 only for ``r = 1``: a perfect world model needs anchors only to watch it).
+
+    Raises:
+        ValueError: ``r`` outside [-1, 1] or ``gamma`` negative.
+
+    Example:
+        >>> round(optimal_anchor_fraction(0.8, 0.01), 4)   # sqrt(0.01 * 0.36 / 0.64)
+        0.075
+    """
+    r = _check_r(r)
+    if not _finite(gamma) or gamma < 0:
+        raise ValueError(f"gamma must be a cost ratio >= 0, got {gamma!r}")
+    if r <= 0:
+        return 1.0
+    return float(min(1.0, math.sqrt(gamma * (1.0 - r * r) / (r * r))))
+
+
+def predicted_speedup(f: float, r: float, costs: CostRates) -> float:
+    """Compute real-execution GRPO needs per unit of gradient variance, over WMRL's at fraction f.
+
+    ``S(f) = (c_other + c_exec) / ((c_other + c_wm + f·c_exec) · (r² + (1 − r²)/f))``: the cost
+    per rollout of each method times the variance of the double-sampling (prediction-powered)
+    estimate relative to labelling every rollout for real. ``S > 1``: WMRL reaches the same
+    gradient precision with less compute. It ignores the world model's bias (the corrections
+    exist for it), so it is an *upper bound* on what a run can show. ``r <= 0`` counts as 0.
+
+    Args:
+        f: anchor fraction in [0, 1] (0: world model only, whose estimate has no unbiased part;
+            its speedup is 0 unless ``r = 1``).
+        r: within-group correlation, in [-1, 1].
+        costs: per-rollout costs.
+
+    Returns:
+        The predicted speedup (>= 0; ``(c_other + c_exec) / (c_other + c_wm + c_exec)`` < 1 at f = 1).
+
+    Raises:
+        ValueError: ``f`` outside [0, 1] or ``r`` outside [-1, 1].
+
+    Example:
+        >>> round(predicted_speedup(0.075, 0.8, CostRates(1.0, 0.01)), 2)   # at f*: 1 / (r·sqrt(γ) + sqrt(1 − r²))²
+        2.16
+    """
+    if not _finite(f) or not 0.0 <= f <= 1.0:
+        raise ValueError(f"f must be an anchor fraction in [0, 1], got {f!r}")
+    r2 = max(0.0, _check_r(r)) ** 2
+    real = costs.other_s + costs.execution_s
+    per_rollout = costs.other_s + costs.world_model_s + f * costs.execution_s
+    if f == 0.0:
+        return real / per_rollout if r2 >= 1.0 and per_rollout > 0 else 0.0
+    return float(real / (per_rollout * (r2 + (1.0 - r2) / f)))
+
+
+@dataclass(frozen=True)
+class AnchorAdvice:
+    """What :meth:`AnchorAdvisor.advise` answers (all figures from the anchor groups it holds).
+
+    Attributes:
+        n_groups: anchor groups with at least 2 rollouts scored both ways.
+        n_pairs: anchor pairs (rollouts scored both ways).
+        r: pooled within-group correlation of (calibrated) world-model and real scores.
+        r_ci: its 95% bootstrap interval (groups resampled; NaN with fewer than 2 groups).
+        costs: the per-rollout costs used.
+        f_star: Cochran's optimum for ``r`` (before ``f_min``/``f_max``).
+        f_star_ci: its 95% interval (from ``r_ci``'s resamples).
+        recommended_fraction: ``f_star`` clipped to [``f_min``, ``f_max``].
+        predicted_speedup: :func:`predicted_speedup` at the recommended fraction (an upper bound).
+        predicted_speedup_ci: its 95% interval.
+        variance_ratio: gradient variance per unit compute relative to real-execution GRPO,
+            ``1 / predicted_speedup`` (< 1: WMRL is cheaper for the same precision).
+        use_wmrl: the verdict: ``True`` when the predicted speedup exceeds 1 with enough groups.
+        verdict: the verdict in one sentence a user can act on.
+    """
+
+    n_groups: int
+    n_pairs: int
+    r: float
+    r_ci: tuple[float, float]
+    costs: CostRates
+    f_star: float
+    f_star_ci: tuple[float, float]
+    recommended_fraction: float
+    predicted_speedup: float
+    predicted_speedup_ci: tuple[float, float]
+    variance_ratio: float
+    use_wmrl: bool
+    verdict: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable (NaN stays NaN)."""
+        d = asdict(self)
+        d["costs"]["gamma"] = self.costs.gamma
+        return d
+
+    def format(self) -> str:
+        """A few lines for a terminal or a summary file."""
+        c = self.costs
+
+        def ci(t: tuple[float, float], fmt: str) -> str:
+            return "no CI" if not all(math.isfinite(x) for x in t) else f"95% CI [{t[0]:{fmt}}, {t[1]:{fmt}}]"
+
+        return "\n".join([
+            f"anchor groups {self.n_groups} ({self.n_pairs} pairs); within-group correlation r = {self.r:.3f} "
+            f"({ci(self.r_ci, '.3f')})",
+            f"cost per rollout ({c.unit}): execution {c.execution_s:.4g}, world model {c.world_model_s:.4g}, "
+            f"generation + update {c.other_s:.4g}; gamma = {c.gamma:.4g}",
+            f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); recommended anchor fraction "
+            f"{self.recommended_fraction:.3f}",
+            f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
+            f"({ci(self.predicted_speedup_ci, '.2f')}; an upper bound: it ignores the world model's bias)",
+            f"verdict: {self.verdict}",
+        ])
+
+
+class AnchorAdvisor:
+    """Collects anchor groups and recommends an anchor fraction (``docs/method.md``, "Choosing the
+    anchor fraction").
+
+    Args:
+        max_groups: anchor groups kept (FIFO; the oldest are dropped), >= 1.
+        min_groups: groups (with 2+ rollouts scored both ways) below which the verdict is "not
+            enough anchor groups yet", >= 2.
+        f_min, f_max: bounds of the recommended fraction, 0 <= f_min <= f_max <= 1.
+        n_boot: bootstrap resamples of the groups for the intervals (>= 0; 0: no intervals).
+        seed: seed of the bootstrap.
+
+    Raises:
+        ValueError: a setting outside its range.
+
+    Example:
+        >>> adv = AnchorAdvisor(min_groups=2, n_boot=0)
+        >>> adv.add_group([0.2, 0.4, 0.9], [0.0, 0.5, 1.0])
+        >>> adv.add_group([0.7, 0.1, 0.3], [1.0, 0.0, 0.0])
+        >>> a = adv.advise(CostRates(execution_s=2.0, world_model_s=0.02))
+        >>> a.use_wmrl, round(a.recommended_fraction, 3)
+        (True, 0.034)
+    """
+
+    def __init__(self, *, max_groups: int = 5000, min_groups: int = 8, f_min: float = 0.0, f_max: float = 1.0,
+                 n_boot: int = 1000, seed: int = 0) -> None:
+        for name, v, lo in (("max_groups", max_groups, 1), ("min_groups", min_groups, 2), ("n_boot", n_boot, 0)):
+            if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo):
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if not (_finite(f_min) and _finite(f_max) and 0.0 <= f_min <= f_max <= 1.0):
+            raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
+        self.max_groups, self.min_groups, self.n_boot, self.seed = int(max_groups), int(min_groups), int(n_boot), int(seed)
+        self.f_min, self.f_max = float(f_min), float(f_max)
+        self._groups: deque[tuple[list[float | None], list[float | None]]] = deque(maxlen=self.max_groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def add_group(self, world_model: Scores, real: Scores) -> None:
+        """Record one anchor group: its G raw world-model scores and the real scores of the same
+        rollouts (``None`` where a score is missing, e.g. ungraded).
+
+        Raises:
+            ValueError: the lengths differ.
+        """
+        if len(world_model) != len(real):
+            raise ValueError(f"an anchor group needs one real score per world-model score: got {len(world_model)} "
+                             f"and {len(real)}")
+        clean = [[float(x) if _finite(x) else None for x in seq] for seq in (world_model, real)]
+        self._groups.append((clean[0], clean[1]))
+
+    def groups(self) -> tuple[list[list[float | None]], list[list[float | None]]]:
+        """``(world_model, real)``: the groups held, oldest first (raw world-model scores)."""
+        return [list(w) for w, _ in self._groups], [list(r) for _, r in self._groups]
+
+    def _calibrated(self, calibrate: Callable[[Scores], Sequence[float]] | None) -> list[list[float | None]]:
+        wm, _ = self.groups()
+        if calibrate is None:
+            return wm
+        out = []
+        for w in wm:
+            cal = [float(v) for v in calibrate([x if x is not None else float("nan") for x in w])]
+            out.append([c if x is not None and math.isfinite(c) else None for x, c in zip(w, cal)])
+        return out
+
+    def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | None = None) -> AnchorAdvice:
+        """The advice for the groups held and these costs.
+
+        Args:
+            costs: per-rollout costs (:meth:`CostRates.from_ledger` for a run's own).
+            calibrate: the debiaser's map applied to the raw world-model scores before the
+                correlation is taken (``IsotonicDebiaser.transform``), since calibrated scores are
+                what WMRL trains on; ``None``: the raw scores.
+
+        Returns:
+            An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
+            ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
+            undefined.
+        """
+        wm = self._calibrated(calibrate)
+        _, real = self.groups()
+        r, n = pooled_within_group_correlation(wm, real)
+        n_pairs = sum(1 for w, x in zip(wm, real) for a, b in zip(w, x) if a is not None and b is not None)
+        nan2 = (float("nan"), float("nan"))
+        if n < self.min_groups or not math.isfinite(r):
+            why = (f"{n} usable anchor groups, need {self.min_groups}" if n < self.min_groups
+                   else "no within-group spread in the world-model or the real scores yet")
+            return AnchorAdvice(n, n_pairs, r, nan2, costs, float("nan"), nan2, float("nan"), float("nan"), nan2,
+                                float("nan"), False, f"not enough anchor groups yet ({why}): run more pilot groups")
+        f_star = optimal_anchor_fraction(r, costs.gamma)
+        rec = min(self.f_max, max(self.f_min, f_star))
+        s = predicted_speedup(rec, r, costs)
+        r_ci = f_ci = s_ci = nan2
+        if self.n_boot and n >= 2:
+            rng = np.random.default_rng(self.seed)
+            usable = [i for i, (w, x) in enumerate(zip(wm, real))
+                      if sum(a is not None and b is not None for a, b in zip(w, x)) >= 2]
+            rs, fs, ss = [], [], []
+            for _ in range(self.n_boot):
+                pick = rng.choice(usable, size=len(usable), replace=True)
+                rb, _ = pooled_within_group_correlation([wm[i] for i in pick], [real[i] for i in pick])
+                if not math.isfinite(rb):
+                    continue
+                fb = optimal_anchor_fraction(rb, costs.gamma)
+                rs.append(rb)
+                fs.append(fb)
+                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs))
+            if rs:
+                r_ci, f_ci, s_ci = (tuple(float(v) for v in np.percentile(a, [2.5, 97.5])) for a in (rs, fs, ss))
+        use = s > 1.0
+        if not use:
+            verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
+                       f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
+        else:
+            verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup up to {s:.2f}x)"
+            if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
+                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, run more pilot groups to be sure"
+        return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
+                            use, verdict)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Settings and the groups held (JSON-serialisable)."""
+        return {"max_groups": self.max_groups, "min_groups": self.min_groups, "f_min": self.f_min, "f_max": self.f_max,
+                "n_boot": self.n_boot, "seed": self.seed, "groups": [[w, r] for w, r in self._groups]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (settings and groups).
+
+        Raises:
+            KeyError: a key is missing. ValueError: a setting out of range or a malformed group;
+                nothing is changed then.
+        """
+        fresh = AnchorAdvisor(max_groups=state["max_groups"], min_groups=state["min_groups"], f_min=state["f_min"],
+                              f_max=state["f_max"], n_boot=state["n_boot"], seed=state["seed"])
+        for g in state["groups"]:
+            if not (isinstance(g, Sequence) and len(g) == 2):
+                raise ValueError(f"a saved anchor group must be [world_model, real], got {g!r}")
+            fresh.add_group(g[0], g[1])
+        self.__dict__.update(fresh.__dict__)
