@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["secret_record", "summarise", "summary_markdown", "print_summary", "plot_calibration"]
+__all__ = ["secret_record", "summarise", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
 
 
 def secret_record() -> dict[str, Any]:
@@ -74,7 +74,45 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "heldout_before": before,
         "heldout_after": after,
         "wall_clock_s": wall,
+        "cost_vs_real_grpo": cost_vs_real_grpo(led, c.wrapper.n_episodes),
+        "anchor_advice": anchor_advice(c.wrapper.loop),
     }
+
+
+def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
+    """What the run's training rollouts cost, beside what the same rollouts would have cost under
+    real-execution GRPO: every rollout executed at this run's measured cost per execution, no world
+    model, the same generation and update.
+
+    Args:
+        ledger: the run's :class:`~wmrl_envs.core.CostLedger`.
+        rollouts: training rollouts of the run.
+
+    Returns:
+        ``{"cpu_s": {...}, "wall_s": {...}}``, each with ``spent`` (execution + world model +
+        generation + update, seconds), ``real_grpo`` (rollouts × seconds per execution + generation
+        + update) and ``saving`` (``real_grpo / spent``; NaN without a measured execution).
+    """
+    out: dict[str, Any] = {}
+    for key, sec in (("cpu_s", ledger.cpu_seconds), ("wall_s", ledger.seconds)):
+        n_exec = ledger.count("execution") - (ledger.cpu_unmeasured("execution") if key == "cpu_s" else 0)
+        per_exec = sec("execution") / n_exec if n_exec > 0 else float("nan")
+        common = sec("generation") + sec("update")
+        spent = sec("execution") + sec("world_model") + common
+        real = rollouts * per_exec + common
+        out[key] = {"spent": spent, "real_grpo": real, "seconds_per_execution": per_exec,
+                    "saving": real / spent if spent > 0 and math.isfinite(real) else float("nan")}
+    return out
+
+
+def anchor_advice(loop: Any) -> dict[str, Any]:
+    """The advisor's answer for the run's own anchor groups (:meth:`wmrl_envs.core.CorrectionLoop.advise`,
+    CPU-seconds), as a dict; ``{"verdict": <why there is none>}`` when the run has no execution or no
+    world-model prediction to compare."""
+    try:
+        return loop.advise().to_dict()
+    except ValueError as exc:
+        return {"verdict": f"no advice: {exc}"}
 
 
 def _fmt(v: Any, nd: int = 3) -> str:
@@ -116,7 +154,26 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
         ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
         ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
+        *_advice_rows(s),
     ]
+
+
+def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    cv = s.get("cost_vs_real_grpo")
+    if cv:
+        c = cv["cpu_s"]
+        rows.append(("CPU-s spent / same rollouts under real-execution GRPO",
+                     f"{_fmt(c['spent'], 1)} / {_fmt(c['real_grpo'], 1)} ({_fmt(c['saving'], 2)}x)"))
+    adv = s.get("anchor_advice")
+    if adv:
+        if "r" in adv:
+            rows.append(("within-group correlation WM vs real (95% CI)",
+                         f"{_fmt(adv['r'])} [{_fmt(adv['r_ci'][0])}, {_fmt(adv['r_ci'][1])}]"))
+            rows.append(("recommended anchor fraction / predicted speedup (upper bound)",
+                         f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x"))
+        rows.append(("advisor's verdict", str(adv["verdict"])))
+    return rows
 
 
 def _fmt_causes(causes: dict[str, int]) -> str:

@@ -212,3 +212,23 @@ def test_correction_loop_feeds_the_advisor_from_training_anchor_groups_only(tmp_
     del state["advisor"]  # a state saved before the advisor existed still loads, with no groups
     fresh.load_state_dict(state)
     assert len(fresh.advisor) == 0
+
+
+def test_train_summary_prices_the_same_rollouts_under_real_grpo_and_gives_the_advice():
+    from agents.train_summary import _advice_rows, anchor_advice, cost_vs_real_grpo
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    ledger = CostLedger()
+    ledger.add("execution", seconds=30.0, count=8, cpu_seconds=24.0)  # 3 CPU-s per execution
+    ledger.add("world_model", seconds=5.0, count=40, cpu_seconds=4.0)
+    ledger.add("generation", seconds=2.0, count=40, cpu_seconds=2.0)
+    ledger.add("update", seconds=1.0, count=5, cpu_seconds=1.0)
+    cv = cost_vs_real_grpo(ledger, rollouts=40)
+    assert cv["cpu_s"]["spent"] == 31.0
+    assert cv["cpu_s"]["real_grpo"] == 40 * 3.0 + 3.0
+    assert cv["cpu_s"]["saving"] == pytest.approx(123.0 / 31.0)
+    assert cv["wall_s"]["real_grpo"] == 40 * 30.0 / 8 + 3.0
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0), groups_per_step=1)
+    assert anchor_advice(loop)["verdict"].startswith("no advice: the ledger has no real execution")
+    rows = dict(_advice_rows({"cost_vs_real_grpo": cv, "anchor_advice": {"verdict": "x"}}))
+    assert rows["CPU-s spent / same rollouts under real-execution GRPO"] == "31.0 / 123.0 (3.97x)"

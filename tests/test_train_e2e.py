@@ -66,6 +66,16 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert (run / "calibration.png").stat().st_size > 1000
     assert "realised anchor fraction" in (run / "summary.md").read_text()
     assert summary["sandbox_backend"] == "bubblewrap"  # real isolation, not the fallback
+    # what the same 8 rollouts would have cost under real-execution GRPO, beside what they cost
+    cv = summary["cost_vs_real_grpo"]["wall_s"]
+    sec = summary["seconds"]
+    assert cv["spent"] == pytest.approx(sum(sec.values()))
+    assert cv["real_grpo"] == pytest.approx(8 * sec["execution"] / summary["real_executions"]
+                                            + sec["generation"] + sec["update"])
+    assert cv["saving"] == pytest.approx(cv["real_grpo"] / cv["spent"])
+    # the advisor speaks on the run's own anchor groups (too few in a tiny run to advise)
+    assert "not enough anchor groups" in summary["anchor_advice"]["verdict"]
+    assert "advisor's verdict" in (run / "summary.md").read_text()
     # starting a new run in a used folder, or resuming a finished one, is refused
     assert main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"]) == 2
     assert main(["train", "--resume", str(run), "--quiet"]) == 2
