@@ -5,6 +5,7 @@ Usage:
     wmrl train --resume RUN_DIR [--quiet]
     wmrl bench [--quick] [--FIELD VALUE ...]
     wmrl bench sweep [--quick] [--FIELD VALUE ...]
+    wmrl advise [--run-dir RUN_DIR] [--FIELD VALUE ...]
     wmrl presets
 
 Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
@@ -12,7 +13,9 @@ parsed by tyro on top of the chosen preset; the correction settings (its nested
 wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
 (`--min-pairs`, `--rho-mode`, `--disagreement-floor`); `wmrl train --help` lists them.
 `wmrl bench sweep` runs the known-truth sweep (agents.experiments.sweep.SweepConfig; `--quick`
-starts from the CI preset).
+starts from the CI preset). `wmrl advise` measures, before training (a pilot of N groups
+executed for real and scored by the world model) or from a run folder, whether the world model
+pays and at which anchor fraction (agents.advise.AdviseConfig).
 """
 
 from __future__ import annotations
@@ -112,6 +115,19 @@ def _bench(argv: list[str]) -> int:
     return 0
 
 
+def _advise(argv: list[str]) -> int:
+    from agents.advise import AdviseConfig, main_advise
+
+    cfg = _parse(AdviseConfig, argv, prog="wmrl advise",
+                 description="Whether a world model pays, and the anchor fraction to use: a pilot of N groups executed "
+                             "for real and scored by the world model (or a wmrl train run folder's anchor groups), the "
+                             "within-group correlation, costs per rollout, recommended anchor fraction and predicted "
+                             "speedup (an upper bound; docs/method.md, 'Choosing the anchor fraction').",
+                 default=AdviseConfig())
+    main_advise(cfg)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
     from wmrl_envs.sandbox import SandboxUnavailableError
@@ -129,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(rest[1:])
         if cmd == "bench":
             return _bench(rest)
+        if cmd == "advise":
+            return _advise(rest)
         if cmd == "presets":
             from agents.trainer import PRESETS
 

@@ -76,6 +76,11 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     # the advisor speaks on the run's own anchor groups (too few in a tiny run to advise)
     assert "not enough anchor groups" in summary["anchor_advice"]["verdict"]
     assert "advisor's verdict" in (run / "summary.md").read_text()
+    # `wmrl advise --run-dir` reads the same anchor groups back from the checkpoint
+    assert main(["advise", "--run-dir", str(run), "--min-groups", "2", "--out-dir", str(tmp_path / "adv")]) == 0
+    adv = json.loads((tmp_path / "adv" / "advice.json").read_text())
+    assert adv["n_groups"] <= summary["anchor_groups"] and "run folder" in adv["source"]
+    assert adv["costs"]["execution_s"] > 0 and (tmp_path / "adv" / "advice.png").exists()
     # starting a new run in a used folder, or resuming a finished one, is refused
     assert main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"]) == 2
     assert main(["train", "--resume", str(run), "--quiet"]) == 2

@@ -1,0 +1,348 @@
+"""``wmrl advise``: before committing compute, measure whether a world model pays and at which
+anchor fraction.
+
+Holds :class:`AdviseConfig` (the command's flags), :func:`run_pilot` (N groups of an env, each
+executed for real *and* scored by the world model, through the same
+:class:`~wmrl_envs.AnchoredWorldModelWrapper` and :class:`~wmrl_envs.core.CorrectionLoop` as
+training), :func:`advice_from_run` (the same advice from a ``wmrl train`` run folder's anchor
+groups), :func:`plot_advice` and the built-in AutoResearch factories. The advice itself is
+:class:`wmrl_envs.core.AnchorAdvisor`'s (``docs/method.md``, "Choosing the anchor fraction"): the
+within-group correlation of world-model and real scores with a bootstrap CI, the per-rollout
+costs, the recommended anchor fraction f* and the predicted speedup over real-execution GRPO,
+which is an upper bound because it ignores the world model's bias.
+
+The env, the world model and the policy are importable factories (``module:function``, called
+with no arguments):
+
+* env: a Gymnasium env in which one ``step(action)`` executes an action for real and returns its
+  score as the reward (an outcome-mode env; it may report ``info["execution_cpu_s"]``);
+* world model: an object with ``predict(contexts, actions) -> list[WorldModelPrediction]``
+  (:class:`wmrl_envs.world_models.base.WorldModel`);
+* policy: an object with ``sample(observation, info, group_size) -> list[action]`` (the G actions
+  of one group for the task the env's reset returned).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+__all__ = [
+    "AdviseConfig",
+    "PilotPolicy",
+    "load_factory",
+    "run_pilot",
+    "advice_from_run",
+    "plot_advice",
+    "main_advise",
+    "autoresearch_env",
+    "autoresearch_world_model",
+    "autoresearch_policy",
+]
+
+
+class PilotPolicy(Protocol):
+    """What the pilot needs from a policy."""
+
+    def sample(self, observation: Any, info: dict[str, Any], group_size: int) -> list[Any]:
+        """The ``group_size`` actions of one group for the task of ``observation`` / ``info``."""
+
+
+@dataclass
+class AdviseConfig:
+    """Configuration of ``wmrl advise`` (each field is a CLI flag)."""
+
+    run_dir: str | None = None
+    """A ``wmrl train`` run folder: advise from its checkpoint's anchor groups and cost ledger
+    instead of running a pilot (the env, world-model and policy flags are then unused)."""
+    groups: int = 16
+    """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1)."""
+    group_size: int = 4
+    """G, rollouts per group (as in training: the correlation that matters is within groups)."""
+    env: str = "agents.advise:autoresearch_env"
+    """Factory of the env (``module:function``); default: AutoResearch's training tasks in the
+    bubblewrap sandbox."""
+    world_model: str = "agents.advise:autoresearch_world_model"
+    """Factory of the world model; default: the benchmark's embedding world model."""
+    policy: str = "agents.advise:autoresearch_policy"
+    """Factory of the policy; default: the benchmark's grammar agent, untrained."""
+    seed: int = 0
+    """Seed of the tasks drawn and of the bootstrap."""
+    f_min: float = 0.0
+    """Lowest anchor fraction to recommend."""
+    f_max: float = 1.0
+    """Highest anchor fraction to recommend."""
+    min_groups: int = 8
+    """Usable groups below which the verdict is "not enough anchor groups"."""
+    n_boot: int = 1000
+    """Bootstrap resamples of the groups for the confidence intervals."""
+    out_dir: str = "runs/advise"
+    """Where advice.json and advice.png are written."""
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """The callable named by ``"module:function"``.
+
+    Raises:
+        ValueError: ``spec`` is not of that form, the module cannot be imported or has no such
+            callable (the message says which).
+    """
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"a factory is given as 'module:function', got {spec!r}")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"factory {spec!r}: cannot import {module!r} ({exc})") from exc
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise ValueError(f"factory {spec!r}: {module!r} has no callable {name!r}")
+    return fn
+
+
+def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 16, group_size: int = 4,
+              seed: int = 0, progress: Callable[[int], None] | None = None) -> Any:
+    """Run ``groups`` groups with both real execution and the world model.
+
+    Every group is an anchor group (anchor fraction 1) of an
+    :class:`~wmrl_envs.AnchoredWorldModelWrapper` without debiasing (the pilot's pairs are too
+    few to fit a map and judge it on the same pairs): its loop's advisor collects the
+    (raw world-model, real) scores group by group, its ledger the CPU-seconds of execution, world
+    model and generation (the policy's ``sample``, timed).
+
+    Args:
+        env, world_model, policy: see the module docstring.
+        groups: number of groups (>= 2).
+        group_size: rollouts per group (>= 2).
+        seed: group i resets the env with ``seed + i``.
+        progress: called with the number of groups done after each group.
+
+    Returns:
+        The wrapper (``wrapper.loop.advise()`` gives the advice; ``wrapper.ledger`` the costs).
+
+    Raises:
+        ValueError: ``groups`` or ``group_size`` below 2, or the policy returned a number of
+            actions other than ``group_size``.
+    """
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.core import GENERATION, CorrectionConfig
+
+    if groups < 2 or group_size < 2:
+        raise ValueError(f"a pilot needs groups >= 2 and group_size >= 2, got groups={groups}, group_size={group_size}")
+    wrapper = AnchoredWorldModelWrapper(env, world_model, group_size=group_size, groups_per_step=1, seed=seed,
+                                        correction=CorrectionConfig(anchor_fraction=1.0, debias=False))
+    for i in range(groups):
+        obs, info = wrapper.begin_group(seed=seed + i)
+        with wrapper.ledger.timed(GENERATION, count=group_size):
+            actions = list(policy.sample(obs, info, group_size))
+        if len(actions) != group_size:
+            raise ValueError(f"the policy returned {len(actions)} actions for a group of {group_size}")
+        wrapper.plan_step(1)
+        wrapper.score_group(actions)
+        if progress:
+            progress(i + 1)
+    return wrapper
+
+
+def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, Any]:
+    """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
+
+    Args:
+        run_dir: the run folder (its ``checkpoint/state.json`` is read).
+        advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
+
+    Returns:
+        ``(advice, loop)``: the :class:`~wmrl_envs.core.AnchorAdvice` and the restored
+        :class:`~wmrl_envs.core.CorrectionLoop` (its advisor, debiaser and ledger).
+
+    Raises:
+        FileNotFoundError: no checkpoint in the folder.
+        ValueError: the checkpoint predates the advisor (no anchor groups saved), or holds no
+            execution or world-model call.
+    """
+    from wmrl_envs.core import AnchorAdvisor, CorrectionLoop
+
+    path = Path(run_dir) / "checkpoint" / "state.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no checkpoint (expected {path}); give a wmrl train run folder")
+    state = json.loads(path.read_text())["wrapper"]
+    if "advisor" not in state:
+        raise ValueError(f"{path} was saved by a wmrl version without the advisor: it holds anchor pairs but not "
+                         "their groups; run `wmrl advise` as a pilot instead, or train again")
+    loop = CorrectionLoop()
+    with warnings.catch_warnings():  # the run's settings are meant to replace the defaults here
+        warnings.simplefilter("ignore", UserWarning)
+        loop.load_state_dict(state)
+    saved = loop.advisor.state_dict()
+    loop.advisor = AnchorAdvisor(max_groups=saved["max_groups"], **advisor_settings)
+    for w, r in saved["groups"]:
+        loop.advisor.add_group(w, r)
+    return loop.advise(), loop
+
+
+def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
+    """``advice.png``: world-model vs real score within groups (both centred on their group's mean),
+    the calibration map (isotonic fit of real on raw world-model score, drawn over the pairs), the
+    cost split per rollout, and the predicted speedup against the anchor fraction with f* marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.isotonic import IsotonicRegression
+
+    from wmrl_envs.core import predicted_speedup
+
+    wm, real = loop.advisor.groups()
+    fig, ax = plt.subplots(2, 2, figsize=(10, 8))
+    xs, ys, raw_x, raw_y = [], [], [], []
+    for w, r in zip(wm, real):
+        both = [(a, b) for a, b in zip(w, r) if a is not None and b is not None]
+        raw_x += [a for a, _ in both]
+        raw_y += [b for _, b in both]
+        if len(both) >= 2:
+            m = np.mean(both, axis=0)
+            xs += [a - m[0] for a, _ in both]
+            ys += [b - m[1] for _, b in both]
+    a = ax[0, 0]
+    a.scatter(xs, ys, s=12, alpha=0.6)
+    a.axhline(0, color="grey", lw=0.5)
+    a.axvline(0, color="grey", lw=0.5)
+    a.set_xlabel("world-model score − group mean")
+    a.set_ylabel("real score − group mean")
+    a.set_title(f"within groups: r = {advice.r:.2f} ({advice.n_groups} groups)")
+    a = ax[0, 1]
+    a.scatter(raw_x, raw_y, s=12, alpha=0.5, label="anchor pairs")
+    if len(set(raw_x)) >= 2:
+        iso = IsotonicRegression(out_of_bounds="clip").fit(raw_x, raw_y)
+        grid = np.linspace(min(raw_x), max(raw_x), 200)
+        a.plot(grid, iso.predict(grid), color="C3", label="isotonic map (fitted here)")
+    a.set_xlabel("raw world-model score")
+    a.set_ylabel("real score")
+    a.set_title("calibration")
+    a.legend(fontsize=8)
+    a = ax[1, 0]
+    c = advice.costs
+    names, vals = ["execution", "world model", "generation + update"], [c.execution_s, c.world_model_s, c.other_s]
+    a.bar(names, vals, color=["C3", "C0", "C2"])
+    positive = [v for v in vals if v > 0]
+    if positive and max(positive) > 50 * min(positive):  # e.g. 1 : 200 between world model and execution
+        a.set_yscale("log")
+    a.set_ylabel(f"{c.unit} per rollout")
+    a.set_title(f"cost split (gamma = {c.gamma:.3g})")
+    a = ax[1, 1]
+    if math.isfinite(advice.r):
+        fs = np.linspace(0.005, 1.0, 400)
+        a.plot(fs, [predicted_speedup(float(f), advice.r, c) for f in fs], color="C0")
+        a.axhline(1.0, color="grey", ls="--", lw=0.8, label="real-execution GRPO")
+        a.axvline(advice.recommended_fraction, color="C3", ls=":", label=f"recommended f = {advice.recommended_fraction:.3f}")
+        a.legend(fontsize=8)
+    a.set_xlabel("anchor fraction f")
+    a.set_ylabel("predicted speedup (upper bound)")
+    a.set_title("predicted speedup vs anchor fraction")
+    fig.suptitle(advice.verdict if len(advice.verdict) < 110 else advice.verdict[:107] + "...", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
+    """``wmrl advise``: a pilot (or a run folder's groups), then the advice printed, in
+    ``advice.json`` and in ``advice.png``.
+
+    Returns:
+        The :class:`~wmrl_envs.core.AnchorAdvice`.
+
+    Raises:
+        ValueError: bad settings or factories (named), an incomplete run folder.
+    """
+    from wmrl_envs.core import AnchorAdvisor
+
+    settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
+    AnchorAdvisor(**settings)  # refuse bad advisor settings before a pilot spends anything
+    out = Path(cfg.out_dir)
+    if cfg.run_dir is not None:
+        advice, loop = advice_from_run(cfg.run_dir, **settings)
+        source = f"run folder {cfg.run_dir}"
+    else:
+        make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
+        env, wm, policy = make_env(), make_wm(), make_policy()
+        from rich.progress import Progress
+
+        try:
+            with Progress(transient=True) as bar:
+                task = bar.add_task("pilot groups (real execution + world model)", total=cfg.groups)
+                wrapper = run_pilot(env, wm, policy, groups=cfg.groups, group_size=cfg.group_size, seed=cfg.seed,
+                                    progress=lambda n: bar.update(task, completed=n))
+        finally:
+            env.close()
+        loop = wrapper.loop
+        saved = loop.advisor.state_dict()
+        loop.advisor = AnchorAdvisor(max_groups=saved["max_groups"], **settings)
+        for w, r in saved["groups"]:
+            loop.advisor.add_group(w, r)
+        advice = loop.advise()
+        source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "advice.json").write_text(json.dumps({"source": source, "config": asdict(cfg), **advice.to_dict()},
+                                                indent=1, default=float))
+    plot_advice(advice, loop, out / "advice.png")
+    log(f"[advise] {source}")
+    log(advice.format())
+    log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'}")
+    return advice
+
+
+# ---------------------------------------------------------------------- built-in AutoResearch setup
+def autoresearch_env() -> Any:
+    """AutoResearch's training tasks in the best isolating sandbox here (bubblewrap), leaderboards
+    prepared (the default env of ``wmrl advise``).
+
+    Raises:
+        ValueError: no isolating sandbox works on this machine.
+    """
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
+    from wmrl_envs.sandbox import make_sandbox
+
+    sandbox = make_sandbox("auto", hidden_paths=sandbox_hidden_paths())
+    if not sandbox.isolates:
+        raise ValueError("no isolating sandbox works here; install bubblewrap (scripts/setup.sh does)")
+    AutoResearchEnv(tasks="all", sandbox=sandbox).prepare_leaderboards()
+    return AutoResearchEnv(tasks="train", sandbox=sandbox)
+
+
+def autoresearch_world_model() -> Any:
+    """The benchmark's embedding world model (MiniLM encoder + ridge head, fitted leave-one-task-out
+    on the shipped log of the training tasks' executions)."""
+    from agents.experiments.bench import BenchConfig, build_world_model
+
+    return build_world_model(BenchConfig())
+
+
+class _GrammarPilotPolicy:
+    """The benchmark's grammar agent (untrained) behind :class:`PilotPolicy`."""
+
+    def __init__(self, seed: int = 0) -> None:
+        import torch
+
+        from agents.grammar_policy import GrammarPolicy
+
+        torch.set_num_threads(1)
+        self.policy = GrammarPolicy(seed=seed)
+
+    def sample(self, observation: Any, info: dict[str, Any], group_size: int) -> list[str]:
+        from wmrl_envs.envs.autoresearch.tasks import get_task
+
+        return [p.code for p in self.policy.sample([get_task(info["task_id"])], group_size)[0]]
+
+
+def autoresearch_policy() -> PilotPolicy:
+    """The benchmark's grammar agent, untrained (the default policy of ``wmrl advise``)."""
+    return _GrammarPilotPolicy()

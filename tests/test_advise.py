@@ -1,0 +1,130 @@
+"""``wmrl advise``: the pilot on fake, instant components of known correlation and cost (through
+the real wrapper and loop), the factories, the outputs, and one real pilot on AutoResearch."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.advise import AdviseConfig, load_factory, main_advise, run_pilot
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+
+class KnownEnv(gym.Env):
+    """Action = a number as text; its real score is that number; each execution declares 2 CPU-s."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Text(32)
+    executed = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {"task": int(self.np_random.integers(0, 5))}
+
+    def step(self, action):
+        KnownEnv.executed += 1
+        return 0, float(action), True, False, {"execution_cpu_s": 2.0}
+
+
+class NoisyWM:
+    """Predicts the real score plus independent noise; declares 0.01 CPU-s per prediction."""
+
+    declared_cpu_s_per_prediction = 0.01
+
+    def __init__(self, noise=0.75, seed=12345):  # not the policy's stream (its noise would copy the actions')
+        self.noise, self.rng = noise, np.random.default_rng(seed)
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(a) + self.noise * float(self.rng.normal())) for a in actions]
+
+
+class GaussianPolicy:
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, observation, info, group_size):
+        return [f"{info['task'] + self.rng.normal():.6f}" for _ in range(group_size)]
+
+
+def known_env():
+    return KnownEnv()
+
+
+def noisy_wm():
+    return NoisyWM()
+
+
+def gaussian_policy():
+    return GaussianPolicy()
+
+
+def test_pilot_measures_the_within_group_correlation_and_the_costs():
+    KnownEnv.executed = 0
+    wrapper = run_pilot(KnownEnv(), NoisyWM(noise=0.75), GaussianPolicy(), groups=300, group_size=4, seed=1)
+    assert KnownEnv.executed == 1200  # every rollout of every group executed once
+    assert len(wrapper.loop.advisor) == 300
+    advice = wrapper.loop.advise()
+    # corr(x + 0.75 e, x) within groups (x ~ N(0, 1) around the task mean) = 1 / sqrt(1 + 0.5625) = 0.8
+    assert advice.r == pytest.approx(0.8, abs=0.03)
+    assert advice.r_ci[0] < 0.8 < advice.r_ci[1]
+    assert advice.costs.execution_s == 2.0 and advice.costs.world_model_s == pytest.approx(0.01)
+    gamma = advice.costs.gamma  # + generation, measured (tiny)
+    assert 0.005 <= gamma < 0.01
+    assert advice.f_star == pytest.approx(math.sqrt(gamma * (1 - advice.r ** 2) / advice.r ** 2))
+    assert advice.use_wmrl
+
+
+def test_pilot_refuses_a_wrong_number_of_actions_and_tiny_pilots():
+    class Short(GaussianPolicy):
+        def sample(self, observation, info, group_size):
+            return super().sample(observation, info, group_size)[:-1]
+
+    with pytest.raises(ValueError, match="3 actions for a group of 4"):
+        run_pilot(KnownEnv(), NoisyWM(), Short(), groups=2, group_size=4)
+    with pytest.raises(ValueError, match="groups >= 2"):
+        run_pilot(KnownEnv(), NoisyWM(), GaussianPolicy(), groups=1)
+
+
+def test_main_advise_with_factories_writes_json_and_plot(tmp_path):
+    cfg = AdviseConfig(groups=40, group_size=4, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=100, out_dir=str(tmp_path))
+    lines = []
+    advice = main_advise(cfg, log=lines.append)
+    saved = json.loads((tmp_path / "advice.json").read_text())
+    assert saved["recommended_fraction"] == pytest.approx(advice.recommended_fraction)
+    assert saved["verdict"] == advice.verdict and "pilot of 40 groups" in saved["source"]
+    assert (tmp_path / "advice.png").stat().st_size > 10_000
+    assert any("verdict" in line for line in lines)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_colon", "module:function"),
+    ("not_a_module_xyz:f", "cannot import"),
+    ("json:not_there", "no callable"),
+])
+def test_load_factory_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        load_factory(spec)
+
+
+def test_advise_from_a_folder_without_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        main_advise(AdviseConfig(run_dir=str(tmp_path), out_dir=str(tmp_path / "o")))
+
+
+def test_real_pilot_on_autoresearch(tmp_path):
+    """The built-in setup end to end: the grammar agent's programs executed in the bubblewrap
+    sandbox and scored by the embedding world model; costs measured in CPU-seconds."""
+    from agents.cli import main
+
+    assert main(["advise", "--groups", "3", "--group-size", "2", "--n-boot", "50", "--min-groups", "2",
+                 "--out-dir", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "advice.json").read_text())
+    assert saved["n_pairs"] <= 6 and saved["costs"]["unit"] == "CPU-s"
+    assert saved["costs"]["execution_s"] > 0.3  # a sandboxed Python importing scikit-learn
+    assert 0 < saved["costs"]["world_model_s"] < saved["costs"]["execution_s"]
+    assert (tmp_path / "advice.png").exists()
