@@ -30,9 +30,11 @@ import numpy as np
 from .ledger import EXECUTION, GENERATION, UPDATE, WORLD_MODEL_SOURCE, CostLedger
 
 __all__ = [
+    "AdaptiveAnchorFraction",
     "AnchorAdvice",
     "AnchorAdvisor",
     "CostRates",
+    "ExecutionBudgetSpent",
     "optimal_anchor_fraction",
     "pooled_within_group_correlation",
     "predicted_speedup",
@@ -427,4 +429,179 @@ class AnchorAdvisor:
             if not (isinstance(g, Sequence) and len(g) == 2):
                 raise ValueError(f"a saved anchor group must be [world_model, real], got {g!r}")
             fresh.add_group(g[0], g[1])
+        self.__dict__.update(fresh.__dict__)
+
+
+class ExecutionBudgetSpent(RuntimeError):
+    """The run's execution budget is spent and ``on_budget_spent="stop"``: training must stop."""
+
+
+class AdaptiveAnchorFraction:
+    """``anchor_fraction="auto"``: the anchor fraction follows the advisor's f* during training.
+
+    Once per training step (:meth:`~wmrl_envs.core.CorrectionLoop.plan_step`), before the step's
+    routes are drawn:
+
+    1. until the advisor holds ``min_groups`` usable anchor groups (the warm-up) the fraction is
+       ``start``;
+    2. the cost ratio γ is ``cost_ratio`` when given (e.g. the pilot's, from ``wmrl advise``), else
+       measured once from the run's ledger at the end of the warm-up
+       (:meth:`CostRates.from_ledger`, CPU-seconds) and fixed from then on, so that the routes
+       depend only on the seed and γ (both saved with the state);
+    3. r is the pooled within-group correlation of the last ``window`` anchor groups (calibrated
+       by the debiaser's current map when the run debiases), and the target is
+       ``clip(f*(r, γ), f_min, f_max)``;
+    4. hysteresis: the fraction moves to the target only when they differ by more than a factor
+       ``1 + hysteresis`` (so it does not chatter with the noise of r);
+    5. an ``execution_budget`` (real executions) caps the anchor groups of a step to what is
+       left of it; once it is spent, ``on_budget_spent="floor"`` keeps only the router's floor of
+       ``min_anchor_groups`` per window (said once, as a warning) and ``"stop"`` raises
+       :class:`ExecutionBudgetSpent`.
+
+    Args:
+        start, f_min, f_max: fractions in [0, 1] with ``f_min <= f_max``; ``start`` is clipped to
+            [f_min, f_max].
+        cost_ratio: γ (>= 0) or ``None`` (measured at the end of the warm-up).
+        window: anchor groups the online r is taken over (>= 2).
+        min_groups: usable groups in the window before the fraction adapts (>= 2).
+        hysteresis: relative change below which the fraction stays (>= 0).
+        execution_budget: real executions allowed (>= 1) or ``None``.
+        on_budget_spent: ``"floor"`` or ``"stop"``.
+
+    Attributes:
+        fraction: the fraction in force.
+        gamma: the cost ratio in use (``None`` until known).
+        history: ``[(step, fraction, r)]``, one entry per adapted step (r NaN in the warm-up).
+        budget_spent: whether the execution budget is spent.
+
+    Raises:
+        ValueError: a setting out of range.
+    """
+
+    def __init__(self, *, start: float = 0.1, f_min: float = 0.02, f_max: float = 0.5, cost_ratio: float | None = None,
+                 window: int = 16, min_groups: int = 8, hysteresis: float = 0.25, execution_budget: int | None = None,
+                 on_budget_spent: str = "floor") -> None:
+        if not (_finite(f_min) and _finite(f_max) and 0.0 <= f_min <= f_max <= 1.0):
+            raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
+        if not (_finite(start) and 0.0 <= start <= 1.0):
+            raise ValueError(f"start must be an anchor fraction in [0, 1], got {start!r}")
+        if cost_ratio is not None and not (_finite(cost_ratio) and cost_ratio >= 0):
+            raise ValueError(f"cost_ratio must be a number >= 0 (world model + generation + update per rollout over one "
+                             f"execution) or None (measured), got {cost_ratio!r}")
+        for name, v, lo in (("window", window, 2), ("min_groups", min_groups, 2)):
+            if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo):
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if min_groups > window:
+            raise ValueError(f"min_groups ({min_groups}) must not exceed window ({window}): the window would never "
+                             "hold enough groups to adapt")
+        if not (_finite(hysteresis) and hysteresis >= 0):
+            raise ValueError(f"hysteresis must be a number >= 0, got {hysteresis!r}")
+        if execution_budget is not None and not (isinstance(execution_budget, numbers.Integral)
+                                                 and not isinstance(execution_budget, bool) and execution_budget >= 1):
+            raise ValueError(f"execution_budget must be an integer number of real executions >= 1 or None, got "
+                             f"{execution_budget!r}")
+        if on_budget_spent not in ("floor", "stop"):
+            raise ValueError(f"on_budget_spent must be 'floor' or 'stop', got {on_budget_spent!r}")
+        self.f_min, self.f_max = float(f_min), float(f_max)
+        self.start = float(min(self.f_max, max(self.f_min, start)))
+        self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
+        self.window, self.min_groups, self.hysteresis = int(window), int(min_groups), float(hysteresis)
+        self.execution_budget = None if execution_budget is None else int(execution_budget)
+        self.on_budget_spent = on_budget_spent
+        self.fraction = self.start
+        self.gamma: float | None = self.cost_ratio
+        self.history: list[tuple[int, float, float]] = []
+        self.budget_spent = False
+
+    def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | None = None
+               ) -> tuple[float | None, float]:
+        """``(target fraction or None in the warm-up, r)`` from the advisor's last ``window`` groups."""
+        wm, real = advisor.groups()
+        wm, real = wm[-self.window:], real[-self.window:]
+        if calibrate is not None:
+            wm = [[c if x is not None and math.isfinite(c) else None
+                   for x, c in zip(w, (float(v) for v in calibrate([x if x is not None else float("nan") for x in w])))]
+                  for w in wm]
+        r, n = pooled_within_group_correlation(wm, real)
+        if n < self.min_groups or not math.isfinite(r) or self.gamma is None:
+            return None, r
+        return min(self.f_max, max(self.f_min, optimal_anchor_fraction(r, self.gamma))), r
+
+    def step(self, step: int, advisor: AnchorAdvisor, ledger: CostLedger,
+             calibrate: Callable[[Scores], Sequence[float]] | None = None) -> tuple[float, int | None]:
+        """Adapt before drawing the routes of training step ``step``.
+
+        Args:
+            step: the step's index (for :attr:`history`).
+            advisor: the run's advisor (its groups so far).
+            ledger: the run's ledger (executions so far; CPU-seconds for γ when not given).
+            calibrate: the debiaser's map, or ``None``.
+
+        Returns:
+            ``(fraction, free_slots)``: the fraction for this step (0 once the budget is spent: the
+            router's floor alone remains) and the anchor *groups* the budget still allows
+            (``None``: no cap; the caller keeps the floor of ``min_anchor_groups`` out of the cap).
+
+        Raises:
+            ExecutionBudgetSpent: the budget is spent and ``on_budget_spent == "stop"``.
+        """
+        import warnings
+
+        usable = sum(1 for w, x in zip(*advisor.groups())
+                     if sum(a is not None and b is not None for a, b in zip(w, x)) >= 2)
+        if self.gamma is None and usable >= self.min_groups:
+            try:
+                self.gamma = CostRates.from_ledger(ledger).gamma
+            except ValueError:
+                pass  # no measured execution yet: measure later
+        target, r = self.target(advisor, calibrate)
+        if target is not None and (self.fraction <= 0 or target <= 0
+                                   or max(target / self.fraction, self.fraction / target) > 1.0 + self.hysteresis):
+            self.fraction = target
+        free_slots = None
+        if self.execution_budget is not None:
+            used = ledger.count(EXECUTION)
+            g = len(advisor.groups()[1][-1]) if len(advisor) else None
+            left = self.execution_budget - used
+            if left <= 0 or (g is not None and left < g):
+                if not self.budget_spent:
+                    self.budget_spent = True
+                    if self.on_budget_spent == "stop":
+                        raise ExecutionBudgetSpent(
+                            f"the execution budget is spent ({used} of {self.execution_budget} real executions); "
+                            "training stops here (on_budget_spent='stop'; 'floor' would go on with the anchor floor only)")
+                    warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions): "
+                                  "from now on only the floor of min_anchor_groups anchor groups per window is executed",
+                                  UserWarning, stacklevel=3)
+                elif self.on_budget_spent == "stop":
+                    raise ExecutionBudgetSpent(f"the execution budget is spent ({used} of {self.execution_budget})")
+                # spent: the fraction is 0 and only the router's floor remains (never capped)
+            elif g is not None:
+                free_slots = left // g
+        self.history.append((int(step), 0.0 if self.budget_spent else self.fraction, r))
+        return (0.0 if self.budget_spent else self.fraction), free_slots
+
+    def state_dict(self) -> dict[str, Any]:
+        """Settings, the fraction in force, γ, the history and the budget flag (JSON-serialisable)."""
+        return {"start": self.start, "f_min": self.f_min, "f_max": self.f_max, "cost_ratio": self.cost_ratio,
+                "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
+                "execution_budget": self.execution_budget, "on_budget_spent": self.on_budget_spent,
+                "fraction": self.fraction, "gamma": self.gamma, "history": [list(h) for h in self.history],
+                "budget_spent": self.budget_spent}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            KeyError: a key is missing. ValueError: a setting out of range; nothing changed then.
+        """
+        fresh = AdaptiveAnchorFraction(start=state["start"], f_min=state["f_min"], f_max=state["f_max"],
+                                       cost_ratio=state["cost_ratio"], window=state["window"],
+                                       min_groups=state["min_groups"], hysteresis=state["hysteresis"],
+                                       execution_budget=state["execution_budget"],
+                                       on_budget_spent=state["on_budget_spent"])
+        fresh.fraction = float(state["fraction"])
+        fresh.gamma = None if state["gamma"] is None else float(state["gamma"])
+        fresh.history = [(int(s), float(f), float(r)) for s, f, r in state["history"]]
+        fresh.budget_spent = bool(state["budget_spent"])
         self.__dict__.update(fresh.__dict__)

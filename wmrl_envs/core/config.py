@@ -14,6 +14,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Literal
 
+from .advisor import AdaptiveAnchorFraction
 from .corrector import WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser
@@ -39,8 +40,10 @@ class CorrectionConfig:
         (16, 0.25)
     """
 
-    anchor_fraction: float = 0.1
-    """Target share of groups that are also executed for real (anchors), in [0, 1]."""
+    anchor_fraction: float | Literal["auto"] = 0.1
+    """Share of groups that are also executed for real (anchors), in [0, 1]; or "auto": it follows
+    the advisor's f* during training (auto_start_fraction, f_min, f_max, cost_ratio, ...;
+    docs/method.md, "Choosing the anchor fraction")."""
     min_anchor_groups: int = 1
     """Anchor groups per window of anchor_window training steps at least (0 allows windows without anchors)."""
     anchor_window: int = 1
@@ -68,6 +71,28 @@ class CorrectionConfig:
     """How ρ is scaled: c fixed at the end of warm-up (calibrated) or c = 1 (parameter_free)."""
     disagreement_floor: float = InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR
     """ε: in calibrated mode a disagreement below it counts as ε (share of the real within-group variance)."""
+    auto_start_fraction: float = 0.1
+    """anchor_fraction="auto": the fraction until the advisor holds auto_min_groups anchor groups."""
+    f_min: float = 0.02
+    """anchor_fraction="auto": the lowest fraction it may choose."""
+    f_max: float = 0.5
+    """anchor_fraction="auto": the highest fraction it may choose."""
+    cost_ratio: float | None = None
+    """anchor_fraction="auto": gamma = (world model + generation + update) / execution cost per rollout,
+    e.g. from `wmrl advise`; None: measured from the run's CPU-seconds at the end of the warm-up, then
+    fixed (give it for routes that depend on the seed alone)."""
+    auto_window: int = 16
+    """anchor_fraction="auto": the last anchor groups the online within-group correlation is taken over."""
+    auto_min_groups: int = 8
+    """anchor_fraction="auto": usable anchor groups in the window before the fraction adapts."""
+    auto_hysteresis: float = 0.25
+    """anchor_fraction="auto": the fraction moves only when its target differs by more than this factor - 1."""
+    execution_budget: int | None = None
+    """anchor_fraction="auto": real executions allowed in all (None: no budget); the floor of
+    min_anchor_groups is never removed (see on_budget_spent)."""
+    on_budget_spent: Literal["floor", "stop"] = "floor"
+    """anchor_fraction="auto", once execution_budget is spent: "floor" (only the min_anchor_groups floor
+    is executed, with a warning) or "stop" (ExecutionBudgetSpent ends training)."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, what: str) -> None:
@@ -80,7 +105,10 @@ class CorrectionConfig:
         def is_int(v: object) -> bool:  # numpy integers too (not bools)
             return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
-        check(is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0, "anchor_fraction", "a number in [0, 1]")
+        check(self.anchor_fraction == "auto" or (is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0),
+              "anchor_fraction", "a number in [0, 1] or 'auto'")
+        if self.anchor_fraction == "auto":
+            self.build_adaptive()  # its own checks, named
         check(is_int(self.min_anchor_groups) and self.min_anchor_groups >= 0, "min_anchor_groups", "an integer >= 0")
         check(is_int(self.anchor_window) and self.anchor_window >= 1, "anchor_window", "an integer number of steps >= 1")
         check(isinstance(self.debias, bool), "debias", "True or False")
@@ -113,8 +141,29 @@ class CorrectionConfig:
         """A fresh :class:`~wmrl_envs.core.WMRLCorrector` (debiaser + denoiser) with these settings."""
         return WMRLCorrector(self.build_debiaser(), self.build_denoiser(), debias=self.debias, denoise=self.denoise)
 
+    @property
+    def adaptive(self) -> bool:
+        """Whether the anchor fraction is ``"auto"``."""
+        return self.anchor_fraction == "auto"
+
+    def build_adaptive(self) -> AdaptiveAnchorFraction:
+        """A fresh :class:`~wmrl_envs.core.AdaptiveAnchorFraction` with the ``auto_*`` settings.
+
+        Raises:
+            ValueError: an ``auto_*``, ``f_min``/``f_max``, ``cost_ratio`` or budget setting out of
+                range (the message names it).
+        """
+        try:
+            return AdaptiveAnchorFraction(
+                start=self.auto_start_fraction, f_min=self.f_min, f_max=self.f_max, cost_ratio=self.cost_ratio,
+                window=self.auto_window, min_groups=self.auto_min_groups, hysteresis=self.auto_hysteresis,
+                execution_budget=self.execution_budget, on_budget_spent=self.on_budget_spent)
+        except ValueError as exc:
+            raise ValueError(f"CorrectionConfig (anchor_fraction='auto'): {exc}") from None
+
     def build_router(self, seed: int = 0) -> AnchorRouter:
         """A fresh :class:`~wmrl_envs.core.AnchorRouter` (``anchor_fraction``, ``min_anchor_groups``,
         ``anchor_window``) seeded with ``seed`` (int)."""
-        return AnchorRouter(self.anchor_fraction, min_anchor_groups=self.min_anchor_groups, seed=seed,
+        start = min(self.f_max, max(self.f_min, self.auto_start_fraction)) if self.adaptive else self.anchor_fraction
+        return AnchorRouter(start, min_anchor_groups=self.min_anchor_groups, seed=seed,
                             anchor_window=self.anchor_window)

@@ -41,7 +41,7 @@ import numpy as np
 from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 
-from .advisor import AnchorAdvice, AnchorAdvisor, CostRates
+from .advisor import AdaptiveAnchorFraction, AnchorAdvice, AnchorAdvisor, CostRates
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .ledger import EXECUTION, CostLedger
@@ -211,6 +211,9 @@ class CorrectionLoop:
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
         # every training anchor group's (raw world-model, real) scores, for the anchor-fraction advice
         self.advisor = AnchorAdvisor()
+        # anchor_fraction="auto": the fraction follows the advisor's f* (None: a fixed fraction)
+        self.adaptive: AdaptiveAnchorFraction | None = (
+            self._config.build_adaptive() if self._config.adaptive and router is None else None)
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
@@ -226,7 +229,7 @@ class CorrectionLoop:
         with self._lock:
             c, deb, den = self.corrector, self.corrector.debiaser, self.corrector.denoiser
             return dataclasses.replace(
-                self._config, anchor_fraction=self.router.anchor_fraction,
+                self._config, anchor_fraction="auto" if self.adaptive is not None else self.router.anchor_fraction,
                 min_anchor_groups=self.router.min_anchor_groups, anchor_window=self.router.anchor_window,
                 debias=c.debias, denoise=c.denoise,
                 buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
@@ -267,6 +270,9 @@ class CorrectionLoop:
             raise ValueError(f"anchor_fraction must be a number in [0, 1], got {fraction!r}")
         if self.world_model is None and fraction != 1.0:
             raise ValueError("without a world model every group is an anchor: anchor_fraction must stay 1.0")
+        if self.adaptive is not None:
+            raise ValueError("the anchor fraction is adaptive (anchor_fraction='auto'): it is set by the advisor each "
+                             "step; build the loop with a fixed anchor_fraction to set it by hand")
         with self._lock:
             self.router.anchor_fraction = float(fraction)
 
@@ -287,7 +293,7 @@ class CorrectionLoop:
             groups_in_step = self.groups_per_step
         _check_groups(groups_in_step, "groups_in_step")
         with self._lock:
-            routes = list(self.router.route_step(int(groups_in_step), free_slots=free_slots))
+            routes = self._draw_step(int(groups_in_step), free_slots)
             self._route_queue = list(routes)
             self.ungraded.plan(len(routes))
             return routes
@@ -296,8 +302,22 @@ class CorrectionLoop:
         """Pop the next planned route (drawing a block of ``groups_per_step`` when none is left)."""
         with self._lock:
             if not self._route_queue:
-                self._route_queue = list(self.router.route_step(self.groups_per_step))
+                self._route_queue = self._draw_step(self.groups_per_step, None)
             return self._route_queue.pop(0)
+
+    def _draw_step(self, groups_in_step: int, free_slots: int | None) -> list[Route]:
+        """Draw one training step's routes; with an adaptive fraction, adapt it first (and cap the
+        anchors by what is left of the execution budget)."""
+        if self.adaptive is not None and self.training:
+            deb = self.corrector.debiaser
+            calibrate = deb.transform if self.corrector.debias and deb.fitted else None
+            fraction, budget_slots = self.adaptive.step(self.router.n_steps, self.advisor, self.ledger, calibrate)
+            self.router.anchor_fraction = fraction
+            self.router.keep_floor = self.adaptive.budget_spent
+            if budget_slots is not None:  # the budget never removes the floor
+                budget_slots = max(budget_slots, self.router.min_anchor_groups)
+                free_slots = budget_slots if free_slots is None else min(free_slots, budget_slots)
+        return list(self.router.route_step(groups_in_step, free_slots=free_slots))
 
     def requeue_routes(self, routes: Sequence[Route]) -> None:
         """Give back routes of groups that were opened but never used (they lead the queue again)."""
@@ -533,6 +553,7 @@ class CorrectionLoop:
                 "groups_per_step": self.groups_per_step,
                 "ungraded": self.ungraded.state_dict(),
                 "advisor": self.advisor.state_dict(),
+                "adaptive": None if self.adaptive is None else self.adaptive.state_dict(),
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -592,6 +613,12 @@ class CorrectionLoop:
         if "advisor" in state:
             advisor.load_state_dict(state["advisor"])
         self.advisor = advisor
+        adaptive = state.get("adaptive")
+        if adaptive is None:
+            self.adaptive = None
+        else:
+            self.adaptive = self.adaptive or AdaptiveAnchorFraction()
+            self.adaptive.load_state_dict(adaptive)
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`state_dict` to a JSON file atomically (at a group boundary)."""

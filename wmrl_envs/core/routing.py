@@ -88,6 +88,8 @@ class AnchorRouter:
     Attributes:
         anchor_fraction, min_anchor_groups, anchor_window, seed: as given.
         n_steps, n_groups_routed, n_anchor_groups: steps, groups and anchor groups routed so far.
+        keep_floor: hold the floor of ``min_anchor_groups`` also at ``anchor_fraction == 0``
+            (default False; set by an adaptive fraction whose execution budget is spent).
         window_anchor_groups: anchor groups in the current, unfinished window (0 at its start).
 
     Raises:
@@ -118,6 +120,9 @@ class AnchorRouter:
         self.n_anchor_groups = 0
         self.n_steps = 0
         self.window_anchor_groups = 0
+        # the floor holds even at anchor_fraction 0 (an adaptive fraction whose execution budget
+        # is spent keeps it); a plain anchor_fraction of 0 means world-model-only training
+        self.keep_floor = False
 
     def route_step(self, groups_in_step: int, free_slots: int | None = None) -> list[Route]:
         """Routes for the ``groups_in_step`` groups of one training step.
@@ -142,7 +147,7 @@ class AnchorRouter:
         if self._rng.random() < expected - k:
             k += 1
         last_of_window = (self.n_steps + 1) % self.anchor_window == 0
-        if self.anchor_fraction > 0 and last_of_window:
+        if (self.anchor_fraction > 0 or self.keep_floor) and last_of_window:
             missing = self.min_anchor_groups - self.window_anchor_groups
             k = max(k, min(missing, groups_in_step))
         if free_slots is not None:
@@ -174,6 +179,7 @@ class AnchorRouter:
             "n_anchor_groups": self.n_anchor_groups,
             "n_steps": self.n_steps,
             "rng": self._rng.bit_generator.state,
+            "keep_floor": self.keep_floor,
         }
 
     def load_state_dict(self, state: dict[str, Any], *, warn: bool = True) -> None:
@@ -204,6 +210,7 @@ class AnchorRouter:
         (self.anchor_fraction, self.min_anchor_groups, self.anchor_window, self.window_anchor_groups,
          self.seed, self.n_groups_routed, self.n_anchor_groups, self.n_steps) = values
         self._rng = rng
+        self.keep_floor = bool(state.get("keep_floor", False))
         if warn:
             warn_saved_settings("AnchorRouter.load_state_dict", configured,
                                 {k: getattr(self, k) for k in _ROUTER_SETTINGS})

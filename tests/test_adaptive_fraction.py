@@ -1,0 +1,142 @@
+"""anchor_fraction="auto" (wmrl_envs.core.advisor.AdaptiveAnchorFraction through CorrectionLoop):
+it follows the advisor's f*, within [f_min, f_max], with hysteresis, whole groups only,
+reproducible from the seed, saved and restored, and bounded by an execution budget that never
+removes the floor."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+from wmrl_envs.core.advisor import ExecutionBudgetSpent, optimal_anchor_fraction
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+
+class _WM:
+    def predict(self, contexts, actions):  # never called: the test closes groups with its own scores
+        return [WorldModelPrediction(score=0.0) for _ in actions]
+
+
+def _loop(seed=0, **cfg):
+    base = dict(anchor_fraction="auto", cost_ratio=0.01, f_min=0.02, f_max=0.5, auto_window=16, auto_min_groups=8,
+                min_pairs=10_000, buffer_size=10_000, warmup_groups=1000)
+    base.update(cfg)
+    return CorrectionLoop(CorrectionConfig(**base), world_model=_WM(), groups_per_step=10, seed=seed)
+
+
+def _run(loop, steps, r_of_step, g=4, seed=0):
+    """Train ``steps`` steps of 10 groups; every group's world-model score has within-group
+    correlation r_of_step(step) with its real score."""
+    rng = np.random.default_rng(seed)
+    fractions, routes_all = [], []
+    for step in range(steps):
+        routes = loop.plan_step()
+        fractions.append(loop.router.anchor_fraction)
+        routes_all.append(routes)
+        r = r_of_step(step)
+        for _ in routes:
+            t = loop.open_group()
+            z, e = rng.normal(size=g), rng.normal(size=g)
+            real = list(0.5 + 0.1 * z)
+            wm = list(0.5 + 0.1 * (r * z + math.sqrt(1 - r * r) * e))
+            loop.close_group(t, wm, real if t.route == "anchor" else None)
+            if t.route == "anchor":
+                loop.ledger.add("execution", 4.0, g, cpu_seconds=4.0)
+            loop.ledger.add("world_model", 0.04, g, cpu_seconds=0.04)
+    return fractions, routes_all
+
+
+def test_auto_follows_f_star_down_for_a_good_world_model_and_up_when_it_breaks():
+    loop = _loop()
+    fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0)
+    assert fr[0] == 0.1  # the start fraction during the warm-up
+    good = optimal_anchor_fraction(0.9, 0.01)  # 0.048
+    assert fr[59] == pytest.approx(good, rel=0.35)
+    # after the break the fraction rises to f_max within a few windows' worth of anchor groups
+    rise = next(i for i in range(60, 120) if fr[i] >= 0.25)
+    assert rise - 60 <= 12
+    # a useless world model's r over 16 groups is noise of about +-0.25, which f* still prices high
+    assert min(fr[rise:]) >= 0.25
+    assert all(0.02 <= f <= 0.5 for f in fr)
+    h = loop.adaptive.history
+    assert len(h) == 120 and h[0][1] == 0.1 and math.isnan(h[0][2])
+
+
+def test_hysteresis_keeps_the_fraction_while_the_target_moves_little():
+    loop = _loop(auto_hysteresis=10.0)  # nothing short of an 11-fold change moves it
+    fr, _ = _run(loop, 40, lambda s: 0.9)
+    assert set(fr) == {0.1}
+    loop = _loop(auto_hysteresis=0.0)
+    fr0, _ = _run(loop, 40, lambda s: 0.9)
+    assert len(set(fr0[10:])) > 5  # without hysteresis it follows every wiggle of r
+
+
+def test_auto_is_reproducible_whole_group_and_round_trips_its_state():
+    a, b = _loop(seed=3), _loop(seed=3)
+    fa, ra = _run(a, 30, lambda s: 0.7, seed=1)
+    fb, rb = _run(b, 30, lambda s: 0.7, seed=1)
+    assert fa == fb and ra == rb
+    assert all(len(rs) == 10 and set(rs) <= {"anchor", "world_model"} for rs in ra)
+    # resume in the middle: the same routes and fractions as an uninterrupted run
+    c = _loop(seed=3)
+    _run(c, 15, lambda s: 0.7, seed=1)
+    state = json.loads(json.dumps(c.state_dict()))
+    d = _loop(seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same settings: loads silently
+        d.load_state_dict(state)
+    assert d.config.anchor_fraction == "auto"
+    assert json.dumps(d.adaptive.state_dict()) == json.dumps(c.adaptive.state_dict())  # NaN-safe
+    assert d.router.anchor_fraction == c.router.anchor_fraction
+    assert d.plan_step() == c.plan_step()
+
+
+def test_cost_ratio_is_measured_at_the_end_of_the_warm_up_then_fixed():
+    loop = _loop(cost_ratio=None)
+    _run(loop, 10, lambda s: 0.8)
+    # executions 1 CPU-s each, world model 0.01: gamma = 0.01 (generation and update not recorded)
+    assert loop.adaptive.gamma == pytest.approx(0.01)
+    loop.ledger.add("world_model", 100.0, 1, cpu_seconds=100.0)  # a later cost change does not move it
+    _run(loop, 5, lambda s: 0.8)
+    assert loop.adaptive.gamma == pytest.approx(0.01)
+
+
+def test_execution_budget_caps_then_keeps_only_the_floor():
+    loop = _loop(execution_budget=40, auto_start_fraction=0.5)  # 10 anchor groups of 4
+    with pytest.warns(UserWarning, match="execution budget is spent"):
+        fr, routes = _run(loop, 8, lambda s: 0.5)
+    used = loop.ledger.count("execution")
+    anchors = [rs.count("anchor") for rs in routes]
+    assert used <= 40 + 4 * 8  # the budget, plus one floor group per step after it is spent
+    spent_at = next(i for i, f in enumerate(fr) if f == 0.0)
+    assert sum(anchors[:spent_at]) * 4 <= 40
+    assert all(a == 1 for a in anchors[spent_at:])  # the floor, never removed
+    stop = _loop(execution_budget=8, on_budget_spent="stop", auto_start_fraction=0.5)
+    with pytest.raises(ExecutionBudgetSpent, match="training stops here"):
+        _run(stop, 5, lambda s: 0.5)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("f_min", 0.6, "f_min"),
+    ("auto_window", 1, "window"),
+    ("auto_min_groups", 20, "must not exceed window"),
+    ("cost_ratio", -1.0, "cost_ratio"),
+    ("execution_budget", 0, "execution_budget"),
+    ("on_budget_spent", "maybe", "on_budget_spent"),
+])
+def test_auto_settings_are_checked_with_their_names(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        CorrectionConfig(anchor_fraction="auto", **{field: value})
+    with pytest.raises(ValueError, match="a number in \\[0, 1\\] or 'auto'"):
+        CorrectionConfig(anchor_fraction="often")
+
+
+def test_a_fixed_fraction_cannot_be_set_by_hand_on_an_adaptive_loop():
+    loop = _loop()
+    with pytest.raises(ValueError, match="adaptive"):
+        loop.set_anchor_fraction(0.3)
