@@ -167,7 +167,7 @@ def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, 
         ValueError: the checkpoint predates the advisor (no anchor groups saved), or holds no
             execution or world-model call.
     """
-    from wmrl_envs.core import AnchorAdvisor, CorrectionLoop
+    from wmrl_envs.core import CorrectionLoop
 
     path = Path(run_dir) / "checkpoint" / "state.json"
     if not path.is_file():
@@ -180,10 +180,7 @@ def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, 
     with warnings.catch_warnings():  # the run's settings are meant to replace the defaults here
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
-    saved = loop.advisor.state_dict()
-    loop.advisor = AnchorAdvisor(max_groups=saved["max_groups"], **advisor_settings)
-    for w, r in saved["groups"]:
-        loop.advisor.add_group(w, r)
+    loop.advisor.load_state_dict({**loop.advisor.state_dict(), **advisor_settings})
     return loop.advise(), loop
 
 
@@ -283,10 +280,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         finally:
             env.close()
         loop = wrapper.loop
-        saved = loop.advisor.state_dict()
-        loop.advisor = AnchorAdvisor(max_groups=saved["max_groups"], **settings)
-        for w, r in saved["groups"]:
-            loop.advisor.add_group(w, r)
+        loop.advisor.load_state_dict({**loop.advisor.state_dict(), **settings})
         advice = loop.advise()
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
     out.mkdir(parents=True, exist_ok=True)

@@ -232,3 +232,41 @@ def test_train_summary_prices_the_same_rollouts_under_real_grpo_and_gives_the_ad
     assert anchor_advice(loop)["verdict"].startswith("no advice: the ledger has no real execution")
     rows = dict(_advice_rows({"cost_vs_real_grpo": cv, "anchor_advice": {"verdict": "x"}}))
     assert rows["CPU-s spent / same rollouts under real-execution GRPO"] == "31.0 / 123.0 (3.97x)"
+
+
+def test_blind_spots_are_found_from_scores_and_actions_and_warned_about():
+    """Two failing actions the world model rates 0.9 among honest ones: found, concentrated,
+    named; scattered over-predictions (noise) are not a blind spot."""
+    rng = np.random.default_rng(0)
+    adv = AnchorAdvisor(min_groups=2, n_boot=0)
+    for _ in range(60):
+        acts = list(rng.integers(0, 12, size=4))
+        real, wm = [], []
+        for a in acts:
+            if a in (3, 7):  # blind spot: fails for real, predicted good
+                real.append(0.0)
+                wm.append(0.9)
+            else:
+                q = 0.3 + 0.05 * a
+                real.append(q + 0.05 * rng.normal())
+                wm.append(q + 0.05 * rng.normal())
+        adv.add_group(wm, real, actions=[f"action {a}" for a in acts])
+    bs = adv.blind_spots()
+    assert {d["action"] for d in bs["suspects"]} == {"action 3", "action 7"}
+    assert bs["concentration"] > 0.9 and all(d["mean_real"] == 0.0 for d in bs["suspects"])
+    a = adv.advise(CostRates(1.0, 0.01))
+    assert "blind spot suspected" in a.format() and "action 3" in a.format()
+    # noise: over-predicted rollouts spread over distinct actions, each once -> no suspect
+    noisy = AnchorAdvisor(min_groups=2, n_boot=0)
+    for i in range(60):
+        real = list(rng.uniform(size=4))
+        noisy.add_group(list(rng.uniform(size=4)), real, actions=[f"unique {i}-{j}" for j in range(4)])
+    assert noisy.blind_spots()["suspects"] == [] and noisy.blind_spots()["warning"] is None
+    # keys survive the state round trip; a group without actions has none
+    state = json.loads(json.dumps(adv.state_dict()))
+    again = AnchorAdvisor()
+    again.load_state_dict(state)
+    assert again.blind_spots()["suspects"] == bs["suspects"]
+    from wmrl_envs.core.advisor import action_key
+    long = "x" * 500
+    assert len(action_key(long)) == 120 and action_key(long) != action_key(long[:-1] + "y")

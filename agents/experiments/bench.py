@@ -214,6 +214,8 @@ class StepRecord:
     anchor_groups: int
     realised_anchor_fraction: float = 0.0
     """Share of the groups routed so far that were anchor groups."""
+    anchor_fraction: float = 0.0
+    """The anchor fraction in force at this step (it moves with ``--anchor-fraction auto``)."""
     cpu_unmeasured: int = 0
     """Executions so far whose CPU-seconds the sandbox could not measure (not in ``compute_cpu_s``:
     the compute is then understated, and the report says so)."""
@@ -315,6 +317,7 @@ def run_method(
             executions=ledger.count("execution"),
             anchor_groups=wrapper.router.n_anchor_groups,
             realised_anchor_fraction=wrapper.router.realised_fraction,
+            anchor_fraction=wrapper.router.anchor_fraction,
             cpu_unmeasured=ledger.cpu_unmeasured("execution"),
             ungraded=wrapper.ungraded.n_ungraded,
             ungraded_by_cause=dict(wrapper.ungraded.causes),

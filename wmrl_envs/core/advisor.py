@@ -35,6 +35,7 @@ __all__ = [
     "AnchorAdvisor",
     "CostRates",
     "ExecutionBudgetSpent",
+    "action_key",
     "optimal_anchor_fraction",
     "pooled_within_group_correlation",
     "predicted_speedup",
@@ -264,6 +265,8 @@ class AnchorAdvice:
     variance_ratio: float
     use_wmrl: bool
     verdict: str
+    blind_spots: dict[str, Any] | None = None
+    """:meth:`AnchorAdvisor.blind_spots`' answer (its ``"warning"`` is also in :meth:`format`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -288,7 +291,18 @@ class AnchorAdvice:
             f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
             f"({ci(self.predicted_speedup_ci, '.2f')}; an upper bound: it ignores the world model's bias)",
             f"verdict: {self.verdict}",
-        ])
+        ] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
+
+
+def action_key(action: Any, limit: int = 120) -> str:
+    """A short, stable text key of an action (its ``str``; a long one is cut and suffixed with a
+    hash of the whole, so distinct long actions keep distinct keys)."""
+    import hashlib
+
+    text = str(action)
+    if len(text) <= limit:
+        return text
+    return text[: limit - 14] + " #" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 class AnchorAdvisor:
@@ -325,22 +339,81 @@ class AnchorAdvisor:
         self.max_groups, self.min_groups, self.n_boot, self.seed = int(max_groups), int(min_groups), int(n_boot), int(seed)
         self.f_min, self.f_max = float(f_min), float(f_max)
         self._groups: deque[tuple[list[float | None], list[float | None]]] = deque(maxlen=self.max_groups)
+        self._keys: deque[list[str | None]] = deque(maxlen=self.max_groups)  # action keys per rollout
 
     def __len__(self) -> int:
         return len(self._groups)
 
-    def add_group(self, world_model: Scores, real: Scores) -> None:
+    def add_group(self, world_model: Scores, real: Scores, actions: Sequence[Any] | None = None) -> None:
         """Record one anchor group: its G raw world-model scores and the real scores of the same
-        rollouts (``None`` where a score is missing, e.g. ungraded).
+        rollouts (``None`` where a score is missing, e.g. ungraded), and optionally the actions
+        (kept as short keys, :func:`action_key`, for :meth:`blind_spots`).
 
         Raises:
             ValueError: the lengths differ.
         """
-        if len(world_model) != len(real):
-            raise ValueError(f"an anchor group needs one real score per world-model score: got {len(world_model)} "
-                             f"and {len(real)}")
+        if len(world_model) != len(real) or (actions is not None and len(actions) != len(real)):
+            raise ValueError(f"an anchor group needs one real score (and action) per world-model score: got "
+                             f"{len(world_model)} scores, {len(real)} real ones"
+                             + ("" if actions is None else f", {len(actions)} actions"))
         clean = [[float(x) if _finite(x) else None for x in seq] for seq in (world_model, real)]
         self._groups.append((clean[0], clean[1]))
+        self._keys.append([None] * len(real) if actions is None else [action_key(a) for a in actions])
+
+    def blind_spots(self, *, min_count: int = 2, min_share: float = 0.5, high_quantile: float = 0.75,
+                    low_quantile: float = 0.25, max_examples: int = 5) -> dict[str, Any]:
+        """Actions the world model rates high that fail for real, concentrated on a few actions.
+
+        From the anchor rollouts alone (raw world-model score, real score, action key; never a
+        test environment's hidden truth): a rollout is *over-predicted* when its world-model score
+        is at or above the ``high_quantile`` of all world-model scores held and its real score at
+        or below the ``low_quantile`` of all real scores. An action is a *suspect* when it was
+        over-predicted at least ``min_count`` times and in at least ``min_share`` of its anchor
+        rollouts. No monotone map fixes such actions, GRPO will exploit them, and only anchors
+        see them (``docs/method.md``, "Blind spots").
+
+        Returns:
+            ``{"over_predicted": n, "rollouts": N, "suspects": [{"action", "count",
+            "over_predicted", "mean_world_model", "mean_real"}, ...] (most over-predicted first,
+            at most max_examples), "concentration": share of over-predicted rollouts that are
+            suspects' (NaN when none), "warning": a sentence or None}``. Without action keys
+            every rollout counts as its own action, so nothing concentrates.
+        """
+        rows = [(w, r, k) for (ws, rs), ks in zip(self._groups, self._keys) for w, r, k in zip(ws, rs, ks)
+                if w is not None and r is not None]
+        out: dict[str, Any] = {"over_predicted": 0, "rollouts": len(rows), "suspects": [],
+                               "concentration": float("nan"), "warning": None}
+        if len(rows) < 4:
+            return out
+        w_all = np.array([w for w, _, _ in rows])
+        r_all = np.array([r for _, r, _ in rows])
+        hi, lo = float(np.quantile(w_all, high_quantile)), float(np.quantile(r_all, low_quantile))
+        if hi <= float(np.quantile(w_all, low_quantile)) or lo >= float(np.quantile(r_all, high_quantile)):
+            return out  # no spread on one side: "high" and "low" mean nothing
+        by_key: dict[str, list[tuple[float, float, bool]]] = {}
+        n_over = 0
+        for i, (w, r, k) in enumerate(rows):
+            over = w >= hi and r <= lo
+            n_over += over
+            by_key.setdefault(k if k is not None else f"#rollout {i}", []).append((w, r, over))
+        out["over_predicted"] = n_over
+        suspects = []
+        for k, v in by_key.items():
+            n_o = sum(o for _, _, o in v)
+            if n_o >= min_count and n_o >= min_share * len(v):
+                suspects.append({"action": k, "count": len(v), "over_predicted": n_o,
+                                 "mean_world_model": float(np.mean([w for w, _, _ in v])),
+                                 "mean_real": float(np.mean([r for _, r, _ in v]))})
+        suspects.sort(key=lambda d: (-d["over_predicted"], d["action"]))
+        out["concentration"] = sum(d["over_predicted"] for d in suspects) / n_over if n_over else float("nan")
+        out["suspects"] = suspects[:max_examples]
+        if suspects:
+            ex = "; ".join(f"{d['action'][:60]!r} (world model {d['mean_world_model']:.2f}, real {d['mean_real']:.2f}, "
+                           f"{d['over_predicted']}/{d['count']} anchors)" for d in suspects[:3])
+            out["warning"] = (f"blind spot suspected: {len(suspects)} action(s) rated high by the world model fail for "
+                              f"real, {out['concentration']:.0%} of the {n_over} over-predicted anchor rollouts; no "
+                              f"calibration fixes this and GRPO will exploit it. Examples: {ex}")
+        return out
 
     def groups(self) -> tuple[list[list[float | None]], list[list[float | None]]]:
         """``(world_model, real)``: the groups held, oldest first (raw world-model scores)."""
@@ -379,7 +452,8 @@ class AnchorAdvisor:
             why = (f"{n} usable anchor groups, need {self.min_groups}" if n < self.min_groups
                    else "no within-group spread in the world-model or the real scores yet")
             return AnchorAdvice(n, n_pairs, r, nan2, costs, float("nan"), nan2, float("nan"), float("nan"), nan2,
-                                float("nan"), False, f"not enough anchor groups yet ({why}): run more pilot groups")
+                                float("nan"), False, f"not enough anchor groups yet ({why}): run more pilot groups",
+                                self.blind_spots())
         f_star = optimal_anchor_fraction(r, costs.gamma)
         rec = min(self.f_max, max(self.f_min, f_star))
         s = predicted_speedup(rec, r, costs)
@@ -409,12 +483,13 @@ class AnchorAdvisor:
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, run more pilot groups to be sure"
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
-                            use, verdict)
+                            use, verdict, self.blind_spots())
 
     def state_dict(self) -> dict[str, Any]:
         """Settings and the groups held (JSON-serialisable)."""
         return {"max_groups": self.max_groups, "min_groups": self.min_groups, "f_min": self.f_min, "f_max": self.f_max,
-                "n_boot": self.n_boot, "seed": self.seed, "groups": [[w, r] for w, r in self._groups]}
+                "n_boot": self.n_boot, "seed": self.seed,
+                "groups": [[w, r, k] for (w, r), k in zip(self._groups, self._keys)]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (settings and groups).
@@ -426,9 +501,13 @@ class AnchorAdvisor:
         fresh = AnchorAdvisor(max_groups=state["max_groups"], min_groups=state["min_groups"], f_min=state["f_min"],
                               f_max=state["f_max"], n_boot=state["n_boot"], seed=state["seed"])
         for g in state["groups"]:
-            if not (isinstance(g, Sequence) and len(g) == 2):
-                raise ValueError(f"a saved anchor group must be [world_model, real], got {g!r}")
+            if not (isinstance(g, Sequence) and len(g) in (2, 3)):
+                raise ValueError(f"a saved anchor group must be [world_model, real, keys], got {g!r}")
             fresh.add_group(g[0], g[1])
+            if len(g) == 3 and g[2] is not None:
+                if len(g[2]) != len(g[1]):
+                    raise ValueError(f"a saved anchor group has {len(g[2])} action keys for {len(g[1])} rollouts")
+                fresh._keys[-1] = [None if k is None else str(k) for k in g[2]]
         self.__dict__.update(fresh.__dict__)
 
 

@@ -436,6 +436,7 @@ class CorrectionLoop:
         messages: Mapping[str, str] | None = None,
         rho_from: Literal["routing", "close"] = "routing",
         where: str | None = None,
+        actions: Sequence[Any] | None = None,
     ) -> GroupCorrection:
         """Close a group (any order): correct it, update the corrections, account its ungraded rollouts.
 
@@ -457,6 +458,8 @@ class CorrectionLoop:
                 ``"close"`` (ρ now, before this group's own update; the Ray scorer's ordered mode,
                 which reproduces a serial run).
             where: how a warning names the group (default ``"group <id>"``).
+            actions: the G actions (optional): a training anchor group keeps short keys of them for
+                the advisor's blind-spot check (:meth:`AnchorAdvisor.blind_spots`).
 
         Returns:
             The :class:`~wmrl_envs.core.GroupCorrection` (``ungraded_causes`` filled).
@@ -490,7 +493,8 @@ class CorrectionLoop:
                                                 training=ticket.training)
             self._open_ids.discard(ticket.group_id)
             if ticket.training and corr.route == ANCHOR and world_model_called:
-                self.advisor.add_group(corr.raw_scores, corr.real_scores)
+                self.advisor.add_group(corr.raw_scores, corr.real_scores,
+                                       actions if actions is not None and len(actions) == g else None)
             corr.ungraded_causes = [rollout_cause(corr.route, r, wm[i], ex[i]) for i, r in enumerate(corr.rewards)]
             failures = [score_failure(corr.route, a, wm[i], world_model_called) for i, a in enumerate(corr.raw_scores)]
             self.n_groups_closed += 1

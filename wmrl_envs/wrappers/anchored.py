@@ -635,7 +635,7 @@ class AnchoredWorldModelWrapper(
         self.loop.count_episodes(g)
         corr = self.loop.close_group(
             ticket, raw, real, wm_causes=wm_causes_of(preds, g), exec_causes=exec_causes,
-            world_model_called=bool(preds), messages=failure_messages(preds, infos),
+            world_model_called=bool(preds), messages=failure_messages(preds, infos), actions=actions,
         )
         return group_rollout(corr, observations, infos, preds, exec_secs, wm_secs)
 

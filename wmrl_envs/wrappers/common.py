@@ -240,7 +240,8 @@ def build_loop(
             f"for real); got anchor_fraction={correction.anchor_fraction}. Pass a world model."
         )
     if groups_per_step is None:
-        groups_per_step = default_groups_per_step(correction.anchor_fraction)
+        groups_per_step = default_groups_per_step(
+            correction.auto_start_fraction if correction.adaptive else correction.anchor_fraction)
     return CorrectionLoop(
         correction, world_model=world_model, seed=seed, groups_per_step=groups_per_step, eval_route=eval_route,
         world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
