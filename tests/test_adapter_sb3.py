@@ -224,3 +224,22 @@ def test_example_runs_with_a_tiny_budget(tmp_path):
     assert (tmp_path / "ppo.zip").is_file() and (tmp_path / "wmrl_state.json").is_file()
     assert out["anchor_groups"] > 0 and out["anchor_pairs"] > 0 and out["n_correctors"] == 1
     assert 0.0 <= out["eval_mean_real_score"] <= 1.0
+
+
+def test_adaptive_anchor_fraction_reaches_every_sub_env_with_its_settings():
+    from wmrl_envs.core import CorrectionConfig
+
+    cfg = CorrectionConfig(anchor_fraction="auto", auto_start_fraction=0.3, f_min=0.05, f_max=0.6, cost_ratio=0.01,
+                           min_pairs=8, refit_every=8, warmup_groups=2)
+    venv = make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score, noise_std=0.02, seed=0), n_envs=2,
+                                 correction=cfg, group_size=4)
+    loops = venv.get_attr("loop")
+    for loop in loops:
+        assert loop.config.anchor_fraction == "auto"
+        assert (loop.adaptive.f_min, loop.adaptive.f_max, loop.adaptive.cost_ratio) == (0.05, 0.6, 0.01)
+        assert loop.router.anchor_fraction == 0.3
+    venv.reset()
+    for _ in range(40):
+        venv.step(np.array([venv.action_space.sample() for _ in range(2)]))
+    assert all(len(loop.adaptive.history) > 0 for loop in venv.get_attr("loop"))
+    venv.close()

@@ -270,6 +270,9 @@ def make_anchored_vec_env(
             )
             if correction is not None:  # the floor's window of steps, set before any routing
                 env.loop.router.anchor_window = int(correction.anchor_window)
+                if correction.adaptive:  # anchor_fraction="auto" with its settings; per sub-env loop
+                    env.loop.adaptive = correction.build_adaptive()
+                    env.loop.router.anchor_fraction = env.loop.adaptive.fraction
             return Monitor(env) if monitor else env
 
         return make
