@@ -423,3 +423,41 @@ def test_reuse_from_refuses_a_run_that_cannot_stand_in(tmp_path, change, message
     assert FakeEnv.steps == 0  # refused before anything trained
     with pytest.raises(FileNotFoundError):
         reused_entries(replace(base, reuse_from=str(tmp_path / "nope.json")))
+
+
+def test_resume_continues_a_stopped_run_and_matches_an_uninterrupted_one(tmp_path):
+    """A run stopped after seed 0 (its results.json and snapshots/seed0.pt as written then) resumes
+    with seed 1, refines both seeds' curves, and gives the uninterrupted run's curves and speedup."""
+    import json
+    import shutil
+
+    cfg = BenchConfig(methods=("real", "wmrl"), seeds=2, steps=3, max_steps_factor=2, groups_per_step=5, group_size=4,
+                      correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3,
+                      refine_evals=2, out_dir=str(tmp_path / "full"))
+    kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"], heldout_tasks=["h"],
+              sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    full = run_bench(cfg, **kw)
+    # the state after seed 0: one seed per method, before the refinement
+    one = run_bench(replace(cfg, seeds=1, refine_evals=0, out_dir=str(tmp_path / "stopped")), **kw)
+    res = json.loads((tmp_path / "stopped" / "results.json").read_text())
+    res["config"]["seeds"], res["config"]["refine_evals"] = 2, 2
+    for k in ("speedup", "costs"):
+        res.pop(k, None)
+    (tmp_path / "stopped" / "results.json").write_text(json.dumps(res))
+    assert one["methods"]["real"]["seeds"][0]["records"]
+    logs = []
+    resumed = run_bench(replace(cfg, resume=True, out_dir=str(tmp_path / "stopped")), **{**kw, "log": logs.append})
+    assert any("resuming" in line and "seeds 0..0 kept" in line for line in logs)
+    for m in ("real", "wmrl"):
+        for a, b in zip(full["methods"][m]["seeds"], resumed["methods"][m]["seeds"]):
+            assert b["curve"]["step"] == a["curve"]["step"]  # seed 0 refined after the resume too
+            assert b["curve"]["score"] == pytest.approx(a["curve"]["score"])
+    assert resumed["speedup"]["target"] == pytest.approx(full["speedup"]["target"])
+    # without the snapshots, seed 0 is kept but not refined (and it says so)
+    shutil.rmtree(tmp_path / "stopped" / "snapshots")
+    (tmp_path / "stopped" / "results.json").write_text(json.dumps(res))
+    logs.clear()
+    run_bench(replace(cfg, resume=True, out_dir=str(tmp_path / "stopped")), **{**kw, "log": logs.append})
+    assert any("without saved snapshots" in line for line in logs)
+    with pytest.raises(ValueError, match="steps: here 4, there 3"):
+        run_bench(replace(cfg, resume=True, steps=4, out_dir=str(tmp_path / "stopped")), **kw)

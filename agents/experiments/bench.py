@@ -65,6 +65,7 @@ __all__ = [
     "run_method",
     "run_bench",
     "reused_entries",
+    "resumed_state",
     "select_snapshots",
     "check_bench_config",
     "coarse_eval_steps",
@@ -172,6 +173,11 @@ class BenchConfig:
     evaluation only; training executions are never cached)."""
     out_dir: str = "runs/bench"
     """Output folder."""
+    resume: bool = False
+    """Continue a stopped run in --out-dir: the seeds its results.json holds for every method are kept
+    (with their snapshots, when snapshots/seed<k>.pt exists, so their curves can still be refined),
+    the remaining seeds are run, then the refinement and the report. The settings must be the run's
+    (:func:`resumed_state` names any that differ)."""
     reuse_from: str | None = None
     """results.json of an earlier ``wmrl bench`` run with the same settings: the methods of --methods
     that it holds (e.g. real and wmrl) are read from it, curves and costs as measured there, instead
@@ -601,6 +607,73 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str, Any] | None]:
+    """What ``--resume`` continues from: ``(finished seeds, the earlier results)``.
+
+    A seed is finished when every method of ``order`` has its entry in ``out_dir/results.json``
+    (seeds finish in order). Without ``cfg.resume`` or without a results file: ``(0, None)``.
+
+    Raises:
+        ValueError: the earlier run was made with other settings (each named with both values),
+            other methods, another task secret, or more seeds than ``cfg.seeds``.
+    """
+    path = Path(cfg.out_dir) / "results.json"
+    if not cfg.resume or not path.is_file():
+        return 0, None
+    prior = json.loads(path.read_text())
+    mine = asdict(cfg)
+    keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "eval_cache", "max_ungraded_share")
+    diff = [f"{k}: here {mine[k]!r}, there {prior['config'].get(k)!r}" for k in keys
+            if json.loads(json.dumps(mine[k], default=float)) != prior["config"].get(k)]
+    if sorted(prior["methods"]) != sorted(order):
+        diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")
+    if diff:
+        raise ValueError(f"--resume {cfg.out_dir}: the run there was made with other settings ({'; '.join(diff)}); "
+                         "resume with its settings, or start a new run in another --out-dir")
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+
+    if prior.get("task_secret", {}).get("fingerprint") != secret_fingerprint():
+        raise ValueError(f"--resume {cfg.out_dir}: that run's task data came from another task secret; set "
+                         "WMRL_TASK_SECRET as for that run")
+    done = min(len(prior["methods"][m]["seeds"]) for m in order)
+    if done > cfg.seeds:
+        raise ValueError(f"--resume {cfg.out_dir}: it has {done} finished seeds, more than --seeds {cfg.seeds}")
+    return done, prior
+
+
+def _restore_seed(out_dir: Path, seed: int, entries: dict[str, dict[str, Any]]
+                  ) -> tuple[dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]] | None:
+    """A finished seed's runs (records and, from ``snapshots/seed<k>.pt``, snapshots) and its
+    evaluated points, for the refinement; ``None`` when its snapshots were not saved."""
+    import torch
+
+    path = out_dir / "snapshots" / f"seed{seed}.pt"
+    if not path.is_file():
+        return None
+    snaps = torch.load(path, weights_only=True)
+    runs, evaluated = {}, {}
+    for name, e in entries.items():
+        if name not in snaps:  # a method read with --reuse-from: refined in its own run
+            continue
+        fields = set(StepRecord.__dataclass_fields__)
+        runs[name] = MethodRun(name, seed, [StepRecord(**{k: v for k, v in r.items() if k in fields}) for r in e["records"]],
+                               snapshots=list(snaps[name]), stopped=e["stopped"], ungraded=e.get("ungraded", {}))
+        evaluated[name] = {int(st): {"overall": sc} for st, sc in zip(e["curve"]["step"], e["curve"]["score"])}
+    return runs, evaluated
+
+
+def _save_snapshots(out_dir: Path, seed: int, runs: dict[str, MethodRun]) -> None:
+    """``snapshots/seed<k>.pt``: every step's policy snapshot of each method run of this seed, so
+    that ``--resume`` can still refine the seed's curves."""
+    import torch
+
+    folder = out_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f"seed{seed}.pt.tmp"
+    torch.save({name: list(run.snapshots) for name, run in runs.items()}, tmp)
+    tmp.replace(folder / f"seed{seed}.pt")
+
+
 def _entry_compute_at(entry: dict[str, Any], step: int) -> float:
     """An earlier run's training compute (CPU-seconds) after ``step`` steps (0.0 at step 0)."""
     return 0.0 if step == 0 else float(entry["records"][step - 1]["compute_cpu_s"])
@@ -673,7 +746,22 @@ def run_bench(
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[info]}"), transient=False)
     t_all = time.perf_counter()
-    kept: list[tuple[Any, dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]]] = []
+    kept: list[tuple[Any, dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]] | None] = []
+    first_seed, prior = resumed_state(cfg, order)
+    prior_wall = 0.0
+    if prior is not None:
+        prior_wall = float(prior.get("wall_clock_s", 0.0))
+        eval_counts.update({k: int(v) for k, v in prior.get("evaluation", {}).items() if k in eval_counts})
+        for name in order:
+            results["methods"][name]["seeds"] = prior["methods"][name]["seeds"][:first_seed]
+            for e in results["methods"][name]["seeds"]:
+                entry_ungraded[(name, e["seed"])] = int(e.get("heldout_ungraded", 0))
+        for seed in range(first_seed):
+            restored = _restore_seed(out_dir, seed, {n: results["methods"][n]["seeds"][seed] for n in order})
+            kept.append(None if restored is None else (make_agent(seed), *restored))
+        missing = [k for k, r in enumerate(kept) if r is None]
+        log(f"[bench] resuming {out_dir}: seeds 0..{first_seed - 1} kept"
+            + (f" (seeds {missing} without saved snapshots: their curves are not refined)" if missing else ""))
 
     def evaluate_at(agent: Any, run: MethodRun, idx: int, seed: int) -> dict[str, Any]:
         res = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
@@ -686,7 +774,7 @@ def run_bench(
         return res
 
     def save() -> None:
-        results["wall_clock_s"] = time.perf_counter() - t_all
+        results["wall_clock_s"] = prior_wall + time.perf_counter() - t_all
         results["evaluation"] = dict(eval_counts)
         for name, m in results["methods"].items():
             for e in m["seeds"]:
@@ -696,7 +784,7 @@ def run_bench(
 
     progress.start()
     try:
-        for seed in range(cfg.seeds):
+        for seed in range(first_seed, cfg.seeds):
             runs: dict[str, MethodRun] = {}
             budget_real: float | None = None
             for name in order:
@@ -767,6 +855,7 @@ def run_bench(
                 log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
                     f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
             kept.append((agent, runs, evaluated))
+            _save_snapshots(out_dir, seed, runs)
             save()
         # the target is known once every seed of real GRPO has run: refine each curve near it
         if "real" in results["methods"] and cfg.refine_evals > 0:
@@ -777,7 +866,10 @@ def run_bench(
                 log(f"[bench] no compute-to-target: {exc}")
             if target is not None:
                 bar = progress.add_task("refine near the target", total=len(kept) * len(order) * cfg.refine_evals, info="")
-                for seed, (agent, runs, evaluated) in enumerate(kept):
+                for seed, restored in enumerate(kept):
+                    if restored is None:  # a resumed seed without saved snapshots
+                        continue
+                    agent, runs, evaluated = restored
                     for name in order:
                         if name in reused:  # its curve was refined in the earlier run
                             continue
