@@ -3,6 +3,7 @@ tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selectio
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import gymnasium as gym
@@ -461,3 +462,14 @@ def test_resume_continues_a_stopped_run_and_matches_an_uninterrupted_one(tmp_pat
     assert any("without saved snapshots" in line for line in logs)
     with pytest.raises(ValueError, match="steps: here 4, there 3"):
         run_bench(replace(cfg, resume=True, steps=4, out_dir=str(tmp_path / "stopped")), **kw)
+
+
+def test_settings_added_since_an_earlier_run_count_as_equal_at_their_default():
+    from agents.experiments.bench import _settings_differ
+
+    cfg = BenchConfig()
+    earlier = json.loads(json.dumps(__import__("dataclasses").asdict(cfg), default=float))
+    del earlier["correction"]["f_min"]  # a field the earlier run's code did not have
+    assert _settings_differ(cfg, earlier, ("correction", "steps")) == []
+    changed = replace(cfg, correction=replace(cfg.correction, f_min=0.1))
+    assert "f_min" in _settings_differ(changed, earlier, ("correction",))[0]

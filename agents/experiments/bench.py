@@ -558,6 +558,22 @@ _REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size
                      "num_iterations", "correction", "sandbox", "target_gain")
 
 
+def _settings_differ(cfg: BenchConfig, earlier: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """``"key: here X, there Y"`` for each of ``keys`` whose value in ``cfg`` differs from the
+    earlier run's config. A nested setting (the correction) is compared field by field; a field
+    the earlier run did not record yet (added since) counts as equal when it has its default."""
+    mine = json.loads(json.dumps(asdict(cfg), default=float))
+    defaults = json.loads(json.dumps(asdict(BenchConfig()), default=float))
+    out = []
+    for k in keys:
+        a, b = mine.get(k), earlier.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            b = {**{f: v for f, v in a.items() if f not in b and v == defaults[k].get(f)}, **b}
+        if a != b:
+            out.append(f"{k}: here {a!r}, there {b!r}")
+    return out
+
+
 def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     """The per-seed entries of the methods ``cfg.reuse_from`` holds and ``cfg.methods`` asks for.
 
@@ -580,9 +596,7 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     ref = json.loads(path.read_text())
     if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
         raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
-    mine = asdict(cfg)
-    diff = [f"{k}: here {mine[k]!r}, there {ref['config'].get(k)!r}" for k in _REUSE_MUST_MATCH
-            if json.loads(json.dumps(mine[k], default=float)) != ref["config"].get(k)]
+    diff = _settings_differ(cfg, ref["config"], _REUSE_MUST_MATCH)
     if diff:
         raise ValueError(f"--reuse-from {path}: the earlier run was made with other settings, so its methods "
                          f"cannot stand in for this run's ({'; '.join(diff)}); run with the same settings or "
@@ -621,10 +635,8 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
     if not cfg.resume or not path.is_file():
         return 0, None
     prior = json.loads(path.read_text())
-    mine = asdict(cfg)
     keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "eval_cache", "max_ungraded_share")
-    diff = [f"{k}: here {mine[k]!r}, there {prior['config'].get(k)!r}" for k in keys
-            if json.loads(json.dumps(mine[k], default=float)) != prior["config"].get(k)]
+    diff = _settings_differ(cfg, prior["config"], keys)
     if sorted(prior["methods"]) != sorted(order):
         diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")
     if diff:
