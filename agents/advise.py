@@ -112,10 +112,12 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
     """Run ``groups`` groups with both real execution and the world model.
 
     Every group is an anchor group (anchor fraction 1) of an
-    :class:`~wmrl_envs.AnchoredWorldModelWrapper` without debiasing (the pilot's pairs are too
-    few to fit a map and judge it on the same pairs): its loop's advisor collects the
-    (raw world-model, real) scores group by group, its ledger the CPU-seconds of execution, world
-    model and generation (the policy's ``sample``, timed).
+    :class:`~wmrl_envs.AnchoredWorldModelWrapper` without debiasing (the advice calibrates out of
+    sample instead): its loop's advisor collects the (raw world-model, real) scores group by
+    group, its ledger the CPU-seconds of execution, world model and generation (the policy's
+    ``sample``, timed). The pilot trains nothing, so the policy update's cost, which training
+    adds to every rollout under any method, is not in its γ (nor is the world model's own
+    fitting cost, paid once before).
 
     Args:
         env, world_model, policy: see the module docstring.
@@ -172,7 +174,10 @@ def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, 
     path = Path(run_dir) / "checkpoint" / "state.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no checkpoint (expected {path}); give a wmrl train run folder")
-    state = json.loads(path.read_text())["wrapper"]
+    try:
+        state = json.loads(path.read_text())["wrapper"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path} is not a wmrl train checkpoint ({type(exc).__name__}: {exc})") from None
     if "advisor" not in state:
         raise ValueError(f"{path} was saved by a wmrl version without the advisor: it holds anchor pairs but not "
                          "their groups; run `wmrl advise` as a pilot instead, or train again")
@@ -262,7 +267,9 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     from wmrl_envs.core import AnchorAdvisor
 
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
-    AnchorAdvisor(**settings)  # refuse bad advisor settings before a pilot spends anything
+    AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
+    if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
+        raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)
     if cfg.run_dir is not None:
         advice, loop = advice_from_run(cfg.run_dir, **settings)
@@ -270,6 +277,10 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
         env, wm, policy = make_env(), make_wm(), make_policy()
+        for what, obj, method in (("--env", env, "step"), ("--world-model", wm, "predict"), ("--policy", policy, "sample")):
+            if not callable(getattr(obj, method, None)):
+                raise ValueError(f"{what} factory returned a {type(obj).__name__} without a {method}() method "
+                                 "(see `wmrl advise --help` and agents/advise.py for what each factory must return)")
         from rich.progress import Progress
 
         try:
@@ -278,14 +289,27 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
                 wrapper = run_pilot(env, wm, policy, groups=cfg.groups, group_size=cfg.group_size, seed=cfg.seed,
                                     progress=lambda n: bar.update(task, completed=n))
         finally:
-            env.close()
+            getattr(env, "close", lambda: None)()
         loop = wrapper.loop
         loop.advisor.load_state_dict({**loop.advisor.state_dict(), **settings})
-        advice = loop.advise()
+        # calibrated out of sample, as training with debiasing would use the scores
+        from wmrl_envs.core import CostRates
+
+        advice = loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate="crossfit")
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "advice.json").write_text(json.dumps({"source": source, "config": asdict(cfg), **advice.to_dict()},
-                                                indent=1, default=float))
+
+    def finite_or_none(x: Any) -> Any:  # strict JSON: NaN and infinities become null
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: finite_or_none(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [finite_or_none(v) for v in x]
+        return x
+
+    (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": asdict(cfg),
+                                                                **advice.to_dict()}), indent=1))
     plot_advice(advice, loop, out / "advice.png")
     log(f"[advise] {source}")
     log(advice.format())

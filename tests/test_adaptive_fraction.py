@@ -124,7 +124,7 @@ def test_execution_budget_caps_then_keeps_only_the_floor():
 @pytest.mark.parametrize("field, value, message", [
     ("f_min", 0.6, "f_min"),
     ("auto_window", 1, "window"),
-    ("auto_min_groups", 20, "must not exceed window"),
+    ("auto_min_groups", 20, "auto_min_groups \\(20\\) must not exceed auto_window"),
     ("cost_ratio", -1.0, "cost_ratio"),
     ("execution_budget", 0, "execution_budget"),
     ("on_budget_spent", "maybe", "on_budget_spent"),
@@ -140,3 +140,34 @@ def test_a_fixed_fraction_cannot_be_set_by_hand_on_an_adaptive_loop():
     loop = _loop()
     with pytest.raises(ValueError, match="adaptive"):
         loop.set_anchor_fraction(0.3)
+
+
+def test_auto_settings_with_a_fixed_fraction_are_refused():
+    with pytest.raises(ValueError, match="only apply with anchor_fraction='auto'"):
+        CorrectionConfig(anchor_fraction=0.1, execution_budget=10)
+    CorrectionConfig(anchor_fraction=0.1)  # defaults are fine
+
+
+def test_the_floor_survives_a_target_of_zero():
+    """f_min = 0 and a free world model: f* = 0, yet one anchor group per step stays (the witness
+    the calibration and the blind-spot check need)."""
+    loop = _loop(f_min=0.0, cost_ratio=0.0)
+    fr, routes = _run(loop, 30, lambda s: 0.9)
+    assert fr[-1] == 0.0
+    assert all(rs.count("anchor") >= 1 for rs in routes)
+
+
+def test_the_budget_holds_from_the_first_step():
+    loop = _loop(execution_budget=8, auto_start_fraction=0.5)  # 5 of 10 groups would be 20 executions
+    with pytest.warns(UserWarning, match="budget is spent"):
+        _, routes = _run(loop, 3, lambda s: 0.5)
+    assert routes[0].count("anchor") == 1  # group size unknown before the first anchor group: one at most
+
+
+def test_loading_other_auto_settings_warns_and_config_reports_them():
+    saved = _loop(execution_budget=100, f_max=0.3)
+    _run(saved, 3, lambda s: 0.5)
+    mine = _loop(execution_budget=1000, f_max=0.5)
+    with pytest.warns(UserWarning, match="execution_budget: configured 1000, saved 100"):
+        mine.load_state_dict(json.loads(json.dumps(saved.state_dict())))
+    assert (mine.config.execution_budget, mine.config.f_max) == (100, 0.3)

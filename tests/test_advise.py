@@ -128,3 +128,27 @@ def test_real_pilot_on_autoresearch(tmp_path):
     assert saved["costs"]["execution_s"] > 0.3  # a sandboxed Python importing scikit-learn
     assert 0 < saved["costs"]["world_model_s"] < saved["costs"]["execution_s"]
     assert (tmp_path / "advice.png").exists()
+
+
+def test_bad_factories_and_run_folders_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="--policy factory returned a KnownEnv without a sample"):
+        main_advise(AdviseConfig(groups=2, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                                 policy=f"{__name__}:known_env_policy", out_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="--groups >= 2"):
+        main_advise(AdviseConfig(groups=1, env="nowhere_xyz:f", out_dir=str(tmp_path)))  # refused before any factory
+    (tmp_path / "run" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint" / "state.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not a wmrl train checkpoint"):
+        main_advise(AdviseConfig(run_dir=str(tmp_path / "run"), out_dir=str(tmp_path / "o")))
+
+
+def known_env_policy():
+    return KnownEnv()  # an env given as the policy: it has no sample()
+
+
+def test_advice_json_is_strict_json(tmp_path):
+    cfg = AdviseConfig(groups=2, group_size=2, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=0, out_dir=str(tmp_path))
+    main_advise(cfg, log=lambda s: None)  # 2 groups < min_groups: NaN figures
+    text = (tmp_path / "advice.json").read_text()
+    assert "NaN" not in text and json.loads(text)["r_ci"] == [None, None]

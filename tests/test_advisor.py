@@ -202,8 +202,8 @@ def test_correction_loop_feeds_the_advisor_from_training_anchor_groups_only(tmp_
     loop.training = True
     a = loop.advise()
     assert a.costs.execution_s == 1.0 and a.costs.world_model_s == pytest.approx(0.01)
-    # the loop's advice is the advisor's on the debiaser-calibrated scores
-    assert a.r == pytest.approx(loop.advisor.advise(a.costs, calibrate=loop.corrector.debiaser.transform).r)
+    # the loop debiases, so its advice calibrates out of sample (cross-fitted isotonic maps)
+    assert a.r == pytest.approx(loop.advisor.advise(a.costs, calibrate="crossfit").r)
     state = json.loads(json.dumps(loop.state_dict()))
     fresh = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
                            world_model=WM(), groups_per_step=2, seed=0)
@@ -270,3 +270,57 @@ def test_blind_spots_are_found_from_scores_and_actions_and_warned_about():
     from wmrl_envs.core.advisor import action_key
     long = "x" * 500
     assert len(action_key(long)) == 120 and action_key(long) != action_key(long[:-1] + "y")
+
+
+def test_calibration_fitted_on_the_same_pairs_would_make_a_useless_world_model_look_useful():
+    """The reviewer's case: real scores independent of the world model, 40 groups of 4. An
+    isotonic map fitted on these pairs and judged on them inflates r; the cross-fitted one does not."""
+    from sklearn.isotonic import IsotonicRegression
+
+    in_sample, crossfit = [], []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        adv = AnchorAdvisor(n_boot=0)
+        for _ in range(40):
+            adv.add_group(list(rng.uniform(size=4)), list(rng.uniform(size=4)))
+        wm, real = adv.groups()
+        x = [a for w in wm for a in w]
+        y = [b for r in real for b in r]
+        iso = IsotonicRegression(out_of_bounds="clip").fit(x, y)
+        costs = CostRates(1.0, 1 / 198)
+        in_sample.append(adv.advise(costs, calibrate=lambda v: iso.predict(v)).r)
+        crossfit.append(adv.advise(costs, calibrate="crossfit").r)
+    assert np.mean(in_sample) > 0.1  # the inflation the cross-fit avoids
+    assert abs(np.mean(crossfit)) < 0.06
+    with pytest.raises(ValueError, match="crossfit"):
+        adv.advise(costs, calibrate="insample")
+
+
+def test_free_world_model_limit_and_uncertain_do_not_verdict():
+    # gamma = 0: f* = 0 and the speedup is the limit 1 / (1 - r^2), not 0
+    assert predicted_speedup(0.0, 0.8, CostRates(1.0, 0.0)) == pytest.approx(1 / 0.36)
+    # a 'do not' verdict whose interval reaches above 1 says it is uncertain
+    def three_groups(seed):
+        rng = np.random.default_rng(seed)
+        adv = AnchorAdvisor(min_groups=2, n_boot=300, seed=1)
+        for _ in range(3):
+            z = rng.normal(size=4)
+            adv.add_group(list(z + rng.normal(size=4)), list(z))
+        return adv.advise(CostRates(1.0, 0.6))
+
+    wide, narrow = three_groups(3), three_groups(0)  # seeds whose intervals do / do not reach 1
+    assert not wide.use_wmrl and wide.predicted_speedup_ci[1] > 1 and "uncertain" in wide.verdict
+    assert not narrow.use_wmrl and narrow.predicted_speedup_ci[1] < 1 and "uncertain" not in narrow.verdict
+
+
+def test_blind_spot_found_when_most_real_scores_are_failures():
+    """Binary real scores with 20% successes: the quartiles of the real scores are both 0; an action
+    rated 0.95 that always fails is still found."""
+    rng = np.random.default_rng(1)
+    adv = AnchorAdvisor(min_groups=2, n_boot=0)
+    for _ in range(80):
+        acts = list(rng.integers(0, 10, size=4))
+        real = [0.0 if a == 9 else float(rng.random() < 0.22) for a in acts]
+        wm = [0.95 if a == 9 else 0.2 + 0.6 * r + 0.1 * rng.random() for a, r in zip(acts, real)]
+        adv.add_group(wm, real, actions=[f"a{a}" for a in acts])
+    assert [d["action"] for d in adv.blind_spots()["suspects"]] == ["a9"]

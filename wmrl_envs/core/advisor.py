@@ -36,6 +36,7 @@ __all__ = [
     "CostRates",
     "ExecutionBudgetSpent",
     "action_key",
+    "crossfit_calibrated",
     "optimal_anchor_fraction",
     "pooled_within_group_correlation",
     "predicted_speedup",
@@ -169,6 +170,43 @@ def pooled_within_group_correlation(world_model: Sequence[Scores], real: Sequenc
     return float(np.clip(sxy / math.sqrt(sxx * syy), -1.0, 1.0)), n
 
 
+def crossfit_calibrated(world_model: Sequence[Scores], real: Sequence[Scores], folds: int = 2) -> list[list[float | None]]:
+    """World-model scores calibrated *out of sample*: the groups are split into ``folds`` folds
+    (group i in fold i mod folds) and each fold's scores are mapped by an isotonic regression of
+    real on world-model score fitted on the other folds' pairs (scikit-learn, clipped outside the
+    fitted range). A map fitted on the same pairs it is judged on would bend towards their noise
+    and inflate the correlation (a world model independent of the truth would look useful).
+    A fold whose other folds hold fewer than two distinct world-model scores keeps its raw scores.
+
+    Args:
+        world_model, real: per group, the scores of its rollouts (``None`` = missing).
+        folds: number of folds (>= 2).
+
+    Returns:
+        Per group, the calibrated scores (``None`` where the world-model score is missing).
+    """
+    from sklearn.isotonic import IsotonicRegression
+
+    out: list[list[float | None]] = [list(w) for w in world_model]
+    for k in range(folds):
+        xs, ys = [], []
+        for i, (w, r) in enumerate(zip(world_model, real)):
+            if i % folds != k:
+                for a, b in zip(w, r):
+                    if _finite(a) and _finite(b):
+                        xs.append(float(a))
+                        ys.append(float(b))
+        if len(set(xs)) < 2:
+            continue
+        iso = IsotonicRegression(out_of_bounds="clip").fit(xs, ys)
+        for i, w in enumerate(world_model):
+            if i % folds == k:
+                vals = [float(a) for a in w if _finite(a)]
+                mapped = iter(iso.predict(vals).tolist()) if vals else iter(())
+                out[i] = [float(next(mapped)) if _finite(a) else None for a in w]
+    return out
+
+
 def optimal_anchor_fraction(r: float, gamma: float) -> float:
     """Cochran's cost-optimal share of expensive labels, ``min(1, sqrt(γ (1 − r²) / r²))``.
 
@@ -227,7 +265,9 @@ def predicted_speedup(f: float, r: float, costs: CostRates) -> float:
     real = costs.other_s + costs.execution_s
     per_rollout = costs.other_s + costs.world_model_s + f * costs.execution_s
     if f == 0.0:
-        return real / per_rollout if r2 >= 1.0 and per_rollout > 0 else 0.0
+        if per_rollout <= 0:  # free world model and nothing else: the limit f -> 0 of S is 1 / (1 - r²)
+            return float("inf") if r2 >= 1.0 else 1.0 / (1.0 - r2)
+        return real / per_rollout if r2 >= 1.0 else 0.0
     return float(real / (per_rollout * (r2 + (1.0 - r2) / f)))
 
 
@@ -387,13 +427,16 @@ class AnchorAdvisor:
             return out
         w_all = np.array([w for w, _, _ in rows])
         r_all = np.array([r for _, r, _ in rows])
-        hi, lo = float(np.quantile(w_all, high_quantile)), float(np.quantile(r_all, low_quantile))
-        if hi <= float(np.quantile(w_all, low_quantile)) or lo >= float(np.quantile(r_all, high_quantile)):
+        if np.ptp(w_all) <= 1e-12 or np.ptp(r_all) <= 1e-12:
             return out  # no spread on one side: "high" and "low" mean nothing
+        # quantiles of skewed scores (e.g. mostly failures) can sit at the minimum or maximum:
+        # "high" must be above the lowest world-model score, "low" below the highest real score
+        hi, lo = float(np.quantile(w_all, high_quantile)), float(np.quantile(r_all, low_quantile))
+        w_min, r_max = float(w_all.min()), float(r_all.max())
         by_key: dict[str, list[tuple[float, float, bool]]] = {}
         n_over = 0
         for i, (w, r, k) in enumerate(rows):
-            over = w >= hi and r <= lo
+            over = w >= hi and w > w_min and r <= lo and r < r_max
             n_over += over
             by_key.setdefault(k if k is not None else f"#rollout {i}", []).append((w, r, over))
         out["over_predicted"] = n_over
@@ -419,23 +462,30 @@ class AnchorAdvisor:
         """``(world_model, real)``: the groups held, oldest first (raw world-model scores)."""
         return [list(w) for w, _ in self._groups], [list(r) for _, r in self._groups]
 
-    def _calibrated(self, calibrate: Callable[[Scores], Sequence[float]] | None) -> list[list[float | None]]:
-        wm, _ = self.groups()
+    def _calibrated(self, calibrate: Callable[[Scores], Sequence[float]] | str | None) -> list[list[float | None]]:
+        wm, real = self.groups()
         if calibrate is None:
             return wm
+        if calibrate == "crossfit":
+            return crossfit_calibrated(wm, real)
+        if isinstance(calibrate, str):
+            raise ValueError(f"calibrate must be None, 'crossfit' or a callable, got {calibrate!r}")
         out = []
         for w in wm:
             cal = [float(v) for v in calibrate([x if x is not None else float("nan") for x in w])]
             out.append([c if x is not None and math.isfinite(c) else None for x, c in zip(w, cal)])
         return out
 
-    def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | None = None) -> AnchorAdvice:
+    def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
+               ) -> AnchorAdvice:
         """The advice for the groups held and these costs.
 
         Args:
             costs: per-rollout costs (:meth:`CostRates.from_ledger` for a run's own).
-            calibrate: the debiaser's map applied to the raw world-model scores before the
-                correlation is taken (``IsotonicDebiaser.transform``), since calibrated scores are
+            calibrate: ``"crossfit"`` (:func:`crossfit_calibrated`: an isotonic map fitted out of
+                sample, what a debiasing run should use) or a fitted map applied to the raw
+                world-model scores before the correlation is taken (a map fitted on these same
+                pairs inflates r), since calibrated scores are
                 what WMRL trains on; ``None``: the raw scores.
 
         Returns:
@@ -478,6 +528,8 @@ class AnchorAdvisor:
         if not use:
             verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
                        f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
+            if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
+                verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, run more pilot groups to be sure"
         else:
             verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup up to {s:.2f}x)"
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
@@ -592,29 +644,26 @@ class AdaptiveAnchorFraction:
         self.history: list[tuple[int, float, float]] = []
         self.budget_spent = False
 
-    def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | None = None
+    def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
                ) -> tuple[float | None, float]:
-        """``(target fraction or None in the warm-up, r)`` from the advisor's last ``window`` groups."""
-        wm, real = advisor.groups()
+        """``(target fraction or None in the warm-up, r)`` from the advisor's last ``window`` groups
+        (``calibrate`` as in :meth:`AnchorAdvisor.advise`; ``"crossfit"`` fits on all groups held)."""
+        wm, real = advisor._calibrated(calibrate), advisor.groups()[1]
         wm, real = wm[-self.window:], real[-self.window:]
-        if calibrate is not None:
-            wm = [[c if x is not None and math.isfinite(c) else None
-                   for x, c in zip(w, (float(v) for v in calibrate([x if x is not None else float("nan") for x in w])))]
-                  for w in wm]
         r, n = pooled_within_group_correlation(wm, real)
         if n < self.min_groups or not math.isfinite(r) or self.gamma is None:
             return None, r
         return min(self.f_max, max(self.f_min, optimal_anchor_fraction(r, self.gamma))), r
 
     def step(self, step: int, advisor: AnchorAdvisor, ledger: CostLedger,
-             calibrate: Callable[[Scores], Sequence[float]] | None = None) -> tuple[float, int | None]:
+             calibrate: Callable[[Scores], Sequence[float]] | str | None = None) -> tuple[float, int | None]:
         """Adapt before drawing the routes of training step ``step``.
 
         Args:
             step: the step's index (for :attr:`history`).
             advisor: the run's advisor (its groups so far).
             ledger: the run's ledger (executions so far; CPU-seconds for γ when not given).
-            calibrate: the debiaser's map, or ``None``.
+            calibrate: ``"crossfit"`` (a run that debiases), a map, or ``None`` (raw scores).
 
         Returns:
             ``(fraction, free_slots)``: the fraction for this step (0 once the budget is spent: the
@@ -642,7 +691,9 @@ class AdaptiveAnchorFraction:
             used = ledger.count(EXECUTION)
             g = len(advisor.groups()[1][-1]) if len(advisor) else None
             left = self.execution_budget - used
-            if left <= 0 or (g is not None and left < g):
+            if g is None and left > 0:  # group size not known yet: one anchor group at most
+                free_slots = 1
+            elif left <= 0 or (g is not None and left < g):
                 if not self.budget_spent:
                     self.budget_spent = True
                     if self.on_budget_spent == "stop":
@@ -679,6 +730,8 @@ class AdaptiveAnchorFraction:
                                        min_groups=state["min_groups"], hysteresis=state["hysteresis"],
                                        execution_budget=state["execution_budget"],
                                        on_budget_spent=state["on_budget_spent"])
+        if not (_finite(state["fraction"]) and 0.0 <= float(state["fraction"]) <= 1.0):
+            raise ValueError(f"a saved adaptive anchor fraction must be in [0, 1], got {state['fraction']!r}")
         fresh.fraction = float(state["fraction"])
         fresh.gamma = None if state["gamma"] is None else float(state["gamma"])
         fresh.history = [(int(s), float(f), float(r)) for s, f, r in state["history"]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -107,8 +108,12 @@ class CorrectionConfig:
 
         check(self.anchor_fraction == "auto" or (is_num(self.anchor_fraction) and 0.0 <= self.anchor_fraction <= 1.0),
               "anchor_fraction", "a number in [0, 1] or 'auto'")
-        if self.anchor_fraction == "auto":
-            self.build_adaptive()  # its own checks, named
+        self.build_adaptive()  # the auto settings' own checks, named (they are checked whatever the fraction)
+        if self.anchor_fraction != "auto":
+            unused = [f for f in _AUTO_FIELDS if getattr(self, f) != _AUTO_DEFAULTS[f]]
+            if unused:
+                raise ValueError(f"CorrectionConfig: {unused} only apply with anchor_fraction='auto' (it is "
+                                 f"{self.anchor_fraction!r}); set anchor_fraction='auto' or leave them at their defaults")
         check(is_int(self.min_anchor_groups) and self.min_anchor_groups >= 0, "min_anchor_groups", "an integer >= 0")
         check(is_int(self.anchor_window) and self.anchor_window >= 1, "anchor_window", "an integer number of steps >= 1")
         check(isinstance(self.debias, bool), "debias", "True or False")
@@ -159,7 +164,11 @@ class CorrectionConfig:
                 window=self.auto_window, min_groups=self.auto_min_groups, hysteresis=self.auto_hysteresis,
                 execution_budget=self.execution_budget, on_budget_spent=self.on_budget_spent)
         except ValueError as exc:
-            raise ValueError(f"CorrectionConfig (anchor_fraction='auto'): {exc}") from None
+            msg = str(exc)
+            for arg, fld in (("min_groups", "auto_min_groups"), ("window", "auto_window"),
+                             ("hysteresis", "auto_hysteresis"), ("start", "auto_start_fraction")):
+                msg = re.sub(rf"(?<![a-z_]){arg}(?![a-z_])", fld, msg)
+            raise ValueError(f"CorrectionConfig: {msg}") from None
 
     def build_router(self, seed: int = 0) -> AnchorRouter:
         """A fresh :class:`~wmrl_envs.core.AnchorRouter` (``anchor_fraction``, ``min_anchor_groups``,
@@ -167,3 +176,9 @@ class CorrectionConfig:
         start = min(self.f_max, max(self.f_min, self.auto_start_fraction)) if self.adaptive else self.anchor_fraction
         return AnchorRouter(start, min_anchor_groups=self.min_anchor_groups, seed=seed,
                             anchor_window=self.anchor_window)
+
+
+_AUTO_FIELDS = ("auto_start_fraction", "f_min", "f_max", "cost_ratio", "auto_window", "auto_min_groups",
+                "auto_hysteresis", "execution_budget", "on_budget_spent")
+"""The settings of ``anchor_fraction="auto"`` (refused with a fixed fraction unless at their defaults)."""
+_AUTO_DEFAULTS = {f: CorrectionConfig.__dataclass_fields__[f].default for f in _AUTO_FIELDS}

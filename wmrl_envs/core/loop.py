@@ -228,8 +228,17 @@ class CorrectionLoop:
         from the router, the corrector, its debiaser and denoiser; see the class docstring)."""
         with self._lock:
             c, deb, den = self.corrector, self.corrector.debiaser, self.corrector.denoiser
+            a = self.adaptive
+            auto = {} if a is None else dict(
+                auto_start_fraction=a.start, f_min=a.f_min, f_max=a.f_max, cost_ratio=a.cost_ratio,
+                auto_window=a.window, auto_min_groups=a.min_groups, auto_hysteresis=a.hysteresis,
+                execution_budget=a.execution_budget, on_budget_spent=a.on_budget_spent)
+            if a is None:  # a fixed fraction: the auto settings are not in use
+                auto = {f: CorrectionConfig.__dataclass_fields__[f].default for f in (
+                    "auto_start_fraction", "f_min", "f_max", "cost_ratio", "auto_window", "auto_min_groups",
+                    "auto_hysteresis", "execution_budget", "on_budget_spent")}
             return dataclasses.replace(
-                self._config, anchor_fraction="auto" if self.adaptive is not None else self.router.anchor_fraction,
+                self._config, **auto, anchor_fraction="auto" if a is not None else self.router.anchor_fraction,
                 min_anchor_groups=self.router.min_anchor_groups, anchor_window=self.router.anchor_window,
                 debias=c.debias, denoise=c.denoise,
                 buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
@@ -309,11 +318,10 @@ class CorrectionLoop:
         """Draw one training step's routes; with an adaptive fraction, adapt it first (and cap the
         anchors by what is left of the execution budget)."""
         if self.adaptive is not None and self.training:
-            deb = self.corrector.debiaser
-            calibrate = deb.transform if self.corrector.debias and deb.fitted else None
-            fraction, budget_slots = self.adaptive.step(self.router.n_steps, self.advisor, self.ledger, calibrate)
+            fraction, budget_slots = self.adaptive.step(self.router.n_steps, self.advisor, self.ledger,
+                                                        self._advice_calibration())
             self.router.anchor_fraction = fraction
-            self.router.keep_floor = self.adaptive.budget_spent
+            self.router.keep_floor = True  # an adaptive fraction never removes the floor (even at 0)
             if budget_slots is not None:  # the budget never removes the floor
                 budget_slots = max(budget_slots, self.router.min_anchor_groups)
                 free_slots = budget_slots if free_slots is None else min(free_slots, budget_slots)
@@ -523,8 +531,8 @@ class CorrectionLoop:
     def advise(self, costs: CostRates | None = None) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far
         (:class:`~wmrl_envs.core.advisor.AnchorAdvisor`; ``docs/method.md``, "Choosing the anchor
-        fraction"). World-model scores are calibrated by the debiaser's current map when the run
-        debiases.
+        fraction"). When the run debiases, world-model scores are calibrated out of sample
+        (:func:`~wmrl_envs.core.advisor.crossfit_calibrated`), as WMRL trains on calibrated scores.
 
         Args:
             costs: per-rollout costs; default: this run's ledger in CPU-seconds
@@ -535,9 +543,12 @@ class CorrectionLoop:
         """
         with self._lock:
             costs = costs if costs is not None else CostRates.from_ledger(self.ledger)
-            deb = self.corrector.debiaser
-            calibrate = deb.transform if self.corrector.debias and deb.fitted else None
-            return self.advisor.advise(costs, calibrate=calibrate)
+            return self.advisor.advise(costs, calibrate=self._advice_calibration())
+
+    def _advice_calibration(self) -> str | None:
+        """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
+        run debiases, raw otherwise (a map fitted on the same pairs would inflate r)."""
+        return "crossfit" if self.corrector.debias else None
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
