@@ -5,6 +5,7 @@ Usage:
     wmrl train --resume RUN_DIR [--quiet]
     wmrl bench [--quick] [--FIELD VALUE ...]
     wmrl bench sweep [--quick] [--FIELD VALUE ...]
+    wmrl bench advisor [--quick] [--FIELD VALUE ...]
     wmrl advise [--run-dir RUN_DIR] [--FIELD VALUE ...]
     wmrl presets
 
@@ -105,6 +106,17 @@ def _sweep(argv: list[str]) -> int:
     return 0
 
 
+def _advisor_check(argv: list[str]) -> int:
+    from agents.experiments.advisor_check import ADVISOR_CHECK_PRESETS, main_advisor_check
+
+    cfg = _parse_preset(ADVISOR_CHECK_PRESETS, argv, prog="wmrl bench advisor",
+                        description="The anchor-fraction advisor checked on the known-truth env: predicted against "
+                                    "measured speedups, the adaptive fraction against fixed ones, a breaking world "
+                                    "model (see benchmarks/README.md).")
+    main_advisor_check(cfg)
+    return 0
+
+
 def _bench(argv: list[str]) -> int:
     from agents.experiments.bench import BENCH_PRESETS, main_bench
 
@@ -143,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             return _train(rest)
         if cmd == "bench" and rest[:1] == ["sweep"]:
             return _sweep(rest[1:])
+        if cmd == "bench" and rest[:1] == ["advisor"]:
+            return _advisor_check(rest[1:])
         if cmd == "bench":
             return _bench(rest)
         if cmd == "advise":

@@ -346,7 +346,7 @@ class SweepRun:
 
     method: str
     level: str | None
-    fraction: float | None
+    fraction: float | str | None
     seed: int
     compute: list[float] = field(default_factory=list)
     score: list[float] = field(default_factory=list)
@@ -354,6 +354,11 @@ class SweepRun:
     mae_raw: list[float | None] = field(default_factory=list)
     mae_calibrated: list[float | None] = field(default_factory=list)
     anchor_pearson: list[float] = field(default_factory=list)
+    anchor_fraction: list[float] = field(default_factory=list)
+    """Per step, the anchor fraction in force (it moves for ``fraction="auto"``)."""
+    pooled_pearson: float = float("nan")
+    """Pooled within-group Pearson of the run's anchor groups, world-model scores calibrated out of
+    sample (:func:`wmrl_envs.core.advisor.crossfit_calibrated`): the advisor's r."""
     executions: int = 0
     anchor_groups: int = 0
     predictions: int = 0
@@ -388,7 +393,7 @@ def _make_world_model(cfg: SweepConfig, level: str, env: Any, seed: int) -> Any:
 def run_sweep_method(
     method: str,
     level: str | None,
-    fraction: float | None,
+    fraction: float | str | None,
     seed: int,
     cfg: SweepConfig,
     *,
@@ -409,7 +414,9 @@ def run_sweep_method(
             GRPO with ``max(1, round(fraction × groups_per_step))`` groups per step).
         level: world-model quality (a :data:`WORLD_MODEL_ERRORS` name or :data:`BREAKING`);
             ``None`` for real.
-        fraction: anchor fraction of the anchored methods (ignored by real and wm_only).
+        fraction: anchor fraction of the anchored methods (ignored by real and wm_only), or
+            ``"auto"``: the adaptive fraction (``docs/method.md``, "Adaptive anchor fraction")
+            with the declared cost ratio ``wm_cost_s / execution_cost_s`` as γ.
         seed: the seed (env table, world model, router, policy sampling, task draws).
         cfg: the sweep's settings.
         max_steps: the step cap.
@@ -439,7 +446,10 @@ def run_sweep_method(
     env = _make_env(cfg, seed)
     env.reset(seed=seed)  # seeds the outcome noise once; the groups' resets (seed=None) continue its stream
     wm = _make_world_model(cfg, level, env, seed) if spec.world_model else None
-    base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
+    if fraction == "auto":
+        base = replace(cfg.correction, anchor_fraction="auto", cost_ratio=cfg.wm_cost_s / cfg.execution_cost_s)
+    else:
+        base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
     wrapper = AnchoredWorldModelWrapper(env, wm, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                         correction=method_correction(spec, base), seed=seed)
     policy = TabularSoftmaxPolicy(cfg.n_tasks, cfg.n_actions, seed=seed)
@@ -455,6 +465,7 @@ def run_sweep_method(
     pairs_real: list[list[float]] = []
     for _step in range(1, max_steps + 1):
         wrapper.plan_step(cfg.groups_per_step)
+        run.anchor_fraction.append(float(wrapper.router.anchor_fraction))
         tasks = rng.integers(cfg.n_tasks, size=cfg.groups_per_step)
         with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
             actions, handle = policy.sample(tasks, cfg.group_size)
@@ -489,8 +500,11 @@ def run_sweep_method(
     run.predictions = ledger.count("world_model")
     run.cpu_by_source = {s: ledger.cpu_seconds(s) for s in COST_SOURCES}
     if pairs_raw:
+        from wmrl_envs.core.advisor import crossfit_calibrated, pooled_within_group_correlation
+
         c = within_group_correlation(np.array(pairs_raw), np.array(pairs_real))
         run.correlation = {"pearson": c.pearson, "spearman": c.spearman, "n_groups": c.n_groups, "n_used": c.n_used}
+        run.pooled_pearson = pooled_within_group_correlation(crossfit_calibrated(pairs_raw, pairs_real), pairs_real)[0]
     declared_exec = run.executions * cfg.execution_cost_s
     if not math.isclose(run.cpu_by_source["execution"], declared_exec, rel_tol=1e-6, abs_tol=1e-9):
         raise RuntimeError(

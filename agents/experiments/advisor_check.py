@@ -1,0 +1,246 @@
+"""``wmrl bench advisor``: the anchor-fraction advisor checked against measured speedups.
+
+On the known-truth environment (``wmrl/KnownTruth-v0``, declared costs, exact evaluation) and
+through the sweep's own runs (:func:`agents.experiments.sweep.run_sweep_method`, i.e. the same
+wrapper and correction objects as the main job), it measures for each world-model quality level:
+
+* WMRL's compute-to-target speedup over real-execution GRPO at fixed anchor fractions and with
+  ``anchor_fraction="auto"`` (γ = the declared cost ratio), median over seeds with paired
+  bootstrap CIs (:func:`agents.experiments.speedup.speedup`);
+* the advisor's predicted speedup for each fixed-fraction cell (:func:`wmrl_envs.core.predicted_speedup`
+  at the cell's fraction, with r = the pooled within-group correlation of the cell's anchor
+  groups, calibrated out of sample) and, over all cells, the rank correlation of predicted and
+  measured speedups and the worst miss;
+* adaptive against fixed: auto's speedup over the best fixed fraction of its level and over
+  f = 0.1 (the ratio of median compute-to-target, paired bootstrap CI; a CI containing 1 is
+  "within noise");
+* a world model that breaks mid-run: the fraction in force and ρ per step (mean over seeds) for
+  auto and fixed f = 0.1, and each one's score at the end of real GRPO's compute (``advisor_break.png``).
+
+Outputs: ``results.json``, ``table.md``, ``advisor_break.png``. The method: ``docs/method.md``,
+"Choosing the anchor fraction".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .sweep import BREAKING, SweepConfig
+
+__all__ = ["AdvisorCheckConfig", "ADVISOR_CHECK_PRESETS", "run_advisor_check", "main_advisor_check"]
+
+
+@dataclass
+class AdvisorCheckConfig:
+    """Configuration of ``wmrl bench advisor`` (each field is a CLI flag)."""
+
+    levels: tuple[str, ...] = ("perfect", "heavy_noise", "bias", "blind_spots", "useless")
+    """World-model quality levels (names of wmrl_envs.envs.known_truth.WORLD_MODEL_ERRORS)."""
+    fractions: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
+    """The fixed anchor fractions auto is compared with."""
+    breaking: bool = True
+    """Also the world model that breaks mid-run (sweep settings break_from, break_to, break_at_step)."""
+    sweep: SweepConfig = field(default_factory=lambda: SweepConfig(workers=2))
+    """The environment, costs, policy, correction and budget settings (those of wmrl bench sweep,
+    flags --sweep.seeds, --sweep.wm-cost-s, ...; its levels and fractions are replaced by the two above)."""
+    out_dir: str = "runs/advisor-check"
+    """Output folder."""
+
+
+ADVISOR_CHECK_PRESETS: dict[str, AdvisorCheckConfig] = {
+    "default": AdvisorCheckConfig(),
+    "quick": AdvisorCheckConfig(levels=("perfect", "useless"), fractions=(0.1, 0.4),
+                                sweep=SweepConfig(seeds=3, steps=12, step_cap=300, break_at_step=4, n_boot=300,
+                                                  correlation_groups=64, workers=1),
+                                out_dir="runs/advisor-check-quick"),
+}
+"""``wmrl bench advisor`` starts from ``"default"``; ``--quick`` from ``"quick"`` (the CI preset)."""
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic) if len(x) >= 3 else float("nan")
+
+
+def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the check and write its outputs (see the module docstring).
+
+    Returns:
+        The results dict (also ``out_dir/results.json``): ``target``, ``budget_s``, ``cells``
+        (level, fraction or "auto", measured speedup and CI, predicted speedup, r, realised
+        fraction), ``prediction`` (rank correlation, worst miss), ``adaptive`` (auto against the
+        best fixed fraction and f = 0.1, per level), ``breaking`` (per-step traces).
+
+    Raises:
+        ValueError: real GRPO did not improve (no target), or a fraction outside (0, 1].
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from wmrl_envs.core import CostRates, predicted_speedup
+
+    from .speedup import Curve, compute_to_target, speedup, target_score
+    from .sweep import _run_jobs, step_cap_for
+
+    if not cfg.fractions or not all(0 < f <= 1 for f in cfg.fractions):
+        raise ValueError(f"fractions must be anchor fractions in (0, 1], got {cfg.fractions!r}")
+    sc = replace(cfg.sweep, levels=tuple(cfg.levels), fractions=tuple(cfg.fractions), breaking=cfg.breaking)
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    gamma = sc.wm_cost_s / sc.execution_cost_s
+    f_min = sc.correction.f_min
+    levels = list(cfg.levels) + ([BREAKING] if cfg.breaking else [])
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with progress:
+        real = _run_jobs([("real", None, None, s, sc, {"max_steps": sc.steps}) for s in range(sc.seeds)], sc,
+                         progress, "real GRPO")
+        curves = [Curve(r.compute, r.score) for r in real]
+        target = target_score(curves, gain_fraction=sc.gain_fraction, min_gain=sc.min_gain)
+        real_ctt = [compute_to_target(c, target) for c in curves]
+        budget = sc.max_compute_factor * float(np.median([r.compute[-1] for r in real]))
+        log(f"[advisor] target {target:.3f}; budget {budget:.0f} CPU-s; gamma {gamma:.4g}")
+        cells = [(lv, f) for lv in levels for f in (*cfg.fractions, "auto")]
+        jobs = [("wmrl", lv, f, s, sc, {"max_steps": step_cap_for("wmrl", f_min if f == "auto" else f, sc, budget),
+                                        "target": target, "compute_budget_s": budget})
+                for lv, f in cells for s in range(sc.seeds)]
+        runs = _run_jobs(jobs, sc, progress, "WMRL, fixed and adaptive fractions")
+    by_cell: dict[tuple, list[Any]] = {}
+    for r, (_m, lv, f, *_rest) in zip(runs, jobs):
+        by_cell.setdefault((lv, f), []).append(r)
+    cells_out, ctt_by_cell = [], {}
+    for (lv, f), rs in by_cell.items():
+        rs = sorted(rs, key=lambda r: r.seed)
+        ctt = [compute_to_target(Curve(r.compute, r.score), target) for r in rs]
+        ctt_by_cell[(lv, f)] = ctt
+        est = speedup(real_ctt, ctt, n_boot=sc.n_boot, seed=0)
+        rvals = [r.pooled_pearson for r in rs if math.isfinite(r.pooled_pearson)]
+        r_mean = float(np.mean(rvals)) if rvals else float("nan")
+        steps = sum(len(r.anchor_fraction) for r in rs)
+        realised = sum(r.anchor_groups for r in rs) / (steps * sc.groups_per_step) if steps else 0.0
+        pred = (predicted_speedup(float(f), max(-1.0, min(1.0, r_mean)), CostRates(sc.execution_cost_s, sc.wm_cost_s))
+                if f != "auto" and math.isfinite(r_mean) else float("nan"))
+        cells_out.append({"level": lv, "fraction": f, "speedup": est.point, "low": est.low, "high": est.high,
+                          "formatted": est.format(), "n_reached": est.n_reached, "n_seeds": est.n_seeds,
+                          "compute_to_target": ctt, "r": r_mean, "predicted_speedup": pred,
+                          "realised_fraction": realised, "stop_reasons": [r.stop_reason for r in rs]})
+    # predicted vs measured over the fixed-fraction cells whose speedup is a number
+    pairs = [(c["predicted_speedup"], c["speedup"]) for c in cells_out
+             if c["fraction"] != "auto" and math.isfinite(c["predicted_speedup"]) and c["predicted_speedup"] > 0
+             and 0 < c["speedup"] < math.inf]
+    miss = max(pairs, key=lambda p: abs(math.log(p[0] / p[1]))) if pairs else None
+    prediction = {"n_cells": len(pairs), "spearman": _spearman([p for p, _ in pairs], [m for _, m in pairs]),
+                  "worst_miss": None if miss is None else {"predicted": miss[0], "measured": miss[1],
+                                                           "factor": max(miss[0] / miss[1], miss[1] / miss[0])}}
+    if miss is not None:
+        prediction["worst_miss"]["cell"] = next({"level": c["level"], "fraction": c["fraction"]} for c in cells_out
+                                                if c["predicted_speedup"] == miss[0] and c["speedup"] == miss[1])
+    adaptive = {}
+    for lv in levels:
+        fixed = [(f, float(np.median(ctt_by_cell[(lv, f)]))) for f in cfg.fractions]
+        best_f = min(fixed, key=lambda t: t[1])[0]
+        auto = ctt_by_cell[(lv, "auto")]
+        vs_best = speedup(ctt_by_cell[(lv, best_f)], auto, n_boot=sc.n_boot, seed=1)
+        entry = {"best_fixed_fraction": best_f, "vs_best": {"ratio": vs_best.point, "low": vs_best.low,
+                                                           "high": vs_best.high, "formatted": vs_best.format()}}
+        if 0.1 in cfg.fractions:
+            v = speedup(ctt_by_cell[(lv, 0.1)], auto, n_boot=sc.n_boot, seed=2)
+            entry["vs_0.1"] = {"ratio": v.point, "low": v.low, "high": v.high, "formatted": v.format()}
+        entry["final_fraction"] = float(np.mean([r.anchor_fraction[-1] for r in by_cell[(lv, "auto")] if r.anchor_fraction]))
+        adaptive[lv] = entry
+    breaking = {}
+    if cfg.breaking:
+        for f in ("auto", 0.1):
+            if (BREAKING, f) not in by_cell:
+                continue
+            rs = by_cell[(BREAKING, f)]
+            n = max(len(r.rho) for r in rs)
+            breaking[str(f)] = {
+                "anchor_fraction": [float(np.mean([r.anchor_fraction[i] for r in rs if i < len(r.anchor_fraction)]))
+                                    for i in range(n)],
+                "rho": [float(np.mean([r.rho[i] for r in rs if i < len(r.rho)])) for i in range(n)],
+                "score": [float(np.mean([r.score[i] for r in rs if i < len(r.score)])) for i in range(n + 1)],
+                "score_at_real_compute": [float(Curve(r.compute, r.score).score_at(min(r.compute[-1], float(np.median(
+                    [x.compute[-1] for x in real]))))) for r in rs],
+            }
+        breaking["real_final_score"] = [r.score[-1] for r in real]
+    results = {"config": asdict(cfg), "gamma": gamma, "target": target, "budget_s": budget,
+               "real_compute_to_target": real_ctt, "cells": cells_out, "prediction": prediction,
+               "adaptive": adaptive, "breaking": breaking, "wall_clock_s": time.perf_counter() - t0}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    (out_dir / "table.md").write_text(format_advisor_table(results))
+    if breaking:
+        _plot_break(results, out_dir / "advisor_break.png", sc.break_at_step)
+    log(f"[advisor] {len(real) + len(runs)} runs in {results['wall_clock_s']:.0f} s; outputs in {out_dir}")
+    return results
+
+
+def format_advisor_table(results: dict[str, Any]) -> str:
+    """``table.md``: measured against predicted speedup per cell, the prediction's rank correlation
+    and worst miss, adaptive against fixed fractions."""
+    def num(x: Any, nd: int = 2) -> str:
+        return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
+
+    lines = [f"Target {results['target']:.3f}; budget {results['budget_s']:.0f} CPU-s; γ = {results['gamma']:.4g}.", "",
+             "| level | anchor fraction | measured speedup [95% CI] | predicted (upper bound) | r (pooled, cross-fitted) | realised fraction |",
+             "|---|---|---|---|---|---|"]
+    for c in results["cells"]:
+        lines.append(f"| {c['level']} | {c['fraction']} | {c['formatted']} | {num(c['predicted_speedup'])} | "
+                     f"{num(c['r'])} | {num(c['realised_fraction'], 3)} |")
+    p = results["prediction"]
+    lines += ["", f"Predicted against measured over {p['n_cells']} fixed-fraction cells: Spearman {num(p['spearman'])}"
+              + ("" if not p["worst_miss"] else
+                 f"; worst miss {p['worst_miss']['cell']['level']} at f = {p['worst_miss']['cell']['fraction']}: "
+                 f"predicted {p['worst_miss']['predicted']:.2f}×, measured {p['worst_miss']['measured']:.2f}× "
+                 f"(factor {p['worst_miss']['factor']:.2f})."), "",
+              "| level | best fixed f | auto vs best fixed (ratio of medians, 95% CI) | auto vs f = 0.1 | auto's final fraction |",
+              "|---|---|---|---|---|"]
+    for lv, a in results["adaptive"].items():
+        lines.append(f"| {lv} | {a['best_fixed_fraction']} | {a['vs_best']['formatted']} | "
+                     f"{a.get('vs_0.1', {}).get('formatted', '—')} | {num(a['final_fraction'], 3)} |")
+    b = results.get("breaking") or {}
+    if b:
+        lines += ["", "Breaking world model, score at real GRPO's median compute (mean over seeds): "
+                  + ", ".join(f"{k}: {np.mean(v['score_at_real_compute']):.3f}" for k, v in b.items() if k != "real_final_score")
+                  + f"; real GRPO after S steps: {np.mean(b['real_final_score']):.3f}."]
+    return "\n".join(lines) + "\n"
+
+
+def _plot_break(results: dict[str, Any], path: Path, break_at_step: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    b = results["breaking"]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    for key, style in (("auto", "-"), ("0.1", "--")):
+        if key not in b:
+            continue
+        ax[0].plot(range(1, len(b[key]["anchor_fraction"]) + 1), b[key]["anchor_fraction"], style,
+                   label=f"anchor fraction ({key})")
+        ax[1].plot(range(1, len(b[key]["rho"]) + 1), b[key]["rho"], style, label=f"rho ({key})")
+    for a in ax:
+        a.axvline(break_at_step + 0.5, color="grey", ls=":", label="world model breaks")
+        a.set_xlabel("training step")
+        a.legend(fontsize=8)
+    ax[0].set_ylabel("anchor fraction in force (mean over seeds)")
+    ax[1].set_ylabel("anchor weight rho (mean over seeds)")
+    fig.suptitle("A world model that breaks mid-run: adaptive against fixed f = 0.1")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """``wmrl bench advisor``: run the check and print its table."""
+    res = run_advisor_check(cfg, log=log)
+    log(format_advisor_table(res))
+    return res
