@@ -1,0 +1,38 @@
+"""``wmrl bench advisor --quick``: the advisor against measured speedups on the known-truth env
+(the CI preset: 2 levels and a breaking world model, fractions 0.1 / 0.4 / auto, 3 seeds)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agents.experiments.advisor_check import ADVISOR_CHECK_PRESETS, run_advisor_check
+from wmrl_envs.core import CostRates, predicted_speedup
+
+
+def test_quick_advisor_check(tmp_path):
+    from dataclasses import replace
+
+    cfg = replace(ADVISOR_CHECK_PRESETS["quick"], out_dir=str(tmp_path))
+    res = run_advisor_check(cfg, log=lambda s: None)
+    cells = {(c["level"], c["fraction"]): c for c in res["cells"]}
+    assert set(cells) == {(lv, f) for lv in ("perfect", "useless", "breaking") for f in (0.1, 0.4, "auto")}
+    costs = CostRates(cfg.sweep.execution_cost_s, cfg.sweep.wm_cost_s)
+    for (lv, f), c in cells.items():
+        assert c["n_seeds"] == 3 and len(c["compute_to_target"]) == 3
+        if f != "auto":  # the prediction is the closed form at the cell's fraction and measured r
+            assert c["predicted_speedup"] == pytest.approx(predicted_speedup(f, c["r"], costs))
+            assert c["realised_fraction"] == pytest.approx(f, abs=0.03)
+    assert cells[("perfect", "auto")]["r"] > 0.9 and abs(cells[("useless", "auto")]["r"]) < 0.2
+    # auto goes below 0.1 for the perfect world model and above it for the useless one
+    assert res["adaptive"]["perfect"]["final_fraction"] < 0.1
+    assert res["adaptive"]["useless"]["final_fraction"] > 0.25
+    # the breaking world model: the fraction rises after the break (step 4 here)
+    frac = res["breaking"]["auto"]["anchor_fraction"]
+    assert np.mean(frac[8:12]) > 2 * np.mean(frac[1:4])
+    p = res["prediction"]
+    assert p["n_cells"] >= 4 and -1 <= p["spearman"] <= 1 and p["worst_miss"]["factor"] >= 1
+    assert (tmp_path / "table.md").read_text().count("\n") > 10 and (tmp_path / "advisor_break.png").exists()
+    assert all(math.isfinite(a["vs_best"]["ratio"]) for a in res["adaptive"].values())
