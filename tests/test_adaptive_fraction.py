@@ -16,6 +16,8 @@ from wmrl_envs.core import CorrectionConfig, CorrectionLoop
 from wmrl_envs.core.advisor import ExecutionBudgetSpent, optimal_anchor_fraction
 from wmrl_envs.world_models.base import WorldModelPrediction
 
+pytestmark = pytest.mark.filterwarnings("ignore:anchor_fraction='auto' is experimental")
+
 
 class _WM:
     def predict(self, contexts, actions):  # never called: the test closes groups with its own scores
@@ -171,3 +173,9 @@ def test_loading_other_auto_settings_warns_and_config_reports_them():
     with pytest.warns(UserWarning, match="execution_budget: configured 1000, saved 100"):
         mine.load_state_dict(json.loads(json.dumps(saved.state_dict())))
     assert (mine.config.execution_budget, mine.config.f_max) == (100, 0.3)
+
+
+@pytest.mark.filterwarnings("default")
+def test_auto_warns_that_it_is_experimental():
+    with pytest.warns(UserWarning, match="experimental.*advisor_check.md"):
+        _loop()

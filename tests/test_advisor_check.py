@@ -11,6 +11,8 @@ import pytest
 from agents.experiments.advisor_check import ADVISOR_CHECK_PRESETS, run_advisor_check
 from wmrl_envs.core import CostRates, predicted_speedup
 
+pytestmark = pytest.mark.filterwarnings("ignore:anchor_fraction='auto' is experimental")
+
 
 def test_quick_advisor_check(tmp_path):
     from dataclasses import replace

@@ -32,6 +32,7 @@ import dataclasses
 import numbers
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -214,6 +215,11 @@ class CorrectionLoop:
         # anchor_fraction="auto": the fraction follows the advisor's f* (None: a fixed fraction)
         self.adaptive: AdaptiveAnchorFraction | None = (
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
+        if self.adaptive is not None:
+            warnings.warn(
+                "anchor_fraction='auto' is experimental: on the known-truth map it chose more anchors than the "
+                "best fixed fraction for every imperfect world model (docs/advisor_check.md); a small fixed "
+                "fraction is the measured better choice there", UserWarning, stacklevel=2)
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
