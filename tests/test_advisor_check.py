@@ -20,7 +20,7 @@ def test_quick_advisor_check(tmp_path):
     cfg = replace(ADVISOR_CHECK_PRESETS["quick"], out_dir=str(tmp_path))
     res = run_advisor_check(cfg, log=lambda s: None)
     cells = {(c["level"], c["fraction"]): c for c in res["cells"]}
-    assert set(cells) == {(lv, f) for lv in ("perfect", "useless", "breaking") for f in (0.1, 0.4, "auto")}
+    assert set(cells) == {(lv, f) for lv in ("perfect", "blind_spots", "useless", "breaking") for f in (0.1, 0.4, "auto")}
     costs = CostRates(cfg.sweep.execution_cost_s, cfg.sweep.wm_cost_s)
     for (lv, f), c in cells.items():
         assert c["n_seeds"] == 3 and len(c["compute_to_target"]) == 3
@@ -38,3 +38,8 @@ def test_quick_advisor_check(tmp_path):
     assert p["n_cells"] >= 4 and -1 <= p["spearman"] <= 1 and p["worst_miss"]["factor"] >= 1
     assert (tmp_path / "table.md").read_text().count("\n") > 10 and (tmp_path / "advisor_break.png").exists()
     assert all(math.isfinite(a["vs_best"]["ratio"]) for a in res["adaptive"].values())
+    # blind spots: world model only piles probability onto them; the anchored corrections do not
+    bs = res["blind_spots"]
+    assert bs["wm_only"]["final"] > bs["wm_only"]["initial"] + 0.1
+    assert bs["wmrl f=0.1"]["final"] < bs["wm_only"]["final"] / 2 and bs["debias_only f=0.1"]["final"] < 0.1
+    assert "Blind spots" in (tmp_path / "table.md").read_text()

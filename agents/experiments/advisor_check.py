@@ -15,7 +15,10 @@ wrapper and correction objects as the main job), it measures for each world-mode
   f = 0.1 (the ratio of median compute-to-target, paired bootstrap CI; a CI containing 1 is
   "within noise");
 * a world model that breaks mid-run: the fraction in force and ρ per step (mean over seeds) for
-  auto and fixed f = 0.1, and each one's score at the end of real GRPO's compute (``advisor_break.png``).
+  auto and fixed f = 0.1, and each one's score at the end of real GRPO's compute (``advisor_break.png``);
+* blind spots: the policy's probability on the world model's blind-spot actions at the start and
+  at the end of training to the compute budget, for world model only, the ablations and WMRL
+  (fixed and adaptive fraction).
 
 Outputs: ``results.json``, ``table.md``, ``advisor_break.png``. The method: ``docs/method.md``,
 "Choosing the anchor fraction".
@@ -56,7 +59,7 @@ class AdvisorCheckConfig:
 
 ADVISOR_CHECK_PRESETS: dict[str, AdvisorCheckConfig] = {
     "default": AdvisorCheckConfig(),
-    "quick": AdvisorCheckConfig(levels=("perfect", "useless"), fractions=(0.1, 0.4),
+    "quick": AdvisorCheckConfig(levels=("perfect", "blind_spots", "useless"), fractions=(0.1, 0.4),
                                 sweep=SweepConfig(seeds=3, steps=12, step_cap=300, break_at_step=4, n_boot=300,
                                                   correlation_groups=64, workers=1),
                                 out_dir="runs/advisor-check-quick"),
@@ -112,6 +115,15 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
                                         "target": target, "compute_budget_s": budget})
                 for lv, f in cells for s in range(sc.seeds)]
         runs = _run_jobs(jobs, sc, progress, "WMRL, fixed and adaptive fractions")
+        # exploitation of blind spots: world model only and anchors without correction beside WMRL
+        f_ref = 0.1 if 0.1 in cfg.fractions else cfg.fractions[0]
+        blind_jobs = [] if "blind_spots" not in cfg.levels else [
+            (m, "blind_spots", f, s, sc, {"max_steps": step_cap_for(m, f_min if f == "auto" else f, sc, budget),
+                                          "compute_budget_s": budget})
+            for m, f in (("wm_only", None), ("anchors_raw", f_ref), ("debias_only", f_ref), ("denoise_only", f_ref),
+                         ("wmrl", f_ref), ("wmrl", "auto"))
+            for s in range(sc.seeds)]
+        blind_runs = _run_jobs(blind_jobs, sc, progress, "blind spots: other methods") if blind_jobs else []
     by_cell: dict[tuple, list[Any]] = {}
     for r, (_m, lv, f, *_rest) in zip(runs, jobs):
         by_cell.setdefault((lv, f), []).append(r)
@@ -171,14 +183,26 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
                     [x.compute[-1] for x in real]))))) for r in rs],
             }
         breaking["real_final_score"] = [r.score[-1] for r in real]
-    results = {"config": asdict(cfg), "gamma": gamma, "target": target, "budget_s": budget,
+    blind_out: dict[str, Any] = {}
+    if blind_jobs:
+        # every method trains to the compute budget here (no stop at the target), so that the final
+        # mass on blind-spot actions shows what a run left to train would exploit
+        groups: dict[str, list[Any]] = {}
+        for r, (m, _lv, f, *_rest) in zip(blind_runs, blind_jobs):
+            groups.setdefault(m if f is None else f"{m} f={f}", []).append(r)
+        for name, rs in groups.items():
+            blind_out[name] = {"initial": float(np.mean([r.blind_spot_mass[0] for r in rs])),
+                               "final": float(np.mean([r.blind_spot_mass[-1] for r in rs])),
+                               "final_score": float(np.mean([r.score[-1] for r in rs])),
+                               "steps": float(np.mean([len(r.rho) for r in rs]))}
+    results = {"config": asdict(cfg), "gamma": gamma, "blind_spots": blind_out, "target": target, "budget_s": budget,
                "real_compute_to_target": real_ctt, "cells": cells_out, "prediction": prediction,
                "adaptive": adaptive, "breaking": breaking, "wall_clock_s": time.perf_counter() - t0}
     (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
     (out_dir / "table.md").write_text(format_advisor_table(results))
     if breaking:
         _plot_break(results, out_dir / "advisor_break.png", sc.break_at_step)
-    log(f"[advisor] {len(real) + len(runs)} runs in {results['wall_clock_s']:.0f} s; outputs in {out_dir}")
+    log(f"[advisor] {len(real) + len(runs) + len(blind_runs)} runs in {results['wall_clock_s']:.0f} s; outputs in {out_dir}")
     return results
 
 
@@ -205,6 +229,12 @@ def format_advisor_table(results: dict[str, Any]) -> str:
     for lv, a in results["adaptive"].items():
         lines.append(f"| {lv} | {a['best_fixed_fraction']} | {a['vs_best']['formatted']} | "
                      f"{a.get('vs_0.1', {}).get('formatted', '—')} | {num(a['final_fraction'], 3)} |")
+    bs = results.get("blind_spots") or {}
+    if bs:
+        lines += ["", "Blind spots: the policy's probability on the blind-spot actions (mean over tasks and seeds)",
+                  "", "| method | at the start | at the end | final expected score | steps |", "|---|---|---|---|---|"]
+        for name, v in bs.items():
+            lines.append(f"| {name} | {v['initial']:.3f} | {v['final']:.3f} | {v['final_score']:.3f} | {v['steps']:.0f} |")
     b = results.get("breaking") or {}
     if b:
         lines += ["", "Breaking world model, score at real GRPO's median compute (mean over seeds): "

@@ -356,6 +356,9 @@ class SweepRun:
     anchor_pearson: list[float] = field(default_factory=list)
     anchor_fraction: list[float] = field(default_factory=list)
     """Per step, the anchor fraction in force (it moves for ``fraction="auto"``)."""
+    blind_spot_mass: list[float] = field(default_factory=list)
+    """At each snapshot, the policy's probability on the world model's blind-spot actions (mean
+    over tasks; empty when the world model has none): how far the policy exploits them."""
     pooled_pearson: float = float("nan")
     """Pooled within-group Pearson of the run's anchor groups, world-model scores calibrated out of
     sample (:func:`wmrl_envs.core.advisor.crossfit_calibrated`): the advisor's r."""
@@ -463,6 +466,11 @@ def run_sweep_method(
     run.stop_reason = "steps" if target is None and compute_budget_s is None else "step cap"
     pairs_raw: list[list[float]] = []
     pairs_real: list[list[float]] = []
+    blind = getattr(wm, "blind_spots", None)  # KnownTruthWorldModel's (task, action) mask
+    if blind is not None and not np.any(blind):
+        blind = None
+    if blind is not None:
+        run.blind_spot_mass.append(float((policy.probs() * blind).sum(axis=1).mean()))
     for _step in range(1, max_steps + 1):
         wrapper.plan_step(cfg.groups_per_step)
         run.anchor_fraction.append(float(wrapper.router.anchor_fraction))
@@ -484,6 +492,8 @@ def run_sweep_method(
         stats = corrector.stats()
         run.compute.append(float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES)))
         run.score.append(env.expected_score(policy.probs()))
+        if blind is not None:
+            run.blind_spot_mass.append(float((policy.probs() * blind).sum(axis=1).mean()))
         run.rho.append(float(stats["rho"]))
         run.mae_raw.append(stats["calibration_mae_raw"])
         run.mae_calibrated.append(stats["calibration_mae_calibrated"])
