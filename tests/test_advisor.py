@@ -324,3 +324,9 @@ def test_blind_spot_found_when_most_real_scores_are_failures():
         wm = [0.95 if a == 9 else 0.2 + 0.6 * r + 0.1 * rng.random() for a, r in zip(acts, real)]
         adv.add_group(wm, real, actions=[f"a{a}" for a in acts])
     assert [d["action"] for d in adv.blind_spots()["suspects"]] == ["a9"]
+
+
+def test_bool_real_scores_count_as_one_and_zero():
+    adv = AnchorAdvisor(min_groups=2, n_boot=0)
+    adv.add_group([0.9, 0.1, 0.8], [True, False, np.bool_(True)])
+    assert adv.groups()[1] == [[1.0, 0.0, 1.0]]

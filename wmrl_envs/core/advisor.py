@@ -396,7 +396,9 @@ class AnchorAdvisor:
             raise ValueError(f"an anchor group needs one real score (and action) per world-model score: got "
                              f"{len(world_model)} scores, {len(real)} real ones"
                              + ("" if actions is None else f", {len(actions)} actions"))
-        clean = [[float(x) if _finite(x) else None for x in seq] for seq in (world_model, real)]
+        # a bool score (success / failure) is 1.0 / 0.0; None, NaN and infinities are missing
+        clean = [[float(x) if isinstance(x, (bool, np.bool_)) or _finite(x) else None for x in seq]
+                 for seq in (world_model, real)]
         self._groups.append((clean[0], clean[1]))
         self._keys.append([None] * len(real) if actions is None else [action_key(a) for a in actions])
 
