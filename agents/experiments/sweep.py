@@ -453,8 +453,10 @@ def run_sweep_method(
         base = replace(cfg.correction, anchor_fraction="auto", cost_ratio=cfg.wm_cost_s / cfg.execution_cost_s)
     else:
         base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
-    wrapper = AnchoredWorldModelWrapper(env, wm, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
-                                        correction=method_correction(spec, base), seed=seed)
+    with warnings.catch_warnings():  # an experiment that runs auto on purpose: its warning, once per run, is noise
+        warnings.filterwarnings("ignore", message="anchor_fraction='auto' is experimental")
+        wrapper = AnchoredWorldModelWrapper(env, wm, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
+                                            correction=method_correction(spec, base), seed=seed)
     policy = TabularSoftmaxPolicy(cfg.n_tasks, cfg.n_actions, seed=seed)
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=cfg.lr)
     update_config = GRPOUpdateConfig(max_grad_norm=None)
