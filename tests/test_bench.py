@@ -473,3 +473,22 @@ def test_settings_added_since_an_earlier_run_count_as_equal_at_their_default():
     assert _settings_differ(cfg, earlier, ("correction", "steps")) == []
     changed = replace(cfg, correction=replace(cfg.correction, f_min=0.1))
     assert "f_min" in _settings_differ(changed, earlier, ("correction",))[0]
+
+
+def test_reusing_real_grpo_alone_allows_another_anchor_fraction(tmp_path):
+    base = BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2, groups_per_step=5, group_size=2,
+                       eval_points=2, refine_evals=0, out_dir=str(tmp_path / "head"))
+    kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"], heldout_tasks=["h"],
+              sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    run_bench(base, **kw)
+    other_f = replace(base, correction=replace(base.correction, anchor_fraction=0.4),
+                      reuse_from=str(tmp_path / "head" / "results.json"), out_dir=str(tmp_path / "b"))
+    with pytest.raises(ValueError, match="correction"):  # WMRL would be reused: its correction must match
+        run_bench(other_f, **kw)
+    # a file holding real GRPO alone: WMRL runs again at f = 0.4 against the same real GRPO
+    head = json.loads((tmp_path / "head" / "results.json").read_text())
+    head["methods"].pop("wmrl")
+    (tmp_path / "head_real.json").write_text(json.dumps(head))
+    res = run_bench(replace(other_f, reuse_from=str(tmp_path / "head_real.json")), **kw)
+    assert res["reused_from"]["methods"] == ["real"]
+    assert res["methods"]["wmrl"]["seeds"][0]["records"][-1]["realised_anchor_fraction"] == pytest.approx(0.4)

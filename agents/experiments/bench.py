@@ -183,7 +183,9 @@ class BenchConfig:
     that it holds (e.g. real and wmrl) are read from it, curves and costs as measured there, instead
     of being trained and evaluated again (the ablation command reuses the headline run's real GRPO and
     WMRL this way). Settings that change what a method learns or how it is scored must match
-    (:func:`reused_entries` names any that differ); --seeds must not exceed the earlier run's."""
+    (:func:`reused_entries` names any that differ); when real GRPO alone is reused, the world-model
+    and correction settings may differ (e.g. WMRL at another --anchor-fraction against the same real
+    GRPO); --seeds must not exceed the earlier run's."""
 
 
 BENCH_PRESETS: dict[str, BenchConfig] = {
@@ -558,6 +560,10 @@ _REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size
                      "num_iterations", "correction", "sandbox", "target_gain")
 
 
+_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "correction", "max_steps_factor")
+"""Settings that change no real-GRPO run (so --reuse-from of real GRPO alone may differ in them)."""
+
+
 def _settings_differ(cfg: BenchConfig, earlier: dict[str, Any], keys: Sequence[str]) -> list[str]:
     """``"key: here X, there Y"`` for each of ``keys`` whose value in ``cfg`` differs from the
     earlier run's config. A nested setting (the correction) is compared field by field; a field
@@ -596,7 +602,10 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     ref = json.loads(path.read_text())
     if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
         raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
-    diff = _settings_differ(cfg, ref["config"], _REUSE_MUST_MATCH)
+    wanted = [m for m in cfg.methods if m in ref.get("methods", {})]
+    # real GRPO uses neither the world model nor the corrections: reusing it alone allows other ones
+    keys = [k for k in _REUSE_MUST_MATCH if k not in _WORLD_MODEL_SETTINGS] if wanted == ["real"] else _REUSE_MUST_MATCH
+    diff = _settings_differ(cfg, ref["config"], keys)
     if diff:
         raise ValueError(f"--reuse-from {path}: the earlier run was made with other settings, so its methods "
                          f"cannot stand in for this run's ({'; '.join(diff)}); run with the same settings or "
