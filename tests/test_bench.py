@@ -485,10 +485,7 @@ def test_reusing_real_grpo_alone_allows_another_anchor_fraction(tmp_path):
                       reuse_from=str(tmp_path / "head" / "results.json"), out_dir=str(tmp_path / "b"))
     with pytest.raises(ValueError, match="correction"):  # WMRL would be reused: its correction must match
         run_bench(other_f, **kw)
-    # a file holding real GRPO alone: WMRL runs again at f = 0.4 against the same real GRPO
-    head = json.loads((tmp_path / "head" / "results.json").read_text())
-    head["methods"].pop("wmrl")
-    (tmp_path / "head_real.json").write_text(json.dumps(head))
-    res = run_bench(replace(other_f, reuse_from=str(tmp_path / "head_real.json")), **kw)
+    # --reuse-methods real: WMRL runs again at f = 0.4 against the same real GRPO
+    res = run_bench(replace(other_f, reuse_methods=("real",)), **kw)
     assert res["reused_from"]["methods"] == ["real"]
     assert res["methods"]["wmrl"]["seeds"][0]["records"][-1]["realised_anchor_fraction"] == pytest.approx(0.4)

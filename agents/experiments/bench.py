@@ -173,6 +173,9 @@ class BenchConfig:
     evaluation only; training executions are never cached)."""
     out_dir: str = "runs/bench"
     """Output folder."""
+    reuse_methods: tuple[str, ...] | None = None
+    """With --reuse-from: which of its methods to read (default: every method of --methods it holds);
+    e.g. --reuse-methods real to run WMRL again at another --anchor-fraction against the same real GRPO."""
     resume: bool = False
     """Continue a stopped run in --out-dir: the seeds its results.json holds for every method are kept
     (with their snapshots, when snapshots/seed<k>.pt exists, so their curves can still be refined),
@@ -602,7 +605,12 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     ref = json.loads(path.read_text())
     if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
         raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
-    wanted = [m for m in cfg.methods if m in ref.get("methods", {})]
+    wanted = [m for m in cfg.methods if m in ref.get("methods", {})
+              and (cfg.reuse_methods is None or m in cfg.reuse_methods)]
+    if not wanted:
+        raise ValueError(f"--reuse-from {path}: it holds none of the methods asked for ({list(cfg.methods)}"
+                         + ("" if cfg.reuse_methods is None else f", --reuse-methods {list(cfg.reuse_methods)}")
+                         + f"; it has {list(ref['methods'])})")
     # real GRPO uses neither the world model nor the corrections: reusing it alone allows other ones
     keys = [k for k in _REUSE_MUST_MATCH if k not in _WORLD_MODEL_SETTINGS] if wanted == ["real"] else _REUSE_MUST_MATCH
     diff = _settings_differ(cfg, ref["config"], keys)
@@ -619,10 +627,7 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     if int(ref["config"].get("seeds", 0)) < cfg.seeds:
         raise ValueError(f"--reuse-from {path}: it has {ref['config'].get('seeds')} seeds, this run asks for "
                          f"{cfg.seeds}; pass --seeds {ref['config'].get('seeds')} or fewer")
-    out = {m: list(ref["methods"][m]["seeds"][: cfg.seeds]) for m in cfg.methods if m in ref["methods"]}
-    if not out:
-        raise ValueError(f"--reuse-from {path}: it holds none of the methods asked for ({list(cfg.methods)}; it has "
-                         f"{list(ref['methods'])})")
+    out = {m: list(ref["methods"][m]["seeds"][: cfg.seeds]) for m in wanted}
     short = [m for m, e in out.items() if len(e) < cfg.seeds]
     if short:
         raise ValueError(f"--reuse-from {path}: methods {short} have fewer than {cfg.seeds} seeds there (was it "
