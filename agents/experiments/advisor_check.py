@@ -90,7 +90,7 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     from wmrl_envs.core import CostRates, predicted_speedup
 
     from .speedup import Curve, compute_to_target, speedup, target_score
-    from .sweep import _run_jobs, step_cap_for
+    from .sweep import run_jobs, step_cap_for
 
     if not cfg.fractions or not all(0 < f <= 1 for f in cfg.fractions):
         raise ValueError(f"fractions must be anchor fractions in (0, 1], got {cfg.fractions!r}")
@@ -103,7 +103,7 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     levels = list(cfg.levels) + ([BREAKING] if cfg.breaking else [])
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with progress:
-        real = _run_jobs([("real", None, None, s, sc, {"max_steps": sc.steps}) for s in range(sc.seeds)], sc,
+        real = run_jobs([("real", None, None, s, sc, {"max_steps": sc.steps}) for s in range(sc.seeds)], sc,
                          progress, "real GRPO")
         curves = [Curve(r.compute, r.score) for r in real]
         target = target_score(curves, gain_fraction=sc.gain_fraction, min_gain=sc.min_gain)
@@ -114,7 +114,7 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
         jobs = [("wmrl", lv, f, s, sc, {"max_steps": step_cap_for("wmrl", f_min if f == "auto" else f, sc, budget),
                                         "target": target, "compute_budget_s": budget})
                 for lv, f in cells for s in range(sc.seeds)]
-        runs = _run_jobs(jobs, sc, progress, "WMRL, fixed and adaptive fractions")
+        runs = run_jobs(jobs, sc, progress, "WMRL, fixed and adaptive fractions")
         # exploitation of blind spots: world model only and anchors without correction beside WMRL
         f_ref = 0.1 if 0.1 in cfg.fractions else cfg.fractions[0]
         blind_jobs = [] if "blind_spots" not in cfg.levels else [
@@ -123,7 +123,7 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
             for m, f in (("wm_only", None), ("anchors_raw", f_ref), ("debias_only", f_ref), ("denoise_only", f_ref),
                          ("wmrl", f_ref), ("wmrl", "auto"))
             for s in range(sc.seeds)]
-        blind_runs = _run_jobs(blind_jobs, sc, progress, "blind spots: other methods") if blind_jobs else []
+        blind_runs = run_jobs(blind_jobs, sc, progress, "blind spots: other methods") if blind_jobs else []
     by_cell: dict[tuple, list[Any]] = {}
     for r, (_m, lv, f, *_rest) in zip(runs, jobs):
         by_cell.setdefault((lv, f), []).append(r)

@@ -70,6 +70,7 @@ __all__ = [
     "equal_steps_cost_ratio",
     "main_sweep",
     "mean_over_all_seeds",
+    "run_jobs",
     "run_sweep",
     "run_sweep_method",
     "step_cap_for",
@@ -537,7 +538,14 @@ def _job(args: tuple) -> SweepRun:
     return run_sweep_method(method, level, fraction, seed, cfg, **kw)
 
 
-def _run_jobs(jobs: list[tuple], cfg: SweepConfig, progress: Any, label: str) -> list[SweepRun]:
+def run_jobs(jobs: list[tuple], cfg: SweepConfig, progress: Any, label: str) -> list[SweepRun]:
+    """Run :func:`run_sweep_method` for each ``(method, level, fraction, seed, cfg, kwargs)`` job, in
+    this process (``cfg.workers == 1``) or in ``cfg.workers`` spawned processes, advancing a ``rich``
+    progress bar named ``label``.
+
+    Returns:
+        The :class:`SweepRun` of each job, in the jobs' order.
+    """
     bar = progress.add_task(label, total=len(jobs))
     out: list[SweepRun | None] = [None] * len(jobs)
     if cfg.workers == 1:
@@ -603,7 +611,7 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
     t_all = time.perf_counter()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with progress:
-        real = _run_jobs([("real", None, None, s, cfg, {"max_steps": cfg.steps}) for s in range(cfg.seeds)],
+        real = run_jobs([("real", None, None, s, cfg, {"max_steps": cfg.steps}) for s in range(cfg.seeds)],
                          cfg, progress, "real GRPO")
         real_curves = [Curve(r.compute, r.score) for r in real]
         target = target_score(real_curves, gain_fraction=cfg.gain_fraction, min_gain=cfg.min_gain)
@@ -615,7 +623,7 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
         jobs = [(m, lv, f, s, cfg, {"max_steps": step_cap_for(m, f, cfg, budget), "target": target,
                                     "compute_budget_s": budget})
                 for (m, lv, f) in cells for s in range(cfg.seeds)]
-        others = _run_jobs(jobs, cfg, progress, "other methods")
+        others = run_jobs(jobs, cfg, progress, "other methods")
     by_cell: dict[tuple, list[SweepRun]] = {}
     for r, (m, lv, f, *_rest) in zip(others, jobs):
         by_cell.setdefault((m, lv, f), []).append(r)
