@@ -471,7 +471,7 @@ def test_settings_added_since_an_earlier_run_count_as_equal_at_their_default():
     earlier = json.loads(json.dumps(__import__("dataclasses").asdict(cfg), default=float))
     del earlier["correction"]["f_min"]  # a field the earlier run's code did not have
     assert _settings_differ(cfg, earlier, ("correction", "steps")) == []
-    changed = replace(cfg, correction=replace(cfg.correction, f_min=0.1))
+    changed = replace(cfg, correction=replace(cfg.correction, anchor_fraction="auto", f_min=0.1))
     assert "f_min" in _settings_differ(changed, earlier, ("correction",))[0]
 
 
