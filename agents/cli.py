@@ -6,6 +6,7 @@ Usage:
     wmrl bench [--quick] [--FIELD VALUE ...]
     wmrl bench sweep [--quick] [--FIELD VALUE ...]
     wmrl bench advisor [--quick] [--FIELD VALUE ...]
+    wmrl bench report RESULTS_JSON [--out-dir DIR]
     wmrl advise [--run-dir RUN_DIR] [--FIELD VALUE ...]
     wmrl presets
 
@@ -117,6 +118,27 @@ def _advisor_check(argv: list[str]) -> int:
     return 0
 
 
+def _bench_report(argv: list[str]) -> int:
+    import json
+
+    from agents.experiments.bench_report import report_finished_seeds
+
+    ap = argparse.ArgumentParser(prog="wmrl bench report",
+                                 description="The report (table.md, plots) of the seeds a wmrl bench run finished, "
+                                             "e.g. of a run that was stopped (continue it with wmrl bench --resume).")
+    ap.add_argument("results", help="the run's results.json")
+    ap.add_argument("--out-dir", default=None, help="where to write (default: beside results.json, in report/)")
+    args = ap.parse_args(argv)
+    path = Path(args.results)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file (give a wmrl bench results.json)")
+    out = Path(args.out_dir) if args.out_dir else path.parent / "report"
+    res = report_finished_seeds(json.loads(path.read_text()), out)
+    print((out / "table.md").read_text())
+    print(f"[bench] report of {res['config']['seeds']} finished seeds written to {out}")
+    return 0
+
+
 def _bench(argv: list[str]) -> int:
     from agents.experiments.bench import BENCH_PRESETS, main_bench
 
@@ -155,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             return _train(rest)
         if cmd == "bench" and rest[:1] == ["sweep"]:
             return _sweep(rest[1:])
+        if cmd == "bench" and rest[:1] == ["report"]:
+            return _bench_report(rest[1:])
         if cmd == "bench" and rest[:1] == ["advisor"]:
             return _advisor_check(rest[1:])
         if cmd == "bench":

@@ -489,3 +489,23 @@ def test_reusing_real_grpo_alone_allows_another_anchor_fraction(tmp_path):
     res = run_bench(replace(other_f, reuse_methods=("real",)), **kw)
     assert res["reused_from"]["methods"] == ["real"]
     assert res["methods"]["wmrl"]["seeds"][0]["records"][-1]["realised_anchor_fraction"] == pytest.approx(0.4)
+
+
+def test_report_of_a_stopped_run_keeps_the_seeds_every_method_finished(tmp_path):
+    from agents.cli import main
+
+    cfg = BenchConfig(methods=("real", "wmrl"), seeds=2, steps=3, max_steps_factor=2, groups_per_step=5, group_size=4,
+                      correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3,
+                      refine_evals=0, out_dir=str(tmp_path / "run"))
+    full = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"],
+                     heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    stopped = json.loads((tmp_path / "run" / "results.json").read_text())
+    stopped["config"]["seeds"] = 3  # planned 3, stopped in seed 2: wmrl has not finished it
+    stopped["methods"]["real"]["seeds"].append(stopped["methods"]["real"]["seeds"][0])
+    (tmp_path / "stopped.json").write_text(json.dumps(stopped))
+    assert main(["bench", "report", str(tmp_path / "stopped.json"), "--out-dir", str(tmp_path / "rep")]) == 0
+    table = (tmp_path / "rep" / "table.md").read_text()
+    assert table.startswith("**Partial report: 2 of the 3 planned seeds finished.**")
+    rep = json.loads(json.dumps(full["speedup"], default=float))
+    assert f"{rep['target']:.1f}" in table
+    assert main(["bench", "report", str(tmp_path / "nope.json")]) == 2

@@ -18,7 +18,7 @@ import numpy as np
 from .methods import COST_SOURCES, METHODS
 
 __all__ = ["format_table", "format_speedup_table", "format_cost_table", "compute_speedups", "cost_summary",
-           "write_report", "curve_of", "real_target"]
+           "write_report", "curve_of", "real_target", "report_finished_seeds"]
 
 
 def _agg(values: Sequence[float]) -> tuple[float, float]:
@@ -336,3 +336,49 @@ def format_cost_table(results: dict[str, Any]) -> str:
         unit = results.get("world_model_fitting_unit", "CPU-s")
         lines.append(f"World-model fitting cost (the real executions it was fitted on, paid once): {fit:.0f} {unit}.")
     return "\n".join(lines) + "\n"
+
+
+def report_finished_seeds(results: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """The report of the seeds a (possibly stopped) ``wmrl bench`` run finished: the seeds that
+    every method holds are kept, the headline and the cost split are computed from them, and
+    ``table.md`` and the plots are written to ``out_dir`` (``wmrl bench report``).
+
+    A run stopped before its refinement pass reads compute-to-target between its spread
+    snapshots only; the table's first line says how many seeds it has and that it is a partial
+    report when the run planned more.
+
+    Args:
+        results: a ``results.json`` structure of ``wmrl bench``.
+        out_dir: where to write.
+
+    Returns:
+        The results restricted to the finished seeds, with ``speedup`` and ``costs``.
+
+    Raises:
+        ValueError: no seed is finished by every method.
+    """
+    import copy
+
+    res = copy.deepcopy(results)
+    n = min(len(m["seeds"]) for m in res["methods"].values())
+    if n == 0:
+        raise ValueError("no seed was finished by every method: nothing to report yet")
+    planned = int(res["config"]["seeds"])
+    for m in res["methods"].values():
+        m["seeds"] = m["seeds"][:n]
+    res["config"]["seeds"] = n
+    if "real" in res["methods"]:
+        try:
+            res["speedup"] = compute_speedups(
+                res, gain_fraction=res["config"]["target_gain"], steps=res["config"]["steps"],
+                fitting_cpu_s=res.get("world_model_fitting_cpu_s", 0.0)
+                if res.get("world_model_fitting_unit", "CPU-s") == "CPU-s" else 0.0)
+        except ValueError as exc:
+            res["speedup"], res["speedup_error"] = {}, str(exc)
+    res["costs"] = cost_summary(res)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_report(res, out_dir)
+    if n < planned:
+        text = (out_dir / "table.md").read_text()
+        (out_dir / "table.md").write_text(f"**Partial report: {n} of the {planned} planned seeds finished.**\n\n" + text)
+    return res
