@@ -509,3 +509,25 @@ def test_report_of_a_stopped_run_keeps_the_seeds_every_method_finished(tmp_path)
     rep = json.loads(json.dumps(full["speedup"], default=float))
     assert f"{rep['target']:.1f}" in table
     assert main(["bench", "report", str(tmp_path / "nope.json")]) == 2
+
+
+def test_guards_of_resume_and_reuse(tmp_path):
+    """From a review: a finished run is not overwritten by a fresh one, an unfinished run cannot be
+    reused, an unreadable results.json is named, and resume compares --reuse-methods too."""
+    cfg = BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2, groups_per_step=5, group_size=2,
+                      eval_points=2, refine_evals=0, out_dir=str(tmp_path / "run"))
+    kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"], heldout_tasks=["h"],
+              sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    run_bench(cfg, **kw)
+    with pytest.raises(FileExistsError, match="pass --resume"):
+        run_bench(cfg, **kw)
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    res.pop("speedup")
+    (tmp_path / "unfinished.json").write_text(json.dumps(res))
+    with pytest.raises(ValueError, match="did not finish"):
+        run_bench(replace(cfg, reuse_from=str(tmp_path / "unfinished.json"), out_dir=str(tmp_path / "x")), **kw)
+    with pytest.raises(ValueError, match="reuse_methods"):
+        run_bench(replace(cfg, resume=True, reuse_methods=("real",)), **kw)
+    (tmp_path / "run" / "results.json").write_text('{"config": {"seeds": 1}, "meth')
+    with pytest.raises(ValueError, match="not a readable wmrl bench results.json"):
+        run_bench(replace(cfg, resume=True), **kw)

@@ -12,8 +12,9 @@ percentile per category and overall; ``docs/method.md``, "Evaluation"):
 
 Compute is charged per cost source in CPU-seconds (:data:`COST_SOURCES`: the sandboxed process
 trees of the executions, world-model inference, generation and policy update; held-out
-evaluation excluded), with wall-clock kept beside it; CPU-seconds do not depend on the
-machine's load, so the headline uses them. Every training rollout pays for its own execution
+evaluation excluded), with wall-clock kept beside it; CPU-seconds depend much less on the
+machine's load than wall-clock (they still rise when other jobs share the cores' caches), so
+the headline uses them. Every training rollout pays for its own execution
 (no result cache).
 
 The headline is the compute-to-target speedup (``docs/method.md``, "Compute-to-target
@@ -32,7 +33,9 @@ cumulative compute; snapshots are evaluated afterwards, sparsely (``eval_points`
 
 Outputs (in ``out_dir``): ``results.json`` (everything), ``table.md`` (headline, cost split,
 the paper's layout: method, compute ratio, held-out score per category and overall, mean ±
-spread over seeds), ``score_vs_compute.png``, ``rho_calibration.png``.
+spread over seeds), ``score_vs_compute.png``, ``rho_calibration.png``, and ``snapshots/seed<k>.pt``
+(every step's policy per method, for ``--resume``). ``--resume`` continues a stopped run from the
+seeds it finished; ``--reuse-from`` reads methods from an earlier finished run.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import numpy as np
 import tyro
 
 from wmrl_envs.core import CorrectionConfig
+from wmrl_envs.utils import write_json_atomic
 
 from .bench_report import compute_speedups, cost_summary, format_table, real_target, write_report
 from .methods import COST_SOURCES, METHODS, MethodSpec, method_correction
@@ -560,11 +564,11 @@ def _set_curve(entry: dict[str, Any], run: MethodRun, evaluated: dict[int, dict[
 # settings that must be equal for a method's earlier run to stand in for a new one (what it
 # learns, how it is charged, how it is evaluated); eval_points / refine_evals / out_dir may differ
 _REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "world_model",
-                     "wm_information", "eval_k", "eval_draws", "exec_parallel", "lr", "kl_coef", "clip_eps",
-                     "num_iterations", "correction", "sandbox", "target_gain")
+                     "wm_information", "world_model_timeout_s", "eval_k", "eval_draws", "exec_parallel", "lr",
+                     "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain")
 
 
-_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "correction", "max_steps_factor")
+_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "world_model_timeout_s", "correction", "max_steps_factor")
 """Settings that change no real-GRPO run (so --reuse-from of real GRPO alone may differ in them)."""
 
 
@@ -606,6 +610,9 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     ref = json.loads(path.read_text())
     if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
         raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
+    if "speedup" not in ref:
+        raise ValueError(f"--reuse-from {path}: that run did not finish (no refinement pass, no headline); finish it "
+                         "with wmrl bench --resume first, so that the curves read from it are refined like this run's")
     wanted = [m for m in cfg.methods if m in ref.get("methods", {})
               and (cfg.reuse_methods is None or m in cfg.reuse_methods)]
     if not wanted:
@@ -649,8 +656,14 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
     path = Path(cfg.out_dir) / "results.json"
     if not cfg.resume or not path.is_file():
         return 0, None
-    prior = json.loads(path.read_text())
-    keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "eval_cache", "max_ungraded_share")
+    try:
+        prior = json.loads(path.read_text())
+        prior["config"], prior["methods"]  # noqa: B018 - a wmrl bench results file has both
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"--resume {cfg.out_dir}: {path} is not a readable wmrl bench results.json "
+                         f"({type(exc).__name__}: {exc})") from None
+    keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "reuse_methods", "eval_cache",
+            "max_ungraded_share")
     diff = _settings_differ(cfg, prior["config"], keys)
     if sorted(prior["methods"]) != sorted(order):
         diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")
@@ -742,9 +755,14 @@ def run_bench(
         The results dict (also written to ``out_dir/results.json``).
 
     Raises:
-        ValueError: unknown method names.
+        ValueError: bad settings (:func:`check_bench_config`), or a ``--reuse-from`` / ``--resume``
+            source that cannot stand in (:func:`reused_entries`, :func:`resumed_state`).
+        FileExistsError: ``out_dir`` already holds a run and ``resume`` is off.
     """
     check_bench_config(cfg)
+    if not cfg.resume and (Path(cfg.out_dir) / "results.json").exists():
+        raise FileExistsError(f"{cfg.out_dir} already holds a wmrl bench run (results.json): pass --resume to continue "
+                              "it, or another --out-dir")
     reused = reused_entries(cfg)
     order = [m for m in ("real", "wmrl") if m in cfg.methods] + [m for m in cfg.methods if m not in ("real", "wmrl")]
     out_dir = Path(cfg.out_dir)
@@ -807,7 +825,7 @@ def run_bench(
             for e in m["seeds"]:
                 if "reused_from" not in e:  # a reused entry keeps the earlier run's count
                     e["heldout_ungraded"] = entry_ungraded.get((name, e["seed"]), 0)
-        (out_dir / "results.json").write_text(json.dumps(results, indent=1, default=float))
+        write_json_atomic(out_dir / "results.json", results, indent=1, default=float)  # a kill never truncates it
 
     progress.start()
     try:

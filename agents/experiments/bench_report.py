@@ -287,8 +287,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
                 f"(no compute-to-target: {results.get('speedup_error', 'the run has no real-execution GRPO')})\n")]
     if results.get("reused_from"):
         ru = results["reused_from"]
-        parts[0] += (f"\n{', '.join(METHODS[m].label for m in ru['methods'])}: read from `{ru['path']}` (trained and "
-                     "evaluated there, with the same settings and seeds; not run again).\n")
+        parts[0] += (f"\n{', '.join(METHODS[m].label for m in ru['methods'])}: read from `{ru['path']}` (trained, "
+                     "evaluated and refined there on the same seeds; not run again; its CPU-seconds were measured "
+                     "then). Its equal-compute points are those of its own run.\n")
     parts.append(format_cost_table(results))
     for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's")):
