@@ -108,7 +108,7 @@ class BenchConfig:
     methods: tuple[str, ...] = ("real", "wmrl")
     """Methods to run (subset of real, wm_only, wmrl, debias_only, denoise_only, anchors_raw). The
     default is the headline pair; world model only and the ablations are a second command
-    (benchmarks/README.md), to keep the default run short (it still takes about 2.8 h on 2 cores:
+    (benchmarks/README.md), to keep the default run short (it still takes about 2.5 h on 2 cores:
     benchmarks/README.md, "Time")."""
     seeds: int = 5
     """Seeds per method (0..seeds-1); the speedup's bootstrap CI is over them."""
