@@ -75,10 +75,16 @@ class AdviseConfig:
     """Factory of the policy; default: the benchmark's grammar agent, untrained."""
     seed: int = 0
     """Seed of the tasks drawn and of the bootstrap."""
-    f_min: float = 0.0
-    """Lowest anchor fraction to recommend."""
+    f_min: float = 0.05
+    """Lowest anchor fraction to recommend: the anchors that fit the calibration map and watch the
+    world model, which the variance model does not price (it would often answer 0)."""
     f_max: float = 1.0
     """Highest anchor fraction to recommend."""
+    noise_batch_ratio: float | None = None
+    """B_noise / B: real-execution GRPO's gradient noise scale over its batch of groups, if measured
+    (wmrl_envs.core.GradientNoiseScale fed by agents.grpo.group_gradient_moments over a few real GRPO
+    steps); unset: the advice gives the model's range from a noise-limited batch to a batch far above
+    the noise scale, and recommends from the noise-limited end."""
     min_groups: int = 8
     """Usable groups below which the verdict is "not enough anchor groups"."""
     n_boot: int = 1000
@@ -153,7 +159,8 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
     return wrapper
 
 
-def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, Any]:
+def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, **advisor_settings: Any
+                    ) -> tuple[Any, Any]:
     """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
 
     Args:
@@ -186,7 +193,12 @@ def advice_from_run(run_dir: str | Path, **advisor_settings: Any) -> tuple[Any, 
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
     loop.advisor.load_state_dict({**loop.advisor.state_dict(), **advisor_settings})
-    return loop.advise(), loop
+    if noise_batch_ratio is None:
+        return loop.advise(), loop
+    from wmrl_envs.core import CostRates
+
+    return loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate=loop._advice_calibration(),
+                               noise_batch_ratio=noise_batch_ratio), loop
 
 
 def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
@@ -241,12 +253,20 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
     a = ax[1, 1]
     if math.isfinite(advice.r):
         fs = np.linspace(0.005, 1.0, 400)
-        a.plot(fs, [predicted_speedup(float(f), advice.r, c) for f in fs], color="C0")
+        b = advice.noise_batch_ratio
+        if b is not None:
+            a.plot(fs, [predicted_speedup(float(f), advice.r, c, b) for f in fs], color="C0", label=f"b = {b:.3g}")
+        else:  # the model's range: noise-limited batch (lower) to a batch far above the noise scale (upper)
+            lo = [predicted_speedup(float(f), advice.r, c) for f in fs]
+            hi = [predicted_speedup(float(f), advice.r, c, 0.0) for f in fs]
+            a.fill_between(fs, lo, hi, color="C0", alpha=0.2, label="noise scale unmeasured: range")
+            a.plot(fs, lo, color="C0", label="noise-limited end")
+        a.set_yscale("log")
         a.axhline(1.0, color="grey", ls="--", lw=0.8, label="real-execution GRPO")
         a.axvline(advice.recommended_fraction, color="C3", ls=":", label=f"recommended f = {advice.recommended_fraction:.3f}")
         a.legend(fontsize=8)
     a.set_xlabel("anchor fraction f")
-    a.set_ylabel("predicted speedup (upper bound)")
+    a.set_ylabel("predicted speedup (model; ignores bias)")
     a.set_title("predicted speedup vs anchor fraction")
     fig.suptitle(advice.verdict if len(advice.verdict) < 110 else advice.verdict[:107] + "...", fontsize=9)
     fig.tight_layout()
@@ -268,11 +288,15 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
 
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
     AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
+    b = cfg.noise_batch_ratio
+    if b is not None and not (isinstance(b, (int, float)) and math.isfinite(b) and b >= 0):
+        raise ValueError(f"--noise-batch-ratio must be B_noise / B >= 0 (a measured gradient noise scale over the "
+                         f"batch), got {b!r}")
     if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)
     if cfg.run_dir is not None:
-        advice, loop = advice_from_run(cfg.run_dir, **settings)
+        advice, loop = advice_from_run(cfg.run_dir, noise_batch_ratio=cfg.noise_batch_ratio, **settings)
         source = f"run folder {cfg.run_dir}"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
@@ -295,7 +319,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         # calibrated out of sample, as training with debiasing would use the scores
         from wmrl_envs.core import CostRates
 
-        advice = loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate="crossfit")
+        advice = loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate="crossfit",
+                                     noise_batch_ratio=cfg.noise_batch_ratio)
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
     out.mkdir(parents=True, exist_ok=True)
 

@@ -30,6 +30,7 @@ __all__ = [
     "GRPOPolicy",
     "GRPOUpdateConfig",
     "grpo_step",
+    "group_gradient_moments",
     "grpo_update",
 ]
 
@@ -456,6 +457,66 @@ def grpo_step(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return stats
+
+
+def group_gradient_moments(
+    policy: GRPOPolicy,
+    samples: Any,
+    rows: Sequence[int] | np.ndarray,
+    advantages: Sequence[float] | np.ndarray,
+    groups: Sequence[int] | np.ndarray,
+    n_groups: int,
+) -> tuple[float, float, int]:
+    """The moments of a step's per-group policy gradients that the gradient noise scale needs.
+
+    Group ``j``'s gradient is that of the on-policy surrogate restricted to its rows,
+    ``g_j = ∇ Σ_{i∈j} A_i · mean_t log π(y_{i,t})`` (the per-sequence token mean of
+    :func:`grpo_loss`, ratio 1, no KL), taken at the current parameters with one backward pass per
+    group; the parameters' ``.grad`` are not touched. Groups without rows (no policy signal)
+    count as ``g_j = 0``. Feed the result to
+    :meth:`wmrl_envs.core.GradientNoiseScale.add_step` (``docs/method.md``, "Choosing the anchor
+    fraction"). Costs about one extra update per step: an option, not part of :func:`grpo_step`.
+
+    Args:
+        policy: a :class:`GRPOPolicy`.
+        samples: the policy's samples (passed to ``policy.grpo_logprobs``).
+        rows: N row indices into ``samples`` (e.g. :attr:`GroupBatch.row_index`).
+        advantages: N advantages of real-execution scores, one per row.
+        groups: N group ids in ``[0, n_groups)`` (e.g. :attr:`GroupBatch.group_index`).
+        n_groups: the step's groups, those without rows included (>= 2).
+
+    Returns:
+        ``(mean_j |g_j|², |mean_j g_j|², n_groups)``, floats in squared gradient units.
+
+    Raises:
+        ValueError: lengths disagree, ``n_groups < 2`` or a group id outside ``[0, n_groups)``.
+    """
+    rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
+    adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
+    grp_a = np.asarray(groups, dtype=np.int64).reshape(-1)
+    if not rows_a.size == adv_a.size == grp_a.size:
+        raise ValueError(f"{rows_a.size} rows, {adv_a.size} advantages and {grp_a.size} group ids must agree")
+    if int(n_groups) < 2:
+        raise ValueError(f"n_groups must be >= 2, got {n_groups!r}")
+    if grp_a.size and (grp_a.min() < 0 or grp_a.max() >= n_groups):
+        raise ValueError(f"group ids must lie in [0, {n_groups}), got {int(grp_a.min())}..{int(grp_a.max())}")
+    params = [p for p in policy.trainable_parameters() if p.requires_grad]
+    total = [torch.zeros_like(p) for p in params]
+    sq_sum = 0.0
+    for j in np.unique(grp_a):
+        sel = grp_a == j
+        lp, mask, _ = policy.grpo_logprobs(samples, rows_a[sel])
+        m = mask.to(lp.dtype)
+        per_seq = (lp * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
+        obj = (torch.as_tensor(adv_a[sel], dtype=lp.dtype, device=lp.device) * per_seq).sum()
+        grads = torch.autograd.grad(obj, params, allow_unused=True)
+        for t, g in zip(total, grads):
+            if g is not None:
+                t.add_(g.detach())
+                sq_sum += float(g.detach().double().pow(2).sum())
+    n = int(n_groups)
+    mean_sq = float(sum(float(t.double().pow(2).sum()) for t in total)) / (n * n)
+    return sq_sum / n, mean_sq, n
 
 
 def grpo_update(

@@ -57,24 +57,34 @@ def test_auto_follows_f_star_down_for_a_good_world_model_and_up_when_it_breaks()
     loop = _loop()
     fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0)
     assert fr[0] == 0.1  # the start fraction during the warm-up
-    good = optimal_anchor_fraction(0.9, 0.01)  # 0.048
-    assert fr[59] == pytest.approx(good, rel=0.35)
-    # after the break the fraction rises to f_max within a few windows' worth of anchor groups
+    # a good world model: without a noise scale f* = 0 (its groups are worth their cost), so the floor f_min
+    assert optimal_anchor_fraction(0.9, 0.01) == 0.0 and fr[59] == 0.02
+    # after the break the lower bound of r reaches 0 and f* = 1: f_max, within a few anchor groups' worth
     rise = next(i for i in range(60, 120) if fr[i] >= 0.25)
-    assert rise - 60 <= 12
-    # a useless world model's r over 16 groups is noise of about +-0.25, which f* still prices high
-    assert min(fr[rise:]) >= 0.25
+    assert rise - 60 <= 8
+    assert min(fr[rise:]) == 0.5  # and it stays there: the lower bound keeps a useless world model's noise out
     assert all(0.02 <= f <= 0.5 for f in fr)
     h = loop.adaptive.history
     assert len(h) == 120 and h[0][1] == 0.1 and math.isnan(h[0][2])
 
 
+def test_auto_with_a_measured_noise_scale_rises_to_sqrt_gamma_b_when_the_world_model_breaks():
+    """A useless world model with b = 1 and γ = 0.01: f* = sqrt(γ b) = 0.1, not f_max."""
+    loop = _loop(noise_batch_ratio=1.0)
+    fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0)
+    assert fr[59] == 0.02
+    assert fr[-1] == pytest.approx(0.1, abs=0.01) and max(fr) <= 0.1 + 1e-9
+    assert loop.config.noise_batch_ratio == 1.0 and loop.adaptive.state_dict()["noise_batch_ratio"] == 1.0
+
+
 def test_hysteresis_keeps_the_fraction_while_the_target_moves_little():
-    loop = _loop(auto_hysteresis=10.0)  # nothing short of an 11-fold change moves it
-    fr, _ = _run(loop, 40, lambda s: 0.9)
+    # r = 0.5 with b = 1: the lower bound of r over the last few groups wanders near 0, where f* moves
+    # between 0.02 and 0.1
+    loop = _loop(auto_hysteresis=10.0, noise_batch_ratio=1.0)  # nothing short of an 11-fold change moves it
+    fr, _ = _run(loop, 40, lambda s: 0.5)
     assert set(fr) == {0.1}
-    loop = _loop(auto_hysteresis=0.0)
-    fr0, _ = _run(loop, 40, lambda s: 0.9)
+    loop = _loop(auto_hysteresis=0.0, noise_batch_ratio=1.0)
+    fr0, _ = _run(loop, 40, lambda s: 0.5)
     assert len(set(fr0[10:])) > 5  # without hysteresis it follows every wiggle of r
 
 

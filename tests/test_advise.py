@@ -74,8 +74,13 @@ def test_pilot_measures_the_within_group_correlation_and_the_costs():
     assert advice.costs.execution_s == 2.0 and advice.costs.world_model_s == pytest.approx(0.01)
     gamma = advice.costs.gamma  # + generation, measured (tiny)
     assert 0.005 <= gamma < 0.01
-    assert advice.f_star == pytest.approx(math.sqrt(gamma * (1 - advice.r ** 2) / advice.r ** 2))
-    assert advice.use_wmrl
+    # r² = 0.64 > γ (1 − r²): without a noise scale f* = 0 and the floor (0.05) is recommended
+    assert advice.f_star == 0.0 and advice.recommended_fraction == 0.05
+    assert advice.use_wmrl and advice.noise_batch_ratio is None
+    lo, hi = advice.predicted_speedup_range
+    c = advice.costs  # the far-above-the-noise-scale end is the cost ratio per step at f = 0.05
+    assert lo == pytest.approx(advice.predicted_speedup)
+    assert hi == pytest.approx((c.other_s + c.execution_s) / (c.other_s + c.world_model_s + 0.05 * c.execution_s))
 
 
 def test_pilot_refuses_a_wrong_number_of_actions_and_tiny_pilots():

@@ -52,47 +52,68 @@ def test_pooled_correlation_skips_missing_scores_and_short_groups():
 
 
 @pytest.mark.parametrize("r, gamma, expected", [
-    (0.8, 0.01, math.sqrt(0.01 * 0.36 / 0.64)),
-    (0.5, 0.2, math.sqrt(0.2 * 0.75 / 0.25)),
-    (0.3, 0.5, 1.0),  # sqrt(0.5 * 0.91 / 0.09) > 1: execute everything
+    (0.8, 0.01, 0.0),    # r² = 0.64 > γ (1 − r²) = 0.0036: world-model groups are worth their cost, the floor decides
+    (0.05, 0.01, 1.0),   # r² = 0.0025 < γ (1 − r²) = 0.00998: execute everything
+    (0.3, 0.5, 1.0),
     (0.0, 0.01, 1.0),
-    (-0.4, 0.01, 1.0),  # isotonic calibration cannot use an anti-correlated world model
+    (-0.4, 0.01, 1.0),   # isotonic calibration cannot use an anti-correlated world model
     (1.0, 0.01, 0.0),
 ])
-def test_optimal_anchor_fraction_is_cochrans(r, gamma, expected):
-    assert optimal_anchor_fraction(r, gamma) == pytest.approx(expected)
+def test_optimal_anchor_fraction_without_a_noise_scale_is_bang_bang(r, gamma, expected):
+    """With b = ∞ the objective q(f) / (f + γ) is monotone in f: the answer is 0 or 1."""
+    assert optimal_anchor_fraction(r, gamma) == expected
 
 
-def test_predicted_speedup_closed_form_and_its_optimum():
+@pytest.mark.parametrize("gamma, b", [(0.01, 1.0), (0.01, 4.0), (0.002, 0.5)])
+def test_optimal_anchor_fraction_of_a_useless_world_model_is_sqrt_gamma_b(gamma, b):
+    """r = 0: maximise (1 + b) / ((f + γ)(1 + b / f)), i.e. f / ((f + γ)(f + b)): f* = sqrt(γ b)."""
+    assert optimal_anchor_fraction(0.0, gamma, b) == pytest.approx(math.sqrt(gamma * b), rel=0.01)
+    assert optimal_anchor_fraction(0.0, 1.0, 4.0) == 1.0  # sqrt(γ b) = 2: capped
+
+
+@pytest.mark.parametrize("r, gamma, b", [(0.3, 0.01, 1.0), (0.6, 0.05, 2.0), (0.2, 0.1, 10.0), (0.9, 0.001, 0.3)])
+def test_optimal_anchor_fraction_maximises_the_prediction(r, gamma, b):
+    costs = CostRates(execution_s=1.0, world_model_s=gamma)
+    f = optimal_anchor_fraction(r, gamma, b)
+    best = max(predicted_speedup(float(x), r, costs, b) for x in np.linspace(0.0, 1.0, 5001))
+    assert predicted_speedup(f, r, costs, b) >= best * (1 - 1e-3)
+
+
+def test_predicted_speedup_closed_form_and_its_limits():
     costs = CostRates(execution_s=2.0, world_model_s=0.02, other_s=0.01)
-    for r in (0.3, 0.6, 0.9):
-        f = optimal_anchor_fraction(r, costs.gamma)
-        s = predicted_speedup(f, r, costs)
-        # at f*: (c_o + c_e) / c_e / (r sqrt(gamma) + sqrt(1 - r^2))^2
-        closed = (costs.other_s + costs.execution_s) / costs.execution_s / (
-            r * math.sqrt(costs.gamma) + math.sqrt(1 - r * r)) ** 2
-        assert s == pytest.approx(closed, rel=1e-9)
-        grid = np.linspace(0.001, 1.0, 2000)
-        assert s >= max(predicted_speedup(float(x), r, costs) for x in grid) - 1e-9
+    f, r, b = 0.1, 0.6, 1.0
+    per_step_ratio = 2.01 / (0.01 + 0.02 + 0.1 * 2.0)        # cost of a real step over a WMRL step
+    q = 0.1 + 0.9 * 0.36                                      # WMRL's batch in real-group equivalents
+    assert predicted_speedup(f, r, costs, b) == pytest.approx(per_step_ratio * 2.0 / (1 + 1 / q), rel=1e-12)
+    assert predicted_speedup(f, r, costs, 0.0) == pytest.approx(per_step_ratio)      # noise costs no steps
+    assert predicted_speedup(f, r, costs) == pytest.approx(per_step_ratio * q)      # every step noise-limited
+    values = [predicted_speedup(f, r, costs, x) for x in (0.0, 0.1, 1.0, 10.0, 1e6)]
+    assert all(a > c for a, c in zip(values, values[1:]))  # more noise-limited, less saved
+    assert values[-1] == pytest.approx(predicted_speedup(f, r, costs), rel=1e-4)
     # f = 1: every rollout executed AND predicted: slower than real GRPO by the world model's cost
     assert predicted_speedup(1.0, 0.7, costs) == pytest.approx(2.01 / 2.03)
-    assert predicted_speedup(0.0, 0.9, costs) == 0.0 and predicted_speedup(0.0, 1.0, costs) == pytest.approx(2.01 / 0.03)
+    assert predicted_speedup(1.0, 0.7, costs, 3.0) == pytest.approx(2.01 / 2.03)
+    # world model only: no signal at r = 0; at r = 0.9 the model (which ignores bias) is optimistic
+    assert predicted_speedup(0.0, 0.0, costs) == 0.0
+    assert predicted_speedup(0.0, 0.9, costs) == pytest.approx(2.01 / 0.03 * 0.81)
     with pytest.raises(ValueError, match="anchor fraction"):
         predicted_speedup(1.5, 0.5, costs)
     with pytest.raises(ValueError, match="correlation"):
         predicted_speedup(0.5, 1.5, costs)
+    with pytest.raises(ValueError, match="noise_batch_ratio"):
+        predicted_speedup(0.5, 0.5, costs, -1.0)
 
 
 @pytest.mark.parametrize("r, gamma, use", [
     (0.9, 0.01, True),
     (0.5, 0.01, True),
-    (0.1, 0.01, False),  # 0.1*0.1 + sqrt(0.99) = 1.005 > 1: not worth it (the boundary is r = 2 sqrt(g) / (1 + g) = 0.198)
-    (0.9, 0.3, True),    # 0.9*sqrt(0.3) + sqrt(0.19) = 0.93 < 1: a dear world model, but good enough
-    (0.5, 0.5, False),   # 0.5*sqrt(0.5) + sqrt(0.75) = 1.22
+    (0.05, 0.01, False),  # at the floor f = 0.05: q = 0.05 + 0.95 r² must exceed γ + 0.05, i.e. r² > γ / 0.95
+    (0.9, 0.3, True),     # a dear world model, but good enough
+    (0.5, 0.5, False),
 ])
 def test_verdict_matches_the_boundary(r, gamma, use):
-    """WMRL pays iff r sqrt(gamma) + sqrt(1 - r^2) < 1 (the predicted speedup at f* exceeds 1)."""
-    assert (r * math.sqrt(gamma) + math.sqrt(1 - r * r) < 1) == use
+    """Without a noise scale and at the default floor f_min = 0.05, WMRL pays iff r² > γ / 0.95."""
+    assert (r * r > gamma / 0.95) == use
     wm, real = synthetic_groups(r, 3000, seed=1)
     adv = AnchorAdvisor(n_boot=0)
     for w, x in zip(wm, real):
@@ -100,6 +121,28 @@ def test_verdict_matches_the_boundary(r, gamma, use):
     a = adv.advise(CostRates(execution_s=1.0, world_model_s=gamma))
     assert a.use_wmrl == use
     assert ("do not use WMRL" in a.verdict) == (not use)
+    assert a.recommended_fraction == (0.05 if use else 1.0)
+
+
+def test_a_measured_noise_scale_moves_the_advice():
+    """A useless world model: without b the advice is f = 1 (do not use); with a small b (a batch far
+    above the noise scale) fewer real groups per step cost few extra steps and f* = sqrt(γ b) pays."""
+    wm, real = synthetic_groups(0.0, 3000, seed=4)
+    adv = AnchorAdvisor(n_boot=0, f_min=0.0)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    costs = CostRates(execution_s=1.0, world_model_s=0.01)
+    unknown = adv.advise(costs)
+    assert unknown.recommended_fraction == 1.0 and not unknown.use_wmrl and unknown.noise_batch_ratio is None
+    lo, hi = unknown.predicted_speedup_range  # at f = 1 every group is real: the noise scale cannot matter
+    assert lo == hi == pytest.approx(unknown.predicted_speedup) == pytest.approx(1 / 1.01)
+    small_b = adv.advise(costs, noise_batch_ratio=1.0)
+    assert small_b.noise_batch_ratio == 1.0
+    assert small_b.recommended_fraction == pytest.approx(0.1, abs=0.02)   # sqrt(0.01 * 1), r ≈ 0
+    assert small_b.use_wmrl and small_b.predicted_speedup > 1.5
+    assert "b = 1" in small_b.format() and "noise scale not measured" in unknown.format()
+    with pytest.raises(ValueError, match="noise_batch_ratio"):
+        adv.advise(costs, noise_batch_ratio=float("nan"))
 
 
 def test_verdict_flips_with_the_cost_ratio_at_fixed_correlation():
@@ -110,12 +153,12 @@ def test_verdict_flips_with_the_cost_ratio_at_fixed_correlation():
     cheap = adv.advise(CostRates(execution_s=1.0, world_model_s=0.001))
     dear = adv.advise(CostRates(execution_s=1.0, world_model_s=1.0))
     assert cheap.use_wmrl and not dear.use_wmrl
-    assert cheap.recommended_fraction < 0.1 and dear.recommended_fraction == 1.0
+    assert cheap.recommended_fraction == 0.05 and dear.recommended_fraction == 1.0  # the floor; everything executed
     lo, hi = cheap.r_ci
     assert lo < 0.6 < hi and hi - lo < 0.15
     assert cheap.f_star_ci[0] <= cheap.f_star <= cheap.f_star_ci[1]
     assert cheap.variance_ratio == pytest.approx(1 / cheap.predicted_speedup)
-    assert "upper bound" in cheap.format()
+    assert "ignores the world model's bias" in cheap.format()
 
 
 def test_too_few_groups_is_said_and_bounds_clip():
@@ -297,8 +340,9 @@ def test_calibration_fitted_on_the_same_pairs_would_make_a_useless_world_model_l
 
 
 def test_free_world_model_limit_and_uncertain_do_not_verdict():
-    # gamma = 0: f* = 0 and the speedup is the limit 1 / (1 - r^2), not 0
-    assert predicted_speedup(0.0, 0.8, CostRates(1.0, 0.0)) == pytest.approx(1 / 0.36)
+    # gamma = 0 and world model only: free steps that carry signal (the model ignores bias) or none
+    assert predicted_speedup(0.0, 0.8, CostRates(1.0, 0.0)) == math.inf
+    assert predicted_speedup(0.0, 0.0, CostRates(1.0, 0.0)) == 0.0
     # a 'do not' verdict whose interval reaches above 1 says it is uncertain
     def three_groups(seed):
         rng = np.random.default_rng(seed)
@@ -308,7 +352,7 @@ def test_free_world_model_limit_and_uncertain_do_not_verdict():
             adv.add_group(list(z + rng.normal(size=4)), list(z))
         return adv.advise(CostRates(1.0, 0.6))
 
-    wide, narrow = three_groups(3), three_groups(0)  # seeds whose intervals do / do not reach 1
+    wide, narrow = three_groups(7), three_groups(0)  # seeds whose intervals do / do not reach 1
     assert not wide.use_wmrl and wide.predicted_speedup_ci[1] > 1 and "uncertain" in wide.verdict
     assert not narrow.use_wmrl and narrow.predicted_speedup_ci[1] < 1 and "uncertain" not in narrow.verdict
 

@@ -53,6 +53,9 @@ class AdvisorCheckConfig:
     sweep: SweepConfig = field(default_factory=lambda: SweepConfig(workers=2))
     """The environment, costs, policy, correction and budget settings (those of wmrl bench sweep,
     flags --sweep.seeds, --sweep.wm-cost-s, ...; its levels and fractions are replaced by the two above)."""
+    pilot_steps: int = 3
+    """Real-GRPO steps (per seed, pooled over seeds) the gradient noise scale is measured on: what a
+    pilot before training would see. The predictions and the runs with auto use it."""
     out_dir: str = "runs/advisor-check"
     """Output folder."""
 
@@ -87,7 +90,7 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from wmrl_envs.core import CostRates, predicted_speedup
+    from wmrl_envs.core import CostRates, GradientNoiseScale, predicted_speedup
 
     from .speedup import Curve, compute_to_target, speedup, target_score
     from .sweep import run_jobs, step_cap_for
@@ -109,16 +112,28 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
         target = target_score(curves, gain_fraction=sc.gain_fraction, min_gain=sc.min_gain)
         real_ctt = [compute_to_target(c, target) for c in curves]
         budget = sc.max_compute_factor * float(np.median([r.compute[-1] for r in real]))
-        log(f"[advisor] target {target:.3f}; budget {budget:.0f} CPU-s; gamma {gamma:.4g}")
+        noise_pilot, noise_run = GradientNoiseScale(), GradientNoiseScale()
+        for r in real:
+            for k, m in enumerate(r.noise_moments):
+                noise_run.add_step(*m)
+                if k < cfg.pilot_steps:
+                    noise_pilot.add_step(*m)
+        b_pilot = noise_pilot.ratio(sc.groups_per_step) if noise_pilot.steps else None
+        b_pilot = None if b_pilot is None or not math.isfinite(b_pilot) else b_pilot
+        b_run = noise_run.ratio(sc.groups_per_step) if noise_run.steps else float("nan")
+        log(f"[advisor] target {target:.3f}; budget {budget:.0f} CPU-s; gamma {gamma:.4g}; gradient noise scale "
+            f"B_noise / B = {b_pilot if b_pilot is not None else float('nan'):.3g} over the first {cfg.pilot_steps} "
+            f"steps ({b_run:.3g} over whole runs)")
+        sc_auto = replace(sc, auto_noise_batch_ratio=b_pilot)
         cells = [(lv, f) for lv in levels for f in (*cfg.fractions, "auto")]
-        jobs = [("wmrl", lv, f, s, sc, {"max_steps": step_cap_for("wmrl", f_min if f == "auto" else f, sc, budget),
+        jobs = [("wmrl", lv, f, s, sc_auto if f == "auto" else sc, {"max_steps": step_cap_for("wmrl", f_min if f == "auto" else f, sc, budget),
                                         "target": target, "compute_budget_s": budget})
                 for lv, f in cells for s in range(sc.seeds)]
         runs = run_jobs(jobs, sc, progress, "WMRL, fixed and adaptive fractions")
         # exploitation of blind spots: world model only and anchors without correction beside WMRL
         f_ref = 0.1 if 0.1 in cfg.fractions else cfg.fractions[0]
         blind_jobs = [] if "blind_spots" not in cfg.levels else [
-            (m, "blind_spots", f, s, sc, {"max_steps": step_cap_for(m, f_min if f == "auto" else f, sc, budget),
+            (m, "blind_spots", f, s, sc_auto if f == "auto" else sc, {"max_steps": step_cap_for(m, f_min if f == "auto" else f, sc, budget),
                                           "compute_budget_s": budget})
             for m, f in (("wm_only", None), ("anchors_raw", f_ref), ("debias_only", f_ref), ("denoise_only", f_ref),
                          ("wmrl", f_ref), ("wmrl", "auto"))
@@ -137,23 +152,29 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
         r_mean = float(np.mean(rvals)) if rvals else float("nan")
         steps = sum(len(r.anchor_fraction) for r in rs)
         realised = sum(r.anchor_groups for r in rs) / (steps * sc.groups_per_step) if steps else 0.0
-        pred = (predicted_speedup(float(f), max(-1.0, min(1.0, r_mean)), CostRates(sc.execution_cost_s, sc.wm_cost_s))
-                if f != "auto" and math.isfinite(r_mean) else float("nan"))
+        ok = f != "auto" and math.isfinite(r_mean)
+        rc, costs = max(-1.0, min(1.0, r_mean)) if ok else 0.0, CostRates(sc.execution_cost_s, sc.wm_cost_s)
+        pred = predicted_speedup(float(f), rc, costs, b_pilot) if ok else float("nan")
+        pred_limited = predicted_speedup(float(f), rc, costs) if ok else float("nan")
         cells_out.append({"level": lv, "fraction": f, "speedup": est.point, "low": est.low, "high": est.high,
                           "formatted": est.format(), "n_reached": est.n_reached, "n_seeds": est.n_seeds,
                           "compute_to_target": ctt, "r": r_mean, "predicted_speedup": pred,
+                          "predicted_noise_limited": pred_limited,
                           "realised_fraction": realised, "stop_reasons": [r.stop_reason for r in rs]})
     # predicted vs measured over the fixed-fraction cells whose speedup is a number
-    pairs = [(c["predicted_speedup"], c["speedup"]) for c in cells_out
-             if c["fraction"] != "auto" and math.isfinite(c["predicted_speedup"]) and c["predicted_speedup"] > 0
-             and 0 < c["speedup"] < math.inf]
-    miss = max(pairs, key=lambda p: abs(math.log(p[0] / p[1]))) if pairs else None
-    prediction = {"n_cells": len(pairs), "spearman": _spearman([p for p, _ in pairs], [m for _, m in pairs]),
-                  "worst_miss": None if miss is None else {"predicted": miss[0], "measured": miss[1],
-                                                           "factor": max(miss[0] / miss[1], miss[1] / miss[0])}}
-    if miss is not None:
-        prediction["worst_miss"]["cell"] = next({"level": c["level"], "fraction": c["fraction"]} for c in cells_out
-                                                if c["predicted_speedup"] == miss[0] and c["speedup"] == miss[1])
+    def agreement(key: str) -> dict[str, Any]:
+        pairs = [(c[key], c["speedup"], c) for c in cells_out
+                 if c["fraction"] != "auto" and math.isfinite(c[key]) and c[key] > 0 and 0 < c["speedup"] < math.inf]
+        miss = max(pairs, key=lambda p: abs(math.log(p[0] / p[1]))) if pairs else None
+        out = {"n_cells": len(pairs), "spearman": _spearman([p for p, _, _ in pairs], [m for _, m, _ in pairs]),
+               "median_ratio": float(np.median([m / p for p, m, _ in pairs])) if pairs else float("nan"),
+               "worst_miss": None if miss is None else {"predicted": miss[0], "measured": miss[1],
+                                                        "factor": max(miss[0] / miss[1], miss[1] / miss[0]),
+                                                        "cell": {"level": miss[2]["level"], "fraction": miss[2]["fraction"]}}}
+        return out
+
+    prediction = {**agreement("predicted_speedup"), "noise_batch_ratio": b_pilot, "noise_batch_ratio_whole_runs": b_run,
+                  "pilot_steps": cfg.pilot_steps, "noise_limited": agreement("predicted_noise_limited")}
     adaptive = {}
     for lv in levels:
         fixed = [(f, float(np.median(ctt_by_cell[(lv, f)]))) for f in cfg.fractions]
@@ -213,17 +234,28 @@ def format_advisor_table(results: dict[str, Any]) -> str:
         return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
 
     lines = [f"Target {results['target']:.3f}; budget {results['budget_s']:.0f} CPU-s; γ = {results['gamma']:.4g}.", "",
-             "| level | anchor fraction | measured speedup [95% CI] | predicted (upper bound) | r (pooled, cross-fitted) | realised fraction |",
-             "|---|---|---|---|---|---|"]
+             "| level | anchor fraction | measured speedup [95% CI] | predicted (measured b) | predicted (b = ∞) | "
+             "r (pooled, cross-fitted) | realised fraction |",
+             "|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
         lines.append(f"| {c['level']} | {c['fraction']} | {c['formatted']} | {num(c['predicted_speedup'])} | "
-                     f"{num(c['r'])} | {num(c['realised_fraction'], 3)} |")
+                     f"{num(c.get('predicted_noise_limited'))} | {num(c['r'])} | {num(c['realised_fraction'], 3)} |")
     p = results["prediction"]
-    lines += ["", f"Predicted against measured over {p['n_cells']} fixed-fraction cells: Spearman {num(p['spearman'])}"
-              + ("" if not p["worst_miss"] else
-                 f"; worst miss {p['worst_miss']['cell']['level']} at f = {p['worst_miss']['cell']['fraction']}: "
-                 f"predicted {p['worst_miss']['predicted']:.2f}×, measured {p['worst_miss']['measured']:.2f}× "
-                 f"(factor {p['worst_miss']['factor']:.2f})."), "",
+
+    def agreement(q: dict[str, Any], what: str) -> str:
+        return (f"{what} over {q['n_cells']} fixed-fraction cells: Spearman {num(q['spearman'])}, median measured / "
+                f"predicted {num(q.get('median_ratio'))}"
+                + ("" if not q["worst_miss"] else
+                   f"; worst miss {q['worst_miss']['cell']['level']} at f = {q['worst_miss']['cell']['fraction']}: "
+                   f"predicted {q['worst_miss']['predicted']:.2f}×, measured {q['worst_miss']['measured']:.2f}× "
+                   f"(factor {q['worst_miss']['factor']:.2f})") + ".")
+
+    b_txt = "not measured" if p.get("noise_batch_ratio") is None else f"{p['noise_batch_ratio']:.3g}"
+    lines += ["", f"Gradient noise scale of real GRPO over its batch, B_noise / B = {b_txt} (first "
+              f"{p.get('pilot_steps', '?')} steps of every seed; {num(p.get('noise_batch_ratio_whole_runs'))} over whole runs).",
+              "", agreement(p, "Predicted (measured b) against measured"),
+              "", agreement(p["noise_limited"], "Predicted (b = ∞, no noise scale) against measured")
+              if "noise_limited" in p else "", "",
               "| level | best fixed f | auto vs best fixed (ratio of medians, 95% CI) | auto vs f = 0.1 | auto's final fraction |",
               "|---|---|---|---|---|"]
     for lv, a in results["adaptive"].items():

@@ -151,6 +151,9 @@ class SweepConfig:
     the configured one in expectation (stochastic rounding), also at small f."""
     n_boot: int = 2000
     """Bootstrap replicates of each speedup's interval."""
+    auto_noise_batch_ratio: float | None = None
+    """Runs with anchor_fraction="auto": the noise_batch_ratio they are given (B_noise / B of real GRPO,
+    measured before them; wmrl bench advisor sets it from its real-GRPO runs' first steps); None: unknown."""
     correlation_groups: int = 512
     """Groups drawn to measure each level's correlation under the untrained policy."""
     workers: int = 2
@@ -370,6 +373,10 @@ class SweepRun:
     cpu_by_source: dict[str, float] = field(default_factory=dict)
     stop_reason: str = ""
     max_steps: int = 0
+    noise_moments: list[tuple[float, float, int]] = field(default_factory=list)
+    """Real-execution GRPO only: per step, the moments of its per-group policy gradients
+    (:func:`agents.grpo.group_gradient_moments`), from which
+    :class:`wmrl_envs.core.GradientNoiseScale` estimates the gradient noise scale."""
 
 
 def _make_env(cfg: SweepConfig, seed: int) -> Any:
@@ -436,7 +443,7 @@ def run_sweep_method(
     """
     import torch
 
-    from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
+    from agents.grpo import GRPOUpdateConfig, build_advantages, group_gradient_moments, grpo_step
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
     from wmrl_envs.envs.known_truth import within_group_correlation
@@ -451,7 +458,8 @@ def run_sweep_method(
     env.reset(seed=seed)  # seeds the outcome noise once; the groups' resets (seed=None) continue its stream
     wm = _make_world_model(cfg, level, env, seed) if spec.world_model else None
     if fraction == "auto":
-        base = replace(cfg.correction, anchor_fraction="auto", cost_ratio=cfg.wm_cost_s / cfg.execution_cost_s)
+        base = replace(cfg.correction, anchor_fraction="auto", cost_ratio=cfg.wm_cost_s / cfg.execution_cost_s,
+                       noise_batch_ratio=cfg.auto_noise_batch_ratio)
     else:
         base = cfg.correction if fraction is None else replace(cfg.correction, anchor_fraction=float(fraction))
     with warnings.catch_warnings():  # an experiment that runs auto on purpose: its warning, once per run, is noise
@@ -483,6 +491,9 @@ def run_sweep_method(
         groups = [wrapper.score_group(list(a), options={"task": int(t)}) for t, a in zip(tasks, actions)]
         batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups],
                                  drop_zero_advantage=True)
+        if not spec.world_model and len(groups) >= 2:  # real-execution GRPO: its gradient noise scale
+            run.noise_moments.append(group_gradient_moments(policy, handle, batch.row_index, batch.advantages,
+                                                            batch.group_index, len(groups)))
         with ledger.timed(UPDATE):
             if len(batch.row_index):
                 grpo_step(policy, optimizer, handle, batch.row_index, batch.advantages, config=update_config)

@@ -35,6 +35,7 @@ __all__ = [
     "AnchorAdvisor",
     "CostRates",
     "ExecutionBudgetSpent",
+    "GradientNoiseScale",
     "action_key",
     "crossfit_calibrated",
     "optimal_anchor_fraction",
@@ -207,68 +208,186 @@ def crossfit_calibrated(world_model: Sequence[Scores], real: Sequence[Scores], f
     return out
 
 
-def optimal_anchor_fraction(r: float, gamma: float) -> float:
-    """Cochran's cost-optimal share of expensive labels, ``min(1, sqrt(γ (1 − r²) / r²))``.
+def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | None = None) -> float:
+    """The anchor fraction that maximises :func:`predicted_speedup` (the GRPO-specific optimum).
+
+    Maximises ``(1 + b) / ((f + γ)(1 + b / q(f)))`` with ``q(f) = f + (1 − f) r²`` over
+    ``f`` in [0, 1] (a grid of 2001 log-spaced fractions from 1e-4 and 0; ties go to the smaller
+    fraction). Without a noise scale (``b → ∞``) the objective is ``q(f) / (f + γ)``, monotone in
+    ``f``: 0 when ``r² > γ (1 − r²)`` (the world model's groups are worth their cost: as few
+    anchors as the floor allows), 1 otherwise. With a finite ``b`` the optimum can lie inside;
+    for a useless world model (``r = 0``) it is ``sqrt(γ b)`` (capped at 1). Textbook double
+    sampling (Cochran; ``ppi_py``'s power analysis) gives ``sqrt(γ (1 − r²) / r²)`` instead,
+    because there the world model's predictions enter only through a difference estimator that
+    the anchors make unbiased; WMRL trains on the calibrated world-model scores directly, so its
+    world-model groups add signal ``r²`` each rather than buying variance reduction with anchors
+    (``docs/method.md``, "Choosing the anchor fraction"). The model ignores the world model's bias,
+    which is what anchors are also for: clip the answer to a floor (``f_min``).
 
     Args:
-        r: within-group correlation of (calibrated) world-model and real scores, in [-1, 1]. A
-            world model with ``r <= 0`` carries no usable signal (isotonic calibration cannot flip
-            a sign): the answer is 1.
+        r: within-group correlation of (calibrated) world-model and real scores, in [-1, 1]
+            (``r <= 0`` counts as 0: isotonic calibration cannot flip a sign).
         gamma: (world model + generation + update) cost per rollout over one execution's, >= 0.
+        noise_batch_ratio: ``b = B_noise / B`` >= 0 (:class:`GradientNoiseScale`); ``None``: ``∞``.
 
     Returns:
-        f* in [0, 1] (0 only for ``r = 1``: a perfect world model needs anchors only to watch it).
+        f* in [0, 1] (0: no anchors needed for the variance; the floor decides).
 
     Raises:
-        ValueError: ``r`` outside [-1, 1] or ``gamma`` negative.
+        ValueError: ``r`` outside [-1, 1], ``gamma`` negative, ``noise_batch_ratio`` negative or NaN.
 
     Example:
-        >>> round(optimal_anchor_fraction(0.8, 0.01), 4)   # sqrt(0.01 * 0.36 / 0.64)
-        0.075
+        >>> optimal_anchor_fraction(0.8, 0.01), optimal_anchor_fraction(0.0, 0.01)
+        (0.0, 1.0)
+        >>> round(optimal_anchor_fraction(0.0, 0.01, noise_batch_ratio=1.0), 2)   # sqrt(γ b)
+        0.1
     """
     r = _check_r(r)
     if not _finite(gamma) or gamma < 0:
         raise ValueError(f"gamma must be a cost ratio >= 0, got {gamma!r}")
-    if r <= 0:
-        return 1.0
-    return float(min(1.0, math.sqrt(gamma * (1.0 - r * r) / (r * r))))
+    b = _check_b(noise_batch_ratio)
+    r2 = max(0.0, r) ** 2
+    f = _F_GRID
+    q = f + (1.0 - f) * r2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if math.isinf(b):
+            obj = q / (f + gamma)
+        else:
+            obj = (1.0 + b) / ((f + gamma) * (1.0 + np.where(q > 0, b / np.where(q > 0, q, 1.0), np.inf)))
+    obj = np.where(np.isfinite(obj), obj, np.where(np.isnan(obj), -np.inf, obj))
+    return float(f[int(np.argmax(obj))])
 
 
-def predicted_speedup(f: float, r: float, costs: CostRates) -> float:
-    """Compute real-execution GRPO needs per unit of gradient variance, over WMRL's at fraction f.
+_F_GRID = np.concatenate([[0.0], np.logspace(-4.0, 0.0, 2001)])
 
-    ``S(f) = (c_other + c_exec) / ((c_other + c_wm + f·c_exec) · (r² + (1 − r²)/f))``: the cost
-    per rollout of each method times the variance of the double-sampling (prediction-powered)
-    estimate relative to labelling every rollout for real. ``S > 1``: WMRL reaches the same
-    gradient precision with less compute. It ignores the world model's bias (the corrections
-    exist for it), so it is an *upper bound* on what a run can show. ``r <= 0`` counts as 0.
+
+def _check_b(b: float | None) -> float:
+    if b is None:
+        return math.inf
+    if isinstance(b, bool) or not isinstance(b, numbers.Real) or math.isnan(float(b)) or float(b) < 0:
+        raise ValueError(f"noise_batch_ratio must be B_noise / B >= 0 (or None), got {b!r}")
+    return float(b)
+
+
+def predicted_speedup(f: float, r: float, costs: CostRates, noise_batch_ratio: float | None = None) -> float:
+    """Predicted compute-to-target speedup of WMRL at anchor fraction f over real-execution GRPO.
+
+    ``S(f) = (c_other + c_exec) / (c_other + c_wm + f·c_exec) · (1 + b) / (1 + b / q)`` with
+    ``q = f + (1 − f) r²``: the cost ratio per step times the ratio of steps to the target in
+    McCandlish et al.'s model (2018, "An empirical model of large-batch training": steps
+    ``≈ S_min (1 + B_noise / B)``). WMRL's batch is worth ``q·B`` real groups: an anchor group
+    counts fully, a world-model group as ``r²`` of one (the share of its advantages' variance
+    that follows the real scores, with the anchor up-weight ρ at its inverse-variance optimum).
+    ``b = B_noise / B`` is real-execution GRPO's gradient noise scale over its batch
+    (:class:`GradientNoiseScale`): with ``b → 0`` (a batch far above the noise scale) the extra
+    noise costs no steps and ``S`` is the cost ratio; with ``b → ∞`` (``None``, every step
+    noise-limited) ``S = q`` × the cost ratio. Unmeasured, the two ends bracket the model's
+    prediction. It is a model, not a bound: it ignores the world model's bias (the corrections
+    exist for it), which makes it optimistic where bias remains after calibration (blind spots,
+    per-action bias). Its check against measured speedups: ``docs/advisor_check.md``; the
+    derivation: ``docs/method.md``, "Choosing the anchor fraction".
 
     Args:
-        f: anchor fraction in [0, 1] (0: world model only, whose estimate has no unbiased part;
-            its speedup is 0 unless ``r = 1``).
-        r: within-group correlation, in [-1, 1].
+        f: anchor fraction in [0, 1] (0: world model only).
+        r: within-group correlation, in [-1, 1] (``r <= 0`` counts as 0).
         costs: per-rollout costs.
+        noise_batch_ratio: ``B_noise / B`` >= 0, both in groups; ``None``: ``∞``.
 
     Returns:
-        The predicted speedup (>= 0; ``(c_other + c_exec) / (c_other + c_wm + c_exec)`` < 1 at f = 1).
+        The predicted speedup (>= 0; ``(c_other + c_exec) / (c_other + c_wm + c_exec)`` < 1 at
+        f = 1; ``inf`` when WMRL's step is free and its batch carries signal).
 
     Raises:
-        ValueError: ``f`` outside [0, 1] or ``r`` outside [-1, 1].
+        ValueError: ``f`` outside [0, 1], ``r`` outside [-1, 1] or ``noise_batch_ratio`` negative or NaN.
 
     Example:
-        >>> round(predicted_speedup(0.075, 0.8, CostRates(1.0, 0.01)), 2)   # at f*: 1 / (r·sqrt(γ) + sqrt(1 − r²))²
-        2.16
+        >>> c = CostRates(1.0, 0.01)
+        >>> round(predicted_speedup(0.1, 0.8, c), 2), round(predicted_speedup(0.1, 0.8, c, noise_batch_ratio=1.0), 2)
+        (6.15, 7.33)
     """
     if not _finite(f) or not 0.0 <= f <= 1.0:
         raise ValueError(f"f must be an anchor fraction in [0, 1], got {f!r}")
     r2 = max(0.0, _check_r(r)) ** 2
+    b = _check_b(noise_batch_ratio)
     real = costs.other_s + costs.execution_s
     per_rollout = costs.other_s + costs.world_model_s + f * costs.execution_s
-    if f == 0.0:
-        if per_rollout <= 0:  # free world model and nothing else: the limit f -> 0 of S is 1 / (1 - r²)
-            return float("inf") if r2 >= 1.0 else 1.0 / (1.0 - r2)
-        return real / per_rollout if r2 >= 1.0 else 0.0
-    return float(real / (per_rollout * (r2 + (1.0 - r2) / f)))
+    q = f + (1.0 - f) * r2
+    if q <= 0.0:  # world model only and no signal in its scores
+        return 0.0
+    steps = q if math.isinf(b) else (1.0 + b) / (1.0 + b / q)  # real GRPO's steps over WMRL's
+    if per_rollout <= 0:
+        return float("inf")
+    return float(real / per_rollout * steps)
+
+
+@dataclass
+class GradientNoiseScale:
+    """Running estimate of real-execution GRPO's gradient noise scale ``B_noise = tr(Σ) / |G|²``, in groups.
+
+    McCandlish et al. (2018, "An empirical model of large-batch training", appendix A): with the
+    ``n`` per-group policy gradients ``g_j`` of one step (i.i.d. around the true gradient ``G``
+    with covariance ``Σ``), ``n/(n − 1) · (mean_j |g_j|² − |ḡ|²)`` estimates ``tr(Σ)`` and
+    ``|ḡ|² − tr(Σ)/n`` estimates ``|G|²`` without bias. Both are summed over steps and their
+    ratio taken (the paper's remedy for the ratio's noise). ``B_noise / B`` with ``B`` the groups
+    per step is the ``noise_batch_ratio`` of :func:`predicted_speedup` and
+    :func:`optimal_anchor_fraction`: how far a step's batch is from the one at which gradient
+    noise stops limiting progress. Scale-free: any constant factor on the gradients cancels.
+
+    Attributes:
+        trace_sum: summed estimates of ``tr(Σ)`` (squared gradient units).
+        signal_sum: summed estimates of ``|G|²``.
+        steps: steps added.
+    """
+
+    trace_sum: float = 0.0
+    signal_sum: float = 0.0
+    steps: int = 0
+
+    def add_step(self, mean_group_sq_norm: float, sq_norm_of_mean: float, n_groups: int) -> None:
+        """Add one step from its moments.
+
+        Args:
+            mean_group_sq_norm: ``mean_j |g_j|²`` over the step's groups (a group without policy
+                signal, e.g. all rollouts scored alike, counts with ``g_j = 0``).
+            sq_norm_of_mean: ``|mean_j g_j|²``.
+            n_groups: ``n`` >= 2, the groups of the step.
+
+        Raises:
+            ValueError: fewer than 2 groups, or a moment negative or not finite.
+        """
+        n = int(n_groups)
+        if n < 2:
+            raise ValueError(f"the noise scale needs at least 2 groups per step, got {n_groups!r}")
+        for name, v in (("mean_group_sq_norm", mean_group_sq_norm), ("sq_norm_of_mean", sq_norm_of_mean)):
+            if not _finite(v) or float(v) < 0:
+                raise ValueError(f"{name} must be a finite squared norm >= 0, got {v!r}")
+        trace = n / (n - 1) * (float(mean_group_sq_norm) - float(sq_norm_of_mean))
+        self.trace_sum += trace
+        self.signal_sum += float(sq_norm_of_mean) - trace / n
+        self.steps += 1
+
+    def add_group_gradients(self, gradients: np.ndarray) -> None:
+        """Add one step from its per-group gradients, float (n_groups, n_parameters)."""
+        g = np.asarray(gradients, dtype=np.float64)
+        if g.ndim != 2:
+            raise ValueError(f"gradients must be (n_groups, n_parameters), got shape {g.shape}")
+        self.add_step(float((g * g).sum(axis=1).mean()), float(np.square(g.mean(axis=0)).sum()), g.shape[0])
+
+    @property
+    def value(self) -> float:
+        """``B_noise`` in groups: NaN before any step, ``inf`` while the signal estimate is <= 0
+        (the gradient is not yet distinguishable from its noise)."""
+        if self.steps == 0:
+            return float("nan")
+        if self.signal_sum <= 0:
+            return float("inf")
+        return max(0.0, self.trace_sum) / self.signal_sum
+
+    def ratio(self, groups_per_step: int) -> float:
+        """``B_noise / B`` for ``groups_per_step`` groups per step (the argument of :func:`predicted_speedup`)."""
+        if int(groups_per_step) < 1:
+            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step!r}")
+        return self.value / int(groups_per_step)
 
 
 @dataclass(frozen=True)
@@ -281,13 +400,15 @@ class AnchorAdvice:
         r: pooled within-group correlation of (calibrated) world-model and real scores.
         r_ci: its 95% bootstrap interval (groups resampled; NaN with fewer than 2 groups).
         costs: the per-rollout costs used.
-        f_star: Cochran's optimum for ``r`` (before ``f_min``/``f_max``).
+        f_star: :func:`optimal_anchor_fraction` for ``r``, γ and ``noise_batch_ratio`` (before
+            ``f_min``/``f_max``).
         f_star_ci: its 95% interval (from ``r_ci``'s resamples).
         recommended_fraction: ``f_star`` clipped to [``f_min``, ``f_max``].
-        predicted_speedup: :func:`predicted_speedup` at the recommended fraction (an upper bound).
+        predicted_speedup: :func:`predicted_speedup` at the recommended fraction (a model that
+            ignores the world model's bias; without a noise scale, its noise-limited end).
         predicted_speedup_ci: its 95% interval.
-        variance_ratio: gradient variance per unit compute relative to real-execution GRPO,
-            ``1 / predicted_speedup`` (< 1: WMRL is cheaper for the same precision).
+        variance_ratio: ``1 / predicted_speedup``: WMRL's compute to the target relative to
+            real-execution GRPO's (< 1: WMRL is cheaper).
         use_wmrl: the verdict: ``True`` when the predicted speedup exceeds 1 with enough groups.
         verdict: the verdict in one sentence a user can act on.
     """
@@ -307,6 +428,11 @@ class AnchorAdvice:
     verdict: str
     blind_spots: dict[str, Any] | None = None
     """:meth:`AnchorAdvisor.blind_spots`' answer (its ``"warning"`` is also in :meth:`format`)."""
+    noise_batch_ratio: float | None = None
+    """The ``B_noise / B`` used (``None``: not measured; the prediction is the noise-limited end)."""
+    predicted_speedup_range: tuple[float, float] = (float("nan"), float("nan"))
+    """The model's prediction at the recommended fraction from ``b = ∞`` (every step noise-limited)
+    to ``b = 0`` (the cost ratio per step): where a measured noise scale would put it."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -329,7 +455,10 @@ class AnchorAdvice:
             f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); recommended anchor fraction "
             f"{self.recommended_fraction:.3f}",
             f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
-            f"({ci(self.predicted_speedup_ci, '.2f')}; an upper bound: it ignores the world model's bias)",
+            f"({ci(self.predicted_speedup_ci, '.2f')}; a model that ignores the world model's bias; "
+            + (f"gradient noise scale / batch b = {self.noise_batch_ratio:.3g})" if self.noise_batch_ratio is not None
+               else f"noise scale not measured: {self.predicted_speedup_range[0]:.2f}x if every step is noise-limited, "
+                    f"up to {self.predicted_speedup_range[1]:.2f}x if the batch is far above the noise scale)"),
             f"verdict: {self.verdict}",
         ] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
 
@@ -353,7 +482,10 @@ class AnchorAdvisor:
         max_groups: anchor groups kept (FIFO; the oldest are dropped), >= 1.
         min_groups: groups (with 2+ rollouts scored both ways) below which the verdict is "not
             enough anchor groups yet", >= 2.
-        f_min, f_max: bounds of the recommended fraction, 0 <= f_min <= f_max <= 1.
+        f_min, f_max: bounds of the recommended fraction, 0 <= f_min <= f_max <= 1. The floor
+            ``f_min`` (default 0.05) holds the anchors the variance model does not price: those
+            that fit the calibration map and watch the world model for bias and breakage (the
+            model alone would often answer 0, world model only).
         n_boot: bootstrap resamples of the groups for the intervals (>= 0; 0: no intervals).
         seed: seed of the bootstrap.
 
@@ -366,10 +498,10 @@ class AnchorAdvisor:
         >>> adv.add_group([0.7, 0.1, 0.3], [1.0, 0.0, 0.0])
         >>> a = adv.advise(CostRates(execution_s=2.0, world_model_s=0.02))
         >>> a.use_wmrl, round(a.recommended_fraction, 3)
-        (True, 0.034)
+        (True, 0.05)
     """
 
-    def __init__(self, *, max_groups: int = 5000, min_groups: int = 8, f_min: float = 0.0, f_max: float = 1.0,
+    def __init__(self, *, max_groups: int = 5000, min_groups: int = 8, f_min: float = 0.05, f_max: float = 1.0,
                  n_boot: int = 1000, seed: int = 0) -> None:
         for name, v, lo in (("max_groups", max_groups, 1), ("min_groups", min_groups, 2), ("n_boot", n_boot, 0)):
             if not (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo):
@@ -478,8 +610,8 @@ class AnchorAdvisor:
             out.append([c if x is not None and math.isfinite(c) else None for x, c in zip(w, cal)])
         return out
 
-    def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
-               ) -> AnchorAdvice:
+    def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None,
+               noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The advice for the groups held and these costs.
 
         Args:
@@ -489,12 +621,17 @@ class AnchorAdvisor:
                 world-model scores before the correlation is taken (a map fitted on these same
                 pairs inflates r), since calibrated scores are
                 what WMRL trains on; ``None``: the raw scores.
+            noise_batch_ratio: real-execution GRPO's gradient noise scale over its batch,
+                ``B_noise / B`` (:class:`GradientNoiseScale`); ``None``: not measured (the
+                prediction is the noise-limited end of :attr:`AnchorAdvice.predicted_speedup_range`).
 
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
             undefined.
         """
+        b = _check_b(noise_batch_ratio)
+        b = None if math.isinf(b) else b
         wm = self._calibrated(calibrate)
         _, real = self.groups()
         r, n = pooled_within_group_correlation(wm, real)
@@ -505,10 +642,11 @@ class AnchorAdvisor:
                    else "no within-group spread in the world-model or the real scores yet")
             return AnchorAdvice(n, n_pairs, r, nan2, costs, float("nan"), nan2, float("nan"), float("nan"), nan2,
                                 float("nan"), False, f"not enough anchor groups yet ({why}): run more pilot groups",
-                                self.blind_spots())
-        f_star = optimal_anchor_fraction(r, costs.gamma)
+                                self.blind_spots(), b)
+        f_star = optimal_anchor_fraction(r, costs.gamma, b)
         rec = min(self.f_max, max(self.f_min, f_star))
-        s = predicted_speedup(rec, r, costs)
+        s = predicted_speedup(rec, r, costs, b)
+        s_range = (predicted_speedup(rec, r, costs), predicted_speedup(rec, r, costs, 0.0))
         r_ci = f_ci = s_ci = nan2
         if self.n_boot and n >= 2:
             rng = np.random.default_rng(self.seed)
@@ -520,10 +658,10 @@ class AnchorAdvisor:
                 rb, _ = pooled_within_group_correlation([wm[i] for i in pick], [real[i] for i in pick])
                 if not math.isfinite(rb):
                     continue
-                fb = optimal_anchor_fraction(rb, costs.gamma)
+                fb = optimal_anchor_fraction(rb, costs.gamma, b)
                 rs.append(rb)
                 fs.append(fb)
-                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs))
+                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs, b))
             if rs:
                 r_ci, f_ci, s_ci = (tuple(float(v) for v in np.percentile(a, [2.5, 97.5])) for a in (rs, fs, ss))
         use = s > 1.0
@@ -533,11 +671,11 @@ class AnchorAdvisor:
             if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, run more pilot groups to be sure"
         else:
-            verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup up to {s:.2f}x)"
+            verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x)"
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, run more pilot groups to be sure"
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
-                            use, verdict, self.blind_spots())
+                            use, verdict, self.blind_spots(), b, s_range)
 
     def state_dict(self) -> dict[str, Any]:
         """Settings and the groups held (JSON-serialisable)."""
@@ -565,6 +703,16 @@ class AnchorAdvisor:
         self.__dict__.update(fresh.__dict__)
 
 
+def _r_lower_bound(wm: Sequence[Scores], real: Sequence[Scores], z: float = 1.645) -> float:
+    """One-sided lower confidence bound of the pooled within-group correlation (Fisher z with
+    pairs − groups degrees of freedom); 1.0 (no evidence against the world model) when undefined."""
+    r, _ = pooled_within_group_correlation(wm, real)
+    if not math.isfinite(r):
+        return 1.0
+    dof = sum(max(0, sum(a is not None and b is not None for a, b in zip(w, x)) - 1) for w, x in zip(wm, real))
+    return math.tanh(math.atanh(max(-0.999999, min(0.999999, r))) - z / math.sqrt(max(1.0, dof - 2.0)))
+
+
 class ExecutionBudgetSpent(RuntimeError):
     """The run's execution budget is spent and ``on_budget_spent="stop"``: training must stop."""
 
@@ -582,8 +730,13 @@ class AdaptiveAnchorFraction:
        (:meth:`CostRates.from_ledger`, CPU-seconds) and fixed from then on, so that the routes
        depend only on the seed and γ (both saved with the state);
     3. r is the pooled within-group correlation of the last ``window`` anchor groups (calibrated
-       by the debiaser's current map when the run debiases), and the target is
-       ``clip(f*(r, γ), f_min, f_max)``;
+       by the debiaser's current map when the run debiases), taken at its one-sided 95% lower
+       bound (Fisher z, degrees of freedom = pairs − groups), the lower of the bounds over the
+       window and over its last ``max(2, min_groups // 2)`` groups (a degrading world model is
+       neither trusted on a short window's noise nor hidden by the window's older groups), and the
+       target is
+       ``clip(f*(r, γ, b), f_min, f_max)`` (:func:`optimal_anchor_fraction`; ``b`` the
+       ``noise_batch_ratio`` measured before the run, fixed like γ);
     4. hysteresis: the fraction moves to the target only when they differ by more than a factor
        ``1 + hysteresis`` (so it does not chatter with the noise of r);
     5. an ``execution_budget`` (real executions) caps the anchor groups of a step to what is
@@ -595,6 +748,9 @@ class AdaptiveAnchorFraction:
         start, f_min, f_max: fractions in [0, 1] with ``f_min <= f_max``; ``start`` is clipped to
             [f_min, f_max].
         cost_ratio: γ (>= 0) or ``None`` (measured at the end of the warm-up).
+        noise_batch_ratio: ``B_noise / B`` of real-execution GRPO (>= 0, e.g. from a pilot with
+            :class:`GradientNoiseScale`) or ``None`` (unknown: the noise-limited form, which sends
+            the fraction to ``f_min`` for a useful world model and to ``f_max`` for a useless one).
         window: anchor groups the online r is taken over (>= 2).
         min_groups: usable groups in the window before the fraction adapts (>= 2).
         hysteresis: relative change below which the fraction stays (>= 0).
@@ -612,7 +768,7 @@ class AdaptiveAnchorFraction:
     """
 
     def __init__(self, *, start: float = 0.1, f_min: float = 0.02, f_max: float = 0.5, cost_ratio: float | None = None,
-                 window: int = 16, min_groups: int = 8, hysteresis: float = 0.25, execution_budget: int | None = None,
+                 noise_batch_ratio: float | None = None, window: int = 16, min_groups: int = 8, hysteresis: float = 0.25, execution_budget: int | None = None,
                  on_budget_spent: str = "floor") -> None:
         if not (_finite(f_min) and _finite(f_max) and 0.0 <= f_min <= f_max <= 1.0):
             raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
@@ -638,6 +794,8 @@ class AdaptiveAnchorFraction:
         self.f_min, self.f_max = float(f_min), float(f_max)
         self.start = float(min(self.f_max, max(self.f_min, start)))
         self.cost_ratio = None if cost_ratio is None else float(cost_ratio)
+        b = _check_b(noise_batch_ratio)
+        self.noise_batch_ratio = None if math.isinf(b) else b
         self.window, self.min_groups, self.hysteresis = int(window), int(min_groups), float(hysteresis)
         self.execution_budget = None if execution_budget is None else int(execution_budget)
         self.on_budget_spent = on_budget_spent
@@ -655,7 +813,12 @@ class AdaptiveAnchorFraction:
         r, n = pooled_within_group_correlation(wm, real)
         if n < self.min_groups or not math.isfinite(r) or self.gamma is None:
             return None, r
-        return min(self.f_max, max(self.f_min, optimal_anchor_fraction(r, self.gamma))), r
+        # the one-sided 95% lower bound of r (Fisher z; dof = pairs minus groups), over the window and
+        # over its last few groups, whichever is lower: a world model that degrades must not be trusted
+        # on the noise of a short window, nor hidden for long by the older groups of a long one
+        recent = max(2, self.min_groups // 2)
+        r_low = min(_r_lower_bound(wm, real), _r_lower_bound(wm[-recent:], real[-recent:]))
+        return min(self.f_max, max(self.f_min, optimal_anchor_fraction(r_low, self.gamma, self.noise_batch_ratio))), r
 
     def step(self, step: int, advisor: AnchorAdvisor, ledger: CostLedger,
              calibrate: Callable[[Scores], Sequence[float]] | str | None = None) -> tuple[float, int | None]:
@@ -716,7 +879,7 @@ class AdaptiveAnchorFraction:
     def state_dict(self) -> dict[str, Any]:
         """Settings, the fraction in force, γ, the history and the budget flag (JSON-serialisable)."""
         return {"start": self.start, "f_min": self.f_min, "f_max": self.f_max, "cost_ratio": self.cost_ratio,
-                "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
+                "noise_batch_ratio": self.noise_batch_ratio, "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
                 "execution_budget": self.execution_budget, "on_budget_spent": self.on_budget_spent,
                 "fraction": self.fraction, "gamma": self.gamma, "history": [list(h) for h in self.history],
                 "budget_spent": self.budget_spent}
@@ -728,7 +891,9 @@ class AdaptiveAnchorFraction:
             KeyError: a key is missing. ValueError: a setting out of range; nothing changed then.
         """
         fresh = AdaptiveAnchorFraction(start=state["start"], f_min=state["f_min"], f_max=state["f_max"],
-                                       cost_ratio=state["cost_ratio"], window=state["window"],
+                                       cost_ratio=state["cost_ratio"],
+                                       noise_batch_ratio=state.get("noise_batch_ratio"),  # absent before it existed
+                                       window=state["window"],
                                        min_groups=state["min_groups"], hysteresis=state["hysteresis"],
                                        execution_budget=state["execution_budget"],
                                        on_budget_spent=state["on_budget_spent"])

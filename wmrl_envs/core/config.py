@@ -82,6 +82,10 @@ class CorrectionConfig:
     """anchor_fraction="auto": gamma = (world model + generation + update) / execution cost per rollout,
     e.g. from `wmrl advise`; None: measured from the run's CPU-seconds at the end of the warm-up, then
     fixed (give it for routes that depend on the seed alone)."""
+    noise_batch_ratio: float | None = None
+    """anchor_fraction="auto": B_noise / B, real-execution GRPO's gradient noise scale over its batch
+    (GradientNoiseScale, e.g. measured on a few real GRPO steps before the run), fixed like cost_ratio;
+    None: unknown (the noise-limited form: f_min for a useful world model, f_max for a useless one)."""
     auto_window: int = 16
     """anchor_fraction="auto": the last anchor groups the online within-group correlation is taken over."""
     auto_min_groups: int = 8
@@ -161,7 +165,7 @@ class CorrectionConfig:
         try:
             return AdaptiveAnchorFraction(
                 start=self.auto_start_fraction, f_min=self.f_min, f_max=self.f_max, cost_ratio=self.cost_ratio,
-                window=self.auto_window, min_groups=self.auto_min_groups, hysteresis=self.auto_hysteresis,
+                noise_batch_ratio=self.noise_batch_ratio, window=self.auto_window, min_groups=self.auto_min_groups, hysteresis=self.auto_hysteresis,
                 execution_budget=self.execution_budget, on_budget_spent=self.on_budget_spent)
         except ValueError as exc:
             msg = str(exc)
@@ -178,7 +182,7 @@ class CorrectionConfig:
                             anchor_window=self.anchor_window)
 
 
-_AUTO_FIELDS = ("auto_start_fraction", "f_min", "f_max", "cost_ratio", "auto_window", "auto_min_groups",
+_AUTO_FIELDS = ("auto_start_fraction", "f_min", "f_max", "cost_ratio", "noise_batch_ratio", "auto_window", "auto_min_groups",
                 "auto_hysteresis", "execution_budget", "on_budget_spent")
 """The settings of ``anchor_fraction="auto"`` (refused with a fixed fraction unless at their defaults)."""
 _AUTO_DEFAULTS = {f: CorrectionConfig.__dataclass_fields__[f].default for f in _AUTO_FIELDS}

@@ -237,11 +237,12 @@ class CorrectionLoop:
             a = self.adaptive
             auto = {} if a is None else dict(
                 auto_start_fraction=a.start, f_min=a.f_min, f_max=a.f_max, cost_ratio=a.cost_ratio,
+                noise_batch_ratio=a.noise_batch_ratio,
                 auto_window=a.window, auto_min_groups=a.min_groups, auto_hysteresis=a.hysteresis,
                 execution_budget=a.execution_budget, on_budget_spent=a.on_budget_spent)
             if a is None:  # a fixed fraction: the auto settings are not in use
                 auto = {f: CorrectionConfig.__dataclass_fields__[f].default for f in (
-                    "auto_start_fraction", "f_min", "f_max", "cost_ratio", "auto_window", "auto_min_groups",
+                    "auto_start_fraction", "f_min", "f_max", "cost_ratio", "noise_batch_ratio", "auto_window", "auto_min_groups",
                     "auto_hysteresis", "execution_budget", "on_budget_spent")}
             return dataclasses.replace(
                 self._config, **auto, anchor_fraction="auto" if a is not None else self.router.anchor_fraction,
@@ -549,7 +550,8 @@ class CorrectionLoop:
         """
         with self._lock:
             costs = costs if costs is not None else CostRates.from_ledger(self.ledger)
-            return self.advisor.advise(costs, calibrate=self._advice_calibration())
+            b = self.adaptive.noise_batch_ratio if self.adaptive is not None else None
+            return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b)
 
     def _advice_calibration(self) -> str | None:
         """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
