@@ -8,8 +8,9 @@ training), :func:`advice_from_run` (the same advice from a ``wmrl train`` run fo
 groups), :func:`plot_advice` and the built-in AutoResearch factories. The advice itself is
 :class:`wmrl_envs.core.AnchorAdvisor`'s (``docs/method.md``, "Choosing the anchor fraction"): the
 within-group correlation of world-model and real scores with a bootstrap CI, the per-rollout
-costs, the recommended anchor fraction f* and the predicted speedup over real-execution GRPO,
-which is an upper bound because it ignores the world model's bias.
+costs, the recommended anchor fraction f* and the predicted speedup over real-execution GRPO
+(a model of steps and cost per step that ignores the world model's bias; without a measured
+gradient noise scale, ``--noise-batch-ratio``, it is given as a range).
 
 The env, the world model and the policy are importable factories (``module:function``, called
 with no arguments):

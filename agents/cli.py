@@ -156,7 +156,7 @@ def _advise(argv: list[str]) -> int:
                  description="Whether a world model pays, and the anchor fraction to use: a pilot of N groups executed "
                              "for real and scored by the world model (or a wmrl train run folder's anchor groups), the "
                              "within-group correlation, costs per rollout, recommended anchor fraction and predicted "
-                             "speedup (an upper bound; docs/method.md, 'Choosing the anchor fraction').",
+                             "speedup (a model that ignores bias; docs/method.md, 'Choosing the anchor fraction').",
                  default=AdviseConfig())
     main_advise(cfg)
     return 0

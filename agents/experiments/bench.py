@@ -277,11 +277,15 @@ def run_method(
     max_steps: int,
     compute_budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
+    noise_scale: Any | None = None,
 ) -> MethodRun:
     """Train one method with one seed; snapshot the policy after every step.
 
     Stops after ``max_steps`` steps or once the cumulative compute reaches
-    ``compute_budget_s`` (seconds; ``None`` = no compute stop).
+    ``compute_budget_s`` (seconds; ``None`` = no compute stop). With ``noise_scale`` (a
+    :class:`wmrl_envs.core.GradientNoiseScale`) every step's per-group policy gradients
+    (:func:`agents.grpo.group_gradient_moments`, on the agent's ``policy``) are added to it before
+    the update; that measurement is charged to no cost source and left out of the wall-clock.
 
     Returns:
         A :class:`MethodRun` with per-step records (cumulative compute in seconds, ρ,
@@ -313,10 +317,18 @@ def run_method(
             actions, handle = agent.sample(tasks, cfg.group_size)
         groups = [wrapper.score_group(a, options={"task_id": t}) for t, a in zip(tasks, actions)]
         batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], drop_zero_advantage=True)
+        measured_s = 0.0
+        if noise_scale is not None and len(groups) >= 2:
+            from agents.grpo import group_gradient_moments
+
+            t1 = time.perf_counter()
+            noise_scale.add_step(*group_gradient_moments(agent.policy, handle, batch.row_index, batch.advantages,
+                                                         batch.group_index, len(groups)))
+            measured_s = time.perf_counter() - t1
         with ledger.timed(UPDATE):
             if len(batch.row_index):
                 agent.update(handle, batch.row_index, batch.advantages)
-        wall += time.perf_counter() - t0
+        wall += time.perf_counter() - t0 - measured_s
         cpu = float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES))
         stats = corrector.stats()
         run.records.append(StepRecord(

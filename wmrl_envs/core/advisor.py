@@ -7,13 +7,15 @@ Holds the closed forms (:func:`pooled_within_group_correlation`, :func:`optimal_
 :class:`AnchorAdvice`: the within-group correlation with a bootstrap CI, the recommended anchor
 fraction f*, the predicted speedup over real-execution GRPO and a plain verdict.
 
-The recommendation is Cochran's double-sampling optimum, the one ``ppi_py``'s power analysis uses
-for prediction-powered inference, applied to the *within-group* correlation because GRPO
-standardises advantages per group: ``f* = min(1, sqrt(γ (1 − r²) / r²))`` with ``γ`` the
-world model's (plus generation and update) cost per rollout over one execution's. The variance
-argument behind it ignores the world model's bias, so the predicted speedup is an upper bound.
-Derivation, and where it departs from the textbook: ``docs/method.md``, "Choosing the anchor
-fraction".
+The prediction is GRPO-specific: a world-model group is worth ``r²`` of a real one (``r`` the
+*within-group* correlation, since GRPO standardises advantages per group), so a WMRL step of
+``B`` groups at anchor fraction ``f`` is worth ``q·B`` real groups with ``q = f + (1 − f) r²``;
+the steps to a target follow McCandlish et al.'s gradient-noise-scale model,
+``S_min (1 + B_noise / B)``, with ``B_noise / B`` measured on real-execution GRPO
+(:class:`GradientNoiseScale`); the cost per step follows the ledger. f* maximises the predicted
+speedup; it ignores the world model's bias, which is why a floor ``f_min`` of anchors always
+remains. Cochran's double-sampling optimum (``ppi_py``'s power analysis) is the textbook form
+this departs from. Derivation: ``docs/method.md``, "Choosing the anchor fraction".
 """
 
 from __future__ import annotations
