@@ -71,3 +71,32 @@ def test_group_gradient_moments_match_the_softmax_closed_form():
     assert pol.logits.grad is None  # the parameters' .grad is not touched
     with pytest.raises(ValueError, match="group ids must lie"):
         group_gradient_moments(pol, handle, batch.row_index, batch.advantages, batch.group_index, 2)
+
+
+@pytest.mark.slow
+def test_noise_scale_script_quick_run_on_autoresearch(tmp_path):
+    """``benchmarks/noise_scale.py --quick``: real GRPO on AutoResearch in the sandbox, the noise scale
+    from its per-group gradients, and the advisor's prediction from an advice file."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from wmrl_envs.core import CostRates, predicted_speedup
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "noise_scale.py"
+    spec = importlib.util.spec_from_file_location("noise_scale", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    advice = {"r": 0.5, "costs": {"execution_s": 2.0, "world_model_s": 0.02, "other_s": 0.0, "unit": "CPU-s"}}
+    (tmp_path / "advice.json").write_text(json.dumps(advice))
+    out = mod.main(["--quick", "--advice", str(tmp_path / "advice.json"), "--fractions", "0.1",
+                    "--out", str(tmp_path / "ns.json")])
+    assert out["steps"] == 2 and out["groups_per_step"] == 2 and len(out["per_seed"]) == 1
+    assert out["per_seed"][0]["steps"] == 2
+    b = out["b"]
+    assert b >= 0 or math.isnan(b)
+    (p,) = out["predictions"]
+    costs = CostRates(2.0, 0.02)
+    assert p["b_inf"] == pytest.approx(predicted_speedup(0.1, 0.5, costs))
+    assert p["cost_ratio"] == pytest.approx(2.0 / 0.22)
+    assert json.loads((tmp_path / "ns.json").read_text())["b"] == pytest.approx(b, nan_ok=True)

@@ -217,9 +217,10 @@ class CorrectionLoop:
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
         if self.adaptive is not None:
             warnings.warn(
-                "anchor_fraction='auto' is experimental: on the known-truth map it chose more anchors than the "
-                "best fixed fraction for every imperfect world model (docs/advisor_check.md); a small fixed "
-                "fraction is the measured better choice there", UserWarning, stacklevel=2)
+                "anchor_fraction='auto' is experimental: on the known-truth map it matched or beat the best fixed "
+                "fraction when given a measured noise_batch_ratio, except for a world model that broke just after "
+                "its warm-up, and it has not been run on a live benchmark (docs/advisor_check.md)",
+                UserWarning, stacklevel=2)
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
