@@ -25,9 +25,11 @@ with no arguments):
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
+import numbers
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,10 +84,11 @@ class AdviseConfig:
     f_max: float = 1.0
     """Highest anchor fraction to recommend."""
     noise_batch_ratio: float | None = None
-    """B_noise / B: real-execution GRPO's gradient noise scale over its batch of groups, if measured
-    (wmrl_envs.core.GradientNoiseScale fed by agents.grpo.group_gradient_moments over a few real GRPO
-    steps); unset: the advice gives the model's range from a noise-limited batch to a batch far above
-    the noise scale, and recommends from the noise-limited end."""
+    """b = B_noise / B: real-execution GRPO's gradient noise scale (in groups) over the groups per step
+    of the run you plan (benchmarks/noise_scale.py measures B_noise on AutoResearch; in your own loop,
+    wmrl_envs.core.GradientNoiseScale fed by agents.grpo.group_gradient_moments); unset: the advice gives
+    the model's range from a noise-limited batch to a batch far above the noise scale, and recommends
+    from the noise-limited end."""
     min_groups: int = 8
     """Usable groups below which the verdict is "not enough anchor groups"."""
     n_boot: int = 1000
@@ -166,6 +169,7 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
 
     Args:
         run_dir: the run folder (its ``checkpoint/state.json`` is read).
+        noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
         advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
 
     Returns:
@@ -194,12 +198,7 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
     loop.advisor.load_state_dict({**loop.advisor.state_dict(), **advisor_settings})
-    if noise_batch_ratio is None:
-        return loop.advise(), loop
-    from wmrl_envs.core import CostRates
-
-    return loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate=loop._advice_calibration(),
-                               noise_batch_ratio=noise_batch_ratio), loop
+    return loop.advise(noise_batch_ratio=noise_batch_ratio), loop
 
 
 def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
@@ -290,9 +289,11 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
     AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
     b = cfg.noise_batch_ratio
-    if b is not None and not (isinstance(b, (int, float)) and math.isfinite(b) and b >= 0):
+    if b is not None and not (isinstance(b, numbers.Real) and not isinstance(b, bool) and b >= 0):
         raise ValueError(f"--noise-batch-ratio must be B_noise / B >= 0 (a measured gradient noise scale over the "
-                         f"batch), got {b!r}")
+                         f"batch of the run you plan; inf or unset: not measured), got {b!r}")
+    if b is not None and math.isinf(b):
+        cfg = dataclasses.replace(cfg, noise_batch_ratio=None)
     if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)

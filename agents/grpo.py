@@ -489,15 +489,25 @@ def group_gradient_moments(
         ``(mean_j |g_j|², |mean_j g_j|², n_groups)``, floats in squared gradient units.
 
     Raises:
-        ValueError: lengths disagree, ``n_groups < 2`` or a group id outside ``[0, n_groups)``.
+        ValueError: lengths disagree, rows or group ids not integers, a negative row, ``n_groups``
+            not an integer >= 2, a group id outside ``[0, n_groups)``, or an advantage not finite.
     """
-    rows_a = np.asarray(rows, dtype=np.int64).reshape(-1)
+    def ints(x: Any, name: str) -> np.ndarray:
+        a = np.asarray(x).reshape(-1)
+        if a.size and not (np.issubdtype(a.dtype, np.integer) and a.dtype != np.bool_):
+            raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+        return a.astype(np.int64)
+
+    rows_a, grp_a = ints(rows, "rows"), ints(groups, "groups")
     adv_a = np.asarray(advantages, dtype=np.float64).reshape(-1)
-    grp_a = np.asarray(groups, dtype=np.int64).reshape(-1)
     if not rows_a.size == adv_a.size == grp_a.size:
         raise ValueError(f"{rows_a.size} rows, {adv_a.size} advantages and {grp_a.size} group ids must agree")
-    if int(n_groups) < 2:
-        raise ValueError(f"n_groups must be >= 2, got {n_groups!r}")
+    if isinstance(n_groups, bool) or not isinstance(n_groups, numbers.Integral) or n_groups < 2:
+        raise ValueError(f"n_groups must be an integer >= 2, got {n_groups!r}")
+    if rows_a.size and rows_a.min() < 0:
+        raise ValueError(f"rows must be >= 0 (indices into the samples), got {int(rows_a.min())}")
+    if not np.isfinite(adv_a).all():
+        raise ValueError("advantages must be finite")
     if grp_a.size and (grp_a.min() < 0 or grp_a.max() >= n_groups):
         raise ValueError(f"group ids must lie in [0, {n_groups}), got {int(grp_a.min())}..{int(grp_a.max())}")
     params = [p for p in policy.trainable_parameters() if p.requires_grad]

@@ -18,7 +18,8 @@ Run (the figures of ``docs/advisor_check.md``, "On the live benchmark", were mad
     WMRL_TASK_SECRET=wmrl-reference .venv/bin/python benchmarks/noise_scale.py --advice runs/advise-live/advice.json
     .venv/bin/python benchmarks/noise_scale.py --quick      # smoke run: 2 steps of 2 groups
 
-Writes ``--out`` (JSON).
+Writes ``--out`` (strict JSON; an unresolved noise scale, inf or NaN, is written as null).
+``b`` depends on the batch: for a run of G groups per step use ``B_noise / G``.
 """
 
 from __future__ import annotations
@@ -62,12 +63,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     steps, seeds = (2, 1) if args.quick else (args.steps, args.seeds)
     if groups < 2 or size < 2 or steps < 1 or seeds < 1:
         raise SystemExit("need --groups-per-step >= 2, --group-size >= 2, --steps >= 1 and --seeds >= 1")
-    advice = None
-    if args.advice is not None:
+    if not all(0.0 <= f <= 1.0 for f in args.fractions):
+        raise SystemExit(f"--fractions must be anchor fractions in [0, 1], got {args.fractions}")
+    advice = costs = None
+    if args.advice is not None:  # checked before anything is measured
         advice = json.loads(Path(args.advice).read_text())
         for key in ("r", "costs"):
             if key not in advice:
                 raise SystemExit(f"{args.advice} has no {key!r}: pass the advice.json that wmrl advise writes")
+        if not isinstance(advice["r"], (int, float)) or not math.isfinite(advice["r"]):
+            raise SystemExit(f"{args.advice} has no measured correlation (r = {advice['r']!r}: too few pilot groups?); "
+                             "run wmrl advise with more --groups")
+        c = advice["costs"]
+        try:
+            costs = CostRates(c["execution_s"], c["world_model_s"], c.get("other_s", 0.0), c.get("unit", "CPU-s"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SystemExit(f"{args.advice}: its costs are not usable ({exc})") from None
     cfg = BenchConfig(methods=("real",), seeds=seeds, steps=steps, groups_per_step=groups, group_size=size,
                       sandbox=args.sandbox)
     sandbox = make_sandbox(args.sandbox, hidden_paths=sandbox_hidden_paths())
@@ -81,9 +92,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             run_method(METHODS["real"], seed, cfg, lambda s: GrammarBenchAgent(s),
                        lambda: AutoResearchEnv(tasks="train", sandbox=sandbox), None, list_tasks("train"),
                        max_steps=steps, noise_scale=gns, progress=print)
-            pooled.trace_sum += gns.trace_sum
-            pooled.signal_sum += gns.signal_sum
-            pooled.steps += gns.steps
+            pooled.merge(gns)
             per_seed.append({"seed": seed, "b_noise_groups": gns.value, "b": gns.ratio(groups), "steps": gns.steps})
             print(f"[noise] seed {seed}: B_noise = {gns.value:.3g} groups, b = B_noise / B = {gns.ratio(groups):.3g}")
     finally:
@@ -93,9 +102,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                            "b_noise_groups": pooled.value, "b": b, "per_seed": per_seed}
     print(f"[noise] pooled over {seeds} seeds x {steps} steps: B_noise = {pooled.value:.3g} groups; "
           f"b = {b:.3g} at {groups} groups per step")
+    print(f"[noise] b scales with the batch: for a run of G groups per step pass --noise-batch-ratio "
+          f"{pooled.value:.3g} / G (wmrl advise) or CorrectionConfig(noise_batch_ratio=...) likewise")
     if advice is not None:
-        c = advice["costs"]
-        costs = CostRates(c["execution_s"], c["world_model_s"], c.get("other_s", 0.0), c.get("unit", "CPU-s"))
         r = float(advice["r"])
         bb = b if math.isfinite(b) else None
         out["predictions"] = [{"fraction": f, "with_b": predicted_speedup(f, r, costs, bb),
@@ -106,7 +115,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print(f"  f = {p['fraction']}: predicted {p['with_b']:.2f}x with b = {b:.3g} "
                   f"(b = inf: {p['b_inf']:.2f}x; cost ratio per step: {p['cost_ratio']:.2f}x)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=float))
+    def strict(x: Any) -> Any:  # strict JSON: inf / NaN (an unresolved noise scale) written as null
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: strict(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [strict(v) for v in x]
+        return x
+
+    Path(args.out).write_text(json.dumps(strict(out), indent=1, allow_nan=False))
     return out
 
 

@@ -139,10 +139,24 @@ def test_a_measured_noise_scale_moves_the_advice():
     small_b = adv.advise(costs, noise_batch_ratio=1.0)
     assert small_b.noise_batch_ratio == 1.0
     assert small_b.recommended_fraction == pytest.approx(0.1, abs=0.02)   # sqrt(0.01 * 1), r ≈ 0
-    assert small_b.use_wmrl and small_b.predicted_speedup > 1.5
+    # WMRL's predicted speedup (> 1) comes from running fewer real groups per step, which real GRPO on
+    # 10% of the groups gets by itself ((1 + b) / (f + b) = 1.82): the world model adds nothing
+    assert small_b.predicted_speedup > 1.5
+    assert small_b.predicted_speedup_smaller_batch == pytest.approx(2 / (small_b.recommended_fraction + 1))
+    assert small_b.predicted_speedup < small_b.predicted_speedup_smaller_batch
+    assert not small_b.use_wmrl and "the world model adds nothing" in small_b.verdict
     assert "b = 1" in small_b.format() and "noise scale not measured" in unknown.format()
+    # a good world model beats the smaller batch by far
+    good = AnchorAdvisor(n_boot=0)
+    for w, x in zip(*synthetic_groups(0.8, 400, seed=5)):
+        good.add_group(w, x)
+    g = good.advise(costs, noise_batch_ratio=1.0)
+    assert g.use_wmrl and g.recommended_fraction == 0.05
+    assert g.predicted_speedup > 5 * g.predicted_speedup_smaller_batch
     with pytest.raises(ValueError, match="noise_batch_ratio"):
         adv.advise(costs, noise_batch_ratio=float("nan"))
+    with pytest.raises(TypeError, match="CostRates"):
+        adv.advise(None)
 
 
 def test_verdict_flips_with_the_cost_ratio_at_fixed_correlation():

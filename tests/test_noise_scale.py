@@ -33,12 +33,31 @@ def test_noise_scale_edges():
     assert math.isnan(gns.value)
     gns.add_step(mean_group_sq_norm=2.0, sq_norm_of_mean=0.5, n_groups=4)  # trace 2, signal 0: pure noise
     assert gns.trace_sum == pytest.approx(2.0) and gns.signal_sum == pytest.approx(0.0) and gns.value == math.inf
-    with pytest.raises(ValueError, match="at least 2 groups"):
+    with pytest.raises(ValueError, match="groups per step >= 2"):
         gns.add_step(1.0, 1.0, 1)
+    with pytest.raises(ValueError, match="groups per step >= 2"):
+        gns.add_step(1.0, 1.0, 2.9)
+    with pytest.raises(ValueError, match="swapped"):
+        gns.add_step(1.0, 5.0, 3)  # |mean g|² > mean |g|²: impossible
     with pytest.raises(ValueError, match="squared norm"):
         gns.add_step(-1.0, 0.0, 4)
     with pytest.raises(ValueError, match="groups_per_step"):
         gns.ratio(0)
+    with pytest.raises(ValueError, match="groups_per_step"):
+        gns.ratio(True)
+
+
+def test_a_single_group_with_signal_is_unresolved_not_a_huge_number():
+    """One nonzero group of three: the signal estimate is exactly 0 in theory, ~1e-15 in floats."""
+    g = np.zeros((3, 50))
+    g[0] = np.random.default_rng(0).normal(size=50)
+    gns = GradientNoiseScale()
+    gns.add_group_gradients(g)
+    assert gns.value == math.inf
+    other = GradientNoiseScale()
+    other.add_group_gradients(np.ones((4, 3)))  # all groups agree: no noise
+    other.merge(gns)
+    assert other.steps == 2 and other.trace_sum == pytest.approx(gns.trace_sum)
 
 
 def test_group_gradient_moments_match_the_softmax_closed_form():

@@ -97,6 +97,9 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
 
     if not cfg.fractions or not all(0 < f <= 1 for f in cfg.fractions):
         raise ValueError(f"fractions must be anchor fractions in (0, 1], got {cfg.fractions!r}")
+    if isinstance(cfg.pilot_steps, bool) or not isinstance(cfg.pilot_steps, int) or cfg.pilot_steps < 1:
+        raise ValueError(f"pilot_steps must be an integer >= 1 (real-GRPO steps the noise scale is measured on), "
+                         f"got {cfg.pilot_steps!r}")
     sc = replace(cfg.sweep, levels=tuple(cfg.levels), fractions=tuple(cfg.fractions), breaking=cfg.breaking)
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

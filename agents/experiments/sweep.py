@@ -152,8 +152,9 @@ class SweepConfig:
     n_boot: int = 2000
     """Bootstrap replicates of each speedup's interval."""
     auto_noise_batch_ratio: float | None = None
-    """Runs with anchor_fraction="auto": the noise_batch_ratio they are given (B_noise / B of real GRPO,
-    measured before them; wmrl bench advisor sets it from its real-GRPO runs' first steps); None: unknown."""
+    """Runs with anchor_fraction="auto" (wmrl bench advisor's; the sweep's own cells fix the fraction): the
+    noise_batch_ratio they are given (B_noise / B of real GRPO); wmrl bench advisor replaces it with the
+    one it measures on its real-GRPO runs' first steps; None: unknown."""
     correlation_groups: int = 512
     """Groups drawn to measure each level's correlation under the untrained policy."""
     workers: int = 2
@@ -186,6 +187,9 @@ class SweepConfig:
         for name in ("seeds", "steps", "groups_per_step", "n_tasks", "workers", "n_boot", "correlation_groups"):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "an integer >= 1")
         check(isinstance(self.break_at_step, int) and self.break_at_step >= 0, "break_at_step", "an integer >= 0")
+        b = self.auto_noise_batch_ratio
+        check(b is None or (isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0),
+              "auto_noise_batch_ratio", "None or a number >= 0 (B_noise / B)")
         if self.breaking and self.break_at_step >= self.steps:
             raise ValueError(
                 f"SweepConfig.break_at_step={self.break_at_step} is not within real GRPO's {self.steps} steps: the "

@@ -214,8 +214,8 @@ def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | N
     """The anchor fraction that maximises :func:`predicted_speedup` (the GRPO-specific optimum).
 
     Maximises ``(1 + b) / ((f + γ)(1 + b / q(f)))`` with ``q(f) = f + (1 − f) r²`` over
-    ``f`` in [0, 1] (a grid of 2001 log-spaced fractions from 1e-4 and 0; ties go to the smaller
-    fraction). Without a noise scale (``b → ∞``) the objective is ``q(f) / (f + γ)``, monotone in
+    ``f`` in [0, 1] (the argmax over a grid: 0 and 2001 log-spaced fractions from 1e-4 to 1; where
+    the objective is flat, as for ``r = 0`` with ``γ = 0``, the grid's first maximum). Without a noise scale (``b → ∞``) the objective is ``q(f) / (f + γ)``, monotone in
     ``f``: 0 when ``r² > γ (1 − r²)`` (the world model's groups are worth their cost: as few
     anchors as the floor allows), 1 otherwise. With a finite ``b`` the optimum can lie inside;
     for a useless world model (``r = 0``) it is ``sqrt(γ b)`` (capped at 1). Textbook double
@@ -309,6 +309,8 @@ def predicted_speedup(f: float, r: float, costs: CostRates, noise_batch_ratio: f
     """
     if not _finite(f) or not 0.0 <= f <= 1.0:
         raise ValueError(f"f must be an anchor fraction in [0, 1], got {f!r}")
+    if not isinstance(costs, CostRates):
+        raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
     r2 = max(0.0, _check_r(r)) ** 2
     b = _check_b(noise_batch_ratio)
     real = costs.other_s + costs.execution_s
@@ -351,44 +353,74 @@ class GradientNoiseScale:
         Args:
             mean_group_sq_norm: ``mean_j |g_j|²`` over the step's groups (a group without policy
                 signal, e.g. all rollouts scored alike, counts with ``g_j = 0``).
-            sq_norm_of_mean: ``|mean_j g_j|²``.
-            n_groups: ``n`` >= 2, the groups of the step.
+            sq_norm_of_mean: ``|mean_j g_j|²`` (never above ``mean_group_sq_norm``).
+            n_groups: ``n`` >= 2, the groups of the step (an integer).
 
         Raises:
-            ValueError: fewer than 2 groups, or a moment negative or not finite.
+            ValueError: fewer than 2 groups or a non-integer count, a moment negative or not
+                finite, or ``sq_norm_of_mean`` above ``mean_group_sq_norm`` (impossible for the
+                moments of one set of gradients: the two arguments are swapped).
         """
+        if isinstance(n_groups, bool) or not isinstance(n_groups, numbers.Integral) or n_groups < 2:
+            raise ValueError(f"the noise scale needs an integer number of groups per step >= 2, got {n_groups!r}")
         n = int(n_groups)
-        if n < 2:
-            raise ValueError(f"the noise scale needs at least 2 groups per step, got {n_groups!r}")
         for name, v in (("mean_group_sq_norm", mean_group_sq_norm), ("sq_norm_of_mean", sq_norm_of_mean)):
             if not _finite(v) or float(v) < 0:
                 raise ValueError(f"{name} must be a finite squared norm >= 0, got {v!r}")
-        trace = n / (n - 1) * (float(mean_group_sq_norm) - float(sq_norm_of_mean))
+        m, s2 = float(mean_group_sq_norm), float(sq_norm_of_mean)
+        if s2 > m * (1 + 1e-9) + 1e-300:
+            raise ValueError(f"sq_norm_of_mean ({s2:.6g}) exceeds mean_group_sq_norm ({m:.6g}), which the moments of one "
+                             "set of gradients cannot do: are the two arguments swapped?")
+        trace = n / (n - 1) * (m - s2)
         self.trace_sum += trace
-        self.signal_sum += float(sq_norm_of_mean) - trace / n
+        self.signal_sum += s2 - trace / n
         self.steps += 1
 
     def add_group_gradients(self, gradients: np.ndarray) -> None:
-        """Add one step from its per-group gradients, float (n_groups, n_parameters)."""
+        """Add one step from its per-group gradients, float (n_groups, n_parameters).
+
+        Raises:
+            ValueError: not 2-D, fewer than 2 groups, or a value not finite.
+        """
         g = np.asarray(gradients, dtype=np.float64)
         if g.ndim != 2:
             raise ValueError(f"gradients must be (n_groups, n_parameters), got shape {g.shape}")
-        self.add_step(float((g * g).sum(axis=1).mean()), float(np.square(g.mean(axis=0)).sum()), g.shape[0])
+        if not np.isfinite(g).all():
+            raise ValueError("gradients must be finite")
+        self.add_step(float((g * g).sum(axis=1).mean()), float(np.square(g.mean(axis=0)).sum()), int(g.shape[0]))
+
+    def merge(self, other: GradientNoiseScale) -> None:
+        """Pool another estimate into this one (sums of both estimators and of steps, e.g. over seeds)."""
+        self.trace_sum += other.trace_sum
+        self.signal_sum += other.signal_sum
+        self.steps += other.steps
 
     @property
     def value(self) -> float:
-        """``B_noise`` in groups: NaN before any step, ``inf`` while the signal estimate is <= 0
-        (the gradient is not yet distinguishable from its noise)."""
+        """``B_noise`` in groups: NaN before any step, ``inf`` while the signal estimate is not
+        above float rounding (``<= 1e-9 × tr(Σ)``: the gradient is not yet distinguishable from
+        its noise, e.g. when a single group per step carries signal)."""
         if self.steps == 0:
             return float("nan")
-        if self.signal_sum <= 0:
+        if not (math.isfinite(self.trace_sum) and math.isfinite(self.signal_sum)):
+            return float("nan")
+        if self.signal_sum <= 1e-9 * max(self.trace_sum, 0.0):
             return float("inf")
         return max(0.0, self.trace_sum) / self.signal_sum
 
     def ratio(self, groups_per_step: int) -> float:
-        """``B_noise / B`` for ``groups_per_step`` groups per step (the argument of :func:`predicted_speedup`)."""
-        if int(groups_per_step) < 1:
-            raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step!r}")
+        """``b = B_noise / B`` for a run of ``groups_per_step`` groups per step, the argument of
+        :func:`predicted_speedup` (``B_noise`` does not depend on the batch; ``b`` does: give the
+        groups per step of the run the prediction is for, not necessarily those it was measured at).
+
+        Returns:
+            ``b`` (NaN before any step, ``inf`` while the signal is not resolved).
+
+        Raises:
+            ValueError: ``groups_per_step`` not an integer >= 1.
+        """
+        if isinstance(groups_per_step, bool) or not isinstance(groups_per_step, numbers.Integral) or groups_per_step < 1:
+            raise ValueError(f"groups_per_step must be an integer >= 1, got {groups_per_step!r}")
         return self.value / int(groups_per_step)
 
 
@@ -434,7 +466,12 @@ class AnchorAdvice:
     """The ``B_noise / B`` used (``None``: not measured; the prediction is the noise-limited end)."""
     predicted_speedup_range: tuple[float, float] = (float("nan"), float("nan"))
     """The model's prediction at the recommended fraction from ``b = ∞`` (every step noise-limited)
-    to ``b = 0`` (the cost ratio per step): where a measured noise scale would put it."""
+    to ``b = 0`` (the cost ratio per step): where a measured noise scale would put it (NaN with too
+    few groups)."""
+    predicted_speedup_smaller_batch: float = float("nan")
+    """What real-execution GRPO on ``recommended_fraction`` × the groups per step gives by itself,
+    ``(1 + b) / (f + b)`` (1 without a noise scale): the verdict says "use WMRL" only when WMRL beats
+    both this and 1, so that a world model whose only merit is a smaller real batch is not credited."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -632,6 +669,8 @@ class AnchorAdvisor:
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
             undefined.
         """
+        if not isinstance(costs, CostRates):
+            raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
         b = _check_b(noise_batch_ratio)
         b = None if math.isinf(b) else b
         wm = self._calibrated(calibrate)
@@ -666,8 +705,15 @@ class AnchorAdvisor:
                 ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs, b))
             if rs:
                 r_ci, f_ci, s_ci = (tuple(float(v) for v in np.percentile(a, [2.5, 97.5])) for a in (rs, fs, ss))
-        use = s > 1.0
-        if not use:
+        # what a smaller real batch gives by itself (real GRPO on rec·B groups per step): with a finite b
+        # fewer real groups per step cost few extra steps, and a world model must beat that, not only 1
+        s_small = 1.0 if b is None or rec <= 0 else (1.0 + b) / (rec + b)
+        use = s > max(1.0, s_small)
+        if not use and s > 1.0:
+            verdict = (f"do not use WMRL: its predicted {s:.2f}x at anchor fraction {rec:.3f} is no more than real GRPO "
+                       f"on {rec:.1%} of the groups per step gives by itself ({s_small:.2f}x with b = {b:.3g}; r = "
+                       f"{r:.2f}): the world model adds nothing, train on real execution with fewer groups per step")
+        elif not use:
             verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
                        f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
             if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
@@ -677,7 +723,7 @@ class AnchorAdvisor:
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, run more pilot groups to be sure"
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
-                            use, verdict, self.blind_spots(), b, s_range)
+                            use, verdict, self.blind_spots(), b, s_range, s_small)
 
     def state_dict(self) -> dict[str, Any]:
         """Settings and the groups held (JSON-serialisable)."""
@@ -901,6 +947,13 @@ class AdaptiveAnchorFraction:
                                        on_budget_spent=state["on_budget_spent"])
         if not (_finite(state["fraction"]) and 0.0 <= float(state["fraction"]) <= 1.0):
             raise ValueError(f"a saved adaptive anchor fraction must be in [0, 1], got {state['fraction']!r}")
+        if float(state["fraction"]) > 0 and not fresh.f_min <= float(state["fraction"]) <= fresh.f_max:
+            raise ValueError(f"a saved adaptive anchor fraction {state['fraction']!r} lies outside its own "
+                             f"[f_min, f_max] = [{fresh.f_min}, {fresh.f_max}]: the state is inconsistent")
+        if state["gamma"] is not None and not (_finite(state["gamma"]) and float(state["gamma"]) >= 0):
+            raise ValueError(f"a saved cost ratio gamma must be None or a number >= 0, got {state['gamma']!r}")
+        if not all(isinstance(h, (list, tuple)) and len(h) == 3 for h in state["history"]):
+            raise ValueError("a saved adaptive history must be a list of [step, fraction, r] entries")
         fresh.fraction = float(state["fraction"])
         fresh.gamma = None if state["gamma"] is None else float(state["gamma"])
         fresh.history = [(int(s), float(f), float(r)) for s, f, r in state["history"]]

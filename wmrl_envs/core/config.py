@@ -83,8 +83,9 @@ class CorrectionConfig:
     e.g. from `wmrl advise`; None: measured from the run's CPU-seconds at the end of the warm-up, then
     fixed (give it for routes that depend on the seed alone)."""
     noise_batch_ratio: float | None = None
-    """anchor_fraction="auto": B_noise / B, real-execution GRPO's gradient noise scale over its batch
-    (GradientNoiseScale, e.g. measured on a few real GRPO steps before the run), fixed like cost_ratio;
+    """anchor_fraction="auto": B_noise / B, real-execution GRPO's gradient noise scale (in groups) over this
+    run's groups per step (GradientNoiseScale.ratio(groups_per_step), e.g. measured on a few real GRPO
+    steps before the run; B_noise does not depend on the batch, b does), fixed like cost_ratio;
     None: unknown (the noise-limited form: f_min for a useful world model, f_max for a useless one)."""
     auto_window: int = 16
     """anchor_fraction="auto": the last anchor groups the online within-group correlation is taken over."""

@@ -536,7 +536,7 @@ class CorrectionLoop:
             self.ungraded.record_group(causes, training=False, score_failures=score_failures,
                                        messages=messages, where=where)
 
-    def advise(self, costs: CostRates | None = None) -> AnchorAdvice:
+    def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far
         (:class:`~wmrl_envs.core.advisor.AnchorAdvisor`; ``docs/method.md``, "Choosing the anchor
         fraction"). When the run debiases, world-model scores are calibrated out of sample
@@ -545,13 +545,16 @@ class CorrectionLoop:
         Args:
             costs: per-rollout costs; default: this run's ledger in CPU-seconds
                 (:meth:`CostRates.from_ledger`).
+            noise_batch_ratio: ``B_noise / B`` for the prediction; default: the adaptive
+                fraction's (``None`` without one: not measured).
 
         Raises:
             ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet.
         """
         with self._lock:
             costs = costs if costs is not None else CostRates.from_ledger(self.ledger)
-            b = self.adaptive.noise_batch_ratio if self.adaptive is not None else None
+            b = noise_batch_ratio if noise_batch_ratio is not None else (
+                self.adaptive.noise_batch_ratio if self.adaptive is not None else None)
             return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b)
 
     def _advice_calibration(self) -> str | None:
