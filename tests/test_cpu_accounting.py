@@ -245,7 +245,9 @@ def test_real_cgroup_keeps_its_cpu_seconds_after_removal() -> None:
     code = "import time\nwhile time.process_time() < 0.4:\n    pass\n"
     subprocess.run([sys.executable, "-c", code], preexec_fn=ex.join, check=True, timeout=60)
     before = ex.cpu_seconds()
-    assert before is not None and 0.4 <= before <= 1.5
+    # The cgroup's cpu.stat and the child's own process_time() are two accountings of the same
+    # work; they differ by a few milliseconds (CI once read 0.3997 s), so allow 5% below.
+    assert before is not None and 0.38 <= before <= 1.5
     assert ex.remove() and not any(os.path.exists(f) for f in ex.folders)
     assert ex.cpu_seconds() == before
 
