@@ -161,7 +161,7 @@ def test_cgroup_cpu_time_includes_a_setsid_escapee(backend: str, tmp_path: Path)
         pytest.skip("cgroup v1 without a writable cpuacct hierarchy")
     res = _backend(backend).run_python(SETSID_ESCAPEE, tmp_path)
     assert res.ok and (tmp_path / "escapee-done").exists()
-    assert res.extras["cpu_time_source"] == "cgroup" and 0.6 <= res.cpu_time_s <= 2.0
+    assert res.extras["cpu_time_source"] == "cgroup" and 0.57 <= res.cpu_time_s <= 2.0
 
 
 #: The program writes its pid into the root groups' ``cgroup.procs`` (v1 cpuacct, pids, memory;
@@ -200,7 +200,7 @@ def test_a_program_that_leaves_its_cgroup(backend: str, tmp_path: Path) -> None:
     assert res.extras["cpu_time_source"] == "cgroup"
     if backend == "bubblewrap":
         assert res.stdout.strip() == "0"
-        assert 0.6 <= res.cpu_time_s <= 2.0
+        assert 0.57 <= res.cpu_time_s <= 2.0  # cgroup vs process_time: within 5%
     else:
         assert int(res.stdout) >= 1  # it left the execution cgroup
         assert res.cpu_time_s < 0.3  # its 0.6 CPU-s after leaving are not counted
@@ -279,7 +279,7 @@ def test_autoresearch_info_carries_the_sandboxed_trees_cpu_seconds(tmp_path: Pat
     _, _, _, _, info = env.step(busy)
     assert info["status"] == "ran_no_sub" and env.last_grade is not None
     sandbox_cpu = env.last_grade.cpu_time_s
-    assert 0.5 <= sandbox_cpu <= 1.5
+    assert 0.475 <= sandbox_cpu <= 1.5  # cgroup vs process_time: within 5%
     # the tree's CPU plus the host thread's share of the step (public files, grading)
     assert sandbox_cpu <= info[EXECUTION_CPU_KEY] <= sandbox_cpu + 1.0
     env.reset(seed=0)
