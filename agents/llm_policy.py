@@ -6,7 +6,8 @@ own samples for the GRPO loss: it is an :class:`agents.grpo.GRPOPolicy`
 (:meth:`LLMPolicy.grpo_logprobs` on the flat rows of :class:`PolicySamples`), so
 :func:`agents.grpo.grpo_update` trains it. The frozen reference policy is the same
 backbone with the LoRA adapters disabled, so policy, reference — and the LLM judge world
-model, when it shares the backbone — cost one model in memory.
+model, when it shares the backbone — cost one model in memory (with ``finetune="full"`` the
+reference is a frozen copy). Every tensor is built on the model's device.
 
 Two solution modes:
 
@@ -124,14 +125,25 @@ class LLMPolicy:
         temperature: sampling temperature; log-probabilities use the same temperature, so the
             sampled distribution and the optimised one agree.
         seed: seed of the sampling generator.
+        finetune: ``"lora"`` (default): train LoRA adapters; the frozen reference of the KL is the
+            same backbone with the adapters disabled (no second copy in memory). ``"full"``: train
+            every weight; the reference is a frozen copy made here (:attr:`reference_model`,
+            twice the weights' memory).
+        gradient_checkpointing: recompute activations in the backward pass (transformers'
+            gradient checkpointing) to fit longer completions or bigger backbones in memory;
+            the update's forward then scores prompt and completion in one pass (no key/value
+            cache), which gives the same log-probabilities.
 
     Attributes:
+        reference_model: the frozen reference with ``finetune="full"`` (``None`` with LoRA).
+        device: the ``torch.device`` of the model; every tensor of sampling and log-probs is
+            built there.
         n_sample_calls: calls of :meth:`sample` so far (int); the k-th call draws from a
             generator seeded ``seed * 1_000_003 + k``, so ``(seed, n_sample_calls)`` is the whole
             sampling state (a checkpoint saves it; setting both restarts a stream).
 
     Raises:
-        ValueError: unknown mode or non-positive temperature.
+        ValueError: unknown mode or finetune, or non-positive temperature.
     """
 
     def __init__(
@@ -147,6 +159,8 @@ class LLMPolicy:
         max_new_tokens: int = 32,
         temperature: float = 1.0,
         seed: int = 0,
+        finetune: Literal["lora", "full"] = "lora",
+        gradient_checkpointing: bool = False,
     ) -> None:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -154,7 +168,21 @@ class LLMPolicy:
             raise ValueError(f"mode must be 'line' or 'script', got {mode!r}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
-        if not isinstance(model, PeftModel):
+        if finetune not in ("lora", "full"):
+            raise ValueError(f"finetune must be 'lora' (adapters) or 'full' (every weight), got {finetune!r}")
+        self.finetune = finetune
+        self.reference_model = None
+        if finetune == "full":
+            if isinstance(model, PeftModel):
+                raise ValueError("finetune='full' needs a plain transformers model, got a PeftModel (use finetune='lora')")
+            import copy
+
+            self.reference_model = copy.deepcopy(model).eval()
+            for q in self.reference_model.parameters():
+                q.requires_grad_(False)
+            for q in model.parameters():
+                q.requires_grad_(True)
+        elif not isinstance(model, PeftModel):
             cfg = LoraConfig(
                 r=lora_r,
                 lora_alpha=lora_alpha,
@@ -164,6 +192,15 @@ class LLMPolicy:
                 task_type="CAUSAL_LM",
             )
             model = get_peft_model(model, cfg)
+        self.gradient_checkpointing = bool(gradient_checkpointing)
+        if self.gradient_checkpointing:
+            enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x's name
+            if enable is not None:
+                enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if finetune == "lora" and hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()  # frozen embeddings: checkpointed blocks still need a grad path
         self.model = model
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
@@ -173,6 +210,11 @@ class LLMPolicy:
         self.temperature = float(temperature)
         self.seed = int(seed)
         self.n_sample_calls = 0
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's parameters."""
+        return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ prompts
     def build_prompt(self, observation: dict[str, Any], task: Any | None = None) -> str:
@@ -260,7 +302,7 @@ class LLMPolicy:
             pad = tok.pad_token_id
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in flat])
             attn = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in flat])
-            device = next(self.model.parameters()).device
+            device = self.device
             generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self.n_sample_calls)
             self.n_sample_calls += 1
             stop = ["\n"] if self.mode == "line" else ["```"]
@@ -377,25 +419,37 @@ class LLMPolicy:
             (G, C) entropies or ``None``.
         """
         if reference:
-            with torch.no_grad(), self.model.disable_adapter():
-                lp, mask, ent = self._group_logprobs(prompt_ids, completion_ids, with_entropy)
+            if self.reference_model is not None:
+                with torch.no_grad():
+                    lp, mask, ent = self._group_logprobs(prompt_ids, completion_ids, with_entropy, self.reference_model)
+            else:
+                with torch.no_grad(), self.model.disable_adapter():
+                    lp, mask, ent = self._group_logprobs(prompt_ids, completion_ids, with_entropy)
             return lp.detach(), mask, None if ent is None else ent.detach()
         return self._group_logprobs(prompt_ids, completion_ids, with_entropy)
 
-    def _group_logprobs(self, prompt_ids, completion_ids, with_entropy):
+    def _group_logprobs(self, prompt_ids, completion_ids, with_entropy, model=None):
+        model = self.model if model is None else model
+        dev = self.device
         g = len(completion_ids)
         c = max(len(x) for x in completion_ids)
         pad = self.tokenizer.pad_token_id
-        comp = torch.tensor([list(x) + [pad] * (c - len(x)) for x in completion_ids])
-        mask = torch.tensor([[1.0] * len(x) + [0.0] * (c - len(x)) for x in completion_ids])
-        p = torch.tensor([list(prompt_ids)])
-        out_p = self.model(input_ids=p, use_cache=True)
-        cache = out_p.past_key_values
-        cache.batch_repeat_interleave(g)
-        attn = torch.ones(g, p.shape[1] + c, dtype=torch.long)
-        out_c = self.model(input_ids=comp, cache=cache, attention_mask=attn, use_cache=False)
-        first = out_p.logits[:, -1:, :].expand(g, 1, -1)
-        logits = torch.cat([first, out_c.logits[:, :-1, :]], dim=1).float() / self.temperature
+        comp = torch.tensor([list(x) + [pad] * (c - len(x)) for x in completion_ids], device=dev)
+        mask = torch.tensor([[1.0] * len(x) + [0.0] * (c - len(x)) for x in completion_ids], device=dev)
+        p = torch.tensor([list(prompt_ids)], device=dev)
+        if self.gradient_checkpointing and model.training:
+            # checkpointed blocks cannot return a key/value cache: one pass over prompt + completion
+            full = torch.cat([p.expand(g, -1), comp], dim=1)
+            out = model(input_ids=full, use_cache=False)
+            logits = out.logits[:, p.shape[1] - 1 : -1, :].float() / self.temperature
+        else:
+            out_p = model(input_ids=p, use_cache=True)
+            cache = out_p.past_key_values
+            cache.batch_repeat_interleave(g)
+            attn = torch.ones(g, p.shape[1] + c, dtype=torch.long, device=dev)
+            out_c = model(input_ids=comp, cache=cache, attention_mask=attn, use_cache=False)
+            first = out_p.logits[:, -1:, :].expand(g, 1, -1)
+            logits = torch.cat([first, out_c.logits[:, :-1, :]], dim=1).float() / self.temperature
         logp_all = torch.log_softmax(logits, dim=-1)
         lp = logp_all.gather(-1, comp.unsqueeze(-1)).squeeze(-1) * mask
         ent = None
@@ -405,11 +459,12 @@ class LLMPolicy:
 
     # ------------------------------------------------------------------ params / io
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """The LoRA parameters (the only ones the optimiser updates)."""
+        """The trained parameters: the LoRA weights, or every weight with ``finetune="full"``."""
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def adapter_state_dict(self) -> dict[str, torch.Tensor]:
-        """Copy of the LoRA weights (name -> tensor)."""
+        """Copy of the trained weights (name -> tensor): the LoRA weights, or every weight with
+        ``finetune="full"``."""
         return {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
 
     def load_adapter_state_dict(self, state: dict[str, torch.Tensor]) -> None:

@@ -64,6 +64,23 @@ class TrainConfig:
     """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
     --anchor-fraction, --min-pairs, ...). Reference values in docs/method.md; the warm-ups
     (min_pairs, refit_every, warmup_groups) are shortened for CPU runs."""
+    # --- backbone and device
+    model: str = "smollm2-135m"
+    """The policy's backbone: 'smollm2-135m' (the shipped SmolLM2-135M-Instruct, no download), a
+    Hugging Face hub id or a local folder (a chat model: its tokenizer needs a chat template)."""
+    judge_model: str | None = None
+    """The judge's backbone; None: the policy's own backbone, frozen (LoRA adapters off; with
+    --finetune full, the frozen copy of the initial weights)."""
+    device: str = "auto"
+    """auto (the GPU when torch sees one), cpu, cuda or cuda:N; the policy, the judge and the update
+    all run there."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU."""
+    finetune: Literal["lora", "full"] = "lora"
+    """'lora': train LoRA adapters (the KL reference is the backbone with adapters off); 'full':
+    every weight (the reference is a frozen copy: twice the weights' memory)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more compute)."""
     # --- agent
     solution_mode: Literal["line", "script"] = "line"
     """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""
@@ -121,7 +138,7 @@ class TrainConfig:
     seed: int = 0
     """Seed of task sampling, routing, sampling and the judge."""
     threads: int = 1
-    """torch threads (1 measured fastest for generation on 2 cores)."""
+    """torch threads on the CPU (1 measured fastest for generation on 2 cores); not set on a GPU."""
     preset: str = "default"
     """Name of the preset these values came from (informational)."""
 
@@ -191,6 +208,15 @@ def _validate(cfg: TrainConfig) -> None:
 
     if cfg.sandbox not in ("auto", *BACKENDS):
         raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
+    from agents.backbone import DTYPES, resolve_device
+
+    resolve_device(cfg.device)  # raises on an unknown value or a GPU torch does not see
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.finetune not in ("lora", "full"):
+        raise ValueError(f"finetune must be 'lora' or 'full', got {cfg.finetune!r}")
+    if not str(cfg.model).strip() or (cfg.judge_model is not None and not str(cfg.judge_model).strip()):
+        raise ValueError("model and judge_model must name a model (smollm2-135m, a hub id or a folder)")
     if cfg.solution_mode not in ("line", "script"):
         raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
     if not isinstance(cfg.correction, CorrectionConfig):  # it validates itself when built
@@ -231,7 +257,8 @@ class _Components:
 
 
 def _build(cfg: TrainConfig) -> _Components:
-    """Load the policy (SmolLM2 + LoRA) and the judge on its frozen backbone, start the sandbox
+    """Load the policy (``cfg.model`` + LoRA, on ``cfg.device``) and the judge (its frozen
+    backbone, or ``cfg.judge_model``), start the sandbox
     and the env (leaderboards prepared), wrap the env with the correction settings.
 
     Raises:
@@ -246,19 +273,26 @@ def _build(cfg: TrainConfig) -> _Components:
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
-    from wmrl_envs.world_models.smollm2 import load_smollm2
+    from agents.backbone import load_backbone, resolve_device
 
-    torch.set_num_threads(cfg.threads)
+    if resolve_device(cfg.device).type == "cpu":
+        torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_backbone(cfg.model, device=cfg.device, dtype=cfg.dtype)
     policy = LLMPolicy(
         model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+        finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing,
     )
-    # The world model is the agent's own backbone, frozen: the same weights, adapters off.
+    if cfg.judge_model is not None:  # another backbone, frozen as loaded
+        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype), False
+    elif policy.reference_model is not None:  # full fine-tuning: the frozen copy of the initial weights
+        judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
+    else:  # the agent's own backbone, frozen: the same weights, adapters off
+        judge_backbone, judge_tokenizer, off = policy.model, tokenizer, True
     judge = LLMJudgeWorldModel(
-        policy.model, tokenizer, max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
-        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, disable_adapters=True,
+        judge_backbone, judge_tokenizer, max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
+        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, disable_adapters=off,
         decoding=cfg.judge_decoding,
     )
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
@@ -377,6 +411,7 @@ def _save_checkpoint(run_dir: Path, c: _Components, step: int, rng: np.random.Ge
             "adapter": c.policy.adapter_state_dict(),
             "optimizer": c.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         },
         tmp / "weights.pt",
     )
@@ -411,10 +446,12 @@ def _load_checkpoint(run_dir: Path, c: _Components, rng: np.random.Generator) ->
             f"{run_dir} has no checkpoint to resume from (expected {folder}/state.json); "
             "start a new run without --resume"
         )
-    w = torch.load(folder / "weights.pt", weights_only=False)
+    w = torch.load(folder / "weights.pt", weights_only=False, map_location=c.policy.device)
     c.policy.load_adapter_state_dict(w["adapter"])
     c.optimizer.load_state_dict(w["optimizer"])
-    torch.set_rng_state(w["torch_rng"])
+    torch.set_rng_state(w["torch_rng"].cpu())
+    if w.get("cuda_rng") is not None and torch.cuda.is_available() and len(w["cuda_rng"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all([t.cpu() for t in w["cuda_rng"]])
     state = json.loads((folder / "state.json").read_text())
     c.wrapper.load_state_dict(state["wrapper"])
     rng.bit_generator.state = state["numpy_rng"]

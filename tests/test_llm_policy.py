@@ -186,7 +186,7 @@ def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
     import wmrl_envs.world_models.smollm2 as sm
     from agents.experiments.bench import LLMBenchAgent
 
-    monkeypatch.setattr(sm, "load_smollm2", lambda: (tiny_model(tokenizer), tokenizer))
+    monkeypatch.setattr(sm, "load_smollm2", lambda **kw: (tiny_model(tokenizer), tokenizer))
     agent = LLMBenchAgent(seed=0, lr=1e-2, max_new_tokens=6)
     actions, handle = agent.sample(["house-prices", "digits-shifted"], 3)
     assert [len(a) for a in actions] == [3, 3]

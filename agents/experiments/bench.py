@@ -123,10 +123,17 @@ class BenchConfig:
     group_size: int = 4
     """G, rollouts per group."""
     agent: Literal["grammar", "llm"] = "grammar"
-    """'grammar': fast template agent; 'llm': SmolLM2 LoRA agent (the GPU-scale configuration)."""
+    """'grammar': fast template agent; 'llm': an LLM with LoRA (--model; the GPU-scale configuration)."""
+    model: str = "smollm2-135m"
+    """Backbone of the 'llm' agent and the 'llm' world model: 'smollm2-135m' (shipped), a hub id or
+    a local folder."""
+    device: str = "auto"
+    """Device of the 'llm' agent and world model: auto (the GPU when torch sees one), cpu, cuda or cuda:N."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Their parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU."""
     world_model: Literal["embedding", "degraded", "llm"] = "embedding"
     """'embedding': MiniLM + regression head fitted on other tasks; 'degraded': the same with
-    its information destroyed (wm_information); 'llm': the LLM judge."""
+    its information destroyed (wm_information); 'llm': the LLM judge on --model, frozen."""
     wm_information: float = 0.0
     """For world_model='degraded': 0 = pure noise, 1 = the embedding world model."""
     eval_k: int = 1
@@ -522,6 +529,12 @@ def check_bench_config(cfg: BenchConfig) -> None:
     ):
         if not ok:
             raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+    if cfg.agent == "llm" or cfg.world_model == "llm":
+        from agents.backbone import DTYPES, resolve_device
+
+        resolve_device(cfg.device)  # an unknown value, or a GPU torch does not see
+        if cfg.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
 
 
 def coarse_eval_steps(last: int, n_points: int) -> list[int]:
@@ -575,7 +588,7 @@ def _set_curve(entry: dict[str, Any], run: MethodRun, evaluated: dict[int, dict[
 
 # settings that must be equal for a method's earlier run to stand in for a new one (what it
 # learns, how it is charged, how it is evaluated); eval_points / refine_evals / out_dir may differ
-_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "world_model",
+_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "model", "world_model",
                      "wm_information", "world_model_timeout_s", "eval_k", "eval_draws", "exec_parallel", "lr",
                      "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain")
 
@@ -593,6 +606,8 @@ def _settings_differ(cfg: BenchConfig, earlier: dict[str, Any], keys: Sequence[s
     out = []
     for k in keys:
         a, b = mine.get(k), earlier.get(k)
+        if k not in earlier and a == defaults.get(k):
+            continue  # a setting added since, left at its default
         if isinstance(a, dict) and isinstance(b, dict):
             b = {**{f: v for f, v in a.items() if f not in b and v == defaults[k].get(f)}, **b}
         if a != b:
@@ -998,24 +1013,25 @@ class GrammarBenchAgent:
 
 
 class LLMBenchAgent:
-    """The LLM agent of ``wmrl train`` (:class:`agents.llm_policy.LLMPolicy`, SmolLM2 + LoRA,
-    line mode) behind the :class:`BenchAgent` protocol — the GPU-scale configuration of the
-    benchmark (``wmrl bench --agent llm``). :meth:`update` is the GRPO step of ``wmrl train``
+    """The LLM agent of ``wmrl train`` (:class:`agents.llm_policy.LLMPolicy`, ``model`` + LoRA on
+    ``device`` (:func:`agents.backbone.load_backbone`), line mode) behind the :class:`BenchAgent`
+    protocol — the GPU-scale configuration of the benchmark (``wmrl bench --agent llm``). :meth:`update` is the GRPO step of ``wmrl train``
     (:func:`agents.grpo.grpo_step`, one backward per group, one AdamW step per epoch).
     """
 
     def __init__(self, seed: int, lr: float = 2e-4, kl_coef: float = 0.0, *, lora_r: int = 16,
                  max_new_tokens: int = 32, temperature: float = 0.8, max_grad_norm: float = 1.0,
-                 clip_eps: float = 0.2, num_iterations: int = 1) -> None:
+                 clip_eps: float = 0.2, num_iterations: int = 1, model: str = "smollm2-135m", device: str = "auto",
+                 dtype: str = "auto") -> None:
         import torch
 
+        from agents.backbone import load_backbone
         from agents.grpo import GRPOUpdateConfig
         from agents.llm_policy import LLMPolicy
-        from wmrl_envs.world_models.smollm2 import load_smollm2
 
         torch.manual_seed(seed)
-        model, tokenizer = load_smollm2()
-        self.policy = LLMPolicy(model, tokenizer, mode="line", lora_r=lora_r, lora_alpha=2 * lora_r,
+        backbone, tokenizer = load_backbone(model, device=device, dtype=dtype)
+        self.policy = LLMPolicy(backbone, tokenizer, mode="line", lora_r=lora_r, lora_alpha=2 * lora_r,
                                 max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
         self.optimizer = torch.optim.AdamW(self.policy.trainable_parameters(), lr=lr, weight_decay=0.0)
         self.update_config = GRPOUpdateConfig(clip_eps=clip_eps, kl_coef=kl_coef, num_iterations=num_iterations,
@@ -1059,9 +1075,12 @@ def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
             return DegradedWorldModel(wm, information=cfg.wm_information, seed=seed)
         return wm
     if cfg.world_model == "llm":
+        from agents.backbone import load_backbone
         from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
 
-        return LLMJudgeWorldModel.from_smollm2(seed=seed, max_prompt_tokens=640)
+        # the agent's backbone as loaded (its own frozen copy: the agent trains another)
+        backbone, tokenizer = load_backbone(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        return LLMJudgeWorldModel(backbone, tokenizer, seed=seed, max_prompt_tokens=640)
     raise ValueError(f"world_model must be 'embedding', 'degraded' or 'llm', got {cfg.world_model!r}")
 
 
@@ -1098,10 +1117,12 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
     from wmrl_envs.sandbox import make_sandbox
 
-    torch.set_num_threads(1)
+    from agents.backbone import resolve_device
     from agents.grpo import GRPOUpdateConfig
 
     check_bench_config(cfg)
+    if cfg.agent != "llm" or resolve_device(cfg.device).type == "cpu":
+        torch.set_num_threads(1)
     # the update settings check themselves now, before any model is loaded or seed started
     GRPOUpdateConfig(clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, num_iterations=cfg.num_iterations)
     if cfg.lr is not None and not cfg.lr > 0:
@@ -1114,7 +1135,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
 
         def make_agent(seed: int) -> BenchAgent:
             return LLMBenchAgent(seed, lr=lr, kl_coef=cfg.kl_coef, clip_eps=cfg.clip_eps,
-                                 num_iterations=cfg.num_iterations)
+                                 num_iterations=cfg.num_iterations, model=cfg.model, device=cfg.device, dtype=cfg.dtype)
     else:
         def make_agent(seed: int) -> BenchAgent:
             return GrammarBenchAgent(seed, lr=cfg.lr if cfg.lr is not None else 0.1, kl_coef=cfg.kl_coef,

@@ -1,0 +1,159 @@
+"""Any backbone on any device (agents/backbone.py; issue: the main job at GPU scale).
+
+A tiny random LLaMA written into a folder the way ``save_pretrained`` writes any hub model stands
+in for "another backbone" (no download here); it carries SmolLM2's real tokenizer and chat
+template. The policy's full fine-tuning and gradient checkpointing are checked on it against
+the paths they replace.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from agents.backbone import load_backbone, resolve_device, resolve_dtype
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
+
+    tok = load_smollm2_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder
+
+
+def test_devices_and_dtypes_resolve_and_bad_values_say_what_is_accepted():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("float16", "cpu") == torch.float16
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        resolve_dtype("fp8", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="sees none.*--device cpu or auto"):
+            resolve_device("cuda")
+
+
+def test_a_local_folder_loads_on_the_device_in_the_dtype(tiny_folder):
+    model, tok = load_backbone(str(tiny_folder), device="cpu", dtype="bfloat16")
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.num_hidden_layers == 2
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert {p.device.type for p in model.parameters()} == {"cpu"} and not model.training
+    assert tok.padding_side == "left" and tok.pad_token_id is not None and tok.chat_template
+    model, _ = load_backbone(str(tiny_folder), device="cpu")  # auto dtype on the CPU: float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+
+
+def test_bad_models_fail_with_what_to_do(tiny_folder, tmp_path):
+    with pytest.raises(ValueError, match="looks like a path but no such folder"):
+        load_backbone("./no-such-model", device="cpu")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="has no config.json"):
+        load_backbone(str(empty), device="cpu")
+    # a base model's tokenizer without a chat template
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in tiny_folder.iterdir():
+        (bare / f.name).write_bytes(f.read_bytes())
+    tc = json.loads((bare / "tokenizer_config.json").read_text())
+    tc.pop("chat_template", None)
+    (bare / "tokenizer_config.json").write_text(json.dumps(tc))
+    (bare / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="no chat template"):
+        load_backbone(str(bare), device="cpu")
+
+
+def _samples(policy, n_groups=2, g=3):
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    specs = [get_task(t) for t in list_tasks("train")[:n_groups]]
+    return policy.sample([policy.build_prompt({}, s) for s in specs], g)
+
+
+def test_full_finetuning_trains_every_weight_against_a_frozen_copy(tiny_folder):
+    from agents.grpo import GRPOUpdateConfig, grpo_step
+    from agents.llm_policy import LLMPolicy
+
+    model, tok = load_backbone(str(tiny_folder), device="cpu")
+    n_weights = sum(p.numel() for p in model.parameters())
+    policy = LLMPolicy(model, tok, finetune="full", max_new_tokens=6, temperature=1.0, seed=0)
+    assert sum(p.numel() for p in policy.trainable_parameters()) == n_weights  # every weight, no adapters
+    assert policy.reference_model is not None and policy.reference_model is not policy.model
+    assert not any(p.requires_grad for p in policy.reference_model.parameters())
+    samples = _samples(policy)
+    rows = list(range(len(samples)))
+    ref0, mask, _ = policy.grpo_logprobs(samples, rows, reference=True)
+    pol0, _, _ = policy.grpo_logprobs(samples, rows)
+    torch.testing.assert_close(pol0.detach(), ref0)  # before any update they are the same weights
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2)
+    adv = np.array([1.0, -1.0, 0.0] * 2, dtype=np.float32)
+    grpo_step(policy, opt, samples, np.array(rows), adv, config=GRPOUpdateConfig(kl_coef=0.04))
+    ref1, _, _ = policy.grpo_logprobs(samples, rows, reference=True)
+    pol1, _, _ = policy.grpo_logprobs(samples, rows)
+    torch.testing.assert_close(ref1, ref0)  # the reference stayed frozen
+    assert (pol1.detach() - pol0.detach()).abs().max() > 1e-3  # the policy moved
+    with pytest.raises(ValueError, match="finetune must be 'lora'"):
+        LLMPolicy(model, tok, finetune="qlora")
+
+
+def test_gradient_checkpointing_gives_the_same_logprobs_and_gradients(tiny_folder):
+    from agents.llm_policy import LLMPolicy
+
+    grads, lps = [], []
+    for ckpt in (False, True):
+        model, tok = load_backbone(str(tiny_folder), device="cpu")
+        torch.manual_seed(0)  # the same LoRA initialisation
+        policy = LLMPolicy(model, tok, lora_r=4, max_new_tokens=6, seed=0, gradient_checkpointing=ckpt)
+        for n, p in policy.model.named_parameters():  # LoRA B starts at 0: give it weight so gradients reach A
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.1, generator=torch.Generator().manual_seed(len(n)))
+        flag = getattr(policy.model, "is_activation_checkpointing", None)
+        assert (flag if flag is not None else policy.model.is_gradient_checkpointing) == ckpt
+        samples = _samples(policy)
+        lp, mask, _ = policy.grpo_logprobs(samples, list(range(len(samples))))
+        (lp.sum()).backward()
+        lps.append(lp.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in policy.trainable_parameters()]))
+    torch.testing.assert_close(lps[1], lps[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-4, rtol=1e-3)
+    assert grads[0].abs().sum() > 0
+
+
+@pytest.mark.slow
+def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_folder, tmp_path):
+    """The main job end to end on a backbone given as a folder: fully fine-tuned, judged by the
+    frozen copy of its initial weights, real sandboxed execution on the anchor groups; the run
+    folder records the backbone and resumes onto it."""
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    args = ["train", "--preset", "tiny", "--model", str(tiny_folder), "--finetune", "full", "--device", "cpu",
+            "--gradient-checkpointing", "--run-dir", str(run), "--quiet"]
+    assert main(args) == 0
+    cfg = json.loads((run / "config.json").read_text())
+    assert (cfg["model"], cfg["finetune"], cfg["device"], cfg["gradient_checkpointing"]) == (
+        str(tiny_folder), "full", "cpu", True)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["rollouts"] == 8 and summary["world_model_predictions"] == 8
+    assert summary["real_executions"] == 2 * summary["anchor_groups"] >= 4
+    weights = torch.load(run / "checkpoint" / "weights.pt", weights_only=False)
+    n_weights = sum(t.numel() for t in weights["adapter"].values())
+    assert not any("lora" in k for k in weights["adapter"]) and n_weights > 1_000_000  # every weight saved
+    assert main(["train", "--preset", "tiny", "--device", "tpu", "--run-dir", str(tmp_path / "bad")]) == 2
+    assert not (tmp_path / "bad").exists()
