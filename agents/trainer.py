@@ -135,6 +135,10 @@ class TrainConfig:
     """Seconds one batched world-model (judge) call may take; past it the batch is ungraded.
     None: no limit."""
     # --- run
+    report_to: Literal["none", "tensorboard", "wandb"] = "none"
+    """Mirror the per-step metrics (rewards, loss, KL, ρ, realised anchor fraction, costs) and the
+    held-out scores to TensorBoard (RUN_DIR/tensorboard) or Weights & Biases ($WANDB_PROJECT,
+    default wmrl); metrics.jsonl is written either way."""
     seed: int = 0
     """Seed of task sampling, routing, sampling and the judge."""
     threads: int = 1
@@ -210,6 +214,9 @@ def _validate(cfg: TrainConfig) -> None:
         raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
     from agents.backbone import DTYPES, resolve_device
 
+    from agents.tracking import check_report_to
+
+    check_report_to(cfg.report_to)  # an unknown tracker, or its package missing
     resolve_device(cfg.device)  # raises on an unknown value or a GPU torch does not see
     if cfg.dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
@@ -479,10 +486,6 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             checkpoint stays for a resume).
     """
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from agents.grpo import grpo_update
-    from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
 
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
@@ -492,6 +495,23 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     if not resume:  # written only once everything is built, so a failed start leaves no folder
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=_json_default)
+    from agents.tracking import Tracker
+
+    tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
+    try:
+        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)
+    finally:
+        tracker.close()
+
+
+def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, console: Any, tracker: Any,
+                t_start: float) -> dict[str, Any]:
+    """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agents.grpo import grpo_update
+    from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
+
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
     update_cfg = _update_config(cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -505,11 +525,12 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
         start_step, eval_before, prior_wall = 0, evaluate(c, cfg), 0.0
         _save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
+        tracker.log(eval_before, 0, prefix="eval/")
 
     # 2. GRPO steps
     progress = Progress(
         TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"), console=console, disable=quiet,
+        TextColumn("{task.fields[info]}"), console=console, disable=console.quiet,
     )
     with progress:
         bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
@@ -544,17 +565,19 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
             _append_jsonl(metrics_path, rec)
+            tracker.log(rec, step)
             _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
                                                      "wall_s": prior_wall + time.perf_counter() - t_start})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
             progress.update(bar, advance=1, info=info)
-            if not console.is_terminal and not quiet:  # a log file gets one line per step instead of a bar
+            if not console.is_terminal and not console.quiet:  # a log file gets one line per step instead of a bar
                 console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
 
     # 3. the trained policy on the held-out tasks, and the summary
     console.print("evaluating the trained policy on the held-out tasks (real execution)")
     eval_after = evaluate(c, cfg)
+    tracker.log(eval_after, cfg.steps, prefix="eval/")
     summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
     write_json_atomic(run_dir / "summary.json", summary, indent=2, default=_json_default)
     plot_calibration(c, run_dir / "calibration.png")

@@ -144,7 +144,7 @@ def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_
 
     run = tmp_path / "run"
     args = ["train", "--preset", "tiny", "--model", str(tiny_folder), "--finetune", "full", "--device", "cpu",
-            "--gradient-checkpointing", "--run-dir", str(run), "--quiet"]
+            "--gradient-checkpointing", "--report-to", "tensorboard", "--run-dir", str(run), "--quiet"]
     assert main(args) == 0
     cfg = json.loads((run / "config.json").read_text())
     assert (cfg["model"], cfg["finetune"], cfg["device"], cfg["gradient_checkpointing"]) == (
@@ -155,5 +155,15 @@ def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_
     weights = torch.load(run / "checkpoint" / "weights.pt", weights_only=False)
     n_weights = sum(t.numel() for t in weights["adapter"].values())
     assert not any("lora" in k for k in weights["adapter"]) and n_weights > 1_000_000  # every weight saved
+    # the tracker mirrors metrics.jsonl: ρ and the realised anchor fraction per step, held-out before/after
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    ev = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert ev["train/rho"] == [(r["step"], pytest.approx(r["rho"])) for r in lines] and len(lines) == 2
+    assert [s for s, _ in ev["train/realised_anchor_fraction"]] == [0, 1]
+    assert [s for s, _ in ev["eval/mean_score"]] == [0, 2]
     assert main(["train", "--preset", "tiny", "--device", "tpu", "--run-dir", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
