@@ -89,6 +89,10 @@ class AdviseConfig:
     wmrl_envs.core.GradientNoiseScale fed by agents.grpo.group_gradient_moments); unset: the advice gives
     the model's range from a noise-limited batch to a batch far above the noise scale, and recommends
     from the noise-limited end."""
+    groups_per_step: int | None = None
+    """Groups per step of the run you plan: the advice then says the --anchor-window that realises the
+    recommended fraction (the router puts at least one anchor group in every window of steps, so
+    with the default window of 1 step a fraction below 1 / groups_per_step is not realised)."""
     min_groups: int = 8
     """Usable groups below which the verdict is "not enough anchor groups"."""
     n_boot: int = 1000
@@ -294,6 +298,9 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
                          f"batch of the run you plan; inf or unset: not measured), got {b!r}")
     if b is not None and math.isinf(b):
         cfg = dataclasses.replace(cfg, noise_batch_ratio=None)
+    if cfg.groups_per_step is not None and not (isinstance(cfg.groups_per_step, int) and cfg.groups_per_step >= 1):
+        raise ValueError(f"--groups-per-step must be an integer >= 1 (the groups per step of the run you plan), "
+                         f"got {cfg.groups_per_step!r}")
     if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)
@@ -340,8 +347,37 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     plot_advice(advice, loop, out / "advice.png")
     log(f"[advise] {source}")
     log(advice.format())
+    if cfg.groups_per_step is not None and math.isfinite(advice.recommended_fraction):
+        log(f"[advise] {anchor_window_hint(advice.recommended_fraction, cfg.groups_per_step)}")
     log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'}")
     return advice
+
+
+def anchor_window_hint(fraction: float, groups_per_step: int) -> str:
+    """How to realise an anchor fraction at ``groups_per_step`` groups per step: the flags to train
+    with. The router puts at least one anchor group in every window of ``--anchor-window`` steps
+    (``docs/method.md``, "Anchor scheduling"), so a fraction below ``1 / groups_per_step`` needs a
+    window of ``ceil(1 / (fraction · groups_per_step))`` steps to be the realised one.
+
+    Args:
+        fraction: the anchor fraction to realise, in (0, 1].
+        groups_per_step: groups per training step (>= 1).
+
+    Returns:
+        One sentence with the flags.
+
+    Example:
+        >>> anchor_window_hint(0.05, 10)
+        'f = 0.05 at 10 groups per step is 1 anchor group every 2 steps: train with --anchor-fraction 0.05 --anchor-window 2 (with a window of 1 step the floor of one anchor group per step realises 0.1)'
+    """
+    per_step = fraction * groups_per_step
+    if per_step >= 1 - 1e-9:
+        return (f"f = {fraction:.3g} at {groups_per_step} groups per step is {per_step:.3g} anchor groups per step: "
+                f"train with --anchor-fraction {fraction:.3g}")
+    window = math.ceil(1 / per_step - 1e-9)
+    return (f"f = {fraction:.3g} at {groups_per_step} groups per step is 1 anchor group every {window} steps: train "
+            f"with --anchor-fraction {fraction:.3g} --anchor-window {window} (with a window of 1 step the floor of "
+            f"one anchor group per step realises {1 / groups_per_step:.3g})")
 
 
 # ---------------------------------------------------------------------- built-in AutoResearch setup

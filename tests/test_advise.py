@@ -157,3 +157,20 @@ def test_advice_json_is_strict_json(tmp_path):
     main_advise(cfg, log=lambda s: None)  # 2 groups < min_groups: NaN figures
     text = (tmp_path / "advice.json").read_text()
     assert "NaN" not in text and json.loads(text)["r_ci"] == [None, None]
+
+
+def test_the_advice_says_which_anchor_window_realises_the_fraction():
+    from agents.advise import anchor_window_hint
+
+    assert anchor_window_hint(0.05, 10).startswith("f = 0.05 at 10 groups per step is 1 anchor group every 2 steps")
+    assert "--anchor-window 2" in anchor_window_hint(0.05, 10) and "realises 0.1" in anchor_window_hint(0.05, 10)
+    assert "--anchor-window 3" in anchor_window_hint(0.1, 4)  # 0.4 per step: one every 3 steps (0.083)
+    assert anchor_window_hint(0.1, 10).endswith("train with --anchor-fraction 0.1")  # one per step: no window
+    assert "--anchor-window" not in anchor_window_hint(0.25, 8)
+
+
+def test_bad_groups_per_step_is_refused_before_the_pilot(tmp_path):
+    from agents.advise import AdviseConfig, main_advise
+
+    with pytest.raises(ValueError, match="--groups-per-step must be an integer >= 1"):
+        main_advise(AdviseConfig(groups_per_step=0, out_dir=str(tmp_path)))
