@@ -217,13 +217,19 @@ class LLMPolicy:
         return next(self.model.parameters()).device
 
     # ------------------------------------------------------------------ prompts
-    def build_prompt(self, observation: dict[str, Any], task: Any | None = None) -> str:
+    def build_prompt(self, observation: dict[str, Any], task: Any | None = None,
+                     history: Sequence[tuple[str, str]] = ()) -> str:
         """The chat-formatted prompt (with the assistant turn pre-filled) for one observation.
 
         Args:
             observation: AutoResearch observation dict (keys ``task_id``, ``prompt``, ...).
             task: the task's spec (needed in ``"line"`` mode: its ``overview``, ``metric``,
                 ``higher_is_better`` and ``starter_code``).
+            history: a multi-turn episode's earlier turns, ``(completion, feedback)`` each: the
+                completion the policy wrote (as sampled, without the pre-filled prefix) and the
+                feedback it got (real on anchor groups, predicted by the world model otherwise).
+                Each becomes an assistant message and a user message with the feedback, before
+                the new pre-filled assistant turn.
 
         Returns:
             The prompt text (str), ending where the model should continue.
@@ -258,6 +264,13 @@ class LLMPolicy:
                 {"role": "user", "content": user},
             ]
             prefix = "```python\n"
+        ask = ("Write one better line that creates `model`." if self.mode == "line"
+               else "Improve the script. Reply with the code only.")
+        for completion, feedback in history:
+            said = prefix + (completion.splitlines() or [""])[0] + "\n```" if self.mode == "line" else (
+                prefix + extract_code(completion) + "\n```")
+            msgs += [{"role": "assistant", "content": said},
+                     {"role": "user", "content": f"Result of running it:\n{feedback}\n\n{ask}"}]
         text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         return text + prefix
 

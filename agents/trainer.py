@@ -81,6 +81,12 @@ class TrainConfig:
     every weight (the reference is a frozen copy: twice the weights' memory)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
+    # --- episodes
+    max_turns: int = 1
+    """Turns per episode (the reference uses up to 4): each turn's feedback, real on anchor groups and
+    predicted by the world model on world-model groups, goes into the next turn's prompt; an
+    episode scores the max over its turns and every turn's tokens are in the loss. With more than
+    one turn the episodes of a group are rolled out one by one (generation is not batched)."""
     # --- agent
     solution_mode: Literal["line", "script"] = "line"
     """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""
@@ -192,6 +198,7 @@ def _validate(cfg: TrainConfig) -> None:
         (cfg.steps >= 1, f"steps must be >= 1, got {cfg.steps}"),
         (cfg.groups_per_step >= 1, f"groups_per_step must be >= 1, got {cfg.groups_per_step}"),
         (cfg.group_size >= 2, f"group_size must be >= 2 (GRPO compares rollouts within a group), got {cfg.group_size}"),
+        (cfg.max_turns >= 1, f"max_turns must be >= 1 (turns per episode), got {cfg.max_turns}"),
         (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.num_iterations >= 1, f"num_iterations must be >= 1 (optimisation epochs per step), got {cfg.num_iterations}"),
@@ -311,13 +318,14 @@ def _build(cfg: TrainConfig) -> _Components:
             "would run unisolated. Install bubblewrap (`apt-get install -y bubblewrap`, as "
             "scripts/setup.sh does), or pass --sandbox subprocess to accept running it unisolated."
         )
-    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits)
+    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits, max_turns=cfg.max_turns)
     # This installation's leaderboards (built once per task secret, cached): paid here, before
     # any step, so that no one-off build is charged as execution cost.
     env.prepare_leaderboards()
     wrapper = AnchoredWorldModelWrapper(
         env, judge, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step, correction=cfg.correction,
         seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share, world_model_timeout_s=cfg.world_model_timeout_s,
+        episode_steps=cfg.max_turns, episode_score="max",  # an episode scores the max over its turns
     )
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     heldout = list_tasks("heldout")
@@ -333,7 +341,7 @@ def _evaluation_wrapper(env: Any, cfg: TrainConfig) -> Any:
     from wmrl_envs import AnchoredWorldModelWrapper
 
     wrapper = AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=cfg.eval_k,
-                                        max_ungraded_share=cfg.max_ungraded_share)
+                                        max_ungraded_share=cfg.max_ungraded_share, episode_steps=cfg.max_turns)
     wrapper.training = False
     return wrapper
 
@@ -355,12 +363,13 @@ def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
     """
-    from agents.evaluation import avg_at_k
-    from wmrl_envs.core.ungraded import CAUSE_KEY, TooManyUngradedError
+    from wmrl_envs.core.ungraded import CAUSE_KEY
 
     if c.eval_wrapper is None:
         c.eval_wrapper = _evaluation_wrapper(c.env, cfg)
     wrapper, policy = c.eval_wrapper, c.policy
+    if cfg.max_turns > 1:
+        return _evaluate_multi_turn(c, cfg)
     specs = [c.get_task(t) for t in c.heldout_tasks]
     contexts = [_task_context(wrapper, t) for t in c.heldout_tasks]
     prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
@@ -386,6 +395,57 @@ def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
             positions[t].append(info.get("position") if info.get("status") == "valid" else None)
             scores.append(float(reward))
     exec_s = time.perf_counter() - t0
+    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages, gen_s, exec_s)
+
+
+def _evaluate_multi_turn(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
+    """:func:`evaluate` with multi-turn episodes: ``eval_k`` episodes per held-out task, each
+    rolled out turn by turn with real feedback (:func:`_rollout_episode`); a trajectory's position
+    is the best valid one over its turns, its score the episode's real score (max over turns);
+    ``statuses`` counts turns. ``generation_s`` and ``execution_s`` are then the two shares of the
+    episodes' wall-clock (the evaluation wrapper's ledger gives the execution share)."""
+    from wmrl_envs.core import EXECUTION
+    from wmrl_envs.core.ungraded import CAUSE_KEY
+
+    wrapper, policy = c.eval_wrapper, c.policy
+    positions: dict[str, list[float | None]] = {}
+    scores: list[float] = []
+    statuses: dict[str, int] = {}
+    ungraded: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    t0, exec0 = time.perf_counter(), wrapper.ledger.seconds(EXECUTION)
+    for t in c.heldout_tasks:
+        spec = c.get_task(t)
+        positions[t] = []
+        for _ in range(cfg.eval_k):
+            _, infos, _ = _rollout_episode(wrapper, policy, t, spec)
+            for info in infos:
+                statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+            final = infos[-1]
+            cause = final["wmrl"][CAUSE_KEY]
+            if cause is not None:  # the machinery failed: not the agent's score
+                ungraded[cause] = ungraded.get(cause, 0) + 1
+                messages[cause] = str(final.get("message") or final.get("error") or "")
+                continue
+            valid = [i.get("position") for i in infos if i.get("status") == "valid" and i.get("position") is not None]
+            positions[t].append(max(valid) if valid else None)
+            scores.append(float(final["wmrl"]["real_score"]))
+    exec_s = wrapper.ledger.seconds(EXECUTION) - exec0
+    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages,
+                        max(0.0, time.perf_counter() - t0 - exec_s), exec_s)
+
+
+def _eval_result(c: _Components, cfg: TrainConfig, positions: dict[str, list[float | None]], scores: list[float],
+                 statuses: dict[str, int], ungraded: dict[str, int], messages: dict[str, str], gen_s: float,
+                 exec_s: float) -> dict[str, Any]:
+    """The result dict of :func:`evaluate` (avg@k over graded trajectories) after the stop rule.
+
+    Raises:
+        TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
+    """
+    from agents.evaluation import avg_at_k
+    from wmrl_envs.core.ungraded import TooManyUngradedError
+
     n_traj, n_ungraded = len(c.heldout_tasks) * cfg.eval_k, sum(ungraded.values())
     if n_ungraded:
         import logging
@@ -541,16 +601,19 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
             task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step,
                                                    replace=cfg.groups_per_step > len(c.train_tasks))]
             specs = [c.get_task(t) for t in task_ids]
-            contexts = [_task_context(wrapper, t) for t in task_ids]
-            prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
-            # G completions per task
-            with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
-                samples = policy.sample(prompts, cfg.group_size)
-            # score every group: world model, real execution on anchors, corrections
             groups = []
             try:
-                for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
-                    groups.append(_score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
+                if cfg.max_turns > 1:  # episodes one by one, each turn's feedback in the next prompt
+                    samples, turn_rollout = _multi_turn_groups(c, cfg, task_ids, specs, groups)
+                else:
+                    contexts = [_task_context(wrapper, t) for t in task_ids]
+                    prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
+                    # G completions per task
+                    with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+                        samples = policy.sample(prompts, cfg.group_size)
+                    # score every group: world model, real execution on anchors, corrections
+                    for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
+                        groups.append(_score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
             except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
                 _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
                                              "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
@@ -560,8 +623,11 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
             # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
             _check_judge_idle(c.judge, cfg.world_model_timeout_s)
             with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
-                update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
-                                     [g.advantage_weight for g in groups], config=update_cfg)
+                if cfg.max_turns > 1:
+                    update = _multi_turn_update(policy, c.optimizer, samples, turn_rollout, groups, update_cfg)
+                else:
+                    update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
+                                         [g.advantage_weight for g in groups], config=update_cfg)
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
             _append_jsonl(metrics_path, rec)
@@ -666,6 +732,95 @@ def _score_task(wrapper: Any, task_id: str, context: Any, actions: list[str]) ->
     for an anchor group, to execute it; a world-model group does not touch it.
     """
     return wrapper.score_group(actions, options={"task_id": task_id}, context=context)
+
+
+def _rollout_episode(wrapper: Any, policy: Any, task_id: str, spec: Any, ledger: Any = None) -> tuple[list[Any], list[Any], Any]:
+    """One multi-turn episode of ``task_id`` through the wrapper's per-episode API.
+
+    Each turn: the prompt with the earlier turns (:meth:`agents.llm_policy.LLMPolicy.build_prompt`'s
+    ``history``: each completion and the feedback it got, real on anchor groups and predicted by
+    the world model on world-model groups), one completion sampled, the action stepped. The
+    episode ends when the wrapper says so (its last turn, or an ungraded real turn).
+
+    Returns:
+        ``(turns, infos, obs)``: per turn ``(prompt_ids, completion_ids, text)``; per turn the
+        step's ``info``; the last observation.
+    """
+    from contextlib import nullcontext
+
+    from wmrl_envs.core import GENERATION
+
+    obs, _ = wrapper.reset(options={"task_id": task_id})
+    history: list[tuple[str, str]] = []
+    turns, infos = [], []
+    while True:
+        with ledger.timed(GENERATION, count=1) if ledger is not None else nullcontext():
+            s = policy.sample([policy.build_prompt(obs, spec, history=history)], 1)
+        text = s.texts[0][0]
+        obs, _, terminated, truncated, info = wrapper.step(policy.completion_to_action(text, spec))
+        turns.append((s.prompt_ids[0], s.completion_ids[0][0], text))
+        infos.append(info)
+        if terminated or truncated:
+            return turns, infos, obs
+        history.append((text, str(obs.get("feedback", "")) if isinstance(obs, dict) else ""))
+
+
+def _multi_turn_groups(c: _Components, cfg: TrainConfig, task_ids: list[str], specs: list[Any],
+                       groups: list[Any]) -> tuple[Any, list[int]]:
+    """A step's groups of multi-turn episodes (``cfg.max_turns > 1``), appended to ``groups``.
+
+    The G episodes of a group are rolled out one after another (:func:`_rollout_episode`); the
+    wrapper routes the group, scores every turn with the world model, executes the turns of an
+    anchor group, and at the group's close corrects it (``wrapper.last_group``: the training
+    rewards, max over turns). Each turn becomes one row of the returned samples (its own prompt,
+    which holds the earlier turns), so every turn's tokens enter the loss with the episode's advantage.
+
+    Returns:
+        ``(samples, turn_rollout)``: a :class:`agents.llm_policy.PolicySamples` with one row per
+        turn, and per row the flat index (group × G + episode) of the episode it belongs to.
+    """
+    from agents.llm_policy import PolicySamples
+    from wmrl_envs.wrappers.common import group_rollout
+
+    prompt_ids, completion_ids, texts, turn_rollout = [], [], [], []
+    for gi, (t, spec) in enumerate(zip(task_ids, specs)):
+        last_infos, last_obs = [], []
+        for j in range(cfg.group_size):
+            turns, infos, obs = _rollout_episode(c.wrapper, c.policy, t, spec, c.wrapper.ledger)
+            for p, comp, text in turns:
+                prompt_ids.append(list(p))
+                completion_ids.append([list(comp)])
+                texts.append([text])
+                turn_rollout.append(gi * cfg.group_size + j)
+            last_infos.append(dict(infos[-1]))
+            last_obs.append(obs)
+        groups.append(group_rollout(c.wrapper.last_group, last_obs, last_infos))
+    samples = PolicySamples(prompt_ids, completion_ids, texts, sum(len(x[0]) for x in completion_ids))
+    return samples, turn_rollout
+
+
+def _multi_turn_update(policy: Any, optimizer: Any, samples: Any, turn_rollout: list[int], groups: list[Any],
+                       config: Any) -> dict[str, float]:
+    """The GRPO step on multi-turn episodes: advantages per episode within its group
+    (:func:`agents.grpo.build_advantages`: ρ on anchor groups, ungraded episodes dropped), given to
+    every turn of the episode (:func:`agents.grpo.grpo_step` on the turn rows).
+
+    Returns:
+        As :func:`agents.grpo.grpo_update` (``n_rows`` counts turns).
+    """
+    from agents.grpo import build_advantages, grpo_step
+
+    batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], scale=config.scale,
+                             drop_zero_advantage=config.drop_zero_advantage)
+    per_episode = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
+    g_size = len(groups[0].rewards) if groups else 1
+    rows = [r for r, ep in enumerate(turn_rollout) if ep in per_episode]
+    stats = grpo_step(policy, optimizer, samples, np.asarray(rows, dtype=np.int64),
+                      np.asarray([per_episode[turn_rollout[r]] for r in rows], dtype=np.float64), config=config,
+                      groups=np.asarray([turn_rollout[r] // g_size for r in rows], dtype=np.int64))
+    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
+                 n_ungraded=float(batch.n_ungraded))
+    return stats
 
 
 def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:

@@ -9,6 +9,7 @@ the paths they replace.
 from __future__ import annotations
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -167,3 +168,84 @@ def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_
     assert [s for s, _ in ev["eval/mean_score"]] == [0, 2]
     assert main(["train", "--preset", "tiny", "--device", "tpu", "--run-dir", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_turns_feedback_is_in_the_next_turns_prompt(tiny_folder):
+    """LLMPolicy.build_prompt(history=...) and the trainer's episode loop: what the wrapper returns
+    as the observation's feedback (real or predicted) is what the next turn is prompted with."""
+    from agents.llm_policy import LLMPolicy
+    from agents.trainer import _rollout_episode
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    model, tok = load_backbone(str(tiny_folder), device="cpu")
+    policy = LLMPolicy(model, tok, max_new_tokens=4, seed=0)
+    spec = get_task(list_tasks("train")[0])
+    first = policy.build_prompt({}, spec)
+    second = policy.build_prompt({}, spec, history=[(" Ridge(alpha=3.0)\ntrailing", "status: valid | score 0.61")])
+    assert second.startswith(first[: first.index("<|im_start|>assistant")])
+    assert "model = Ridge(alpha=3.0)\n```" in second  # the earlier turn as the assistant wrote it
+    assert "trailing" not in second  # line mode: only the line the action used
+    assert "Result of running it:\nstatus: valid | score 0.61" in second and second.endswith("model =")
+
+    class Wrapper:  # the per-episode API, scripted: three turns, each with its own feedback
+        def __init__(self):
+            self.turn, self.actions = 0, []
+
+        def reset(self, options):
+            return {"task_id": options["task_id"], "feedback": "", "turn": 0, "prompt": "p"}, {}
+
+        def step(self, action):
+            self.turn += 1
+            self.actions.append(action)
+            obs = {"task_id": "t", "feedback": f"feedback of turn {self.turn}", "turn": self.turn, "prompt": "p"}
+            return obs, 0.0, self.turn == 3, False, {"status": "valid", "wmrl": {}}
+
+    prompts = []
+    real_build = policy.build_prompt
+    policy.build_prompt = lambda obs, task, history=(): prompts.append(list(history)) or real_build(obs, task, history)
+    turns, infos, _ = _rollout_episode(w := Wrapper(), policy, spec.task_id, spec)
+    assert len(turns) == len(infos) == len(w.actions) == 3
+    assert [[f for _, f in h] for h in prompts] == [[], ["feedback of turn 1"], ["feedback of turn 1", "feedback of turn 2"]]
+    assert [t[2] for t in turns] == [h[0] for h in prompts[2]] + [turns[2][2]]  # each turn's own completion
+
+
+@pytest.mark.slow
+def test_wmrl_train_multi_turn_episodes(tiny_folder, tmp_path):
+    """--max-turns 2 end to end: every episode takes two turns (the world model scores each; an
+    anchor group's turns are executed), an episode is one rollout, every turn a row of the loss."""
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--model", str(tiny_folder), "--max-turns", "2", "--device", "cpu",
+                 "--run-dir", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert summary["rollouts"] == 8  # 2 steps x 2 groups x G = 2 episodes
+    assert summary["world_model_predictions"] == 16  # one per turn, on every route while training
+    ungraded = sum(r["ungraded_rows"] for r in lines)
+    assert summary["real_executions"] == 2 * 2 * summary["anchor_groups"]  # two turns per anchor episode
+    # rows are turns: a kept episode brings both of its turns (groups whose episodes all scored
+    # alike carry no signal and are dropped, as in single-turn runs)
+    assert ungraded == 0 and all(r["rows_trained"] % 2 == 0 and r["rows_trained"] <= 8 for r in lines)
+    assert main(["train", "--preset", "tiny", "--max-turns", "0", "--run-dir", str(tmp_path / "bad")]) == 2
+
+
+def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
+    import agents.grpo as grpo
+    from agents.grpo import GRPOUpdateConfig
+    from agents.trainer import _multi_turn_update
+
+    seen = {}
+
+    def fake_step(policy, optimizer, samples, rows, advantages, *, config, groups):
+        seen.update(rows=rows.tolist(), adv=advantages.tolist(), groups=groups.tolist())
+        return {"n_rows": float(len(rows))}
+
+    monkeypatch.setattr(grpo, "grpo_step", fake_step)
+    groups = [types.SimpleNamespace(rewards=[1.0, 0.0], advantage_weight=2.0),   # an anchor group, ρ = 2
+              types.SimpleNamespace(rewards=[0.5, None], advantage_weight=1.0)]  # one graded episode: skipped
+    turn_rollout = [0, 0, 1, 1, 1, 2, 3]  # episode 1 took three turns, episodes 2-3 one each
+    out = _multi_turn_update(None, None, None, turn_rollout, groups, GRPOUpdateConfig(drop_zero_advantage=False))
+    assert seen["rows"] == [0, 1, 2, 3, 4] and seen["groups"] == [0, 0, 0, 0, 0]
+    assert seen["adv"] == pytest.approx([2.0, 2.0, -2.0, -2.0, -2.0], abs=1e-4)  # standardised, times ρ
+    assert (out["n_groups_used"], out["n_groups_skipped"], out["n_ungraded"]) == (1.0, 1.0, 1.0)

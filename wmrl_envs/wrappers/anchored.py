@@ -21,7 +21,7 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 
 import gymnasium as gym
 
-from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route, WMRLCorrector
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, failure_messages, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
@@ -140,6 +140,10 @@ class AnchoredWorldModelWrapper(
             ``ledger``, ``ungraded``, ``rho``, ``training``, ``world_model``, ``eval_route``,
             ``groups_per_step``, ``n_groups_started``, ``n_episodes`` and ``inner_step_calls``
             (the ledger's execution count) are views of it.
+        last_group: the :class:`~wmrl_envs.core.GroupCorrection` of the last training group the
+            per-episode API closed (``None`` before): its ``rewards`` are the group's training
+            rewards as :meth:`score_group` would return them (calibrated at the group's close),
+            for loops that roll multi-step episodes out one by one and then take a GRPO step.
 
     ``info["wmrl"]`` (every step; the group APIs: every rollout):
         ``route``, ``group_id`` (``None`` while evaluating in the per-episode API),
@@ -253,6 +257,7 @@ class AnchoredWorldModelWrapper(
         self.withheld_info_keys = tuple(withheld_info_keys)
         self._begun: tuple[Any, Any, Any] | None = None  # begin_group(): (seed, options, context)
         self._warned_unfixed_task = False  # warned once: an anchor group executed without reset arguments
+        self.last_group: GroupCorrection | None = None
         self._reset_group_state()
 
     # ------------------------------------------------------------------ helpers
@@ -445,6 +450,7 @@ class AnchoredWorldModelWrapper(
                 wm_causes=self._group_wm_causes, exec_causes=self._group_exec_causes,
                 world_model_called=wm_called, messages=self._group_messages,
             )
+            self.last_group = corr
             wm_info["group_disagreement"] = corr.disagreement
 
     def _step_reward_mode(self, action: ActType) -> tuple[ObsType, SupportsFloat, bool, bool, dict[str, Any]]:
