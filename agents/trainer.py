@@ -133,6 +133,17 @@ class TrainConfig:
     """Trajectories per held-out task for avg@k."""
     eval_tasks: int = 0
     """Held-out tasks evaluated (0 = all)."""
+    # --- where anchor groups execute
+    executor: Literal["local", "ray"] = "local"
+    """'local': each step waits for its anchor groups' executions (serial, the default); 'ray': they
+    run on a Ray pool of --ray-workers actors while the next steps generate and update; an anchor
+    group is trained when its scores arrive (with the log-probabilities recorded at sampling, PPO's
+    clipped ratio) unless it is more than --max-staleness steps old. Single-turn episodes only."""
+    ray_workers: int = 2
+    """Ray actors executing anchor rollouts (executor='ray'), one CPU each."""
+    max_staleness: int = 9
+    """Steps an anchor group may arrive after the step it was sampled in and still be trained
+    (executor='ray'; the reference allows 9); older ones only feed the corrections."""
     # --- failures of the machinery (docs/method.md, "Ungraded rollouts")
     max_ungraded_share: float | None = 0.5
     """Stop the run (TooManyUngradedError) once this share of one step's rollouts is ungraded
@@ -199,6 +210,11 @@ def _validate(cfg: TrainConfig) -> None:
         (cfg.groups_per_step >= 1, f"groups_per_step must be >= 1, got {cfg.groups_per_step}"),
         (cfg.group_size >= 2, f"group_size must be >= 2 (GRPO compares rollouts within a group), got {cfg.group_size}"),
         (cfg.max_turns >= 1, f"max_turns must be >= 1 (turns per episode), got {cfg.max_turns}"),
+        (cfg.executor in ("local", "ray"), f"executor must be 'local' or 'ray', got {cfg.executor!r}"),
+        (cfg.executor == "local" or cfg.max_turns == 1,
+         "executor='ray' runs single-turn anchor groups; multi-turn episodes (--max-turns > 1) run with --executor local"),
+        (cfg.ray_workers >= 1, f"ray_workers must be >= 1, got {cfg.ray_workers}"),
+        (cfg.max_staleness >= 0, f"max_staleness must be >= 0 steps, got {cfg.max_staleness}"),
         (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.num_iterations >= 1, f"num_iterations must be >= 1 (optimisation epochs per step), got {cfg.num_iterations}"),
@@ -268,6 +284,10 @@ class _Components:
     get_task: Any
     eval_wrapper: Any = None
     """The evaluation wrapper over ``env`` (built on the first :func:`evaluate`)."""
+    scorer: Any = None
+    """``executor="ray"``: the :class:`~wmrl_envs.distributed.AsyncAnchoredScorer` over ``wrapper``."""
+    in_flight: dict[int, Any] = field(default_factory=dict)
+    """``executor="ray"``: anchor groups submitted and not yet trained (:class:`_InFlight` by group id)."""
 
 
 def _build(cfg: TrainConfig) -> _Components:
@@ -331,7 +351,18 @@ def _build(cfg: TrainConfig) -> _Components:
     heldout = list_tasks("heldout")
     if cfg.eval_tasks:
         heldout = heldout[: cfg.eval_tasks]
-    return _Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
+    comps = _Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
+    if cfg.executor == "ray":
+        from functools import partial
+
+        from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool
+
+        # each actor builds its own env and sandbox of the same backend (hidden paths included)
+        pool = RayExecutionPool(partial(AutoResearchEnv, tasks="all", sandbox=sandbox.name, limits=limits),
+                                num_workers=cfg.ray_workers, ledger=wrapper.ledger,
+                                execution_timeout_s=cfg.exec_wall_time_s + 120.0)
+        comps.scorer = AsyncAnchoredScorer(wrapper, pool, ordered=False)
+    return comps
 
 
 def _evaluation_wrapper(env: Any, cfg: TrainConfig) -> Any:
@@ -611,9 +642,12 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
                     # G completions per task
                     with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
                         samples = policy.sample(prompts, cfg.group_size)
-                    # score every group: world model, real execution on anchors, corrections
-                    for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
-                        groups.append(_score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
+                    if c.scorer is not None:  # anchors on the Ray pool; train what has arrived
+                        groups, train_samples, old_lp, async_rec = _async_groups(c, cfg, step, task_ids, specs, samples)
+                    else:
+                        # score every group: world model, real execution on anchors, corrections
+                        for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
+                            groups.append(_score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
             except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
                 _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
                                              "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
@@ -625,20 +659,36 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
             with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
                 if cfg.max_turns > 1:
                     update = _multi_turn_update(policy, c.optimizer, samples, turn_rollout, groups, update_cfg)
+                elif c.scorer is not None:
+                    update = grpo_update(policy, c.optimizer, train_samples, [g.rewards for g in groups],
+                                         [g.advantage_weight for g in groups], config=update_cfg, old_logprobs=old_lp)
                 else:
                     update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
                                          [g.advantage_weight for g in groups], config=update_cfg)
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
+            if c.scorer is not None:
+                rec.update(async_rec)
             _append_jsonl(metrics_path, rec)
             tracker.log(rec, step)
             _save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
-                                                     "wall_s": prior_wall + time.perf_counter() - t_start})
+                                                     "wall_s": prior_wall + time.perf_counter() - t_start,
+                                                     "anchors_in_flight": len(c.in_flight)})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
             progress.update(bar, advance=1, info=info)
             if not console.is_terminal and not console.quiet:  # a log file gets one line per step instead of a bar
                 console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
+
+    if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
+        console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
+        c.scorer.collect(timeout=cfg.exec_wall_time_s + 180.0)
+        _append_jsonl(metrics_path, {"step": cfg.steps, "anchors_arrived_after_training": len(c.in_flight),
+                                     "ledger": ledger.to_dict()})
+        c.in_flight.clear()
+        # the last checkpoint again, now with their anchor pairs and executions
+        _save_checkpoint(run_dir, c, cfg.steps - 1, rng, {"eval_before": eval_before, "anchors_in_flight": 0,
+                                                          "wall_s": prior_wall + time.perf_counter() - t_start})
 
     # 3. the trained policy on the held-out tasks, and the summary
     console.print("evaluating the trained policy on the held-out tasks (real execution)")
@@ -651,6 +701,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     print_summary(console, summary)
     c.env.close()
     c.env.sandbox.close()
+    if c.scorer is not None:
+        c.scorer.pool.close()
     return summary
 
 
@@ -694,6 +746,13 @@ def _resume(run_dir: Path, c: _Components, rng: np.random.Generator, metrics_pat
     (the killed step is redone). Returns ``(first step to run, eval_before, wall seconds so far)``."""
     state = _load_checkpoint(run_dir, c, rng)
     start_step = int(state["step"]) + 1
+    if state.get("anchors_in_flight"):
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "resuming %s: %d anchor groups were still executing on the Ray pool at the checkpoint; their "
+            "executions are lost (routed and world-model scored, never paired or trained)", run_dir,
+            state["anchors_in_flight"])
     if metrics_path.exists():
         kept = []
         for ln in metrics_path.read_text().splitlines():
@@ -821,6 +880,89 @@ def _multi_turn_update(policy: Any, optimizer: Any, samples: Any, turn_rollout: 
     stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
                  n_ungraded=float(batch.n_ungraded))
     return stats
+
+
+@dataclass
+class _InFlight:
+    """An anchor group on the Ray pool (``executor="ray"``), with what training it needs later."""
+
+    step: int
+    """The step it was sampled in."""
+    prompt_ids: list[int]
+    completion_ids: list[list[int]]
+    texts: list[str]
+    old_logprobs: Any
+    """float32 (G, T) log-probabilities of its completions under the sampling policy."""
+
+
+def _async_groups(c: _Components, cfg: TrainConfig, step: int, task_ids: list[str], specs: list[Any],
+                  samples: Any) -> tuple[list[Any], Any, Any, dict[str, Any]]:
+    """``executor="ray"``: submit this step's groups, return the groups to train on now.
+
+    Every group is routed and scored by the world model at submission
+    (:meth:`~wmrl_envs.distributed.AsyncAnchoredScorer.submit`, unordered): a world-model group is
+    corrected at once; an anchor group's executions start on the pool and the log-probabilities of
+    its completions under the current (sampling) policy are recorded. The groups trained now are
+    this step's world-model groups and every anchor group whose scores have arrived (corrected on
+    arrival: its pairs feed the debiaser and ρ then), unless it is more than ``cfg.max_staleness``
+    steps old. A late anchor group trains with its recorded log-probabilities as the ratio's
+    denominator (the clipped surrogate bounds how far it moves the policy).
+
+    Returns:
+        ``(groups, samples, old_logprobs, record)``: the :class:`~wmrl_envs.wrappers.GroupRollout`
+        objects to train on, their completions as one :class:`~agents.llm_policy.PolicySamples`
+        (rows group after group), a float32 (rows, T) tensor of recorded log-probabilities (NaN:
+        none, the on-policy value is used) or ``None``, and the step's asynchrony figures for
+        metrics.jsonl (``anchors_submitted``, ``anchors_arrived``, ``anchor_staleness`` (steps),
+        ``anchors_stale_dropped``, ``anchors_in_flight``).
+    """
+    import torch
+
+    from agents.llm_policy import PolicySamples
+    from wmrl_envs.core import ANCHOR, UPDATE
+
+    policy, g_size = c.policy, cfg.group_size
+    fresh: dict[int, tuple[list[int], list[list[int]], list[str]]] = {}
+    n_anchor = 0
+    for gi, (t, spec) in enumerate(zip(task_ids, specs)):
+        actions = [policy.completion_to_action(x, spec) for x in samples.texts[gi]]
+        pending = c.scorer.submit(actions, options={"task_id": t})
+        part = (samples.prompt_ids[gi], samples.completion_ids[gi], samples.texts[gi])
+        if pending.route == ANCHOR:
+            n_anchor += 1
+            with c.wrapper.ledger.timed(UPDATE, count=0), torch.no_grad():  # one forward pass, charged to the update
+                lp, _, _ = policy.grpo_logprobs(samples, list(range(gi * g_size, (gi + 1) * g_size)))
+            c.in_flight[pending.group_id] = _InFlight(step, *part, lp.detach().cpu())
+        else:
+            fresh[pending.group_id] = part
+    train: list[tuple[Any, tuple[Any, Any, Any], Any]] = []
+    staleness, dropped = [], 0
+    for g in c.scorer.poll():
+        if g.group_id in fresh:
+            train.append((g, fresh.pop(g.group_id), None))
+            continue
+        item = c.in_flight.pop(g.group_id)
+        age = step - item.step
+        if age > cfg.max_staleness:
+            dropped += 1
+            continue
+        staleness.append(age)
+        train.append((g, (item.prompt_ids, item.completion_ids, item.texts), item.old_logprobs if age > 0 else None))
+    parts = [p for _, p, _ in train]
+    merged = PolicySamples([list(p[0]) for p in parts], [list(p[1]) for p in parts], [list(p[2]) for p in parts],
+                           sum(len(x) for p in parts for x in p[1]))
+    old = None
+    if any(lp is not None for _, _, lp in train):
+        width = max(len(x) for p in parts for x in p[1])
+        old = torch.full((len(merged), width), float("nan"))
+        row = 0
+        for _, p, lp in train:
+            if lp is not None:
+                old[row: row + lp.shape[0], : lp.shape[1]] = lp
+            row += len(p[1])
+    record = {"anchors_submitted": n_anchor, "anchors_arrived": len(staleness) + dropped, "anchor_staleness": staleness,
+              "anchors_stale_dropped": dropped, "anchors_in_flight": len(c.in_flight)}
+    return [g for g, _, _ in train], merged, old, record
 
 
 def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:

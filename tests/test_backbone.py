@@ -8,6 +8,7 @@ the paths they replace.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 
@@ -249,3 +250,87 @@ def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
     assert seen["rows"] == [0, 1, 2, 3, 4] and seen["groups"] == [0, 0, 0, 0, 0]
     assert seen["adv"] == pytest.approx([2.0, 2.0, -2.0, -2.0, -2.0], abs=1e-4)  # standardised, times ρ
     assert (out["n_groups_used"], out["n_groups_skipped"], out["n_ungraded"]) == (1.0, 1.0, 1.0)
+
+
+def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_when_stale(tiny_folder):
+    """executor='ray' bookkeeping (agents.trainer._async_groups) with a scripted scorer: an anchor
+    group that arrives a step late trains with the log-probabilities recorded when it was sampled;
+    one older than max_staleness only feeds the corrections."""
+    from agents.llm_policy import LLMPolicy
+    from agents.trainer import PRESETS, _async_groups, _Components
+    from wmrl_envs.core import CostLedger
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    model, tok = load_backbone(str(tiny_folder), device="cpu")
+    policy = LLMPolicy(model, tok, max_new_tokens=5, seed=0)
+
+    class Scorer:  # routes by task name; anchors arrive when released
+        def __init__(self):
+            self.next_id, self.ready, self.released = 0, [], set()
+
+        def submit(self, actions, options):
+            gid, self.next_id = self.next_id, self.next_id + 1
+            route = "anchor" if options["task_id"] == tasks[0] else "world_model"
+            g = types.SimpleNamespace(group_id=gid, route=route, rewards=[0.1 * gid, 0.5], advantage_weight=1.0)
+            self.ready.append(g)
+            return types.SimpleNamespace(group_id=gid, route=route)
+
+        def poll(self):
+            out = [g for g in self.ready if g.route == "world_model" or g.group_id in self.released]
+            self.ready = [g for g in self.ready if g not in out]
+            return out
+
+    tasks = list_tasks("train")[:2]
+    specs = [get_task(t) for t in tasks]
+    cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=1)
+    c = _Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, tasks, [], get_task,
+                    scorer=Scorer())
+    s0 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
+    recorded, _, _ = policy.grpo_logprobs(s0, [0, 1])
+    groups, merged, old, rec = _async_groups(c, cfg, 0, tasks, specs, s0)
+    assert [g.group_id for g in groups] == [1] and old is None  # the world-model group; the anchor is out
+    assert merged.completion_ids == [s0.completion_ids[1]] and list(c.in_flight) == [0]
+    assert rec == {"anchors_submitted": 1, "anchors_arrived": 0, "anchor_staleness": [], "anchors_stale_dropped": 0,
+                   "anchors_in_flight": 1}
+    with torch.no_grad():  # the policy moves before the anchor arrives
+        for p in policy.trainable_parameters():
+            p.add_(0.05)
+    c.scorer.released.add(0)
+    s1 = policy.sample([policy.build_prompt({}, specs[1])], 2)
+    groups, merged, old, rec = _async_groups(c, cfg, 1, tasks[1:], specs[1:], s1)
+    assert [g.group_id for g in groups] == [0, 2] and rec["anchor_staleness"] == [1] and not c.in_flight
+    assert merged.completion_ids == [s0.completion_ids[0], s1.completion_ids[0]]
+    t0 = recorded.shape[1]
+    torch.testing.assert_close(old[:2, :t0], recorded)  # the sampling policy's, not today's
+    assert torch.isnan(old[2:]).all()  # this step's group: on-policy
+    # two steps late with max_staleness = 1: dropped (not trained), counted
+    s2 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
+    _async_groups(c, cfg, 2, tasks, specs, s2)  # anchor group 3 goes out
+    c.scorer.released.add(3)
+    groups, _, _, rec = _async_groups(c, cfg, 4, tasks[1:], specs[1:], s1)
+    assert [g.group_id for g in groups] == [5] and rec["anchors_stale_dropped"] == 1 and rec["anchor_staleness"] == []
+
+
+@pytest.mark.slow
+def test_wmrl_train_with_anchor_groups_on_a_ray_pool(tiny_folder, tmp_path):
+    """--executor ray end to end (real Ray actors, real sandboxed executions): every anchor group is
+    executed once, arrives, and is either trained (within max_staleness), dropped as stale, or
+    collected after the last step; its pairs feed the debiaser in every case."""
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--preset", "tiny", "--steps", "3", "--model", str(tiny_folder), "--executor", "ray",
+                 "--ray-workers", "2", "--run-dir", str(run), "--quiet"]) == 0
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps, tail = lines[:3], lines[3:]
+    summary = json.loads((run / "summary.json").read_text())
+    n_anchor = summary["anchor_groups"]
+    assert sum(r["anchors_submitted"] for r in steps) == n_anchor >= 3  # >= one anchor group per step
+    late = tail[0]["anchors_arrived_after_training"] if tail else 0
+    assert sum(r["anchors_arrived"] for r in steps) + late == n_anchor  # every one came back
+    assert all(0 <= a <= 9 for r in steps for a in r["anchor_staleness"])
+    assert summary["real_executions"] == 2 * n_anchor and summary["world_model_predictions"] == 12
+    state = json.loads((run / "checkpoint" / "state.json").read_text())
+    assert len(state["wrapper"]["corrector"]["debiaser"]["raw"]) == 2 * n_anchor  # all pairs, late ones too
+    assert main(["train", "--preset", "tiny", "--executor", "ray", "--max-turns", "2",
+                 "--run-dir", str(tmp_path / "bad")]) == 2
