@@ -210,6 +210,9 @@ class LLMPolicy:
         self.temperature = float(temperature)
         self.seed = int(seed)
         self.n_sample_calls = 0
+        self.sampler: Any = None
+        """A :class:`agents.vllm_server.VLLMServerSampler` that samples instead of ``generate`` (set by the
+        trainer with ``--vllm-url``; ``None``: local ``transformers`` generation)."""
 
     @property
     def device(self) -> torch.device:
@@ -306,6 +309,13 @@ class LLMPolicy:
         reseeded.
         """
         tok = self.tokenizer
+        if self.sampler is not None:  # a vLLM server with the last synced adapter (agents/vllm_server.py)
+            enc = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+            ids = self.sampler.sample(prompts, group_size, max_new_tokens=self.max_new_tokens,
+                                      temperature=self.temperature, stop=["\n"] if self.mode == "line" else ["```"],
+                                      seed=self.seed * 1_000_003 + self.n_sample_calls)
+            self.n_sample_calls += 1
+            return self._samples(enc, [seq for per in ids for seq in per], group_size)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -335,6 +345,13 @@ class LLMPolicy:
             gen = out[:, width:].cpu().tolist()
         finally:
             self.model.train(was_training)
+        return self._samples(enc, gen, group_size)
+
+    def _samples(self, enc: list[list[int]], gen: list[list[int]], group_size: int) -> PolicySamples:
+        """:class:`PolicySamples` from the prompts' ids and the generated ids (prompt after prompt,
+        G each): each completion is cut at its first EOS (kept) or padding."""
+        tok = self.tokenizer
+        prompts, pad = enc, tok.pad_token_id
         completion_ids: list[list[list[int]]] = []
         texts: list[list[str]] = []
         eos = {tok.eos_token_id, pad}
@@ -349,7 +366,7 @@ class LLMPolicy:
                     if t in eos:
                         cut = k + 1 if t == tok.eos_token_id else k
                         break
-                seq = seq[:cut] if cut > 0 else seq[:1]
+                seq = (seq[:cut] if cut > 0 else seq[:1]) or [tok.eos_token_id]  # never an empty row
                 n_new += len(seq)
                 cids.append(seq)
                 ctexts.append(tok.decode(seq, skip_special_tokens=True))

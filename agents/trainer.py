@@ -81,6 +81,15 @@ class TrainConfig:
     every weight (the reference is a frozen copy: twice the weights' memory)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more compute)."""
+    vllm_url: str | None = None
+    """A vLLM OpenAI-compatible server (API root, e.g. http://gpu-node:8000/v1) that samples the policy's
+    completions with its LoRA adapter pushed after every update, and generates the judge's predictions
+    on the served base model (unless --judge-model); start it with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+    vllm serve MODEL --enable-lora`. None: transformers generation here."""
+    vllm_served_model: str | None = None
+    """The base model's name on that server (default: --model)."""
+    vllm_adapter_dir: str | None = None
+    """Where the pushed adapters are written; the server must read it (default: RUN_DIR/vllm_adapters)."""
     # --- episodes
     max_turns: int = 1
     """Turns per episode (the reference uses up to 4): each turn's feedback, real on anchor groups and
@@ -245,6 +254,11 @@ def _validate(cfg: TrainConfig) -> None:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
     if cfg.finetune not in ("lora", "full"):
         raise ValueError(f"finetune must be 'lora' or 'full', got {cfg.finetune!r}")
+    if cfg.vllm_url is not None:
+        if not str(cfg.vllm_url).startswith(("http://", "https://")):
+            raise ValueError(f"vllm_url must be the server's API root (http://HOST:PORT/v1), got {cfg.vllm_url!r}")
+        if cfg.finetune != "lora":
+            raise ValueError("--vllm-url pushes LoRA adapters to the server; --finetune full samples locally")
     if not str(cfg.model).strip() or (cfg.judge_model is not None and not str(cfg.judge_model).strip()):
         raise ValueError("model and judge_model must name a model (smollm2-135m, a hub id or a folder)")
     if cfg.solution_mode not in ("line", "script"):
@@ -324,11 +338,12 @@ def _build(cfg: TrainConfig) -> _Components:
         judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
     else:  # the agent's own backbone, frozen: the same weights, adapters off
         judge_backbone, judge_tokenizer, off = policy.model, tokenizer, True
-    judge = LLMJudgeWorldModel(
-        judge_backbone, judge_tokenizer, max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
-        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, disable_adapters=off,
-        decoding=cfg.judge_decoding,
-    )
+    judge_kwargs = dict(max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
+                        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, decoding=cfg.judge_decoding)
+    if cfg.vllm_url is not None and cfg.judge_model is None:  # the served base model is the frozen backbone
+        judge = LLMJudgeWorldModel.from_server(cfg.vllm_url, cfg.vllm_served_model or cfg.model, tokenizer, **judge_kwargs)
+    else:
+        judge = LLMJudgeWorldModel(judge_backbone, judge_tokenizer, disable_adapters=off, **judge_kwargs)
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
     sandbox = make_sandbox(cfg.sandbox, limits, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:
@@ -588,6 +603,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=_json_default)
     from agents.tracking import Tracker
 
+    if cfg.vllm_url is not None:  # the policy samples on the server with its adapter pushed
+        from agents.vllm_server import VLLMServerSampler
+
+        c.policy.sampler = VLLMServerSampler(cfg.vllm_url, cfg.vllm_served_model or cfg.model,
+                                             adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters")
     tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
     try:
         return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)
@@ -611,6 +631,9 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     # 1. the initial policy on the held-out tasks (or the state of the run being resumed)
     if resume:
         start_step, eval_before, prior_wall = _resume(run_dir, c, rng, metrics_path)
+    if policy.sampler is not None:
+        policy.sampler.sync(policy)  # the server samples with the adapter of this (restored) policy
+    if resume:
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
     else:
         console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
@@ -665,6 +688,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
                 else:
                     update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
                                          [g.advantage_weight for g in groups], config=update_cfg)
+                if policy.sampler is not None:
+                    policy.sampler.sync(policy)  # the next step samples the updated policy
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
             if c.scorer is not None:

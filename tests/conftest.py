@@ -16,9 +16,31 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 from wmrl_envs.envs.autoresearch.secret import HOME_ENV_VAR, REFERENCE_SECRET, SECRET_ENV_VAR
 
 os.environ[SECRET_ENV_VAR] = REFERENCE_SECRET
 _HOME = tempfile.mkdtemp(prefix="wmrl-test-home-")
 os.environ[HOME_ENV_VAR] = _HOME
 atexit.register(shutil.rmtree, _HOME, True)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_folder(tmp_path_factory):
+    """A tiny random LLaMA (2 layers, hidden 32) with SmolLM2's real tokenizer and chat template,
+    written as ``save_pretrained`` writes any hub model: "another backbone" given as a folder."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
+
+    tok = load_smollm2_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(cfg).save_pretrained(str(folder))
+    tok.save_pretrained(str(folder))
+    return folder

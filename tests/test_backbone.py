@@ -20,20 +20,8 @@ from agents.backbone import load_backbone, resolve_device, resolve_dtype
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
-
-    tok = load_smollm2_tokenizer()
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(cfg).save_pretrained(str(folder))
-    tok.save_pretrained(str(folder))
-    return folder
+def tiny_folder(tiny_llama_folder):
+    return tiny_llama_folder
 
 
 def test_devices_and_dtypes_resolve_and_bad_values_say_what_is_accepted():

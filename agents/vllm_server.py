@@ -1,0 +1,179 @@
+"""The policy's completions from a vLLM server, with the LoRA weights pushed after every update.
+
+On a GPU, sampling G completions per group is where a GRPO step spends most of its time, and
+vLLM (continuous batching, paged attention) does it several times faster than
+``transformers.generate``. TRL's server mode runs vLLM as a separate process (``trl vllm-serve``)
+and pushes the policy's weights to it after each update; :class:`VLLMServerSampler` does the
+same with vLLM's own OpenAI-compatible server and its runtime LoRA loading, so no extra
+package is needed on the trainer's side:
+
+* start the server with LoRA enabled and runtime updates allowed, on a path the trainer writes
+  to (the same machine, or a shared file system)::
+
+      VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve MODEL --enable-lora --max-lora-rank 16
+
+* :meth:`VLLMServerSampler.sync` saves the policy's adapter (peft's ``save_pretrained``) into
+  ``adapter_dir/step-<k>`` and registers it with ``POST /v1/load_lora_adapter`` under the name
+  ``wmrl-policy-<k>`` (the previous adapter is unloaded); :meth:`VLLMServerSampler.sample` sends
+  one ``POST /v1/completions`` per batch (``n = G``, ``model`` = that adapter, the policy's
+  temperature, stop strings and a seed) and asks for the sampled tokens as token ids
+  (``logprobs=0, return_tokens_as_token_ids=true``), so the update scores exactly the tokens the
+  server sampled, not a re-tokenisation of its text.
+
+Only LoRA: full fine-tuning would need the whole weights pushed (TRL's NCCL weight sync), which
+this module does not do. The trainer's log-probabilities are always recomputed locally by the
+policy (``LLMPolicy.grpo_logprobs``), so the loss does not depend on the server's numerics. The
+method: ``docs/method.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["VLLMServerSampler", "ServerError"]
+
+
+class ServerError(RuntimeError):
+    """The vLLM server failed or answered something unusable; the message says what and how to fix it."""
+
+
+class VLLMServerSampler:
+    """Samples completions of the current policy on a vLLM OpenAI-compatible server.
+
+    Args:
+        base_url: the API root, e.g. ``"http://gpu-node:8000/v1"``.
+        base_model: the served base model's name (``--served-model-name``, or the path/id given
+            to ``vllm serve``).
+        adapter_dir: folder the adapters are written to; the server must be able to read it.
+        api_key: sent as ``Authorization: Bearer ...`` when given.
+        timeout_s: seconds per request.
+
+    Attributes:
+        lora_name: the adapter requests go to (``None`` before the first :meth:`sync`: the base model).
+        n_syncs, n_requests: counters.
+
+    Raises:
+        ValueError: ``base_url`` is not an http(s) URL.
+    """
+
+    def __init__(self, base_url: str, base_model: str, *, adapter_dir: str | Path, api_key: str | None = None,
+                 timeout_s: float = 300.0) -> None:
+        if not str(base_url).startswith(("http://", "https://")):
+            raise ValueError(f"the vLLM server URL must start with http:// or https://, got {base_url!r}")
+        self.base_url = str(base_url).rstrip("/")
+        self.base_model = base_model
+        self.adapter_dir = Path(adapter_dir)
+        self.api_key = api_key
+        self.timeout_s = float(timeout_s)
+        self.lora_name: str | None = None
+        self._lora_path: Path | None = None
+        self.n_syncs = 0
+        self.n_requests = 0
+
+    # ------------------------------------------------------------------ http
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(f"{self.base_url}{path}", data=json.dumps(body).encode(), headers=headers,
+                                     method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                text = resp.read().decode()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:500]
+            hint = (" (start the server with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and make "
+                    f"{self.adapter_dir} readable by it)" if "lora" in path else "")
+            raise ServerError(f"{self.base_url}{path} answered HTTP {e.code}: {detail}{hint}") from e
+        except (urllib.error.URLError, TimeoutError, OSError) as e:
+            raise ServerError(f"cannot reach the vLLM server at {self.base_url} ({e}); is `vllm serve` running and "
+                              "is the URL the API root (ending in /v1)?") from e
+        self.n_requests += 1
+        try:
+            return json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            return text
+
+    # ------------------------------------------------------------------ weights
+    def sync(self, policy: Any) -> str:
+        """Push the policy's current LoRA adapter to the server; later samples use it.
+
+        Args:
+            policy: an :class:`agents.llm_policy.LLMPolicy` with ``finetune="lora"``.
+
+        Returns:
+            The adapter's name on the server.
+
+        Raises:
+            ValueError: the policy is fully fine-tuned (no adapter to push).
+            ServerError: the server refused to load it.
+        """
+        if getattr(policy, "finetune", "lora") != "lora":
+            raise ValueError("the vLLM server path pushes LoRA adapters; a fully fine-tuned policy (--finetune full) "
+                             "samples locally (drop --vllm-url)")
+        k = self.n_syncs
+        name, path = f"wmrl-policy-{k}", self.adapter_dir / f"step-{k}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        policy.save_adapter(path)
+        self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+        old_name, old_path = self.lora_name, self._lora_path
+        self.lora_name, self._lora_path = name, path
+        self.n_syncs += 1
+        if old_name is not None:
+            try:
+                self._post("/unload_lora_adapter", {"lora_name": old_name})
+            finally:
+                if old_path is not None:
+                    shutil.rmtree(old_path, ignore_errors=True)
+        return name
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, prompts: Sequence[str], group_size: int, *, max_new_tokens: int, temperature: float,
+               stop: Sequence[str], seed: int) -> list[list[list[int]]]:
+        """Sample ``group_size`` completions of each prompt with the last synced adapter.
+
+        Args:
+            prompts: the rendered prompts (chat template applied, assistant turn pre-filled).
+            group_size: G, completions per prompt (the request's ``n``).
+            max_new_tokens, temperature: as the policy's.
+            stop: stop strings (included in the completion, as the local path keeps them).
+            seed: the request's seed (vLLM seeds each request's sampling with it).
+
+        Returns:
+            Per prompt, G lists of sampled token ids.
+
+        Raises:
+            ServerError: unreachable server, HTTP error, or an answer without ``len(prompts) × G``
+                choices carrying token ids.
+        """
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        body = {
+            "model": self.lora_name or self.base_model, "prompt": prompts, "n": int(group_size),
+            "max_tokens": int(max_new_tokens), "temperature": float(temperature), "top_p": 1.0, "seed": int(seed),
+            "stop": list(stop), "include_stop_str_in_output": True, "skip_special_tokens": False,
+            "logprobs": 0, "return_tokens_as_token_ids": True,
+        }
+        answer = self._post("/completions", body)
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        want = len(prompts) * int(group_size)
+        if not isinstance(choices, list) or len(choices) != want:
+            raise ServerError(f"expected {want} choices from {self.base_url}/completions, got "
+                              f"{len(choices) if isinstance(choices, list) else type(answer).__name__}")
+        out: list[list[list[int]]] = [[[] for _ in range(group_size)] for _ in prompts]
+        for pos, ch in enumerate(choices):
+            idx = int(ch.get("index", pos))
+            tokens = ((ch.get("logprobs") or {}).get("tokens")) if isinstance(ch, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+                raise ServerError("the server's choices carry no token ids (logprobs.tokens as 'token_id:N'); it needs "
+                                  "vLLM's return_tokens_as_token_ids (vLLM >= 0.6)")
+            out[idx // group_size][idx % group_size] = [int(t.split(":", 1)[1]) for t in tokens]
+        return out
