@@ -132,8 +132,9 @@ def test_server_failures_say_what_to_fix(server, tokenizer, tmp_path, tmp_path_f
 
 @pytest.mark.skipif("WMRL_VLLM_URL" not in os.environ, reason="opt-in: set WMRL_VLLM_URL (and WMRL_VLLM_MODEL) to a "
                     "real `vllm serve --enable-lora` server")
-def test_a_real_vllm_server(tokenizer, tmp_path, tmp_path_factory):  # pragma: no cover - needs a server
-    policy = _policy(tmp_path_factory, tokenizer)
+def test_a_real_vllm_server(tmp_path):  # pragma: no cover - needs a server
+    """The base model's sampling through the real server: n choices with token ids, the stop string
+    kept (pushing an adapter needs one trained for the served model: run wmrl train --vllm-url)."""
     sampler = VLLMServerSampler(os.environ["WMRL_VLLM_URL"], os.environ.get("WMRL_VLLM_MODEL", "base"),
                                 adapter_dir=tmp_path / "adapters")
     ids = sampler.sample(["Hello"], 2, max_new_tokens=4, temperature=1.0, stop=["\n"], seed=0)
