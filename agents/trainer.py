@@ -42,7 +42,7 @@ from agents.train_summary import plot_calibration, print_summary, secret_record,
 from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.utils import write_json_atomic
 
-__all__ = ["TrainConfig", "PRESETS", "train", "load_config"]
+__all__ = ["TrainConfig", "PRESETS", "train", "load_config", "auto_fraction_notes"]
 
 
 @dataclass
@@ -596,6 +596,10 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
     cfg = _start(cfg, run_dir, resume, console)
+    for note in auto_fraction_notes(cfg):
+        import warnings
+
+        warnings.warn(note, UserWarning, stacklevel=2)
     t_start = time.perf_counter()
     c = _build(cfg)
     if not resume:  # written only once everything is built, so a failed start leaves no folder
@@ -729,6 +733,35 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     if c.scorer is not None:
         c.scorer.pool.close()
     return summary
+
+
+def auto_fraction_notes(cfg: TrainConfig) -> list[str]:
+    """What ``anchor_fraction="auto"`` cannot do in this run (empty for a fixed fraction, or when
+    it can adapt fully): a run too short for the rule to leave its start fraction, and a floor of
+    one anchor group per window that holds the realised fraction above ``f_min``.
+
+    Returns:
+        One sentence per limit, each with the setting that lifts it.
+    """
+    corr = cfg.correction
+    if corr.anchor_fraction != "auto":
+        return []
+    notes = []
+    floor = corr.min_anchor_groups / (cfg.groups_per_step * corr.anchor_window)
+    per_step = max(cfg.groups_per_step * corr.auto_start_fraction, corr.min_anchor_groups / corr.anchor_window)
+    if cfg.steps * per_step < corr.auto_min_groups:
+        notes.append(
+            f"anchor_fraction='auto' needs {corr.auto_min_groups} anchor groups (--auto-min-groups) before it adapts; "
+            f"{cfg.steps} steps x {cfg.groups_per_step} groups at the start fraction {corr.auto_start_fraction} give about "
+            f"{cfg.steps * per_step:.0f}, so this run keeps the start fraction throughout: run more --steps or lower "
+            "--auto-min-groups")
+    if floor > corr.f_min:
+        window = math.ceil(corr.min_anchor_groups / (cfg.groups_per_step * corr.f_min) - 1e-9)
+        notes.append(
+            f"the floor of {corr.min_anchor_groups} anchor group(s) per window of {corr.anchor_window} step(s) of "
+            f"{cfg.groups_per_step} groups realises at least {floor:.3g}, above --f-min {corr.f_min}: 'auto' can only "
+            f"raise the fraction above that floor (--anchor-window {window} lets it go down to --f-min)")
+    return notes
 
 
 # ---------------------------------------------------------------------- pieces of the loop
@@ -1032,11 +1065,24 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
         "loss": update["loss"], "kl": update["kl"], "entropy": update["entropy"],
         "new_tokens": samples.new_tokens,
         "realised_anchor_fraction": wrapper.router.realised_fraction,
+        **_fraction_in_force(wrapper),
         **wrapper.corrector.stats(),
         "ledger": wrapper.ledger.to_dict(),
         "step_s": step_s,
         "sample_completions": samples.texts[0][:2],
     }
+
+
+def _fraction_in_force(wrapper: Any) -> dict[str, Any]:
+    """The step's anchor fraction: ``anchor_fraction`` (the configured one, or with
+    ``anchor_fraction="auto"`` the one the adaptive rule set for this step) and, with ``auto``, the
+    within-group correlation ``auto_r`` it was estimated from (``None`` while warming up) and the
+    cost ratio ``auto_gamma`` (``None`` until fixed)."""
+    a = wrapper.loop.adaptive
+    if a is None:
+        return {"anchor_fraction": wrapper.router.anchor_fraction}
+    _, fraction, r = a.history[-1] if a.history else (None, a.fraction, float("nan"))
+    return {"anchor_fraction": fraction, "auto_r": r if math.isfinite(r) else None, "auto_gamma": a.gamma}
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:

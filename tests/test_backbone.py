@@ -322,3 +322,35 @@ def test_wmrl_train_with_anchor_groups_on_a_ray_pool(tiny_folder, tmp_path):
     assert len(state["wrapper"]["corrector"]["debiaser"]["raw"]) == 2 * n_anchor  # all pairs, late ones too
     assert main(["train", "--preset", "tiny", "--executor", "ray", "--max-turns", "2",
                  "--run-dir", str(tmp_path / "bad")]) == 2
+
+
+def test_auto_fraction_says_when_it_cannot_adapt():
+    from agents.trainer import PRESETS, TrainConfig, auto_fraction_notes
+    from wmrl_envs.core import CorrectionConfig
+
+    assert auto_fraction_notes(PRESETS["default"]) == []  # a fixed fraction: nothing to say
+    short = TrainConfig(correction=CorrectionConfig(anchor_fraction="auto"))  # 7 steps x 4 groups
+    notes = auto_fraction_notes(short)
+    assert len(notes) == 2 and "keeps the start fraction throughout" in notes[0] and "about 7" in notes[0]
+    assert "realises at least 0.25" in notes[1] and "--anchor-window 13" in notes[1]
+    assert auto_fraction_notes(TrainConfig(steps=40, groups_per_step=10,
+                                           correction=CorrectionConfig(anchor_fraction="auto", anchor_window=5))) == []
+
+
+@pytest.mark.slow
+def test_the_fraction_in_force_is_in_every_metrics_line_and_the_state_is_strict_json(tiny_folder, tmp_path):
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="keeps the start fraction throughout"):
+        assert main(["train", "--preset", "tiny", "--model", str(tiny_folder), "--anchor-fraction", "auto",
+                     "--run-dir", str(run), "--quiet"]) == 0
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["anchor_fraction"], r["auto_gamma"]) for r in lines] == [(0.1, None), (0.1, None)]
+    assert all("auto_r" in r for r in lines)
+    state = json.loads((run / "checkpoint" / "state.json").read_text(),
+                       parse_constant=lambda c: pytest.fail(f"state.json holds {c}: not strict JSON"))
+    assert [h[0] for h in state["wrapper"]["adaptive"]["history"]] == [0, 1]
+    run2 = tmp_path / "fixed"
+    assert main(["train", "--preset", "tiny", "--model", str(tiny_folder), "--run-dir", str(run2), "--quiet"]) == 0
+    assert [json.loads(x)["anchor_fraction"] for x in (run2 / "metrics.jsonl").read_text().splitlines()] == [0.1, 0.1]

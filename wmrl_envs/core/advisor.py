@@ -929,7 +929,9 @@ class AdaptiveAnchorFraction:
         return {"start": self.start, "f_min": self.f_min, "f_max": self.f_max, "cost_ratio": self.cost_ratio,
                 "noise_batch_ratio": self.noise_batch_ratio, "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
                 "execution_budget": self.execution_budget, "on_budget_spent": self.on_budget_spent,
-                "fraction": self.fraction, "gamma": self.gamma, "history": [list(h) for h in self.history],
+                "fraction": self.fraction, "gamma": self.gamma,
+                # strict JSON: an r not estimated yet (NaN) is written as null
+                "history": [[s, f, r if math.isfinite(r) else None] for s, f, r in self.history],
                 "budget_spent": self.budget_spent}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -956,6 +958,6 @@ class AdaptiveAnchorFraction:
             raise ValueError("a saved adaptive history must be a list of [step, fraction, r] entries")
         fresh.fraction = float(state["fraction"])
         fresh.gamma = None if state["gamma"] is None else float(state["gamma"])
-        fresh.history = [(int(s), float(f), float(r)) for s, f, r in state["history"]]
+        fresh.history = [(int(s), float(f), float("nan") if r is None else float(r)) for s, f, r in state["history"]]
         fresh.budget_spent = bool(state["budget_spent"])
         self.__dict__.update(fresh.__dict__)
