@@ -170,8 +170,10 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         if "r" in adv:
             rows.append(("within-group correlation WM vs real (95% CI)",
                          f"{_fmt(adv['r'])} [{_fmt(adv['r_ci'][0])}, {_fmt(adv['r_ci'][1])}]"))
-            rows.append(("recommended anchor fraction / predicted speedup (model; ignores bias)",
-                         f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x"))
+            finite = isinstance(adv.get("predicted_speedup"), float) and math.isfinite(adv["predicted_speedup"])
+            rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
+                         f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x" if finite
+                         else "none: too few anchor groups (see the verdict)"))
         rows.append(("advisor's verdict", str(adv["verdict"])))
     return rows
 

@@ -388,3 +388,20 @@ def test_bool_real_scores_count_as_one_and_zero():
     adv = AnchorAdvisor(min_groups=2, n_boot=0)
     adv.add_group([0.9, 0.1, 0.8], [True, False, np.bool_(True)])
     assert adv.groups()[1] == [[1.0, 0.0, 1.0]]
+
+
+def test_advice_with_too_few_groups_prints_no_nan_and_says_why():
+    from wmrl_envs.core import AnchorAdvisor, CostRates
+
+    adv = AnchorAdvisor(min_groups=8)
+    adv.add_group([0.1, 0.5, 0.9], [0.2, 0.4, 0.8])
+    text = adv.advise(CostRates(execution_s=2.0, world_model_s=0.02)).format()
+    assert "nan" not in text.lower() and "no recommended anchor fraction and no predicted speedup" in text
+    assert "collect more (a longer pilot, or a longer training run)" in text
+    full = AnchorAdvisor(min_groups=2, n_boot=50)
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        real = rng.random(4)
+        full.add_group(list(real + 0.1 * rng.standard_normal(4)), list(real))
+    text = full.advise(CostRates(execution_s=2.0, world_model_s=0.02)).format()
+    assert "a model, not a bound" in text and "recommended anchor fraction 0." in text

@@ -486,20 +486,30 @@ class AnchorAdvice:
         def ci(t: tuple[float, float], fmt: str) -> str:
             return "no CI" if not all(math.isfinite(x) for x in t) else f"95% CI [{t[0]:{fmt}}, {t[1]:{fmt}}]"
 
-        return "\n".join([
-            f"anchor groups {self.n_groups} ({self.n_pairs} pairs); within-group correlation r = {self.r:.3f} "
-            f"({ci(self.r_ci, '.3f')})",
+        r_line = (f"within-group correlation r = {self.r:.3f} ({ci(self.r_ci, '.3f')})" if math.isfinite(self.r)
+                  else "within-group correlation r: not estimated")
+        lines = [
+            f"anchor groups {self.n_groups} ({self.n_pairs} pairs); {r_line}",
             f"cost per rollout ({c.unit}): execution {c.execution_s:.4g}, world model {c.world_model_s:.4g}, "
             f"generation + update {c.other_s:.4g}; gamma = {c.gamma:.4g}",
-            f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); recommended anchor fraction "
-            f"{self.recommended_fraction:.3f}",
-            f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
-            f"({ci(self.predicted_speedup_ci, '.2f')}; a model that ignores the world model's bias; "
-            + (f"gradient noise scale / batch b = {self.noise_batch_ratio:.3g})" if self.noise_batch_ratio is not None
-               else f"noise scale not measured: {self.predicted_speedup_range[0]:.2f}x if every step is noise-limited, "
-                    f"up to {self.predicted_speedup_range[1]:.2f}x if the batch is far above the noise scale)"),
-            f"verdict: {self.verdict}",
-        ] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
+        ]
+        if not math.isfinite(self.f_star):  # too few groups: no recommendation, no prediction
+            lines.append("no recommended anchor fraction and no predicted speedup: too few anchor groups (see the verdict)")
+        else:
+            lines += [
+                f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); recommended anchor fraction "
+                f"{self.recommended_fraction:.3f}",
+                f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
+                f"({ci(self.predicted_speedup_ci, '.2f')}; "
+                + (f"gradient noise scale / batch b = {self.noise_batch_ratio:.3g})" if self.noise_batch_ratio is not None
+                   else f"noise scale not measured: {self.predicted_speedup_range[0]:.2f}x if every step is "
+                        f"noise-limited, up to {self.predicted_speedup_range[1]:.2f}x if the batch is far above the "
+                        "noise scale)"),
+                "  a model, not a bound: it ignores the world model's bias (optimistic where bias survives the "
+                "calibration) and values a world-model group at r^2 of a real one (pessimistic in every benchmark "
+                "cell measured so far; docs/advisor_check.md)",
+            ]
+        return "\n".join(lines + [f"verdict: {self.verdict}"] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
 
 
 def action_key(action: Any, limit: int = 120) -> str:
@@ -682,7 +692,7 @@ class AnchorAdvisor:
             why = (f"{n} usable anchor groups, need {self.min_groups}" if n < self.min_groups
                    else "no within-group spread in the world-model or the real scores yet")
             return AnchorAdvice(n, n_pairs, r, nan2, costs, float("nan"), nan2, float("nan"), float("nan"), nan2,
-                                float("nan"), False, f"not enough anchor groups yet ({why}): run more pilot groups",
+                                float("nan"), False, f"not enough anchor groups yet ({why}): collect more (a longer pilot, or a longer training run)",
                                 self.blind_spots(), b)
         f_star = optimal_anchor_fraction(r, costs.gamma, b)
         rec = min(self.f_max, max(self.f_min, f_star))
@@ -717,11 +727,11 @@ class AnchorAdvisor:
             verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
                        f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
             if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
-                verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, run more pilot groups to be sure"
+                verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, collect more anchor groups to be sure"
         else:
             verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x)"
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
-                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, run more pilot groups to be sure"
+                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
                             use, verdict, self.blind_spots(), b, s_range, s_small)
 
