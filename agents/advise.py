@@ -187,6 +187,8 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
     """
     from wmrl_envs.core import CorrectionLoop
 
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"--run-dir {run_dir}: no such folder (give a wmrl train run folder, e.g. runs/default-<time>)")
     path = Path(run_dir) / "checkpoint" / "state.json"
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} has no checkpoint (expected {path}); give a wmrl train run folder")

@@ -132,8 +132,15 @@ def _bench_report(argv: list[str]) -> int:
     path = Path(args.results)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file (give a wmrl bench results.json)")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON ({exc}); give the results.json a wmrl bench run wrote") from exc
+    if not isinstance(data, dict) or "config" not in data or "methods" not in data:
+        raise ValueError(f"{path} is not a wmrl bench results.json (no 'config' and 'methods'); a sweep's results "
+                         "have their report in its own folder (wmrl bench sweep writes table.md there)")
     out = Path(args.out_dir) if args.out_dir else path.parent / "report"
-    res = report_finished_seeds(json.loads(path.read_text()), out)
+    res = report_finished_seeds(data, out)
     print((out / "table.md").read_text())
     print(f"[bench] report of {res['config']['seeds']} finished seeds written to {out}")
     return 0

@@ -174,3 +174,12 @@ def test_bad_groups_per_step_is_refused_before_the_pilot(tmp_path):
 
     with pytest.raises(ValueError, match="--groups-per-step must be an integer >= 1"):
         main_advise(AdviseConfig(groups_per_step=0, out_dir=str(tmp_path)))
+
+
+def test_a_missing_run_folder_is_named_as_missing(tmp_path):
+    from agents.advise import advice_from_run
+
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        advice_from_run(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="has no checkpoint"):
+        advice_from_run(tmp_path)

@@ -274,8 +274,8 @@ def test_unmeasured_execution_cpu_is_reported_not_counted_as_zero(tmp_path):
 def test_tables_without_their_budget_are_left_out(tmp_path):
     _, table = _bench(tmp_path, methods=("real", "anchors_raw"))
     assert "Equal compute: WMRL's" not in table and "Equal compute: real-execution GRPO's" in table
-    _, table = _bench(tmp_path / "b", methods=("wmrl", "wm_only"))
-    assert "Equal compute: real-execution GRPO's" not in table and "no compute-to-target" in table
+    with pytest.raises(ValueError, match="has no real-execution GRPO.*add real"):  # nothing to measure against
+        _bench(tmp_path / "b", methods=("wmrl", "wm_only"))
 
 
 def test_a_seed_stopped_by_the_step_cap_is_not_said_to_be_beyond_the_budget(tmp_path):
@@ -409,7 +409,7 @@ def test_reuse_from_reads_real_and_wmrl_and_trains_only_the_others(tmp_path):
 @pytest.mark.parametrize("change, message", [
     (dict(steps=4), "steps: here 4, there 3"),
     (dict(seeds=3), "pass --seeds 2 or fewer"),
-    (dict(methods=("anchors_raw",)), "none of the methods"),
+    (dict(methods=("real", "anchors_raw"), reuse_methods=("anchors_raw",)), "none of the methods"),
 ])
 def test_reuse_from_refuses_a_run_that_cannot_stand_in(tmp_path, change, message):
     base = BenchConfig(methods=("real",), seeds=2, steps=3, groups_per_step=2, group_size=2, eval_points=2,
@@ -531,3 +531,24 @@ def test_guards_of_resume_and_reuse(tmp_path):
     (tmp_path / "run" / "results.json").write_text('{"config": {"seeds": 1}, "meth')
     with pytest.raises(ValueError, match="not a readable wmrl bench results.json"):
         run_bench(replace(cfg, resume=True), **kw)
+
+
+def test_bench_refuses_early_what_would_waste_hours(tmp_path):
+    from agents.experiments.bench import check_bench_config
+
+    with pytest.raises(FileNotFoundError, match="--reuse-from .*no such file"):
+        check_bench_config(BenchConfig(reuse_from=str(tmp_path / "missing.json")))
+    with pytest.raises(ValueError, match="--resume --out-dir .*no such folder"):
+        check_bench_config(BenchConfig(resume=True, out_dir=str(tmp_path / "typo")))
+    check_bench_config(BenchConfig(resume=True, out_dir=str(tmp_path)))  # an existing folder is fine
+
+
+def test_bench_report_refuses_what_is_not_a_bench_results_file(tmp_path, capsys):
+    from agents.cli import main
+
+    (tmp_path / "sweep.json").write_text(json.dumps({"config": {}, "cells": []}))
+    (tmp_path / "garbage.json").write_text("not json")
+    assert main(["bench", "report", str(tmp_path / "sweep.json")]) == 2
+    assert "is not a wmrl bench results.json" in capsys.readouterr().err
+    assert main(["bench", "report", str(tmp_path / "garbage.json")]) == 2
+    assert "garbage.json is not JSON" in capsys.readouterr().err

@@ -515,6 +515,16 @@ def check_bench_config(cfg: BenchConfig) -> None:
         raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
     if len(set(cfg.methods)) != len(cfg.methods):
         raise ValueError(f"--methods lists a method twice: {list(cfg.methods)}")
+    if "real" not in cfg.methods:
+        raise ValueError(f"--methods {' '.join(cfg.methods)} has no real-execution GRPO, which every speedup and the "
+                         "target are measured against: add real (with --reuse-from a run that has it, it is read "
+                         "from there, not trained again)")
+    if cfg.reuse_from is not None and not Path(cfg.reuse_from).is_file():
+        raise FileNotFoundError(f"--reuse-from {cfg.reuse_from}: no such file (give the results.json of an earlier "
+                                "wmrl bench run)")
+    if cfg.resume and not Path(cfg.out_dir).is_dir():
+        raise ValueError(f"--resume --out-dir {cfg.out_dir}: no such folder, so there is nothing to resume (is the "
+                         "path right? without --resume a new run starts there)")
     for name, value, ok, what in (
         ("seeds", cfg.seeds, cfg.seeds >= 1, ">= 1"),
         ("steps", cfg.steps, cfg.steps >= 1, ">= 1"),
