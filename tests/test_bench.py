@@ -4,6 +4,7 @@ tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selectio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import gymnasium as gym
@@ -552,3 +553,15 @@ def test_bench_report_refuses_what_is_not_a_bench_results_file(tmp_path, capsys)
     assert "is not a wmrl bench results.json" in capsys.readouterr().err
     assert main(["bench", "report", str(tmp_path / "garbage.json")]) == 2
     assert "garbage.json is not JSON" in capsys.readouterr().err
+
+
+def test_the_run_ends_with_its_headline():
+    from agents.experiments.bench import headline_lines
+
+    ref = json.loads((Path(__file__).parent.parent / "docs" / "bench_reference_run" / "results.json").read_text())
+    assert headline_lines(ref) == [
+        "target 59.0 (real GRPO's 90% gain from 27.9 to 62.5)",
+        "wmrl: 6.7x [4.0, ∞] less compute than real GRPO to the target; 2.0x [1.6, ∞] with the world model's "
+        "fitting cost"]
+    assert headline_lines({"speedup": {}, "speedup_error": "real GRPO did not improve"}) == [
+        "no compute-to-target headline: real GRPO did not improve"]

@@ -975,7 +975,35 @@ def run_bench(
     finally:
         progress.stop()
     write_report(results, out_dir)
+    for line in headline_lines(results):
+        log(f"[bench] {line}")
+    log(f"[bench] outputs in {out_dir}: table.md, results.json, score_vs_compute.png, rho_calibration.png")
     return results
+
+
+def headline_lines(results: dict[str, Any]) -> list[str]:
+    """One line per method of the compute-to-target headline (``results["speedup"]``): the speedup
+    over real-execution GRPO with its 95% CI, without and with the world model's fitting cost, or
+    why there is none.
+
+    Returns:
+        The lines (the reason alone when the run has no target).
+    """
+    sp = results.get("speedup") or {}
+    if not sp:
+        return [f"no compute-to-target headline: {results.get('speedup_error', 'the run has no real-execution GRPO')}"]
+
+    def fmt(x: Any) -> str:
+        if not x:
+            return "not reached"
+        return f"{x['point']:.1f}x [{x['low']:.1f}, {x['high']:.1f}]".replace("inf", "∞")
+
+    out = [f"target {sp['target']:.1f} (real GRPO's {sp['gain_fraction']:.0%} gain from {sp['s0']:.1f} to {sp['s_S']:.1f})"]
+    for name, m in sp.get("methods", {}).items():
+        if name != "real":
+            out.append(f"{name}: {fmt(m.get('speedup'))} less compute than real GRPO to the target; "
+                       f"{fmt(m.get('speedup_with_fitting'))} with the world model's fitting cost")
+    return out
 
 
 # ---------------------------------------------------------------------- agents and factories
