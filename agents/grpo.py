@@ -208,7 +208,7 @@ def grpo_loss(
     per_seq = lambda x: ((x * m).sum(dim=1) / lengths).mean()  # noqa: E731
     policy_loss = -per_seq(surrogate)
     kl_mean = per_seq(kl)
-    ent = per_seq(entropy) if entropy is not None else torch.zeros((), dtype=logprobs.dtype)
+    ent = per_seq(entropy) if entropy is not None else torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     loss = policy_loss + kl_coef * kl_mean - entropy_coef * ent
     clipped = ((ratio - 1.0).abs() > clip_eps).to(logprobs.dtype)
     return GRPOLossOutput(loss, policy_loss.detach(), kl_mean.detach(), ent.detach(), per_seq(clipped).detach())

@@ -323,15 +323,15 @@ class LLMPolicy:
             flat = [ids for ids in enc for _ in range(group_size)]
             width = max(len(x) for x in flat)
             pad = tok.pad_token_id
-            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in flat])
-            attn = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in flat])
             device = self.device
+            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in flat], device=device)
+            attn = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in flat], device=device)
             generator = torch.Generator(device=device).manual_seed(self.seed * 1_000_003 + self.n_sample_calls)
             self.n_sample_calls += 1
             stop = ["\n"] if self.mode == "line" else ["```"]
             out = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attn.to(device),
+                input_ids=input_ids,
+                attention_mask=attn,
                 do_sample=False,  # the processor has drawn the token: greedy keeps it
                 temperature=None,
                 top_k=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 
 import numpy as np
@@ -354,3 +355,36 @@ def test_the_fraction_in_force_is_in_every_metrics_line_and_the_state_is_strict_
     run2 = tmp_path / "fixed"
     assert main(["train", "--preset", "tiny", "--model", str(tiny_folder), "--run-dir", str(run2), "--quiet"]) == 0
     assert [json.loads(x)["anchor_fraction"] for x in (run2 / "metrics.jsonl").read_text().splitlines()] == [0.1, 0.1]
+
+
+def test_the_update_builds_every_tensor_on_the_models_device(tiny_folder):
+    """With torch's default device set to ``meta``, any tensor made without an explicit device has
+    no data, so one that reaches the computation fails it: the whole GRPO update (log-probs of
+    policy and reference, loss, backward, step) runs on the model's device with the default
+    elsewhere. Sampling calls transformers' ``generate``, which builds default-device tensors of
+    its own; there the test checks that what the policy hands it is on the model's device."""
+    from agents.grpo import GRPOUpdateConfig, grpo_update
+    from agents.llm_policy import LLMPolicy
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    model, tok = load_backbone(str(tiny_folder), device="cpu")
+    policy = LLMPolicy(model, tok, max_new_tokens=4, seed=0)
+    seen = []
+    generate = policy.model.generate
+
+    def spy(**kw):
+        seen.extend(v.device for v in kw.values() if isinstance(v, torch.Tensor))
+        return generate(**kw)
+
+    policy.model.generate = spy
+    prompts = [policy.build_prompt({}, get_task(t)) for t in list_tasks("train")[:2]]
+    samples = policy.sample(prompts, 2)
+    assert seen and set(seen) == {policy.device}
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2)
+    with torch.device("meta"):
+        stats = grpo_update(policy, opt, samples, [[0.1, 0.5], [0.2, 0.9]], [1.0, 2.0],
+                            config=GRPOUpdateConfig(kl_coef=0.04, entropy_coef=0.0, num_iterations=2))
+    assert stats["n_rows"] == 4 and math.isfinite(stats["loss"])
+    assert all(p.device.type == "cpu" for p in policy.trainable_parameters())
+    assert any((p.detach() - b).abs().max() > 0 for p, b in zip(policy.trainable_parameters(), before))
