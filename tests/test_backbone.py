@@ -388,3 +388,26 @@ def test_the_update_builds_every_tensor_on_the_models_device(tiny_folder):
     assert stats["n_rows"] == 4 and math.isfinite(stats["loss"])
     assert all(p.device.type == "cpu" for p in policy.trainable_parameters())
     assert any((p.detach() - b).abs().max() > 0 for p, b in zip(policy.trainable_parameters(), before))
+
+
+@pytest.mark.slow
+def test_the_throughput_script_runs_on_a_tiny_shape(tmp_path):
+    """benchmarks/train_throughput.py --shape tiny --device cpu (CI's run of the GPU check): a short
+    wmrl train on a random Qwen2 model, and the judge, update and execution on valid actions."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput.py"
+    spec = importlib.util.spec_from_file_location("train_throughput", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--shape", "tiny", "--device", "cpu", "--steps", "2", "--groups-per-step", "2", "--group-size", "2",
+                    "--max-new-tokens", "8", "--out", str(tmp_path / "tp.json")])
+    assert json.loads((tmp_path / "tp.json").read_text()) == json.loads(json.dumps(out))
+    assert (out["device"], out["dtype"], out["steps"]) == ("cpu", "float32", 2)
+    assert 0 < out["sampled_tokens"] <= 2 * 2 * 2 * 8 and out["sampling_tokens_per_s"] > 0
+    assert set(out["seconds_per_step"]) == {"execution", "world_model", "generation", "update", "all"}
+    c = out["components_on_valid_actions"]
+    assert c["judge_model_calls"] == 2 and c["update_rows"] == 4  # G valid scripts judged; 2 groups x G trained
+    assert c["judge_s_per_prediction"] > 0 and c["update_s"] > 0 and c["execution_s_per_rollout"] > 0
+    assert out["peak_memory"]["gib"] > 0 and 1e6 < out["parameters"] < 1e7
