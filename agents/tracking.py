@@ -6,7 +6,7 @@ KL and entropy, ρ, the realised anchor fraction, the calibration statistics, th
 seconds and CPU-seconds per source, ungraded counts) go to TensorBoard
 (``RUN_DIR/tensorboard``, through ``torch.utils.tensorboard``) or to Weights & Biases (a run in
 ``$WANDB_PROJECT``, default ``wmrl``, whose id is kept in ``RUN_DIR/wandb_run_id`` so that
-``--resume`` continues the same run). ``metrics.jsonl`` stays the record of truth; a tracker
+``--resume`` continues the same run), and the calibration plot at the end. ``metrics.jsonl`` stays the record of truth; a tracker
 only mirrors its numbers. The method behind the metrics: ``docs/method.md``.
 """
 
@@ -124,6 +124,25 @@ class Tracker:
         elif self._wandb is not None:
             self._wandb.log(values, step=step)
         return values
+
+    def log_image(self, tag: str, png: str | Path, step: int) -> None:
+        """Send a PNG written by the run (the calibration plot) at ``step``.
+
+        Raises:
+            FileNotFoundError: ``png`` does not exist.
+        """
+        png = Path(png)
+        if not png.is_file():
+            raise FileNotFoundError(f"{png}: no such image")
+        if self._writer is not None:
+            import matplotlib.image as mpimg
+
+            self._writer.add_image(tag, mpimg.imread(str(png))[..., :3], step, dataformats="HWC")
+            self._writer.flush()
+        elif self._wandb is not None:
+            import wandb
+
+            self._wandb.log({tag: wandb.Image(str(png))}, step=step)
 
     def close(self) -> None:
         """Flush and close the tracker (idempotent)."""

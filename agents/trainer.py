@@ -726,6 +726,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
     write_json_atomic(run_dir / "summary.json", summary, indent=2, default=_json_default)
     plot_calibration(c, run_dir / "calibration.png")
+    tracker.log_image("calibration", run_dir / "calibration.png", cfg.steps)
     (run_dir / "summary.md").write_text(summary_markdown(summary))
     print_summary(console, summary)
     c.env.close()

@@ -156,6 +156,8 @@ def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_
     assert ev["train/rho"] == [(r["step"], pytest.approx(r["rho"])) for r in lines] and len(lines) == 2
     assert [s for s, _ in ev["train/realised_anchor_fraction"]] == [0, 1]
     assert [s for s, _ in ev["eval/mean_score"]] == [0, 2]
+    (image,) = acc.Images("calibration")  # the calibration plot, at the last step
+    assert image.step == 2 and image.width > 100 and image.height > 100
     assert main(["train", "--preset", "tiny", "--device", "tpu", "--run-dir", str(tmp_path / "bad")]) == 2
     assert not (tmp_path / "bad").exists()
 
