@@ -243,6 +243,26 @@ def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
     assert (out["n_groups_used"], out["n_groups_skipped"], out["n_ungraded"]) == (1.0, 1.0, 1.0)
 
 
+class _ScriptedScorer:
+    """An AsyncAnchoredScorer stand-in: groups of ``anchor_task`` are anchors that arrive when
+    their ids are released (in any order); the others are world-model groups, ready at once."""
+
+    def __init__(self, anchor_task):
+        self.anchor_task, self.next_id, self.ready, self.released = anchor_task, 0, [], set()
+
+    def submit(self, actions, options):
+        gid, self.next_id = self.next_id, self.next_id + 1
+        route = "anchor" if options["task_id"] == self.anchor_task else "world_model"
+        g = types.SimpleNamespace(group_id=gid, route=route, rewards=[0.1 * gid, 0.5], advantage_weight=1.0)
+        self.ready.append(g)
+        return types.SimpleNamespace(group_id=gid, route=route)
+
+    def poll(self):
+        out = [g for g in self.ready if g.route == "world_model" or g.group_id in self.released]
+        self.ready = [g for g in self.ready if g not in out]
+        return out
+
+
 def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_when_stale(tiny_folder):
     """executor='ray' bookkeeping (agents.trainer._async_groups) with a scripted scorer: an anchor
     group that arrives a step late trains with the log-probabilities recorded when it was sampled;
@@ -255,27 +275,11 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
     model, tok = load_backbone(str(tiny_folder), device="cpu")
     policy = LLMPolicy(model, tok, max_new_tokens=5, seed=0)
 
-    class Scorer:  # routes by task name; anchors arrive when released
-        def __init__(self):
-            self.next_id, self.ready, self.released = 0, [], set()
-
-        def submit(self, actions, options):
-            gid, self.next_id = self.next_id, self.next_id + 1
-            route = "anchor" if options["task_id"] == tasks[0] else "world_model"
-            g = types.SimpleNamespace(group_id=gid, route=route, rewards=[0.1 * gid, 0.5], advantage_weight=1.0)
-            self.ready.append(g)
-            return types.SimpleNamespace(group_id=gid, route=route)
-
-        def poll(self):
-            out = [g for g in self.ready if g.route == "world_model" or g.group_id in self.released]
-            self.ready = [g for g in self.ready if g not in out]
-            return out
-
     tasks = list_tasks("train")[:2]
     specs = [get_task(t) for t in tasks]
     cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=1)
     c = _Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, tasks, [], get_task,
-                    scorer=Scorer())
+                    scorer=_ScriptedScorer(tasks[0]))
     s0 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
     recorded, _, _ = policy.grpo_logprobs(s0, [0, 1])
     groups, merged, old, rec = _async_groups(c, cfg, 0, tasks, specs, s0)
@@ -413,3 +417,38 @@ def test_the_throughput_script_runs_on_a_tiny_shape(tmp_path):
     assert c["judge_model_calls"] == 2 and c["update_rows"] == 4  # G valid scripts judged; 2 groups x G trained
     assert c["judge_s_per_prediction"] > 0 and c["update_s"] > 0 and c["execution_s_per_rollout"] > 0
     assert out["peak_memory"]["gib"] > 0 and 1e6 < out["parameters"] < 1e7
+
+
+def test_anchor_groups_that_complete_out_of_order_each_train_with_their_own_logprobs(tiny_folder):
+    from agents.llm_policy import LLMPolicy
+    from agents.trainer import PRESETS, _async_groups, _Components
+    from wmrl_envs.core import CostLedger
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    model, tok = load_backbone(str(tiny_folder), device="cpu")
+    policy = LLMPolicy(model, tok, max_new_tokens=5, seed=0)
+    task = list_tasks("train")[0]
+    spec = get_task(task)
+    cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=9)
+    c = _Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, [task], [], get_task,
+                    scorer=_ScriptedScorer(task))
+    recorded = []
+    for step in (0, 1):  # anchor group 0 at step 0, anchor group 1 at step 1, the policy moving between
+        s = policy.sample([policy.build_prompt({}, spec)], 2)
+        recorded.append((s.completion_ids[0], policy.grpo_logprobs(s, [0, 1])[0].detach()))
+        groups, _, _, rec = _async_groups(c, cfg, step, [task], [spec], s)
+        assert groups == [] and rec["anchors_in_flight"] == step + 1
+        with torch.no_grad():
+            for p in policy.trainable_parameters():
+                p.add_(0.05)
+    c.scorer.released.add(1)  # the later group finishes first
+    s = policy.sample([policy.build_prompt({}, spec)], 2)
+    groups, merged, old, rec = _async_groups(c, cfg, 2, [task], [spec], s)  # group 2 goes out
+    assert [g.group_id for g in groups] == [1] and rec["anchor_staleness"] == [1]
+    assert merged.completion_ids == [recorded[1][0]]
+    torch.testing.assert_close(old[:, : recorded[1][1].shape[1]], recorded[1][1])
+    c.scorer.released.update({0, 2})
+    groups, merged, old, rec = _async_groups(c, cfg, 3, [], [], s)
+    assert sorted(g.group_id for g in groups) == [0, 2] and sorted(rec["anchor_staleness"]) == [1, 3]
+    row = [g.group_id for g in groups].index(0) * 2
+    torch.testing.assert_close(old[row: row + 2, : recorded[0][1].shape[1]], recorded[0][1])  # its own, from step 0
