@@ -86,6 +86,11 @@ class TrainConfig:
     completions with its LoRA adapter pushed after every update, and generates the judge's predictions
     on the served base model (unless --judge-model); start it with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
     vllm serve MODEL --enable-lora`. None: transformers generation here."""
+    vllm_colocate: bool = False
+    """Experimental: sample the policy with an in-process vllm.LLM on the same GPU (TRL's colocate mode;
+    the adapter passed as a LoRARequest after every update; needs `pip install vllm`)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """The colocated engine's share of the GPU memory (--vllm-colocate)."""
     vllm_served_model: str | None = None
     """The base model's name on that server (default: --model)."""
     vllm_adapter_dir: str | None = None
@@ -254,6 +259,18 @@ def _validate(cfg: TrainConfig) -> None:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
     if cfg.finetune not in ("lora", "full"):
         raise ValueError(f"finetune must be 'lora' or 'full', got {cfg.finetune!r}")
+    if cfg.vllm_colocate:
+        import importlib.util
+
+        if cfg.vllm_url is not None:
+            raise ValueError("--vllm-colocate and --vllm-url are two ways to sample with vLLM: pass one")
+        if cfg.finetune != "lora":
+            raise ValueError("--vllm-colocate passes LoRA adapters to the engine; --finetune full samples with transformers")
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("--vllm-colocate needs vLLM in this environment (`pip install vllm`, CUDA); or run "
+                             "`vllm serve` and pass --vllm-url")
+        if not 0 < cfg.vllm_gpu_memory_utilization < 1:
+            raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1), got {cfg.vllm_gpu_memory_utilization}")
     if cfg.vllm_url is not None:
         if not str(cfg.vllm_url).startswith(("http://", "https://")):
             raise ValueError(f"vllm_url must be the server's API root (http://HOST:PORT/v1), got {cfg.vllm_url!r}")
@@ -612,6 +629,15 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
 
         c.policy.sampler = VLLMServerSampler(cfg.vllm_url, cfg.vllm_served_model or cfg.model,
                                              adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters")
+    elif cfg.vllm_colocate:  # experimental: an in-process engine beside the trainer
+        from agents.backbone import DEFAULT_MODEL
+        from agents.vllm_server import VLLMColocatedSampler
+        from wmrl_envs.world_models.smollm2 import default_cache_dir
+
+        base = str(default_cache_dir()) if cfg.model == DEFAULT_MODEL else cfg.model
+        c.policy.sampler = VLLMColocatedSampler(base, adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters",
+                                                max_lora_rank=cfg.lora_r,
+                                                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
     tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
     try:
         return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)

@@ -20,6 +20,9 @@ package is needed on the trainer's side:
   (``logprobs=0, return_tokens_as_token_ids=true``), so the update scores exactly the tokens the
   server sampled, not a re-tokenisation of its text.
 
+:class:`VLLMColocatedSampler` is the experimental in-process variant (TRL's "colocate" mode: a
+``vllm.LLM`` in the trainer's process, the adapter passed as a ``LoRARequest``).
+
 Only LoRA: full fine-tuning would need the whole weights pushed (TRL's NCCL weight sync), which
 this module does not do. The trainer's log-probabilities are always recomputed locally by the
 policy (``LLMPolicy.grpo_logprobs``), so the loss does not depend on the server's numerics. The
@@ -35,7 +38,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["VLLMServerSampler", "ServerError"]
+__all__ = ["VLLMServerSampler", "VLLMColocatedSampler", "ServerError"]
 
 
 class ServerError(RuntimeError):
@@ -177,3 +180,71 @@ class VLLMServerSampler:
                                   "vLLM's return_tokens_as_token_ids (vLLM >= 0.6)")
             out[idx // group_size][idx % group_size] = [int(t.split(":", 1)[1]) for t in tokens]
         return out
+
+
+class VLLMColocatedSampler:
+    """Experimental: the policy's completions from an in-process ``vllm.LLM`` beside the trainer.
+
+    TRL's "colocate" mode: one process holds the trained model and a vLLM engine on the same GPU
+    (give the engine a share of the memory with ``gpu_memory_utilization``). The adapter reaches
+    the engine as a ``LoRARequest`` whose folder :meth:`sync` rewrites after each update (a new
+    request id per sync, so vLLM loads the new weights). Needs ``pip install vllm`` (CUDA); not
+    run on the project's CPU machines, where only its calls into vLLM are tested.
+
+    Args:
+        model: the base model's folder or hub id (the same weights as the policy's backbone).
+        adapter_dir: folder the adapters are written to.
+        max_lora_rank: the policy's LoRA rank (vLLM needs it up front).
+        llm: a ready ``vllm.LLM`` built with ``enable_lora=True`` (then the next three are unused).
+        gpu_memory_utilization: the engine's share of the GPU memory.
+        **llm_kwargs: further ``vllm.LLM`` arguments (``dtype``, ``max_model_len``, ...).
+
+    Raises:
+        ImportError: vLLM is not installed (the message says what to do instead).
+    """
+
+    def __init__(self, model: str, *, adapter_dir: str | Path, max_lora_rank: int = 16, llm: Any = None,
+                 gpu_memory_utilization: float = 0.3, **llm_kwargs: Any) -> None:
+        try:
+            import vllm
+        except ImportError as e:
+            raise ImportError("--vllm-colocate needs vLLM in this environment (`pip install vllm`, CUDA); or run "
+                              "`vllm serve` and pass --vllm-url instead") from e
+        self.llm = llm if llm is not None else vllm.LLM(model=model, enable_lora=True, max_lora_rank=max_lora_rank,
+                                                        gpu_memory_utilization=gpu_memory_utilization, **llm_kwargs)
+        self.adapter_dir = Path(adapter_dir)
+        self.lora_request: Any = None
+        self.n_syncs = 0
+
+    def sync(self, policy: Any) -> str:
+        """Write the policy's adapter and point later samples at it (see :meth:`VLLMServerSampler.sync`).
+
+        Raises:
+            ValueError: the policy is fully fine-tuned.
+        """
+        from vllm.lora.request import LoRARequest
+
+        if getattr(policy, "finetune", "lora") != "lora":
+            raise ValueError("--vllm-colocate pushes LoRA adapters; a fully fine-tuned policy samples with transformers")
+        k = self.n_syncs
+        path = self.adapter_dir / f"step-{k}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        policy.save_adapter(path)
+        old = self.lora_request
+        self.lora_request = LoRARequest(f"wmrl-policy-{k}", k + 1, str(path.resolve()))
+        self.n_syncs += 1
+        if old is not None:
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        return self.lora_request.lora_name
+
+    def sample(self, prompts: Sequence[str], group_size: int, *, max_new_tokens: int, temperature: float,
+               stop: Sequence[str], seed: int) -> list[list[list[int]]]:
+        """As :meth:`VLLMServerSampler.sample`, with ``vllm.LLM.generate`` and the current ``LoRARequest``."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=int(group_size), max_tokens=int(max_new_tokens), temperature=float(temperature),
+                                top_p=1.0, stop=list(stop) or None, include_stop_str_in_output=True, seed=int(seed))
+        outputs = self.llm.generate(list(prompts), params, lora_request=self.lora_request, use_tqdm=False)
+        return [[list(c.token_ids) for c in o.outputs] for o in outputs]

@@ -161,3 +161,56 @@ def test_wmrl_train_samples_on_the_server_and_pushes_each_update(server, tiny_ll
     assert all(r["sample_completions"][0] == " Ridge(alpha=1.0)\n" for r in lines)
     assert main(["train", "--preset", "tiny", "--vllm-url", url, "--finetune", "full",
                  "--run-dir", str(tmp_path / "bad")]) == 2
+
+
+def test_the_colocated_engine_gets_the_adapter_as_a_lora_request(tokenizer, tmp_path, tmp_path_factory, monkeypatch):
+    """--vllm-colocate's calls into vLLM, with a recording stand-in for the ``vllm`` package (not
+    installable on these CPU machines): the adapter folder written and passed as a LoRARequest
+    with a new id per sync, SamplingParams with n = G and the policy's settings, token ids read."""
+    import sys
+    import types
+
+    from agents.vllm_server import VLLMColocatedSampler
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+
+    calls = []
+
+    class LoRARequest:
+        def __init__(self, lora_name, lora_int_id, lora_path):
+            assert (Path(lora_path) / "adapter_config.json").is_file()
+            self.lora_name, self.lora_int_id, self.lora_path = lora_name, lora_int_id, lora_path
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.kw = kw
+
+    class LLM:
+        def __init__(self, **kw):
+            calls.append(("LLM", kw))
+
+        def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+            calls.append(("generate", params.kw, lora_request))
+            ids = tokenizer(" Ridge()\n", add_special_tokens=False)["input_ids"]
+            return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids)] * params.kw["n"])
+                    for _ in prompts]
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = LLM, SamplingParams
+    lora, request = types.ModuleType("vllm.lora"), types.ModuleType("vllm.lora.request")
+    request.LoRARequest = LoRARequest
+    for name, mod in (("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    policy = _policy(tmp_path_factory, tokenizer)
+    policy.sampler = VLLMColocatedSampler("base-folder", adapter_dir=tmp_path, max_lora_rank=4)
+    assert calls[0] == ("LLM", {"model": "base-folder", "enable_lora": True, "max_lora_rank": 4,
+                                "gpu_memory_utilization": 0.3})
+    assert policy.sampler.sync(policy) == "wmrl-policy-0"
+    spec = get_task(list_tasks("train")[0])
+    samples = policy.sample([policy.build_prompt({}, spec)], 3)
+    _, params, req = calls[-1]
+    assert params == {"n": 3, "max_tokens": 8, "temperature": 0.8, "top_p": 1.0, "stop": ["\n"],
+                      "include_stop_str_in_output": True, "seed": 3 * 1_000_003}
+    assert (req.lora_name, req.lora_int_id) == ("wmrl-policy-0", 1) and samples.texts[0] == [" Ridge()\n"] * 3
+    policy.sampler.sync(policy)
+    policy.sample([policy.build_prompt({}, spec)], 2)
+    assert calls[-1][2].lora_int_id == 2 and not (tmp_path / "step-0").exists()  # a new id: vLLM reloads
