@@ -661,7 +661,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     # 1. the initial policy on the held-out tasks (or the state of the run being resumed)
     if resume:
         start_step, eval_before, prior_wall = _resume(run_dir, c, rng, metrics_path)
-    if policy.sampler is not None:
+    if getattr(policy, "sampler", None) is not None:
         policy.sampler.sync(policy)  # the server samples with the adapter of this (restored) policy
     if resume:
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
@@ -718,7 +718,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
                 else:
                     update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
                                          [g.advantage_weight for g in groups], config=update_cfg)
-                if policy.sampler is not None:
+                if getattr(policy, "sampler", None) is not None:
                     policy.sampler.sync(policy)  # the next step samples the updated policy
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
