@@ -565,3 +565,17 @@ def test_the_run_ends_with_its_headline():
         "fitting cost"]
     assert headline_lines({"speedup": {}, "speedup_error": "real GRPO did not improve"}) == [
         "no compute-to-target headline: real GRPO did not improve"]
+
+
+def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("compare_runs", root / "benchmarks" / "compare_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ref = str(root / "docs" / "bench_reference_run" / "results.json")
+    out = mod.main([ref, ref])
+    assert out["seeds"] == 5 and round(out["target"], 1) == 59.0
+    assert out["first_ctt"] == out["second_ctt"] and round(out["first_median"]) == 130
+    assert out["paired_ratio_first_over_second"] == [1.0] * 5 and round(out["first_speedup"]["point"], 1) == 6.7
