@@ -87,7 +87,8 @@ def resolve_dtype(spec: str, device: Any) -> Any:
     return table[s]
 
 
-def load_backbone(model: str | None = None, *, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
+def load_backbone(model: str | None = None, *, device: str = "auto", dtype: str = "auto",
+                  flag: str = "--model") -> tuple[Any, Any]:
     """Load a causal LM and its tokenizer for the policy or the judge.
 
     Args:
@@ -96,6 +97,7 @@ def load_backbone(model: str | None = None, *, device: str = "auto", dtype: str 
             Hugging Face hub id.
         device: ``--device`` value (:func:`resolve_device`).
         dtype: ``--dtype`` value (:func:`resolve_dtype`).
+        flag: the option the errors name (``--model``, ``--judge-model``).
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode on ``device`` in ``dtype``; the tokenizer
@@ -121,9 +123,9 @@ def load_backbone(model: str | None = None, *, device: str = "auto", dtype: str 
     kind = "folder" if folder.exists() else "hub id"
     where = str(folder) if folder.exists() else model
     if kind == "hub id" and (model.startswith((".", "/", "~")) or model.count("/") > 1):
-        raise ValueError(f"--model {model!r} looks like a path but no such folder exists")
+        raise ValueError(f"{flag} {model!r} looks like a path but no such folder exists")
     if kind == "folder" and not (folder / "config.json").is_file():
-        raise ValueError(f"--model folder {folder} has no config.json: give a folder that save_pretrained wrote "
+        raise ValueError(f"{flag} folder {folder} has no config.json: give a folder that save_pretrained wrote "
                          "(config.json, the weights and the tokenizer files)")
     try:
         tok = AutoTokenizer.from_pretrained(where)
@@ -133,10 +135,10 @@ def load_backbone(model: str | None = None, *, device: str = "auto", dtype: str 
                 if kind == "folder" else
                 "it needs the network or the local Hugging Face cache (download it first with "
                 "`hf download ID`, or pass the downloaded folder)")
-        raise ValueError(f"could not load --model {model!r} as a {kind}: {exc}; {hint}") from exc
+        raise ValueError(f"could not load {flag} {model!r} as a {kind}: {exc}; {hint}") from exc
     if not getattr(tok, "chat_template", None):
         raise ValueError(
-            f"the tokenizer of --model {model!r} has no chat template, and the policy's and the judge's "
+            f"the tokenizer of {flag} {model!r} has no chat template, and the policy's and the judge's "
             "prompts are chats: choose an instruct/chat model, or set tokenizer.chat_template and save it "
             "into the folder"
         )

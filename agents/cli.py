@@ -171,8 +171,9 @@ def _advise(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
-    from wmrl_envs.sandbox import SandboxUnavailableError
+    from agents.vllm_server import ServerError
     from wmrl_envs.core import TooManyUngradedError
+    from wmrl_envs.sandbox import SandboxUnavailableError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, cfg in PRESETS.items():
                 print(name, dataclasses.asdict(cfg))
             return 0
-    except (ValueError, FileExistsError, FileNotFoundError, SandboxUnavailableError) as exc:
+    except (ValueError, FileExistsError, FileNotFoundError, SandboxUnavailableError, ServerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except TooManyUngradedError as exc:  # the stop rule (docs/method.md, "Ungraded rollouts")

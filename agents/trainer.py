@@ -75,7 +75,8 @@ class TrainConfig:
     """auto (the GPU when torch sees one), cpu, cuda or cuda:N; the policy, the judge and the update
     all run there."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU."""
+    """Parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU (and always float32 with --finetune full:
+    AdamW on half-precision weights loses small updates)."""
     finetune: Literal["lora", "full"] = "lora"
     """'lora': train LoRA adapters (the KL reference is the backbone with adapters off); 'full':
     every weight (the reference is a frozen copy: twice the weights' memory)."""
@@ -343,14 +344,28 @@ def _build(cfg: TrainConfig) -> _Components:
     if resolve_device(cfg.device).type == "cpu":
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    model, tokenizer = load_backbone(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    dtype = cfg.dtype
+    if cfg.finetune == "full":
+        import warnings
+
+        if dtype == "auto":  # AdamW on half-precision weights drops updates below their resolution
+            dtype = "float32"
+        elif dtype in ("bfloat16", "float16"):
+            warnings.warn(f"--finetune full with --dtype {dtype}: AdamW updates the {dtype} weights directly, and "
+                          "updates smaller than their resolution (most, at learning rates near 1e-6) are lost; use "
+                          "--dtype float32 (the default for full fine-tuning)", UserWarning, stacklevel=2)
+        if cfg.lr > 1e-4:
+            warnings.warn(f"--finetune full with --lr {cfg.lr}: that is a LoRA learning rate; full fine-tuning "
+                          "usually takes about 1e-6 (docs/method.md, 'GRPO')", UserWarning, stacklevel=2)
+    model, tokenizer = load_backbone(cfg.model, device=cfg.device, dtype=dtype)
     policy = LLMPolicy(
         model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
         finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing,
     )
     if cfg.judge_model is not None:  # another backbone, frozen as loaded
-        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype), False
+        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype,
+                                                              flag="--judge-model"), False
     elif policy.reference_model is not None:  # full fine-tuning: the frozen copy of the initial weights
         judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
     else:  # the agent's own backbone, frozen: the same weights, adapters off
@@ -638,7 +653,14 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         c.policy.sampler = VLLMColocatedSampler(base, adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters",
                                                 max_lora_rank=cfg.lora_r,
                                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
-    tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
+    try:
+        tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
+        if not resume and getattr(c.policy, "sampler", None) is not None:
+            c.policy.sampler.sync(c.policy)  # the server samples with this policy's adapter (fails fast here)
+    except BaseException:
+        if not resume and not (run_dir / "checkpoint").exists():  # a failed start leaves no folder
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     try:
         return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)
     finally:
@@ -661,8 +683,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     # 1. the initial policy on the held-out tasks (or the state of the run being resumed)
     if resume:
         start_step, eval_before, prior_wall = _resume(run_dir, c, rng, metrics_path)
-    if getattr(policy, "sampler", None) is not None:
-        policy.sampler.sync(policy)  # the server samples with the adapter of this (restored) policy
+    if resume and getattr(policy, "sampler", None) is not None:
+        policy.sampler.sync(policy)  # the server samples with the adapter of the restored policy
     if resume:
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
     else:
@@ -738,7 +760,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: _Components, c
     if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
         console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
         c.scorer.collect(timeout=cfg.exec_wall_time_s + 180.0)
-        _append_jsonl(metrics_path, {"step": cfg.steps, "anchors_arrived_after_training": len(c.in_flight),
+        _append_jsonl(metrics_path, {"step": cfg.steps - 1, "after_training": True,
+                                     "anchors_arrived_after_training": len(c.in_flight),
                                      "ledger": ledger.to_dict()})
         c.in_flight.clear()
         # the last checkpoint again, now with their anchor pairs and executions

@@ -164,6 +164,9 @@ class VLLMServerSampler:
             "max_tokens": int(max_new_tokens), "temperature": float(temperature), "top_p": 1.0, "seed": int(seed),
             "stop": list(stop), "include_stop_str_in_output": True, "skip_special_tokens": False,
             "logprobs": 0, "return_tokens_as_token_ids": True,
+            # the prompt text already holds the chat template's special tokens, and the trainer scores it
+            # tokenised without adding more (a BOS added here would be a prompt the loss never sees)
+            "add_special_tokens": False,
         }
         answer = self._post("/completions", body)
         choices = answer.get("choices") if isinstance(answer, dict) else None
@@ -246,5 +249,7 @@ class VLLMColocatedSampler:
 
         params = SamplingParams(n=int(group_size), max_tokens=int(max_new_tokens), temperature=float(temperature),
                                 top_p=1.0, stop=list(stop) or None, include_stop_str_in_output=True, seed=int(seed))
-        outputs = self.llm.generate(list(prompts), params, lora_request=self.lora_request, use_tqdm=False)
+        tok = self.llm.get_tokenizer()  # token ids, as the trainer tokenises them (no special tokens added)
+        requests = [{"prompt_token_ids": tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        outputs = self.llm.generate(requests, params, lora_request=self.lora_request, use_tqdm=False)
         return [[list(c.token_ids) for c in o.outputs] for o in outputs]

@@ -53,6 +53,8 @@ def test_a_local_folder_loads_on_the_device_in_the_dtype(tiny_folder):
 def test_bad_models_fail_with_what_to_do(tiny_folder, tmp_path):
     with pytest.raises(ValueError, match="looks like a path but no such folder"):
         load_backbone("./no-such-model", device="cpu")
+    with pytest.raises(ValueError, match="^--judge-model './nope' looks like a path"):
+        load_backbone("./nope", device="cpu", flag="--judge-model")
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ValueError, match="has no config.json"):

@@ -101,6 +101,7 @@ def test_samples_come_from_the_server_with_the_pushed_adapter(server, tokenizer,
     path, body = requests[-1]
     assert path == "/v1/completions" and body["model"] == "wmrl-policy-0" and body["n"] == 3
     assert body["return_tokens_as_token_ids"] is True and body["logprobs"] == 0 and body["stop"] == ["\n"]
+    assert body["add_special_tokens"] is False  # the prompt is scored as sent: no BOS added by the server
     assert body["seed"] == 3 * 1_000_003 and body["temperature"] == 0.8 and body["max_tokens"] == 8
     assert samples.texts[1] == [" Ridge(alpha=1.0)\n", " Ridge(alpha=2.0)\n", " Ridge(alpha=3.0)\n"]
     assert samples.completion_ids[0][2] == tokenizer(" Ridge(alpha=3.0)\n", add_special_tokens=False)["input_ids"]
@@ -161,6 +162,10 @@ def test_wmrl_train_samples_on_the_server_and_pushes_each_update(server, tiny_ll
     assert all(r["sample_completions"][0] == " Ridge(alpha=1.0)\n" for r in lines)
     assert main(["train", "--preset", "tiny", "--vllm-url", url, "--finetune", "full",
                  "--run-dir", str(tmp_path / "bad")]) == 2
+    # a server that is not there: a clear error at the start, exit 2, and no half-made run folder
+    assert main(["train", "--preset", "tiny", "--model", str(tiny_llama_folder), "--vllm-url", "http://127.0.0.1:9/v1",
+                 "--run-dir", str(tmp_path / "down"), "--quiet"]) == 2
+    assert not (tmp_path / "down").exists()
 
 
 def test_the_colocated_engine_gets_the_adapter_as_a_lora_request(tokenizer, tmp_path, tmp_path_factory, monkeypatch):
@@ -188,7 +193,11 @@ def test_the_colocated_engine_gets_the_adapter_as_a_lora_request(tokenizer, tmp_
         def __init__(self, **kw):
             calls.append(("LLM", kw))
 
+        def get_tokenizer(self):
+            return tokenizer
+
         def generate(self, prompts, params, lora_request=None, use_tqdm=True):
+            assert all(set(p) == {"prompt_token_ids"} for p in prompts)  # token ids, no special tokens added
             calls.append(("generate", params.kw, lora_request))
             ids = tokenizer(" Ridge()\n", add_special_tokens=False)["input_ids"]
             return [types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids)] * params.kw["n"])
