@@ -74,7 +74,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "heldout_before": before,
         "heldout_after": after,
         "wall_clock_s": wall,
-        "cost_vs_real_grpo": cost_vs_real_grpo(led, c.wrapper.n_episodes),
+        # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
+        # always take all of them)
+        "cost_vs_real_grpo": cost_vs_real_grpo(led, c.wrapper.n_episodes * int(getattr(cfg, "max_turns", 1))),
         "anchor_advice": anchor_advice(c.wrapper.loop),
     }
 
@@ -86,7 +88,8 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
 
     Args:
         ledger: the run's :class:`~wmrl_envs.core.CostLedger`.
-        rollouts: training rollouts of the run.
+        rollouts: executions real-execution GRPO would make for the run's training rollouts (its
+            episodes × turns per episode).
 
     Returns:
         ``{"cpu_s": {...}, "wall_s": {...}}``, each with ``spent`` (execution + world model +

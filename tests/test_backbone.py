@@ -218,6 +218,11 @@ def test_wmrl_train_multi_turn_episodes(tiny_folder, tmp_path):
     assert summary["world_model_predictions"] == 16  # one per turn, on every route while training
     ungraded = sum(r["ungraded_rows"] for r in lines)
     assert summary["real_executions"] == 2 * 2 * summary["anchor_groups"]  # two turns per anchor episode
+    # what real GRPO would have cost: all 16 turns executed, at this run's CPU-s per execution
+    cost = summary["cost_vs_real_grpo"]["cpu_s"]
+    led = json.loads((run / "checkpoint" / "state.json").read_text())["wrapper"]["ledger"]
+    common = sum(led[k]["cpu_seconds"] for k in ("generation", "update") if k in led)
+    assert cost["real_grpo"] == pytest.approx(16 * cost["seconds_per_execution"] + common, rel=1e-6)
     # rows are turns: a kept episode brings both of its turns (groups whose episodes all scored
     # alike carry no signal and are dropped, as in single-turn runs)
     assert ungraded == 0 and all(r["rows_trained"] % 2 == 0 and r["rows_trained"] <= 8 for r in lines)
