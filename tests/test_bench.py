@@ -579,3 +579,13 @@ def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
     assert out["seeds"] == 5 and round(out["target"], 1) == 59.0
     assert out["first_ctt"] == out["second_ctt"] and round(out["first_median"]) == 130
     assert out["paired_ratio_first_over_second"] == [1.0] * 5 and round(out["first_speedup"]["point"], 1) == 6.7
+
+
+def test_llm_settings_without_an_llm_are_refused():
+    from agents.experiments.bench import check_bench_config
+
+    with pytest.raises(ValueError, match="--device apply to the LLM agent"):
+        check_bench_config(BenchConfig(device="tpu"))
+    with pytest.raises(ValueError, match="device must be one of"):
+        check_bench_config(BenchConfig(agent="llm", device="tpu"))
+    check_bench_config(BenchConfig(agent="llm", device="cpu", dtype="float32"))

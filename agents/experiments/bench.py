@@ -539,6 +539,12 @@ def check_bench_config(cfg: BenchConfig) -> None:
     ):
         if not ok:
             raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+    if cfg.agent != "llm" and cfg.world_model != "llm":
+        defaults = BenchConfig()
+        given = [f"--{k}" for k in ("model", "device", "dtype") if getattr(cfg, k) != getattr(defaults, k)]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to the LLM agent and the LLM world model (--agent llm, "
+                             "--world-model llm); this run uses neither")
     if cfg.agent == "llm" or cfg.world_model == "llm":
         from agents.backbone import DTYPES, resolve_device
 
