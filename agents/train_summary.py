@@ -129,10 +129,10 @@ def _fmt(v: Any, nd: int = 3) -> str:
 def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     sec = s["seconds"]
     return [
-        ("rollouts (training)", _fmt(s["rollouts"])),
+        ("rollouts (training episodes)", _fmt(s["rollouts"])),
         ("sandbox", _fmt(s.get("sandbox_backend"))),
-        ("real executions (training)", _fmt(s["real_executions"])),
-        ("world-model predictions", _fmt(s["world_model_predictions"])),
+        ("real executions (training; one per turn)", _fmt(s["real_executions"])),
+        ("world-model predictions (one per turn)", _fmt(s["world_model_predictions"])),
         ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
         ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
         ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
