@@ -12,7 +12,13 @@ Contents:
   beside the model, like ``VecNormalize``) and :class:`AnchorWeightCallback` (ρ on the
   advantages of anchor episodes in the rollout buffer). Needs ``stable-baselines3``.
 
-Both only call the shared objects of :mod:`wmrl_envs.core` through the wrapper; nothing of the
+* :mod:`agents.adapters.verl` — verl 0.9.1: :class:`~agents.adapters.verl.WMRLRewardManager`
+  and :func:`~agents.adapters.verl.compute_score` (reward manager and function), the
+  ``wmrl_grpo`` advantage estimator, and :class:`~agents.adapters.verl_core.WMRLHub`, the state
+  they share as one named Ray actor (``docs/verl.md``). Needs ``verl`` (``.venv-verl``);
+  :mod:`agents.adapters.verl_core` (the hub and the advantage math) does not.
+
+All only call the shared objects of :mod:`wmrl_envs.core` through the wrapper; nothing of the
 method is re-implemented here. Importing this package imports neither TRL nor
 Stable-Baselines3: names are resolved on first access.
 """

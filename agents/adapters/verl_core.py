@@ -483,6 +483,11 @@ class WMRLHub:
                 **self._step_counts, **self.loop.corrector.stats(),
             }
 
+    def process_cpu_seconds(self) -> float:
+        """CPU-seconds used so far by the process the hub runs in (its Ray actor's, for the
+        overhead benchmark ``benchmarks/verl_reward_overhead.py``)."""
+        return time.process_time()
+
     def state_dict(self) -> dict[str, Any]:
         """The loop's state (router, corrections, ledger, advisor, ...) and ``n_train_steps``
         (JSON-serialisable). Groups in flight are not part of it: save between steps."""
