@@ -312,3 +312,31 @@ def test_the_hub_is_one_named_ray_actor_shared_by_processes():
         assert call_hub(hub, "stats")["world_model_predictions"] == 4
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("useful, expected", [(True, 0.1), (False, 0.5)])
+def test_adaptive_anchor_fraction_follows_the_world_model_quality(useful, expected):
+    """anchor_fraction='auto' in reward_kwargs.correction: the advisor's f* moves the fraction
+    from its start (0.3) to f_min for a world model that tracks execution, to f_max for one that
+    does not."""
+    hub = WMRLHub(4, 10, {"anchor_fraction": "auto", "auto_start_fraction": 0.3, "auto_min_groups": 4,
+                          "auto_window": 8, "f_min": 0.1, "f_max": 0.5, "cost_ratio": 0.01,
+                          "min_pairs": 4, "refit_every": 4, "warmup_groups": 1})
+    rng = np.random.default_rng(0)
+    fractions = []
+    for step in range(1, 7):
+        uids, scores = [], []
+        for k in range(10):
+            u = f"{step}-{k}"
+            t = hub.route(u, step=step)
+            for j in range(4):
+                real = float(rng.random())
+                raw = real + 0.02 * rng.standard_normal() if useful else float(rng.random())
+                out = hub.submit(u, j, route=t["route"], raw=raw, real=real if t["route"] == "anchor" else None,
+                                 exec_seconds=3.0 if t["route"] == "anchor" else None, exec_cpu_seconds=3.0,
+                                 wm_seconds=0.02, wm_cpu_seconds=0.02, length=T)
+                uids.append(u)
+                scores.append(out["score"])
+        hub.advantage_plan(uids, scores, [T] * len(uids))
+        fractions.append(hub.loop.router.anchor_fraction)
+    assert fractions[0] == 0.3 and fractions[-1] == pytest.approx(expected)
