@@ -212,7 +212,8 @@ class WMRLHub:
         state_dir: folder for ``step_<n>.json`` (the state after training step n) and
             ``metrics.jsonl``; ``None``: nothing is written.
         resume_step: load ``state_dir/step_<resume_step>.json`` at start (the step verl resumes
-            from); ``None``: start fresh.
+            from; ``metrics.jsonl`` loses the lines of later steps); ``None``: start fresh (an
+            earlier run's ``state_dir`` is moved to ``<state_dir>.previous``).
         max_ungraded_share: the stop rule (see :class:`~wmrl_envs.core.UngradedMonitor`);
             :class:`~wmrl_envs.core.TooManyUngradedError` is raised by :meth:`advantage_plan`,
             in the trainer, so that it stops the run.
@@ -261,6 +262,8 @@ class WMRLHub:
         self._stop: TooManyUngradedError | None = None
         self._lock = threading.RLock()
         self._step_counts = {"ambiguous_rows": 0, "unknown_rows": 0, "late_rollouts": 0}
+        if self.state_dir is not None and self.state_dir.is_dir():
+            self._tidy_state_dir(resume_step)
         if resume_step is not None:
             path = self._state_file(int(resume_step))
             if path is None or not path.is_file():
@@ -269,6 +272,25 @@ class WMRLHub:
                     f"({path}); the corrections would restart from nothing. Restore that file or start "
                     "verl fresh (trainer.resume_mode=disable)")
             self.load(path)
+
+    def _tidy_state_dir(self, resume_step: int | None) -> None:
+        """A fresh run moves an earlier run's files aside (``<state_dir>.previous``); a resumed
+        run drops the metrics lines of the steps after ``resume_step`` (they are trained again)."""
+        assert self.state_dir is not None
+        metrics = self.state_dir / "metrics.jsonl"
+        if resume_step is None:
+            if any(self.state_dir.iterdir()):
+                old = self.state_dir.with_name(self.state_dir.name + ".previous")
+                if old.exists():
+                    import shutil
+
+                    shutil.rmtree(old)
+                self.state_dir.rename(old)
+                warnings.warn(f"a fresh run: the WMRL state of an earlier run was moved to {old}", UserWarning,
+                              stacklevel=3)
+        elif metrics.is_file():
+            keep = [ln for ln in metrics.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= resume_step]
+            metrics.write_text("".join(ln + "\n" for ln in keep))
 
     # ------------------------------------------------------------------ routing
     def route(self, uid: str, step: int | None = None, training: bool = True) -> dict[str, Any]:

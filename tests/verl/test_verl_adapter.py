@@ -279,10 +279,15 @@ def test_state_survives_save_and_load_and_a_resume_continues_the_same_run(tmp_pa
     assert routes_b == routes3 and scores_b == scores3
     torch.testing.assert_close(adv_a, adv_b)
     assert b.stats()["anchor_pairs"] == a.stats()["anchor_pairs"]
+    steps = [json.loads(x)["step"] for x in (state_dir / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3]  # step 3 of the first run was dropped on resume, then trained again
     with pytest.raises(ValueError, match="no WMRL state for it"):
         WMRLHub(3, 4, cfg, state_dir=state_dir, resume_step=1)
     disabled = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path), "resume_mode": "disable"}})
     assert resume_step_from_config(disabled) is None
+    with pytest.warns(UserWarning, match="moved to"):
+        WMRLHub(3, 4, cfg, state_dir=state_dir)  # a fresh run in the same folder
+    assert not state_dir.exists() and (tmp_path / "wmrl_state.previous" / "step_3.json").is_file()
 
 
 def test_the_hub_is_one_named_ray_actor_shared_by_processes():
