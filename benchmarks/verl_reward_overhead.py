@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "verl"))  # the test scorer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "verl_adapter"))  # the test scorer
 
 
 def plain_compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw):

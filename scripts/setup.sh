@@ -48,7 +48,7 @@ if ! .venv/bin/python -c "import importlib.util,sys; sys.exit(importlib.util.fin
 fi
 if [ "${WMRL_VERL:-1}" = 1 ]; then
   # verl 0.9.1 pins transformers<5.11, below what the main environment resolves to: the verl
-  # adapter (agents.adapters.verl) and its tests (tests/verl) get their own environment.
+  # adapter (agents.adapters.verl) and its tests (tests/verl_adapter) get their own environment.
   # WMRL_VERL=0 skips it (the README's second test command then has nothing to run).
   if ! .venv-verl/bin/python -c "import verl, agents.adapters.verl" >/dev/null 2>&1; then
     echo "[setup] building .venv-verl (verl 0.9.1 and this library; ~2 min)"

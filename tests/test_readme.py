@@ -27,5 +27,5 @@ def test_readme_opens_with_the_two_commands():
     ci = (README.parent / ".ci" / "run").read_text()
     assert "bash scripts/setup.sh" in ci and ".venv/bin/python -m pytest" in ci
     # the verl adapter's tests run in their own environment, in both (docs/verl.md)
-    assert ".venv-verl/bin/python -m pytest tests/verl" in lines[1]
-    assert ".venv-verl/bin/python -m pytest" in ci and "tests/verl" in ci
+    assert ".venv-verl/bin/python -m pytest tests/verl_adapter" in lines[1]
+    assert ".venv-verl/bin/python -m pytest" in ci and "tests/verl_adapter" in ci

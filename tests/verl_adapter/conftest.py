@@ -4,4 +4,10 @@ verl they are not collected (the main suite runs in .venv)."""
 
 import importlib.util
 
-collect_ignore_glob = [] if importlib.util.find_spec("verl") is not None else ["test_*.py"]
+
+def _has_verl() -> bool:
+    spec = importlib.util.find_spec("verl")
+    return spec is not None and spec.origin is not None  # a real package, not a stray folder
+
+
+collect_ignore_glob = [] if _has_verl() else ["test_*.py"]

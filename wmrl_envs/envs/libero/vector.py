@@ -1,0 +1,118 @@
+"""The rollouts of one GRPO group in parallel LIBERO processes (Gymnasium ``AsyncVectorEnv``).
+
+A group's G episodes share one initial state (the paper's VLA protocol, ``docs/method.md``,
+"Reward mode"), so they can run side by side: :func:`make_libero_vector_env` builds a
+Gymnasium :class:`~gymnasium.vector.AsyncVectorEnv` of G :class:`~wmrl_envs.envs.libero.LiberoEnv`
+sub-processes (each with its own MuJoCo model and EGL context; processes are started with
+``forkserver``, so no render context is inherited across a fork), with autoreset disabled: an
+episode ends where LIBERO ends it. :func:`rollout_group` resets every sub-env to the group's
+initial state and steps them together until all have ended; a sub-env whose episode ended idles
+(:class:`IdleAfterDone` returns its last observation, reward 0 and the same end flags) while the
+others go on.
+
+Each process holds a LIBERO simulator (~2 GB resident with images), so G processes need G times
+that; ``benchmarks/libero_parallel.py`` measures the speed-up against one process stepping the
+G episodes in turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["IdleAfterDone", "make_libero_vector_env", "rollout_group"]
+
+
+class IdleAfterDone(gym.Wrapper):
+    """After its episode ended (terminated or truncated), ``step`` returns the last observation,
+    reward 0.0, the same end flags and ``info["idle"] = True`` instead of raising, so that a vector
+    env can step a group whose members end at different times. ``reset`` starts a new episode."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self._last: tuple[Any, bool, bool, dict] | None = None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self._last = None
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self._last is not None:
+            obs, term, trunc, info = self._last
+            return obs, 0.0, term, trunc, {**info, "idle": True}
+        obs, reward, term, trunc, info = self.env.step(action)
+        if term or trunc:
+            self._last = (obs, term, trunc, dict(info))
+        return obs, reward, term, trunc, {**info, "idle": False}
+
+
+def _make(task_id: int, env_kwargs: dict[str, Any]) -> Callable[[], gym.Env]:
+    def thunk() -> gym.Env:
+        from wmrl_envs.envs.libero.env import LiberoEnv
+
+        return IdleAfterDone(LiberoEnv(task_id, **env_kwargs))
+
+    return thunk
+
+
+def make_libero_vector_env(n: int, task_id: int = 0, *, context: str = "forkserver", **env_kwargs: Any) -> gym.vector.AsyncVectorEnv:
+    """``n`` LIBERO-Long processes of one task as an ``AsyncVectorEnv`` (autoreset disabled).
+
+    Args:
+        n: processes (G, the group size), >= 1.
+        task_id: the ``libero_10`` task (0-9).
+        context: multiprocessing start method (``"forkserver"`` default; ``"spawn"`` works too).
+        **env_kwargs: :class:`~wmrl_envs.envs.libero.LiberoEnv` arguments (``image_size``,
+            ``images``, ``max_steps``, ...), the same for every process.
+
+    Raises:
+        ValueError: ``n < 1``.
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    from gymnasium.vector import AutoresetMode
+
+    return gym.vector.AsyncVectorEnv([_make(int(task_id), dict(env_kwargs)) for _ in range(int(n))],
+                                     context=context, autoreset_mode=AutoresetMode.DISABLED)
+
+
+def rollout_group(
+    vec_env: gym.vector.VectorEnv,
+    act: Callable[[Any, np.ndarray], np.ndarray],
+    init_state_id: int,
+    *,
+    max_policy_steps: int | None = None,
+) -> list[dict[str, Any]]:
+    """Roll out one group: every sub-env from ``init_state_id``, stepped together until all ended.
+
+    Args:
+        vec_env: from :func:`make_libero_vector_env` (G sub-envs).
+        act: ``act(batched_obs, active) -> actions`` with ``active`` a (G,) bool mask of the
+            episodes still running; returns (G, 7) or (G, k, 7) actions (rows of ended episodes
+            are ignored).
+        init_state_id: the group's initial state (0-49).
+        max_policy_steps: stop after this many vector steps even if some episode runs on
+            (default: until every episode ended; LIBERO truncates at its ``max_steps``).
+
+    Returns:
+        G dicts ``{"success": bool, "return": float, "steps": int (vector steps taken by the
+        episode), "terminated": bool, "truncated": bool}``.
+    """
+    g = vec_env.num_envs
+    obs, _ = vec_env.reset(options={"init_state_id": int(init_state_id)})
+    active = np.ones(g, dtype=bool)
+    out = [{"success": False, "return": 0.0, "steps": 0, "terminated": False, "truncated": False} for _ in range(g)]
+    n = 0
+    while active.any() and (max_policy_steps is None or n < max_policy_steps):
+        actions = np.asarray(act(obs, active.copy()), dtype=np.float64)
+        obs, reward, term, trunc, _ = vec_env.step(actions)
+        n += 1
+        for i in np.flatnonzero(active):
+            out[i]["return"] += float(reward[i])
+            out[i]["steps"] += 1
+            if term[i] or trunc[i]:
+                out[i].update(terminated=bool(term[i]), truncated=bool(trunc[i]), success=bool(term[i]))
+                active[i] = False
+    return out
