@@ -8,6 +8,7 @@ Usage:
     wmrl bench advisor [--quick] [--FIELD VALUE ...]
     wmrl bench report RESULTS_JSON [--out-dir DIR]
     wmrl advise [--run-dir RUN_DIR] [--FIELD VALUE ...]
+    wmrl libero [--quick] [--FIELD VALUE ...]
     wmrl presets
 
 Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
@@ -17,7 +18,9 @@ wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
 `wmrl bench sweep` runs the known-truth sweep (agents.experiments.sweep.SweepConfig; `--quick`
 starts from the CI preset). `wmrl advise` measures, before training (a pilot of N groups
 executed for real and scored by the world model) or from a run folder, whether the world model
-pays and at which anchor fraction (agents.advise.AdviseConfig).
+pays and at which anchor fraction (agents.advise.AdviseConfig). `wmrl libero` runs the paper's
+VLA protocol on LIBERO-Long (agents.experiments.libero_protocol.LiberoProtocolConfig; `--quick`:
+the CI smoke run with tiny random models on the real simulator).
 """
 
 from __future__ import annotations
@@ -169,6 +172,17 @@ def _advise(argv: list[str]) -> int:
     return 0
 
 
+def _libero(argv: list[str]) -> int:
+    from agents.experiments.libero_protocol import LIBERO_PRESETS, main_libero
+
+    cfg = _parse_preset(LIBERO_PRESETS, argv, prog="wmrl libero",
+                        description="The paper's VLA protocol on LIBERO-Long: GRPO on sparse success, on the raw "
+                                    "Robometer reward and WMRL from the SFT policy, held-out success per task "
+                                    "(docs/method.md, 'Reward mode').")
+    main_libero(cfg)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
     from agents.vllm_server import ServerError
@@ -193,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(rest)
         if cmd == "advise":
             return _advise(rest)
+        if cmd == "libero":
+            return _libero(rest)
         if cmd == "presets":
             from agents.trainer import PRESETS
 

@@ -110,6 +110,29 @@ class VLASamples:
         """(N, T) float ones: every row has exactly ``T`` action tokens."""
         return torch.ones(self.tokens.shape, dtype=torch.float32)
 
+    def select(self, rows: Sequence[int]) -> "VLASamples":
+        """The samples of ``rows`` (in that order), with only the observations they use.
+
+        Raises:
+            IndexError: a row out of range.
+        """
+        rows_t = torch.as_tensor(list(rows), dtype=torch.long)
+        if len(rows_t) and (int(rows_t.min()) < 0 or int(rows_t.max()) >= len(self)):
+            raise IndexError(f"rows {list(rows)} out of range for {len(self)} samples")
+        obs = self.obs_index[rows_t].tolist()
+        keep = list(dict.fromkeys(obs))
+        new_of = {o: i for i, o in enumerate(keep)}
+        return VLASamples(
+            prompts=[self.prompts[o] for o in keep],
+            images=[self.images[o] for o in keep],
+            obs_index=torch.tensor([new_of[o] for o in obs], dtype=torch.long),
+            tokens=self.tokens[rows_t],
+            logprobs=self.logprobs[rows_t],
+            actions=self.actions[rows_t.numpy()],
+            group_size=self.group_size if len(keep) * self.group_size == len(rows_t) else 0,
+            chunk=self.chunk,
+        )
+
     @staticmethod
     def concat(parts: Sequence["VLASamples"]) -> "VLASamples":
         """Join samples of several :meth:`VLAPolicy.act` calls (rows and observations in order).

@@ -17,7 +17,7 @@ G episodes in turn.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -26,17 +26,34 @@ __all__ = ["IdleAfterDone", "make_libero_vector_env", "rollout_group"]
 
 
 class IdleAfterDone(gym.Wrapper):
-    """After its episode ended (terminated or truncated), ``step`` returns the last observation,
-    reward 0.0, the same end flags and ``info["idle"] = True`` instead of raising, so that a vector
-    env can step a group whose members end at different times. ``reset`` starts a new episode."""
+    """A member of a group's vector env.
 
-    def __init__(self, env: gym.Env) -> None:
+    After its episode ended (terminated or truncated), ``step`` returns the last observation,
+    reward 0.0, the same end flags and ``info["idle"] = True`` instead of raising, so that a vector
+    env can step a group whose members end at different times. ``reset`` starts a new episode;
+    the reset option ``{"init_state_ids": [s_0, ..., s_{G-1}]}`` gives member ``member`` the
+    initial state ``s_member`` (Gymnasium's ``AsyncVectorEnv.reset`` hands every process the same
+    options), e.g. to evaluate G held-out states at once.
+
+    Args:
+        env: the LIBERO env (or any env with an ``init_state_id`` reset option).
+        member: this env's index in the vector env (int >= 0).
+    """
+
+    def __init__(self, env: gym.Env, member: int = 0) -> None:
         super().__init__(env)
+        self.member = int(member)
         self._last: tuple[Any, bool, bool, dict] | None = None
 
-    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         self._last = None
-        return self.env.reset(**kwargs)
+        opts = dict(options or {})
+        if "init_state_ids" in opts:
+            ids = list(opts.pop("init_state_ids"))
+            if self.member >= len(ids):
+                raise ValueError(f"init_state_ids has {len(ids)} entries; member {self.member} has none")
+            opts["init_state_id"] = int(ids[self.member])
+        return self.env.reset(seed=seed, options=opts or None)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self._last is not None:
@@ -48,11 +65,11 @@ class IdleAfterDone(gym.Wrapper):
         return obs, reward, term, trunc, {**info, "idle": False}
 
 
-def _make(task_id: int, env_kwargs: dict[str, Any]) -> Callable[[], gym.Env]:
+def _make(task_id: int, env_kwargs: dict[str, Any], member: int) -> Callable[[], gym.Env]:
     def thunk() -> gym.Env:
         from wmrl_envs.envs.libero.env import LiberoEnv
 
-        return IdleAfterDone(LiberoEnv(task_id, **env_kwargs))
+        return IdleAfterDone(LiberoEnv(task_id, **env_kwargs), member)
 
     return thunk
 
@@ -74,34 +91,47 @@ def make_libero_vector_env(n: int, task_id: int = 0, *, context: str = "forkserv
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     from gymnasium.vector import AutoresetMode
 
-    return gym.vector.AsyncVectorEnv([_make(int(task_id), dict(env_kwargs)) for _ in range(int(n))],
+    return gym.vector.AsyncVectorEnv([_make(int(task_id), dict(env_kwargs), i) for i in range(int(n))],
                                      context=context, autoreset_mode=AutoresetMode.DISABLED)
 
 
 def rollout_group(
     vec_env: gym.vector.VectorEnv,
     act: Callable[[Any, np.ndarray], np.ndarray],
-    init_state_id: int,
+    init_state_id: int | Sequence[int],
     *,
     max_policy_steps: int | None = None,
+    record_final: bool = False,
 ) -> list[dict[str, Any]]:
-    """Roll out one group: every sub-env from ``init_state_id``, stepped together until all ended.
+    """Roll out one group: every sub-env from its initial state, stepped together until all ended.
 
     Args:
         vec_env: from :func:`make_libero_vector_env` (G sub-envs).
         act: ``act(batched_obs, active) -> actions`` with ``active`` a (G,) bool mask of the
             episodes still running; returns (G, 7) or (G, k, 7) actions (rows of ended episodes
             are ignored).
-        init_state_id: the group's initial state (0-49).
+        init_state_id: the group's initial state (0-49), or G of them (one per member, e.g. for
+            an evaluation of G held-out states).
         max_policy_steps: stop after this many vector steps even if some episode runs on
             (default: until every episode ended; LIBERO truncates at its ``max_steps``).
+        record_final: also return each member's last observation (``"final_observation"``).
 
     Returns:
         G dicts ``{"success": bool, "return": float, "steps": int (vector steps taken by the
         episode), "terminated": bool, "truncated": bool}``.
+
+    Raises:
+        ValueError: a list of initial states whose length is not G.
     """
     g = vec_env.num_envs
-    obs, _ = vec_env.reset(options={"init_state_id": int(init_state_id)})
+    if isinstance(init_state_id, (int, np.integer)):
+        options: dict[str, Any] = {"init_state_id": int(init_state_id)}
+    else:
+        ids = [int(s) for s in init_state_id]
+        if len(ids) != g:
+            raise ValueError(f"got {len(ids)} initial states for a group of {g}")
+        options = {"init_state_ids": ids}
+    obs, _ = vec_env.reset(options=options)
     active = np.ones(g, dtype=bool)
     out = [{"success": False, "return": 0.0, "steps": 0, "terminated": False, "truncated": False} for _ in range(g)]
     n = 0
@@ -114,5 +144,10 @@ def rollout_group(
             out[i]["steps"] += 1
             if term[i] or trunc[i]:
                 out[i].update(terminated=bool(term[i]), truncated=bool(trunc[i]), success=bool(term[i]))
+                if record_final:
+                    out[i]["final_observation"] = {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
                 active[i] = False
+    if record_final:
+        for i in np.flatnonzero(active):  # stopped by max_policy_steps
+            out[i]["final_observation"] = {k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else obs[i]
     return out

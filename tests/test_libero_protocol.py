@@ -1,0 +1,69 @@
+"""``wmrl libero`` (``agents.experiments.libero_protocol``): the paper's VLA protocol, its smoke
+preset end to end on the real LIBERO simulator with tiny random models (the three methods, the
+table, the plot, resuming finished cells and a cell in progress), and its settings checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from agents.experiments.libero_protocol import LIBERO_PRESETS, LiberoProtocolConfig, main_libero, results_table
+
+
+def test_settings_are_checked():
+    with pytest.raises(ValueError, match="overlap"):
+        LiberoProtocolConfig(train_states=(0, 16), eval_states=(16, 17))
+    with pytest.raises(ValueError, match="methods"):
+        LiberoProtocolConfig(methods=("grpo",))
+    with pytest.raises(ValueError, match="tasks"):
+        LiberoProtocolConfig(tasks=(10,))
+    paper = LIBERO_PRESETS["default"]
+    assert (paper.train_states, paper.eval_states, paper.group_size, paper.tasks) == (
+        tuple(range(16)), tuple(range(16, 50)), 8, tuple(range(10)))
+
+
+def test_table_has_the_papers_layout_with_the_spread_over_seeds():
+    cells = [{"method": "sparse", "seed": s, "success": {"0": [1.0, 0.0], "3": [v, v]}} for s, v in ((0, 0.0), (1, 1.0))]
+    cells.append({"method": "wmrl", "seed": 0, "success": {"0": [1.0, 1.0], "3": [0.0, 1.0]}})
+    table = results_table(cells, ("sparse", "robometer", "wmrl"), (0, 3)).splitlines()
+    assert table[0] == "| method | task 0 | task 3 | average |"
+    assert table[2] == "| sparse (n=2) | 50.0 ± 0.0 | 50.0 ± 70.7 | 50.0 ± 35.4 |"
+    assert table[3] == "| wmrl (n=1) | 100.0 | 50.0 | 75.0 |"  # no robometer row: it did not run
+    assert len(table) == 4
+
+
+@pytest.mark.slow
+def test_quick_preset_runs_the_three_methods_on_the_real_simulator_and_resumes(tmp_path):
+    pytest.importorskip("libero.libero", reason="LIBERO not installed (pip install -e '.[libero]')")
+    cfg = dataclasses.replace(LIBERO_PRESETS["quick"], out=str(tmp_path))
+    res = main_libero(cfg)
+    cells = {c["method"]: c for c in res["cells"]}
+    assert list(cells) == ["sparse", "robometer", "wmrl"]
+    groups = cfg.steps * cfg.groups_per_step
+    for c in cells.values():
+        assert c["groups"] == groups and len(c["history"]) == cfg.steps
+        assert set(c["success"]) == {"0"} and len(c["success"]["0"]) == len(cfg.eval_states)
+        assert all(x in (0.0, 1.0) for x in c["success"]["0"])
+    assert cells["sparse"]["anchor_groups"] == groups and cells["sparse"]["world_model_calls"] == 0
+    assert cells["robometer"]["anchor_groups"] == 0
+    assert cells["robometer"]["world_model_calls"] == groups * cfg.group_size  # one score per episode
+    assert 0 < cells["wmrl"]["anchor_groups"] < groups  # anchors and world-model groups
+    assert cells["wmrl"]["world_model_calls"] == groups * cfg.group_size  # the world model scores every group
+    table = (tmp_path / "table.md").read_text().splitlines()
+    assert table[0] == "| method | task 0 | average |" and len(table) == 5
+    assert (tmp_path / "success.png").stat().st_size > 1000
+
+    # finished cells are kept: a second run trains and evaluates nothing
+    again = main_libero(cfg)
+    assert again["cells"] == json.loads((tmp_path / "results.json").read_text())["cells"]
+    assert [c["history"] for c in again["cells"]] == [c["history"] for c in res["cells"]]
+    # a cell in progress resumes from its checkpoint: drop the finished wmrl cell, keep its checkpoint
+    saved = json.loads((tmp_path / "results.json").read_text())
+    saved["cells"] = [c for c in saved["cells"] if c["method"] != "wmrl"]
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    resumed = {c["method"]: c for c in main_libero(cfg)["cells"]}
+    assert resumed["wmrl"]["history"] == cells["wmrl"]["history"]  # no step trained again
+    with pytest.raises(ValueError, match="other settings"):
+        main_libero(dataclasses.replace(cfg, max_steps=7))
