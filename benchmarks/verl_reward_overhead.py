@@ -91,6 +91,7 @@ def main() -> None:
             "actor_rollout_ref": {"rollout": {"n": a.n}}, "data": {"train_batch_size": a.groups},
             "trainer": {"default_local_dir": "/tmp/wmrl-verl-bench", "resume_mode": "disable"}}
     texts = [("a" * (1 + (i % 7))) + "b" * (i % 3) for i in range(a.groups * a.n)]
+    os.environ["WMRL_HUB_NAME"] = "bench_hub"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     hub_actor = connect_hub("bench_hub", group_size=a.n, groups_per_step=a.groups, correction={"anchor_fraction": 0.1})
     rows: dict[str, list[tuple[float, float]]] = {"verl plain": [], "wmrl, local hub": [], "wmrl, Ray hub": []}
@@ -106,7 +107,7 @@ def main() -> None:
                 wv.use_local_hub(None)
                 cfg = OmegaConf.create({**base, "reward": {**base["reward"], "custom_reward_function": {
                     **base["reward"]["custom_reward_function"],
-                    "reward_kwargs": {"scorer": "wmrl_test_scorers:text_scorer", "hub_name": "bench_hub"}}}})
+                    "reward_kwargs": {"scorer": "wmrl_test_scorers:text_scorer"}}}})
                 if name == "wmrl, local hub":
                     wv.use_local_hub(wv.WMRLHub(a.n, a.groups, {"anchor_fraction": 0.1}), "bench_hub")
                     actor_cpu = lambda: 0.0  # noqa: E731
@@ -130,7 +131,6 @@ def main() -> None:
 
                     d = DataProto.from_dict(tensors={"token_level_rewards": tlr.clone(), "response_mask": torch.ones(b, t_len)},
                                             non_tensors={"uid": uids})
-                    os.environ["WMRL_HUB_NAME"] = "bench_hub"
                     t0 = time.perf_counter()
                     compute_advantage(d, adv_estimator=est, config=AlgoConfig(adv_estimator=est))
                     adv[est].append(time.perf_counter() - t0)

@@ -33,7 +33,7 @@ configuration, the data flow and the resume rules; the math is in ``docs/method.
   :func:`write_autoresearch_dataset` — the verl parquet files of the AutoResearch tasks.
 
 Validation rows are recognised by ``extra_info["split"]`` (``"test"``, ``"val"``,
-``"validation"``, ``"heldout"``: verl's data preprocessors write it): they are routed to
+``"validation"``, ``"heldout"``, ``"eval"``: verl's data preprocessors write it): they are routed to
 ``eval_route`` (real execution) and update nothing.
 """
 
@@ -59,11 +59,11 @@ from wmrl_envs.core.ledger import WORLD_MODEL_SOURCE, execution_cpu_seconds
 from wmrl_envs.core.ungraded import execution_cause
 
 from .verl_core import (
-    DEFAULT_HUB_NAME,
     ESTIMATOR_NAME,
     STATE_DIR,
     UNGRADED_SCORE,
     WMRLHub,
+    hub_name,
     call_hub,
     call_hub_async,
     connect_hub,
@@ -79,7 +79,9 @@ __all__ = [
     "WMRLHub",
     "WMRLRewardManager",
     "autoresearch_scorer",
+    "check_trainer_mode",
     "compute_score",
+    "hub_name",
     "compute_wmrl_grpo_advantage",
     "hub_kwargs_from_config",
     "resume_step_from_config",
@@ -214,7 +216,6 @@ async def compute_score(
     ground_truth: Any,
     extra_info: dict[str, Any] | None = None,
     *,
-    hub_name: str = DEFAULT_HUB_NAME,
     scorer: str = DEFAULT_SCORER,
     scorer_kwargs: Mapping[str, Any] | None = None,
     reward_router_address: str | None = None,
@@ -225,7 +226,6 @@ async def compute_score(
     Args:
         data_source, solution_str, ground_truth, extra_info: verl's arguments (``extra_info``
             must hold the keys :class:`WMRLRewardManager` adds).
-        hub_name: the hub's name (``reward_kwargs.hub_name``).
         scorer, scorer_kwargs: the :class:`RolloutScorer` factory and its arguments
             (``reward_kwargs.scorer`` / ``scorer_kwargs``; default :func:`autoresearch_scorer`).
         reward_router_address: verl's reward-model router, passed to the factory (an LLM judge
@@ -251,7 +251,7 @@ async def compute_score(
             "reward manager: reward.reward_manager.source=importlib, reward.reward_manager.module.path="
             "pkg://agents.adapters.verl, reward.reward_manager.name=WMRLRewardManager")
     training = bool(info.get(TRAINING_KEY, True))
-    hub = get_hub(hub_name)
+    hub = get_hub()
     ticket = await call_hub_async(hub, "route", str(uid), info.get(STEP_KEY), training)
     route = ticket["route"]
     s = get_scorer(scorer, scorer_kwargs, reward_router_address=reward_router_address)
@@ -266,26 +266,50 @@ async def compute_score(
 
 # ---------------------------------------------------------------------- the reward manager
 def resume_step_from_config(config: Any) -> int | None:
-    """The training step a verl run resumes from, read the way verl reads it.
+    """The training step a verl run resumes from, read the way verl 0.9.1 reads it
+    (``verl.utils.checkpoint.checkpoint_manager.find_latest_ckpt_path``).
 
-    ``trainer.resume_mode``: ``"disable"`` → ``None``; ``"auto"`` → the number in
-    ``<trainer.default_local_dir>/latest_checkpointed_iteration.txt`` (``None`` when absent:
-    a fresh run); ``"resume_path"`` → the ``global_step_<n>`` of ``trainer.resume_from_path``.
+    ``trainer.resume_mode``: ``"disable"`` → ``None``; ``"auto"`` → the number n in
+    ``<trainer.default_local_dir>/latest_checkpointed_iteration.txt`` when its folder
+    ``global_step_<n>`` exists (``None`` otherwise: verl starts fresh); ``"resume_path"`` → the
+    ``global_step_<n>`` of ``trainer.resume_from_path``.
+
+    Raises:
+        ValueError: ``resume_mode="resume_path"`` without a ``resume_from_path`` ending in
+            ``global_step_<n>``.
     """
     tr = config.trainer
     mode = str(tr.get("resume_mode", "auto"))
     if mode == "disable":
         return None
-    if mode == "resume_path" and tr.get("resume_from_path"):
-        name = Path(str(tr.resume_from_path)).name
+    if mode == "resume_path":
+        name = Path(str(tr.get("resume_from_path") or "")).name
         if name.startswith("global_step_") and name[len("global_step_"):].isdigit():
             return int(name[len("global_step_"):])
-        raise ValueError(f"trainer.resume_from_path must end in global_step_<n>, got {tr.resume_from_path!r}")
-    tracker = Path(str(tr.default_local_dir)) / "latest_checkpointed_iteration.txt"
+        raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path ending in global_step_<n>, "
+                         f"got {tr.get('resume_from_path')!r}")
+    root = Path(str(tr.default_local_dir))
+    tracker = root / "latest_checkpointed_iteration.txt"
     if tracker.is_file():
         text = tracker.read_text().strip()
-        return int(text) if text.isdigit() else None
+        if text.isdigit() and (root / f"global_step_{int(text)}").is_dir():
+            return int(text)
     return None
+
+
+def check_trainer_mode(config: Any) -> None:
+    """Refuse verl trainers the hub does not follow: it routes, closes and saves per training
+    step, so it needs verl's synchronous v1 trainer (``trainer.v1.trainer_mode=sync``, the
+    default), whose estimator call is once per step.
+
+    Raises:
+        ValueError: an asynchronous ``trainer.v1.trainer_mode``.
+    """
+    v1 = config.trainer.get("v1") if hasattr(config.trainer, "get") else None
+    mode = v1.get("trainer_mode", "sync") if v1 is not None and config.trainer.get("use_v1", True) else "sync"
+    if str(mode) != "sync":
+        raise ValueError(f"trainer.v1.trainer_mode={mode!r} is not supported by wmrl (steps overlap there: routes, the "
+                         "stop rule and the per-step state would not follow verl's steps); use trainer_mode=sync")
 
 
 def hub_kwargs_from_config(config: Any) -> dict[str, Any]:
@@ -325,10 +349,9 @@ class WMRLRewardManager(RateLimitedRewardManager):
         if compute_score is None:
             raise ValueError("WMRLRewardManager needs reward.custom_reward_function.path=pkg://agents.adapters.verl "
                              "and reward.custom_reward_function.name=compute_score")
+        check_trainer_mode(config)
         super().__init__(config, tokenizer, compute_score, reward_router_address, reward_model_tokenizer)
-        rk = _to_container(config.reward.custom_reward_function.get("reward_kwargs") or {}) or {}
-        self.hub_name = str(rk.get("hub_name", DEFAULT_HUB_NAME))
-        self.hub = connect_hub(self.hub_name, **hub_kwargs_from_config(config))
+        self.hub = connect_hub(**hub_kwargs_from_config(config))
 
     async def run_single(self, data: DataProto) -> dict:
         """Score the last sequence of ``data`` (verl's contract) through :func:`compute_score`.
@@ -385,8 +408,8 @@ def compute_wmrl_grpo_advantage(
 
     Called by verl's ``compute_advantage`` with ``token_level_rewards`` (B, T) float,
     ``response_mask`` (B, T), ``index`` (B group ``uid`` s) and ``config`` (``algorithm``);
-    ``config.norm_adv_by_std_in_grpo`` is honoured. The hub (named by the environment variable
-    ``WMRL_HUB_NAME``, default ``"wmrl_hub"``) gives each row's weight and graded flag
+    ``config.norm_adv_by_std_in_grpo`` is honoured. The hub (:func:`~agents.adapters.verl_core.hub_name`)
+    gives each row's weight and graded flag
     (:meth:`~agents.adapters.verl_core.WMRLHub.advantage_plan`, which also saves the step's
     state); :func:`~agents.adapters.verl_core.wmrl_grpo_advantages` computes the advantages.
 
@@ -405,7 +428,7 @@ def compute_wmrl_grpo_advantage(
             raise ValueError("algorithm.use_kl_in_reward=True is not supported with wmrl_grpo: the KL penalty changes "
                              "the rewards ungraded rows are recognised by; use actor_rollout_ref.actor.use_kl_loss=True")
         norm_adv_by_std_in_grpo = bool(config.get("norm_adv_by_std_in_grpo", norm_adv_by_std_in_grpo))
-    hub = get_hub(os.environ.get("WMRL_HUB_NAME", DEFAULT_HUB_NAME))
+    hub = get_hub()
     uids = [str(u) for u in index]
     scores = token_level_rewards.sum(dim=-1).tolist()
     lengths = [int(x) for x in response_mask.sum(dim=-1).tolist()]
@@ -496,9 +519,11 @@ def autoresearch_scorer(
                          world_model_timeout_s=world_model_timeout_s)
 
 
-def write_autoresearch_dataset(out_dir: str | os.PathLike, *, mode: str = "script") -> dict[str, Path]:
-    """Write verl's parquet files for AutoResearch: ``train.parquet`` (the training tasks,
-    ``split="train"``) and ``test.parquet`` (the held-out tasks, ``split="test"``: validation).
+def write_autoresearch_dataset(out_dir: str | os.PathLike, *, mode: str = "script", repeat: int = 16) -> dict[str, Path]:
+    """Write verl's parquet files for AutoResearch: ``train.parquet`` (each training task
+    ``repeat`` times, ``split="train"``: verl drops the last incomplete batch, so the file must
+    hold at least ``data.train_batch_size`` rows) and ``test.parquet`` (the held-out tasks once,
+    ``split="test"``: validation).
 
     Each row: ``data_source`` ``"wmrl/autoresearch"``, ``prompt`` (chat messages), ``ability``
     ``"ml"``, ``reward_model`` ``{"style": "rule", "ground_truth": task_id}``, ``extra_info``
@@ -515,7 +540,9 @@ def write_autoresearch_dataset(out_dir: str | os.PathLike, *, mode: str = "scrip
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for split, tasks in (("train", list_tasks("train")), ("test", list_tasks("heldout"))):
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be an integer >= 1, got {repeat!r}")
+    for split, tasks in (("train", list_tasks("train") * repeat), ("test", list_tasks("heldout"))):
         rows = []
         for i, tid in enumerate(tasks):
             if mode == "line":

@@ -60,6 +60,7 @@ __all__ = [
     "RowPlan",
     "WMRLHub",
     "wmrl_grpo_advantages",
+    "hub_name",
     "use_local_hub",
     "get_hub",
     "connect_hub",
@@ -70,7 +71,7 @@ ESTIMATOR_NAME = "wmrl_grpo"
 """``algorithm.adv_estimator`` value of the WMRL estimator (registered by the ``verl.plugins``
 entry point of this package, :mod:`agents.adapters.verl_plugin`)."""
 DEFAULT_HUB_NAME = "wmrl_hub"
-"""Name of the hub's Ray actor (``reward_kwargs.hub_name`` changes it)."""
+"""Name of the hub's Ray actor (the environment variable ``WMRL_HUB_NAME`` changes it, see :func:`hub_name`)."""
 UNGRADED_SCORE = 0.0
 """The score an ungraded rollout is handed to verl with (verl's own convention for a reward that
 timed out or raised). verl only takes numbers; the estimator leaves such rows out of their
@@ -363,7 +364,6 @@ class WMRLHub:
                 self.loop.ledger.add(WORLD_MODEL_SOURCE, float(wm_seconds), 1, cpu_seconds=wm_cpu_seconds)
             if exec_seconds is not None:
                 self.loop.record_execution(float(exec_seconds), 1, cpu_seconds=exec_cpu_seconds)
-            self.loop.count_episodes(1)
             if route == ANCHOR:
                 reward = None if (real is None or exec_cause) else float(real)
                 if reward is None and not exec_cause:
@@ -376,6 +376,7 @@ class WMRLHub:
             rec = _Rollout(route, reward, raw, real, wm_cause, exec_cause, sent, None if length is None else int(length))
             g = self._groups.get(uid)
             if not training or g is None:
+                self.loop.count_episodes(1)
                 if training and g is None:
                     self._step_counts["late_rollouts"] += 1
                 if reward is None:
@@ -385,6 +386,8 @@ class WMRLHub:
                 rollout_id = self._arrivals.get(uid, 0)
                 self._arrivals[uid] = rollout_id + 1
             key = str(rollout_id)
+            if key not in g.rollouts:
+                self.loop.count_episodes(1)
             if g.closed:
                 if key in g.rollouts and reward is None:
                     # ungraded after the group was closed with a score for it (verl timed the call
@@ -429,7 +432,8 @@ class WMRLHub:
 
         Raises:
             TooManyUngradedError: the stop rule fired on a group of this or an earlier call.
-            ValueError: the three sequences differ in length.
+            ValueError: the three sequences differ in length; a group has more rows than
+                ``group_size`` (several outputs per rollout: multi-turn agent loops).
         """
         b = len(uids)
         if len(scores) != b or len(lengths) != b:
@@ -443,6 +447,13 @@ class WMRLHub:
                 rows.setdefault(str(u), []).append(i)
             n_amb = n_unknown = 0
             for uid, idx in rows.items():
+                if uid.startswith("pad"):  # verl's padding rows (padding_utils: uid "pad<hex>"): plain rows
+                    continue
+                if len(idx) > self.group_size:
+                    raise ValueError(
+                        f"group {uid} has {len(idx)} rows for {self.group_size} rollouts: several outputs per rollout "
+                        "(a multi-turn agent loop that returns one output per turn) are not supported by wmrl_grpo; "
+                        "use a single-output agent loop (docs/verl.md, 'Limits')")
                 g = self._groups.pop(uid, None)
                 self._arrivals.pop(uid, None)
                 if g is None:
@@ -577,6 +588,13 @@ def _json_default(x: Any) -> Any:
 _LOCAL_HUBS: dict[str, WMRLHub] = {}
 
 
+def hub_name() -> str:
+    """The hub's name: the environment variable ``WMRL_HUB_NAME``, default :data:`DEFAULT_HUB_NAME`
+    (read the same way by the reward manager, the reward function and the estimator; the Ray actor
+    is also scoped by the Ray job, so runs on one cluster never share a hub)."""
+    return os.environ.get("WMRL_HUB_NAME", DEFAULT_HUB_NAME)
+
+
 def use_local_hub(hub: WMRLHub | None, name: str = DEFAULT_HUB_NAME) -> None:
     """Serve ``hub`` under ``name`` to this process's reward function and estimator instead of
     a Ray actor (single-process use: tests, debugging); ``None`` removes it."""
@@ -586,13 +604,14 @@ def use_local_hub(hub: WMRLHub | None, name: str = DEFAULT_HUB_NAME) -> None:
         _LOCAL_HUBS[name] = hub
 
 
-def get_hub(name: str = DEFAULT_HUB_NAME) -> Any:
+def get_hub(name: str | None = None) -> Any:
     """The hub named ``name``: the local one (:func:`use_local_hub`) or the Ray actor's handle.
 
     Raises:
         RuntimeError: neither exists (the reward manager creates the actor when it starts:
             is ``reward.reward_manager`` set to ``WMRLRewardManager``?).
     """
+    name = name or hub_name()
     if name in _LOCAL_HUBS:
         return _LOCAL_HUBS[name]
     import ray
@@ -614,7 +633,7 @@ def _actor_name(name: str) -> str:
     return f"{name}:{ray.get_runtime_context().get_job_id()}"
 
 
-def connect_hub(name: str = DEFAULT_HUB_NAME, **hub_kwargs: Any) -> Any:
+def connect_hub(name: str | None = None, **hub_kwargs: Any) -> Any:
     """The hub ``name``, created as a Ray actor with ``hub_kwargs`` if it does not exist yet
     (every reward worker calls this with the same arguments; the first creates it).
 
@@ -623,6 +642,7 @@ def connect_hub(name: str = DEFAULT_HUB_NAME, **hub_kwargs: Any) -> Any:
     worker restarted by Ray would otherwise take the run's anchor pairs with it). It ends with
     the Ray cluster; on a cluster that outlives the run (``ray start``), remove it with
     ``ray.kill(ray.get_actor("<name>:<job id>"))`` (``docs/verl.md``)."""
+    name = name or hub_name()
     if name in _LOCAL_HUBS:
         return _LOCAL_HUBS[name]
     import ray

@@ -16,6 +16,8 @@ if __name__ == "__main__":
     p.add_argument("--out", default="data/wmrl_autoresearch", help="output folder")
     p.add_argument("--mode", default="script", choices=["script", "line"],
                    help="the completion is a whole script, or its `model = ...` line")
+    p.add_argument("--repeat", type=int, default=16,
+                   help="rows per training task (at least data.train_batch_size rows in all)")
     a = p.parse_args()
-    for split, path in write_autoresearch_dataset(a.out, mode=a.mode).items():
+    for split, path in write_autoresearch_dataset(a.out, mode=a.mode, repeat=a.repeat).items():
         print(f"{split}: {path}")

@@ -108,6 +108,28 @@ def test_estimator_through_compute_advantage_is_grpo_on_world_model_rows_and_rho
     torch.testing.assert_close(ours, grpo * w.unsqueeze(1), rtol=1e-5, atol=1e-6)
 
 
+def test_the_v1_trainers_path_gives_the_same_advantages_and_multi_output_rollouts_are_refused():
+    """verl's v1 trainer calls compute_advantage_for_multi_trajectories with keys uid_session_index."""
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    hub = WMRLHub(3, 2, CorrectionConfig(anchor_fraction=0.5, warmup_groups=0))
+    use_local_hub(hub)
+    uids, scores, routes = run_step(hub, 1, 2, 3, np.random.default_rng(2))
+    keys = [f"{u}_{j % 3}_0" for j, u in enumerate(uids)]
+
+    def v1(est, data):
+        return compute_advantage_for_multi_trajectories(data, keys, est, config=AlgoConfig(adv_estimator=est))
+
+    ours = v1("wmrl_grpo", batch(uids, scores)).batch["advantages"]
+    grpo = v1("grpo", batch(uids, scores)).batch["advantages"]
+    w = torch.tensor([routes[u][1] if routes[u][0] == "anchor" else 1.0 for u in uids])
+    torch.testing.assert_close(ours, grpo * w.unsqueeze(1), rtol=1e-5, atol=1e-6)
+    # a multi-turn loop with one output per turn: more rows than rollouts in a group
+    uids2, scores2, _ = run_step(hub, 2, 2, 3, np.random.default_rng(3))
+    with pytest.raises(ValueError, match="several outputs per rollout"):
+        advantages(batch(uids2 + uids2[:1], scores2 + [0.0]), "wmrl_grpo")
+
+
 def test_kl_in_reward_is_refused():
     use_local_hub(WMRLHub(2, 1))
     with pytest.raises(ValueError, match="use_kl_in_reward"):
@@ -172,7 +194,14 @@ def test_a_graded_zero_indistinguishable_from_an_ungraded_row_is_dropped_too():
     assert hub.stats()["ambiguous_rows"] == 1
 
 
-def _manager(tmp_path, *, n=2, timeout=0.3):
+def _manager_for(n=2, timeout=5.0, local_dir="/tmp/wmrl-test-unused"):
+    return _manager(None, n=n, timeout=timeout, local_dir=local_dir)
+
+
+def _manager(tmp_path, *, n=2, timeout=5.0, local_dir=None):
+    """A WMRLRewardManager on the test scorer (one per process and settings; a timed-out call's
+    thread keeps the scorer until it returns, hence a time-out above the scorer's 1 s sleep
+    except where the time-out is what is tested)."""
     from wmrl_envs.world_models.smollm2 import load_smollm2_tokenizer
 
     cfg = OmegaConf.create({
@@ -180,7 +209,7 @@ def _manager(tmp_path, *, n=2, timeout=0.3):
                    "custom_reward_function": {"path": "pkg://agents.adapters.verl", "name": "compute_score",
                                               "reward_kwargs": {"scorer": "wmrl_test_scorers:text_scorer"}}},
         "actor_rollout_ref": {"rollout": {"n": n}}, "data": {"train_batch_size": 1},
-        "trainer": {"default_local_dir": str(tmp_path), "resume_mode": "disable"}})
+        "trainer": {"default_local_dir": str(local_dir or tmp_path), "resume_mode": "disable"}})
     tok = load_smollm2_tokenizer()
     return WMRLRewardManager(cfg, tok, get_custom_reward_fn(cfg)), tok
 
@@ -202,7 +231,7 @@ def rollout(tok, text, uid, session, split="train"):
 def test_reward_manager_routes_scores_and_treats_verl_timeouts_and_errors_as_ungraded(tmp_path):
     hub = WMRLHub(3, 1, CorrectionConfig(anchor_fraction=1.0, min_pairs=1, refit_every=1), max_ungraded_share=None)
     use_local_hub(hub)
-    mgr, tok = _manager(tmp_path, n=3)
+    mgr, tok = _manager(tmp_path, n=3, timeout=0.3)
     outs, lens = [], []
     for j, text in enumerate(["aaab", "BOOM", "SLOW aaaa"]):
         data, n = rollout(tok, text, "u1", j)
@@ -315,6 +344,17 @@ def test_the_hub_is_one_named_ray_actor_shared_by_processes():
         assert [r for r, _ in remote] == local and local.count("anchor") == 2
         assert all(pid != os.getpid() for _, pid in remote)
         assert call_hub(hub, "stats")["world_model_predictions"] == 4
+        # the reward manager and the estimator reach the same actor (async calls, get_hub by name)
+        mgr, tok = _manager_for(n=2)
+        outs = [mgr.loop.run_until_complete(mgr.run_single(rollout(tok, t, "m", j)[0])) for j, t in enumerate(["aab", "a"])]
+        uids = [f"g{k}" for k in range(4)] + ["m", "m"]
+        data = batch(uids, [0.5, 0.5, 0.5, 0.5] + [o["reward_score"] for o in outs])
+        adv = advantages(data, "wmrl_grpo")
+        torch.testing.assert_close(adv[:4, 0], torch.full((4,), 0.5))  # one row per group: verl's (mean 0, std 1)
+        m = torch.tensor([o["reward_score"] for o in outs])
+        rho = [o["reward_extra_info"]["wmrl_rho"] if o["reward_extra_info"]["wmrl_route"] == "anchor" else 1.0 for o in outs]
+        torch.testing.assert_close(adv[4:, 0], (m - m.mean()) / (m.std() + 1e-6) * rho[0])
+        assert call_hub(hub, "stats")["train_steps"] == 1 and call_hub(hub, "stats")["open_groups"] == 0
     finally:
         ray.shutdown()
 

@@ -61,12 +61,33 @@ def test_example_data_files_are_what_verl_reads(tmp_path):
     train, test = pd.read_parquet(paths["train"]), pd.read_parquet(paths["test"])
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
 
-    assert list(train["reward_model"].map(lambda r: r["ground_truth"])) == list_tasks("train")
+    assert list(train["reward_model"].map(lambda r: r["ground_truth"])) == list_tasks("train") * 16
+    # verl drops an incomplete last batch: the example's batch must fit in the file it is given
+    assert len(train) >= compose_example().data.train_batch_size
     assert list(test["reward_model"].map(lambda r: r["ground_truth"])) == list_tasks("heldout")
     row = train.iloc[0]
     assert row["prompt"][-1]["role"] == "user" and "submission.csv" in row["prompt"][-1]["content"]
     assert row["reward_model"]["ground_truth"] == row["extra_info"]["task_id"]
     assert set(test["extra_info"].map(lambda e: e["split"])) == {"test"}  # validation rows
+
+
+def test_only_the_synchronous_trainer_is_accepted():
+    wv.check_trainer_mode(compose_example())
+    with pytest.raises(ValueError, match="trainer_mode='separate_async'"):
+        wv.check_trainer_mode(compose_example("trainer.v1.trainer_mode=separate_async"))
+
+
+def test_resume_step_is_read_as_verl_reads_it(tmp_path):
+    auto = compose_example(f"trainer.default_local_dir={tmp_path}")
+    assert wv.resume_step_from_config(auto) is None
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("4")
+    assert wv.resume_step_from_config(auto) is None  # no global_step_4 folder: verl starts fresh
+    (tmp_path / "global_step_4").mkdir()
+    assert wv.resume_step_from_config(auto) == 4
+    assert wv.resume_step_from_config(compose_example("trainer.resume_mode=resume_path",
+                                                      f"trainer.resume_from_path={tmp_path}/global_step_2")) == 2
+    with pytest.raises(ValueError, match="resume_from_path"):
+        wv.resume_step_from_config(compose_example("trainer.resume_mode=resume_path"))
 
 
 def test_real_autoresearch_rewards_through_the_manager(tmp_path):
