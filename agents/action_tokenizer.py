@@ -1,4 +1,5 @@
-"""``ActionTokenizer``: OpenVLA's binned action tokens, and the un-normalisation of actions.
+"""Action tokenizers of OpenVLA/MiniVLA (uniform bins; MiniVLA's VQ action chunks) and the
+un-normalisation of actions.
 
 The VLA policy (:mod:`agents.vla_policy`) writes actions as tokens and reads them back with
 this tokenizer; it is pure array code (no model), so it lives apart from the policy.
@@ -10,16 +11,27 @@ uniform bins and written as one token among the **last 256 ids of the vocabulary
 is 7 tokens, an action chunk of C steps is ``C * 7`` tokens (step after step).
 :func:`unnormalize_actions` maps normalised actions to the robot's range with OpenVLA's q01/q99
 statistics.
+
+MiniVLA's VQ models (Belkhale & Sadigh 2024; ``VQActionTokenizer`` in Stanford-ILIAD/openvla-mini's
+``prismatic/vla/action_tokenizer.py``) write a whole chunk of ``H`` future actions as ``G`` tokens:
+a VQ-VAE (VQ-BeT's, jayLEE0301/vq_bet_official ``vqvae/vqvae.py``) encodes the flattened chunk,
+residual vector quantisation picks one of ``n_embed`` codes per round, and code ``c`` is token
+``vocab_size - 1 - c``. :class:`VQActionTokenizer` reads the authors' VQ folder (``config.json``
++ ``checkpoints/model.pt``) and reproduces their encoding and decoding; the golden files in
+``tests/golden/minivla`` were written by the authors' own code (``tests/golden/make_minivla_golden.py``)
+and the tests compare both tokenizers with them.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["ActionTokenizer", "unnormalize_actions"]
+__all__ = ["ActionTokenizer", "VQActionTokenizer", "unnormalize_actions"]
 
 
 class ActionTokenizer:
@@ -90,6 +102,10 @@ class ActionTokenizer:
     def token_end(self) -> int:
         """End of the action token ids (exclusive): ``vocab_size``."""
         return self.vocab_size
+
+    def n_tokens(self, chunk: int) -> int:
+        """Tokens written for ``chunk`` action steps: ``chunk * action_dim``."""
+        return int(chunk) * self.action_dim
 
     @property
     def bin_width(self) -> float:
@@ -182,6 +198,189 @@ class ActionTokenizer:
             raise ValueError(f"token_ids must have shape (..., chunk * {self.action_dim}), got {ids.shape}")
         chunk = ids.shape[-1] // self.action_dim
         return self.decode(ids.reshape(*ids.shape[:-1], chunk, self.action_dim))
+
+
+class _MLP(torch.nn.Module):
+    """VQ-BeT's ``EncoderMLP`` layout (``encoder.{0,2,..}`` Linear+ReLU blocks, then ``fc``), sized
+    from a state dict so that the authors' checkpoints load with their own key names."""
+
+    def __init__(self, state: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        idx = sorted({int(k.split(".")[1]) for k in state if k.startswith("encoder.") and k.endswith(".weight")})
+        layers: list[torch.nn.Module] = []
+        for pos in range(max(idx) + 2 if idx else 0):
+            if pos in idx:
+                w = state[f"encoder.{pos}.weight"]
+                layers.append(torch.nn.Linear(w.shape[1], w.shape[0]))
+            else:
+                layers.append(torch.nn.ReLU())
+        self.encoder = torch.nn.Sequential(*layers)
+        fc = state["fc.weight"]
+        self.fc = torch.nn.Linear(fc.shape[1], fc.shape[0])
+        self.load_state_dict(state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.encoder(x))
+
+
+class VQActionTokenizer:
+    """MiniVLA's VQ action tokenizer: a chunk of ``horizon`` actions ↔ ``groups`` token ids.
+
+    Reads a VQ folder in the authors' layout (``config.json`` with VQ-BeT ``VqVae`` arguments
+    ``input_dim_h`` (horizon H), ``input_dim_w`` (action dim A), ``n_latent_dims``,
+    ``vqvae_n_embed``, ``vqvae_groups``, ``act_scale``; ``checkpoints/model.pt`` holding
+    ``VqVae.state_dict()``: ``encoder``, ``decoder``, ``vq_embedding``, ``optimizer``), e.g. the
+    ``vq/pretrain_vq+mx-libero_90+fach-7+ng-7+nemb-128+nlatent-512`` folder of a MiniVLA LIBERO
+    checkpoint (H = 8, G = 7, 128 codes).
+
+    Encoding (``VQActionTokenizer.__call__`` → ``VqVae.get_code``): the chunk divided by
+    ``act_scale`` and flattened step after step goes through the encoder MLP; each of the G
+    residual rounds picks the code whose codebook vector is nearest (Euclidean) to the residual
+    and subtracts it; code ``c`` becomes token ``vocab_size - 1 - c``. Decoding
+    (``decode_token_ids_to_actions`` → ``draw_code_forward`` + ``get_action_from_latent``): ids
+    back to codes (clipped to ``0..n_embed-1`` as the authors do), the G codebook vectors summed,
+    the decoder MLP, times ``act_scale``, reshaped to (H, A). The authors' decoding returns only
+    step 0 of the chunk and their LIBERO evaluation executes one action per query;
+    :meth:`decode_chunk` returns all H steps and :class:`agents.vla_policy.VLAPolicy` keeps the
+    first ``chunk`` of them (default 1, the authors' choice).
+
+    Unlike the 256 bins, a VQ round trip codes → actions → codes is exact only where the trained
+    encoder maps the decoder's output back to its code; it is not a property of the format.
+
+    Args:
+        vocab_size: where the action ids end (exclusive): ``len(tokenizer)`` for MiniVLA's "extra"
+            tokenizers, ``tokenizer.vocab_size`` otherwise.
+        folder: the VQ folder.
+
+    Attributes:
+        horizon: H, actions per chunk. action_dim: A. groups: G, tokens per chunk.
+        n_bins: codes per round (``vqvae_n_embed``; the name shared with :class:`ActionTokenizer`).
+        act_scale: the VQ's action scale.
+
+    Raises:
+        FileNotFoundError: ``config.json`` or ``checkpoints/model.pt`` missing (names the path).
+        ValueError: ``vocab_size < n_bins``, or a checkpoint whose shapes disagree with its config.
+    """
+
+    def __init__(self, vocab_size: int, folder: str | Path) -> None:
+        folder = Path(folder)
+        cfg_path, ckpt = folder / "config.json", folder / "checkpoints" / "model.pt"
+        for f in (cfg_path, ckpt):
+            if not f.is_file():
+                raise FileNotFoundError(
+                    f"{f} not found: a MiniVLA VQ folder holds config.json and checkpoints/model.pt "
+                    "(as written by openvla-mini's vla-scripts/pretrain_vq.py)"
+                )
+        cfg = json.loads(cfg_path.read_text())
+        self.horizon = int(cfg.get("input_dim_h", 10))
+        self.action_dim = int(cfg.get("input_dim_w", 9))
+        self.n_bins = int(cfg.get("vqvae_n_embed", 32))
+        self.groups = int(cfg.get("vqvae_groups", 4))
+        self.latent_dim = int(cfg.get("n_latent_dims", 512))
+        self.act_scale = float(cfg.get("act_scale", 1.0))
+        self.vocab_size = int(vocab_size)
+        if self.vocab_size < self.n_bins:
+            raise ValueError(f"vocab_size ({vocab_size}) must be >= the VQ's {self.n_bins} codes")
+        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+        try:
+            self.encoder = _MLP(state["encoder"]).eval()
+            self.decoder = _MLP(state["decoder"]).eval()
+            books = [state["vq_embedding"][f"layers.{q}._codebook.embed"] for q in range(self.groups)]
+        except (KeyError, RuntimeError) as e:
+            raise ValueError(f"{ckpt} is not a VQ-BeT VqVae state dict matching {cfg_path}: {e}") from None
+        self.codebooks = torch.stack([b.reshape(b.shape[-2], b.shape[-1]) for b in books]).float()  # (G, C, D)
+        flat = self.horizon * self.action_dim
+        shapes_ok = (
+            self.encoder.encoder[0].in_features == flat
+            and self.decoder.fc.out_features == flat
+            and tuple(self.codebooks.shape) == (self.groups, self.n_bins, self.latent_dim)
+        )
+        if not shapes_ok:
+            raise ValueError(
+                f"{ckpt} does not match {cfg_path}: encoder input {self.encoder.encoder[0].in_features}, "
+                f"decoder output {self.decoder.fc.out_features} (config: {flat}), codebooks "
+                f"{tuple(self.codebooks.shape)} (config: {(self.groups, self.n_bins, self.latent_dim)})"
+            )
+
+    @property
+    def token_begin(self) -> int:
+        """First action token id (inclusive): ``vocab_size - n_bins``."""
+        return self.vocab_size - self.n_bins
+
+    @property
+    def token_end(self) -> int:
+        """End of the action token ids (exclusive): ``vocab_size``."""
+        return self.vocab_size
+
+    def n_tokens(self, chunk: int) -> int:
+        """Tokens written for a sample of ``chunk`` executed steps: always ``groups``.
+
+        Raises:
+            ValueError: ``chunk`` not in ``1..horizon``.
+        """
+        if not 1 <= int(chunk) <= self.horizon:
+            raise ValueError(f"a VQ chunk holds 1..{self.horizon} actions, got chunk={chunk}")
+        return self.groups
+
+    @torch.no_grad()
+    def encode_chunk(self, actions: Any) -> np.ndarray:
+        """Token ids of action chunks.
+
+        Args:
+            actions: float array-like (..., horizon, action_dim), normalised actions.
+
+        Returns:
+            int64 array (..., groups), ids in ``[token_begin, token_end)``.
+
+        Raises:
+            ValueError: wrong trailing shape, or NaN.
+        """
+        a = torch.as_tensor(np.asarray(actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions), dtype=torch.float32)
+        if a.ndim < 2 or tuple(a.shape[-2:]) != (self.horizon, self.action_dim):
+            raise ValueError(f"action chunks must have shape (..., {self.horizon}, {self.action_dim}), got {tuple(a.shape)}")
+        if torch.isnan(a).any():
+            raise ValueError("actions contain NaN")
+        lead = a.shape[:-2]
+        residual = self.encoder((a / self.act_scale).reshape(-1, self.horizon * self.action_dim))
+        codes = []
+        for book in self.codebooks:  # residual VQ, nearest code by Euclidean distance per round
+            d2 = (residual**2).sum(-1, keepdim=True) + (book**2).sum(-1)[None, :] - 2.0 * residual @ book.T
+            c = d2.argmin(dim=-1)
+            codes.append(c)
+            residual = residual - book[c]
+        codes_t = torch.stack(codes, dim=-1).reshape(*lead, self.groups)
+        return (self.vocab_size - 1 - codes_t).numpy().astype(np.int64)
+
+    @torch.no_grad()
+    def decode_chunk(self, token_ids: Any) -> np.ndarray:
+        """Action chunks of token ids.
+
+        Args:
+            token_ids: integer array-like (..., groups).
+
+        Returns:
+            float32 array (..., horizon, action_dim).
+
+        Raises:
+            ValueError: the last axis is not ``groups`` long, non-integer ids, or an id outside
+                ``[token_begin, token_end)`` (the authors clip those silently; a policy that
+                samples only action ids never produces one, so here it is an error).
+        """
+        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
+        if ids.ndim == 0 or ids.shape[-1] != self.groups:
+            raise ValueError(f"token_ids must have shape (..., {self.groups}), got {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
+        bad = (ids < self.token_begin) | (ids >= self.token_end)
+        if bad.any():
+            raise ValueError(
+                f"token ids outside the VQ action range [{self.token_begin}, {self.token_end}): "
+                f"{sorted(set(ids[bad].tolist()))[:8]}"
+            )
+        codes = torch.from_numpy(self.vocab_size - 1 - ids.astype(np.int64)).reshape(-1, self.groups)
+        latent = sum(self.codebooks[q][codes[:, q]] for q in range(self.groups))
+        out = self.decoder(latent) * self.act_scale
+        return out.reshape(*ids.shape[:-1], self.horizon, self.action_dim).numpy().astype(np.float32)
 
 
 def unnormalize_actions(actions: Any, q01: Any, q99: Any, mask: Any | None = None) -> np.ndarray:

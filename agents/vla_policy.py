@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from agents.action_tokenizer import ActionTokenizer
+from agents.action_tokenizer import ActionTokenizer, VQActionTokenizer
 
 __all__ = [
     "VLASamples",
@@ -84,7 +84,7 @@ class VLASamples:
             ``image_keys`` images); the processor is re-run on them when log-probabilities are
             computed, so only the raw images are kept in memory, not pixel tensors.
         obs_index: int64 tensor (N,): the observation of each row.
-        tokens: int64 tensor (N, T) of sampled action token ids, ``T = chunk * action_dim``.
+        tokens: int64 tensor (N, T) of sampled action token ids, ``T = chunk * action_dim`` (bins) or ``groups`` (VQ).
         logprobs: float32 tensor (N, T): log-probabilities of ``tokens`` under the sampling
             policy (restricted distribution at the policy's temperature).
         actions: float32 array (N, chunk, action_dim), decoded normalised actions in [-1, 1].
@@ -179,13 +179,16 @@ class VLAPolicy:
             language model's attention/MLP projections unless it already is a ``PeftModel``.
         processor: its processor, called as ``processor(images=[PIL images], text=[prompt],
             return_tensors="pt")``; ``processor.tokenizer`` gives the pad id.
-        action_tokenizer: the :class:`ActionTokenizer`; default: 256 bins on [-1, 1] ending at
-            ``action_vocab_size``.
+        action_tokenizer: an :class:`ActionTokenizer` (default: 256 bins on [-1, 1] ending at
+            ``action_vocab_size``) or a :class:`~agents.action_tokenizer.VQActionTokenizer`
+            (MiniVLA's VQ models: ``groups`` tokens per sample decode to a chunk of ``horizon``
+            actions, of which the first ``chunk`` are kept).
         action_vocab_size: where the action ids end (exclusive) when ``action_tokenizer`` is not
             given; default: OpenVLA's ``text_config.vocab_size - pad_to_multiple_of`` when the
             model config carries ``n_action_bins`` (HF OpenVLA), else ``len(processor.tokenizer)``
             (MiniVLA's "extra" tokenizer, the tiny test model).
-        chunk: action steps per sample (``chunk * action_dim`` tokens are sampled).
+        chunk: action steps per sample (bins: ``chunk * action_dim`` tokens are sampled; VQ:
+            1..horizon, default 1 as the authors' LIBERO evaluation).
         prompt_template: format string with ``{instruction}`` (default :data:`OPENVLA_PROMPT`;
             :data:`MINIVLA_QWEN_PROMPT` for MiniVLA checkpoints).
         image_keys: observation keys of the images given to the model, in order (default the
@@ -212,7 +215,7 @@ class VLAPolicy:
         model: Any,
         processor: Any,
         *,
-        action_tokenizer: ActionTokenizer | None = None,
+        action_tokenizer: ActionTokenizer | VQActionTokenizer | None = None,
         action_vocab_size: int | None = None,
         chunk: int = 1,
         prompt_template: str = OPENVLA_PROMPT,
@@ -239,6 +242,7 @@ class VLAPolicy:
             if action_vocab_size is None:
                 action_vocab_size = _default_action_vocab_size(model, tokenizer)
             action_tokenizer = ActionTokenizer(action_vocab_size)
+        action_tokenizer.n_tokens(chunk)  # a VQ tokenizer refuses chunk > horizon here
         n_out = _output_size(model)
         if n_out is not None and action_tokenizer.token_end > n_out:
             raise ValueError(f"action ids end at {action_tokenizer.token_end} but the model has only {n_out} outputs")
@@ -279,8 +283,8 @@ class VLAPolicy:
     # ------------------------------------------------------------------ properties
     @property
     def tokens_per_sample(self) -> int:
-        """T, action tokens per sample: ``chunk * action_dim``."""
-        return self.chunk * self.action_tokenizer.action_dim
+        """T, action tokens per sample: ``chunk * action_dim`` (bins) or ``groups`` (VQ)."""
+        return self.action_tokenizer.n_tokens(self.chunk)
 
     @property
     def device(self) -> torch.device:
@@ -375,7 +379,7 @@ class VLAPolicy:
         """Sample ``group_size`` action chunks for each observation (batched over all of them).
 
         The prompts are encoded once per observation and their key/value cache repeated
-        ``group_size`` times; then ``chunk * 7`` tokens are drawn one at a time from the softmax
+        ``group_size`` times; then ``tokens_per_sample`` tokens are drawn one at a time from the softmax
         over the action ids only (temperature τ), so every token is a valid action token.
 
         Args:
@@ -423,7 +427,7 @@ class VLAPolicy:
                 attn = torch.cat([attn, attn.new_ones(n, 1)], dim=1)
                 logits = self._step(toks[:, t : t + 1], attn, cache)[:, -1, :]
         toks_cpu = toks.cpu()
-        actions = self.action_tokenizer.decode_chunk(toks_cpu.numpy())
+        actions = np.ascontiguousarray(self.action_tokenizer.decode_chunk(toks_cpu.numpy())[:, : self.chunk])
         return VLASamples(
             prompts=prompts,
             images=images,

@@ -204,6 +204,30 @@ def test_act_samples_only_action_tokens(observations):
         pol.act([{k: v for k, v in observations[0].items() if k != "wrist_image"}])
 
 
+def test_act_with_minivla_vq_tokenizer(observations):
+    """MiniVLA's VQ tokens (the authors' tiny VQ of tests/golden/minivla): 3 tokens per sample
+    among the last 8 ids, decoded to a 4-step chunk of which ``chunk`` steps are kept; the
+    log-probabilities cover those 3 tokens."""
+    from pathlib import Path
+
+    from agents.action_tokenizer import VQActionTokenizer
+
+    vq = VQActionTokenizer(N_VOCAB, Path(__file__).parent / "golden" / "minivla" / "vq")
+    pol = make_policy(action_tokenizer=vq, seed=2)
+    s = pol.act(observations, group_size=4)
+    assert pol.tokens_per_sample == 3 and s.tokens.shape == (12, 3)
+    assert ((s.tokens >= N_VOCAB - 8) & (s.tokens < N_VOCAB)).all()
+    assert s.actions.shape == (12, 1, 7)
+    np.testing.assert_array_equal(s.actions[:, 0], vq.decode_chunk(s.tokens.numpy())[:, 0])
+    lp, _, ent = pol.grpo_logprobs(s, with_entropy=True)
+    torch.testing.assert_close(lp.detach(), s.logprobs, atol=1e-4, rtol=0)
+    assert (ent <= np.log(8) + 1e-4).all()
+    whole = make_policy(action_tokenizer=vq, chunk=4, seed=2).act(observations[:1], group_size=2)
+    assert whole.actions.shape == (2, 4, 7)
+    with pytest.raises(ValueError, match="1..4 actions"):
+        make_policy(action_tokenizer=vq, chunk=5)
+
+
 def test_logprobs_match_sampling_and_full_forward(observations):
     pol = make_policy(temperature=0.7, seed=1)
     s = pol.act(observations, group_size=3)
