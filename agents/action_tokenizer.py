@@ -31,7 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ActionTokenizer", "VQActionTokenizer", "unnormalize_actions"]
+__all__ = [
+    "ActionTokenizer",
+    "VQActionTokenizer",
+    "unnormalize_actions",
+    "load_action_stats",
+    "libero_env_actions",
+]
 
 
 class ActionTokenizer:
@@ -402,4 +408,93 @@ def unnormalize_actions(actions: Any, q01: Any, q99: Any, mask: Any | None = Non
     lo, hi = np.asarray(q01, dtype=np.float64), np.asarray(q99, dtype=np.float64)
     m = np.ones(a.shape[-1], dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     out = np.where(m, 0.5 * (a + 1.0) * (hi - lo) + lo, a)
+    return out.astype(np.float32)
+
+
+def load_action_stats(source: Any, unnorm_key: str | None = "libero_10") -> dict[str, np.ndarray]:
+    """The action statistics a VLA checkpoint carries, for one dataset.
+
+    OpenVLA/MiniVLA checkpoints store ``norm_stats = {dataset: {"action": {"q01", "q99", "mask",
+    ...}, ...}}`` in their config (Hugging Face format: ``config.norm_stats``) and/or in a
+    ``dataset_statistics.json`` beside the weights (fine-tuned and Prismatic-format runs). The
+    dataset is chosen as the authors' LIBERO evaluation does (openvla-mini
+    ``experiments/robot/libero/run_libero_eval.py`` l.105-117): ``unnorm_key``, else
+    ``unnorm_key + "_no_noops"``; ``unnorm_key=None`` takes the only dataset
+    (``modeling_prismatic.py`` ``_check_unnorm_key``).
+
+    Args:
+        source: a ``norm_stats`` dict, a checkpoint folder (``dataset_statistics.json``, else
+            ``config.json``'s ``norm_stats``), or a model (``model.norm_stats`` or
+            ``model.config.norm_stats``).
+        unnorm_key: the dataset (the LIBERO suite name, e.g. ``"libero_10"``), or None.
+
+    Returns:
+        ``{"q01": float64 (D,), "q99": float64 (D,), "mask": bool (D,)}`` (mask all true when the
+        checkpoint has none, as the authors default).
+
+    Raises:
+        FileNotFoundError: a folder without either file.
+        KeyError: no statistics for the dataset (the message lists those present).
+    """
+    stats: Any = None
+    if isinstance(source, dict):
+        stats = source
+    elif isinstance(source, (str, Path)):
+        folder = Path(source)
+        ds, cfg = folder / "dataset_statistics.json", folder / "config.json"
+        if ds.is_file():
+            stats = json.loads(ds.read_text())
+        elif cfg.is_file() and "norm_stats" in json.loads(cfg.read_text()):
+            stats = json.loads(cfg.read_text())["norm_stats"]
+        else:
+            raise FileNotFoundError(
+                f"no action statistics in {folder}: expected dataset_statistics.json or a config.json with norm_stats"
+            )
+    else:
+        stats = getattr(source, "norm_stats", None) or getattr(getattr(source, "config", None), "norm_stats", None)
+    if not stats:
+        raise KeyError("the checkpoint carries no action statistics (norm_stats); actions cannot be un-normalised")
+    if unnorm_key is None:
+        if len(stats) != 1:
+            raise KeyError(f"the checkpoint has statistics for several datasets, pick one as unnorm_key: {sorted(stats)}")
+        key = next(iter(stats))
+    elif unnorm_key in stats:
+        key = unnorm_key
+    elif f"{unnorm_key}_no_noops" in stats:
+        key = f"{unnorm_key}_no_noops"
+    else:
+        raise KeyError(f"no action statistics for {unnorm_key!r} (nor {unnorm_key}_no_noops); the checkpoint has {sorted(stats)}")
+    act = stats[key]["action"]
+    q01 = np.asarray(act["q01"], dtype=np.float64)
+    return {
+        "q01": q01,
+        "q99": np.asarray(act["q99"], dtype=np.float64),
+        "mask": np.asarray(act.get("mask", np.ones_like(q01, dtype=bool)), dtype=bool),
+    }
+
+
+def libero_env_actions(actions: Any, stats: dict[str, np.ndarray] | None) -> np.ndarray:
+    """The actions LIBERO executes for a policy's normalised actions, as the authors' evaluation does.
+
+    openvla-mini (and OpenVLA) LIBERO evaluation, per step: un-normalise with the checkpoint's
+    q01/q99 on the masked dimensions (:func:`unnormalize_actions`; ``prismatic/models/vlas/openvla.py``
+    l.98-105), then the gripper (last dimension), which the datasets store as 0 = close / 1 = open,
+    goes from [0, 1] to [-1, +1] and is binarised with ``sign`` (``experiments/robot/robot_utils.py``
+    ``normalize_gripper_action`` l.98-115, called with ``binarize=True``) and its sign flipped to
+    LIBERO's -1 = open / +1 = close (``invert_gripper_action`` l.118-125;
+    ``run_libero_eval.py`` l.245-251).
+
+    Args:
+        actions: float array-like (..., 7) of normalised actions (e.g. ``VLASamples.actions``).
+        stats: from :func:`load_action_stats`, or None for a model without statistics (the tiny
+            test models): the actions are then returned unchanged (float32).
+
+    Returns:
+        float32 array of the same shape.
+    """
+    a = np.asarray(actions, dtype=np.float64)
+    if stats is None:
+        return a.astype(np.float32)
+    out = unnormalize_actions(a, stats["q01"], stats["q99"], stats.get("mask")).astype(np.float64)
+    out[..., -1] = -np.sign(2.0 * out[..., -1] - 1.0)
     return out.astype(np.float32)

@@ -24,6 +24,32 @@ def test_settings_are_checked():
         tuple(range(16)), tuple(range(16, 50)), 8, tuple(range(10)))
 
 
+def test_real_checkpoints_get_their_action_statistics_and_prompt(tmp_path):
+    """A --vla checkpoint's actions are un-normalised with its own statistics; one without them
+    is refused before any training (not run with normalised actions); MiniVLA's Qwen tokenizer
+    gets the Qwen chat prompt."""
+    from types import SimpleNamespace
+
+    from agents.experiments.libero_protocol import _action_stats, _prompt_template
+    from agents.vla_policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
+
+    stats = {"libero_10_no_noops": {"action": {"q01": [0.0] * 7, "q99": [2.0] * 7}}}
+    cfg = LiberoProtocolConfig(vla=str(tmp_path))
+    model = SimpleNamespace(config=SimpleNamespace(norm_stats=stats))
+    assert _action_stats(cfg, model)["q99"].tolist() == [2.0] * 7
+    (tmp_path / "dataset_statistics.json").write_text(json.dumps(stats))
+    assert _action_stats(cfg, SimpleNamespace())["q99"].tolist() == [2.0] * 7  # from the folder
+    with pytest.raises(ValueError, match="cannot un-normalise.*libero_90"):
+        _action_stats(dataclasses.replace(cfg, unnorm_key="libero_90"), SimpleNamespace())
+    assert _action_stats(LiberoProtocolConfig(), SimpleNamespace()) is None  # tiny random VLA
+
+    class Qwen2TokenizerFast:  # the class name is what is looked at
+        pass
+
+    assert _prompt_template(SimpleNamespace(tokenizer=Qwen2TokenizerFast())) == MINIVLA_QWEN_PROMPT
+    assert _prompt_template(SimpleNamespace(tokenizer=object())) == OPENVLA_PROMPT
+
+
 def test_table_has_the_papers_layout_with_the_spread_over_seeds():
     cells = [{"method": "sparse", "seed": s, "success": {"0": [1.0, 0.0], "3": [v, v]}} for s, v in ((0, 0.0), (1, 1.0))]
     cells.append({"method": "wmrl", "seed": 0, "success": {"0": [1.0, 1.0], "3": [0.0, 1.0]}})

@@ -370,3 +370,55 @@ def test_policy_validation():
     with pytest.raises(KeyError, match="front"):
         VLAPolicy(model, proc, image_keys=("front",)).act([{"instruction": "x"}])
     assert vla_mod.LIBERO_IMAGE_KEYS == ("agentview_image", "wrist_image")
+
+
+# ------------------------------------------------------------ checkpoint statistics → LIBERO actions
+NORM_STATS = {  # the layout of an OpenVLA/MiniVLA checkpoint's norm_stats / dataset_statistics.json
+    "libero_10_no_noops": {
+        "action": {
+            "q01": [-0.9, -0.8, -0.9, -0.1, -0.2, -0.3, 0.0],
+            "q99": [0.9, 0.8, 0.9, 0.1, 0.2, 0.3, 1.0],
+            "mask": [True, True, True, True, True, True, False],
+        },
+        "proprio": {"q01": [0.0] * 8, "q99": [1.0] * 8},
+    },
+    "bridge_orig": {"action": {"q01": [0.0] * 7, "q99": [1.0] * 7}},
+}
+
+
+def test_action_stats_key_choice_follows_the_authors_eval(tmp_path):
+    """openvla-mini experiments/robot/libero/run_libero_eval.py l.105-117: the suite name, else
+    suite + "_no_noops"; modeling_prismatic.py _check_unnorm_key: None takes the only dataset."""
+    from agents.action_tokenizer import load_action_stats
+
+    st = load_action_stats(NORM_STATS, "libero_10")  # falls back to libero_10_no_noops
+    np.testing.assert_allclose(st["q99"], NORM_STATS["libero_10_no_noops"]["action"]["q99"])
+    assert st["mask"].tolist() == [True] * 6 + [False]
+    assert load_action_stats(NORM_STATS, "bridge_orig")["mask"].all()  # no mask: all dimensions
+    with pytest.raises(KeyError, match="several datasets"):
+        load_action_stats(NORM_STATS, None)
+    with pytest.raises(KeyError, match="libero_90.*bridge_orig"):
+        load_action_stats(NORM_STATS, "libero_90")
+    (tmp_path / "dataset_statistics.json").write_text(json.dumps(NORM_STATS))
+    assert load_action_stats(tmp_path)["q01"][0] == -0.9
+    cfg_only = tmp_path / "hf"
+    cfg_only.mkdir()
+    (cfg_only / "config.json").write_text(json.dumps({"norm_stats": NORM_STATS}))
+    assert load_action_stats(cfg_only)["q01"][0] == -0.9
+    with pytest.raises(FileNotFoundError, match="dataset_statistics.json"):
+        load_action_stats(tmp_path / "nothing")
+
+
+def test_libero_env_actions_follow_the_authors_eval():
+    """Un-normalisation (prismatic/models/vlas/openvla.py l.98-105), then the gripper from [0, 1]
+    to sign(2x - 1) (experiments/robot/robot_utils.py normalize_gripper_action l.98-115,
+    binarize=True) and flipped (invert_gripper_action l.118-125; run_libero_eval.py l.245-251)."""
+    from agents.action_tokenizer import libero_env_actions, load_action_stats
+
+    st = load_action_stats(NORM_STATS, "libero_10")
+    a = np.array([[1.0, -1.0, 0.0, 0.5, -0.5, 0.0, 0.9], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1]])
+    out = libero_env_actions(a[:, None, :], st)  # a (N, chunk, 7) batch keeps its shape
+    assert out.shape == (2, 1, 7) and out.dtype == np.float32
+    np.testing.assert_allclose(out[0, 0], [0.9, -0.8, 0.0, 0.05, -0.1, 0.0, -1.0], atol=1e-6)  # 0.9 = open → -1
+    np.testing.assert_allclose(out[1, 0, -1], 1.0)  # 0.1 = closing → +1 (LIBERO: +1 = close)
+    np.testing.assert_array_equal(libero_env_actions(a, None), a.astype(np.float32))  # tiny models: as they are

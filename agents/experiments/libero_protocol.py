@@ -80,6 +80,9 @@ class LiberoProtocolConfig:
     """The SFT policy: a local Hugging Face-format MiniVLA/OpenVLA checkpoint (None: a tiny random VLA)."""
     robometer: str | None = None
     """A local Robometer checkpoint (None: a tiny random Robometer)."""
+    unnorm_key: str = "libero_10"
+    """Dataset whose action statistics (q01/q99 in the ``--vla`` checkpoint) un-normalise the
+    policy's actions (``libero_10``, else ``libero_10_no_noops``, as the authors' evaluation)."""
     out: str = "runs/libero-protocol"
     """Output folder (results.json, table.md, success.png, per-cell checkpoints)."""
     resume: bool = True
@@ -152,9 +155,12 @@ def _members(batched: dict[str, Any], g: int) -> list[dict[str, Any]]:
     return [{k: v[i] for k, v in batched.items()} for i in range(g)]
 
 
-def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, greedy: bool) -> tuple[list, list]:
-    """G episodes of ``task`` (member i from ``states[i]``), stepped together. Returns per member
-    ``(observations, samples)`` and the results of :func:`rollout_group`."""
+def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, greedy: bool,
+             action_stats: dict[str, Any] | None) -> tuple[list, list]:
+    """G episodes of ``task`` (member i from ``states[i]``), stepped together; the policy's
+    normalised actions reach LIBERO through :func:`agents.action_tokenizer.libero_env_actions`.
+    Returns per member ``(observations, samples)`` and the results of :func:`rollout_group`."""
+    from agents.action_tokenizer import libero_env_actions
     from wmrl_envs.envs.libero.vector import rollout_group
 
     vec = envs.get(task)
@@ -168,7 +174,7 @@ def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, gree
         for i in np.flatnonzero(active):
             obs_of[i].append(members[i])
             samples_of[i].append(smp.select([int(i)]))
-        return smp.actions
+        return libero_env_actions(smp.actions, action_stats)
 
     results = rollout_group(vec, act, states, record_final=True)
     for i, r in enumerate(results):
@@ -176,7 +182,8 @@ def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, gree
     return [(obs_of[i], samples_of[i]) for i in range(g)], results
 
 
-def _evaluate(envs: _Envs, policy: Any, cfg: LiberoProtocolConfig, bar: Any) -> dict[str, list[float]]:
+def _evaluate(envs: _Envs, policy: Any, cfg: LiberoProtocolConfig, bar: Any,
+              action_stats: dict[str, Any] | None) -> dict[str, list[float]]:
     """Held-out success per task: one greedy episode per evaluation state, G states at a time."""
     out: dict[str, list[float]] = {}
     g = cfg.group_size
@@ -186,11 +193,40 @@ def _evaluate(envs: _Envs, policy: Any, cfg: LiberoProtocolConfig, bar: Any) -> 
         for k in range(0, len(states), g):
             chunk = states[k:k + g]
             padded = chunk + [chunk[-1]] * (g - len(chunk))
-            _, results = _rollout(envs, policy, task, padded, greedy=True)
+            _, results = _rollout(envs, policy, task, padded, greedy=True, action_stats=action_stats)
             succ += [float(r["success"]) for r in results[:len(chunk)]]
             bar.update(len(chunk))
         out[str(task)] = succ
     return out
+
+
+def _prompt_template(processor: Any) -> str:
+    """MiniVLA's Qwen chat prompt for a Qwen2 tokenizer, OpenVLA's prompt otherwise."""
+    from agents.vla_policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
+
+    tok = getattr(processor, "tokenizer", processor)
+    return MINIVLA_QWEN_PROMPT if "qwen2" in type(tok).__name__.lower() else OPENVLA_PROMPT
+
+
+def _action_stats(cfg: LiberoProtocolConfig, model: Any) -> dict[str, Any] | None:
+    """The ``--vla`` checkpoint's action statistics for ``cfg.unnorm_key`` (None for the tiny
+    random VLA, whose normalised actions go to LIBERO as they are).
+
+    Raises:
+        ValueError: a real checkpoint without statistics for the dataset (says which it has).
+    """
+    from agents.action_tokenizer import load_action_stats
+
+    if not cfg.vla:
+        return None
+    errors = []
+    for source in (model, cfg.vla):
+        try:
+            return load_action_stats(source, cfg.unnorm_key)
+        except (KeyError, FileNotFoundError) as e:
+            errors.append(str(e).strip("'\""))
+    raise ValueError(f"cannot un-normalise the actions of {cfg.vla!r}: " + "; ".join(errors)
+                     + ". Pass --unnorm-key, or add the fine-tuning run's dataset_statistics.json to the folder.")
 
 
 def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs: _Envs) -> dict[str, Any]:
@@ -207,7 +243,9 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
 
     torch.manual_seed(seed)
     model, processor = load_vla(cfg.vla) if cfg.vla else build_tiny_vla(seed=0)  # the same SFT policy for every cell
-    policy = VLAPolicy(model, processor, image_keys=("agentview_image",), seed=seed)
+    policy = VLAPolicy(model, processor, image_keys=("agentview_image",), seed=seed,
+                       prompt_template=_prompt_template(processor))
+    action_stats = _action_stats(cfg, model)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     world_model = None
     if method != "sparse":
@@ -237,7 +275,8 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
                                                          replace=len(pairs) < cfg.groups_per_step))
             rewards, weights, parts, rows_of, routes, successes = [], [], [], [], [], []
             for task, state_id in chosen:
-                members, results = _rollout(envs, policy, task, [state_id] * cfg.group_size, greedy=False)
+                members, results = _rollout(envs, policy, task, [state_id] * cfg.group_size, greedy=False,
+                                            action_stats=action_stats)
                 real = [float(r["success"]) for r in results]
                 ctx = [m[0][0] for m in members]
                 trajs = [Trajectory(obs, [None] * (len(obs) - 1), True) for obs, _ in members]
@@ -272,7 +311,7 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
             bar.update(1)
     n_eval = len(cfg.tasks) * len(cfg.eval_states)
     with tqdm(total=n_eval, desc=f"{method} seed {seed}: held-out episodes", leave=False) as bar:
-        success = _evaluate(envs, policy, cfg, bar)
+        success = _evaluate(envs, policy, cfg, bar, action_stats)
     led = loop.ledger
     return {"method": method, "seed": seed, "success": success, "history": history,
             "anchor_groups": loop.router.n_anchor_groups, "groups": loop.router.n_groups_routed,
