@@ -7,9 +7,12 @@
   success head gives one logit (success probability = its sigmoid). How the heads read the
   backbone (bins, progress token or pooling) is :class:`RobometerHeadConfig`.
 
-The layout was read from the public ``robometer`` / ``reward_fm`` repositories (see
-:mod:`.loading` for the checkpoint files); the numbers the real checkpoint gives have not been
-checked against the upstream implementation.
+The heads follow robometer/robometer's ``PredictionHeadsMixin`` (``robometer/models/heads.py``),
+the progress decoding its ``convert_bins_to_continuous``; ``tests/test_robometer_golden.py``
+checks the heads' parameter names and shapes and their outputs on fixed hidden states against
+the authors' code (:mod:`.loading` has the checkpoint files). The backbone is transformers'
+``Qwen3VLModel`` itself; the numbers the real checkpoint gives have not been checked (its
+weights cannot be downloaded here).
 """
 
 from __future__ import annotations
@@ -269,7 +272,17 @@ class RobometerModel(nn.Module):
             vision_end_id=vision_end_id,
         )
         counts = [f.shape[0] for f in frames]
-        stacked = torch.cat(frames, dim=0)
-        progress = self.decode_progress(self.progress_head(stacked))
-        success = torch.sigmoid(self.success_head(stacked).float().reshape(-1))
+        progress, success = self.read_heads(torch.cat(frames, dim=0))
         return list(zip(progress.split(counts), success.split(counts)))
+
+    def read_heads(self, frame_embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Progress and success probability of frame embeddings ``(F, h)`` -> two float32 ``(F,)``.
+
+        Progress: :meth:`decode_progress` of the progress head (Robometer's
+        ``convert_bins_to_continuous``, ``robometer/models/utils.py``); success: the sigmoid of
+        the success head's logit (``robometer/evals/eval_server.py`` l.588-590). Checked against
+        the authors' heads in ``tests/test_robometer_golden.py``.
+        """
+        progress = self.decode_progress(self.progress_head(frame_embeddings))
+        success = torch.sigmoid(self.success_head(frame_embeddings).float().reshape(-1))
+        return progress, success

@@ -1,7 +1,11 @@
 """Frames + instruction -> Robometer's model inputs (:class:`RobometerProcessor`), and the input format.
 
-The format was read from the public ``robometer`` / ``reward_fm`` repositories and the LeRobot
-port (for reference; nothing was run against the real weights, which cannot be downloaded here):
+The format follows the authors' code (robometer/robometer ``RBMBatchCollator`` and
+``qwen_vl_utils.process_vision_info``); ``tests/test_robometer_golden.py`` checks the prompt
+text, the order of frames and progress tokens, the chat-template arguments, the frame sizes and
+the resized pixels against golden files written by that code (``tests/golden/robometer``). The
+rendered chat text and the token ids come from the checkpoint's tokenizer and template, which
+cannot be downloaded here, so they are not checked:
 
 * **Input** (multi-image mode with per-frame progress tokens, the released default): one user
   turn of the Qwen3-VL chat template, rendered with ``add_vision_id=True`` and no generation
@@ -40,6 +44,7 @@ __all__ = [
     "IMAGE_PAD",
     "MIN_VISUAL_TOKENS",
     "MAX_VISUAL_TOKENS",
+    "CHAT_TEMPLATE_KWARGS",
     "RobometerProcessor",
     "to_uint8_frame",
 ]
@@ -106,6 +111,12 @@ def to_uint8_frame(frame: Any) -> np.ndarray:
             arr = arr * 255.0
         arr = np.clip(np.rint(arr), 0, 255).astype(np.uint8)
     return np.ascontiguousarray(arr)
+
+
+CHAT_TEMPLATE_KWARGS = {"tokenize": False, "add_generation_prompt": False, "add_vision_id": True, "enable_thinking": False}
+"""How the chat template renders a progress query (Robometer's ``RBMBatchCollator._process_conversation``,
+robometer/robometer ``robometer/data/collators/rbm_heads.py``, which also passes ``fps=1``: a
+video setting, without effect on images)."""
 
 
 def _qwen_chat_text(prompt: str, n_frames: int, add_vision_id: bool = True) -> str:
@@ -223,22 +234,25 @@ class RobometerProcessor:
             image = image.resize((w, h), resample=Image.Resampling.BICUBIC)
         return image
 
-    def text(self, instruction: str, n_frames: int) -> str:
-        """The chat text of one query with ``n_frames`` frames (one ``<|image_pad|>`` per frame)."""
-        prompt = self.prompt_template.format(task=instruction)
-        if self.chat_template is None:
-            return _qwen_chat_text(prompt, n_frames)
-        content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    def messages(self, instruction: str, n_frames: int) -> list[dict[str, Any]]:
+        """The conversation of one progress query: one user turn holding the prompt, then each
+        frame (``{"type": "image"}``) followed by ``<|prog_token|>`` — the multi-image,
+        per-frame-progress-token query of Robometer's ``RBMBatchCollator._process_progress_batch``
+        (checked against its output in ``tests/test_robometer_golden.py``)."""
+        content: list[dict[str, Any]] = [{"type": "text", "text": self.prompt_template.format(task=instruction)}]
         for _ in range(n_frames):
             content.append({"type": "image"})
             content.append({"type": "text", "text": PROG_TOKEN})
+        return [{"role": "user", "content": content}]
+
+    def text(self, instruction: str, n_frames: int) -> str:
+        """The chat text of one query with ``n_frames`` frames (one ``<|image_pad|>`` per frame):
+        :meth:`messages` rendered by the chat template with :data:`CHAT_TEMPLATE_KWARGS`, or
+        written out as Qwen3-VL's template renders it when there is no template."""
+        if self.chat_template is None:
+            return _qwen_chat_text(self.prompt_template.format(task=instruction), n_frames)
         return self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": content}],
-            chat_template=self.chat_template,
-            tokenize=False,
-            add_generation_prompt=False,
-            add_vision_id=True,
-            enable_thinking=False,
+            self.messages(instruction, n_frames), chat_template=self.chat_template, **CHAT_TEMPLATE_KWARGS
         )
 
     def __call__(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, torch.Tensor]:

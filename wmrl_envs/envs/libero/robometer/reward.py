@@ -29,11 +29,16 @@ def check_count(name: str, value: Any, minimum: int = 1) -> int:
 def uniform_frame_indices(T_plus_1: int, n: int = 8) -> np.ndarray:
     """Indices of ``n`` frames spaced uniformly over an episode, first and last frame included.
 
-    Index ``i`` is ``round(i * T / (n - 1))`` (halves rounded up) for ``i = 0 … n-1``, where
+    Index ``i`` is ``rint(i * T / (n - 1))`` (halves to even) for ``i = 0 … n-1``, where
     ``T = T_plus_1 - 1`` is the last frame's index; so with ``n >= 2`` the first index is 0
-    and the last is ``T``. An episode with fewer than ``n`` frames repeats frames (the indices
-    are non-decreasing), so the result always has ``n`` entries. ``n = 1`` gives ``[T]``.
-    Reference: ``docs/method.md``, "Reward mode" (8 uniformly sampled frames).
+    and the last is ``T``. ``n = 1`` gives ``[T]``. With at least ``n`` frames these are the
+    indices of Robometer's own ``linspace_subsample_frames`` (robometer/robometer
+    ``robometer/data/datasets/helpers.py``; checked against its output in
+    ``tests/test_robometer_golden.py``). With fewer than ``n`` frames the authors use every
+    frame once (so does :class:`RobometerWorldModel`); here the indices repeat frames instead,
+    so the result always has ``n`` entries — :func:`robometer_reward` uses that to spread fewer
+    progress values over its ``n`` positions. Reference: ``docs/method.md``, "Reward mode"
+    (8 uniformly sampled frames).
 
     Args:
         T_plus_1: number of frames ``T + 1`` (observations o_0 … o_T), an int >= 1.
@@ -56,8 +61,8 @@ def uniform_frame_indices(T_plus_1: int, n: int = 8) -> np.ndarray:
     last = frames - 1
     if n == 1:
         return np.array([last], dtype=np.int64)
-    positions = np.arange(n, dtype=np.float64) * last / (n - 1)
-    return np.minimum(np.floor(positions + 0.5), last).astype(np.int64)
+    positions = np.linspace(0.0, last, n)
+    return np.clip(np.rint(positions), 0, last).astype(np.int64)
 
 
 def robometer_reward(progress: Sequence[float] | np.ndarray, n_frames: int = 8, k: int = 3) -> float:

@@ -66,7 +66,8 @@ class RobometerWorldModel:
 
     Rewards:
         * ``reward="reference"``: the model sees ``n_frames`` uniformly sampled frames
-          (:func:`uniform_frame_indices`), and ``score`` =
+          (:func:`uniform_frame_indices`; every frame once when the episode has at most
+          ``n_frames``, as Robometer's own sampling), and ``score`` =
           :func:`robometer_reward` of their progress (``mean(last k) - mean(first k)``,
           in [-1, 1]).
         * ``reward="dense"``: the model sees every ``dense_stride``-th frame (the last frame
@@ -276,7 +277,9 @@ class RobometerWorldModel:
         raise ValueError(f"no task instruction: the context has no {self.instruction_key!r} key")
 
     def _select(self, n_obs: int) -> list[int]:
-        if self.reward == "reference":
+        if self.reward == "reference":  # Robometer's linspace_subsample_frames: every frame once if few
+            if n_obs <= self.n_frames:
+                return list(range(n_obs))
             return uniform_frame_indices(n_obs, self.n_frames).tolist()
         idx = list(range(0, n_obs, self.dense_stride))
         if idx[-1] != n_obs - 1:
