@@ -7,10 +7,10 @@ import: ``linspace_subsample_frames``, ``RBMBatchCollator._process_progress_batc
 ``convert_bins_to_continuous`` and the success sigmoid. One test per detail; each fails on a
 mismatch in that detail.
 
-Not covered by a golden file (no Qwen3-VL tokenizer or chat template is reachable here): the
-token ids and the rendered chat text, which come from the checkpoint's own tokenizer and template
-(:class:`RobometerProcessor` renders :meth:`RobometerProcessor.messages` with them), and the
-backbone's forward (``transformers.Qwen3VLModel`` itself).
+The chat text is checked against Qwen3-VL-4B-Instruct's own template rendering the collator's
+conversation. Not covered (no Qwen3-VL tokenizer is reachable here): the token ids, which come
+from the checkpoint's own tokenizer, and the backbone's forward (``transformers.Qwen3VLModel``
+itself).
 """
 
 from __future__ import annotations
@@ -139,3 +139,11 @@ def test_continuous_progress_head_ends_in_a_sigmoid():
     model, _ = build_tiny_robometer(seed=0, hidden_size=32, progress_bins=None)
     assert isinstance(model.progress_head[-1], torch.nn.Sigmoid) and model.progress_head[-2].out_features == 1
     assert RobometerHeadConfig(progress_bins=None).progress_bins is None
+
+
+def test_text_without_a_template_is_what_qwen3_vl_renders(tiny, query):
+    """A checkpoint folder without a chat template: the user turn written out equals what
+    Qwen3-VL-4B-Instruct's own template renders from the collator's conversation."""
+    _, processor = tiny
+    assert processor.chat_template is None
+    assert processor.text(INSTRUCTION, 3) == query["rendered"]

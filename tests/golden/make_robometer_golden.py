@@ -16,8 +16,9 @@ What it runs (nothing from wmrl is imported), from robometer/robometer at commit
   probability as ``robometer/evals/eval_server.py`` l.588-590 computes it (``sigmoid``), on
   fixed hidden states.
 
-The processor is a recorder (no Qwen3-VL tokenizer or chat template can be downloaded here): the
-golden files hold what the authors' code *passes* to it. ``torchvision`` is imported by
+The processor is a recorder (no Qwen3-VL tokenizer can be downloaded here): the golden files
+hold what the authors' code *passes* to it, and, given Qwen3-VL-4B-Instruct's
+``chat_template.json`` (``--chat-template``), the text that template renders from it. ``torchvision`` is imported by
 ``qwen_vl_utils`` for videos only; when it cannot be imported (no CPU build matching this torch was
 reachable here) an empty stand-in module takes its place, which the image path never touches.
 The authors' logger (``robometer/utils/logger.py``, which needs wandb) is replaced by the
@@ -27,7 +28,8 @@ Run it in its own environment (a virtualenv with ``torch numpy pillow pydantic r
 qwen-vl-utils==0.0.14 transformers>=4.57,<4.58``, the authors' pins) with the repository checked
 out at the commit above::
 
-    python tests/golden/make_robometer_golden.py --robometer robometer --out tests/golden/robometer
+    python tests/golden/make_robometer_golden.py --robometer robometer --out tests/golden/robometer \\
+        --chat-template Qwen3-VL-4B-Instruct/chat_template.json
 
 ``tests/test_robometer_golden.py`` compares wmrl's Robometer pieces with these files.
 """
@@ -108,6 +110,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--robometer", type=Path, required=True, help="checkout of robometer/robometer")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--chat-template", type=Path, default=None,
+                   help="chat_template.json of Qwen/Qwen3-VL-4B-Instruct (Robometer-4B's base): the query is "
+                        "also rendered with it (query.json 'rendered')")
     args = p.parse_args()
     _packages(args.robometer.resolve())
     helpers = importlib.import_module("robometer.data.datasets.helpers")
@@ -152,6 +157,16 @@ def main() -> None:
         "processor_kwargs": {k: v for k, v in call.items() if k not in ("images", "text")},
         "processed_sizes": [list(a.shape[:2]) for a in processed],  # 3 per query, queries in FRAME_SIZES order
     }
+
+    if args.chat_template is not None:  # the conversation as the real template renders it
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        template = json.loads(args.chat_template.read_text())["chat_template"]
+        kwargs = {k: v for k, v in chat_kwargs.items() if k != "tokenize"}
+        rendered, _ = render_jinja_template(conversations=[conversation], chat_template=template, **kwargs)
+        query["rendered"] = rendered[0]
+        query["chat_template"] = "Qwen/Qwen3-VL-4B-Instruct chat_template.json (sha256 " + __import__(
+            "hashlib").sha256(args.chat_template.read_bytes()).hexdigest()[:16] + ")"
 
     # --- heads: 10 progress bins, success logit
     torch.manual_seed(0)

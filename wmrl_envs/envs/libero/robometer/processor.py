@@ -3,9 +3,10 @@
 The format follows the authors' code (robometer/robometer ``RBMBatchCollator`` and
 ``qwen_vl_utils.process_vision_info``); ``tests/test_robometer_golden.py`` checks the prompt
 text, the order of frames and progress tokens, the chat-template arguments, the frame sizes and
-the resized pixels against golden files written by that code (``tests/golden/robometer``). The
-rendered chat text and the token ids come from the checkpoint's tokenizer and template, which
-cannot be downloaded here, so they are not checked:
+the resized pixels against golden files written by that code (``tests/golden/robometer``), and
+the chat text written without a template against Qwen3-VL-4B-Instruct's own template. The token
+ids come from the checkpoint's tokenizer, which cannot be downloaded here, so they are not
+checked:
 
 * **Input** (multi-image mode with per-frame progress tokens, the released default): one user
   turn of the Qwen3-VL chat template, rendered with ``add_vision_id=True`` and no generation
@@ -23,7 +24,7 @@ cannot be downloaded here, so they are not checked:
   Frames are used as given (no flipping).
 * **Chat template.** The checkpoint's own template is used when its folder has one; otherwise
   the user turn is written out directly (``<|im_start|>user\\n…<|im_end|>\\n``, no system
-  turn), which we believe is what Qwen3-VL's template renders for this message.
+  turn), which is what Qwen3-VL-4B-Instruct's template renders for this message (checked).
 """
 
 from __future__ import annotations
