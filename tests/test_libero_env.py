@@ -228,3 +228,21 @@ def test_proprio_only_env_without_wait_steps():
     e.close()  # idempotent
     with pytest.raises(RuntimeError):
         e.reset()
+
+
+def test_another_env_made_and_closed_in_the_process_does_not_blank_the_images(env):
+    """robosuite renders into whichever EGL context is current; an env made and closed after this
+    one (as AsyncVectorEnv's space-reading env used to be) left it rendering black frames."""
+    obs, _ = env.reset(options={"init_state_id": 3})
+    before = obs["agentview_image"].copy()
+    assert before.mean() > 20  # a real frame, not black
+    other = LiberoEnv(task_id=1, image_size=32)
+    other.reset(options={"init_state_id": 0})
+    other.close()
+    obs, _ = env.reset(options={"init_state_id": 3})
+    np.testing.assert_array_equal(obs["agentview_image"], before)
+
+
+def test_spaces_are_known_without_a_simulator(env):
+    obs_space, act_space = LiberoEnv.spaces(env.image_size, env.images)
+    assert obs_space == env.observation_space and act_space == env.action_space

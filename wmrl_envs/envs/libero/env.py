@@ -246,17 +246,7 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
         if self._env.env.has_offscreen_renderer and not self.multisample:
             self._disable_multisampling()
 
-        s = self.image_size
-        obs_spaces: dict[str, spaces.Space] = {}
-        if self.images:
-            for key in CAMERAS:
-                obs_spaces[key] = spaces.Box(0, 255, shape=(s, s, 3), dtype=np.uint8)
-        obs_spaces["proprio"] = spaces.Box(-PROPRIO_BOUND, PROPRIO_BOUND, dtype=np.float32)
-        obs_spaces["instruction"] = spaces.Text(
-            max_length=INSTRUCTION_MAX_LENGTH, min_length=0, charset=INSTRUCTION_CHARSET
-        )
-        self.observation_space = spaces.Dict(obs_spaces)
-        self.action_space = spaces.Box(-1.0, 1.0, shape=(ACTION_DIM,), dtype=np.float32)
+        self.observation_space, self.action_space = self.spaces(self.image_size, self.images)
 
         self.init_state_id: int | None = None
         self._elapsed = 0
@@ -392,6 +382,21 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
         if getattr(self, "_env", None) is None:
             raise RuntimeError("the LiberoEnv is closed")
 
+    @staticmethod
+    def spaces(image_size: int = 128, images: bool = True) -> tuple[spaces.Dict, spaces.Box]:
+        """``(observation_space, action_space)`` of an env made with these arguments, without
+        making one (no simulator, no render context)."""
+        s = int(image_size)
+        obs_spaces: dict[str, spaces.Space] = {}
+        if images:
+            for key in CAMERAS:
+                obs_spaces[key] = spaces.Box(0, 255, shape=(s, s, 3), dtype=np.uint8)
+        obs_spaces["proprio"] = spaces.Box(-PROPRIO_BOUND, PROPRIO_BOUND, dtype=np.float32)
+        obs_spaces["instruction"] = spaces.Text(
+            max_length=INSTRUCTION_MAX_LENGTH, min_length=0, charset=INSTRUCTION_CHARSET
+        )
+        return spaces.Dict(obs_spaces), spaces.Box(-1.0, 1.0, shape=(ACTION_DIM,), dtype=np.float32)
+
     def _choose_init_state(self, options: dict[str, Any] | None) -> int:
         opts = dict(options or {})
         unknown = set(opts) - {"init_state_id", "split"}
@@ -420,6 +425,12 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
 
     def _render_camera(self, camera: str) -> np.ndarray:
         s = self.image_size
+        # robosuite renders into whichever EGL context is current: another LIBERO env made (or
+        # closed) in this process since — e.g. the space-reading env of a vector env — would leave
+        # this one rendering black frames. Make ours current first.
+        ctx = getattr(self._env.sim, "_render_context_offscreen", None)
+        if ctx is not None and getattr(ctx, "gl_ctx", None) is not None:
+            ctx.gl_ctx.make_current()
         img = self._env.sim.render(s, s, camera_name=camera)
         img = img[::-1, ::-1] if self.image_flip == "rot180" else img[::-1]
         return np.ascontiguousarray(img, dtype=np.uint8)

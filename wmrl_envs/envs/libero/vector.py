@@ -17,6 +17,7 @@ G episodes in turn.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -65,10 +66,29 @@ class IdleAfterDone(gym.Wrapper):
         return obs, reward, term, trunc, {**info, "idle": False}
 
 
+class _SpacesOnly(gym.Env):
+    """What ``AsyncVectorEnv`` builds in the parent process to read the spaces: LiberoEnv's spaces
+    and metadata without a simulator (a real env there would cost ~2 GB and seconds, and its render
+    context would be made and freed in the caller's process)."""
+
+    def __init__(self, env_kwargs: dict[str, Any]) -> None:
+        from wmrl_envs.envs.libero.env import LiberoEnv
+
+        self.metadata = dict(LiberoEnv.metadata)
+        self.render_mode = env_kwargs.get("render_mode")
+        self.observation_space, self.action_space = LiberoEnv.spaces(
+            env_kwargs.get("image_size", 128), env_kwargs.get("images", True)
+        )
+
+
 def _make(task_id: int, env_kwargs: dict[str, Any], member: int) -> Callable[[], gym.Env]:
+    parent = os.getpid()
+
     def thunk() -> gym.Env:
         from wmrl_envs.envs.libero.env import LiberoEnv
 
+        if os.getpid() == parent:  # AsyncVectorEnv reading the spaces in the calling process
+            return _SpacesOnly(env_kwargs)
         return IdleAfterDone(LiberoEnv(task_id, **env_kwargs), member)
 
     return thunk
