@@ -64,19 +64,22 @@ def _timed(fn, repeats: int, device: str) -> dict:
             "cpu_s": {"median": statistics.median(cpu), "min": min(cpu), "max": max(cpu)}}
 
 
-def build_policy(device: str, dtype: torch.dtype):
-    """A VLAPolicy of MiniVLA's LM and SigLIP tower, random weights."""
+def build_policy(device: str, dtype: torch.dtype, tiny: bool = False):
+    """A VLAPolicy of MiniVLA's LM and SigLIP tower, random weights (``tiny``: the same code path
+    at toy sizes, for the smoke test)."""
     from transformers import LlavaConfig, LlavaForConditionalGeneration, Qwen2Config, SiglipVisionConfig
 
     from agents.vla_policy import VLAPolicy, build_tiny_vla
 
     _, processor = build_tiny_vla(image_size=224, patch_size=14)  # offline processor, 224 px, patch 14
     tok = processor.tokenizer
-    vision = SiglipVisionConfig(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
-                                image_size=224, patch_size=14, vision_use_head=False)
-    text = Qwen2Config(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32_768,
-                       rope_theta=1_000_000.0, tie_word_embeddings=True, pad_token_id=tok.pad_token_id)
+    v = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2) if tiny else dict(
+        hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16)
+    t = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2) if tiny else dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14)
+    vision = SiglipVisionConfig(image_size=224, patch_size=14, vision_use_head=False, **v)
+    text = Qwen2Config(vocab_size=151_936, num_key_value_heads=2, max_position_embeddings=32_768,
+                       rope_theta=1_000_000.0, tie_word_embeddings=True, pad_token_id=tok.pad_token_id, **t)
     cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
                       vision_feature_select_strategy="full", vision_feature_layer=-2)
     prev = torch.get_default_dtype()
@@ -90,11 +93,12 @@ def build_policy(device: str, dtype: torch.dtype):
     return policy, n_params
 
 
-def build_dinov2(device: str, dtype: torch.dtype):
+def build_dinov2(device: str, dtype: torch.dtype, tiny: bool = False):
     from transformers import Dinov2Config, Dinov2Model
 
-    cfg = Dinov2Config(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
-                       patch_size=14, image_size=224)
+    size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64) if tiny else dict(
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    cfg = Dinov2Config(patch_size=14, image_size=224, **size)
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -103,14 +107,16 @@ def build_dinov2(device: str, dtype: torch.dtype):
         torch.set_default_dtype(prev)
 
 
-def build_robometer(device: str, dtype: torch.dtype):
+def build_robometer(device: str, dtype: torch.dtype, tiny: bool = False):
     """RobometerModel on a Qwen3-VL-4B-shaped backbone, random weights, with the tiny processor's
     token ids (the vocabulary size is the real one)."""
     from transformers import Qwen3VLConfig, Qwen3VLModel
 
     from wmrl_envs.envs.libero.robometer import IMAGE_PAD, VISION_END, VISION_START, RobometerModel, build_tiny_robometer
 
-    _, processor = build_tiny_robometer(seed=0)
+    tiny_model, processor = build_tiny_robometer(seed=0)
+    if tiny:
+        return tiny_model.to(device=device, dtype=dtype), processor, sum(p.numel() for p in tiny_model.parameters())
     ids = processor.tokenizer.convert_tokens_to_ids
     cfg = Qwen3VLConfig(
         text_config=dict(vocab_size=151_936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
@@ -142,6 +148,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-robometer", action="store_true")
     p.add_argument("--skip-policy", action="store_true")
+    p.add_argument("--shape", choices=("real", "tiny"), default="real",
+                   help="tiny: the same code path at toy sizes (the smoke test); the figures then mean nothing")
     p.add_argument("--threads", type=int, default=None, help="torch threads on the CPU (default: all cores)")
     p.add_argument("--out", type=Path, default=None, help="also write the figures as JSON")
     args = p.parse_args()
@@ -149,14 +157,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    out: dict = {"device": device, "torch_threads": torch.get_num_threads(), "group_size": args.group_size,
+    out: dict = {"shape": args.shape, "device": device, "torch_threads": torch.get_num_threads(), "group_size": args.group_size,
                  "gpu": torch.cuda.get_device_name() if device == "cuda" else None}
     g = args.group_size
     if not args.skip_policy:
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         t0 = time.perf_counter()
-        policy, n_params = build_policy(device, dtype)
-        dino = build_dinov2(device, dtype)
+        policy, n_params = build_policy(device, dtype, tiny=args.shape == "tiny")
+        dino = build_dinov2(device, dtype, tiny=args.shape == "tiny")
         build_s = time.perf_counter() - t0
         obs = [{"agentview_image": rng.integers(0, 256, (224, 224, 3), dtype=np.uint8),
                 "instruction": "put both the alphabet soup and the tomato sauce in the basket"} for _ in range(g)]
@@ -185,7 +193,7 @@ def main() -> None:
 
         dtype = torch.bfloat16
         t0 = time.perf_counter()
-        model, processor, n_params = build_robometer(device, dtype)
+        model, processor, n_params = build_robometer(device, dtype, tiny=args.shape == "tiny")
         build_s = time.perf_counter() - t0
         wm_one = RobometerWorldModel(model, processor, batch_size=1)
         wm_group = RobometerWorldModel(model, processor, batch_size=g)
