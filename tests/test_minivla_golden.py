@@ -109,3 +109,16 @@ def test_vq_loads_without_pickled_code(golden):
     # the checkpoint holds only tensors and plain containers: torch's safe loader reads it
     state = torch.load(GOLDEN / "vq" / "checkpoints" / "model.pt", map_location="cpu", weights_only=True)
     assert set(state) == {"encoder", "decoder", "optimizer", "vq_embedding"}
+
+
+@pytest.mark.parametrize(("template_name", "key"), [("MINIVLA_QWEN_PROMPT", "qwen"), ("OPENVLA_PROMPT", "pure")])
+def test_prompt_text_matches_the_authors_prompt_builders(template_name, key):
+    """MiniVLA's QwenPromptBuilder / OpenVLA's PurePromptBuilder fed predict_action's user turn
+    (openvla.py l.53-55, instruction lower-cased), for the ten libero_10 instructions."""
+    import agents.vla_policy as vla
+
+    ref = json.loads((GOLDEN / "prompts.json").read_text())
+    policy = object.__new__(vla.VLAPolicy)  # build_prompt reads only these two attributes
+    policy.prompt_template, policy.image_placeholder = getattr(vla, template_name), None
+    ours = [policy.build_prompt({"instruction": text}) for text in ref["instructions"]]
+    assert ours == ref[key]

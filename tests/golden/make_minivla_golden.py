@@ -5,6 +5,9 @@ What it runs (nothing from wmrl is imported):
 - ``prismatic/vla/action_tokenizer.py`` of Stanford-ILIAD/openvla-mini (commit
   ``0822b36227b5a771be4eb2680e34c559734c8fdc``): ``ActionTokenizer`` (256 uniform bins) and
   ``VQActionTokenizer`` (MiniVLA's VQ action chunks);
+- ``prismatic/models/backbones/llm/prompting/`` of the same repository: ``QwenPromptBuilder``
+  (MiniVLA's Qwen2.5 models) and ``PurePromptBuilder`` (OpenVLA), fed the user turn that
+  ``prismatic/models/vlas/openvla.py`` ``predict_action`` builds (l.53-55);
 - ``vqvae/`` and the vendored ``vector_quantize_pytorch/`` of jayLEE0301/vq_bet_official (commit
   ``09d4851288ca5deaaa1ab367a208e520f8ee9a84``), the VQ-VAE that ``VQActionTokenizer`` loads.
 
@@ -14,6 +17,7 @@ does) on smooth synthetic action chunks, saves it in the authors' folder layout
 authors' ``VQActionTokenizer`` and records what their code returns on fixed inputs:
 
 - ``bins_*``: actions → token ids → actions of the 256-bin ``ActionTokenizer``;
+- ``prompts.json``: the prompt text of both builders for the ten ``libero_10`` instructions;
 - ``vq_*``: action chunks → token ids (``VQActionTokenizer.__call__``), token ids → the first
   action (``decode_token_ids_to_actions``, what their LIBERO evaluation executes) and → the whole
   decoded chunk (``VqVae.draw_code_forward`` + ``get_action_from_latent``).
@@ -61,6 +65,20 @@ VQ_CONFIG = {  # the keys vla-scripts/pretrain_vq.py writes, tiny sizes
 }
 
 
+LIBERO_10_INSTRUCTIONS = [  # the ten libero_10 tasks' language, as LIBERO's benchmark gives it
+    "put both the alphabet soup and the tomato sauce in the basket",
+    "put both the cream cheese box and the butter in the basket",
+    "turn on the stove and put the moka pot on it",
+    "put the black bowl in the bottom drawer of the cabinet and close it",
+    "put the white mug on the left plate and put the yellow and white mug on the right plate",
+    "pick up the book and place it in the back compartment of the caddy",
+    "put the white mug on the plate and put the chocolate pudding to the right of the plate",
+    "put both the alphabet soup and the cream cheese box in the basket",
+    "put both moka pots on the stove",
+    "Put The Yellow And White Mug In The Microwave And Close It",  # capitals: predict_action lower-cases
+]
+
+
 class IdTokenizer:
     """Stand-in for the LLM tokenizer: ``decode`` returns the ids (the authors only need
     ``vocab_size`` and ``decode``/``batch_decode`` from it)."""
@@ -77,7 +95,9 @@ class IdTokenizer:
 def _import_action_tokenizer(openvla_mini: Path):
     """Import prismatic.vla.action_tokenizer without running prismatic/__init__.py (which loads
     every model backbone)."""
-    for name, sub in (("prismatic", "prismatic"), ("prismatic.vla", "prismatic/vla")):
+    for name, sub in (("prismatic", "prismatic"), ("prismatic.vla", "prismatic/vla"),
+                      ("prismatic.models", "prismatic/models"), ("prismatic.models.backbones", "prismatic/models/backbones"),
+                      ("prismatic.models.backbones.llm", "prismatic/models/backbones/llm")):
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(openvla_mini / sub)]
         sys.modules[name] = pkg
@@ -103,6 +123,13 @@ def main() -> None:
     from vqvae.vqvae import VqVae
 
     at = _import_action_tokenizer(args.openvla_mini.resolve())
+    prompting = importlib.import_module("prismatic.models.backbones.llm.prompting")
+    qwen = importlib.import_module("prismatic.models.backbones.llm.prompting.qwen_prompter")
+    prompts = {"qwen": [], "pure": []}
+    for instruction in LIBERO_10_INSTRUCTIONS:
+        for key, builder in (("qwen", qwen.QwenPromptBuilder("openvla")), ("pure", prompting.PurePromptBuilder("openvla"))):
+            builder.add_turn(role="human", message=f"What action should the robot take to {instruction.lower()}?")
+            prompts[key].append(builder.get_prompt())
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
 
@@ -163,6 +190,7 @@ def main() -> None:
         vq_grid_ids=grid_ids,
         vq_grid_first=grid_first,
     )
+    (args.out / "prompts.json").write_text(json.dumps({"instructions": LIBERO_10_INSTRUCTIONS, **prompts}, indent=1) + "\n")
     meta = {
         "written_by": "tests/golden/make_minivla_golden.py",
         "openvla_mini_commit": "0822b36227b5a771be4eb2680e34c559734c8fdc",
