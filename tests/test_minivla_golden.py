@@ -1,8 +1,8 @@
-"""wmrl's MiniVLA action tokenizers against golden files written by the authors' own code.
+"""wmrl's MiniVLA action tokenizers and prompts against golden files written by the authors' own code.
 
 ``tests/golden/minivla`` was written by ``tests/golden/make_minivla_golden.py``, which runs
-openvla-mini's ``prismatic/vla/action_tokenizer.py`` (``ActionTokenizer``, ``VQActionTokenizer``)
-and VQ-BeT's ``VqVae`` in their own environment (no wmrl import); ``meta.json`` names the
+openvla-mini's ``prismatic/vla/action_tokenizer.py`` (``ActionTokenizer``, ``VQActionTokenizer``),
+its prompt builders (``QwenPromptBuilder``, ``PurePromptBuilder``) and VQ-BeT's ``VqVae`` in their own environment (no wmrl import); ``meta.json`` names the
 commits. The VQ folder there is in the authors' layout (``config.json`` + ``checkpoints/model.pt``)
 and was saved by their ``VqVae.state_dict()``.
 """
