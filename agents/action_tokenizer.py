@@ -339,13 +339,13 @@ class VQActionTokenizer:
             int64 array (..., groups), ids in ``[token_begin, token_end)``.
 
         Raises:
-            ValueError: wrong trailing shape, or NaN.
+            ValueError: wrong trailing shape, or NaN/infinite values.
         """
         a = torch.as_tensor(np.asarray(actions.detach().cpu() if isinstance(actions, torch.Tensor) else actions), dtype=torch.float32)
         if a.ndim < 2 or tuple(a.shape[-2:]) != (self.horizon, self.action_dim):
             raise ValueError(f"action chunks must have shape (..., {self.horizon}, {self.action_dim}), got {tuple(a.shape)}")
-        if torch.isnan(a).any():
-            raise ValueError("actions contain NaN")
+        if not torch.isfinite(a).all():
+            raise ValueError("actions contain NaN or infinite values")
         lead = a.shape[:-2]
         residual = self.encoder((a / self.act_scale).reshape(-1, self.horizon * self.action_dim))
         codes = []
@@ -434,26 +434,34 @@ def load_action_stats(source: Any, unnorm_key: str | None = "libero_10") -> dict
 
     Raises:
         FileNotFoundError: a folder without either file.
-        KeyError: no statistics for the dataset (the message lists those present).
+        KeyError: no statistics for the dataset, or an entry without ``"action"`` statistics (the
+            message lists the datasets present and says where the file comes from).
     """
     stats: Any = None
+    where = "the checkpoint's norm_stats"
     if isinstance(source, dict):
         stats = source
     elif isinstance(source, (str, Path)):
         folder = Path(source)
         ds, cfg = folder / "dataset_statistics.json", folder / "config.json"
+        merged: dict[str, Any] = {}
+        if cfg.is_file():
+            merged.update(json.loads(cfg.read_text()).get("norm_stats") or {})
         if ds.is_file():
-            stats = json.loads(ds.read_text())
-        elif cfg.is_file() and "norm_stats" in json.loads(cfg.read_text()):
-            stats = json.loads(cfg.read_text())["norm_stats"]
-        else:
+            merged.update(json.loads(ds.read_text()))
+        if not ds.is_file() and not merged:
             raise FileNotFoundError(
-                f"no action statistics in {folder}: expected dataset_statistics.json or a config.json with norm_stats"
+                f"no action statistics in {folder}: expected dataset_statistics.json (written by the fine-tuning "
+                "run next to its checkpoints) or a config.json with norm_stats"
             )
+        stats, where = merged, f"{ds.name} / {cfg.name}'s norm_stats in {folder}"
     else:
         stats = getattr(source, "norm_stats", None) or getattr(getattr(source, "config", None), "norm_stats", None)
     if not stats:
-        raise KeyError("the checkpoint carries no action statistics (norm_stats); actions cannot be un-normalised")
+        raise KeyError(
+            "the checkpoint carries no action statistics (norm_stats), so its actions cannot be un-normalised: "
+            "copy the fine-tuning run's dataset_statistics.json into the checkpoint folder"
+        )
     if unnorm_key is None:
         if len(stats) != 1:
             raise KeyError(f"the checkpoint has statistics for several datasets, pick one as unnorm_key: {sorted(stats)}")
@@ -463,7 +471,10 @@ def load_action_stats(source: Any, unnorm_key: str | None = "libero_10") -> dict
     elif f"{unnorm_key}_no_noops" in stats:
         key = f"{unnorm_key}_no_noops"
     else:
-        raise KeyError(f"no action statistics for {unnorm_key!r} (nor {unnorm_key}_no_noops); the checkpoint has {sorted(stats)}")
+        raise KeyError(f"no action statistics for {unnorm_key!r} (nor {unnorm_key}_no_noops) in {where}; "
+                       f"it has {sorted(stats)}: pass one of those as unnorm_key")
+    if not isinstance(stats[key], dict) or "action" not in stats[key]:
+        raise KeyError(f"the statistics of {key!r} in {where} have no 'action' entry (q01/q99)")
     act = stats[key]["action"]
     q01 = np.asarray(act["q01"], dtype=np.float64)
     return {
@@ -490,11 +501,17 @@ def libero_env_actions(actions: Any, stats: dict[str, np.ndarray] | None) -> np.
             test models): the actions are then returned unchanged (float32).
 
     Returns:
-        float32 array of the same shape.
+        float32 array of the same shape. A gripper value of exactly 0.5 gives 0 (``sign(0)``, as
+        the authors' code).
+
+    Raises:
+        ValueError: the last axis does not match the statistics' dimension.
     """
     a = np.asarray(actions, dtype=np.float64)
     if stats is None:
         return a.astype(np.float32)
+    if a.ndim == 0 or a.shape[-1] != len(stats["q01"]):
+        raise ValueError(f"actions must have shape (..., {len(stats['q01'])}) to match the statistics, got {a.shape}")
     out = unnormalize_actions(a, stats["q01"], stats["q99"], stats.get("mask")).astype(np.float64)
     out[..., -1] = -np.sign(2.0 * out[..., -1] - 1.0)
     return out.astype(np.float32)

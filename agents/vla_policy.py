@@ -5,9 +5,10 @@ arXiv 2608.12564): MiniVLA-1B (Belkhale & Sadigh 2024, "MiniVLA: A Better VLA wi
 Footprint", Stanford ILIAD; a Prismatic VLM with a Qwen2.5-0.5B language model) fine-tuned with
 LoRA adapters on its language model.
 
-Action representation: OpenVLA's binned action tokens (:mod:`agents.action_tokenizer`); the
-policy samples them autoregressively with the logits restricted to the last 256 ids of the
-vocabulary, so every sample decodes to a valid action. Its probability model is the
+Action representation: OpenVLA's binned action tokens or MiniVLA's VQ action chunks
+(:mod:`agents.action_tokenizer`); the policy samples them autoregressively with the logits
+restricted to the action ids (the last 256 ids of the vocabulary for the bins, the last
+``n_embed`` for VQ), so every sample decodes to a valid action. Its probability model is the
 *restricted* distribution (softmax over the 256 action ids at temperature τ): sampling,
 :meth:`VLAPolicy.grpo_logprobs` and the frozen reference all use it, so GRPO's ratios and KL
 (:mod:`agents.grpo`) are exact.
@@ -23,8 +24,10 @@ Observations are the LIBERO env's dicts ``{"agentview_image": uint8 (H, W, 3), "
 uint8 (H, W, 3), "proprio": float32 (8,), "instruction": str}``; OpenVLA/MiniVLA use the
 third-person image (and MiniVLA's "wrist" variants the wrist image too, see ``image_keys``) and
 the instruction, not the proprioceptive state. Actions come out in the model's normalised
-[-1, 1] space; :func:`agents.action_tokenizer.unnormalize_actions` maps them to the robot's range with OpenVLA's
-q01/q99 statistics.
+space ([-1, 1] for the bins; a VQ decoder's output is not bounded);
+:func:`agents.action_tokenizer.libero_env_actions` maps them to what LIBERO executes with the
+checkpoint's q01/q99 statistics (:func:`~agents.action_tokenizer.load_action_stats`), as the
+authors' evaluation does.
 """
 
 from __future__ import annotations
@@ -87,7 +90,8 @@ class VLASamples:
         tokens: int64 tensor (N, T) of sampled action token ids, ``T = chunk * action_dim`` (bins) or ``groups`` (VQ).
         logprobs: float32 tensor (N, T): log-probabilities of ``tokens`` under the sampling
             policy (restricted distribution at the policy's temperature).
-        actions: float32 array (N, chunk, action_dim), decoded normalised actions in [-1, 1].
+        actions: float32 array (N, chunk, action_dim), decoded normalised actions ([-1, 1] for
+            the bins).
         group_size: G of the call(s) (rows per observation; 0 after concatenating calls with
             different G).
         chunk: action steps per sample.
@@ -198,7 +202,9 @@ class VLAPolicy:
             ``"auto"`` uses ``processor.image_token`` when the processor has one, else nothing
             (OpenVLA's Prismatic processor inserts the image itself).
         flip_images: rotate images by 180° (OpenVLA/MiniVLA LIBERO models were trained on
-            ``img[::-1, ::-1]`` of LIBERO's raw renders; leave False when the env already does it).
+            ``img[::-1, ::-1]`` of LIBERO's raw renders; leave False when the env already does it:
+            ``LiberoEnv(image_flip="rot180")`` for OpenVLA-7B, the default ``"vertical"`` for
+            openvla-mini's MiniVLA).
         temperature: sampling temperature τ; log-probabilities use the same τ.
         lora_r, lora_alpha, lora_dropout: LoRA hyper-parameters.
         target_modules: peft ``target_modules`` (default: a regex for q/k/v/o and gate/up/down
@@ -389,7 +395,7 @@ class VLAPolicy:
                 greedily); the recorded log-probabilities are still those of the τ-distribution.
 
         Returns:
-            :class:`VLASamples` with B·G rows; ``.actions`` is float32 (B·G, chunk, 7) in [-1, 1].
+            :class:`VLASamples` with B·G rows; ``.actions`` is float32 (B·G, chunk, 7), normalised.
 
         Raises:
             ValueError: no observations, ``group_size < 1``, or a malformed image.

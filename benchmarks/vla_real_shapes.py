@@ -19,13 +19,14 @@ the published shapes and initialised at random, which costs the same compute as 
   renders: 16 visual tokens each) as ``RobometerWorldModel`` does. Printed: seconds per
   trajectory (batch of one and batch of ``--group-size``).
 
-Peak memory: the process's peak resident set (CPU) or ``torch.cuda.max_memory_allocated`` (GPU).
+Peak memory: the process's peak resident set (CPU; in a run of both models the second figure is
+the process's peak so far) or ``torch.cuda.max_memory_allocated`` since the model was built (GPU).
 Timings are medians over ``--repeats`` after one warm-up call, with min and max; CPU-seconds of
 the process are printed beside wall-clock.
 
     .venv/bin/python benchmarks/vla_real_shapes.py                     # CPU: policy fp32, Robometer bf16 (~9 GB)
-    .venv/bin/python benchmarks/vla_real_shapes.py --device cuda       # a GPU, bf16 (within 4 minutes)
-    .venv/bin/python benchmarks/vla_real_shapes.py --skip-robometer    # the policy only (~4 GB)
+    .venv/bin/python benchmarks/vla_real_shapes.py --device cuda       # a GPU, bf16 (not measured yet)
+    .venv/bin/python benchmarks/vla_real_shapes.py --skip-robometer    # the policy only (~6 GB)
 """
 
 from __future__ import annotations
@@ -192,6 +193,8 @@ def main() -> None:
         from wmrl_envs.world_models.base import Trajectory
 
         dtype = torch.bfloat16
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         model, processor, n_params = build_robometer(device, dtype, tiny=args.shape == "tiny")
         build_s = time.perf_counter() - t0

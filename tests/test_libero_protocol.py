@@ -50,6 +50,29 @@ def test_real_checkpoints_get_their_action_statistics_and_prompt(tmp_path):
     assert _prompt_template(SimpleNamespace(tokenizer=object())) == OPENVLA_PROMPT
 
 
+def test_a_vq_checkpoint_gets_its_vq_tokenizer_and_is_never_read_as_bins(tmp_path):
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from agents.action_tokenizer import VQActionTokenizer
+    from agents.experiments.libero_protocol import _action_tokenizer
+
+    golden_vq = Path(__file__).parent / "golden" / "minivla" / "vq"
+    processor = SimpleNamespace(tokenizer=list(range(600)))  # len() = 600 action-vocabulary end
+    model = SimpleNamespace(config=SimpleNamespace())
+    assert _action_tokenizer(LiberoProtocolConfig(), model, processor) is None  # tiny VLA: bins
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"action_tokenizer": "libero_vq_extra_action_tokenizer"}))
+    with pytest.raises(ValueError, match="VQ action tokens.*--vq"):
+        _action_tokenizer(LiberoProtocolConfig(vla=str(ckpt)), model, processor)
+    tok = _action_tokenizer(LiberoProtocolConfig(vla=str(ckpt), vq=str(golden_vq)), model, processor)
+    assert isinstance(tok, VQActionTokenizer) and tok.token_end == 600
+    shutil.copytree(golden_vq, ckpt / "vq")  # found in the checkpoint folder without --vq
+    assert isinstance(_action_tokenizer(LiberoProtocolConfig(vla=str(ckpt)), model, processor), VQActionTokenizer)
+
+
 def test_table_has_the_papers_layout_with_the_spread_over_seeds():
     cells = [{"method": "sparse", "seed": s, "success": {"0": [1.0, 0.0], "3": [v, v]}} for s, v in ((0, 0.0), (1, 1.0))]
     cells.append({"method": "wmrl", "seed": 0, "success": {"0": [1.0, 1.0], "3": [0.0, 1.0]}})

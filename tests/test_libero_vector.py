@@ -73,3 +73,8 @@ def test_idle_after_done_keeps_the_last_step():
     assert e.step(1) == (2, 0.0, True, False, {"success": True, "idle": True})
     e.reset()
     assert e.step(0)[1] == 1.0
+
+
+def test_misnamed_env_arguments_fail_in_the_caller_before_any_process_starts():
+    with pytest.raises(TypeError, match="imagesize.*LiberoEnv"):
+        make_libero_vector_env(2, 0, imagesize=64)

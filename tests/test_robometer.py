@@ -407,3 +407,15 @@ def test_prog_token_is_last_of_added_tokens(tiny):
     assert SPECIAL_TOKENS[-1] == PROG_TOKEN
     assert processor.prog_token_id == len(processor.tokenizer) - 1
     assert math.isfinite(processor.factor) and processor.factor == 32
+
+
+def test_world_model_docstring_example_runs():
+    import doctest
+
+    from wmrl_envs.envs.libero.robometer import world_model
+
+    runner = doctest.DocTestRunner()
+    for t in doctest.DocTestFinder().find(world_model.RobometerWorldModel, "RobometerWorldModel",
+                                          globs=dict(vars(world_model))):
+        runner.run(t)
+    assert runner.failures == 0 and runner.tries >= 5

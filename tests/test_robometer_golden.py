@@ -91,14 +91,23 @@ def test_chat_template_arguments_match_the_collator(query):
     assert CHAT_TEMPLATE_KWARGS == authors
 
 
-def test_processor_is_called_without_resizing(query):
-    """The collator resizes frames in process_vision_info and tells the processor not to."""
+def test_processor_is_called_without_resizing(tiny, query):
+    """The collator resizes frames in process_vision_info and tells the processor not to; so
+    does RobometerProcessor when it calls its image processor."""
     assert query["processor_kwargs"]["do_resize"] is False
-    import inspect
+    _, processor = tiny
+    real, calls = processor.image_processor, []
 
-    from wmrl_envs.envs.libero.robometer.processor import RobometerProcessor
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
 
-    assert "do_resize=False" in inspect.getsource(RobometerProcessor.__call__)
+    processor.image_processor = recording
+    try:
+        processor([(INSTRUCTION, [pattern_frame(100, 150)] * 2)])
+    finally:
+        processor.image_processor = real
+    assert calls and all(c.get("do_resize") is False for c in calls)
 
 
 def test_frame_sizes_match_process_vision_info(tiny, query):

@@ -80,6 +80,9 @@ class LiberoProtocolConfig:
     """The SFT policy: a local Hugging Face-format MiniVLA/OpenVLA checkpoint (None: a tiny random VLA)."""
     robometer: str | None = None
     """A local Robometer checkpoint (None: a tiny random Robometer)."""
+    vq: str | None = None
+    """MiniVLA VQ models: the VQ folder (``config.json`` + ``checkpoints/model.pt``) of the
+    ``--vla`` checkpoint; default ``<vla>/vq`` when that folder exists (else 256-bin tokens)."""
     unnorm_key: str = "libero_10"
     """Dataset whose action statistics (q01/q99 in the ``--vla`` checkpoint) un-normalise the
     policy's actions (``libero_10``, else ``libero_10_no_noops``, as the authors' evaluation)."""
@@ -208,6 +211,29 @@ def _prompt_template(processor: Any) -> str:
     return MINIVLA_QWEN_PROMPT if "qwen2" in type(tok).__name__.lower() else OPENVLA_PROMPT
 
 
+def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> Any:
+    """A :class:`~agents.action_tokenizer.VQActionTokenizer` for a MiniVLA VQ checkpoint (``--vq``,
+    or the checkpoint's ``vq/`` folder), else None (VLAPolicy's 256 bins).
+
+    Raises:
+        ValueError: the checkpoint's config names a VQ action tokenizer but no VQ folder is found
+            (decoding its tokens as bins would give wrong actions silently).
+    """
+    from agents.action_tokenizer import VQActionTokenizer
+    from agents.vla_policy import _default_action_vocab_size
+
+    folder = Path(cfg.vq) if cfg.vq else (Path(cfg.vla) / "vq" if cfg.vla else None)
+    if folder is not None and (cfg.vq or (folder / "config.json").is_file()):
+        tokenizer = getattr(processor, "tokenizer", processor)
+        return VQActionTokenizer(_default_action_vocab_size(model, tokenizer), folder)
+    config_json = Path(cfg.vla) / "config.json" if cfg.vla else None
+    if config_json is not None and config_json.is_file() and "vq_" in config_json.read_text():
+        raise ValueError(f"{cfg.vla!r} was trained with MiniVLA's VQ action tokens (its config.json names a VQ "
+                         "action tokenizer) but no VQ folder was found: pass --vq PATH (the "
+                         "vq/pretrain_vq+... folder of the checkpoint)")
+    return None
+
+
 def _action_stats(cfg: LiberoProtocolConfig, model: Any) -> dict[str, Any] | None:
     """The ``--vla`` checkpoint's action statistics for ``cfg.unnorm_key`` (None for the tiny
     random VLA, whose normalised actions go to LIBERO as they are).
@@ -244,7 +270,8 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     torch.manual_seed(seed)
     model, processor = load_vla(cfg.vla) if cfg.vla else build_tiny_vla(seed=0)  # the same SFT policy for every cell
     policy = VLAPolicy(model, processor, image_keys=("agentview_image",), seed=seed,
-                       prompt_template=_prompt_template(processor))
+                       prompt_template=_prompt_template(processor),
+                       action_tokenizer=_action_tokenizer(cfg, model, processor))
     action_stats = _action_stats(cfg, model)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     world_model = None

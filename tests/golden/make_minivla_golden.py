@@ -61,7 +61,7 @@ VQ_CONFIG = {  # the keys vla-scripts/pretrain_vq.py writes, tiny sizes
     "device": "cpu",
     "load_dir": None,
     "encoder_loss_multiplier": 1.0,
-    "act_scale": 1.0,
+    "act_scale": 2.0,  # not 1: the scaling is compared too
 }
 
 

@@ -122,8 +122,11 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
             neither ``init_state_id`` nor ``split``: ``"all"`` (0-49, default), ``"train"``
             (0-15) or ``"heldout"`` (16-49).
         image_flip: LIBERO renders images upside down (OpenGL rows). ``"vertical"`` (default)
-            flips rows, giving the upright camera image; ``"rot180"`` also mirrors columns,
-            the preprocessing of OpenVLA/MiniVLA LIBERO checkpoints.
+            flips rows, giving the upright camera image — what openvla-mini's LIBERO evaluation
+            feeds MiniVLA (``experiments/robot/libero/libero_utils.py`` l.57, ``np.flipud``);
+            ``"rot180"`` also mirrors columns, the preprocessing of OpenVLA-7B's LIBERO
+            checkpoints (openvla's evaluation, ``img[::-1, ::-1]``). The authors then resize
+            to 224 px with Lanczos; render at ``image_size=224`` instead (not identical pixels).
         render_mode: ``None`` or ``"rgb_array"`` (:meth:`render` returns the agentview frame).
 
     Observation (``spaces.Dict``):

@@ -106,9 +106,18 @@ def make_libero_vector_env(n: int, task_id: int = 0, *, context: str = "forkserv
 
     Raises:
         ValueError: ``n < 1``.
+        TypeError: an argument LiberoEnv does not take.
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    import inspect
+
+    from wmrl_envs.envs.libero.env import LiberoEnv
+
+    try:  # argument names are checked here; values are checked by each process's LiberoEnv
+        inspect.signature(LiberoEnv.__init__).bind(None, int(task_id), **env_kwargs)
+    except TypeError as e:
+        raise TypeError(f"make_libero_vector_env: {e} (the keyword arguments are LiberoEnv's)") from None
     from gymnasium.vector import AutoresetMode
 
     return gym.vector.AsyncVectorEnv([_make(int(task_id), dict(env_kwargs), i) for i in range(int(n))],

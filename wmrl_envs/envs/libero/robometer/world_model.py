@@ -115,8 +115,8 @@ class RobometerWorldModel:
         >>> wm = RobometerWorldModel(*build_tiny_robometer(seed=0))
         >>> obs = [{"agentview_image": np.zeros((64, 64, 3), np.uint8)} for _ in range(5)]
         >>> pred = wm.predict([{"instruction": "open the drawer"}], [Trajectory(obs, [0] * 4, True)])[0]
-        >>> len(pred.extras["progress"]), -1.0 <= pred.score <= 1.0
-        (8, True)
+        >>> len(pred.extras["progress"]), -1.0 <= pred.score <= 1.0  # 5 frames: each seen once
+        (5, True)
     """
 
     def __init__(
