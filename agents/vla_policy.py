@@ -54,6 +54,7 @@ __all__ = [
     "LIBERO_IMAGE_KEYS",
     "load_vla",
     "build_tiny_vla",
+    "default_action_vocab_size",
 ]
 
 OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
@@ -246,7 +247,7 @@ class VLAPolicy:
         tokenizer = getattr(processor, "tokenizer", processor)
         if action_tokenizer is None:
             if action_vocab_size is None:
-                action_vocab_size = _default_action_vocab_size(model, tokenizer)
+                action_vocab_size = default_action_vocab_size(model, tokenizer)
             action_tokenizer = ActionTokenizer(action_vocab_size)
         action_tokenizer.n_tokens(chunk)  # a VQ tokenizer refuses chunk > horizon here
         n_out = _output_size(model)
@@ -555,7 +556,13 @@ def _output_size(model: Any) -> int | None:
     return None
 
 
-def _default_action_vocab_size(model: Any, tokenizer: Any) -> int:
+def default_action_vocab_size(model: Any, tokenizer: Any) -> int:
+    """Where a checkpoint's action token ids end (exclusive).
+
+    OpenVLA's Hugging Face models (config with ``n_action_bins``): ``text_config.vocab_size -
+    pad_to_multiple_of`` (the Llama vocabulary before padding); otherwise ``len(tokenizer)``
+    (MiniVLA's "extra" Qwen2.5 tokenizer, the tiny test model).
+    """
     cfg = getattr(model, "config", None)
     if cfg is not None and getattr(cfg, "n_action_bins", None) is not None:
         text_cfg = getattr(cfg, "text_config", None)

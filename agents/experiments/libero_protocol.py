@@ -220,12 +220,12 @@ def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> 
             (decoding its tokens as bins would give wrong actions silently).
     """
     from agents.action_tokenizer import VQActionTokenizer
-    from agents.vla_policy import _default_action_vocab_size
+    from agents.vla_policy import default_action_vocab_size
 
     folder = Path(cfg.vq) if cfg.vq else (Path(cfg.vla) / "vq" if cfg.vla else None)
     if folder is not None and (cfg.vq or (folder / "config.json").is_file()):
         tokenizer = getattr(processor, "tokenizer", processor)
-        return VQActionTokenizer(_default_action_vocab_size(model, tokenizer), folder)
+        return VQActionTokenizer(default_action_vocab_size(model, tokenizer), folder)
     config_json = Path(cfg.vla) / "config.json" if cfg.vla else None
     if config_json is not None and config_json.is_file() and "vq_" in config_json.read_text():
         raise ValueError(f"{cfg.vla!r} was trained with MiniVLA's VQ action tokens (its config.json names a VQ "
