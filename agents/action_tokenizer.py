@@ -40,7 +40,44 @@ __all__ = [
 ]
 
 
-class ActionTokenizer:
+class _ActionIds:
+    """The id range both tokenizers write actions into: the last ``n_bins`` ids before
+    ``vocab_size`` (subclasses set both attributes), and the check of ids read back."""
+
+    vocab_size: int
+    n_bins: int
+
+    @property
+    def token_begin(self) -> int:
+        """First action token id (inclusive): ``vocab_size - n_bins``."""
+        return self.vocab_size - self.n_bins
+
+    @property
+    def token_end(self) -> int:
+        """End of the action token ids (exclusive): ``vocab_size``."""
+        return self.vocab_size
+
+    def _token_array(self, token_ids: Any, width: int) -> np.ndarray:
+        """``token_ids`` as an integer array whose last axis is ``width`` long, every id an action id.
+
+        Raises:
+            ValueError: wrong last axis, non-integer ids, or an id outside ``[token_begin, token_end)``.
+        """
+        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
+        if ids.ndim == 0 or ids.shape[-1] != width:
+            raise ValueError(f"token_ids must have shape (..., {width}), got {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
+        bad = (ids < self.token_begin) | (ids >= self.token_end)
+        if bad.any():
+            raise ValueError(
+                f"token ids outside the action range [{self.token_begin}, {self.token_end}): "
+                f"{sorted(set(ids[bad].tolist()))[:8]}"
+            )
+        return ids
+
+
+class ActionTokenizer(_ActionIds):
     """OpenVLA's uniform-bin action tokenizer: continuous actions ↔ the last ``n_bins`` token ids.
 
     Following OpenVLA's implementation exactly (so real checkpoints decode correctly):
@@ -99,16 +136,6 @@ class ActionTokenizer:
         self.edges = np.linspace(self.low, self.high, self.n_bins)
         self.centers = (self.edges[:-1] + self.edges[1:]) / 2.0
 
-    @property
-    def token_begin(self) -> int:
-        """First action token id (inclusive): ``vocab_size - n_bins``."""
-        return self.vocab_size - self.n_bins
-
-    @property
-    def token_end(self) -> int:
-        """End of the action token ids (exclusive): ``vocab_size``."""
-        return self.vocab_size
-
     def n_tokens(self, chunk: int) -> int:
         """Tokens written for ``chunk`` action steps: ``chunk * action_dim``."""
         return int(chunk) * self.action_dim
@@ -153,17 +180,7 @@ class ActionTokenizer:
             ValueError: the last axis is not ``action_dim`` long, or an id lies outside
                 ``[token_begin, token_end)`` (not an action token).
         """
-        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
-        if ids.ndim == 0 or ids.shape[-1] != self.action_dim:
-            raise ValueError(f"token_ids must have shape (..., {self.action_dim}), got {ids.shape}")
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
-        bad = (ids < self.token_begin) | (ids >= self.token_end)
-        if bad.any():
-            raise ValueError(
-                f"token ids outside the action range [{self.token_begin}, {self.token_end}): "
-                f"{sorted(set(ids[bad].tolist()))[:8]}"
-            )
+        ids = self._token_array(token_ids, self.action_dim)
         d = self.vocab_size - ids.astype(np.int64)
         idx = np.clip(d - 1, 0, self.n_bins - 2)
         return self.centers[idx].astype(np.float32)
@@ -229,7 +246,7 @@ class _MLP(torch.nn.Module):
         return self.fc(self.encoder(x))
 
 
-class VQActionTokenizer:
+class VQActionTokenizer(_ActionIds):
     """MiniVLA's VQ action tokenizer: a chunk of ``horizon`` actions ↔ ``groups`` token ids.
 
     Reads a VQ folder in the authors' layout (``config.json`` with VQ-BeT ``VqVae`` arguments
@@ -308,16 +325,6 @@ class VQActionTokenizer:
                 f"{tuple(self.codebooks.shape)} (config: {(self.groups, self.n_bins, self.latent_dim)})"
             )
 
-    @property
-    def token_begin(self) -> int:
-        """First action token id (inclusive): ``vocab_size - n_bins``."""
-        return self.vocab_size - self.n_bins
-
-    @property
-    def token_end(self) -> int:
-        """End of the action token ids (exclusive): ``vocab_size``."""
-        return self.vocab_size
-
     def n_tokens(self, chunk: int) -> int:
         """Tokens written for a sample of ``chunk`` executed steps: always ``groups``.
 
@@ -372,17 +379,7 @@ class VQActionTokenizer:
                 ``[token_begin, token_end)`` (the authors clip those silently; a policy that
                 samples only action ids never produces one, so here it is an error).
         """
-        ids = np.asarray(token_ids.detach().cpu() if isinstance(token_ids, torch.Tensor) else token_ids)
-        if ids.ndim == 0 or ids.shape[-1] != self.groups:
-            raise ValueError(f"token_ids must have shape (..., {self.groups}), got {ids.shape}")
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"token_ids must be integers, got dtype {ids.dtype}")
-        bad = (ids < self.token_begin) | (ids >= self.token_end)
-        if bad.any():
-            raise ValueError(
-                f"token ids outside the VQ action range [{self.token_begin}, {self.token_end}): "
-                f"{sorted(set(ids[bad].tolist()))[:8]}"
-            )
+        ids = self._token_array(token_ids, self.groups)
         codes = torch.from_numpy(self.vocab_size - 1 - ids.astype(np.int64)).reshape(-1, self.groups)
         latent = sum(self.codebooks[q][codes[:, q]] for q in range(self.groups))
         out = self.decoder(latent) * self.act_scale

@@ -90,7 +90,7 @@ def test_vq_bad_input_says_what_is_wrong(vq, tmp_path):
         vq.encode_chunk(np.zeros((3, 7)))
     with pytest.raises(ValueError, match="NaN"):
         vq.encode_chunk(np.full((4, 7), np.nan))
-    with pytest.raises(ValueError, match="outside the VQ action range"):
+    with pytest.raises(ValueError, match="outside the action range"):
         vq.decode_chunk(np.array([0, 1, 2]))
     with pytest.raises(ValueError, match="1..4 actions"):
         vq.n_tokens(5)
