@@ -16,7 +16,8 @@ restricted to the action ids (the last 256 ids of the vocabulary for the bins, t
 Backbones: any Hugging Face image-text-to-text model with a processor (``processor(images=...,
 text=..., return_tensors="pt")``) — LLaVA-style models (vision tower + projector + causal LM,
 the structure of Prismatic/OpenVLA/MiniVLA) are the tested family. :func:`load_vla` loads a
-Hugging Face-format OpenVLA/MiniVLA folder; :func:`build_tiny_vla` builds a tiny randomly
+Hugging Face-format OpenVLA/MiniVLA folder or a MiniVLA run in the authors' Prismatic format
+(:mod:`agents.prismatic`); :func:`build_tiny_vla` builds a tiny randomly
 initialised LLaVA (SigLIP vision tower + Qwen2 language model, like MiniVLA's Qwen2.5) with a
 processor made entirely offline, for tests and CPU smoke runs.
 
@@ -559,11 +560,15 @@ def _output_size(model: Any) -> int | None:
 def default_action_vocab_size(model: Any, tokenizer: Any) -> int:
     """Where a checkpoint's action token ids end (exclusive).
 
-    OpenVLA's Hugging Face models (config with ``n_action_bins``): ``text_config.vocab_size -
-    pad_to_multiple_of`` (the Llama vocabulary before padding); otherwise ``len(tokenizer)``
-    (MiniVLA's "extra" Qwen2.5 tokenizer, the tiny test model).
+    A model whose config states it (``config.action_vocab_size``: Prismatic runs, from their action
+    tokenizer's name, :func:`agents.prismatic.load_prismatic_vla`) gives it; OpenVLA's Hugging Face
+    models (config with ``n_action_bins``): ``text_config.vocab_size - pad_to_multiple_of`` (the
+    Llama vocabulary before padding); otherwise ``len(tokenizer)`` (MiniVLA's "extra" Qwen2.5
+    tokenizer, the tiny test model).
     """
     cfg = getattr(model, "config", None)
+    if cfg is not None and getattr(cfg, "action_vocab_size", None) is not None:
+        return int(cfg.action_vocab_size)
     if cfg is not None and getattr(cfg, "n_action_bins", None) is not None:
         text_cfg = getattr(cfg, "text_config", None)
         vocab = getattr(text_cfg, "vocab_size", None)
@@ -593,8 +598,9 @@ def load_vla(
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
     local_files_only: bool = True,
+    prismatic: dict[str, Any] | None = None,
 ) -> tuple[Any, Any]:
-    """Load a Hugging Face-format OpenVLA/MiniVLA checkpoint (model and processor).
+    """Load an OpenVLA/MiniVLA checkpoint (model and processor): Hugging Face format or a Prismatic run.
 
     A folder is loaded from disk only; a hub id (``"openvla/openvla-7b"``) is resolved in the
     local Hugging Face cache only, unless ``local_files_only=False``. Both use
@@ -602,23 +608,28 @@ def load_vla(
     model class is ``AutoModelForImageTextToText`` or, for remote code that only registers
     ``AutoModelForVision2Seq`` (OpenVLA), the class named in the config's ``auto_map``.
 
-    Prismatic-format checkpoints (``checkpoints/*.pt`` + ``config.yaml``, e.g.
-    ``Stanford-ILIAD/minivla-*-prismatic``) are not loadable with transformers: convert them first
-    (OpenVLA's ``vla-scripts/extern/convert_openvla_weights_to_hf.py``).
+    A folder in the authors' Prismatic format (``config.json`` with a ``"vla"`` entry +
+    ``checkpoints/*.pt``: MiniVLA's releases and fine-tuning runs) goes to
+    :func:`agents.prismatic.load_prismatic_vla` (its tokenizer: ``RUN/tokenizer/`` or
+    ``Qwen/Qwen2.5-0.5B`` from the local Hugging Face cache).
 
     Args:
         path_or_id: a folder, or a hub model id.
         dtype: parameter dtype (bfloat16 on GPU).
         device: where to put the model.
         local_files_only: never download (default).
+        prismatic: more keyword arguments of :func:`agents.prismatic.load_prismatic_vla` for a
+            Prismatic run (``tokenizer``, ``checkpoint``, ``heads``, ``llm_config``).
 
     Returns:
         ``(model, processor)``; pass them to :class:`VLAPolicy`.
 
     Raises:
         VLAWeightsNotFoundError (a ``FileNotFoundError``): the folder does not exist, has no
-            ``config.json`` or weight files, is in Prismatic format, or the hub id is not in the
-            local cache; the message says what was looked for and how to fix it.
+            ``config.json`` or weight files, or the hub id (a Prismatic run's tokenizer) is not in
+            the local cache; the message says what was looked for and how to fix it.
+        agents.prismatic.PrismaticFormatError (a ``ValueError``): a Prismatic run this loader
+            does not rebuild (says which part).
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -628,13 +639,17 @@ def load_vla(
     if looks_like_path:
         if not p.is_dir():
             raise VLAWeightsNotFoundError(f"VLA checkpoint folder {str(p)!r} does not exist. {_HOW_TO_FIX}")
-        if (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt")) and not any(
-            any(p.glob(pat)) for pat in _WEIGHT_PATTERNS
-        ):
+        from agents.prismatic import is_prismatic_run, load_prismatic_vla
+
+        has_hf_weights = any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS)
+        if is_prismatic_run(p) and not has_hf_weights:
+            return load_prismatic_vla(p, dtype=dtype, device=device, local_files_only=local_files_only,
+                                      **(prismatic or {}))
+        if (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt")) and not has_hf_weights:
             raise VLAWeightsNotFoundError(
-                f"{str(p)!r} is a Prismatic-format checkpoint (checkpoints/*.pt), which transformers cannot load; "
-                "convert it to Hugging Face format first (OpenVLA's vla-scripts/extern/convert_openvla_weights_to_hf.py). "
-                + _HOW_TO_FIX
+                f"{str(p)!r} has Prismatic checkpoints (checkpoints/*.pt) but no Prismatic config.json (a JSON object "
+                "with 'model' and 'vla' entries, written by openvla-mini's training next to checkpoints/): copy the "
+                "run's config.json and dataset_statistics.json into the folder"
             )
         if not (p / "config.json").is_file():
             raise VLAWeightsNotFoundError(f"no config.json in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}")

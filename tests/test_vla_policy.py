@@ -350,7 +350,7 @@ def test_load_vla_round_trip_and_missing_checkpoint(tmp_path, observations):
     (prism / "checkpoints").mkdir(parents=True)
     (prism / "checkpoints" / "step-1.pt").write_bytes(b"")
     (prism / "config.json").write_text("{}")
-    with pytest.raises(VLAWeightsNotFoundError, match="Prismatic-format"):
+    with pytest.raises(VLAWeightsNotFoundError, match="no Prismatic config.json"):
         load_vla(prism)
     # a hub id that is not in the local cache: no download is attempted
     with pytest.raises(VLAWeightsNotFoundError, match="wmrl-test/no-such-vla"):

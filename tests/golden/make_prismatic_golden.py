@@ -28,8 +28,9 @@ Qwen2.5-0.5B's config from the hub; they *also* build the LM from a config and t
 checkpoint, ``base_llm.py`` l.134-140, since ``load_vla`` runs in inference mode); the tokenizer
 is a Qwen2 tokenizer over the 256 byte symbols (merges only for the four words
 ``PrismaticVLM`` needs as single tokens) with Qwen's three chat tokens, saved
-to ``tokenizer/`` (the authors load ``Qwen/Qwen2.5-0.5B``'s). The action-token rows of the output
-layer are scaled by 8 so that greedy decoding of the random model picks action tokens (checked).
+to ``tokenizer/`` (the authors load ``Qwen/Qwen2.5-0.5B``'s). Every weight is then redrawn so that each part of the
+model moves the output (vision: O(1) activations; LM and projector: std 0.3), and the action-token
+rows of the output layer are scaled by 8 so that greedy decoding picks action tokens (checked).
 
 Environment: a virtualenv with ``torch`` (2.13 CPU; openvla-mini pins 2.2.0, no CPU wheel of it
 was reachable), ``transformers==4.40.1``, ``timm==0.9.10`` (their pins), ``torchvision`` (only
@@ -205,6 +206,15 @@ def main() -> None:
         for p in list(vlm.llm_backbone.parameters()) + list(vlm.projector.parameters()):
             if p.dim() == 2:  # std 0.3, not HF's 0.02: with 0.02 or 0.1 every greedy id is the same
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+        # every vision parameter random and O(1) (timm's init has LayerScale 1e-5 and 0.02-std
+        # weights, under which a wrong mapping of a block would hardly change the output)
+        for name, p in vlm.vision_backbone.named_parameters():
+            if p.dim() >= 2 and "pos_embed" not in name and "token" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p[0].numel()))
+            elif name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+            else:  # norm weights, LayerScale gammas, position embeddings, class/register tokens
+                p.copy_(1.0 + torch.randn(p.shape, generator=gen) * 0.5 if p.dim() == 1 else torch.randn(p.shape, generator=gen) * 0.5)
         head = vlm.llm_backbone.llm.get_output_embeddings().weight
         head[n_tok - 257 : n_tok] *= 8.0
     run = out / "run"

@@ -1,0 +1,639 @@
+"""Load MiniVLA runs in the authors' own Prismatic format, without their code, with transformers.
+
+MiniVLA (Belkhale & Sadigh 2024, Stanford-ILIAD/openvla-mini) is released and fine-tuned as
+*Prismatic* run folders, which transformers cannot load::
+
+    RUN/config.json                  {"model": {vision/LLM backbone ids, projector, resize}, "vla": {...}}
+    RUN/dataset_statistics.json      action q01/q99 per dataset (un-normalisation)
+    RUN/checkpoints/step-*.pt        torch.save({"model": {"vision_backbone", "projector", "llm_backbone"}})
+
+:func:`load_prismatic_vla` reads such a folder into a :class:`PrismaticVLA` (a ``torch.nn.Module``)
+and a :class:`PrismaticProcessor` that :class:`agents.vla_policy.VLAPolicy` drives like any other
+VLA (:func:`agents.vla_policy.load_vla` dispatches Prismatic folders here). What is rebuilt, and
+from which lines of openvla-mini (commit ``0822b36``):
+
+* vision: ``dinosiglip-vit-so-224px`` (``prismatic/models/backbones/vision/dinosiglip_vit.py``),
+  timm's ``vit_large_patch14_reg4_dinov2.lvd142m`` and ``vit_so400m_patch14_siglip_224`` run side
+  by side; each gives the output of its *second-to-last* block (``get_intermediate_layers(n={depth -
+  2})``), without prefix tokens or final norm, and the two are concatenated per patch. The timm
+  weights are mapped onto transformers' ``Dinov2WithRegistersModel`` and ``SiglipVisionModel`` (the
+  last block, unused, is dropped), so timm is not needed;
+* projector: ``no-align+fused-gelu-mlp`` / ``gelu-mlp`` / ``linear`` (``prismatic/util/nn_utils.py``):
+  Linear layers with exact GELU between them, rebuilt from the checkpoint's keys;
+* language model: Qwen2.5 (``prismatic/models/backbones/llm/qwen25.py``) as transformers'
+  ``Qwen2ForCausalLM``; ``-extra`` backbones add 256 ``<|extra_i|>`` tokens to the tokenizer (the
+  ids of MiniVLA's action tokens);
+* forward (``prismatic/models/vlms/prismatic.py``): the projected patches go right after the first
+  token of the prompt. :class:`PrismaticProcessor` reserves those positions in ``input_ids`` (marked
+  by ``image_mask``), so left-padded batches, key/value caches and position ids work as for any
+  causal LM; positions count real tokens only (``cumsum(attention_mask) - 1``);
+* image transform (``image_resize_strategy = "resize-naive"``): PIL bicubic resize to the square
+  input size, scale to [0, 1], normalise with ImageNet mean/std (DINOv2) and 0.5/0.5 (SigLIP); the
+  two tensors are stacked on the channel axis (``pixel_values``: (B, 6, H, W)).
+
+Equality with the authors' code is tested, not assumed: ``tests/test_prismatic_golden.py`` compares
+pixels, prompt ids, logits and greedy actions with what openvla-mini's own ``load_vla`` /
+``predict_action`` compute on a tiny run folder (``tests/golden/make_prismatic_golden.py``). The
+math of the policy's GRPO update is in ``docs/method.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PrismaticVLA",
+    "PrismaticProcessor",
+    "PrismaticFormatError",
+    "load_prismatic_vla",
+    "is_prismatic_run",
+    "prismatic_vq_folder",
+    "prismatic_tokenizer",
+    "prismatic_action_vocab_size",
+    "QWEN25_CONFIGS",
+]
+
+QWEN25_CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen25-0_5b": {
+        "hub_id": "Qwen/Qwen2.5-0.5B",
+        "num_attention_heads": 14,
+        "rope_theta": 1_000_000.0,
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 32768,
+        "hidden_act": "silu",
+    },
+}
+"""What a Prismatic checkpoint does not store about its language model, per LLM backbone (the
+``-extra`` / ``-pure`` suffix removed): the hub id whose tokenizer the authors load and the
+hyper-parameters of its ``config.json`` that the weights' shapes do not give (Qwen2.5-0.5B: 14
+heads, RoPE θ 1e6, RMSNorm ε 1e-6, 32768 positions). Sizes (width, depth, vocabulary rows, key/value
+heads, tied head) are read from the weights. Other backbones: pass ``llm_config``."""
+
+_VISION_HEADS = {"dinosiglip-vit-so-224px": {"dino": 16, "siglip": 16}}
+"""Attention heads of the vision backbones (timm's ViT-L/14 DINOv2 and SigLIP so400m/14: 16 each)."""
+
+_DINO_MEAN, _DINO_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_SIGLIP_MEAN, _SIGLIP_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+_PROJECTORS = ("fused-gelu-mlp", "gelu-mlp", "linear")
+_N_EXTRA = 256
+
+_VQ_FOLDERS = {
+    "libero_vq_action_tokenizer": "pretrain_vq+mx-libero_90+fach-7+ng-7+nemb-128+nlatent-512",
+    "libero_vq_extra_action_tokenizer": "pretrain_vq+mx-libero_90+fach-7+ng-7+nemb-128+nlatent-512",
+    "libero_vq_h0_extra_action_tokenizer": "pretrain_vq+mx-libero_90+fach-0+ng-7+nemb-128+nlatent-512",
+    "bridge_vq_extra_action_tokenizer": "pretrain_modvq+mx-bridge_dataset+fach-7+ng-7+nemb-256+nlatent-512",
+}
+"""VQ folder of each VQ action tokenizer name (``prismatic/vla/action_tokenizer.py``
+``ACTION_TOKENIZERS``; the authors keep it under ``vq/`` of their working directory)."""
+
+
+class PrismaticFormatError(ValueError):
+    """A Prismatic run folder this loader cannot read: the message says what and how to fix it."""
+
+
+# ---------------------------------------------------------------------------------- processor
+class PrismaticProcessor:
+    """Prompt + image -> model inputs, as openvla-mini's ``PrismaticVLM`` sees them.
+
+    Args:
+        tokenizer: the run's Qwen2.5 tokenizer (with the 256 extra tokens for ``-extra`` runs).
+        image_size: square input side of both vision towers (224), pixels.
+        num_patches: image tokens per image (256 = (224 / 14)²).
+        pad_token_id: id written at the image positions (replaced by patch features in the model);
+            default the tokenizer's pad id.
+
+    Calling it returns ``input_ids`` int64 (B, n + num_patches) with ``num_patches`` placeholder
+    positions after the first token, ``attention_mask`` int64 (B, n + num_patches), ``image_mask``
+    int64 (B, n + num_patches) (1 at the image positions) and ``pixel_values`` float32 (B, 6, H, W)
+    (DINOv2 channels, then SigLIP channels).
+    """
+
+    def __init__(self, tokenizer: Any, *, image_size: int = 224, num_patches: int = 256,
+                 pad_token_id: int | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.image_size = int(image_size)
+        self.num_patches = int(num_patches)
+        pad = tokenizer.pad_token_id if pad_token_id is None else pad_token_id
+        if pad is None:
+            pad = tokenizer.eos_token_id
+        if pad is None:
+            raise PrismaticFormatError("the tokenizer has neither a pad nor an eos token: pass pad_token_id")
+        self.pad_token_id = int(pad)
+
+    def pixel_values(self, image: Any) -> torch.Tensor:
+        """One image -> float32 (6, H, W): PIL bicubic resize to ``image_size``², /255, then
+        ImageNet normalisation (channels 0-2, DINOv2) and 0.5/0.5 (channels 3-5, SigLIP)."""
+        from PIL import Image
+
+        if isinstance(image, np.ndarray):
+            image = Image.fromarray(image)
+        img = image.convert("RGB").resize((self.image_size, self.image_size), Image.BICUBIC)
+        x = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
+        out = []
+        for mean, std in ((_DINO_MEAN, _DINO_STD), (_SIGLIP_MEAN, _SIGLIP_STD)):
+            m = torch.tensor(mean, dtype=torch.float32)[:, None, None]
+            s = torch.tensor(std, dtype=torch.float32)[:, None, None]
+            out.append((x - m) / s)
+        return torch.cat(out, 0)
+
+    def __call__(self, images: Any = None, text: str | Sequence[str] | None = None,
+                 return_tensors: str = "pt", **_: Any) -> dict[str, torch.Tensor]:
+        """Encode B prompts with one image each (a PIL image or uint8 (H, W, 3) array per prompt).
+
+        Raises:
+            ValueError: no text, a number of images other than one per prompt (Prismatic runs
+                with several images per step are not supported), or ``return_tensors != "pt"``.
+        """
+        if return_tensors != "pt":
+            raise ValueError(f"PrismaticProcessor returns torch tensors only (return_tensors='pt'), got {return_tensors!r}")
+        if text is None:
+            raise ValueError("PrismaticProcessor needs the prompt text")
+        texts = [text] if isinstance(text, str) else list(text)
+        imgs = images if isinstance(images, (list, tuple)) else [images]
+        imgs = [im[0] if isinstance(im, (list, tuple)) and len(im) == 1 else im for im in imgs]
+        if len(imgs) != len(texts) or any(im is None or isinstance(im, (list, tuple)) for im in imgs):
+            raise ValueError(f"PrismaticProcessor takes exactly one image per prompt, got {len(imgs)} image entries "
+                             f"for {len(texts)} prompts (MiniVLA runs with wrist or history images are not supported)")
+        rows = [self.tokenizer(t, add_special_tokens=True).input_ids for t in texts]
+        if any(len(r) == 0 for r in rows):
+            raise ValueError("a prompt tokenised to no tokens: the image goes after the first token")
+        width = max(len(r) for r in rows) + self.num_patches
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        image_mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            seq = [r[0]] + [self.pad_token_id] * self.num_patches + list(r[1:])
+            ids[b, width - len(seq):] = torch.tensor(seq)
+            attn[b, width - len(seq):] = 1
+            image_mask[b, width - len(seq) + 1 : width - len(seq) + 1 + self.num_patches] = 1
+        pixels = torch.stack([self.pixel_values(im) for im in imgs])
+        return {"input_ids": ids, "attention_mask": attn, "image_mask": image_mask, "pixel_values": pixels}
+
+
+# ---------------------------------------------------------------------------------- model
+class PrismaticVLA(torch.nn.Module):
+    """MiniVLA's Prismatic VLM: fused DINOv2 + SigLIP patches -> MLP projector -> Qwen2.5 LM.
+
+    Built by :func:`load_prismatic_vla`. ``language_model`` is a ``Qwen2ForCausalLM`` (so
+    :class:`agents.vla_policy.VLAPolicy`'s LoRA targets ``.*language_model.*`` match it and the vision
+    towers stay frozen).
+
+    Args:
+        dino: ``Dinov2WithRegistersModel`` truncated before its last block.
+        siglip: ``SiglipVisionModel`` truncated before its last block.
+        projector: ``torch.nn.Sequential`` of Linear/GELU mapping (P, D_dino + D_siglip) to the LM width.
+        language_model: ``Qwen2ForCausalLM``.
+        config: a ``transformers.PretrainedConfig`` with the run's facts (``vla_id``,
+            ``action_tokenizer``, ``action_vocab_size``, ``num_patches``, ``norm_stats``...).
+    """
+
+    main_input_name = "input_ids"
+    base_model_prefix = ""  # a composite root: transformers/peft scope sub-module weight names from here
+
+    def __init__(self, dino: Any, siglip: Any, projector: torch.nn.Module, language_model: Any, config: Any) -> None:
+        super().__init__()
+        self.dino = dino
+        self.siglip = siglip
+        self.projector = projector
+        self.language_model = language_model
+        self.config = config
+        self.norm_stats = getattr(config, "norm_stats", None)
+        self._n_dino_prefix = 1 + int(dino.config.num_register_tokens)
+        # transformers >= 5.2x names the key/value cache ``cache`` (``past_key_values`` deprecated)
+        self._lm_cache_kw = "cache" if "cache" in inspect.signature(language_model.forward).parameters else "past_key_values"
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.language_model.get_input_embeddings()
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.language_model.get_output_embeddings()
+
+    def embed_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """float (B, 6, H, W) -> (B, P, D_llm): patch features of the second-to-last block of
+        each tower (DINOv2 without its class and register tokens), concatenated, projected."""
+        if pixel_values.dim() != 4 or pixel_values.shape[1] != 6:
+            raise ValueError(f"pixel_values must be (B, 6, H, W) (DINOv2 then SigLIP channels), got {tuple(pixel_values.shape)}")
+        d = self.dino(pixel_values=pixel_values[:, :3], output_hidden_states=True).hidden_states[-1]
+        s = self.siglip(pixel_values=pixel_values[:, 3:], output_hidden_states=True).hidden_states[-1]
+        return self.projector(torch.cat([d[:, self._n_dino_prefix :], s], dim=2))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        pixel_values: torch.Tensor | None = None,
+        image_mask: torch.Tensor | None = None,
+        cache: Any = None,
+        past_key_values: Any = None,
+        use_cache: bool | None = None,
+        position_ids: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
+        **kwargs: Any,
+    ) -> Any:
+        """Causal-LM forward with the image patches at ``image_mask`` (from :class:`PrismaticProcessor`).
+
+        Args:
+            input_ids: int64 (B, L).
+            attention_mask: (B, L_past + L) ones for real tokens (left padding: zeros first).
+            pixel_values: float (B, 6, H, W), with ``image_mask``; None on cached decoding steps.
+            image_mask: (B, L), exactly ``num_patches`` ones per row where the patches go.
+            cache (or its older name ``past_key_values``), use_cache, logits_to_keep: as ``Qwen2ForCausalLM``.
+            position_ids: default ``cumsum(attention_mask) - 1`` (real tokens only) for the last L.
+
+        Returns:
+            ``Qwen2ForCausalLM``'s output (``logits`` (B, L or logits_to_keep, V), and the cache).
+
+        Raises:
+            ValueError: pixels without an image mask, or a mask with the wrong number of positions.
+        """
+        cache = cache if cache is not None else past_key_values
+        embeds = self.language_model.get_input_embeddings()(input_ids)
+        if pixel_values is not None:
+            if image_mask is None:
+                raise ValueError("pixel_values need image_mask (the image positions): encode with PrismaticProcessor")
+            n = int(self.config.num_patches)
+            per_row = image_mask.sum(-1)
+            if bool((per_row != n).any()):
+                raise ValueError(f"image_mask must mark {n} positions per row, got {per_row.tolist()}")
+            feats = self.embed_images(pixel_values).to(embeds.dtype)
+            embeds = embeds.masked_scatter(image_mask.bool()[..., None].expand_as(embeds), feats)
+        if attention_mask is None:
+            past = 0 if cache is None else int(cache.get_seq_length())
+            attention_mask = torch.ones(input_ids.shape[0], past + input_ids.shape[1], dtype=torch.long,
+                                        device=input_ids.device)
+        if position_ids is None:
+            position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, -input_ids.shape[1] :]
+        return self.language_model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                                   use_cache=use_cache, **{self._lm_cache_kw: cache},
+                                   logits_to_keep=logits_to_keep, **kwargs)
+
+
+# ---------------------------------------------------------------------------------- loading
+def is_prismatic_run(folder: str | os.PathLike) -> bool:
+    """True when ``folder`` looks like a Prismatic run: ``config.json`` with a ``"vla"`` entry and
+    ``checkpoints/*.pt``."""
+    p = Path(folder)
+    cfg = p / "config.json"
+    if not (cfg.is_file() and (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt"))):
+        return False
+    try:
+        return isinstance(json.loads(cfg.read_text()).get("vla"), dict)
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
+def prismatic_vq_folder(run: str | os.PathLike, action_tokenizer: str) -> Path | None:
+    """Where a run's VQ folder is expected: ``RUN/vq/<name of the tokenizer's VQ folder>``, else
+    ``RUN/vq`` when it holds a ``config.json``; None when ``action_tokenizer`` is not a VQ one or
+    neither exists."""
+    name = _VQ_FOLDERS.get(action_tokenizer)
+    if name is None:
+        return None
+    for cand in (Path(run) / "vq" / name, Path(run) / "vq"):
+        if (cand / "config.json").is_file():
+            return cand
+    return None
+
+
+def _checkpoint_file(run: Path, checkpoint: str | os.PathLike | None) -> Path:
+    if checkpoint is not None:
+        c = Path(checkpoint)
+        c = c if c.is_absolute() or c.exists() else run / "checkpoints" / c
+        if not c.is_file():
+            raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} not found (looked at {str(c)!r})")
+        return c
+    folder = run / "checkpoints"
+    latest = folder / "latest-checkpoint.pt"
+    if latest.is_file():
+        return latest
+    steps = sorted(folder.glob("step-*.pt"), key=lambda f: int(re.match(r"step-(\d+)", f.name).group(1))
+                   if re.match(r"step-(\d+)", f.name) else -1)
+    if not steps:
+        found = sorted(f.name for f in folder.glob("*.pt")) if folder.is_dir() else []
+        raise FileNotFoundError(f"no checkpoints/latest-checkpoint.pt or checkpoints/step-*.pt in {str(run)!r} "
+                                f"(found {found}); pass checkpoint=FILE")
+    return steps[-1]
+
+
+def _blocks(sd: dict[str, torch.Tensor], prefix: str) -> int:
+    idx = {int(m.group(1)) for k in sd if (m := re.match(re.escape(prefix) + r"blocks\.(\d+)\.", k))}
+    return max(idx) + 1 if idx else 0
+
+
+def _vision_towers(sd: dict[str, torch.Tensor], heads: dict[str, int]) -> tuple[Any, Any, int, int]:
+    """Dinov2WithRegistersModel and SiglipVisionModel (last block dropped) loaded from timm's keys."""
+    from transformers import (
+        Dinov2WithRegistersConfig,
+        Dinov2WithRegistersModel,
+        SiglipVisionConfig,
+        SiglipVisionModel,
+    )
+
+    need = ["dino_featurizer.cls_token", "dino_featurizer.reg_token", "dino_featurizer.pos_embed",
+            "dino_featurizer.patch_embed.proj.weight", "siglip_featurizer.pos_embed",
+            "siglip_featurizer.patch_embed.proj.weight"]
+    missing = [k for k in need if k not in sd]
+    if missing:
+        raise PrismaticFormatError(f"the checkpoint's vision_backbone lacks {missing}: not a dinosiglip-vit-so-224px backbone")
+    # --- DINOv2 with registers
+    p = "dino_featurizer."
+    d_dim = sd[p + "cls_token"].shape[-1]
+    depth = _blocks(sd, p)
+    if depth < 2:
+        raise PrismaticFormatError(f"the DINOv2 tower has {depth} block(s); Prismatic reads the second-to-last, so it needs >= 2")
+    patch = int(sd[p + "patch_embed.proj.weight"].shape[-1])
+    n_patch = int(sd[p + "pos_embed"].shape[1])
+    side = int(round(n_patch ** 0.5))
+    inter = int(sd[p + "blocks.0.mlp.fc1.weight"].shape[0])
+    if inter % d_dim:
+        raise PrismaticFormatError(f"DINOv2 MLP width {inter} is not a multiple of its width {d_dim} (transformers builds width x mlp_ratio)")
+    dcfg = Dinov2WithRegistersConfig(
+        hidden_size=d_dim, num_hidden_layers=depth - 1, num_attention_heads=heads["dino"], mlp_ratio=inter // d_dim,
+        hidden_act="gelu", layer_norm_eps=1e-6, image_size=side * patch, patch_size=patch,
+        num_register_tokens=int(sd[p + "reg_token"].shape[1]), qkv_bias=True, use_swiglu_ffn=False)
+    dino = Dinov2WithRegistersModel(dcfg)
+    new = {
+        "embeddings.cls_token": sd[p + "cls_token"],
+        "embeddings.register_tokens": sd[p + "reg_token"],
+        # timm's no_embed_class: position embeddings for the patches only; transformers adds one to
+        # the class token too, so it gets a zero one
+        "embeddings.position_embeddings": torch.cat([sd[p + "pos_embed"].new_zeros(1, 1, d_dim), sd[p + "pos_embed"]], 1),
+        "embeddings.mask_token": torch.zeros(1, d_dim),
+        "embeddings.patch_embeddings.projection.weight": sd[p + "patch_embed.proj.weight"],
+        "embeddings.patch_embeddings.projection.bias": sd[p + "patch_embed.proj.bias"],
+        "layernorm.weight": torch.ones(d_dim), "layernorm.bias": torch.zeros(d_dim),  # unused (no final norm)
+    }
+    for i in range(depth - 1):
+        b, o = f"{p}blocks.{i}.", f"encoder.layer.{i}."
+        for a, c in (("norm1", "norm1"), ("norm2", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
+                     ("attn.proj", "attention.o_proj")):
+            new[o + c + ".weight"], new[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
+        for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
+            new[o + f"attention.{part}.weight"], new[o + f"attention.{part}.bias"] = w, bias
+        new[o + "layer_scale1.lambda1"], new[o + "layer_scale2.lambda1"] = sd[b + "ls1.gamma"], sd[b + "ls2.gamma"]
+    dino.load_state_dict(new, strict=True)
+    # --- SigLIP
+    p = "siglip_featurizer."
+    s_dim = sd[p + "pos_embed"].shape[-1]
+    s_depth = _blocks(sd, p)
+    if s_depth < 2:
+        raise PrismaticFormatError(f"the SigLIP tower has {s_depth} block(s); Prismatic reads the second-to-last, so it needs >= 2")
+    s_patch = int(sd[p + "patch_embed.proj.weight"].shape[-1])
+    s_side = int(round(int(sd[p + "pos_embed"].shape[1]) ** 0.5))
+    scfg = SiglipVisionConfig(
+        hidden_size=s_dim, intermediate_size=int(sd[p + "blocks.0.mlp.fc1.weight"].shape[0]),
+        num_hidden_layers=s_depth - 1, num_attention_heads=heads["siglip"], image_size=s_side * s_patch,
+        patch_size=s_patch, hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=False)  # timm 0.9.10: exact GELU
+    siglip = SiglipVisionModel(scfg)
+    new = {
+        "embeddings.patch_embedding.weight": sd[p + "patch_embed.proj.weight"],
+        "embeddings.patch_embedding.bias": sd[p + "patch_embed.proj.bias"],
+        "embeddings.position_embedding.weight": sd[p + "pos_embed"][0],
+        "post_layernorm.weight": torch.ones(s_dim), "post_layernorm.bias": torch.zeros(s_dim),  # unused
+    }
+    for i in range(s_depth - 1):
+        b, o = f"{p}blocks.{i}.", f"encoder.layers.{i}."
+        for a, c in (("norm1", "layer_norm1"), ("norm2", "layer_norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
+                     ("attn.proj", "self_attn.out_proj")):
+            new[o + c + ".weight"], new[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
+        for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
+            new[o + f"self_attn.{part}.weight"], new[o + f"self_attn.{part}.bias"] = w, bias
+    target = siglip.state_dict()
+    prefix = "" if "embeddings.patch_embedding.weight" in target else "vision_model."
+    siglip.load_state_dict({prefix + k: v for k, v in new.items()}, strict=True)
+    if n_patch != int(sd[p + "pos_embed"].shape[1]):
+        raise PrismaticFormatError(f"DINOv2 gives {n_patch} patches but SigLIP {int(sd[p + 'pos_embed'].shape[1])}")
+    return dino, siglip, n_patch, side * patch
+
+
+def _projector(sd: dict[str, torch.Tensor]) -> torch.nn.Sequential:
+    idx = sorted({int(m.group(1)) for k in sd if (m := re.match(r"projector\.(\d+)\.weight", k))})
+    if not idx:
+        raise PrismaticFormatError(f"the checkpoint's projector has no projector.<i>.weight keys (has {sorted(sd)[:6]})")
+    layers: list[torch.nn.Module] = []
+    for j, i in enumerate(idx):
+        w = sd[f"projector.{i}.weight"]
+        lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=f"projector.{i}.bias" in sd)
+        layers.append(lin)
+        if j + 1 < len(idx):
+            layers.append(torch.nn.GELU())
+    seq = torch.nn.Sequential(*layers)
+    seq.load_state_dict({f"{2 * j}.{k.split('.')[-1]}": v for j, i in enumerate(idx) for k, v in sd.items()
+                         if k.startswith(f"projector.{i}.")}, strict=True)
+    return seq
+
+
+def _language_model(sd: dict[str, torch.Tensor], base: dict[str, Any], heads: int | None, pad_id: int) -> Any:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    p = "llm.model."
+    emb = sd.get(p + "embed_tokens.weight")
+    if emb is None:
+        raise PrismaticFormatError("the checkpoint's llm_backbone lacks llm.model.embed_tokens.weight")
+    layers = {int(m.group(1)) for k in sd if (m := re.match(r"llm\.model\.layers\.(\d+)\.", k))}
+    hidden = int(emb.shape[1])
+    n_heads = int(heads if heads is not None else base["num_attention_heads"])
+    head_dim = hidden // n_heads
+    head = sd.get("llm.lm_head.weight")
+    tie = head is None or torch.equal(head, emb)
+    cfg = Qwen2Config(
+        vocab_size=int(emb.shape[0]), hidden_size=hidden,
+        intermediate_size=int(sd[p + "layers.0.mlp.gate_proj.weight"].shape[0]),
+        num_hidden_layers=len(layers), num_attention_heads=n_heads,
+        num_key_value_heads=int(sd[p + "layers.0.self_attn.k_proj.weight"].shape[0]) // head_dim,
+        rope_theta=float(base["rope_theta"]), rms_norm_eps=float(base["rms_norm_eps"]),
+        max_position_embeddings=int(base["max_position_embeddings"]), hidden_act=base.get("hidden_act", "silu"),
+        tie_word_embeddings=tie, use_sliding_window=False, pad_token_id=pad_id)
+    lm = Qwen2ForCausalLM(cfg)
+    state = {k[len("llm."):]: v for k, v in sd.items() if k.startswith("llm.")}
+    if tie:
+        state.pop("lm_head.weight", None)
+    missing, unexpected = lm.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not (tie and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise PrismaticFormatError(f"the llm_backbone weights do not fit a Qwen2 LM: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return lm
+
+
+def _add_extra_tokens(tokenizer: Any) -> None:
+    if "<|extra_0|>" in tokenizer.get_vocab():
+        return
+    added = tokenizer.add_tokens([f"<|extra_{i}|>" for i in range(_N_EXTRA)])
+    if added != _N_EXTRA:
+        raise PrismaticFormatError(f"added {added} of {_N_EXTRA} <|extra_i|> tokens to the tokenizer (some existed)")
+
+
+def prismatic_tokenizer(source: str | os.PathLike, llm_backbone_id: str, *, max_length: int = 32768,
+                        local_files_only: bool = True) -> Any:
+    """The LM tokenizer of a Prismatic run, set up as openvla-mini does (``base_llm.py``,
+    ``qwen25.py`` l.54-57): ``AutoTokenizer`` with ``model_max_length``, plus 256 ``<|extra_i|>``
+    tokens for ``-extra`` LLM backbones (added after the vocabulary: MiniVLA's action token ids).
+
+    Args:
+        source: a tokenizer folder or hub id (``Qwen/Qwen2.5-0.5B``).
+        llm_backbone_id: the run's ``model.llm_backbone_id`` (e.g. ``qwen25-0_5b-extra``).
+        max_length: ``model.llm_max_length``.
+        local_files_only: never download (default).
+
+    Raises:
+        agents.vla_policy.VLAWeightsNotFoundError: the tokenizer is not on this machine (says how
+            to get it).
+    """
+    from transformers import AutoTokenizer
+
+    from agents.vla_policy import VLAWeightsNotFoundError
+
+    src = os.fspath(source)
+    try:
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only, model_max_length=max_length)
+    except (OSError, ValueError) as e:
+        raise VLAWeightsNotFoundError(
+            f"the tokenizer {src!r} is not on this machine ({e}). To fix: on a machine with network access run "
+            f"`hf download {src} tokenizer.json tokenizer_config.json vocab.json merges.txt` (it goes to the Hugging Face "
+            "cache; copy that here) or pass tokenizer=FOLDER") from e
+    if llm_backbone_id.endswith("-extra"):
+        _add_extra_tokens(tok)
+    return tok
+
+
+def prismatic_action_vocab_size(tokenizer: Any, action_tokenizer: str) -> int:
+    """Where the action token ids of a Prismatic run end (exclusive), from its action tokenizer's
+    name (``prismatic/vla/action_tokenizer.py`` l.49-58): ``len(tokenizer)`` for the ``extra``
+    tokenizers of a Qwen2 tokenizer (the 256 ``<|extra_i|>`` ids), else ``tokenizer.vocab_size``
+    (the last ids of the base vocabulary, OpenVLA's convention)."""
+    use_extra = "extra" in action_tokenizer and type(tokenizer).__name__.startswith("Qwen2")
+    return len(tokenizer) if use_extra else int(tokenizer.vocab_size)
+
+
+def load_prismatic_vla(
+    run_dir: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    checkpoint: str | os.PathLike | None = None,
+    heads: dict[str, int] | None = None,
+    llm_config: dict[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    local_files_only: bool = True,
+) -> tuple[PrismaticVLA, PrismaticProcessor]:
+    """Load a MiniVLA run folder in the authors' Prismatic format (see the module docstring).
+
+    Args:
+        run_dir: the run folder (``config.json``, ``dataset_statistics.json``, ``checkpoints/``).
+        tokenizer: the LM's tokenizer, or a folder/hub id of one; default ``RUN/tokenizer/`` when
+            that folder exists, else the backbone's hub id (``Qwen/Qwen2.5-0.5B``, the one the
+            authors load) from the local Hugging Face cache.
+            For ``-extra`` backbones the 256 ``<|extra_i|>`` tokens are added unless present.
+        checkpoint: a file in ``checkpoints/`` (name or path); default ``latest-checkpoint.pt``,
+            else the ``step-*.pt`` with the highest step.
+        heads: attention heads ``{"dino", "siglip", "llm"}`` overriding the backbones' (16, 16,
+            14 for MiniVLA) — for toy checkpoints; sizes come from the weights.
+        llm_config: ``num_attention_heads``, ``rope_theta``, ``rms_norm_eps``,
+            ``max_position_embeddings`` (and ``hub_id``) of an LLM backbone not in
+            :data:`QWEN25_CONFIGS`.
+        dtype: parameter dtype (bfloat16 on GPU); device: where to put the model.
+        local_files_only: never download the tokenizer (default).
+
+    Returns:
+        ``(model, processor)``: :class:`PrismaticVLA` (eval mode) and :class:`PrismaticProcessor`;
+        ``model.config`` carries ``vla_id``, ``action_tokenizer`` (the run's action tokenizer name),
+        ``action_vocab_size`` (where its action ids end: ``len(tokenizer)`` for the "extra"
+        tokenizers, ``tokenizer.vocab_size`` otherwise, as ``prismatic/vla/action_tokenizer.py``),
+        ``num_patches``, ``image_size`` and ``norm_stats`` (``dataset_statistics.json``).
+
+    Raises:
+        FileNotFoundError: no folder, ``config.json`` or checkpoint file; a tokenizer that is not
+            on this machine (:class:`agents.vla_policy.VLAWeightsNotFoundError`, says how to get it).
+        PrismaticFormatError (a ``ValueError``): a backbone, projector, resize strategy or image
+            setting this loader does not rebuild, or weights that do not fit it (says which).
+    """
+    from transformers import PretrainedConfig
+
+    from agents.vla_policy import VLAWeightsNotFoundError
+
+    run = Path(run_dir).expanduser()
+    if not (run / "config.json").is_file():
+        raise FileNotFoundError(f"no config.json in Prismatic run folder {str(run)!r}")
+    raw = json.loads((run / "config.json").read_text())
+    vla_cfg, model_cfg = raw.get("vla"), raw.get("model")
+    if not isinstance(vla_cfg, dict) or not isinstance(model_cfg, dict):
+        raise PrismaticFormatError(f"{str(run / 'config.json')!r} lacks the 'vla' and 'model' entries of a Prismatic "
+                                   "VLA run (written by openvla-mini's vla-scripts/train.py)")
+    vision_id = model_cfg.get("vision_backbone_id")
+    llm_id = str(model_cfg.get("llm_backbone_id"))
+    arch = str(model_cfg.get("arch_specifier", ""))
+    resize = model_cfg.get("image_resize_strategy")
+    if vision_id not in _VISION_HEADS:
+        raise PrismaticFormatError(f"vision backbone {vision_id!r} is not rebuilt by this loader (supported: {sorted(_VISION_HEADS)}, "
+                                   "MiniVLA's)")
+    if not any(arch.endswith(a) for a in _PROJECTORS):
+        raise PrismaticFormatError(f"projector {arch!r} is not one of {_PROJECTORS}")
+    if resize != "resize-naive":
+        raise PrismaticFormatError(f"image_resize_strategy {resize!r} is not supported (MiniVLA's is 'resize-naive')")
+    if int(vla_cfg.get("image_sequence_len", 1)) != 1 or vla_cfg.get("use_wrist_image"):
+        raise PrismaticFormatError("runs with several images per step (image_sequence_len > 1 or use_wrist_image) "
+                                   "are not supported by this loader")
+    base_key = re.sub(r"-(extra|pure)$", "", llm_id)
+    base = dict(QWEN25_CONFIGS.get(base_key, {}), **(llm_config or {}))
+    if not base_key.startswith("qwen25") or not {"num_attention_heads", "rope_theta", "rms_norm_eps",
+                                                   "max_position_embeddings"} <= set(base):
+        raise PrismaticFormatError(f"LLM backbone {llm_id!r} is not in QWEN25_CONFIGS ({sorted(QWEN25_CONFIGS)}): pass "
+                                   "llm_config={'num_attention_heads', 'rope_theta', 'rms_norm_eps', "
+                                   "'max_position_embeddings', 'hub_id'} from its Hugging Face config.json")
+    n_heads = {**_VISION_HEADS[vision_id], "llm": base["num_attention_heads"], **(heads or {})}
+    if set(n_heads) != {"dino", "siglip", "llm"}:
+        raise ValueError(f"heads takes the keys 'dino', 'siglip', 'llm', got {sorted(heads or {})}")
+
+    # --- tokenizer (as prismatic/models/backbones/llm/base_llm.py + qwen25.py set it up)
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        if tokenizer is None:
+            tokenizer = run / "tokenizer" if (run / "tokenizer").is_dir() else base.get("hub_id")
+        try:
+            tokenizer = prismatic_tokenizer(tokenizer, llm_id, max_length=int(model_cfg.get("llm_max_length", 32768)),
+                                            local_files_only=local_files_only)
+        except VLAWeightsNotFoundError as e:
+            raise VLAWeightsNotFoundError(f"{e}; or copy the tokenizer files into {str(run / 'tokenizer')!r}") from e
+    elif llm_id.endswith("-extra"):
+        _add_extra_tokens(tokenizer)
+    action_name = str(vla_cfg.get("action_tokenizer", "action_tokenizer"))
+    action_vocab_size = prismatic_action_vocab_size(tokenizer, action_name)
+
+    # --- weights
+    ckpt = _checkpoint_file(run, checkpoint)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    parts = state.get("model", state) if isinstance(state, dict) else None
+    if not isinstance(parts, dict) or not {"projector", "llm_backbone"} <= set(parts):
+        raise PrismaticFormatError(f"{str(ckpt)!r} is not a Prismatic checkpoint: expected {{'model': {{'vision_backbone', "
+                                   f"'projector', 'llm_backbone'}}}}, found keys {sorted(parts) if isinstance(parts, dict) else type(state)}")
+    if "vision_backbone" not in parts:
+        raise PrismaticFormatError(f"{str(ckpt)!r} has no vision_backbone weights (the run froze it and saved only trained "
+                                   "modules); this loader needs them in the checkpoint")
+    dino, siglip, n_patch, image_size = _vision_towers(parts["vision_backbone"], n_heads)
+    projector = _projector(parts["projector"])
+    lm = _language_model(parts["llm_backbone"], base, n_heads["llm"],
+                         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    if lm.config.vocab_size < len(tokenizer):
+        raise PrismaticFormatError(f"the LM has {lm.config.vocab_size} embedding rows but the tokenizer {len(tokenizer)} "
+                                   "tokens: wrong tokenizer for this run?")
+    fused = dino.config.hidden_size + siglip.config.hidden_size
+    if projector[0].in_features != fused or projector[-1].out_features != lm.config.hidden_size:
+        raise PrismaticFormatError(f"projector maps {projector[0].in_features} -> {projector[-1].out_features}, but the "
+                                   f"vision features are {fused} wide and the LM {lm.config.hidden_size}")
+    stats_file = run / "dataset_statistics.json"
+    norm_stats = json.loads(stats_file.read_text()) if stats_file.is_file() else None
+    config = PretrainedConfig(
+        model_type="prismatic", vla_id=vla_cfg.get("vla_id"), base_vlm=vla_cfg.get("base_vlm"),
+        llm_backbone_id=llm_id, vision_backbone_id=vision_id, action_tokenizer=action_name,
+        action_vocab_size=action_vocab_size, num_patches=n_patch, image_size=image_size, norm_stats=norm_stats,
+        checkpoint=str(ckpt))
+    model = PrismaticVLA(dino, siglip, projector, lm, config).to(device=device, dtype=dtype).eval()
+    processor = PrismaticProcessor(tokenizer, image_size=image_size, num_patches=n_patch)
+    return model, processor
