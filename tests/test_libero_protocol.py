@@ -72,6 +72,22 @@ def test_a_vq_checkpoint_gets_its_vq_tokenizer_and_is_never_read_as_bins(tmp_pat
     shutil.copytree(golden_vq, ckpt / "vq")  # found in the checkpoint folder without --vq
     assert isinstance(_action_tokenizer(LiberoProtocolConfig(vla=str(ckpt)), model, processor), VQActionTokenizer)
 
+    # a Prismatic run: its action tokenizer's name decides, its VQ folder is vq/<name>
+    run = tmp_path / "prismatic-run"
+    bins = SimpleNamespace(config=SimpleNamespace(action_tokenizer="extra_action_tokenizer", action_vocab_size=590))
+    shutil.copytree(golden_vq, run / "vq")  # a stray VQ folder does not turn a bins run into VQ
+    assert _action_tokenizer(LiberoProtocolConfig(vla=str(run)), bins, processor) is None
+    with pytest.raises(ValueError, match="--vq was given.*binned"):
+        _action_tokenizer(LiberoProtocolConfig(vla=str(run), vq=str(golden_vq)), bins, processor)
+    vq_run = SimpleNamespace(config=SimpleNamespace(action_tokenizer="libero_vq_extra_action_tokenizer",
+                                                    action_vocab_size=590))
+    shutil.rmtree(run / "vq")
+    with pytest.raises(ValueError, match="VQ action tokens.*--vq"):
+        _action_tokenizer(LiberoProtocolConfig(vla=str(run)), vq_run, processor)
+    shutil.copytree(golden_vq, run / "vq" / "pretrain_vq+mx-libero_90+fach-7+ng-7+nemb-128+nlatent-512")
+    tok = _action_tokenizer(LiberoProtocolConfig(vla=str(run)), vq_run, processor)
+    assert isinstance(tok, VQActionTokenizer) and tok.token_end == 590  # the run's action_vocab_size
+
 
 def test_table_has_the_papers_layout_with_the_spread_over_seeds():
     cells = [{"method": "sparse", "seed": s, "success": {"0": [1.0, 0.0], "3": [v, v]}} for s, v in ((0, 0.0), (1, 1.0))]
@@ -116,3 +132,33 @@ def test_quick_preset_runs_the_three_methods_on_the_real_simulator_and_resumes(t
     assert resumed["wmrl"]["history"] == cells["wmrl"]["history"]  # no step trained again
     with pytest.raises(ValueError, match="other settings"):
         main_libero(dataclasses.replace(cfg, max_steps=7))
+
+
+@pytest.mark.slow
+def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_path, monkeypatch):
+    """``wmrl libero --vla RUN`` with a MiniVLA run in the authors' Prismatic format (the toy-width
+    golden run of tests/test_prismatic_golden.py, its tokenizer copied to RUN/tokenizer): loaded
+    through load_vla, MiniVLA's prompt and the run's action statistics, GRPO steps on LIBERO."""
+    import shutil
+    from pathlib import Path
+
+    import agents.prismatic as prismatic
+
+    pytest.importorskip("libero.libero", reason="LIBERO not installed (pip install -e '.[libero]')")
+    golden = Path(__file__).parent / "golden" / "prismatic"
+    tiny = json.loads((golden / "meta.json").read_text())["tiny"]
+    # the toy run's head counts (MiniVLA's are 16/16/14; a checkpoint does not store them)
+    monkeypatch.setitem(prismatic._VISION_HEADS, "dinosiglip-vit-so-224px",
+                        {"dino": tiny["dino"]["num_heads"], "siglip": tiny["siglip"]["num_heads"]})
+    monkeypatch.setitem(prismatic.QWEN25_CONFIGS, "qwen25-0_5b", dict(
+        prismatic.QWEN25_CONFIGS["qwen25-0_5b"], num_attention_heads=tiny["llm"]["num_attention_heads"]))
+    run = tmp_path / "minivla-run"
+    shutil.copytree(golden / "run", run)
+    shutil.copytree(golden / "tokenizer", run / "tokenizer")
+    cfg = dataclasses.replace(LIBERO_PRESETS["quick"], out=str(tmp_path / "out"), methods=("wmrl",), vla=str(run))
+    res = main_libero(cfg)
+    (cell,) = res["cells"]
+    groups = cfg.steps * cfg.groups_per_step
+    assert cell["groups"] == groups and len(cell["history"]) == cfg.steps
+    assert 0 < cell["anchor_groups"] < groups
+    assert len(cell["success"]["0"]) == len(cfg.eval_states)

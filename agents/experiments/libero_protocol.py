@@ -77,7 +77,8 @@ class LiberoProtocolConfig:
     lr: float = 1e-4
     """AdamW learning rate of the LoRA weights."""
     vla: str | None = None
-    """The SFT policy: a local Hugging Face-format MiniVLA/OpenVLA checkpoint (None: a tiny random VLA)."""
+    """The SFT policy: a local MiniVLA/OpenVLA checkpoint, Hugging Face format or a MiniVLA run folder in
+    the authors' Prismatic format (``agents.prismatic``; None: a tiny random VLA)."""
     robometer: str | None = None
     """A local Robometer checkpoint (None: a tiny random Robometer)."""
     vq: str | None = None
@@ -212,19 +213,37 @@ def _prompt_template(processor: Any) -> str:
 
 
 def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> Any:
-    """A :class:`~agents.action_tokenizer.VQActionTokenizer` for a MiniVLA VQ checkpoint (``--vq``,
-    or the checkpoint's ``vq/`` folder), else None (VLAPolicy's 256 bins).
+    """A :class:`~agents.action_tokenizer.VQActionTokenizer` for a MiniVLA VQ checkpoint, else None
+    (VLAPolicy's 256 bins, ending where :func:`~agents.vla_policy.default_action_vocab_size` says).
+
+    The VQ folder is ``--vq``, else for a Prismatic run (``model.config.action_tokenizer`` names its
+    action tokenizer) ``<vla>/vq/<that tokenizer's VQ folder>`` or ``<vla>/vq``
+    (:func:`agents.prismatic.prismatic_vq_folder`), else ``<vla>/vq`` when it holds a config.json.
 
     Raises:
         ValueError: the checkpoint's config names a VQ action tokenizer but no VQ folder is found
-            (decoding its tokens as bins would give wrong actions silently).
+            (decoding its tokens as bins would give wrong actions silently), or ``--vq`` is given
+            for a Prismatic run trained with bins.
     """
     from agents.action_tokenizer import VQActionTokenizer
+    from agents.prismatic import prismatic_vq_folder
     from agents.vla_policy import default_action_vocab_size
 
+    tokenizer = getattr(processor, "tokenizer", processor)
+    run_tokenizer = getattr(getattr(model, "config", None), "action_tokenizer", None)  # Prismatic runs
+    if isinstance(run_tokenizer, str):
+        is_vq = "vq" in run_tokenizer
+        if cfg.vq and not is_vq:
+            raise ValueError(f"--vq was given but {cfg.vla!r} was trained with {run_tokenizer!r} (binned action tokens)")
+        if not is_vq:
+            return None
+        folder = Path(cfg.vq) if cfg.vq else prismatic_vq_folder(cfg.vla, run_tokenizer)
+        if folder is None:
+            raise ValueError(f"{cfg.vla!r} was trained with MiniVLA's VQ action tokens ({run_tokenizer}) but no VQ folder "
+                             "was found in it (vq/<name>/ or vq/ with config.json): pass --vq PATH")
+        return VQActionTokenizer(default_action_vocab_size(model, tokenizer), folder)
     folder = Path(cfg.vq) if cfg.vq else (Path(cfg.vla) / "vq" if cfg.vla else None)
     if folder is not None and (cfg.vq or (folder / "config.json").is_file()):
-        tokenizer = getattr(processor, "tokenizer", processor)
         return VQActionTokenizer(default_action_vocab_size(model, tokenizer), folder)
     config_json = Path(cfg.vla) / "config.json" if cfg.vla else None
     if config_json is not None and config_json.is_file() and "vq_" in config_json.read_text():
