@@ -43,6 +43,7 @@ import inspect
 import json
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -53,6 +54,9 @@ __all__ = [
     "PrismaticVLA",
     "PrismaticProcessor",
     "PrismaticFormatError",
+    "PrismaticShapes",
+    "MINIVLA_SHAPES",
+    "build_prismatic_vla",
     "load_prismatic_vla",
     "is_prismatic_run",
     "prismatic_vq_folder",
@@ -328,38 +332,156 @@ def _blocks(sd: dict[str, torch.Tensor], prefix: str) -> int:
     return max(idx) + 1 if idx else 0
 
 
-def _vision_towers(sd: dict[str, torch.Tensor], heads: dict[str, int]) -> tuple[Any, Any, int, int]:
-    """Dinov2WithRegistersModel and SiglipVisionModel (last block dropped) loaded from timm's keys."""
+@dataclass(frozen=True)
+class PrismaticShapes:
+    """Sizes of a DINOv2 + SigLIP / Qwen2 Prismatic VLA: what its checkpoint's tensors give, plus
+    the head counts and LM hyper-parameters they do not.
+
+    Attributes:
+        dino_width, dino_depth, dino_heads, dino_mlp, dino_registers: the DINOv2 tower (timm depth:
+            all blocks, of which the last is unused).
+        siglip_width, siglip_depth, siglip_heads, siglip_mlp: the SigLIP tower (same convention).
+        patch_size, image_size: both towers' patch and square input side, pixels.
+        projector: widths of the projector's Linear layers, input first (e.g. (2176, 8704, 896, 896)).
+        llm: ``Qwen2Config`` keyword arguments.
+    """
+
+    dino_width: int
+    dino_depth: int
+    dino_heads: int
+    dino_mlp: int
+    dino_registers: int
+    siglip_width: int
+    siglip_depth: int
+    siglip_heads: int
+    siglip_mlp: int
+    patch_size: int
+    image_size: int
+    projector: tuple[int, ...]
+    llm: dict[str, Any]
+
+    @property
+    def num_patches(self) -> int:
+        """Image tokens per image: (image_size / patch_size)²."""
+        return (self.image_size // self.patch_size) ** 2
+
+
+MINIVLA_SHAPES = PrismaticShapes(
+    dino_width=1024, dino_depth=24, dino_heads=16, dino_mlp=4096, dino_registers=4,
+    siglip_width=1152, siglip_depth=27, siglip_heads=16, siglip_mlp=4304,
+    patch_size=14, image_size=224, projector=(2176, 8704, 896, 896),
+    llm=dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+             num_key_value_heads=2, rope_theta=1_000_000.0, rms_norm_eps=1e-6, max_position_embeddings=32768,
+             hidden_act="silu", tie_word_embeddings=True, use_sliding_window=False),
+)
+"""MiniVLA-1B (``prism-qwen25-extra-dinosiglip-224px+0_5b``): timm's ViT-L/14 DINOv2 with 4
+registers and SigLIP so400m/14 at 224 px, fused-GELU-MLP projector, Qwen2.5-0.5B with its
+vocabulary of 151 936 rows (151 921 tokens with the 256 extra ones, padded to a multiple of 64)."""
+
+
+def build_prismatic_vla(shapes: PrismaticShapes, config: Any = None) -> PrismaticVLA:
+    """A :class:`PrismaticVLA` of the given sizes with random weights (the loader fills them; the
+    benchmarks time MiniVLA's exact architecture with it, :data:`MINIVLA_SHAPES`).
+
+    Args:
+        shapes: the sizes.
+        config: the model's ``PretrainedConfig`` (default one with ``num_patches`` and ``image_size``).
+
+    Raises:
+        PrismaticFormatError: a tower with fewer than 2 blocks (Prismatic reads the second-to-last),
+            a DINOv2 MLP width that is not a multiple of its width, or a projector whose ends do
+            not meet the towers' and the LM's widths.
+    """
     from transformers import (
         Dinov2WithRegistersConfig,
         Dinov2WithRegistersModel,
+        PretrainedConfig,
+        Qwen2Config,
+        Qwen2ForCausalLM,
         SiglipVisionConfig,
         SiglipVisionModel,
     )
 
+    s = shapes
+    for name, depth in (("DINOv2", s.dino_depth), ("SigLIP", s.siglip_depth)):
+        if depth < 2:
+            raise PrismaticFormatError(f"the {name} tower has {depth} block(s); Prismatic reads the second-to-last, so it needs >= 2")
+    if s.dino_mlp % s.dino_width:
+        raise PrismaticFormatError(f"DINOv2 MLP width {s.dino_mlp} is not a multiple of its width {s.dino_width} "
+                                   "(transformers builds width x mlp_ratio)")
+    fused = s.dino_width + s.siglip_width
+    if s.projector[0] != fused or s.projector[-1] != s.llm["hidden_size"]:
+        raise PrismaticFormatError(f"projector maps {s.projector[0]} -> {s.projector[-1]}, but the vision features are "
+                                   f"{fused} wide and the LM {s.llm['hidden_size']}")
+    dino = Dinov2WithRegistersModel(Dinov2WithRegistersConfig(
+        hidden_size=s.dino_width, num_hidden_layers=s.dino_depth - 1, num_attention_heads=s.dino_heads,
+        mlp_ratio=s.dino_mlp // s.dino_width, hidden_act="gelu", layer_norm_eps=1e-6, image_size=s.image_size,
+        patch_size=s.patch_size, num_register_tokens=s.dino_registers, qkv_bias=True, use_swiglu_ffn=False))
+    siglip = SiglipVisionModel(SiglipVisionConfig(
+        hidden_size=s.siglip_width, intermediate_size=s.siglip_mlp, num_hidden_layers=s.siglip_depth - 1,
+        num_attention_heads=s.siglip_heads, image_size=s.image_size, patch_size=s.patch_size,
+        hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=False))  # timm 0.9.10's SigLIP: exact GELU
+    layers: list[torch.nn.Module] = []
+    for j, (a, b) in enumerate(zip(s.projector[:-1], s.projector[1:])):
+        layers += [torch.nn.Linear(a, b)] + ([torch.nn.GELU()] if j + 2 < len(s.projector) else [])
+    lm = Qwen2ForCausalLM(Qwen2Config(**s.llm))
+    if config is None:
+        config = PretrainedConfig(model_type="prismatic")
+    config.num_patches, config.image_size = s.num_patches, s.image_size
+    return PrismaticVLA(dino, siglip, torch.nn.Sequential(*layers), lm, config).eval()
+
+
+def _shapes_from_checkpoint(parts: dict[str, dict[str, torch.Tensor]], heads: dict[str, int], base: dict[str, Any],
+                            pad_id: int) -> PrismaticShapes:
+    """The sizes of a checkpoint's modules, from its tensors' shapes (heads and LM hyper-parameters given)."""
+    sd = parts["vision_backbone"]
     need = ["dino_featurizer.cls_token", "dino_featurizer.reg_token", "dino_featurizer.pos_embed",
-            "dino_featurizer.patch_embed.proj.weight", "siglip_featurizer.pos_embed",
-            "siglip_featurizer.patch_embed.proj.weight"]
+            "dino_featurizer.patch_embed.proj.weight", "dino_featurizer.blocks.0.mlp.fc1.weight",
+            "siglip_featurizer.pos_embed", "siglip_featurizer.patch_embed.proj.weight",
+            "siglip_featurizer.blocks.0.mlp.fc1.weight"]
     missing = [k for k in need if k not in sd]
     if missing:
         raise PrismaticFormatError(f"the checkpoint's vision_backbone lacks {missing}: not a dinosiglip-vit-so-224px backbone")
-    # --- DINOv2 with registers
-    p = "dino_featurizer."
-    d_dim = sd[p + "cls_token"].shape[-1]
-    depth = _blocks(sd, p)
-    if depth < 2:
-        raise PrismaticFormatError(f"the DINOv2 tower has {depth} block(s); Prismatic reads the second-to-last, so it needs >= 2")
-    patch = int(sd[p + "patch_embed.proj.weight"].shape[-1])
-    n_patch = int(sd[p + "pos_embed"].shape[1])
-    side = int(round(n_patch ** 0.5))
-    inter = int(sd[p + "blocks.0.mlp.fc1.weight"].shape[0])
-    if inter % d_dim:
-        raise PrismaticFormatError(f"DINOv2 MLP width {inter} is not a multiple of its width {d_dim} (transformers builds width x mlp_ratio)")
-    dcfg = Dinov2WithRegistersConfig(
-        hidden_size=d_dim, num_hidden_layers=depth - 1, num_attention_heads=heads["dino"], mlp_ratio=inter // d_dim,
-        hidden_act="gelu", layer_norm_eps=1e-6, image_size=side * patch, patch_size=patch,
-        num_register_tokens=int(sd[p + "reg_token"].shape[1]), qkv_bias=True, use_swiglu_ffn=False)
-    dino = Dinov2WithRegistersModel(dcfg)
+    patch = int(sd["dino_featurizer.patch_embed.proj.weight"].shape[-1])
+    n_patch = {t: int(sd[f"{t}_featurizer.pos_embed"].shape[1]) for t in ("dino", "siglip")}
+    if n_patch["dino"] != n_patch["siglip"] or patch != int(sd["siglip_featurizer.patch_embed.proj.weight"].shape[-1]):
+        raise PrismaticFormatError(f"the towers disagree: DINOv2 gives {n_patch['dino']} patches, SigLIP {n_patch['siglip']}")
+    side = int(round(n_patch["dino"] ** 0.5))
+    proj = parts["projector"]
+    idx = sorted({int(m.group(1)) for k in proj if (m := re.match(r"projector\.(\d+)\.weight", k))})
+    if not idx:
+        raise PrismaticFormatError(f"the checkpoint's projector has no projector.<i>.weight keys (has {sorted(proj)[:6]})")
+    widths = [int(proj[f"projector.{idx[0]}.weight"].shape[1])] + [int(proj[f"projector.{i}.weight"].shape[0]) for i in idx]
+    llm = parts["llm_backbone"]
+    emb = llm.get("llm.model.embed_tokens.weight")
+    if emb is None:
+        raise PrismaticFormatError("the checkpoint's llm_backbone lacks llm.model.embed_tokens.weight")
+    hidden = int(emb.shape[1])
+    head = llm.get("llm.lm_head.weight")
+    return PrismaticShapes(
+        dino_width=int(sd["dino_featurizer.cls_token"].shape[-1]), dino_depth=_blocks(sd, "dino_featurizer."),
+        dino_heads=int(heads["dino"]), dino_mlp=int(sd["dino_featurizer.blocks.0.mlp.fc1.weight"].shape[0]),
+        dino_registers=int(sd["dino_featurizer.reg_token"].shape[1]),
+        siglip_width=int(sd["siglip_featurizer.pos_embed"].shape[-1]), siglip_depth=_blocks(sd, "siglip_featurizer."),
+        siglip_heads=int(heads["siglip"]), siglip_mlp=int(sd["siglip_featurizer.blocks.0.mlp.fc1.weight"].shape[0]),
+        patch_size=patch, image_size=side * patch, projector=tuple(widths),
+        llm=dict(
+            vocab_size=int(emb.shape[0]), hidden_size=hidden,
+            intermediate_size=int(llm["llm.model.layers.0.mlp.gate_proj.weight"].shape[0]),
+            num_hidden_layers=len({int(m.group(1)) for k in llm if (m := re.match(r"llm\.model\.layers\.(\d+)\.", k))}),
+            num_attention_heads=int(heads["llm"]),
+            num_key_value_heads=int(llm["llm.model.layers.0.self_attn.k_proj.weight"].shape[0]) // (hidden // int(heads["llm"])),
+            rope_theta=float(base["rope_theta"]), rms_norm_eps=float(base["rms_norm_eps"]),
+            max_position_embeddings=int(base["max_position_embeddings"]), hidden_act=base.get("hidden_act", "silu"),
+            tie_word_embeddings=head is None or torch.equal(head, emb), use_sliding_window=False, pad_token_id=pad_id),
+    )
+
+
+def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Copy a checkpoint's weights into ``model`` (timm names -> transformers names; the towers'
+    last block, final norms and SigLIP's pooling head are not used by Prismatic and not loaded)."""
+    sd = parts["vision_backbone"]
+    p, d_dim = "dino_featurizer.", model.dino.config.hidden_size
     new = {
         "embeddings.cls_token": sd[p + "cls_token"],
         "embeddings.register_tokens": sd[p + "reg_token"],
@@ -371,7 +493,7 @@ def _vision_towers(sd: dict[str, torch.Tensor], heads: dict[str, int]) -> tuple[
         "embeddings.patch_embeddings.projection.bias": sd[p + "patch_embed.proj.bias"],
         "layernorm.weight": torch.ones(d_dim), "layernorm.bias": torch.zeros(d_dim),  # unused (no final norm)
     }
-    for i in range(depth - 1):
+    for i in range(model.dino.config.num_hidden_layers):
         b, o = f"{p}blocks.{i}.", f"encoder.layer.{i}."
         for a, c in (("norm1", "norm1"), ("norm2", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
                      ("attn.proj", "attention.o_proj")):
@@ -379,88 +501,35 @@ def _vision_towers(sd: dict[str, torch.Tensor], heads: dict[str, int]) -> tuple[
         for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
             new[o + f"attention.{part}.weight"], new[o + f"attention.{part}.bias"] = w, bias
         new[o + "layer_scale1.lambda1"], new[o + "layer_scale2.lambda1"] = sd[b + "ls1.gamma"], sd[b + "ls2.gamma"]
-    dino.load_state_dict(new, strict=True)
-    # --- SigLIP
-    p = "siglip_featurizer."
-    s_dim = sd[p + "pos_embed"].shape[-1]
-    s_depth = _blocks(sd, p)
-    if s_depth < 2:
-        raise PrismaticFormatError(f"the SigLIP tower has {s_depth} block(s); Prismatic reads the second-to-last, so it needs >= 2")
-    s_patch = int(sd[p + "patch_embed.proj.weight"].shape[-1])
-    s_side = int(round(int(sd[p + "pos_embed"].shape[1]) ** 0.5))
-    scfg = SiglipVisionConfig(
-        hidden_size=s_dim, intermediate_size=int(sd[p + "blocks.0.mlp.fc1.weight"].shape[0]),
-        num_hidden_layers=s_depth - 1, num_attention_heads=heads["siglip"], image_size=s_side * s_patch,
-        patch_size=s_patch, hidden_act="gelu", layer_norm_eps=1e-6, vision_use_head=False)  # timm 0.9.10: exact GELU
-    siglip = SiglipVisionModel(scfg)
+    model.dino.load_state_dict(new, strict=True)
+    p, s_dim = "siglip_featurizer.", model.siglip.config.hidden_size
     new = {
         "embeddings.patch_embedding.weight": sd[p + "patch_embed.proj.weight"],
         "embeddings.patch_embedding.bias": sd[p + "patch_embed.proj.bias"],
         "embeddings.position_embedding.weight": sd[p + "pos_embed"][0],
         "post_layernorm.weight": torch.ones(s_dim), "post_layernorm.bias": torch.zeros(s_dim),  # unused
     }
-    for i in range(s_depth - 1):
+    for i in range(model.siglip.config.num_hidden_layers):
         b, o = f"{p}blocks.{i}.", f"encoder.layers.{i}."
         for a, c in (("norm1", "layer_norm1"), ("norm2", "layer_norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
                      ("attn.proj", "self_attn.out_proj")):
             new[o + c + ".weight"], new[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
         for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
             new[o + f"self_attn.{part}.weight"], new[o + f"self_attn.{part}.bias"] = w, bias
-    target = siglip.state_dict()
-    prefix = "" if "embeddings.patch_embedding.weight" in target else "vision_model."
-    siglip.load_state_dict({prefix + k: v for k, v in new.items()}, strict=True)
-    if n_patch != int(sd[p + "pos_embed"].shape[1]):
-        raise PrismaticFormatError(f"DINOv2 gives {n_patch} patches but SigLIP {int(sd[p + 'pos_embed'].shape[1])}")
-    return dino, siglip, n_patch, side * patch
-
-
-def _projector(sd: dict[str, torch.Tensor]) -> torch.nn.Sequential:
-    idx = sorted({int(m.group(1)) for k in sd if (m := re.match(r"projector\.(\d+)\.weight", k))})
-    if not idx:
-        raise PrismaticFormatError(f"the checkpoint's projector has no projector.<i>.weight keys (has {sorted(sd)[:6]})")
-    layers: list[torch.nn.Module] = []
-    for j, i in enumerate(idx):
-        w = sd[f"projector.{i}.weight"]
-        lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=f"projector.{i}.bias" in sd)
-        layers.append(lin)
-        if j + 1 < len(idx):
-            layers.append(torch.nn.GELU())
-    seq = torch.nn.Sequential(*layers)
-    seq.load_state_dict({f"{2 * j}.{k.split('.')[-1]}": v for j, i in enumerate(idx) for k, v in sd.items()
-                         if k.startswith(f"projector.{i}.")}, strict=True)
-    return seq
-
-
-def _language_model(sd: dict[str, torch.Tensor], base: dict[str, Any], heads: int | None, pad_id: int) -> Any:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    p = "llm.model."
-    emb = sd.get(p + "embed_tokens.weight")
-    if emb is None:
-        raise PrismaticFormatError("the checkpoint's llm_backbone lacks llm.model.embed_tokens.weight")
-    layers = {int(m.group(1)) for k in sd if (m := re.match(r"llm\.model\.layers\.(\d+)\.", k))}
-    hidden = int(emb.shape[1])
-    n_heads = int(heads if heads is not None else base["num_attention_heads"])
-    head_dim = hidden // n_heads
-    head = sd.get("llm.lm_head.weight")
-    tie = head is None or torch.equal(head, emb)
-    cfg = Qwen2Config(
-        vocab_size=int(emb.shape[0]), hidden_size=hidden,
-        intermediate_size=int(sd[p + "layers.0.mlp.gate_proj.weight"].shape[0]),
-        num_hidden_layers=len(layers), num_attention_heads=n_heads,
-        num_key_value_heads=int(sd[p + "layers.0.self_attn.k_proj.weight"].shape[0]) // head_dim,
-        rope_theta=float(base["rope_theta"]), rms_norm_eps=float(base["rms_norm_eps"]),
-        max_position_embeddings=int(base["max_position_embeddings"]), hidden_act=base.get("hidden_act", "silu"),
-        tie_word_embeddings=tie, use_sliding_window=False, pad_token_id=pad_id)
-    lm = Qwen2ForCausalLM(cfg)
-    state = {k[len("llm."):]: v for k, v in sd.items() if k.startswith("llm.")}
+    prefix = "" if "embeddings.patch_embedding.weight" in model.siglip.state_dict() else "vision_model."
+    model.siglip.load_state_dict({prefix + k: v for k, v in new.items()}, strict=True)
+    proj = parts["projector"]
+    idx = sorted({int(m.group(1)) for k in proj if (m := re.match(r"projector\.(\d+)\.weight", k))})
+    model.projector.load_state_dict({f"{2 * j}.{k.rsplit('.', 1)[-1]}": v for j, i in enumerate(idx)
+                                     for k, v in proj.items() if k.startswith(f"projector.{i}.")}, strict=True)
+    state = {k[len("llm."):]: v for k, v in parts["llm_backbone"].items() if k.startswith("llm.")}
+    tie = model.language_model.config.tie_word_embeddings
     if tie:
         state.pop("lm_head.weight", None)
-    missing, unexpected = lm.load_state_dict(state, strict=False)
+    missing, unexpected = model.language_model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (tie and k == "lm_head.weight")]
     if missing or unexpected:
         raise PrismaticFormatError(f"the llm_backbone weights do not fit a Qwen2 LM: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    return lm
 
 
 def _add_extra_tokens(tokenizer: Any) -> None:
@@ -616,24 +685,19 @@ def load_prismatic_vla(
     if "vision_backbone" not in parts:
         raise PrismaticFormatError(f"{str(ckpt)!r} has no vision_backbone weights (the run froze it and saved only trained "
                                    "modules); this loader needs them in the checkpoint")
-    dino, siglip, n_patch, image_size = _vision_towers(parts["vision_backbone"], n_heads)
-    projector = _projector(parts["projector"])
-    lm = _language_model(parts["llm_backbone"], base, n_heads["llm"],
-                         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-    if lm.config.vocab_size < len(tokenizer):
-        raise PrismaticFormatError(f"the LM has {lm.config.vocab_size} embedding rows but the tokenizer {len(tokenizer)} "
+    shapes = _shapes_from_checkpoint(parts, n_heads, base,
+                                     tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    if shapes.llm["vocab_size"] < len(tokenizer):
+        raise PrismaticFormatError(f"the LM has {shapes.llm['vocab_size']} embedding rows but the tokenizer {len(tokenizer)} "
                                    "tokens: wrong tokenizer for this run?")
-    fused = dino.config.hidden_size + siglip.config.hidden_size
-    if projector[0].in_features != fused or projector[-1].out_features != lm.config.hidden_size:
-        raise PrismaticFormatError(f"projector maps {projector[0].in_features} -> {projector[-1].out_features}, but the "
-                                   f"vision features are {fused} wide and the LM {lm.config.hidden_size}")
     stats_file = run / "dataset_statistics.json"
     norm_stats = json.loads(stats_file.read_text()) if stats_file.is_file() else None
     config = PretrainedConfig(
         model_type="prismatic", vla_id=vla_cfg.get("vla_id"), base_vlm=vla_cfg.get("base_vlm"),
         llm_backbone_id=llm_id, vision_backbone_id=vision_id, action_tokenizer=action_name,
-        action_vocab_size=action_vocab_size, num_patches=n_patch, image_size=image_size, norm_stats=norm_stats,
-        checkpoint=str(ckpt))
-    model = PrismaticVLA(dino, siglip, projector, lm, config).to(device=device, dtype=dtype).eval()
-    processor = PrismaticProcessor(tokenizer, image_size=image_size, num_patches=n_patch)
+        action_vocab_size=action_vocab_size, norm_stats=norm_stats, checkpoint=str(ckpt))
+    model = build_prismatic_vla(shapes, config)
+    _load_weights(model, parts)
+    model = model.to(device=device, dtype=dtype).eval()
+    processor = PrismaticProcessor(tokenizer, image_size=shapes.image_size, num_patches=shapes.num_patches)
     return model, processor

@@ -4,15 +4,16 @@ seconds per trajectory, peak memory.
 No weights are needed (none can be downloaded here): the models are built from configurations of
 the published shapes and initialised at random, which costs the same compute as the real ones.
 
-* **Policy** (MiniVLA-1B's compute): a LLaVA-architecture ``VLAPolicy`` with MiniVLA's language
-  model (Qwen2.5-0.5B: 24 layers × 896, 14 heads, 2 KV heads, vocabulary 151 936) and SigLIP
-  so400m/14 at 224 px (27 layers × 1152, 256 image tokens), plus, timed apart, DINOv2-L/14 at
-  224 px (24 layers × 1024), the other half of MiniVLA's fused DINO-SigLIP backbone, which a
-  LLaVA model has no slot for. One *group step* is ``VLAPolicy.act`` on the G observations of a
-  group (one sample each, 7 action tokens, as ``wmrl libero`` steps a group); ``+ DINOv2`` adds
-  G DINOv2 forwards. Printed: group steps/s, policy steps/s (G × that), seconds per
-  520-step LIBERO-Long episode (policy only; the simulator's own speed is
-  ``benchmarks/libero_parallel.py``).
+* **Policy**: MiniVLA-1B's exact architecture (:data:`agents.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
+  with registers and SigLIP so400m/14 at 224 px, 256 image tokens, the fused-GELU-MLP projector,
+  Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.prismatic.load_prismatic_vla` builds
+  it for a real run, in a ``VLAPolicy`` with LoRA. The prompt is 49 tokens long, the length of
+  MiniVLA's prompt for ``libero_10`` task 0 with the real Qwen2.5 tokenizer
+  (``tests/golden/prismatic/real_qwen_tokenizer.json``; the tokenizer here is an offline byte-level
+  one, so the prompt is 49 bytes). One *group step* is ``VLAPolicy.act`` on the G observations of
+  a group (one sample each, 7 action tokens, as ``wmrl libero`` steps a group). Printed: group
+  steps/s, policy steps/s (G × that), seconds per 520-step LIBERO-Long episode (policy only; the
+  simulator's own speed is ``benchmarks/libero_parallel.py``).
 * **Robometer-4B**: ``RobometerModel`` on a ``Qwen3VLModel`` of Qwen3-VL-4B-Instruct's shape (text
   36 layers × 2560, 32 heads, 8 KV heads, head dim 128; vision 24 layers × 1024, patch 16,
   merge 2, DeepStack at 5/11/17), scoring trajectories of ``--frames`` frames (LIBERO 128 px
@@ -65,47 +66,38 @@ def _timed(fn, repeats: int, device: str) -> dict:
             "cpu_s": {"median": statistics.median(cpu), "min": min(cpu), "max": max(cpu)}}
 
 
-def build_policy(device: str, dtype: torch.dtype, tiny: bool = False):
-    """A VLAPolicy of MiniVLA's LM and SigLIP tower, random weights (``tiny``: the same code path
-    at toy sizes, for the smoke test)."""
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, Qwen2Config, SiglipVisionConfig
+PROMPT_TOKENS = 49
+"""Tokens of MiniVLA's prompt for libero_10 task 0 with the real Qwen2.5 tokenizer."""
 
+
+def build_policy(device: str, dtype: torch.dtype, tiny: bool = False):
+    """A VLAPolicy of MiniVLA's architecture with random weights (``tiny``: the same code path at
+    toy sizes, for the smoke test)."""
+    import dataclasses
+
+    from agents.prismatic import MINIVLA_SHAPES, PrismaticProcessor, build_prismatic_vla
     from agents.vla_policy import VLAPolicy, build_tiny_vla
 
-    _, processor = build_tiny_vla(image_size=224, patch_size=14)  # offline processor, 224 px, patch 14
-    tok = processor.tokenizer
-    v = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2) if tiny else dict(
-        hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16)
-    t = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2) if tiny else dict(
-        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14)
-    vision = SiglipVisionConfig(image_size=224, patch_size=14, vision_use_head=False, **v)
-    text = Qwen2Config(vocab_size=151_936, num_key_value_heads=2, max_position_embeddings=32_768,
-                       rope_theta=1_000_000.0, tie_word_embeddings=True, pad_token_id=tok.pad_token_id, **t)
-    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
-                      vision_feature_select_strategy="full", vision_feature_layer=-2)
+    _, tiny_processor = build_tiny_vla()  # an offline byte-level tokenizer (no Qwen2.5 download)
+    tok = tiny_processor.tokenizer
+    shapes = MINIVLA_SHAPES
+    if tiny:
+        shapes = dataclasses.replace(
+            shapes, dino_width=32, dino_depth=2, dino_heads=2, dino_mlp=64, siglip_width=32, siglip_depth=2,
+            siglip_heads=2, siglip_mlp=64, projector=(64, 64, 32, 32),
+            llm=dict(shapes.llm, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     num_key_value_heads=1))
     prev = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        model = LlavaForConditionalGeneration(cfg).eval().to(device)
+        model = build_prismatic_vla(shapes).to(device)
     finally:
         torch.set_default_dtype(prev)
     n_params = sum(p.numel() for p in model.parameters())
-    policy = VLAPolicy(model, processor, action_vocab_size=151_936, image_keys=("agentview_image",), seed=0)
+    processor = PrismaticProcessor(tok, image_size=shapes.image_size, num_patches=shapes.num_patches)
+    policy = VLAPolicy(model, processor, action_vocab_size=151_921, image_keys=("agentview_image",), seed=0,
+                       prompt_template="a" * PROMPT_TOKENS)
     return policy, n_params
-
-
-def build_dinov2(device: str, dtype: torch.dtype, tiny: bool = False):
-    from transformers import Dinov2Config, Dinov2Model
-
-    size = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64) if tiny else dict(
-        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
-    cfg = Dinov2Config(patch_size=14, image_size=224, **size)
-    prev = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        return Dinov2Model(cfg).eval().to(device)
-    finally:
-        torch.set_default_dtype(prev)
 
 
 def build_robometer(device: str, dtype: torch.dtype, tiny: bool = False):
@@ -165,29 +157,25 @@ def main() -> None:
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
         t0 = time.perf_counter()
         policy, n_params = build_policy(device, dtype, tiny=args.shape == "tiny")
-        dino = build_dinov2(device, dtype, tiny=args.shape == "tiny")
         build_s = time.perf_counter() - t0
         obs = [{"agentview_image": rng.integers(0, 256, (224, 224, 3), dtype=np.uint8),
                 "instruction": "put both the alphabet soup and the tomato sauce in the basket"} for _ in range(g)]
-        pixels = torch.randn(g, 3, 224, 224, dtype=dtype, device=device)
         with torch.no_grad():
             act = _timed(lambda: policy.act(obs, group_size=1), args.repeats, device)
-            dino_t = _timed(lambda: dino(pixel_values=pixels), args.repeats, device)
-        step_s = act["wall_s"]["median"] + dino_t["wall_s"]["median"]
+        step_s = act["wall_s"]["median"]
         out["policy"] = {
-            "params_llava": n_params, "params_dinov2": sum(q.numel() for q in dino.parameters()), "dtype": str(dtype),
-            "build_s": round(build_s, 1), "act_group": act, "dinov2_group": dino_t,
+            "architecture": "MiniVLA (agents.prismatic.MINIVLA_SHAPES)", "params": n_params, "dtype": str(dtype),
+            "prompt_tokens": PROMPT_TOKENS, "build_s": round(build_s, 1), "act_group": act,
             "group_steps_per_s": 1.0 / step_s, "policy_steps_per_s": g / step_s,
             "episode_520_steps_s": 520 * step_s, "peak_mb": _peak_mb(device),
         }
-        print(f"[policy] {n_params / 1e9:.2f} B (LLaVA: Qwen2.5-0.5B + SigLIP so400m) + DINOv2-L, {dtype}, {device}, "
+        print(f"[policy] {n_params / 1e9:.2f} B (MiniVLA: DINOv2-L + SigLIP so400m + Qwen2.5-0.5B), {dtype}, {device}, "
               f"built in {build_s:.0f} s")
         print(f"  act on a group of {g}: {act['wall_s']['median']:.2f} s wall [{act['wall_s']['min']:.2f}, "
-              f"{act['wall_s']['max']:.2f}], {act['cpu_s']['median']:.2f} CPU-s; DINOv2-L on {g} images: "
-              f"{dino_t['wall_s']['median']:.2f} s")
+              f"{act['wall_s']['max']:.2f}], {act['cpu_s']['median']:.2f} CPU-s")
         print(f"  {1 / step_s:.3f} group steps/s = {g / step_s:.2f} policy steps/s; one 520-step episode (group): "
               f"{520 * step_s / 60:.1f} min of policy time; peak memory {out['policy']['peak_mb']:.0f} MB")
-        del policy, dino
+        del policy
     if not args.skip_robometer:
         from wmrl_envs.envs.libero.robometer import RobometerWorldModel
         from wmrl_envs.world_models.base import Trajectory

@@ -212,3 +212,19 @@ def test_real_qwen25_prompt_ids_match_the_authors():
     assert prismatic_action_vocab_size(tok, "action_tokenizer") == 151643
     for instr, ids in zip(real["instructions"], real["input_ids"]):
         assert tok(MINIVLA_QWEN_PROMPT.format(instruction=instr)).input_ids == ids
+
+
+def test_minivla_shapes_build_the_published_architecture():
+    """MINIVLA_SHAPES (the benchmark's model) builds, on the meta device, MiniVLA's towers and LM."""
+    from agents.prismatic import MINIVLA_SHAPES, build_prismatic_vla
+
+    with torch.device("meta"):
+        model = build_prismatic_vla(MINIVLA_SHAPES)
+    assert MINIVLA_SHAPES.num_patches == 256
+    assert len(model.dino.encoder.layer) == 23 and len(model.siglip.encoder.layers) == 26  # last blocks unused
+    assert model.projector[0].in_features == 1024 + 1152 and model.projector[-1].out_features == 896
+    lm = model.language_model.config
+    assert (lm.hidden_size // lm.num_attention_heads, lm.num_key_value_heads) == (64, 2)  # Qwen2.5-0.5B
+    assert model.get_output_embeddings().weight.shape == (151936, 896)  # >= 151 921 tokens with the extras
+    n = sum(p.numel() for p in model.language_model.parameters())
+    assert n == 494_032_768  # Qwen2.5-0.5B's published parameter count (tied head counted once)
