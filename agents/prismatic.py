@@ -3,7 +3,7 @@
 MiniVLA (Belkhale & Sadigh 2024, Stanford-ILIAD/openvla-mini) is released and fine-tuned as
 *Prismatic* run folders, which transformers cannot load::
 
-    RUN/config.json                  {"model": {vision/LLM backbone ids, projector, resize}, "vla": {...}}
+    RUN/config.json                  the training config: {"vla": {"base_vlm", "action_tokenizer", ...}, ...}
     RUN/dataset_statistics.json      action q01/q99 per dataset (un-normalisation)
     RUN/checkpoints/step-*.pt        torch.save({"model": {"vision_backbone", "projector", "llm_backbone"}})
 
@@ -63,6 +63,7 @@ __all__ = [
     "prismatic_tokenizer",
     "prismatic_action_vocab_size",
     "QWEN25_CONFIGS",
+    "PRISMATIC_BASE_VLMS",
 ]
 
 QWEN25_CONFIGS: dict[str, dict[str, Any]] = {
@@ -80,6 +81,20 @@ QWEN25_CONFIGS: dict[str, dict[str, Any]] = {
 hyper-parameters of its ``config.json`` that the weights' shapes do not give (Qwen2.5-0.5B: 14
 heads, RoPE θ 1e6, RMSNorm ε 1e-6, 32768 positions). Sizes (width, depth, vocabulary rows, key/value
 heads, tied head) are read from the weights. Other backbones: pass ``llm_config``."""
+
+PRISMATIC_BASE_VLMS: dict[str, dict[str, Any]] = {
+    "prism-qwen25-extra-dinosiglip-224px+0_5b": {
+        "vision_backbone_id": "dinosiglip-vit-so-224px", "llm_backbone_id": "qwen25-0_5b-extra",
+        "arch_specifier": "no-align+fused-gelu-mlp", "image_resize_strategy": "resize-naive", "llm_max_length": 32768,
+    },
+    "prism-qwen25-dinosiglip-224px+0_5b": {
+        "vision_backbone_id": "dinosiglip-vit-so-224px", "llm_backbone_id": "qwen25-0_5b-pure",
+        "arch_specifier": "no-align+fused-gelu-mlp", "image_resize_strategy": "resize-naive", "llm_max_length": 32768,
+    },
+}
+"""The base VLMs of MiniVLA runs (``prismatic/conf/models.py``, ``Prism_Qwen25_0_5B_*``): a VLA
+run's ``config.json`` names its base VLM (``vla.base_vlm``) and the authors' loader takes the model
+from this registry, as this one does."""
 
 _VISION_HEADS = {"dinosiglip-vit-so-224px": {"dino": 16, "siglip": 16}}
 """Attention heads of the vision backbones (timm's ViT-L/14 DINOv2 and SigLIP so400m/14: 16 each)."""
@@ -532,6 +547,24 @@ def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]
         raise PrismaticFormatError(f"the llm_backbone weights do not fit a Qwen2 LM: missing {missing[:5]}, unexpected {unexpected[:5]}")
 
 
+def _base_vlm_config(base_vlm: Any) -> dict[str, Any]:
+    """The model config of a run's ``vla.base_vlm``, as openvla-mini's ``load_vla`` resolves it
+    (``prismatic/models/load.py`` l.184-197): a folder's ``config.json["model"]``, else the
+    registry entry of the id (:data:`PRISMATIC_BASE_VLMS`)."""
+    if isinstance(base_vlm, str) and Path(base_vlm).is_dir():
+        cfg_file = Path(base_vlm) / "config.json"
+        model = json.loads(cfg_file.read_text()).get("model") if cfg_file.is_file() else None
+        if not isinstance(model, dict):
+            raise PrismaticFormatError(f"base_vlm folder {base_vlm!r} has no config.json with a 'model' entry")
+        base_vlm = model.get("model_id")
+        if base_vlm not in PRISMATIC_BASE_VLMS and {"vision_backbone_id", "llm_backbone_id"} <= set(model):
+            return model
+    if base_vlm not in PRISMATIC_BASE_VLMS:
+        raise PrismaticFormatError(f"base VLM {base_vlm!r} is not one this loader rebuilds (supported: "
+                                   f"{sorted(PRISMATIC_BASE_VLMS)}, MiniVLA's)")
+    return dict(PRISMATIC_BASE_VLMS[base_vlm], model_id=base_vlm)
+
+
 def _add_extra_tokens(tokenizer: Any) -> None:
     if "<|extra_0|>" in tokenizer.get_vocab():
         return
@@ -632,10 +665,11 @@ def load_prismatic_vla(
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"no config.json in Prismatic run folder {str(run)!r}")
     raw = json.loads((run / "config.json").read_text())
-    vla_cfg, model_cfg = raw.get("vla"), raw.get("model")
-    if not isinstance(vla_cfg, dict) or not isinstance(model_cfg, dict):
-        raise PrismaticFormatError(f"{str(run / 'config.json')!r} lacks the 'vla' and 'model' entries of a Prismatic "
-                                   "VLA run (written by openvla-mini's vla-scripts/train.py)")
+    vla_cfg = raw.get("vla") if isinstance(raw, dict) else None
+    if not isinstance(vla_cfg, dict):
+        raise PrismaticFormatError(f"{str(run / 'config.json')!r} lacks the 'vla' entry of a Prismatic VLA run "
+                                   "(the training config openvla-mini's vla-scripts/train.py writes)")
+    model_cfg = _base_vlm_config(vla_cfg.get("base_vlm"))
     vision_id = model_cfg.get("vision_backbone_id")
     llm_id = str(model_cfg.get("llm_backbone_id"))
     arch = str(model_cfg.get("arch_specifier", ""))

@@ -22,6 +22,7 @@ import torch
 
 from agents.action_tokenizer import load_action_stats, unnormalize_actions
 from agents.prismatic import (
+    PRISMATIC_BASE_VLMS,
     PrismaticFormatError,
     load_prismatic_vla,
     prismatic_action_vocab_size,
@@ -161,16 +162,35 @@ def _run_copy(tmp_path, edit_config=None):
     return run
 
 
+def _base_vlm_folder(tmp_path, **model):
+    """A VLM run folder (config.json with a "model" entry) to point vla.base_vlm at."""
+    folder = tmp_path / "base-vlm"
+    folder.mkdir(exist_ok=True)
+    base = dict(PRISMATIC_BASE_VLMS["prism-qwen25-extra-dinosiglip-224px+0_5b"], model_id="my-vlm", **model)
+    (folder / "config.json").write_text(json.dumps({"model": base}))
+    return str(folder)
+
+
 @pytest.mark.parametrize("edit, match", [
-    (lambda c: c.pop("vla"), "lacks the 'vla' and 'model' entries"),
-    (lambda c: c["model"].update(image_resize_strategy="letterbox"), "image_resize_strategy 'letterbox'"),
-    (lambda c: c["model"].update(vision_backbone_id="siglip-vit-so400m"), "vision backbone 'siglip-vit-so400m'"),
-    (lambda c: c["vla"].update(use_wrist_image=True), "several images per step"),
-    (lambda c: c["model"].update(llm_backbone_id="qwen25-7b-pure"), "pass llm_config"),
+    (lambda c, t: c.pop("vla"), "lacks the 'vla' entry"),
+    (lambda c, t: c["vla"].update(base_vlm="prism-dinosiglip-224px+7b"), "base VLM 'prism-dinosiglip-224px\\+7b'"),
+    (lambda c, t: c["vla"].update(base_vlm=_base_vlm_folder(t, image_resize_strategy="letterbox")),
+     "image_resize_strategy 'letterbox'"),
+    (lambda c, t: c["vla"].update(base_vlm=_base_vlm_folder(t, vision_backbone_id="siglip-vit-so400m")),
+     "vision backbone 'siglip-vit-so400m'"),
+    (lambda c, t: c["vla"].update(base_vlm=_base_vlm_folder(t, llm_backbone_id="qwen25-7b-pure")), "pass llm_config"),
+    (lambda c, t: c["vla"].update(use_wrist_image=True), "several images per step"),
 ])
 def test_unsupported_runs_are_refused_with_the_reason(tmp_path, edit, match):
     with pytest.raises(PrismaticFormatError, match=match):
-        load_prismatic_vla(_run_copy(tmp_path, edit), tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+        load_prismatic_vla(_run_copy(tmp_path, lambda c: edit(c, tmp_path)), tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+
+
+def test_a_base_vlm_folder_is_read_like_the_authors(tmp_path):
+    """vla.base_vlm may be a VLM run folder: its config.json's model entry is used."""
+    run = _run_copy(tmp_path, lambda c: c["vla"].update(base_vlm=_base_vlm_folder(tmp_path)))
+    model, _ = load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+    assert model.config.llm_backbone_id == "qwen25-0_5b-extra" and model.config.action_vocab_size == 525
 
 
 def test_bad_checkpoints_are_refused_with_the_reason(tmp_path):

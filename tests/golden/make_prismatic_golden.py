@@ -9,8 +9,9 @@ Nothing from wmrl is imported. What runs is openvla-mini (Stanford-ILIAD, commit
    (``dinosiglip_vit.py``, timm), the ``no-align+fused-gelu-mlp`` projector and the Qwen2.5 LM
    with 256 extra tokens (``qwen25.py``) — at toy width (below); the weights are saved the way
    their training strategy saves them (``checkpoints/step-*.pt`` = ``{"model": {"vision_backbone",
-   "projector", "llm_backbone"}}``) next to a ``config.json`` (``{"model": ..., "vla": ...}``) and
-   a ``dataset_statistics.json``;
+   "projector", "llm_backbone"}}``) next to a ``config.json`` as ``vla-scripts/train.py`` writes it
+   (the training config, with the VLA experiment ``prism-qwen25-dinosiglip-224px+0_5b+mx-libero-90``
+   under ``"vla"``) and a ``dataset_statistics.json``;
 2. ``prismatic.models.load.load_vla`` loads that folder back (their loading path, config and
    statistics included), and on fixed images and instructions this script records: the token ids
    of the prompt, the pixel tensors of both image transforms, the logits at the end of the prompt
@@ -47,6 +48,7 @@ operator registrations were disabled), ``draccus==0.8.0``, ``einops``, ``rich``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -60,6 +62,7 @@ import numpy as np
 import torch
 
 BASE_VLM = "prism-qwen25-extra-dinosiglip-224px+0_5b"
+VLA_ID = "prism-qwen25-dinosiglip-224px+0_5b+mx-libero-90"  # MiniVLA (bins) on LIBERO-90, prismatic/conf/vla.py
 UNNORM_KEY = "libero_10_no_noops"
 TINY = {
     "dino": {"depth": 3, "embed_dim": 32, "num_heads": 2},
@@ -223,11 +226,19 @@ def main() -> None:
         {"model": {k: getattr(vlm, k).state_dict() for k in ("vision_backbone", "projector", "llm_backbone")}},
         run / "checkpoints" / "step-000010-epoch-00-loss=0.1000.pt",
     )
-    model_cfg = {k: getattr(cfg, k) for k in ("model_id", "vision_backbone_id", "llm_backbone_id", "arch_specifier",
-                                              "image_resize_strategy", "llm_max_length")}
-    vla_cfg = {"vla_id": "prism-qwen25-dinosiglip-224px+0_5b+mx-libero-90", "base_vlm": BASE_VLM,
-               "action_tokenizer": "extra_action_tokenizer", "image_sequence_len": 1, "use_wrist_image": False}
-    (run / "config.json").write_text(json.dumps({"model": model_cfg, "vla": vla_cfg}, indent=2))
+    # config.json as vla-scripts/train.py writes it (l.141-144: draccus.dump of its TrainConfig to
+    # config.yaml, then to JSON): the VLA experiment config under "vla", no "model" entry
+    from prismatic.conf import VLAConfig
+
+    vla_cfg = dataclasses.asdict(VLAConfig.get_choice_class(VLA_ID)())
+    vla_cfg = {"type": VLA_ID, **{k: (str(v) if isinstance(v, Path) else v) for k, v in vla_cfg.items()}}
+    assert vla_cfg["base_vlm"] == BASE_VLM and vla_cfg["action_tokenizer"] == "extra_action_tokenizer"
+    train_cfg = {"vla": vla_cfg, "data_root_dir": "datasets/open-x-embodiment", "run_root_dir": "runs",
+                 "pretrained_checkpoint": None, "is_resume": True, "resume_step": None, "resume_epoch": None,
+                 "run_id": VLA_ID, "run_id_note": None, "save_interval": 2500, "image_aug": False, "seed": 7,
+                 "hf_token": ".hf_token", "trackers": ["jsonl", "wandb"], "wandb_project": "prismatic",
+                 "wandb_entity": None}
+    (run / "config.json").write_text(json.dumps(train_cfg, indent=2))
     rng = np.random.default_rng(3)
     q01 = np.round(rng.uniform(-0.9, -0.1, 7), 4)
     q99 = np.round(rng.uniform(0.1, 0.9, 7), 4)
