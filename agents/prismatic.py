@@ -74,13 +74,17 @@ QWEN25_CONFIGS: dict[str, dict[str, Any]] = {
         "rms_norm_eps": 1e-6,
         "max_position_embeddings": 32768,
         "hidden_act": "silu",
+        "vocab_rows": 151936,
+        "tokenizer_len": 151665,
     },
 }
 """What a Prismatic checkpoint does not store about its language model, per LLM backbone (the
 ``-extra`` / ``-pure`` suffix removed): the hub id whose tokenizer the authors load and the
 hyper-parameters of its ``config.json`` that the weights' shapes do not give (Qwen2.5-0.5B: 14
 heads, RoPE θ 1e6, RMSNorm ε 1e-6, 32768 positions). Sizes (width, depth, vocabulary rows, key/value
-heads, tied head) are read from the weights. Other backbones: pass ``llm_config``."""
+heads, tied head) are read from the weights. ``vocab_rows`` / ``tokenizer_len``: a checkpoint
+with that many embedding rows must come with a tokenizer of that many tokens before the 256 extra
+ones (Qwen2.5's 151 665), else the action ids would be shifted. Other backbones: pass ``llm_config``."""
 
 PRISMATIC_BASE_VLMS: dict[str, dict[str, Any]] = {
     "prism-qwen25-extra-dinosiglip-224px+0_5b": {
@@ -153,7 +157,11 @@ class PrismaticProcessor:
         from PIL import Image
 
         if isinstance(image, np.ndarray):
+            if image.dtype != np.uint8 or image.ndim != 3 or image.shape[-1] != 3 or 0 in image.shape:
+                raise ValueError(f"images must be uint8 (H, W, 3) arrays with H, W >= 1, got {image.dtype} {image.shape}")
             image = Image.fromarray(image)
+        elif not isinstance(image, Image.Image):
+            raise ValueError(f"images must be PIL images or uint8 (H, W, 3) arrays, got {type(image).__name__}")
         img = image.convert("RGB").resize((self.image_size, self.image_size), Image.BICUBIC)
         x = torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
         out = []
@@ -178,9 +186,12 @@ class PrismaticProcessor:
         texts = [text] if isinstance(text, str) else list(text)
         imgs = images if isinstance(images, (list, tuple)) else [images]
         imgs = [im[0] if isinstance(im, (list, tuple)) and len(im) == 1 else im for im in imgs]
-        if len(imgs) != len(texts) or any(im is None or isinstance(im, (list, tuple)) for im in imgs):
-            raise ValueError(f"PrismaticProcessor takes exactly one image per prompt, got {len(imgs)} image entries "
-                             f"for {len(texts)} prompts (MiniVLA runs with wrist or history images are not supported)")
+        if images is None or any(im is None for im in imgs):
+            raise ValueError("PrismaticProcessor needs one image per prompt, got none")
+        if len(imgs) != len(texts) or any(isinstance(im, (list, tuple)) for im in imgs):
+            counts = [len(im) if isinstance(im, (list, tuple)) else 1 for im in imgs]
+            raise ValueError(f"PrismaticProcessor takes exactly one image per prompt, got images per prompt {counts} for "
+                             f"{len(texts)} prompt(s) (MiniVLA runs with wrist or history images are not supported)")
         rows = [self.tokenizer(t, add_special_tokens=True).input_ids for t in texts]
         if any(len(r) == 0 for r in rows):
             raise ValueError("a prompt tokenised to no tokens: the image goes after the first token")
@@ -238,8 +249,10 @@ class PrismaticVLA(torch.nn.Module):
     def embed_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """float (B, 6, H, W) -> (B, P, D_llm): patch features of the second-to-last block of
         each tower (DINOv2 without its class and register tokens), concatenated, projected."""
-        if pixel_values.dim() != 4 or pixel_values.shape[1] != 6:
-            raise ValueError(f"pixel_values must be (B, 6, H, W) (DINOv2 then SigLIP channels), got {tuple(pixel_values.shape)}")
+        size = int(self.config.image_size)
+        if pixel_values.dim() != 4 or tuple(pixel_values.shape[1:]) != (6, size, size):
+            raise ValueError(f"pixel_values must be (B, 6, {size}, {size}) (DINOv2 then SigLIP channels, from "
+                             f"PrismaticProcessor), got {tuple(pixel_values.shape)}")
         d = self.dino(pixel_values=pixel_values[:, :3], output_hidden_states=True).hidden_states[-1]
         s = self.siglip(pixel_values=pixel_values[:, 3:], output_hidden_states=True).hidden_states[-1]
         return self.projector(torch.cat([d[:, self._n_dino_prefix :], s], dim=2))
@@ -275,6 +288,8 @@ class PrismaticVLA(torch.nn.Module):
         """
         cache = cache if cache is not None else past_key_values
         embeds = self.language_model.get_input_embeddings()(input_ids)
+        if pixel_values is None and image_mask is not None and bool(image_mask.any()):
+            raise ValueError("image_mask marks image positions but no pixel_values were given")
         if pixel_values is not None:
             if image_mask is None:
                 raise ValueError("pixel_values need image_mask (the image positions): encode with PrismaticProcessor")
@@ -297,16 +312,16 @@ class PrismaticVLA(torch.nn.Module):
 
 # ---------------------------------------------------------------------------------- loading
 def is_prismatic_run(folder: str | os.PathLike) -> bool:
-    """True when ``folder`` looks like a Prismatic run: ``config.json`` with a ``"vla"`` entry and
-    ``checkpoints/*.pt``."""
+    """True when ``folder`` looks like a Prismatic run: ``checkpoints/*.pt``, or a ``config.json``
+    with a ``"vla"`` entry (:func:`load_prismatic_vla` then says what is missing or malformed)."""
     p = Path(folder)
-    cfg = p / "config.json"
-    if not (cfg.is_file() and (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt"))):
-        return False
+    if (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt")):
+        return True
     try:
-        return isinstance(json.loads(cfg.read_text()).get("vla"), dict)
-    except (json.JSONDecodeError, AttributeError):
+        cfg = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
         return False
+    return isinstance(cfg, dict) and isinstance(cfg.get("vla"), dict)
 
 
 def prismatic_vq_folder(run: str | os.PathLike, action_tokenizer: str) -> Path | None:
@@ -326,6 +341,8 @@ def _checkpoint_file(run: Path, checkpoint: str | os.PathLike | None) -> Path:
     if checkpoint is not None:
         c = Path(checkpoint)
         c = c if c.is_absolute() or c.exists() else run / "checkpoints" / c
+        if c.is_dir():
+            raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} is a folder; pass a .pt file (e.g. checkpoints/step-*.pt)")
         if not c.is_file():
             raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} not found (looked at {str(c)!r})")
         return c
@@ -446,6 +463,14 @@ def build_prismatic_vla(shapes: PrismaticShapes, config: Any = None) -> Prismati
     return PrismaticVLA(dino, siglip, torch.nn.Sequential(*layers), lm, config).eval()
 
 
+def _indexed_projector(proj: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The ``linear`` projector is one ``nn.Linear`` (``projector.weight``); the MLPs are
+    ``nn.Sequential`` (``projector.0.weight``, ...): name the former like the latter."""
+    if "projector.weight" in proj:
+        return {f"projector.0.{k.rsplit('.', 1)[-1]}": v for k, v in proj.items()}
+    return proj
+
+
 def _shapes_from_checkpoint(parts: dict[str, dict[str, torch.Tensor]], heads: dict[str, int], base: dict[str, Any],
                             pad_id: int) -> PrismaticShapes:
     """The sizes of a checkpoint's modules, from its tensors' shapes (heads and LM hyper-parameters given)."""
@@ -456,13 +481,14 @@ def _shapes_from_checkpoint(parts: dict[str, dict[str, torch.Tensor]], heads: di
             "siglip_featurizer.blocks.0.mlp.fc1.weight"]
     missing = [k for k in need if k not in sd]
     if missing:
-        raise PrismaticFormatError(f"the checkpoint's vision_backbone lacks {missing}: not a dinosiglip-vit-so-224px backbone")
+        raise PrismaticFormatError(f"the checkpoint's vision_backbone lacks {missing}: an incomplete checkpoint, or not a "
+                                   "dinosiglip-vit-so-224px backbone")
     patch = int(sd["dino_featurizer.patch_embed.proj.weight"].shape[-1])
     n_patch = {t: int(sd[f"{t}_featurizer.pos_embed"].shape[1]) for t in ("dino", "siglip")}
     if n_patch["dino"] != n_patch["siglip"] or patch != int(sd["siglip_featurizer.patch_embed.proj.weight"].shape[-1]):
         raise PrismaticFormatError(f"the towers disagree: DINOv2 gives {n_patch['dino']} patches, SigLIP {n_patch['siglip']}")
     side = int(round(n_patch["dino"] ** 0.5))
-    proj = parts["projector"]
+    proj = _indexed_projector(parts["projector"])
     idx = sorted({int(m.group(1)) for k in proj if (m := re.match(r"projector\.(\d+)\.weight", k))})
     if not idx:
         raise PrismaticFormatError(f"the checkpoint's projector has no projector.<i>.weight keys (has {sorted(proj)[:6]})")
@@ -533,7 +559,7 @@ def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]
             new[o + f"self_attn.{part}.weight"], new[o + f"self_attn.{part}.bias"] = w, bias
     prefix = "" if "embeddings.patch_embedding.weight" in model.siglip.state_dict() else "vision_model."
     model.siglip.load_state_dict({prefix + k: v for k, v in new.items()}, strict=True)
-    proj = parts["projector"]
+    proj = _indexed_projector(parts["projector"])
     idx = sorted({int(m.group(1)) for k in proj if (m := re.match(r"projector\.(\d+)\.weight", k))})
     model.projector.load_state_dict({f"{2 * j}.{k.rsplit('.', 1)[-1]}": v for j, i in enumerate(idx)
                                      for k, v in proj.items() if k.startswith(f"projector.{i}.")}, strict=True)
@@ -609,10 +635,23 @@ def prismatic_tokenizer(source: str | os.PathLike, llm_backbone_id: str, *, max_
 def prismatic_action_vocab_size(tokenizer: Any, action_tokenizer: str) -> int:
     """Where the action token ids of a Prismatic run end (exclusive), from its action tokenizer's
     name (``prismatic/vla/action_tokenizer.py`` l.49-58): ``len(tokenizer)`` for the ``extra``
-    tokenizers of a Qwen2 tokenizer (the 256 ``<|extra_i|>`` ids), else ``tokenizer.vocab_size``
-    (the last ids of the base vocabulary, OpenVLA's convention)."""
-    use_extra = "extra" in action_tokenizer and type(tokenizer).__name__.startswith("Qwen2")
-    return len(tokenizer) if use_extra else int(tokenizer.vocab_size)
+    tokenizers (the 256 ``<|extra_i|>`` ids, which must be the last 256 ids), else
+    ``tokenizer.vocab_size`` (the last ids of the base vocabulary, OpenVLA's convention).
+
+    Raises:
+        PrismaticFormatError: an ``extra`` action tokenizer whose tokenizer does not end with
+            ``<|extra_0|>`` ... ``<|extra_255|>`` (the action ids would be shifted).
+    """
+    if "extra" not in action_tokenizer:
+        return int(tokenizer.vocab_size)
+    n = len(tokenizer)
+    ids = tokenizer.convert_tokens_to_ids([f"<|extra_{i}|>" for i in (0, _N_EXTRA - 1)])
+    if ids != [n - _N_EXTRA, n - 1]:
+        raise PrismaticFormatError(
+            f"action tokenizer {action_tokenizer!r} uses the 256 <|extra_i|> tokens as the last ids of the vocabulary, "
+            f"but this tokenizer ({n} tokens) has <|extra_0|>, <|extra_255|> at ids {ids}: tokens were added after them "
+            "or they are missing; use the run's own tokenizer")
+    return n
 
 
 def load_prismatic_vla(
@@ -637,7 +676,9 @@ def load_prismatic_vla(
         checkpoint: a file in ``checkpoints/`` (name or path); default ``latest-checkpoint.pt``,
             else the ``step-*.pt`` with the highest step.
         heads: attention heads ``{"dino", "siglip", "llm"}`` overriding the backbones' (16, 16,
-            14 for MiniVLA) — for toy checkpoints; sizes come from the weights.
+            14 for MiniVLA) — for toy checkpoints; sizes come from the weights. A checkpoint does
+            not store its head counts: a wrong count that divides the widths loads and gives wrong
+            outputs (one that does not divide them is refused).
         llm_config: ``num_attention_heads``, ``rope_theta``, ``rms_norm_eps``,
             ``max_position_embeddings`` (and ``hub_id``) of an LLM backbone not in
             :data:`QWEN25_CONFIGS`.
@@ -664,7 +705,10 @@ def load_prismatic_vla(
     run = Path(run_dir).expanduser()
     if not (run / "config.json").is_file():
         raise FileNotFoundError(f"no config.json in Prismatic run folder {str(run)!r}")
-    raw = json.loads((run / "config.json").read_text())
+    try:
+        raw = json.loads((run / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PrismaticFormatError(f"{str(run / 'config.json')!r} is not valid JSON ({e}); copy the run's config.json again") from e
     vla_cfg = raw.get("vla") if isinstance(raw, dict) else None
     if not isinstance(vla_cfg, dict):
         raise PrismaticFormatError(f"{str(run / 'config.json')!r} lacks the 'vla' entry of a Prismatic VLA run "
@@ -694,6 +738,9 @@ def load_prismatic_vla(
     n_heads = {**_VISION_HEADS[vision_id], "llm": base["num_attention_heads"], **(heads or {})}
     if set(n_heads) != {"dino", "siglip", "llm"}:
         raise ValueError(f"heads takes the keys 'dino', 'siglip', 'llm', got {sorted(heads or {})}")
+    bad = {k: v for k, v in n_heads.items() if isinstance(v, bool) or not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(f"heads must be positive integers, got {bad}")
 
     # --- tokenizer (as prismatic/models/backbones/llm/base_llm.py + qwen25.py set it up)
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
@@ -711,7 +758,13 @@ def load_prismatic_vla(
 
     # --- weights
     ckpt = _checkpoint_file(run, checkpoint)
-    state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    try:
+        state = torch.load(ckpt, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # torch raises RuntimeError / UnpicklingError / EOFError / ValueError for bad files
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise PrismaticFormatError(
+            f"cannot read checkpoint {str(ckpt)!r} ({type(e).__name__}: {first}): the file is truncated, corrupt or "
+            "not a torch.save of tensors; download or copy it again") from e
     parts = state.get("model", state) if isinstance(state, dict) else None
     if not isinstance(parts, dict) or not {"projector", "llm_backbone"} <= set(parts):
         raise PrismaticFormatError(f"{str(ckpt)!r} is not a Prismatic checkpoint: expected {{'model': {{'vision_backbone', "
@@ -719,8 +772,22 @@ def load_prismatic_vla(
     if "vision_backbone" not in parts:
         raise PrismaticFormatError(f"{str(ckpt)!r} has no vision_backbone weights (the run froze it and saved only trained "
                                    "modules); this loader needs them in the checkpoint")
-    shapes = _shapes_from_checkpoint(parts, n_heads, base,
-                                     tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    try:
+        shapes = _shapes_from_checkpoint(parts, n_heads, base,
+                                         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
+    except (KeyError, AttributeError, IndexError) as e:
+        raise PrismaticFormatError(f"checkpoint {str(ckpt)!r} lacks a tensor this backbone needs ({e}); is it complete?") from e
+    for name, width in (("dino", shapes.dino_width), ("siglip", shapes.siglip_width), ("llm", shapes.llm["hidden_size"])):
+        if width % n_heads[name]:
+            raise PrismaticFormatError(f"{name} width {width} is not divisible by heads[{name!r}] = {n_heads[name]}: "
+                                       "pass the checkpoint's head counts as heads={'dino', 'siglip', 'llm'}")
+    rows, expected = shapes.llm["vocab_size"], base.get("tokenizer_len")
+    if expected is not None and rows == base.get("vocab_rows") and llm_id.endswith("-extra") \
+            and len(tokenizer) != expected + _N_EXTRA:
+        raise PrismaticFormatError(
+            f"this {llm_id} checkpoint ({rows} embedding rows) was trained with {base.get('hub_id')}'s tokenizer "
+            f"({expected} tokens + 256 extra = {expected + _N_EXTRA}), but the tokenizer given has {len(tokenizer)}: "
+            "its action ids would be shifted; use that tokenizer")
     if shapes.llm["vocab_size"] < len(tokenizer):
         raise PrismaticFormatError(f"the LM has {shapes.llm['vocab_size']} embedding rows but the tokenizer {len(tokenizer)} "
                                    "tokens: wrong tokenizer for this run?")
@@ -731,7 +798,14 @@ def load_prismatic_vla(
         llm_backbone_id=llm_id, vision_backbone_id=vision_id, action_tokenizer=action_name,
         action_vocab_size=action_vocab_size, norm_stats=norm_stats, checkpoint=str(ckpt))
     model = build_prismatic_vla(shapes, config)
-    _load_weights(model, parts)
+    try:
+        _load_weights(model, parts)
+    except (KeyError, RuntimeError) as e:
+        msg = str(e).splitlines()[0] if isinstance(e, KeyError) else " ".join(str(e).split())[:600]
+        raise PrismaticFormatError(
+            f"the weights of {str(ckpt)!r} do not fit the architecture of its config ({type(e).__name__}: {msg}). "
+            "A missing tensor: the checkpoint is incomplete; a size mismatch: tensors of another architecture "
+            "than its config.json's base_vlm") from e
     model = model.to(device=device, dtype=dtype).eval()
     processor = PrismaticProcessor(tokenizer, image_size=shapes.image_size, num_patches=shapes.num_patches)
     return model, processor

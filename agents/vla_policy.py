@@ -305,8 +305,12 @@ class VLAPolicy:
 
         Raises:
             KeyError: the observation lacks ``"instruction"``.
+            ValueError: the instruction is not a non-empty string.
         """
-        instruction = str(observation["instruction"]).strip().lower()
+        instruction = observation["instruction"]
+        if not isinstance(instruction, str) or not instruction.strip():
+            raise ValueError(f"the observation's instruction must be a non-empty string, got {instruction!r}")
+        instruction = instruction.strip().lower()
         text = self.prompt_template.format(instruction=instruction)
         if self.image_placeholder:
             text = self.image_placeholder * len(self.image_keys) + text
@@ -318,8 +322,8 @@ class VLAPolicy:
             if k not in observation:
                 raise KeyError(f"observation lacks image {k!r} (has {sorted(observation)})")
             img = np.asarray(observation[k])
-            if img.ndim != 3 or img.shape[-1] != 3 or img.dtype != np.uint8:
-                raise ValueError(f"{k} must be a uint8 (H, W, 3) array, got {img.dtype} {img.shape}")
+            if img.ndim != 3 or img.shape[-1] != 3 or img.dtype != np.uint8 or 0 in img.shape:
+                raise ValueError(f"{k} must be a uint8 (H, W, 3) array with H, W >= 1, got {img.dtype} {img.shape}")
             out.append(img.copy())  # the env may reuse its buffers; samples must keep this step's frame
         return out
 
@@ -641,16 +645,9 @@ def load_vla(
             raise VLAWeightsNotFoundError(f"VLA checkpoint folder {str(p)!r} does not exist. {_HOW_TO_FIX}")
         from agents.prismatic import is_prismatic_run, load_prismatic_vla
 
-        has_hf_weights = any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS)
-        if is_prismatic_run(p) and not has_hf_weights:
+        if is_prismatic_run(p) and not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
             return load_prismatic_vla(p, dtype=dtype, device=device, local_files_only=local_files_only,
                                       **(prismatic or {}))
-        if (p / "checkpoints").is_dir() and any((p / "checkpoints").glob("*.pt")) and not has_hf_weights:
-            raise VLAWeightsNotFoundError(
-                f"{str(p)!r} has Prismatic checkpoints (checkpoints/*.pt) but no Prismatic config.json (a JSON object "
-                "with 'model' and 'vla' entries, written by openvla-mini's training next to checkpoints/): copy the "
-                "run's config.json and dataset_statistics.json into the folder"
-            )
         if not (p / "config.json").is_file():
             raise VLAWeightsNotFoundError(f"no config.json in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}")
         if not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):

@@ -12,6 +12,21 @@ import pytest
 from agents.experiments.libero_protocol import LIBERO_PRESETS, LiberoProtocolConfig, main_libero, results_table
 
 
+def test_device_setting(monkeypatch):
+    import torch
+
+    from agents.experiments.libero_protocol import _device
+
+    with pytest.raises(ValueError, match="device must be"):
+        LiberoProtocolConfig(device="gpu")
+    assert _device(LiberoProtocolConfig(device="cpu")) == ("cpu", torch.float32)
+    assert _device(LiberoProtocolConfig(device="cuda:1")) == ("cuda:1", torch.bfloat16)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _device(LiberoProtocolConfig()) == ("cpu", torch.float32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _device(LiberoProtocolConfig()) == ("cuda", torch.bfloat16)
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="overlap"):
         LiberoProtocolConfig(train_states=(0, 16), eval_states=(16, 17))
@@ -48,6 +63,9 @@ def test_real_checkpoints_get_their_action_statistics_and_prompt(tmp_path):
 
     assert _prompt_template(SimpleNamespace(tokenizer=Qwen2TokenizerFast())) == MINIVLA_QWEN_PROMPT
     assert _prompt_template(SimpleNamespace(tokenizer=object())) == OPENVLA_PROMPT
+    # a Prismatic run says its LM: MiniVLA's prompt whatever the tokenizer's class
+    prismatic_run = SimpleNamespace(config=SimpleNamespace(llm_backbone_id="qwen25-0_5b-extra"))
+    assert _prompt_template(SimpleNamespace(tokenizer=object()), prismatic_run) == MINIVLA_QWEN_PROMPT
 
 
 def test_a_vq_checkpoint_gets_its_vq_tokenizer_and_is_never_read_as_bins(tmp_path):

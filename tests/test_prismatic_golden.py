@@ -131,11 +131,16 @@ def test_greedy_actions_match_predict_action(policy, golden, prompts):
     np.testing.assert_allclose(actions, golden["greedy_actions"], atol=1e-5)
 
 
-def test_load_vla_reads_a_prismatic_run_with_its_tokenizer_folder(tmp_path, golden, prompts):
+def test_load_vla_reads_a_prismatic_run_with_its_tokenizer_folder(tmp_path, golden, prompts, monkeypatch):
+    import agents.prismatic as prismatic
+
     run = tmp_path / "minivla-run"
     shutil.copytree(GOLDEN / "run", run)
-    with pytest.raises(VLAWeightsNotFoundError, match="hf download Qwen/Qwen2.5-0.5B") as e:
-        load_vla(run, prismatic={"heads": HEADS})  # no RUN/tokenizer, Qwen2.5 not in the HF cache
+    # a hub id that is in no cache (Qwen/Qwen2.5-0.5B may be cached on a user's machine)
+    monkeypatch.setitem(prismatic.QWEN25_CONFIGS, "qwen25-0_5b",
+                        dict(prismatic.QWEN25_CONFIGS["qwen25-0_5b"], hub_id="wmrl-test/no-such-tokenizer"))
+    with pytest.raises(VLAWeightsNotFoundError, match="hf download wmrl-test/no-such-tokenizer") as e:
+        load_vla(run, prismatic={"heads": HEADS})  # no RUN/tokenizer, the hub id not in the HF cache
     assert str(run / "tokenizer") in str(e.value)
     shutil.copytree(GOLDEN / "tokenizer", run / "tokenizer")
     # an older step beside the newest: the highest step is loaded
@@ -248,3 +253,90 @@ def test_minivla_shapes_build_the_published_architecture():
     assert model.get_output_embeddings().weight.shape == (151936, 896)  # >= 151 921 tokens with the extras
     n = sum(p.numel() for p in model.language_model.parameters())
     assert n == 494_032_768  # Qwen2.5-0.5B's published parameter count (tied head counted once)
+
+
+def test_a_tokenizer_that_would_shift_the_action_ids_is_refused(tmp_path, monkeypatch):
+    """Tokens added after the 256 extras, or a different base vocabulary (e.g. Qwen3's, 4 tokens
+    longer), would move every action bin: refused, whatever the tokenizer's class."""
+    import agents.prismatic as prismatic
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    generic = PreTrainedTokenizerFast.from_pretrained(str(GOLDEN / "tokenizer"))  # not a Qwen2 class
+    model, _ = load_prismatic_vla(GOLDEN / "run", tokenizer=generic, heads=HEADS)
+    assert model.config.action_vocab_size == 525  # the extras, not the byte vocabulary
+    tok = AutoTokenizer.from_pretrained(str(GOLDEN / "tokenizer"))
+    prismatic_tokenizer(GOLDEN / "tokenizer", "qwen25-0_5b-extra")
+    tok.add_tokens([f"<|extra_{i}|>" for i in range(256)])
+    tok.add_tokens(["<think>", "</think>"])
+    with pytest.raises(PrismaticFormatError, match="tokens were added after them"):
+        prismatic_action_vocab_size(tok, "extra_action_tokenizer")
+    # Qwen2.5-0.5B's table says how long its tokenizer is; here, as if the toy were that checkpoint
+    monkeypatch.setitem(prismatic.QWEN25_CONFIGS, "qwen25-0_5b", dict(
+        prismatic.QWEN25_CONFIGS["qwen25-0_5b"], vocab_rows=576, tokenizer_len=269))
+    longer = AutoTokenizer.from_pretrained(str(GOLDEN / "tokenizer"))
+    longer.add_tokens(["<think>", "</think>"])  # before the extras, which the loader then appends
+    with pytest.raises(PrismaticFormatError, match="action ids would be shifted"):
+        load_prismatic_vla(GOLDEN / "run", tokenizer=longer, heads=HEADS)
+
+
+def test_damaged_checkpoints_and_wrong_heads_get_the_reason(tmp_path):
+    run = _run_copy(tmp_path)
+    ckpt = next((run / "checkpoints").glob("step-*.pt"))
+    good = torch.load(ckpt, weights_only=True)
+    kw = dict(tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+    for content in (b"", ckpt.read_bytes()[:1000]):
+        ckpt.write_bytes(content)
+        with pytest.raises(PrismaticFormatError, match="cannot read checkpoint.*download or copy it again"):
+            load_prismatic_vla(run, **kw)
+    for part, key in (("vision_backbone", "dino_featurizer.blocks.1.attn.qkv.weight"),
+                      ("vision_backbone", "siglip_featurizer.blocks.0.mlp.fc1.weight"),
+                      ("projector", "projector.0.bias"),
+                      ("llm_backbone", "llm.model.layers.0.mlp.gate_proj.weight")):
+        state = {"model": {k: dict(v) for k, v in good["model"].items()}}
+        del state["model"][part][key]
+        torch.save(state, ckpt)
+        with pytest.raises(PrismaticFormatError, match="lacks|do not fit"):
+            load_prismatic_vla(run, **kw)
+    torch.save(good, ckpt)
+    with pytest.raises(PrismaticFormatError, match="not divisible by heads\\['llm'\\] = 5"):
+        load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer", heads={**HEADS, "llm": 5})
+    with pytest.raises(PrismaticFormatError, match="not divisible by heads\\['llm'\\] = 14"):
+        load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer")  # MiniVLA's 14 heads on the toy's width 64
+    with pytest.raises(ValueError, match="positive integers"):
+        load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer", heads={**HEADS, "llm": 0})
+    with pytest.raises(FileNotFoundError, match="is a folder"):
+        load_prismatic_vla(run, checkpoint=run / "checkpoints", **kw)
+
+
+def test_a_linear_projector_is_rebuilt(tmp_path):
+    """The authors' ``linear`` projector is one nn.Linear (keys ``projector.weight`` / ``.bias``)."""
+    run = _run_copy(tmp_path, lambda c: c["vla"].update(
+        base_vlm=_base_vlm_folder(tmp_path, arch_specifier="no-align+linear")))
+    ckpt = next((run / "checkpoints").glob("step-*.pt"))
+    state = torch.load(ckpt, weights_only=True)
+    w, b = torch.randn(64, 80), torch.randn(64)
+    state["model"]["projector"] = {"projector.weight": w, "projector.bias": b}
+    torch.save(state, ckpt)
+    model, _ = load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+    assert len(model.projector) == 1
+    assert torch.equal(model.projector[0].weight, w) and torch.equal(model.projector[0].bias, b)
+
+
+def test_bad_inputs_are_refused(loaded, golden, policy):
+    model, processor = loaded
+    im = golden["images_128"]
+    for bad in (im.astype(np.float32), np.zeros((0, 0, 3), np.uint8), im[..., :1]):
+        with pytest.raises(ValueError, match="uint8 \\(H, W, 3\\)"):
+            processor(images=[bad], text=["a prompt"])
+    with pytest.raises(ValueError, match="one image per prompt, got none"):
+        processor(text=["a prompt"])
+    with pytest.raises(ValueError, match=r"images per prompt \[2\]"):
+        processor(images=[[im, im]], text=["a prompt"])
+    enc = processor(images=[im], text=["a prompt"])
+    with pytest.raises(ValueError, match="pixel_values must be \\(B, 6, 224, 224\\)"):
+        model(**{**enc, "pixel_values": enc["pixel_values"][..., :112, :112]})
+    with pytest.raises(ValueError, match="no pixel_values"):
+        model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], image_mask=enc["image_mask"])
+    for instruction in (None, "", "   "):
+        with pytest.raises(ValueError, match="non-empty string"):
+            policy.act([{"agentview_image": im, "instruction": instruction}])

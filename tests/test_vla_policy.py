@@ -18,6 +18,7 @@ import torch
 import agents.vla_policy as vla_mod
 from agents.action_tokenizer import ActionTokenizer, unnormalize_actions
 from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
+from agents.prismatic import PrismaticFormatError
 from agents.vla_policy import (
     OPENVLA_PROMPT,
     VLAPolicy,
@@ -350,7 +351,10 @@ def test_load_vla_round_trip_and_missing_checkpoint(tmp_path, observations):
     (prism / "checkpoints").mkdir(parents=True)
     (prism / "checkpoints" / "step-1.pt").write_bytes(b"")
     (prism / "config.json").write_text("{}")
-    with pytest.raises(VLAWeightsNotFoundError, match="no Prismatic config.json"):
+    with pytest.raises(PrismaticFormatError, match="lacks the 'vla' entry"):  # goes to the Prismatic loader
+        load_vla(prism)
+    (prism / "config.json").write_text("{not json")
+    with pytest.raises(PrismaticFormatError, match="is not valid JSON"):
         load_vla(prism)
     # a hub id that is not in the local cache: no download is attempted
     with pytest.raises(VLAWeightsNotFoundError, match="wmrl-test/no-such-vla"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -81,6 +82,10 @@ class LiberoProtocolConfig:
     the authors' Prismatic format (``agents.prismatic``; None: a tiny random VLA)."""
     robometer: str | None = None
     """A local Robometer checkpoint (None: a tiny random Robometer)."""
+    device: str = "auto"
+    """Where the ``--vla`` / ``--robometer`` checkpoints run: ``auto`` (CUDA when available, else the
+    CPU), ``cpu``, ``cuda`` or ``cuda:N``; in bfloat16 on CUDA, float32 on the CPU. The tiny random
+    models always run on the CPU."""
     vq: str | None = None
     """MiniVLA VQ models: the VQ folder (``config.json`` + ``checkpoints/model.pt``) of the
     ``--vla`` checkpoint; default ``<vla>/vq`` when that folder exists (else 256-bin tokens)."""
@@ -106,6 +111,8 @@ class LiberoProtocolConfig:
             states = getattr(self, name)
             if not states or any(not 0 <= s < 50 for s in states):
                 raise ValueError(f"{name} must be initial-state ids in 0..49, got {states!r}")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         if set(self.train_states) & set(self.eval_states):
             raise ValueError("train_states and eval_states overlap: held-out states must not be trained on")
         if not 0.0 < self.anchor_fraction <= 1.0:
@@ -204,10 +211,22 @@ def _evaluate(envs: _Envs, policy: Any, cfg: LiberoProtocolConfig, bar: Any,
     return out
 
 
-def _prompt_template(processor: Any) -> str:
-    """MiniVLA's Qwen chat prompt for a Qwen2 tokenizer, OpenVLA's prompt otherwise."""
+def _device(cfg: LiberoProtocolConfig) -> tuple[str, Any]:
+    """The device and dtype of the real checkpoints (``cfg.device``; bfloat16 on CUDA)."""
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    return device, (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+
+
+def _prompt_template(processor: Any, model: Any = None) -> str:
+    """MiniVLA's Qwen chat prompt for a Prismatic run with a Qwen2.5 LM or a Qwen2 tokenizer,
+    OpenVLA's prompt otherwise."""
     from agents.vla_policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
 
+    llm = str(getattr(getattr(model, "config", None), "llm_backbone_id", "") or "")
+    if llm.startswith("qwen25"):
+        return MINIVLA_QWEN_PROMPT
     tok = getattr(processor, "tokenizer", processor)
     return MINIVLA_QWEN_PROMPT if "qwen2" in type(tok).__name__.lower() else OPENVLA_PROMPT
 
@@ -287,15 +306,17 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     from wmrl_envs.world_models.base import Trajectory
 
     torch.manual_seed(seed)
-    model, processor = load_vla(cfg.vla) if cfg.vla else build_tiny_vla(seed=0)  # the same SFT policy for every cell
+    device, dtype = _device(cfg)
+    model, processor = (load_vla(cfg.vla, device=device, dtype=dtype) if cfg.vla
+                        else build_tiny_vla(seed=0))  # the same SFT policy for every cell
     policy = VLAPolicy(model, processor, image_keys=("agentview_image",), seed=seed,
-                       prompt_template=_prompt_template(processor),
+                       prompt_template=_prompt_template(processor, model),
                        action_tokenizer=_action_tokenizer(cfg, model, processor))
     action_stats = _action_stats(cfg, model)
     optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
     world_model = None
     if method != "sparse":
-        world_model = (RobometerWorldModel.from_pretrained(cfg.robometer) if cfg.robometer
+        world_model = (RobometerWorldModel.from_pretrained(cfg.robometer, device=device, dtype=dtype) if cfg.robometer
                        else RobometerWorldModel(*build_tiny_robometer(seed=0)))
     loop = CorrectionLoop(_correction(cfg, method), world_model=world_model, seed=seed,
                           groups_per_step=cfg.groups_per_step)
@@ -413,7 +434,7 @@ def main_libero(cfg: LiberoProtocolConfig) -> dict[str, Any]:
     settings = dataclasses.asdict(cfg)
     if cfg.resume and res_path.is_file():
         prev = json.loads(res_path.read_text())
-        keep = {k: v for k, v in settings.items() if k not in ("seeds", "methods", "resume", "out")}
+        keep = {k: v for k, v in settings.items() if k not in ("seeds", "methods", "resume", "out", "device")}
         old = {k: v for k, v in prev["config"].items() if k in keep}
         if json.loads(json.dumps(keep)) != old:
             raise ValueError(f"{res_path} was written with other settings ({old}); pass another --out or --no-resume")
