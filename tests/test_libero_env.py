@@ -82,7 +82,7 @@ def test_splits_and_constructor_validation():
     assert LiberoEnv.HELDOUT_STATES == tuple(range(16, 50))
     assert not set(LiberoEnv.TRAIN_STATES) & set(LiberoEnv.HELDOUT_STATES)
     for kwargs in [{"task_id": 10}, {"task_id": -1}, {"image_size": 0}, {"split": "test"}, {"image_flip": "h"},
-                   {"render_mode": "human"}, {"max_steps": 0}]:
+                   {"render_mode": "human"}, {"max_steps": 0}, {"render_size": 4}, {"render_size": 64.0}]:
         with pytest.raises(ValueError):
             LiberoEnv(**kwargs)  # validated before LIBERO is imported
 
@@ -241,6 +241,23 @@ def test_another_env_made_and_closed_in_the_process_does_not_blank_the_images(en
     other.close()
     obs, _ = env.reset(options={"init_state_id": 3})
     np.testing.assert_array_equal(obs["agentview_image"], before)
+
+
+def test_render_size_resizes_like_the_authors_evaluation(env):
+    """``render_size``: render larger, flip, PIL Lanczos down to ``image_size`` — openvla-mini's
+    ``get_libero_image`` (experiments/robot/libero/libero_utils.py l.56-62)."""
+    from PIL import Image
+
+    obs, _ = env.reset(options={"init_state_id": 5})  # rendered at SIZE, upright
+    small = LiberoEnv(task_id=0, image_size=SIZE // 2, render_size=SIZE)
+    try:
+        assert small.observation_space["agentview_image"].shape == (SIZE // 2, SIZE // 2, 3)
+        got, _ = small.reset(options={"init_state_id": 5})
+    finally:
+        small.close()
+    for key in ("agentview_image", "wrist_image"):
+        want = np.array(Image.fromarray(obs[key]).resize((SIZE // 2, SIZE // 2), Image.LANCZOS).convert("RGB"))
+        np.testing.assert_array_equal(got[key], want)
 
 
 def test_spaces_are_known_without_a_simulator(env):

@@ -34,9 +34,13 @@ def test_settings_are_checked():
         LiberoProtocolConfig(methods=("grpo",))
     with pytest.raises(ValueError, match="tasks"):
         LiberoProtocolConfig(tasks=(10,))
+    with pytest.raises(ValueError, match="render_size"):
+        LiberoProtocolConfig(render_size=4)
     paper = LIBERO_PRESETS["default"]
     assert (paper.train_states, paper.eval_states, paper.group_size, paper.tasks) == (
         tuple(range(16)), tuple(range(16, 50)), 8, tuple(range(10)))
+    # the authors' evaluation images: rendered at 256 px with multisampling, resized to 224
+    assert (paper.image_size, paper.render_size, paper.multisample) == (224, 256, True)
 
 
 def test_real_checkpoints_get_their_action_statistics_and_prompt(tmp_path):
@@ -173,7 +177,8 @@ def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_p
     run = tmp_path / "minivla-run"
     shutil.copytree(golden / "run", run)
     shutil.copytree(golden / "tokenizer", run / "tokenizer")
-    cfg = dataclasses.replace(LIBERO_PRESETS["quick"], out=str(tmp_path / "out"), methods=("wmrl",), vla=str(run))
+    cfg = dataclasses.replace(LIBERO_PRESETS["quick"], out=str(tmp_path / "out"), methods=("wmrl",), vla=str(run),
+                              render_size=64, multisample=True)  # rendered larger and resized, as the authors
     res = main_libero(cfg)
     (cell,) = res["cells"]
     groups = cfg.steps * cfg.groups_per_step

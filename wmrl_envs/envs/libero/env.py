@@ -125,8 +125,12 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
             flips rows, giving the upright camera image — what openvla-mini's LIBERO evaluation
             feeds MiniVLA (``experiments/robot/libero/libero_utils.py`` l.57, ``np.flipud``);
             ``"rot180"`` also mirrors columns, the preprocessing of OpenVLA-7B's LIBERO
-            checkpoints (openvla's evaluation, ``img[::-1, ::-1]``). The authors then resize
-            to 224 px with Lanczos; render at ``image_size=224`` instead (not identical pixels).
+            checkpoints (openvla's evaluation, ``img[::-1, ::-1]``).
+        render_size: render the cameras at this side (pixels), flip them, then resize to
+            ``image_size`` with PIL's Lanczos filter — openvla-mini's LIBERO evaluation renders
+            256 px and resizes to 224 this way (``experiments/robot/libero/libero_utils.py``
+            l.51-62, ``get_libero_image``): ``image_size=224, render_size=256`` gives MiniVLA the
+            pixels its authors' evaluation gives it. None (default): render at ``image_size``.
         render_mode: ``None`` or ``"rgb_array"`` (:meth:`render` returns the agentview frame).
 
     Observation (``spaces.Dict``):
@@ -194,11 +198,15 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
         split: Literal["all", "train", "heldout"] = "all",
         image_flip: Literal["vertical", "rot180"] = "vertical",
         render_mode: str | None = None,
+        render_size: int | None = None,
     ) -> None:
         if isinstance(task_id, bool) or not isinstance(task_id, (int, np.integer)) or not 0 <= task_id < N_TASKS:
             raise ValueError(f"task_id must be an int in 0..{N_TASKS - 1}, got {task_id!r}")
         if isinstance(image_size, bool) or not isinstance(image_size, (int, np.integer)) or image_size < 8:
             raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
+        if render_size is not None and (isinstance(render_size, bool) or not isinstance(render_size, (int, np.integer))
+                                        or render_size < 8):
+            raise ValueError(f"render_size must be None or an int >= 8, got {render_size!r}")
         if int(max_steps) < 1 or int(wait_steps) < 0:
             raise ValueError(f"need max_steps >= 1 and wait_steps >= 0, got {max_steps}, {wait_steps}")
         if split not in self.SPLITS:
@@ -211,6 +219,7 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
 
         self.task_id = int(task_id)
         self.image_size = int(image_size)
+        self.render_size = None if render_size is None else int(render_size)
         self.images = bool(images)
         self.multisample = bool(multisample)
         self.max_steps = int(max_steps)
@@ -236,8 +245,8 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
             np.random.seed(1000 * self.task_id + 999)
             self._env = OffScreenRenderEnv(
                 bddl_file_name=self.bddl_file,
-                camera_heights=self.image_size,
-                camera_widths=self.image_size,
+                camera_heights=self.render_size or self.image_size,
+                camera_widths=self.render_size or self.image_size,
                 use_camera_obs=False,  # cameras are rendered by this class, once per returned observation
                 has_offscreen_renderer=self.images or render_mode == "rgb_array",
                 hard_reset=False,
@@ -427,7 +436,7 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
         ctx._set_mujoco_context_and_buffers()
 
     def _render_camera(self, camera: str) -> np.ndarray:
-        s = self.image_size
+        s = self.render_size or self.image_size
         # robosuite renders into whichever EGL context is current: another LIBERO env made (or
         # closed) in this process since — e.g. the space-reading env of a vector env — would leave
         # this one rendering black frames. Make ours current first.
@@ -436,7 +445,13 @@ class LiberoEnv(gym.Env[dict, np.ndarray]):
             ctx.gl_ctx.make_current()
         img = self._env.sim.render(s, s, camera_name=camera)
         img = img[::-1, ::-1] if self.image_flip == "rot180" else img[::-1]
-        return np.ascontiguousarray(img, dtype=np.uint8)
+        img = np.ascontiguousarray(img, dtype=np.uint8)
+        if s != self.image_size:  # as get_libero_image: PIL resize with Lanczos, then RGB
+            from PIL import Image
+
+            size = (self.image_size, self.image_size)
+            img = np.asarray(Image.fromarray(img).resize(size, Image.Resampling.LANCZOS).convert("RGB"), dtype=np.uint8)
+        return img
 
     def _observation(self, raw: dict[str, np.ndarray]) -> dict[str, Any]:
         obs: dict[str, Any] = {}
