@@ -84,7 +84,8 @@ hyper-parameters of its ``config.json`` that the weights' shapes do not give (Qw
 heads, RoPE θ 1e6, RMSNorm ε 1e-6, 32768 positions). Sizes (width, depth, vocabulary rows, key/value
 heads, tied head) are read from the weights. ``vocab_rows`` / ``tokenizer_len``: a checkpoint
 with that many embedding rows must come with a tokenizer of that many tokens before the 256 extra
-ones (Qwen2.5's 151 665), else the action ids would be shifted. Other backbones: pass ``llm_config``."""
+ones (Qwen2.5's 151 665), else the action ids would be shifted. Other Qwen2.5 sizes (``qwen25-1_5b``,
+...): pass ``llm_config``; other LLM families are not rebuilt."""
 
 PRISMATIC_BASE_VLMS: dict[str, dict[str, Any]] = {
     "prism-qwen25-extra-dinosiglip-224px+0_5b": {
@@ -153,7 +154,11 @@ class PrismaticProcessor:
 
     def pixel_values(self, image: Any) -> torch.Tensor:
         """One image -> float32 (6, H, W): PIL bicubic resize to ``image_size``², /255, then
-        ImageNet normalisation (channels 0-2, DINOv2) and 0.5/0.5 (channels 3-5, SigLIP)."""
+        ImageNet normalisation (channels 0-2, DINOv2) and 0.5/0.5 (channels 3-5, SigLIP).
+
+        Raises:
+            ValueError: not a PIL image or a uint8 (H, W, 3) array with H, W >= 1.
+        """
         from PIL import Image
 
         if isinstance(image, np.ndarray):
@@ -176,14 +181,17 @@ class PrismaticProcessor:
         """Encode B prompts with one image each (a PIL image or uint8 (H, W, 3) array per prompt).
 
         Raises:
-            ValueError: no text, a number of images other than one per prompt (Prismatic runs
-                with several images per step are not supported), or ``return_tensors != "pt"``.
+            ValueError: no text, a prompt that tokenises to nothing, a number of images other than
+                one per prompt (Prismatic runs with several images per step are not supported), an
+                image that is not a PIL image or a uint8 (H, W, 3) array, or ``return_tensors != "pt"``.
         """
         if return_tensors != "pt":
             raise ValueError(f"PrismaticProcessor returns torch tensors only (return_tensors='pt'), got {return_tensors!r}")
         if text is None:
             raise ValueError("PrismaticProcessor needs the prompt text")
         texts = [text] if isinstance(text, str) else list(text)
+        if not texts:
+            raise ValueError("PrismaticProcessor needs at least one prompt")
         imgs = images if isinstance(images, (list, tuple)) else [images]
         imgs = [im[0] if isinstance(im, (list, tuple)) and len(im) == 1 else im for im in imgs]
         if images is None or any(im is None for im in imgs):
@@ -248,7 +256,11 @@ class PrismaticVLA(torch.nn.Module):
 
     def embed_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """float (B, 6, H, W) -> (B, P, D_llm): patch features of the second-to-last block of
-        each tower (DINOv2 without its class and register tokens), concatenated, projected."""
+        each tower (DINOv2 without its class and register tokens), concatenated, projected.
+
+        Raises:
+            ValueError: pixels not (B, 6, image_size, image_size).
+        """
         size = int(self.config.image_size)
         if pixel_values.dim() != 4 or tuple(pixel_values.shape[1:]) != (6, size, size):
             raise ValueError(f"pixel_values must be (B, 6, {size}, {size}) (DINOv2 then SigLIP channels, from "
@@ -284,7 +296,8 @@ class PrismaticVLA(torch.nn.Module):
             ``Qwen2ForCausalLM``'s output (``logits`` (B, L or logits_to_keep, V), and the cache).
 
         Raises:
-            ValueError: pixels without an image mask, or a mask with the wrong number of positions.
+            ValueError: pixels without an image mask or an image mask without pixels, a mask with
+                the wrong number of positions, or pixels of another size or count than the prompts.
         """
         cache = cache if cache is not None else past_key_values
         embeds = self.language_model.get_input_embeddings()(input_ids)
@@ -297,6 +310,8 @@ class PrismaticVLA(torch.nn.Module):
             per_row = image_mask.sum(-1)
             if bool((per_row != n).any()):
                 raise ValueError(f"image_mask must mark {n} positions per row, got {per_row.tolist()}")
+            if pixel_values.shape[0] != input_ids.shape[0]:
+                raise ValueError(f"pixel_values has {pixel_values.shape[0]} images for {input_ids.shape[0]} prompts (one each)")
             feats = self.embed_images(pixel_values).to(embeds.dtype)
             embeds = embeds.masked_scatter(image_mask.bool()[..., None].expand_as(embeds), feats)
         if attention_mask is None:
@@ -325,26 +340,30 @@ def is_prismatic_run(folder: str | os.PathLike) -> bool:
 
 
 def prismatic_vq_folder(run: str | os.PathLike, action_tokenizer: str) -> Path | None:
-    """Where a run's VQ folder is expected: ``RUN/vq/<name of the tokenizer's VQ folder>``, else
-    ``RUN/vq`` when it holds a ``config.json``; None when ``action_tokenizer`` is not a VQ one or
-    neither exists."""
-    name = _VQ_FOLDERS.get(action_tokenizer)
-    if name is None:
+    """Where a run's VQ folder is expected: ``RUN/vq/<the VQ folder the authors' tokenizer of that
+    name reads>``, else ``RUN/vq``, whichever holds a ``config.json``; None when ``action_tokenizer``
+    is not a VQ one (no ``vq`` in its name) or neither exists."""
+    if "vq" not in action_tokenizer:
         return None
-    for cand in (Path(run) / "vq" / name, Path(run) / "vq"):
+    name = _VQ_FOLDERS.get(action_tokenizer)
+    cands = ([Path(run) / "vq" / name] if name else []) + [Path(run) / "vq"]
+    for cand in cands:
         if (cand / "config.json").is_file():
             return cand
     return None
 
 
 def _checkpoint_file(run: Path, checkpoint: str | os.PathLike | None) -> Path:
+    from agents.vla_policy import VLAWeightsNotFoundError
+
     if checkpoint is not None:
         c = Path(checkpoint)
-        c = c if c.is_absolute() or c.exists() else run / "checkpoints" / c
+        c = run / "checkpoints" / c if not c.is_absolute() and (run / "checkpoints" / c).exists() else c
         if c.is_dir():
-            raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} is a folder; pass a .pt file (e.g. checkpoints/step-*.pt)")
+            raise VLAWeightsNotFoundError(f"checkpoint {str(checkpoint)!r} is a folder; pass a .pt file (e.g. checkpoints/step-*.pt)")
         if not c.is_file():
-            raise FileNotFoundError(f"checkpoint {str(checkpoint)!r} not found (looked at {str(c)!r})")
+            raise VLAWeightsNotFoundError(f"checkpoint {str(checkpoint)!r} not found (looked in {str(run / 'checkpoints')!r} "
+                                          "and at the path itself)")
         return c
     folder = run / "checkpoints"
     latest = folder / "latest-checkpoint.pt"
@@ -354,7 +373,7 @@ def _checkpoint_file(run: Path, checkpoint: str | os.PathLike | None) -> Path:
                    if re.match(r"step-(\d+)", f.name) else -1)
     if not steps:
         found = sorted(f.name for f in folder.glob("*.pt")) if folder.is_dir() else []
-        raise FileNotFoundError(f"no checkpoints/latest-checkpoint.pt or checkpoints/step-*.pt in {str(run)!r} "
+        raise VLAWeightsNotFoundError(f"no checkpoints/latest-checkpoint.pt or checkpoints/step-*.pt in {str(run)!r} "
                                 f"(found {found}); pass checkpoint=FILE")
     return steps[-1]
 
@@ -579,7 +598,10 @@ def _base_vlm_config(base_vlm: Any) -> dict[str, Any]:
     registry entry of the id (:data:`PRISMATIC_BASE_VLMS`)."""
     if isinstance(base_vlm, str) and Path(base_vlm).is_dir():
         cfg_file = Path(base_vlm) / "config.json"
-        model = json.loads(cfg_file.read_text()).get("model") if cfg_file.is_file() else None
+        try:
+            model = json.loads(cfg_file.read_text()).get("model") if cfg_file.is_file() else None
+        except (ValueError, AttributeError) as e:
+            raise PrismaticFormatError(f"{str(cfg_file)!r} (the base VLM's config) is not a JSON object: {e}") from e
         if not isinstance(model, dict):
             raise PrismaticFormatError(f"base_vlm folder {base_vlm!r} has no config.json with a 'model' entry")
         base_vlm = model.get("model_id")
@@ -619,6 +641,9 @@ def prismatic_tokenizer(source: str | os.PathLike, llm_backbone_id: str, *, max_
 
     from agents.vla_policy import VLAWeightsNotFoundError
 
+    if source is None:
+        raise VLAWeightsNotFoundError(f"no tokenizer for LLM backbone {llm_backbone_id!r}: pass tokenizer=FOLDER, put "
+                                      "it in RUN/tokenizer/, or give llm_config a 'hub_id'")
     src = os.fspath(source)
     try:
         tok = AutoTokenizer.from_pretrained(src, local_files_only=local_files_only, model_max_length=max_length)
@@ -693,10 +718,13 @@ def load_prismatic_vla(
         ``num_patches``, ``image_size`` and ``norm_stats`` (``dataset_statistics.json``).
 
     Raises:
-        FileNotFoundError: no folder, ``config.json`` or checkpoint file; a tokenizer that is not
-            on this machine (:class:`agents.vla_policy.VLAWeightsNotFoundError`, says how to get it).
-        PrismaticFormatError (a ``ValueError``): a backbone, projector, resize strategy or image
-            setting this loader does not rebuild, or weights that do not fit it (says which).
+        agents.vla_policy.VLAWeightsNotFoundError (a ``FileNotFoundError``): no ``config.json``, no
+            checkpoint file, or a tokenizer that is not on this machine (says how to get it).
+        PrismaticFormatError (a ``ValueError``): a ``config.json``, ``dataset_statistics.json`` or
+            checkpoint that cannot be read; a base VLM, backbone, projector, resize strategy or image
+            setting this loader does not rebuild; weights that do not fit it; heads that do not
+            divide the widths; a tokenizer whose action ids would be shifted (says which).
+        ValueError: ``heads`` with other keys than dino/siglip/llm or non-positive counts.
     """
     from transformers import PretrainedConfig
 
@@ -704,7 +732,8 @@ def load_prismatic_vla(
 
     run = Path(run_dir).expanduser()
     if not (run / "config.json").is_file():
-        raise FileNotFoundError(f"no config.json in Prismatic run folder {str(run)!r}")
+        raise VLAWeightsNotFoundError(f"no config.json in Prismatic run folder {str(run)!r}: copy the run's config.json "
+                                      "(the training config openvla-mini writes next to checkpoints/) into it")
     try:
         raw = json.loads((run / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -792,7 +821,10 @@ def load_prismatic_vla(
         raise PrismaticFormatError(f"the LM has {shapes.llm['vocab_size']} embedding rows but the tokenizer {len(tokenizer)} "
                                    "tokens: wrong tokenizer for this run?")
     stats_file = run / "dataset_statistics.json"
-    norm_stats = json.loads(stats_file.read_text()) if stats_file.is_file() else None
+    try:
+        norm_stats = json.loads(stats_file.read_text()) if stats_file.is_file() else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PrismaticFormatError(f"{str(stats_file)!r} is not valid JSON ({e}); copy the run's file again") from e
     config = PretrainedConfig(
         model_type="prismatic", vla_id=vla_cfg.get("vla_id"), base_vlm=vla_cfg.get("base_vlm"),
         llm_backbone_id=llm_id, vision_backbone_id=vision_id, action_tokenizer=action_name,

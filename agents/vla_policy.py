@@ -214,8 +214,9 @@ class VLAPolicy:
         seed: seed of the sampling generator (call ``k`` uses seed ``seed * 1_000_003 + k``).
 
     Raises:
-        ValueError: non-positive temperature or chunk, no image key, or an action id range
-            beyond the model's output size.
+        ValueError: non-positive temperature or chunk, no image key, an action id range
+            beyond the model's output size, or no ``action_tokenizer`` for a checkpoint whose
+            config names a VQ action tokenizer.
     """
 
     def __init__(
@@ -246,6 +247,11 @@ class VLAPolicy:
         if not image_keys:
             raise ValueError("image_keys must name at least one image of the observation")
         tokenizer = getattr(processor, "tokenizer", processor)
+        run_tokenizer = getattr(getattr(model, "config", None), "action_tokenizer", None)
+        if action_tokenizer is None and isinstance(run_tokenizer, str) and "vq" in run_tokenizer:
+            raise ValueError(f"this checkpoint was trained with VQ action tokens ({run_tokenizer}); decoding them as "
+                             "bins would give wrong actions: pass action_tokenizer=VQActionTokenizer("
+                             "model.config.action_vocab_size, VQ_FOLDER) (agents.prismatic.prismatic_vq_folder finds it)")
         if action_tokenizer is None:
             if action_vocab_size is None:
                 action_vocab_size = default_action_vocab_size(model, tokenizer)
@@ -612,8 +618,9 @@ def load_vla(
     model class is ``AutoModelForImageTextToText`` or, for remote code that only registers
     ``AutoModelForVision2Seq`` (OpenVLA), the class named in the config's ``auto_map``.
 
-    A folder in the authors' Prismatic format (``config.json`` with a ``"vla"`` entry +
-    ``checkpoints/*.pt``: MiniVLA's releases and fine-tuning runs) goes to
+    A folder without Hugging Face weight files that has ``checkpoints/*.pt`` or a ``config.json``
+    with a ``"vla"`` entry (the authors' Prismatic format: MiniVLA's releases and fine-tuning runs)
+    goes to
     :func:`agents.prismatic.load_prismatic_vla` (its tokenizer: ``RUN/tokenizer/`` or
     ``Qwen/Qwen2.5-0.5B`` from the local Hugging Face cache).
 
@@ -633,7 +640,8 @@ def load_vla(
             ``config.json`` or weight files, or the hub id (a Prismatic run's tokenizer) is not in
             the local cache; the message says what was looked for and how to fix it.
         agents.prismatic.PrismaticFormatError (a ``ValueError``): a Prismatic run this loader
-            does not rebuild (says which part).
+            does not rebuild or cannot read (says which part); see
+            :func:`agents.prismatic.load_prismatic_vla` for its other errors.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -646,6 +654,9 @@ def load_vla(
         from agents.prismatic import is_prismatic_run, load_prismatic_vla
 
         if is_prismatic_run(p) and not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
+            clash = {"dtype", "device", "local_files_only"} & set(prismatic or {})
+            if clash:
+                raise ValueError(f"pass {sorted(clash)} as load_vla's own arguments, not in prismatic=")
             return load_prismatic_vla(p, dtype=dtype, device=device, local_files_only=local_files_only,
                                       **(prismatic or {}))
         if not (p / "config.json").is_file():

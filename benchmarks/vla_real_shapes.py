@@ -4,10 +4,11 @@ seconds per trajectory, peak memory.
 No weights are needed (none can be downloaded here): the models are built from configurations of
 the published shapes and initialised at random, which costs the same compute as the real ones.
 
-* **Policy**: MiniVLA-1B's exact architecture (:data:`agents.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
+* **Policy**: MiniVLA-1B's architecture (:data:`agents.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
   with registers and SigLIP so400m/14 at 224 px, 256 image tokens, the fused-GELU-MLP projector,
   Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.prismatic.load_prismatic_vla` builds
-  it for a real run, in a ``VLAPolicy`` with LoRA. The prompt is 49 tokens long, the length of
+  it for a real run, in a ``VLAPolicy`` with LoRA. The last block of each tower is not built (its
+  output is unused; openvla-mini's timm towers still compute it, ~4% of their FLOPs). The prompt is 49 tokens long, the length of
   MiniVLA's prompt for ``libero_10`` task 0 with the real Qwen2.5 tokenizer
   (``tests/golden/prismatic/real_qwen_tokenizer.json``; the tokenizer here is an offline byte-level
   one, so the prompt is 49 bytes). One *group step* is ``VLAPolicy.act`` on the G observations of

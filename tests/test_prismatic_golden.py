@@ -337,6 +337,21 @@ def test_bad_inputs_are_refused(loaded, golden, policy):
         model(**{**enc, "pixel_values": enc["pixel_values"][..., :112, :112]})
     with pytest.raises(ValueError, match="no pixel_values"):
         model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], image_mask=enc["image_mask"])
+    with pytest.raises(ValueError, match="2 images for 1 prompts"):
+        model(**{**enc, "pixel_values": enc["pixel_values"].repeat(2, 1, 1, 1)})
+    with pytest.raises(ValueError, match="at least one prompt"):
+        processor(images=[], text=[])
     for instruction in (None, "", "   "):
         with pytest.raises(ValueError, match="non-empty string"):
             policy.act([{"agentview_image": im, "instruction": instruction}])
+
+
+def test_a_vq_run_is_never_decoded_as_bins(tmp_path):
+    """A run whose config names a VQ action tokenizer: VLAPolicy without a VQ tokenizer refuses it."""
+    run = _run_copy(tmp_path, lambda c: c["vla"].update(action_tokenizer="libero_vq_extra_action_tokenizer"))
+    model, processor = load_prismatic_vla(run, tokenizer=GOLDEN / "tokenizer", heads=HEADS)
+    assert model.config.action_vocab_size == 525
+    with pytest.raises(ValueError, match="VQ action tokens.*VQActionTokenizer"):
+        VLAPolicy(model, processor, prompt_template=MINIVLA_QWEN_PROMPT)
+    with pytest.raises(ValueError, match="load_vla's own arguments"):
+        load_vla(run, prismatic={"heads": HEADS, "dtype": torch.float16})

@@ -94,7 +94,8 @@ class LiberoProtocolConfig:
     models always run on the CPU."""
     vq: str | None = None
     """MiniVLA VQ models: the VQ folder (``config.json`` + ``checkpoints/model.pt``) of the
-    ``--vla`` checkpoint; default ``<vla>/vq`` when that folder exists (else 256-bin tokens)."""
+    ``--vla`` checkpoint; default for a Prismatic run ``<vla>/vq/<its VQ folder name>`` or
+    ``<vla>/vq``, for another checkpoint ``<vla>/vq`` when that folder exists (else 256-bin tokens)."""
     unnorm_key: str = "libero_10"
     """Dataset whose action statistics (q01/q99 in the ``--vla`` checkpoint) un-normalise the
     policy's actions (``libero_10``, else ``libero_10_no_noops``, as the authors' evaluation)."""
