@@ -537,6 +537,23 @@ def _shapes_from_checkpoint(parts: dict[str, dict[str, torch.Tensor]], heads: di
     )
 
 
+def _timm_blocks(sd: dict[str, torch.Tensor], src: str, dst: str, n: int, *, norms: tuple[str, str],
+                 attention: str, out_proj: str) -> dict[str, torch.Tensor]:
+    """The first ``n`` timm ViT blocks (``{src}blocks.i.{norm1, norm2, attn.qkv, attn.proj, mlp.fc1,
+    mlp.fc2}``) under transformers' names (``{dst}i.``): the fused qkv split into q/k/v projections
+    under ``attention``, the norms and output projection renamed."""
+    out: dict[str, torch.Tensor] = {}
+    for i in range(n):
+        b, o = f"{src}blocks.{i}.", f"{dst}{i}."
+        for a, c in (("norm1", norms[0]), ("norm2", norms[1]), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
+                     ("attn.proj", out_proj)):
+            out[o + c + ".weight"], out[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
+        qkv = zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3))
+        for part, w, bias in qkv:
+            out[o + f"{attention}{part}.weight"], out[o + f"{attention}{part}.bias"] = w, bias
+    return out
+
+
 def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]) -> None:
     """Copy a checkpoint's weights into ``model`` (timm names -> transformers names; the towers'
     last block, final norms and SigLIP's pooling head are not used by Prismatic and not loaded)."""
@@ -553,13 +570,10 @@ def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]
         "embeddings.patch_embeddings.projection.bias": sd[p + "patch_embed.proj.bias"],
         "layernorm.weight": torch.ones(d_dim), "layernorm.bias": torch.zeros(d_dim),  # unused (no final norm)
     }
-    for i in range(model.dino.config.num_hidden_layers):
+    new.update(_timm_blocks(sd, p, "encoder.layer.", model.dino.config.num_hidden_layers,
+                            norms=("norm1", "norm2"), attention="attention.", out_proj="attention.o_proj"))
+    for i in range(model.dino.config.num_hidden_layers):  # LayerScale (DINOv2 only)
         b, o = f"{p}blocks.{i}.", f"encoder.layer.{i}."
-        for a, c in (("norm1", "norm1"), ("norm2", "norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
-                     ("attn.proj", "attention.o_proj")):
-            new[o + c + ".weight"], new[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
-        for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
-            new[o + f"attention.{part}.weight"], new[o + f"attention.{part}.bias"] = w, bias
         new[o + "layer_scale1.lambda1"], new[o + "layer_scale2.lambda1"] = sd[b + "ls1.gamma"], sd[b + "ls2.gamma"]
     model.dino.load_state_dict(new, strict=True)
     p, s_dim = "siglip_featurizer.", model.siglip.config.hidden_size
@@ -569,13 +583,8 @@ def _load_weights(model: PrismaticVLA, parts: dict[str, dict[str, torch.Tensor]]
         "embeddings.position_embedding.weight": sd[p + "pos_embed"][0],
         "post_layernorm.weight": torch.ones(s_dim), "post_layernorm.bias": torch.zeros(s_dim),  # unused
     }
-    for i in range(model.siglip.config.num_hidden_layers):
-        b, o = f"{p}blocks.{i}.", f"encoder.layers.{i}."
-        for a, c in (("norm1", "layer_norm1"), ("norm2", "layer_norm2"), ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2"),
-                     ("attn.proj", "self_attn.out_proj")):
-            new[o + c + ".weight"], new[o + c + ".bias"] = sd[b + a + ".weight"], sd[b + a + ".bias"]
-        for part, w, bias in zip(("q_proj", "k_proj", "v_proj"), sd[b + "attn.qkv.weight"].chunk(3), sd[b + "attn.qkv.bias"].chunk(3)):
-            new[o + f"self_attn.{part}.weight"], new[o + f"self_attn.{part}.bias"] = w, bias
+    new.update(_timm_blocks(sd, p, "encoder.layers.", model.siglip.config.num_hidden_layers,
+                            norms=("layer_norm1", "layer_norm2"), attention="self_attn.", out_proj="self_attn.out_proj"))
     prefix = "" if "embeddings.patch_embedding.weight" in model.siglip.state_dict() else "vision_model."
     model.siglip.load_state_dict({prefix + k: v for k, v in new.items()}, strict=True)
     proj = _indexed_projector(parts["projector"])

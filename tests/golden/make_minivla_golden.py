@@ -39,6 +39,7 @@ with the two repositories checked out at the commits above::
 from __future__ import annotations
 
 import argparse
+import importlib.util as _ilu
 import importlib
 import json
 import platform
@@ -65,18 +66,11 @@ VQ_CONFIG = {  # the keys vla-scripts/pretrain_vq.py writes, tiny sizes
 }
 
 
-LIBERO_10_INSTRUCTIONS = [  # the ten libero_10 tasks' language, as LIBERO's benchmark gives it
-    "put both the alphabet soup and the tomato sauce in the basket",
-    "put both the cream cheese box and the butter in the basket",
-    "turn on the stove and put the moka pot on it",
-    "put the black bowl in the bottom drawer of the cabinet and close it",
-    "put the white mug on the left plate and put the yellow and white mug on the right plate",
-    "pick up the book and place it in the back compartment of the caddy",
-    "put the white mug on the plate and put the chocolate pudding to the right of the plate",
-    "put both the alphabet soup and the cream cheese box in the basket",
-    "put both moka pots on the stove",
-    "Put The Yellow And White Mug In The Microwave And Close It",  # capitals: predict_action lower-cases
-]
+_spec = _ilu.spec_from_file_location("libero10", Path(__file__).with_name("libero10.py"))
+_libero10 = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_libero10)
+# the ten libero_10 instructions, the last in capitals: predict_action lower-cases
+LIBERO_10_INSTRUCTIONS = [*_libero10.LIBERO_10_INSTRUCTIONS[:-1], _libero10.LIBERO_10_INSTRUCTIONS[-1].title()]
 
 
 class IdTokenizer:

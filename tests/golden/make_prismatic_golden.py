@@ -48,6 +48,7 @@ operator registrations were disabled), ``draccus==0.8.0``, ``einops``, ``rich``,
 from __future__ import annotations
 
 import argparse
+import importlib.util as _ilu
 import dataclasses
 import importlib
 import json
@@ -85,18 +86,10 @@ INSTRUCTIONS = [
     "put both the alphabet soup and the tomato sauce in the basket",
     "Turn On The Stove And Put The Moka Pot On It",  # predict_action lower-cases
 ]
-LIBERO_10_INSTRUCTIONS = [
-    "put both the alphabet soup and the tomato sauce in the basket",
-    "put both the cream cheese box and the butter in the basket",
-    "turn on the stove and put the moka pot on it",
-    "put the black bowl in the bottom drawer of the cabinet and close it",
-    "put the white mug on the left plate and put the yellow and white mug on the right plate",
-    "pick up the book and place it in the back compartment of the caddy",
-    "put the white mug on the plate and put the chocolate pudding to the right of the plate",
-    "put both the alphabet soup and the cream cheese box in the basket",
-    "put both moka pots on the stove",
-    "put the yellow and white mug in the microwave and close it",
-]
+_spec = _ilu.spec_from_file_location("libero10", Path(__file__).with_name("libero10.py"))
+_libero10 = _ilu.module_from_spec(_spec)
+_spec.loader.exec_module(_libero10)
+LIBERO_10_INSTRUCTIONS = _libero10.LIBERO_10_INSTRUCTIONS
 
 
 def _stub_packages(root: Path) -> None:
