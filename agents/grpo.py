@@ -2,7 +2,7 @@
 
 GRPO (Shao et al., 2024, "DeepSeekMath") with WMRL's anchor weight ρ on anchor-group advantages;
 the formulas (group-relative advantages over the graded rollouts, ρ after normalisation, PPO's
-clipped surrogate, the k3 KL to a frozen reference, the entropy bonus) are in ``docs/method.md``,
+dual-clipped surrogate, the k3 KL to a frozen reference, the entropy bonus) are in ``docs/method.md``,
 "GRPO". This module holds them as tensor/array code (:func:`group_advantages`,
 :func:`build_advantages`, :func:`grpo_loss`) and the update every policy and loop calls:
 :class:`GRPOPolicy` is the small protocol a policy implements (per-token log-probs of chosen
@@ -15,7 +15,7 @@ step each). Keeping one copy keeps the main job, the benchmark and the experimen
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -145,13 +145,26 @@ def build_advantages(
 
 @dataclass
 class GRPOLossOutput:
-    """Loss and diagnostics of one GRPO update (all tensors are scalars)."""
+    """Loss and diagnostics of one GRPO update (all tensors are scalars).
+
+    ``clip_fraction``: the mean (per sequence over its mask, then over sequences) share of tokens
+    whose ratio lies outside ``[1 − ε, 1 + ε]``; ``dual_clip_fraction``: the same share of tokens
+    whose term the dual clip set to ``c·A`` (``A < 0`` and ratio above ``c``).
+    """
 
     loss: torch.Tensor
     policy_loss: torch.Tensor
     kl: torch.Tensor
     entropy: torch.Tensor
     clip_fraction: torch.Tensor
+    dual_clip_fraction: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+
+
+def _check_dual_clip(dual_clip: object) -> None:
+    if dual_clip is None:
+        return
+    if not _is_real(dual_clip) or not (np.isfinite(float(dual_clip)) and float(dual_clip) > 1.0):  # type: ignore[arg-type]
+        raise ValueError(f"dual_clip must be None or a finite number > 1, got {dual_clip!r}")
 
 
 def grpo_loss(
@@ -165,12 +178,21 @@ def grpo_loss(
     kl_coef: float = 0.04,
     entropy: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    dual_clip: float | None = 3.0,
 ) -> GRPOLossOutput:
-    """Clipped-surrogate GRPO loss with a KL penalty to a frozen reference.
+    """Dual-clipped-surrogate GRPO loss with a KL penalty to a frozen reference.
 
-    Per token t of sequence b: ``ratio = exp(logp − logp_old)``, surrogate
-    ``min(ratio·A_b, clip(ratio, 1−ε, 1+ε)·A_b)``, KL (k3) ``exp(ref − logp) − (ref − logp) − 1``.
-    Token terms are averaged per sequence over its mask, then over sequences.
+    Per token t of sequence b: ``ratio = exp(logp − logp_old)``, PPO's surrogate
+    ``min(ratio·A_b, clip(ratio, 1−ε, 1+ε)·A_b)``, and for ``A_b < 0`` dual clipping (Ye et al.,
+    2020): ``max(that, c·A_b)``; KL (k3) ``exp(ref − logp) − (ref − logp) − 1``. Token terms are
+    averaged per sequence over its mask, then over sequences.
+
+    Why the dual clip: for ``A < 0`` PPO's minimum keeps the unclipped ``ratio·A`` when the ratio
+    exceeds ``1 + ε``, so the gradient w.r.t. ``logp`` is ``−ratio·A``, growing without bound with
+    the ratio — what a stale row (log-probs recorded many updates ago, ρ-weighted) can reach. With
+    the dual clip the term is constant ``c·A`` above ``ratio = c``: every token's gradient w.r.t.
+    ``logp`` is at most ``max(1 + ε, c)·|A_b|`` (divided by the sequence's length) in magnitude.
+    At ratio 1 (on-policy) nothing changes: ``A < c·A`` for ``A < 0``, ``c > 1``.
 
     Args:
         logprobs: (B, T) float log-probabilities of the sampled tokens under the policy (grad).
@@ -182,13 +204,17 @@ def grpo_loss(
         kl_coef: β of the KL penalty.
         entropy: optional (B, T) per-token entropies (grad) for the bonus.
         entropy_coef: weight of the entropy bonus.
+        dual_clip: ``c`` of the dual clip on negative advantages (a finite number > 1; a ``c``
+            below ``1 + ε`` also cuts ratios inside the clip range), ``None`` = PPO's surrogate
+            alone. Default 3.0, Ye et al.'s value.
 
     Returns:
         A :class:`GRPOLossOutput`; minimise ``.loss``.
 
     Raises:
-        ValueError: shape mismatch.
+        ValueError: shape mismatch, or ``dual_clip`` not ``None`` nor a finite number > 1.
     """
+    _check_dual_clip(dual_clip)
     if logprobs.shape != old_logprobs.shape or logprobs.shape != ref_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(
             f"shape mismatch: logprobs {tuple(logprobs.shape)}, old {tuple(old_logprobs.shape)}, "
@@ -203,6 +229,12 @@ def grpo_loss(
     surr1 = ratio * adv
     surr2 = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     surrogate = torch.minimum(surr1, surr2)
+    if dual_clip is not None:
+        floor = float(dual_clip) * adv
+        dual = (adv < 0) & (surrogate < floor)
+        surrogate = torch.where(adv < 0, torch.maximum(surrogate, floor), surrogate)
+    else:
+        dual = torch.zeros_like(ratio, dtype=torch.bool)
     d = ref_logprobs - logprobs
     kl = torch.exp(d) - d - 1.0
     per_seq = lambda x: ((x * m).sum(dim=1) / lengths).mean()  # noqa: E731
@@ -211,7 +243,8 @@ def grpo_loss(
     ent = per_seq(entropy) if entropy is not None else torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
     loss = policy_loss + kl_coef * kl_mean - entropy_coef * ent
     clipped = ((ratio - 1.0).abs() > clip_eps).to(logprobs.dtype)
-    return GRPOLossOutput(loss, policy_loss.detach(), kl_mean.detach(), ent.detach(), per_seq(clipped).detach())
+    return GRPOLossOutput(loss, policy_loss.detach(), kl_mean.detach(), ent.detach(), per_seq(clipped).detach(),
+                          per_seq(dual.to(logprobs.dtype)).detach())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,6 +308,13 @@ class GRPOUpdateConfig:
             before each optimiser step; ``None`` = no clipping.
         scale: standardise advantages per group (GRPO) or centre only (:func:`build_advantages`).
         drop_zero_advantage: drop rows whose advantage is exactly 0 (:func:`build_advantages`).
+        dual_clip: ``c`` of the dual clip (:func:`grpo_loss`): for a negative advantage the
+            token's term is at least ``c·A``, so a ratio above ``c`` (a stale row: log-probs
+            recorded at sampling, several updates ago) adds no gradient and no token's gradient
+            w.r.t. its log-prob exceeds ``max(1 + ε, c)·|A|``. A finite number > 1, or ``None``
+            (PPO's surrogate alone, unbounded for ``A < 0``). Default 3.0 (Ye et al., 2020): at
+            ratio 1 (on-policy) it changes nothing, and with ``clip_eps=0.2`` it leaves ratios up
+            to 3 to PPO.
 
     Raises:
         ValueError: a setting out of range or of the wrong type (e.g. ``clip_eps="0.2"``,
@@ -298,6 +338,7 @@ class GRPOUpdateConfig:
     max_grad_norm: float | None = 1.0
     scale: bool = True
     drop_zero_advantage: bool = True
+    dual_clip: float | None = 3.0  # last: positional construction of the earlier fields is unchanged
 
     def __post_init__(self) -> None:
         for name in ("clip_eps", "kl_coef", "entropy_coef", "max_grad_norm"):
@@ -305,6 +346,7 @@ class GRPOUpdateConfig:
             if not (_is_real(v) or (v is None and name == "max_grad_norm")):
                 none = "None or " if name == "max_grad_norm" else ""
                 raise ValueError(f"{name} must be {none}a finite number, got {v!r} ({type(v).__name__})")
+        _check_dual_clip(self.dual_clip)
         if not (np.isfinite(self.clip_eps) and self.clip_eps > 0):
             raise ValueError(f"clip_eps must be a finite number > 0, got {self.clip_eps}")
         if not (np.isfinite(self.kl_coef) and self.kl_coef >= 0):
@@ -329,7 +371,7 @@ def _is_real(v: object) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
-_STAT_KEYS = ("loss", "policy_loss", "kl", "entropy", "clip_fraction")
+_STAT_KEYS = ("loss", "policy_loss", "kl", "entropy", "clip_fraction", "dual_clip_fraction")
 
 
 def _micro_batches(n: int, groups: np.ndarray | None, config: GRPOUpdateConfig) -> list[slice]:
@@ -390,8 +432,8 @@ def grpo_step(
             ``config.micro_batch_per_group``.
 
     Returns:
-        Floats: ``loss``, ``policy_loss``, ``kl``, ``entropy``, ``clip_fraction`` (row-weighted
-        means over the micro-batches of the last epoch), ``grad_norm`` (the last epoch's
+        Floats: ``loss``, ``policy_loss``, ``kl``, ``entropy``, ``clip_fraction``,
+        ``dual_clip_fraction`` (row-weighted means over the micro-batches of the last epoch), ``grad_norm`` (the last epoch's
         gradient norm before clipping), ``n_rows``, ``n_iterations``. No rows: zeros, no step.
 
     Raises:
@@ -444,7 +486,7 @@ def grpo_step(
             ref = refs[k] if config.kl_coef > 0 else lp.detach()
             adv = torch.as_tensor(adv_a[sl], dtype=lp.dtype, device=lp.device)
             out = grpo_loss(lp, old, ref, adv, mask, clip_eps=config.clip_eps, kl_coef=config.kl_coef,
-                            entropy=ent, entropy_coef=config.entropy_coef)
+                            entropy=ent, entropy_coef=config.entropy_coef, dual_clip=config.dual_clip)
             if len(chunks) == 1:
                 out.loss.backward()
                 for key in _STAT_KEYS:

@@ -152,8 +152,10 @@ class TrainConfig:
     executor: Literal["local", "ray"] = "local"
     """'local': each step waits for its anchor groups' executions (serial, the default); 'ray': they
     run on a Ray pool of --ray-workers actors while the next steps generate and update; an anchor
-    group is trained when its scores arrive (with the log-probabilities recorded at sampling, PPO's
-    clipped ratio) unless it is more than --max-staleness steps old. Single-turn episodes only."""
+    group is trained when its scores arrive (its ratio taken against the log-probabilities recorded
+    at sampling; PPO's clip and the dual clip, c = 3 for negative advantages, bound each token's
+    gradient by 3·|A| however far the policy moved) unless it is more than --max-staleness steps old.
+    Single-turn episodes only."""
     ray_workers: int = 2
     """Ray actors executing anchor rollouts (executor='ray'), one CPU each."""
     max_staleness: int = 9
@@ -1014,7 +1016,10 @@ def _async_groups(c: _Components, cfg: TrainConfig, step: int, task_ids: list[st
     this step's world-model groups and every anchor group whose scores have arrived (corrected on
     arrival: its pairs feed the debiaser and ρ then), unless it is more than ``cfg.max_staleness``
     steps old. A late anchor group trains with its recorded log-probabilities as the ratio's
-    denominator (the clipped surrogate bounds how far it moves the policy).
+    denominator; the dual-clipped surrogate (:func:`agents.grpo.grpo_loss`, ``dual_clip`` = 3 by
+    default) bounds each of its tokens' gradient w.r.t. the log-probability by
+    ``max(1 + ε, 3)·|A|`` (A ρ-weighted) whatever its ratio: PPO's clip alone would not for a
+    negative advantage, whose gradient grows with the ratio.
 
     Returns:
         ``(groups, samples, old_logprobs, record)``: the :class:`~wmrl_envs.wrappers.GroupRollout`

@@ -303,3 +303,63 @@ def test_build_advantages_rejects_a_non_finite_weight(w):
 def test_grpo_step_rejects_non_finite_advantages():
     with pytest.raises(ValueError, match=r"advantages must be finite; rows \[1\]"):
         grpo_step(None, None, None, [0, 1], [0.5, math.nan], config=GRPOUpdateConfig())
+
+
+# ------------------------------------------------------------------------------ stale rows: dual clip
+def _grad_wrt_logprob(ratio: float, adv: float, **kw) -> float:
+    """d loss / d logprob of one token whose ratio to its (recorded) sampling log-prob is ``ratio``."""
+    lp = torch.tensor([[math.log(ratio)]], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, 1, dtype=torch.float64)
+    out = grpo_loss(lp, old, lp.detach(), torch.tensor([adv], dtype=torch.float64), torch.ones(1, 1, dtype=torch.float64),
+                    kl_coef=0.0, **kw)
+    out.loss.backward()
+    return float(lp.grad)
+
+
+def test_the_gradient_of_a_stale_negative_advantage_row_stays_bounded_as_its_ratio_grows():
+    # A stale anchor row (trained with the log-probs recorded at sampling) whose policy has moved
+    # toward it: ratio 1 -> 10 with A = -4 (ρ = 4 times a standardised -1). PPO's min keeps the
+    # unclipped r·A for A < 0, whose gradient grows like r; dual clipping (c = 3, the default)
+    # caps the term at c·A: the gradient never exceeds c·|A| and is 0 once r > c.
+    ratios = np.linspace(1.0, 10.0, 37)
+    grads = np.array([_grad_wrt_logprob(r, -4.0) for r in ratios])
+    assert grads[0] == pytest.approx(4.0)  # on-policy: d(-r·A)/d log r = -A = 4
+    assert grads.max() <= 3.0 * 4.0 + 1e-9
+    assert (grads[ratios > 3.0] == 0.0).all()
+    assert grads[-1] == 0.0  # today's unbounded PPO minimum: 40
+    # the same through the GRPO step on a stale row (recorded old log-prob): gradient norm bounded
+    pol = ToyPolicy(math.log(10.0))  # logprob = theta, recorded 0 -> ratio 10
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.0)
+    st = grpo_step(pol, opt, ToySamples(torch.ones(1, 1), torch.ones(1, 1)), [0], [-4.0],
+                   config=GRPOUpdateConfig(max_grad_norm=None), old_logprobs=torch.zeros(1, 1))
+    assert st["grad_norm"] == 0.0 and st["policy_loss"] == pytest.approx(-3.0 * -4.0)
+    assert st["dual_clip_fraction"] == 1.0
+
+
+def test_dual_clip_leaves_positive_advantages_and_the_on_policy_step_unchanged():
+    # positive advantages: PPO's clip alone (ratio > 1 + ε: no gradient), whatever dual_clip is
+    for r in (0.5, 1.0, 1.1, 1.5, 10.0):
+        assert _grad_wrt_logprob(r, 2.0) == _grad_wrt_logprob(r, 2.0, dual_clip=None)
+    # negative advantages inside [0, c]: identical to PPO
+    for r in (0.5, 1.0, 1.3, 2.9):
+        assert _grad_wrt_logprob(r, -1.0) == _grad_wrt_logprob(r, -1.0, dual_clip=None)
+    assert _grad_wrt_logprob(10.0, -1.0, dual_clip=None) == pytest.approx(10.0)  # the switch off: unbounded
+    # ratio 1 (on-policy GRPO): the update is bit-for-bit the one without dual clipping
+    samples = _toy_samples()
+    rewards, weights = [[1.0, 0.0, 0.5], [0.2, 0.9, 0.4]], [4.0, 1.0]
+    a, b = ToyPolicy(0.3), ToyPolicy(0.3)
+    opt_a = torch.optim.SGD(a.trainable_parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(b.trainable_parameters(), lr=0.1)
+    st_a = grpo_update(a, opt_a, samples, rewards, weights, config=GRPOUpdateConfig(kl_coef=0.04))
+    st_b = grpo_update(b, opt_b, samples, rewards, weights, config=GRPOUpdateConfig(kl_coef=0.04, dual_clip=None))
+    assert torch.equal(a.theta, b.theta) and st_a == st_b and float(a.theta) != 0.3
+    assert st_a["dual_clip_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("value", [1.0, 0.5, -3.0, math.nan, math.inf, "3", True])
+def test_dual_clip_must_be_none_or_a_finite_number_above_one(value):
+    with pytest.raises(ValueError, match="dual_clip must be"):
+        GRPOUpdateConfig(dual_clip=value)
+    with pytest.raises(ValueError, match="dual_clip must be"):
+        grpo_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1), dual_clip=value)
+    assert GRPOUpdateConfig().dual_clip == 3.0 and GRPOUpdateConfig(dual_clip=None).dual_clip is None
