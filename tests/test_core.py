@@ -500,6 +500,37 @@ def test_a_ticket_closes_once_and_not_after_a_load():
     assert loop.corrector.debiaser.n_seen == 8 and loop.n_groups_closed == 2
 
 
+def test_a_ticket_from_before_a_load_cannot_close_the_group_that_reuses_its_id():
+    """Issue 25, finding 6: a load resets the group counter, so a new group gets the id of a
+    ticket opened before the load; that old ticket must be refused, the new one must close."""
+    loop = _anchor_loop()
+    loop.close_group(loop.open_group("anchor"), RAW, REAL)
+    state = loop.state_dict()  # saved at a group boundary: the next id is 1
+    stale = loop.open_group("anchor")
+    loop.load_state_dict(state)
+    fresh = loop.open_group("anchor")
+    assert stale.group_id == fresh.group_id == 1
+    with pytest.raises(ValueError, match="group 1 is not open: its ticket was opened before a load_state_dict"):
+        loop.close_group(stale, RAW, REAL)
+    assert loop.n_groups_closed == 1 and loop.corrector.debiaser.n_seen == 4  # nothing updated
+    loop.close_group(fresh, RAW, REAL)  # the ticket of the current epoch closes
+    assert loop.n_groups_closed == 2 and loop.corrector.debiaser.n_seen == 8
+    # a load of the loop's own state (a resume in place) also invalidates the open tickets
+    again = loop.open_group("anchor")
+    loop.load_state_dict(loop.state_dict())
+    with pytest.raises(ValueError, match="before a load_state_dict"):
+        loop.close_group(again, RAW, REAL)
+    # a ticket of another loop with an id that is open here is refused too
+    other, mine = _anchor_loop(), _anchor_loop()
+    theirs, own = other.open_group("anchor"), mine.open_group("anchor")
+    assert theirs.group_id == own.group_id == 0
+    with pytest.raises(ValueError, match="group 0 is not open: its ticket comes from another loop"):
+        mine.close_group(theirs, RAW, REAL)
+    mine.close_group(own, RAW, REAL)
+    other.close_group(theirs, RAW, REAL)
+    assert mine.n_groups_closed == other.n_groups_closed == 1
+
+
 def test_load_state_dict_validates_first_and_changes_nothing_on_error():
     loop = _anchor_loop()
     loop.close_group(loop.open_group("anchor"), RAW, REAL)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import secrets
 import threading
 import time
 import warnings
@@ -71,12 +72,22 @@ class GroupTicket:
         rho: ρ when the group was routed (float): the advantage weight it trains with on anchors.
         training: whether the loop was training when the group was routed (``False``: evaluation,
             nothing is updated and its rollouts are not part of a step).
+        step: the training step the group was opened in (int, the
+            :class:`~wmrl_envs.core.UngradedMonitor`'s step id): its ungraded rollouts count
+            toward that step's stop rule even when it closes after later steps began (a late
+            anchor); ``None`` for evaluation tickets.
+        epoch: the loop's epoch when the ticket was opened (str): a random token the loop
+            draws when it is built and again at every :meth:`CorrectionLoop.load_state_dict`.
+            :meth:`CorrectionLoop.close_group` refuses a ticket of another epoch (opened before
+            a load, whose group id the loop may have given again since, or by another loop).
     """
 
     group_id: int | None
     route: Route
     rho: float
     training: bool
+    step: int | None = None
+    epoch: str = ""
 
 
 def default_groups_per_step(anchor_fraction: float) -> int:
@@ -228,6 +239,10 @@ class CorrectionLoop:
         self.n_episodes = 0
         # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
         self._open_ids: set[int] = set()
+        # the tickets' epoch: drawn again by every load, so a ticket from before it is refused
+        # even when the loaded counter gives its group id again (earlier epochs: for the error)
+        self._epoch = secrets.token_hex(8)
+        self._past_epochs: set[str] = set()
 
     @property
     def config(self) -> CorrectionConfig:
@@ -354,7 +369,7 @@ class CorrectionLoop:
             if route is None:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
-            ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training)
+            ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, epoch=self._epoch)
             self._open_ids.add(ticket.group_id)
             self.n_groups_started += 1
             return ticket
@@ -363,7 +378,7 @@ class CorrectionLoop:
         """An unnumbered evaluation group on ``eval_route`` (no id, no schedule, nothing updated;
         having no id, it is not tracked as open and may be closed more than once)."""
         self._check_route(self.eval_route)
-        return GroupTicket(None, self.eval_route, self.corrector.rho, False)
+        return GroupTicket(None, self.eval_route, self.corrector.rho, False, epoch=self._epoch)
 
     def _check_route(self, route: Route) -> None:
         if self.world_model is None and route == WORLD_MODEL:
@@ -482,8 +497,9 @@ class CorrectionLoop:
 
         Raises:
             TypeError: ``ticket`` is not a :class:`GroupTicket`.
-            ValueError: the ticket is not open (closed already, from before a
-                :meth:`load_state_dict`, or not from this loop); ``rho_from`` not ``"routing"`` or
+            ValueError: the ticket is not open (closed already, opened before a
+                :meth:`load_state_dict` — its epoch is not the loop's, even if its group id was
+                given again since — or not from this loop); ``rho_from`` not ``"routing"`` or
                 ``"close"``; ``wm_causes`` or ``exec_causes`` not of length G; bad route or
                 lengths (see :meth:`WMRLCorrector.correct_group`). Nothing is updated then.
             TooManyUngradedError: the stop rule fired (the group is corrected and counted first).
@@ -499,6 +515,11 @@ class CorrectionLoop:
             if len(seq) != g:
                 raise ValueError(f"{name} has {len(seq)} entries but raw has {g} (one per rollout)")
         with self._lock:
+            if ticket.group_id is not None and ticket.epoch != self._epoch:
+                why = ("its ticket was opened before a load_state_dict (the loaded counter may have given "
+                       "its id to a new group); open the group again" if ticket.epoch in self._past_epochs
+                       else "its ticket comes from another loop")
+                raise ValueError(f"group {ticket.group_id} is not open: {why}")
             if ticket.group_id is not None and ticket.group_id not in self._open_ids:
                 raise ValueError(
                     f"group {ticket.group_id} is not open: it was closed already, opened before a "
@@ -619,6 +640,8 @@ class CorrectionLoop:
                 self._load(before)  # a malformed nested part: back to the state before the call
                 raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
             self._open_ids.clear()
+            self._past_epochs.add(self._epoch)
+            self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
             saved = self._settings()
         warn_saved_settings("CorrectionLoop.load_state_dict", configured, saved)
 
