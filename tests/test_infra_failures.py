@@ -367,6 +367,108 @@ def test_a_dead_sandbox_stops_the_run_although_anchors_are_a_minority_of_the_ste
     assert w2.score_group([A] * 4, options={"target": 0.5}).rewards == [1.0, None, 1.0, 1.0]
 
 
+def _close(loop, ticket, n_failed: int, g: int):
+    """Close ``ticket`` with its first ``n_failed`` rollouts ungraded by the machinery (a dead
+    sandbox on anchors, a world model that raised on world-model groups)."""
+    failed = [True] * n_failed + [False] * (g - n_failed)
+    if ticket.route == "anchor":
+        return loop.close_group(ticket, [0.5] * g, [None if f else 0.5 for f in failed],
+                                exec_causes=[SANDBOX_UNAVAILABLE if f else None for f in failed])
+    return loop.close_group(ticket, [None if f else 0.5 for f in failed],
+                            wm_causes=[WORLD_MODEL_ERROR if f else None for f in failed])
+
+
+@pytest.mark.parametrize("planned_by", ["plan_step", "open_group"])
+def test_the_real_execution_share_extrapolates_to_the_executions_the_step_plans(planned_by):
+    """Issue 25, finding 8: 4 failed of the first 8 executions of a step that plans 24 (3 anchor
+    groups of 8) are 17% of the step's executions, not 50%: go on. A step whose executions
+    genuinely fail still stops, on either share."""
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    g = 8
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.25), world_model=EchoWM(), groups_per_step=12)
+    if planned_by == "plan_step":
+        loop.plan_step(12)
+    tickets = [loop.open_group() for _ in range(12)]  # without plan_step the first open draws the step
+    anchors = [t for t in tickets if t.route == "anchor"]
+    assert len(anchors) == 3 and len({t.step for t in tickets}) == 1
+    _close(loop, anchors[0], 4, g)  # 4 of the 24 planned executions
+    assert loop.ungraded.n_ungraded == 4
+    with pytest.raises(TooManyUngradedError, match="real executions") as e:
+        _close(loop, anchors[1], g, g)  # 12 of 24: a dead sandbox
+    assert (e.value.scope, e.value.n_ungraded, e.value.n_rollouts) == ("real executions", 12, 24)
+    # the share of all rollouts: 6 whole world-model groups of the 12 planned (48 of 96) stop
+    loop.plan_step(12)
+    wm = [t for t in (loop.open_group() for _ in range(12)) if t.route == "world_model"]
+    for t in wm[:5]:
+        _close(loop, t, g, g)
+    with pytest.raises(TooManyUngradedError, match="rollouts of this training step") as e:
+        _close(loop, wm[5], g, g)
+    assert (e.value.scope, e.value.n_ungraded, e.value.n_rollouts) == ("rollouts", 48, 96)
+
+
+def test_a_late_anchor_counts_in_the_step_that_planned_it():
+    """An anchor group closed after the next step began (a Ray anchor still running) counts
+    toward its own step's stop rule, not the step that happens to be current."""
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    g = 4
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=EchoWM(), groups_per_step=4)
+    loop.plan_step(4)
+    step_a = [loop.open_group() for _ in range(4)]
+    a1, a2 = [t for t in step_a if t.route == "anchor"]
+    for t in step_a:
+        if t is not a2:
+            _close(loop, t, 0, g)  # a2 is still running when the next step starts
+    loop.plan_step(4)
+    step_b = [loop.open_group() for _ in range(4)]
+    b1, b2 = [t for t in step_b if t.route == "anchor"]
+    assert a2.step != b1.step
+    for t in step_b:
+        if t.route == "world_model":
+            _close(loop, t, 0, g)
+    _close(loop, b1, 2, g)  # 2 of step B's 8 executions
+    _close(loop, a2, 2, g)  # late: 2 of step A's 8, not 4 of step B's
+    assert loop.ungraded.n_ungraded == 4
+    with pytest.raises(TooManyUngradedError, match="real executions") as e:
+        _close(loop, b2, g, g)
+    assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (6, 8, {SANDBOX_UNAVAILABLE: 6})
+
+
+def test_a_load_restores_the_monitors_step_size():
+    """Issue 25, finding 9: the monitor's default step (``groups_per_step``, the step the share
+    is of) is part of its state; a load also ends a step planned before it."""
+    import json
+
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    state = json.loads(json.dumps(UngradedMonitor(0.5, groups_per_step=4).state_dict()))
+    back = UngradedMonitor(0.5, groups_per_step=1)
+    back.plan(2)
+    back.load_state_dict(state)
+    assert back.groups_per_step == 4
+    for _ in range(3):
+        back.record_group([SANDBOX_UNAVAILABLE, None])  # 3 of the 8 rollouts of 4 groups
+    with pytest.raises(TooManyUngradedError) as e:
+        back.record_group([SANDBOX_UNAVAILABLE, None])
+    assert (e.value.n_ungraded, e.value.n_rollouts) == (4, 8)
+    old = {k: v for k, v in state.items() if k != "groups_per_step"}  # saved by the previous version
+    kept = UngradedMonitor(0.5, groups_per_step=3)
+    kept.load_state_dict(old)
+    assert kept.groups_per_step == 3
+    # through the loop: the loaded groups_per_step is the monitor's step too
+    saved = CorrectionLoop(CorrectionConfig(anchor_fraction=0.0), world_model=EchoWM(), groups_per_step=4)
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.0), world_model=EchoWM(), groups_per_step=1)
+    with pytest.warns(UserWarning, match="groups_per_step"):
+        loop.load_state_dict(json.loads(json.dumps(saved.state_dict())))
+    assert loop.groups_per_step == loop.ungraded.groups_per_step == 4
+    for _ in range(3):
+        _close(loop, loop.open_group(), 1, 2)  # 1 of 2 failed: 3 of the step's 8 so far
+    with pytest.raises(TooManyUngradedError) as e:
+        _close(loop, loop.open_group(), 1, 2)
+    assert (e.value.n_ungraded, e.value.n_rollouts) == (4, 8)
+
+
 def test_state_dict_keeps_the_ungraded_counts():
     w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2, max_ungraded_share=None)
     w.score_group([A, A], options={"target": 0.5})

@@ -21,8 +21,10 @@ One group of G rollouts (one task) goes through these steps (``docs/method.md``)
 The wrappers (per-episode, vector, the Ray scorer, the TRL/SB3 adapters) are plumbing around
 these calls. The loop is built for what comes next: :meth:`~CorrectionLoop.set_anchor_fraction`
 changes the schedule from the next drawn step on; tickets may be closed out of order (anchor
-results that arrive after their step) and a group trains with the ρ of its ticket, the one at
-routing; several wrappers or workers may share one loop (``AnchoredWorldModelWrapper(...,
+results that arrive after their step, counted in their own step by the stop rule) and a group
+trains with the ρ of its ticket, the one at routing; a ticket opened before a
+:meth:`~CorrectionLoop.load_state_dict` is refused (tickets carry the loop's epoch, which every
+load draws again); several wrappers or workers may share one loop (``AnchoredWorldModelWrapper(...,
 loop=shared)``): every mutation holds the loop's lock, so counts and pairs add up.
 """
 
@@ -309,7 +311,10 @@ class CorrectionLoop:
             self.router.anchor_fraction = float(fraction)
 
     def plan_step(self, groups_in_step: int | None = None, free_slots: int | None = None) -> list[Route]:
-        """Draw the routes of the next training step now (replacing any unused ones).
+        """Draw the routes of the next training step now (replacing any unused ones); the
+        groups opened from now on belong to this step for the stop rule
+        (:meth:`UngradedMonitor.plan <wmrl_envs.core.UngradedMonitor.plan>` with the step's
+        groups and anchor groups).
 
         Args:
             groups_in_step: groups in the coming step (default ``groups_per_step``).
@@ -327,14 +332,16 @@ class CorrectionLoop:
         with self._lock:
             routes = self._draw_step(int(groups_in_step), free_slots)
             self._route_queue = list(routes)
-            self.ungraded.plan(len(routes))
+            self.ungraded.plan(len(routes), routes.count(ANCHOR))  # the stop rule's step
             return routes
 
     def next_route(self) -> Route:
-        """Pop the next planned route (drawing a block of ``groups_per_step`` when none is left)."""
+        """Pop the next planned route (drawing a block of ``groups_per_step`` when none is left;
+        a drawn block is a step for the stop rule, as with :meth:`plan_step`)."""
         with self._lock:
             if not self._route_queue:
                 self._route_queue = self._draw_step(self.groups_per_step, None)
+                self.ungraded.plan(len(self._route_queue), self._route_queue.count(ANCHOR))
             return self._route_queue.pop(0)
 
     def _draw_step(self, groups_in_step: int, free_slots: int | None) -> list[Route]:
@@ -351,9 +358,11 @@ class CorrectionLoop:
         return list(self.router.route_step(groups_in_step, free_slots=free_slots))
 
     def requeue_routes(self, routes: Sequence[Route]) -> None:
-        """Give back routes of groups that were opened but never used (they lead the queue again)."""
+        """Give back routes of groups that were opened but never used (they lead the queue again;
+        the stop rule's current step forgets those groups)."""
         with self._lock:
             self._route_queue = list(routes) + self._route_queue
+            self.ungraded.abandon_groups(len(routes), list(routes).count(ANCHOR))
 
     def open_group(self, route: Route | None = None) -> GroupTicket:
         """Route the next group: its route (``route`` forces one; default: the schedule while
@@ -369,7 +378,8 @@ class CorrectionLoop:
             if route is None:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
-            ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, epoch=self._epoch)
+            step = self.ungraded.open_group(route == ANCHOR) if training else None
+            ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)
             self.n_groups_started += 1
             return ticket
@@ -539,7 +549,7 @@ class CorrectionLoop:
                 where = f"group {ticket.group_id}" if ticket.group_id is not None else "evaluation group"
             self.ungraded.record_group(
                 corr.ungraded_causes, training=ticket.training, anchor=corr.route == ANCHOR,
-                score_failures=failures, messages=messages, where=where,
+                score_failures=failures, messages=messages, where=where, step=ticket.step,
             )
             return corr
 
@@ -658,7 +668,8 @@ class CorrectionLoop:
         self.n_groups_closed = int(state["n_groups_closed"])
         self.n_episodes = int(state["n_episodes"])
         self.groups_per_step = int(state["groups_per_step"])
-        self.ungraded.load_state_dict(state["ungraded"])
+        # the loaded groups_per_step is the stop rule's step too
+        self.ungraded.load_state_dict({**state["ungraded"], "groups_per_step": self.groups_per_step})
         advisor = AnchorAdvisor()  # a state saved before the advisor existed loads with no groups
         if "advisor" in state:
             advisor.load_state_dict(state["advisor"])

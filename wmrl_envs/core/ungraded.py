@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .ledger import CostLedger
@@ -112,13 +114,15 @@ class TooManyUngradedError(RuntimeError):
     """The stop rule: too large a share of one training step's rollouts is ungraded.
 
     Attributes:
-        n_ungraded: ungraded rollouts of the step so far (int; infrastructure causes only).
-        n_rollouts: rollouts the step holds (int; planned groups x rollouts per group), or its
-            real executions so far when ``scope == "real executions"``.
+        n_ungraded: ungraded rollouts of the step so far (int; infrastructure causes only;
+            with ``scope == "real executions"``, those of its anchor groups).
+        n_rollouts: rollouts the step plans (int; planned groups x rollouts per group so far),
+            or, with ``scope == "real executions"``, the real executions it plans (its planned
+            anchor groups x rollouts per anchor group so far).
         scope: ``"rollouts"`` or ``"real executions"`` (what the share is of).
         share: ``n_ungraded / n_rollouts`` (float).
         max_share: the configured limit (float).
-        causes: ``{cause: count}`` of the step's ungraded rollouts.
+        causes: ``{cause: count}`` of the step's ungraded rollouts (in ``scope``).
         messages: ``{cause: last error text}``.
     """
 
@@ -149,17 +153,63 @@ class TooManyUngradedError(RuntimeError):
         )
 
 
+@dataclass
+class _Step:
+    """One training step's counts (see :class:`UngradedMonitor`)."""
+
+    planned: int  # groups the step holds
+    anchors: int | None  # anchor groups it plans (None: not said, extrapolated from its groups)
+    opened: int = 0  # groups opened in it (UngradedMonitor.open_group)
+    opened_anchors: int = 0
+    groups: int = 0  # groups recorded (closed)
+    rollouts: int = 0
+    ungraded: int = 0  # infrastructure causes only
+    causes: dict[str, int] = field(default_factory=dict)
+    exec_groups: int = 0  # anchor groups recorded
+    executions: int = 0  # their rollouts
+    exec_ungraded: int = 0
+    exec_causes: dict[str, int] = field(default_factory=dict)
+
+    def planned_rollouts(self) -> float:
+        """The step's rollouts: planned groups x rollouts per recorded group."""
+        return self.planned * self.rollouts / self.groups
+
+    def planned_executions(self) -> float:
+        """The step's real executions: planned anchor groups x rollouts per recorded anchor
+        group. Anchor groups planned: as said by :meth:`UngradedMonitor.plan`, else the share of
+        anchor groups among the recorded groups times the planned groups; never fewer than
+        those opened or recorded."""
+        n = self.anchors if self.anchors is not None else self.exec_groups * self.planned / self.groups
+        n = max(n, self.opened_anchors, self.exec_groups)
+        return n * self.executions / self.exec_groups
+
+
 class UngradedMonitor:
     """Counts ungraded rollouts per training step, warns, records them and applies the stop rule.
 
-    A *step* is ``groups_per_step`` groups (or the ``groups_in_step`` given to :meth:`plan`, which a
-    trainer calls at the start of each step). After every group, when the step's ungraded
-    rollouts with an infrastructure cause reach ``max_share`` of the step's rollouts (planned
-    groups x rollouts per group), :class:`TooManyUngradedError` is raised at once, so a broken
-    backend wastes at most that share of a step. The same share applies to the step's real
-    executions (the rollouts of its anchor groups, ``anchor=True``): anchors are few (10–25%
-    of a step), so a sandbox that is dead would otherwise stay below the share of all rollouts
-    while training silently turned into world-model-only training.
+    A *step* is ``groups_per_step`` groups, or the ``groups_in_step`` groups given to
+    :meth:`plan` (which :class:`~wmrl_envs.core.CorrectionLoop` calls whenever it draws a
+    step's routes, with the number of anchor groups among them). A group belongs to the step it
+    was *opened* in (:meth:`open_group`, whose id the loop keeps in the group's ticket and
+    passes back to :meth:`record_group`), so an anchor group whose executions finish after the
+    next step began (a Ray anchor) counts in the step that planned it; a step is kept until
+    all of its opened groups are recorded. A group recorded without a step id is opened in the
+    current step at that moment (a step then is the next ``groups_per_step`` recorded groups).
+
+    After every group its step's shares are checked; both extrapolate what the step has seen so
+    far to what it plans, the same way:
+
+    * **rollouts**: the step's ungraded rollouts with an infrastructure cause against its
+      planned groups x rollouts per recorded group;
+    * **real executions**: those of its anchor groups (``anchor=True``) against its planned
+      anchor groups x rollouts per recorded anchor group. Anchors are few (10–25% of a step),
+      so a sandbox that is dead would otherwise stay below the share of all rollouts while
+      training silently turned into world-model-only training.
+
+    When either count reaches ``max_share`` of its planned total, :class:`TooManyUngradedError`
+    is raised at once: the step can no longer end below the share, and a broken backend wastes
+    at most that share of a step. (4 failed of the first 8 executions of a step that plans 3
+    anchor groups of 8 are 4 of 24: the run goes on.)
 
     Every ungraded *score* (a failed execution, a failed world-model prediction — also on an
     anchor row whose real score exists, where it only leaves the anchor pair out) is added to
@@ -189,6 +239,10 @@ class UngradedMonitor:
         2 4 {'sandbox_unavailable': 2}
     """
 
+    MAX_KEPT_STEPS = 64
+    """Steps kept at most while some of their groups are still open (the oldest are dropped:
+    a group that never closes must not hold memory for ever)."""
+
     def __init__(
         self, max_share: float | None = 0.5, groups_per_step: int = 1, ledger: CostLedger | None = None
     ) -> None:
@@ -201,36 +255,79 @@ class UngradedMonitor:
             raise ValueError(f"groups_per_step must be >= 1, got {groups_per_step}")
         self.max_share = None if max_share is None else float(max_share)
         self.ledger = ledger if ledger is not None else CostLedger()
-        self._planned = int(groups_per_step)
         self._default_planned = int(groups_per_step)
         self.n_rollouts = 0
         self.n_ungraded = 0
         self.causes: dict[str, int] = {}
         self.last_messages: dict[str, str] = {}
-        self._reset_step()
+        self._steps: dict[int, _Step] = {}
+        self._step_id = -1
+        self._new_step(self._default_planned, None)
 
-    def _reset_step(self) -> None:
-        self._step_groups = 0
-        self._step_rollouts = 0
-        self._step_ungraded = 0
-        self._step_causes: dict[str, int] = {}
-        self._step_exec = 0
-        self._step_exec_ungraded = 0
-        self._step_exec_causes: dict[str, int] = {}
+    @property
+    def groups_per_step(self) -> int:
+        """Groups of a step that :meth:`plan` did not size (int >= 1; saved in the state)."""
+        return self._default_planned
 
-    def plan(self, groups_in_step: int | None = None) -> None:
-        """Start a new step of ``groups_in_step`` groups (default ``groups_per_step``)."""
-        self._reset_step()
-        self._planned = max(1, int(groups_in_step if groups_in_step is not None else self._default_planned))
+    def _new_step(self, planned: int, anchors: int | None) -> int:
+        # drop the steps whose groups are all recorded, then the oldest beyond the cap
+        for k in [k for k, st in self._steps.items() if st.opened <= st.groups]:
+            del self._steps[k]
+        while len(self._steps) >= self.MAX_KEPT_STEPS:
+            del self._steps[min(self._steps)]
+        self._step_id += 1
+        self._steps[self._step_id] = _Step(max(1, int(planned)), None if anchors is None else max(0, int(anchors)))
+        return self._step_id
+
+    def plan(self, groups_in_step: int | None = None, anchor_groups: int | None = None) -> int:
+        """Start a new step of ``groups_in_step`` groups (default ``groups_per_step``).
+
+        Args:
+            groups_in_step: groups of the step (int >= 1; ``None``: ``groups_per_step``).
+            anchor_groups: how many of them are anchor groups (int >= 0; ``None``: not known,
+                extrapolated from the step's recorded groups).
+
+        Returns:
+            The step's id (int).
+        """
+        return self._new_step(groups_in_step if groups_in_step is not None else self._default_planned,
+                              anchor_groups)
+
+    def open_group(self, anchor: bool = False) -> int:
+        """Open a training group in the current step (a new step of ``groups_per_step`` groups
+        starts when the current one is full) and return the step's id, for :meth:`record_group`.
+
+        Args:
+            anchor: the group is an anchor group (executed for real).
+        """
+        st = self._steps[self._step_id]
+        if st.opened >= st.planned:
+            self._new_step(self._default_planned, None)
+            st = self._steps[self._step_id]
+        st.opened += 1
+        st.opened_anchors += int(bool(anchor))
+        return self._step_id
+
+    def abandon_groups(self, n: int, anchors: int = 0) -> None:
+        """Forget ``n`` groups opened in the current step that will never be recorded (their
+        routes were given back, :meth:`CorrectionLoop.requeue_routes`), ``anchors`` of them
+        anchor groups."""
+        st = self._steps[self._step_id]
+        st.opened = max(st.groups, st.opened - int(n))
+        st.opened_anchors = max(0, st.opened_anchors - int(anchors))
 
     @property
     def step_counts(self) -> dict[str, Any]:
-        """The current step: ``{"groups", "rollouts", "ungraded", "causes"}``."""
+        """The current step: ``{"groups", "rollouts", "ungraded", "causes", "executions",
+        "executions_ungraded"}`` (recorded so far)."""
+        st = self._steps[self._step_id]
         return {
-            "groups": self._step_groups,
-            "rollouts": self._step_rollouts,
-            "ungraded": self._step_ungraded,
-            "causes": dict(self._step_causes),
+            "groups": st.groups,
+            "rollouts": st.rollouts,
+            "ungraded": st.ungraded,
+            "causes": dict(st.causes),
+            "executions": st.executions,
+            "executions_ungraded": st.exec_ungraded,
         }
 
     def record_group(
@@ -242,6 +339,7 @@ class UngradedMonitor:
         score_failures: Sequence[str | None] = (),
         messages: Mapping[str, str] | None = None,
         where: str = "group",
+        step: int | None = None,
     ) -> None:
         """Record one scored group.
 
@@ -256,9 +354,11 @@ class UngradedMonitor:
                 ungraded (world-model failures on anchor rows, whose real score exists).
             messages: ``{cause: error text}`` for the warning and the stop rule's error.
             where: how the warning names the group (e.g. ``"group 7"``).
+            step: the step the group was opened in (:meth:`open_group`'s id); ``None``: opened
+                now, in the current step. A step no longer kept counts in the current one.
 
         Raises:
-            TooManyUngradedError: the stop rule fired (training only).
+            TooManyUngradedError: the stop rule fired for the group's step (training only).
         """
         for cause, text in (messages or {}).items():
             if text:
@@ -281,35 +381,38 @@ class UngradedMonitor:
             )
         if not training:
             return
-        if self._step_groups >= self._planned:
-            self._reset_step()  # the previous step is complete; this group opens the next one
-        self._step_groups += 1
-        self._step_rollouts += len(causes)
+        if step is None:
+            step = self.open_group(anchor)
+        st = self._steps.get(step, self._steps[self._step_id])
+        st.groups += 1
+        st.rollouts += len(causes)
         self.n_rollouts += len(causes)
         self.n_ungraded += len(failed)
+        if anchor:
+            st.exec_groups += 1
+            st.executions += len(causes)
         for c in failed:
             if is_infrastructure(c):
-                self._step_ungraded += 1
-                self._step_causes[c] = self._step_causes.get(c, 0) + 1
+                st.ungraded += 1
+                st.causes[c] = st.causes.get(c, 0) + 1
                 if anchor:
-                    self._step_exec_ungraded += 1
-                    self._step_exec_causes[c] = self._step_exec_causes.get(c, 0) + 1
-        if anchor:
-            self._step_exec += len(causes)
-        if self.max_share is None or self._step_ungraded == 0:
+                    st.exec_ungraded += 1
+                    st.exec_causes[c] = st.exec_causes.get(c, 0) + 1
+        if self.max_share is None or st.ungraded == 0:
             return
-        if self._step_exec_ungraded and self._step_exec_ungraded >= self.max_share * self._step_exec - 1e-9:
+        if st.exec_ungraded:
+            planned = st.planned_executions()
+            if st.exec_ungraded >= self.max_share * planned - 1e-9:
+                raise TooManyUngradedError(
+                    st.exec_ungraded, int(round(planned)), self.max_share, st.exec_causes,
+                    {c: m for c, m in self.last_messages.items() if c in st.exec_causes},
+                    scope="real executions",
+                )
+        planned = st.planned_rollouts()
+        if st.ungraded >= self.max_share * planned - 1e-9:
             raise TooManyUngradedError(
-                self._step_exec_ungraded, self._step_exec, self.max_share, self._step_exec_causes,
-                {c: m for c, m in self.last_messages.items() if c in self._step_exec_causes},
-                scope="real executions",
-            )
-        expected = self._planned * self._step_rollouts / self._step_groups
-        if self._step_ungraded >= self.max_share * expected - 1e-9:
-            n_step = int(round(expected))
-            raise TooManyUngradedError(
-                self._step_ungraded, n_step, self.max_share, self._step_causes,
-                {c: m for c, m in self.last_messages.items() if c in self._step_causes},
+                st.ungraded, int(round(planned)), self.max_share, st.causes,
+                {c: m for c, m in self.last_messages.items() if c in st.causes},
             )
 
     def stats(self) -> dict[str, Any]:
@@ -323,18 +426,33 @@ class UngradedMonitor:
         }
 
     def state_dict(self) -> dict[str, Any]:
-        """Totals (JSON-serialisable); the current step is not saved (save at step boundaries)."""
+        """Totals and ``groups_per_step`` (JSON-serialisable); the steps in progress are not
+        saved (save at step boundaries)."""
         return {
             "n_rollouts": self.n_rollouts,
             "n_ungraded": self.n_ungraded,
             "causes": dict(self.causes),
             "last_messages": dict(self.last_messages),
+            "groups_per_step": self._default_planned,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output; a new step starts."""
-        self.n_rollouts = int(state.get("n_rollouts", 0))
-        self.n_ungraded = int(state.get("n_ungraded", 0))
-        self.causes = {str(k): int(v) for k, v in dict(state.get("causes", {})).items()}
-        self.last_messages = {str(k): str(v) for k, v in dict(state.get("last_messages", {})).items()}
-        self._reset_step()
+        """Restore :meth:`state_dict`'s output: the totals and ``groups_per_step`` (a state
+        saved before it was kept leaves the monitor's own); every step in progress ends (a
+        step planned before the load too) and a new one of ``groups_per_step`` groups starts.
+
+        Raises:
+            ValueError: ``groups_per_step`` in the state is not an integer >= 1 (nothing is
+                changed then).
+        """
+        per_step = state.get("groups_per_step", self._default_planned)
+        if isinstance(per_step, bool) or not isinstance(per_step, numbers.Integral) or per_step < 1:
+            raise ValueError(f"ungraded monitor state: groups_per_step must be an integer >= 1, got {per_step!r}")
+        n_rollouts = int(state.get("n_rollouts", 0))
+        n_ungraded = int(state.get("n_ungraded", 0))
+        causes = {str(k): int(v) for k, v in dict(state.get("causes", {})).items()}
+        last = {str(k): str(v) for k, v in dict(state.get("last_messages", {})).items()}
+        self.n_rollouts, self.n_ungraded, self.causes, self.last_messages = n_rollouts, n_ungraded, causes, last
+        self._default_planned = int(per_step)
+        self._steps.clear()
+        self._new_step(self._default_planned, None)
