@@ -406,6 +406,7 @@ def test_multi_turn_return_is_the_max(sandbox):
         statuses.append(info["status"])
         assert obs["turn"] == i + 1 and terminated == (i == 2) and not truncated
         assert info["status"] in obs["feedback"]
+        assert info["step_score"] == info["score"]  # the turn's own score (the reward is the improvement)
     assert statuses == ["runtime_err", "ran_no_sub", "syntax_err"]
     assert rewards == pytest.approx([0.1, 0.1, 0.0])
     assert sum(rewards) == pytest.approx(0.2) == info["best_score"]

@@ -49,6 +49,13 @@ class WorldModelPrediction:
             subject to the stop rule. The wrappers set it themselves when ``predict`` raises
             (``"world_model_error"``), exceeds its time-out (``"world_model_timeout"``) or
             returns a non-finite score (``"world_model_invalid"``; the score becomes ``None``).
+        terminated: outcome mode, multi-step episodes: ``True`` when the world model predicts
+            that the real env would end the episode with this step (e.g. a task solved at the
+            first turn of an env that stops on a solved task). The wrappers end a world-model
+            episode there, as the real env ends an anchor episode; on anchor routes it is
+            ignored (the real env decides). Default ``False``: a world-model episode then runs
+            ``episode_steps`` steps. Predict it only where the real env does end early
+            (AutoResearch ends only after ``max_turns`` turns, so its judge leaves it ``False``).
     """
 
     score: float | None
@@ -59,6 +66,7 @@ class WorldModelPrediction:
     model_called: bool = True
     extras: dict[str, Any] = field(default_factory=dict)
     ungraded_cause: str | None = None
+    terminated: bool = False
 
 
 @dataclass

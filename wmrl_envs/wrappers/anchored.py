@@ -93,9 +93,15 @@ class AnchoredWorldModelWrapper(
             ``ceil(1 / anchor_fraction)`` (one anchor group per block at f = 0.1).
         min_anchor_groups: anchors per window of blocks at least (default 1).
         episode_steps: steps after which a world-model episode terminates (outcome mode;
-            AutoResearch: its ``max_turns``, default 1).
-        episode_score: how per-step world-model scores make the episode's score: ``"max"``
-            (AutoResearch: max over turns), ``"last"`` or ``"sum"``.
+            AutoResearch: its ``max_turns``, default 1); it ends earlier at a step whose
+            prediction has ``terminated=True`` (the real env's own ending, predicted).
+        episode_score: outcome mode: how an episode's per-step scores make its score, on both
+            routes alike: ``"max"`` (AutoResearch: max over turns), ``"last"`` or ``"sum"``. The
+            world model's per-step predictions give the world-model score; the real steps' scores
+            give the real score of an anchor episode — each step's ``info["step_score"]``
+            (:data:`~wmrl_envs.wrappers.common.STEP_SCORE_KEY`) where the env reports one
+            (AutoResearch does: its reward is the improvement of the best score), else its reward.
+            (Reward mode: the real score is the return, the world model scores the trajectory.)
         corrector: the correction object (default: reference debiaser and denoiser, or one
             built from ``debiaser_kwargs``/``denoiser_kwargs``).
         debiaser_kwargs: keyword arguments of :class:`~wmrl_envs.core.IsotonicDebiaser`.
@@ -368,7 +374,11 @@ class AnchoredWorldModelWrapper(
         On world-model groups the reward is 0 until the episode's last step, which carries
         the calibrated episode score ``f̂(r̂)`` (an ungraded episode gets 0.0 with
         ``info["wmrl"]["graded"] = False`` and the cause in ``info["wmrl"]["ungraded_cause"]``:
-        drop it, do not train on it as a zero).
+        drop it, do not train on it as a zero); that step is the ``episode_steps``-th, or the
+        first whose prediction has ``terminated=True``. On anchor groups the env's own rewards
+        are handed out and the episode ends when the env ends it; the episode's real score
+        (``info["wmrl"]["real_score"]`` at its last step, the group's training reward) is its
+        steps' scores aggregated with ``episode_score``, as the world-model score is.
 
         Raises:
             RuntimeError: ``step`` before ``reset`` or after the episode ended.
@@ -392,14 +402,16 @@ class AnchoredWorldModelWrapper(
             obs, reward, terminated, truncated, info = real_step(self.env, action, ctx)
             wall, cpu = sw.read()
             self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
-            reward = self._note_real_step(reward, info)
+            reward = self._note_real_step(reward, info, step_score=True)
         else:
             if pred is not None and pred.observation is not None:
                 obs = copy.deepcopy(pred.observation)
             else:
                 obs = copy.deepcopy(ctx)
             reward = 0.0
-            terminated = self._ep.steps >= self.episode_steps
+            # the episode ends after episode_steps steps, or where the world model predicts the
+            # real env would end it (a prediction's `terminated`)
+            terminated = self._ep.steps >= self.episode_steps or (pred is not None and bool(pred.terminated))
             truncated = False
             info = {"feedback": pred.feedback if pred is not None else "", "status": pred.status if pred else None}
         self._ep_ctx = obs
@@ -412,18 +424,19 @@ class AnchoredWorldModelWrapper(
             if route == WORLD_MODEL:
                 reward = 0.0 if cal is None else float(cal)
                 wm_info.update(calibrated_score=cal, graded=cal is not None)
-            else:
-                real_ep = self._ep.real_score
+            else:  # the real steps' scores by the same rule as the world model's
+                real_ep = self._ep.real_episode_score(self.episode_score)
                 wm_info.update(calibrated_score=cal, real_score=real_ep, graded=real_ep is not None)
             self._end_episode(wm_info, raw_ep, wm_called)
         info["wmrl"] = wm_info
         return obs, float(reward), bool(terminated), bool(truncated), info
 
     # ------------------------------------------------------------------ ungraded bookkeeping
-    def _note_real_step(self, reward: Any, info: dict[str, Any]) -> float:
-        """Fold one real step into the episode; returns the reward to hand out (0.0 if ungraded)."""
+    def _note_real_step(self, reward: Any, info: dict[str, Any], step_score: bool = False) -> float:
+        """Fold one real step into the episode; returns the reward to hand out (0.0 if ungraded).
+        ``step_score`` (outcome mode): the step's ``info["step_score"]`` is its score."""
         return self._ep.add_real_step(reward, execution_cause(reward, info), info.get("error") or info.get("message"),
-                                      self._group_messages)
+                                      self._group_messages, info if step_score else None)
 
     def _end_episode(self, wm_info: dict[str, Any], raw_ep: float | None, wm_called: bool) -> None:
         """An episode ended: name its cause in ``wm_info``; the group's last episode closes the

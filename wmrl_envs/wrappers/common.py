@@ -22,15 +22,23 @@ from wmrl_envs.core import (
     WMRLCorrector,
 )
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
-from wmrl_envs.core.ungraded import CAUSE_KEY, WORLD_MODEL_UNGRADED, UngradedMonitor
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-__all__ = ["GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
+STEP_SCORE_KEY = "step_score"
+"""``info`` key in which an env reports a step's own score when its reward is something else
+(AutoResearch: the reward is the improvement of the best score so far, the turn's own score is
+here). In outcome mode the real episode score aggregates, with ``episode_score``, each step's
+``info["step_score"]`` where the env reports one and its reward otherwise — the quantity a world
+model predicts per step (:meth:`EpisodeTally.real_episode_score`; ``docs/method.md``,
+"Multi-turn episodes")."""
+
+__all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
 
 
 def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float | None:
-    """An episode's score from its per-step world-model scores: ``"max"`` (AutoResearch: best
-    turn), ``"last"`` or ``"sum"``.
+    """An episode's score from its per-step scores (world-model predictions, or the real steps'
+    scores: both routes use it): ``"max"`` (AutoResearch: best turn), ``"last"`` or ``"sum"``.
 
     Order-independent for ``"max"`` and ``"sum"``: a step without a finite score (``None``,
     NaN, inf) makes the episode ungraded (``None``) whatever its position — a NaN never wins or
@@ -64,13 +72,14 @@ def wm_causes_of(preds: Sequence[WorldModelPrediction], g: int) -> list[str | No
 @dataclass
 class EpisodeTally:
     """What one running episode has gathered so far (per-episode wrapper: its one episode;
-    vector twin: one per sub-env): world-model scores per step, the real return, and the first
-    cause of a failed world-model score and of a failed real step."""
+    vector twin: one per sub-env): world-model scores per step, the real return and the real
+    per-step scores, and the first cause of a failed world-model score and of a failed real step."""
 
     steps: int = 0
     raw_steps: list[float] = field(default_factory=list)
     raw_graded: bool = True
     real_return: float = 0.0
+    real_steps: list[float] = field(default_factory=list)
     real_graded: bool = True
     traj: Trajectory | None = None
     wm_cause: str | None = None
@@ -92,11 +101,22 @@ class EpisodeTally:
         else:
             self.raw_steps.append(float(pred.score))
 
-    def add_real_step(self, reward: Any, cause: str | None, message: Any, messages: dict[str, str]) -> float:
+    def add_real_step(self, reward: Any, cause: str | None, message: Any, messages: dict[str, str],
+                      info: Mapping[str, Any] | None = None) -> float:
         """Fold one real step in (``cause``: why it is ungraded, ``None`` when graded); returns the
-        reward to hand out (0.0 when ungraded)."""
+        reward to hand out (0.0 when ungraded).
+
+        ``info`` (outcome mode): the step's info; its :data:`STEP_SCORE_KEY` entry, when present,
+        is the step's score for :meth:`real_episode_score` (else the reward is). A present entry
+        that is not a finite number leaves the step ungraded (cause ``"execution_ungraded"``).
+        """
+        step_score: Any = None if info is None else info.get(STEP_SCORE_KEY)
+        if cause is None and step_score is not None and not _finite_number(step_score):
+            cause = EXECUTION_UNGRADED
+            message = f"info[{STEP_SCORE_KEY!r}] is not a finite number: {step_score!r}"
         if cause is None:
             self.real_return += float(reward)
+            self.real_steps.append(float(reward) if step_score is None else float(step_score))
             return float(reward)
         self.real_graded = False
         if self.real_cause is None:
@@ -111,8 +131,25 @@ class EpisodeTally:
 
     @property
     def real_score(self) -> float | None:
-        """The real return, ``None`` when a real step was ungraded."""
+        """The real return (sum of the rewards; reward mode's episode score), ``None`` when a real
+        step was ungraded."""
         return self.real_return if self.real_graded else None
+
+    def real_episode_score(self, how: str) -> float | None:
+        """Outcome mode: the episode's real score by the rule the world model's per-step scores
+        follow (:func:`aggregate_episode_score` of the real per-step scores, ``how`` =
+        ``episode_score``), ``None`` when a real step was ungraded or none was taken."""
+        return aggregate_episode_score(self.real_steps, how) if (self.real_steps and self.real_graded) else None
+
+
+def _finite_number(v: Any) -> bool:
+    """A finite real number (not a bool)."""
+    if isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
 @dataclass

@@ -17,10 +17,15 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from wmrl_envs.core import WORLD_MODEL, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 
-__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "EXEC_SECONDS_KEY", "EXEC_CPU_KEY"]
+__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "END_ATTR", "EXEC_SECONDS_KEY", "EXEC_CPU_KEY"]
 
 PLAN_ATTR = "wmrl_plan"
 """Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
+
+END_ATTR = "wmrl_end_episode"
+"""Name of the :class:`RoutedSubEnv` attribute (bool) the vector wrapper sets before a step in
+which the world model predicts that a world-model episode ends (a prediction's ``terminated``):
+the placeholder step then terminates. Consumed (reset to ``False``) by that step."""
 
 EXEC_SECONDS_KEY = "wmrl_exec_seconds"
 """Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
@@ -43,8 +48,10 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``wmrl_plan = (route, seed, options)``:
 
     * ``route == "world_model"``: ``step`` does NOT call the inner env; it returns
-      ``(last_observation, 0.0, t >= episode_steps, False, {})`` (a placeholder the vector
-      wrapper replaces by the world model's prediction). Any other route (``"anchor"``,
+      ``(last_observation, 0.0, t >= episode_steps or wmrl_end_episode, False, {})`` (a
+      placeholder the vector wrapper replaces by the world model's prediction;
+      ``wmrl_end_episode``, :data:`END_ATTR`, is set by the vector wrapper for the step whose
+      prediction ends the episode, and cleared by the step). Any other route (``"anchor"``,
       ``None``): the inner ``step`` runs and ``info["wmrl_exec_seconds"]`` gets its
       wall-clock seconds (float), ``info["wmrl_exec_cpu_seconds"]`` its CPU-seconds
       (:data:`EXEC_CPU_KEY`).
@@ -70,6 +77,7 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
         self.wmrl_plan: tuple[Route | None, int | None, dict[str, Any] | None] | None = None
         self.wmrl_episode_steps = int(episode_steps)
+        self.wmrl_end_episode = False
         self.inner_step_calls = 0
         self.skipped_steps = 0
         self._last_obs: Any = None
@@ -86,15 +94,17 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         obs, info = self.env.reset(seed=seed, options=options)
         self._last_obs = obs
         self._t = 0
+        self.wmrl_end_episode = False
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
         """Real inner step, or (world-model route) a placeholder without calling the inner env."""
         self._t += 1
+        end_now, self.wmrl_end_episode = bool(self.wmrl_end_episode), False
         plan = self.wmrl_plan
         if plan is not None and plan[0] == WORLD_MODEL:
             self.skipped_steps += 1
-            return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps, False, {}
+            return self._last_obs, 0.0, self._t >= self.wmrl_episode_steps or end_now, False, {}
         sw = Stopwatch()
         obs, reward, terminated, truncated, info = self.env.step(action)
         dt, cpu = sw.read()

@@ -27,7 +27,10 @@ accounting), laid out over sub-envs:
   a placeholder transition *without calling the inner step*. The vector wrapper then runs ONE
   batched world-model ``predict`` over the sub-envs that stepped, replaces the placeholders by
   the predicted observation (when the world model predicts one) and pays the calibrated score
-  ``f̂(r̂)`` at the episode's end (``episode_steps`` steps, as in the per-episode wrapper).
+  ``f̂(r̂)`` at the episode's end (``episode_steps`` steps, or the step whose prediction says
+  ``terminated``: the batched ``predict`` runs before the vector step, and such a sub-env is told
+  to end its placeholder step; as in the per-episode wrapper). An anchor episode's real score
+  aggregates its steps' scores with the same ``episode_score``.
   Anchor sub-envs step for real, and the world model also scores them (the anchor pairs).
 * **reward mode** — every sub-env steps (the dynamics are cheap); the world model scores
   each finished episode's :class:`~wmrl_envs.world_models.Trajectory` (one batched
@@ -58,8 +61,8 @@ from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, scor
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import EpisodeTally, LoopViews, build_loop, check_episode_args
-from .routed_sub_env import EXEC_CPU_KEY, EXEC_SECONDS_KEY, PLAN_ATTR
+from .common import STEP_SCORE_KEY, EpisodeTally, LoopViews, build_loop, check_episode_args
+from .routed_sub_env import END_ATTR, EXEC_CPU_KEY, EXEC_SECONDS_KEY, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
 __all__ = ["AnchoredWorldModelVectorWrapper"]
@@ -120,8 +123,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             ``ceil(1 / anchor_fraction)``, as in the per-episode wrapper).
         min_anchor_groups: anchors per window of ``correction.anchor_window`` blocks at least
             (default 1; default window 1 block).
-        episode_steps: outcome mode: steps after which a world-model episode terminates.
-        episode_score: outcome mode: per-step world-model scores → episode score
+        episode_steps: outcome mode: steps after which a world-model episode terminates (earlier
+            at a step whose prediction has ``terminated=True``: the world model predicts each
+            step before the sub-envs step, and tells a ``RoutedSubEnv`` to end its placeholder
+            step then).
+        episode_score: outcome mode: per-step scores → episode score, on both routes alike (the
+            real per-step score is ``info["step_score"]`` where the env reports one, else the
+            reward; as in the per-episode wrapper)
             (``"max"``, ``"last"`` or ``"sum"``).
         task_fn: ``task_fn(lane, round) -> (seed, options)``: the reset arguments shared by the
             G episodes of a group (called once per group, cached).
@@ -465,6 +473,14 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             )
         self._flush_plans()
         resetting = self._pending_reset.copy()
+        stepped = [i for i in range(n) if not resetting[i]]
+        act_list = list(iterate(self.action_space, actions)) if stepped else []
+        preds: dict[int, WorldModelPrediction] = {}
+        if self.mode == "outcome":
+            # outcome mode: ONE batched predict for this vector step, before the step (it needs only
+            # each episode's context and action), so that a prediction that ends a world-model
+            # episode (`terminated`) reaches its RoutedSubEnv before the placeholder step
+            preds = self._predict_outcomes(stepped, act_list)
         sw = Stopwatch()
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         wall, step_cpu = sw.read()
@@ -475,7 +491,6 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         infos = dict(infos)
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         final_info = infos.get("final_info") if same_step else None
-        stepped = [i for i in range(n) if not resetting[i]]
 
         # ---- execution cost: RoutedSubEnv reports each real step's seconds and CPU-seconds
         exec_secs, exec_count, exec_cpu, cpu_unmeasured = 0.0, 0, 0.0, 0
@@ -504,14 +519,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             if len(measured) < len(stepped):
                 self.loop.record_execution(0.0, len(stepped) - len(measured), cpu_seconds=None)
 
-        act_list = list(iterate(self.action_space, actions)) if stepped else []
         obs_list = list(iterate(self.observation_space, obs))
         final_obs = infos.get("final_obs") if same_step else None
 
         def step_info(i: int) -> dict[str, Any] | None:
             return final_info if (same_step and done[i] and isinstance(final_info, dict)) else infos
 
-        # ---- world model: ONE batched predict for this vector step
+        # ---- world model, reward mode: ONE batched predict over the episodes that ended in this step
         batch_idx: list[int] = []
         batch_ctx: list[Any] = []
         batch_act: list[Any] = []
@@ -520,12 +534,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             ep = self._episodes[i]
             ep.steps += 1
             use_wm = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
-            if self.mode == "outcome":
-                if use_wm:
-                    batch_idx.append(i)
-                    batch_ctx.append(self._ctx[i])
-                    batch_act.append(act_list[i])
-            else:
+            if self.mode != "outcome":
                 assert ep.traj is not None
                 last = final_obs[i] if (same_step and done[i] and final_obs is not None) else obs_list[i]
                 ep.traj.actions.append(copy_obs(act_list[i]))
@@ -534,7 +543,6 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                     batch_idx.append(i)
                     batch_ctx.append(ep.traj.observations[0])
                     batch_act.append(Trajectory(list(ep.traj.observations), list(ep.traj.actions), True))
-        preds: dict[int, WorldModelPrediction] = {}
         if batch_idx:
             for i, p in zip(batch_idx, self.loop.predict(batch_ctx, batch_act)):
                 preds[i] = p
@@ -554,7 +562,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             cause = None
             if graded_flag is False or not math.isfinite(real_r):
                 cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
-            ep.add_real_step(real_r, cause, info_get(src, "error", i) or info_get(src, "message", i), self._messages)
+            step_score = info_get(src, STEP_SCORE_KEY, i) if self.mode == "outcome" else None
+            ep.add_real_step(real_r, cause, info_get(src, "error", i) or info_get(src, "message", i), self._messages,
+                             None if step_score is None else {STEP_SCORE_KEY: step_score})
             raw_ep: float | None = None
             if self.mode == "outcome":
                 if p is not None:
@@ -603,7 +613,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 ep = self._episodes[i]
                 route = rec.route
                 self.loop.count_episodes(1)
-                real_ep = ep.real_score if route == ANCHOR else None
+                real_ep = None
+                if route == ANCHOR:  # outcome mode: the real steps' scores by the world model's rule
+                    real_ep = ep.real_episode_score(self.episode_score) if self.mode == "outcome" else ep.real_score
                 if route == WORLD_MODEL:
                     rewards[i] = 0.0 if cal is None else float(cal)
                     graded = cal is not None
@@ -687,6 +699,22 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             infos["final_obs"] = final_obs
         infos["wmrl"] = w.build()
         return obs, rewards, terms, truncs, infos
+
+    def _predict_outcomes(self, stepped: list[int], act_list: list[Any]) -> dict[int, WorldModelPrediction]:
+        """Outcome mode: the world model's predictions for the sub-envs about to step (one batched
+        ``predict`` over those whose route calls it); a world-model episode whose prediction says
+        ``terminated`` is told to end in this step (:data:`~wmrl_envs.wrappers.routed_sub_env.END_ATTR`)."""
+        idx = [i for i in stepped if self.loop.calls_world_model(self._group_of(i).ticket.route,
+                                                                  self._group_of(i).ticket.training)]
+        if not idx:
+            return {}
+        preds = dict(zip(idx, self.loop.predict([self._ctx[i] for i in idx], [act_list[i] for i in idx])))
+        end = [False] * self.num_envs
+        for i, p in preds.items():
+            end[i] = bool(p.terminated) and self._group_of(i).route == WORLD_MODEL
+        if any(end):
+            self.env.set_attr(END_ATTR, end)
+        return preds
 
     # ------------------------------------------------------------------ infos
     def _fill_base(self, w: InfoBuilder, i: int, rec: _Group) -> None:

@@ -102,7 +102,10 @@ class AutoResearchEnv(gym.Env):
     :mod:`~wmrl_envs.envs.autoresearch.scale`: malformed / syntax error 0.0, runtime error
     0.1, ran without a valid submission 0.2, valid ``0.5 + 0.5 * position``.
 
-    Step info: ``status``, ``score``, ``best_score``, ``metric``, ``metric_value``,
+    Step info: ``status``, ``score`` and ``step_score`` (the turn's own score; ``step_score``,
+    :data:`wmrl_envs.wrappers.common.STEP_SCORE_KEY`, tells the wrappers that the reward is not
+    the turn's score, so a multi-turn anchor episode scores ``max`` over its turns' scores as a
+    world-model episode does over its predictions), ``best_score``, ``metric``, ``metric_value``,
     ``position``, ``runtime_s``, ``stdout_tail``, ``stderr_tail``, ``message``, ``task_id``,
     ``turn``, ``executed``, ``execution_cpu_s`` and ``job_dir`` (str, only with
     ``keep_job_dirs``). ``execution_cpu_s`` (the cost-accounting key
@@ -422,6 +425,7 @@ class AutoResearchEnv(gym.Env):
             "turn": self._turn,
             "status": grade.status,
             "score": float(grade.score),
+            "step_score": float(grade.score),  # wmrl_envs.wrappers.common.STEP_SCORE_KEY: the reward is the improvement
             "best_score": float(self._best),
             "metric": task.metric,
             "metric_value": grade.metric_value,
