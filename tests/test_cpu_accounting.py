@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -453,6 +454,44 @@ def test_measured_world_model_cpu_and_a_bad_declared_cost() -> None:
         with pytest.raises(ValueError, match="declared_cpu_s_per_prediction"):
             predict_checked(wm, [0], [1], CostLedger())
         assert wm.calls == 0  # refused before the call
+
+
+
+class ThreadedWorldModel(ConstantWorldModel):
+    """Computes in a thread of its own that it starts and joins in ``predict``."""
+
+    def predict(self, contexts, actions):
+        worker = threading.Thread(target=_burn, args=(self.burn_s,))
+        worker.start()
+        worker.join()
+        return [WorldModelPrediction(score=0.5) for _ in actions]
+
+
+def test_a_busy_sibling_thread_is_not_charged_to_the_world_model() -> None:
+    """Issue 25, finding 9: a world-model call is charged its own CPU, not that of other threads
+    of the process (threads sharing one loop), whether the call runs in the caller's thread or
+    in a thread of its own (with a time-out); a thread the world model starts is its own."""
+    stop = threading.Event()
+
+    def spin() -> None:  # another user of the process, busy for the whole call
+        while not stop.is_set():
+            pass
+
+    sibling = threading.Thread(target=spin, daemon=True)
+    sibling.start()
+    try:
+        for wm, timeout in ((ConstantWorldModel(burn_s=0.1), None), (ConstantWorldModel(burn_s=0.1), 30.0),
+                            (ThreadedWorldModel(burn_s=0.1), None)):
+            ledger = CostLedger()
+            t0 = time.perf_counter()
+            predict_checked(wm, [0], [1], ledger, timeout_s=timeout)
+            wall = time.perf_counter() - t0
+            assert wall > 0.15  # the sibling did share the call's time (the GIL alternates)
+            # the call's own 0.1 CPU-s (process CPU charged about twice that before the fix)
+            assert 0.1 <= ledger.cpu_seconds(WORLD_MODEL_SOURCE) <= 0.15, (type(wm).__name__, timeout)
+    finally:
+        stop.set()
+        sibling.join()
 
 
 # ------------------------------------------------------------------------------- ledger

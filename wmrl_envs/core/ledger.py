@@ -12,7 +12,9 @@ accounting"):
 
 * :class:`Stopwatch` / :meth:`CostLedger.timed` measure a block: wall-clock
   (``time.perf_counter``) and :func:`process_cpu_seconds` (this process's CPU, all threads,
-  plus the CPU of the child processes it waited for), as a difference;
+  plus the CPU of the child processes it waited for), as a difference; with
+  ``Stopwatch(exclude_other_threads=True)`` (world-model calls) less the CPU that the other
+  Python threads alive at the start used meanwhile (:func:`thread_cpu_seconds`);
 * an environment may report the CPU-seconds of one execution itself in its step info under
   :data:`EXECUTION_CPU_KEY` (``"execution_cpu_s"``): measured (AutoResearch: the sandboxed
   process tree's own usage) or *declared* (a synthetic env charges a fixed number per call);
@@ -29,6 +31,7 @@ from __future__ import annotations
 import math
 import numbers
 import resource
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
@@ -37,6 +40,7 @@ __all__ = [
     "CostLedger",
     "Stopwatch",
     "process_cpu_seconds",
+    "thread_cpu_seconds",
     "execution_cpu_seconds",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",
@@ -81,11 +85,58 @@ def process_cpu_seconds() -> float:
     return time.process_time() + ru.ru_utime + ru.ru_stime
 
 
+def thread_cpu_seconds(native_id: int) -> float | None:
+    """CPU-seconds used so far by one thread of this process (user + system).
+
+    Linux's per-thread CPU clock of the thread (``clock_gettime`` on the clock id the kernel
+    derives from a thread id, as glibc's ``pthread_getcpuclockid`` does; the clock of
+    ``time.thread_time``), so any live thread of this process can be read from any other,
+    unlike ``time.thread_time`` (the calling thread only). The kernel refuses the id of a
+    thread that has ended or belongs to another process.
+
+    Args:
+        native_id: the OS thread id (``threading.Thread.native_id``, ``threading.get_native_id()``).
+
+    Returns:
+        Seconds (float), or ``None`` when it cannot be read: the thread has ended, or the
+        system has no such clock (not Linux).
+    """
+    try:
+        return time.clock_gettime(((~int(native_id)) << 3) | 6)  # per-thread (4) | scheduler clock (2)
+    except (OSError, OverflowError, ValueError):
+        return None
+
+
+def _other_threads_cpu() -> dict[int, float]:
+    """``{native_id: CPU-seconds so far}`` of the other live Python threads (readable ones)."""
+    me = threading.get_native_id()
+    out: dict[int, float] = {}
+    for t in threading.enumerate():
+        tid = t.native_id
+        if tid is None or tid == me:
+            continue
+        cpu = thread_cpu_seconds(tid)
+        if cpu is not None:
+            out[tid] = cpu
+    return out
+
+
 class Stopwatch:
     """Wall-clock and CPU-seconds since construction (or since :meth:`restart`).
 
     Wall-clock is ``time.perf_counter``; CPU is :func:`process_cpu_seconds` (this process and
     its waited-for children; see there for what overlapping blocks mean).
+
+    Args:
+        exclude_other_threads: ``True``: the CPU is the block's own — the process's CPU less
+            what each *other Python thread alive at the start* used meanwhile
+            (:func:`thread_cpu_seconds`), so threads that share the process (other users of a
+            shared loop, a timed-out call still running) are not charged to the block, while
+            the measuring thread, threads started during the block (e.g. by a world model) and
+            threads that are not Python threads (the native pools of torch, BLAS) still are.
+            A thread that ends during the block cannot be read at its end: what it used
+            meanwhile stays charged. Without ``/proc`` (not Linux) this is the process's CPU.
+            ``False`` (default): the process's CPU.
 
     Example:
         >>> sw = Stopwatch()
@@ -94,19 +145,29 @@ class Stopwatch:
         True
     """
 
-    __slots__ = ("_t0", "_c0")
+    __slots__ = ("_t0", "_c0", "_exclude", "_others")
 
-    def __init__(self) -> None:
+    def __init__(self, exclude_other_threads: bool = False) -> None:
+        self._exclude = bool(exclude_other_threads)
         self.restart()
 
     def restart(self) -> None:
         """Start measuring from now."""
         self._t0 = time.perf_counter()
         self._c0 = process_cpu_seconds()
+        # read after the process and (in read) before it: the other threads' spans lie inside
+        # the process's, so what is left is never less than the block's own CPU
+        self._others = _other_threads_cpu() if self._exclude else {}
 
     def read(self) -> tuple[float, float]:
         """``(wall_seconds, cpu_seconds)`` since the start (floats >= 0)."""
-        return max(0.0, time.perf_counter() - self._t0), max(0.0, process_cpu_seconds() - self._c0)
+        others = 0.0
+        for tid, c0 in self._others.items():
+            c1 = thread_cpu_seconds(tid)
+            if c1 is not None:  # an ended thread cannot be read: its CPU stays charged
+                others += max(0.0, c1 - c0)
+        wall, cpu = time.perf_counter() - self._t0, process_cpu_seconds() - self._c0
+        return max(0.0, wall), max(0.0, cpu - others)
 
 
 def _check_seconds(value: Any, what: str) -> float:

@@ -77,9 +77,11 @@ def world_model_cpu_seconds(world_model: Any, n_predictions: int, measured_cpu_s
     A world model with the attribute ``declared_cpu_s_per_prediction`` (a float >= 0; e.g. a
     synthetic world model whose real CPU is negligible and stands for a costly one) is charged
     ``n_predictions * declared_cpu_s_per_prediction``; any other is charged
-    ``measured_cpu_s``, this process's CPU over the call (:class:`~wmrl_envs.core.Stopwatch`:
-    all threads, so a world model computing in its own threads is counted; other threads'
-    work during the call is counted too).
+    ``measured_cpu_s``, the CPU :func:`predict_checked` measured over the call
+    (``Stopwatch(exclude_other_threads=True)``: this process's CPU less what the other Python
+    threads alive at the call's start used meanwhile, so a world model computing in threads of
+    its own — started in ``predict``, or native pools such as torch's — is counted, while the
+    work of other threads sharing the process, e.g. other users of one loop, is not).
 
     Raises:
         ValueError: the attribute is set to something that is not a finite number >= 0.
@@ -180,7 +182,10 @@ def predict_checked(
             (:func:`world_model_cpu_seconds`: declared by the world model, else measured), also
             for a call that raised or timed out: its time was spent (a timed-out call is charged
             the CPU used until its deadline, not what its abandoned thread uses later); not for
-            a protocol error, which stops the run.
+            a protocol error, which stops the run. The measured CPU is the call's own: the
+            thread that runs ``predict`` (the caller's, or the call's thread with a time-out)
+            and the threads it starts, not other Python threads of the process
+            (:class:`~wmrl_envs.core.Stopwatch` with ``exclude_other_threads=True``).
         timeout_s: seconds one call may take (``None``: no limit, the call runs in the caller's
             thread).
 
@@ -195,7 +200,7 @@ def predict_checked(
     """
     contexts, actions = list(contexts), list(actions)
     world_model_cpu_seconds(world_model, len(actions), 0.0)  # a bad declared cost fails before the call
-    sw = Stopwatch()
+    sw = Stopwatch(exclude_other_threads=True)  # the call's own CPU, not other threads'
     raw, cause, message = _call_with_deadline(world_model, contexts, actions, timeout_s)
     dt, cpu = sw.read()
     cpu = world_model_cpu_seconds(world_model, len(actions), cpu)
