@@ -183,3 +183,25 @@ def test_a_missing_run_folder_is_named_as_missing(tmp_path):
         advice_from_run(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="has no checkpoint"):
         advice_from_run(tmp_path)
+
+
+class NoisyOutcomeEnv(KnownEnv):
+    """KnownEnv whose real score adds outcome noise drawn in ``step`` from ``np_random``:
+    ``float(action) + 0.75 · N(0, 1)``."""
+
+    def step(self, action):
+        obs, score, term, trunc, info = super().step(action)
+        return obs, score + 0.75 * float(self.np_random.normal()), term, trunc, info
+
+
+def test_pilot_r_keeps_the_outcome_noise_of_a_seeded_group():
+    """Finding 12: the pilot seeds every group; each rollout must still draw its own outcome noise.
+    A world model that predicts the action's expected score exactly, under outcome noise of std
+    0.75 around actions of within-group std 1, has r = 1 / sqrt(1 + 0.75²) = 0.8 (it read 1.0:
+    one noise draw shared by the group cancels within it)."""
+    wrapper = run_pilot(NoisyOutcomeEnv(), NoisyWM(noise=0.0), GaussianPolicy(), groups=300, group_size=4, seed=1)
+    wrapper.loop.advisor.n_boot = 100  # the CI's resamples (the default 1000 takes ~20 s here)
+    advice = wrapper.loop.advise()
+    assert advice.r == pytest.approx(0.8, abs=0.04)
+    assert advice.r_ci[1] < 0.9
+

@@ -227,3 +227,43 @@ def test_world_models_reject_non_integer_contexts_and_actions():
             wm.predict([0], [2.9])
         with pytest.raises(ValueError, match=r"context \(task id\) must be an integer"):
             wm.predict([np.array([1, 0])], [2])
+
+
+def test_seeded_groups_keep_the_outcome_noise_in_every_api():
+    """Finding 12: KnownTruth-v0 advertises outcome noise; a seeded group of G identical actions
+    through score_group, the per-episode wrapper and the vector wrapper gets G different outcomes
+    of one task (it got the same draw G times), reproducibly, with the env's noise spread."""
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    g, task = 8, 0
+    base = KnownTruthEnv()
+    mid = int(np.flatnonzero(~base.failing[task] & (base.mu[task] < 0.6))[0])  # a mediocre action: no clipping
+    opts = {"task": task}
+
+    def by_score_group():
+        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, anchor_fraction=1.0, group_size=g)
+        return w.score_group([mid] * g, seed=0, options=opts).rewards
+
+    def by_episodes():
+        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, anchor_fraction=1.0, group_size=g)
+        out = []
+        for _ in range(g):
+            w.reset(seed=0, options=opts)
+            out.append(w.step(mid)[1])
+        return out
+
+    def by_vector():
+        venv = make_vector_env(lambda: gym.make("wmrl/KnownTruth-v0"), g)
+        env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=g)
+        env.reset(seed=0, options=opts)
+        rew = env.step(np.full(g, mid))[1]
+        venv.close()
+        return [float(x) for x in rew]
+
+    for fn in (by_score_group, by_episodes, by_vector):
+        rewards = fn()
+        assert len(set(rewards)) == g, fn.__name__
+        assert 0.03 < np.std(rewards, ddof=1) < 0.25, fn.__name__  # outcome_noise_std = 0.1
+        assert abs(np.mean(rewards) - base.mu[task, mid]) < 0.15, fn.__name__
+        assert fn() == rewards, fn.__name__  # same group seed, same G streams

@@ -193,3 +193,23 @@ def test_failed_execution_is_ungraded_and_the_pool_survives(pool):
     assert res.rewards == [None, None] and all("ValueError" in e for e in res.errors)
     ok = pool.execute_group([np.array([0.5], np.float32)], options={"target": 0.5}).result(timeout=30)
     assert ok.rewards == [1.0]
+
+
+def test_worker_executions_of_a_seeded_group_draw_the_rollouts_own_streams():
+    """Finding 12 on Ray: a worker's ``reset(seed)`` + ``step`` of rollout i gives the group's task
+    and rollout i's own outcome noise: the same G outcomes as ``score_group`` (no cluster needed:
+    the actor class is called in-process)."""
+    from wmrl_envs.distributed.ray_pool import ExecutionWorker
+
+    class NoisyGuess(GuessEnv):
+        def step(self, action):
+            obs, score, term, trunc, info = super().step(action)
+            return obs, score + 0.1 * float(self.np_random.normal()), term, trunc, info
+
+    a = np.array([0.5], np.float32)
+    worker = ExecutionWorker(NoisyGuess, 0)
+    outs = [worker.execute(a, 11, None, i) for i in range(G)]
+    rewards = [o["reward"] for o in outs]
+    assert len({float(o["observation"][0]) for o in outs}) == 1 and len(set(rewards)) == G
+    serial = AnchoredWorldModelWrapper(NoisyGuess(), None, anchor_fraction=1.0, group_size=G)
+    assert serial.score_group([a] * G, seed=11).rewards == rewards

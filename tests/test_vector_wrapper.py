@@ -412,3 +412,50 @@ def test_reward_mode_on_plain_async_vector_env():
         assert env.ledger.count("execution") == 16  # every sub-env stepped (vector step wall-clock)
     finally:
         venv.close()
+
+
+# ---------------------------------------------------------------- each rollout's own random stream
+class NoisyGuess(GuessEnv):
+    """Target drawn at reset from ``np_random`` (the task), outcome noise drawn in ``step`` from
+    ``np_random`` (score = ``1 - |a - t| + N(0, 0.1²)``)."""
+
+    def step(self, action):
+        obs, score, term, trunc, info = super().step(action)
+        return obs, score + 0.1 * float(self.np_random.normal()), term, trunc, info
+
+
+def _lanes_of(rew, g):
+    return [list(rew[k * g:(k + 1) * g]) for k in range(len(rew) // g)]
+
+
+@pytest.mark.parametrize("mode", ["outcome", "reward"])
+def test_members_of_a_seeded_lane_share_the_task_not_the_stream(mode):
+    """Finding 12, vector wrapper: reset(seed=s) gives lane k the task of seed s + k and each of
+    its G members its own outcome-noise stream; an autoreset with task_fn's seed too; the same
+    seeds reproduce the same outcomes. Reward mode also on plain sub-envs (no RoutedSubEnv)."""
+    g = 4
+
+    def run(task_fn=None, routed=True):
+        venv = make_vector_env(NoisyGuess, 2 * g) if routed else SyncVectorEnv([NoisyGuess] * (2 * g))
+        env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=g, mode=mode, task_fn=task_fn)
+        obs, _ = env.reset(seed=3)
+        out = [(obs[:, 0].copy(), env.step(np.full((2 * g, 1), 0.5, np.float32))[1])]
+        if task_fn is not None:  # next-step autoreset with the round's seed, then a step
+            obs = env.step(np.full((2 * g, 1), 0.5, np.float32))[0]
+            out.append((obs[:, 0].copy(), env.step(np.full((2 * g, 1), 0.5, np.float32))[1]))
+        venv.close()
+        return out
+
+    variants = [dict(routed=True), dict(routed=True, task_fn=lambda k, n: (100 + n, None))]
+    if mode == "reward":
+        variants.append(dict(routed=False))
+    for kw in variants:
+        first = run(**kw)
+        for obs, rew in first:
+            for lane_obs, lane_rew in zip(_lanes_of(obs, g), _lanes_of(rew, g)):
+                assert len(set(lane_obs)) == 1, kw  # one task per group
+                assert len(set(lane_rew)) == g, kw  # G outcome-noise draws
+        assert first[0][0][0] != first[0][0][g]  # lanes: seeds 3 and 4, different tasks
+        again = run(**kw)
+        for (o1, r1), (o2, r2) in zip(first, again):
+            assert np.array_equal(o1, o2) and np.array_equal(r1, r2), kw

@@ -318,3 +318,70 @@ def test_parallel_anchor_execution_matches_sequential():
     assert a.rewards == b.rewards == pytest.approx([0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
     assert extra[0].n_steps == 3 and par.env.unwrapped.n_steps == 3
     assert par.ledger.count("execution") == 6
+
+
+# ---------------------------------------------------------------- each rollout's own random stream
+class NoisyTaskEnv(GuessEnv):
+    """A third-party-style env: the task (target) is drawn at reset from ``np_random``, the outcome
+    noise in ``step`` from ``np_random`` too (score = ``1 - |a - t| + N(0, 0.1²)``)."""
+
+    def step(self, action):
+        obs, score, term, trunc, info = super().step(action)
+        noisy = score + 0.1 * float(self.np_random.normal())
+        return obs, noisy, term, trunc, {**info, "score": noisy}
+
+
+def _noisy_wrapper(**kw):
+    from wmrl_envs.world_models import WorldModelPrediction
+
+    class Echo:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(np.asarray(a).reshape(-1)[0])) for a in actions]
+
+    return AnchoredWorldModelWrapper(NoisyTaskEnv(), Echo(), anchor_fraction=1.0, group_size=4, **kw)
+
+
+@pytest.mark.parametrize("how", ["seed", "begin_group", "execution_envs"])
+def test_score_group_gives_each_rollout_its_own_stream_of_a_seeded_group(how):
+    """Finding 12: identical actions of one seeded group share the task but not the outcome noise;
+    the same group seed reproduces the same G outcomes (whichever env executes a rollout)."""
+    actions = [np.array([0.5], np.float32)] * 4
+
+    def run():
+        w = _noisy_wrapper(execution_envs=[NoisyTaskEnv()] if how == "execution_envs" else ())
+        if how == "begin_group":
+            w.begin_group(seed=11)
+            out = w.score_group(actions)
+        else:
+            out = w.score_group(actions, seed=11)
+        return out
+
+    a, b = run(), run()
+    targets = {float(o[0]) for o in a.observations}
+    assert len(targets) == 1  # one task: the group's seed drew the same target for every rollout
+    assert len(set(a.rewards)) == 4  # four outcome-noise draws, not one draw copied four times
+    assert np.std(a.rewards) > 0.02
+    assert a.rewards == b.rewards  # reproducible from the group's seed
+    ref = _noisy_wrapper().score_group(actions, seed=11)  # streams are the rollout's, not the env's
+    assert a.rewards == ref.rewards
+
+
+def test_per_episode_groups_give_each_episode_its_own_stream():
+    """Finding 12, per-episode API: the G episodes of a group reset with one seed get one task and
+    G streams; the next group with the same seed repeats them."""
+    w = _noisy_wrapper()
+    obs0, rewards = [], []
+    for _ in range(8):  # two groups, both seeded 5
+        obs, _ = w.reset(seed=5)
+        obs0.append(float(obs[0]))
+        rewards.append(w.step(np.array([0.5], np.float32))[1])
+    assert len(set(obs0)) == 1
+    assert len(set(rewards[:4])) == 4
+    assert rewards[:4] == rewards[4:]
+    # evaluation (no groups): a seeded reset is plain Gymnasium, equal seeds give equal results
+    w.training = False
+    ev = []
+    for _ in range(2):
+        w.reset(seed=5)
+        ev.append(w.step(np.array([0.5], np.float32))[1])
+    assert ev[0] == ev[1]

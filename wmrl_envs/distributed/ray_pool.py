@@ -47,6 +47,7 @@ from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import GroupTicket, failure_messages
 from wmrl_envs.wrappers.common import group_rollout, wm_causes_of
+from wmrl_envs.wrappers.rollout_streams import seed_rollout
 from wmrl_envs.core.ungraded import (
     CAUSE_KEY,
     EXECUTION_ERROR,
@@ -94,8 +95,11 @@ class ExecutionWorker:
         self.worker_id = int(worker_id)
         self.ledger = CostLedger()
 
-    def execute(self, action: Any, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any]:
+    def execute(self, action: Any, seed: int | None, options: dict[str, Any] | None, rollout: int = 0) -> dict[str, Any]:
         """``reset(seed, options)`` then ``step(action)``; never raises.
+
+        A seeded reset gives the env the group's task and rollout ``rollout``'s own random stream
+        (:func:`~wmrl_envs.wrappers.rollout_streams.seed_rollout`), as ``score_group`` does.
 
         Returns:
             ``{"observation", "reward" (float or None = ungraded), "info" (dict), "seconds" (float,
@@ -111,6 +115,7 @@ class ExecutionWorker:
         sw = Stopwatch()
         try:
             self.env.reset(seed=seed, options=options)
+            seed_rollout(self.env, seed, rollout)
             sw.restart()
             obs, reward, _term, _trunc, info = self.env.step(action)
             dt, cpu = sw.read()
@@ -388,6 +393,8 @@ class RayExecutionPool:
         """Submit a group's G rollouts (``reset(seed, options)`` + ``step(action)`` each); returns at once.
 
         Rollouts go to the least-loaded workers (executions queued per actor, not yet finished).
+        With a seed, rollout ``i`` steps with its own random stream
+        (:func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(seed, i)``), as in ``score_group``.
 
         Args:
             actions: the G actions (one per rollout).
@@ -407,10 +414,10 @@ class RayExecutionPool:
         self._refresh_load()
         refs, workers, deadlines, actors = [], [], [], []
         now = time.perf_counter()
-        for a in actions:
+        for i, a in enumerate(actions):
             w = min(range(self.num_workers), key=lambda j: (self._load[j], j))
             actors.append(self._workers[w])
-            ref = self._workers[w].execute.remote(a, seed, options)
+            ref = self._workers[w].execute.remote(a, seed, options, i)  # rollout i: its own random stream
             if self.execution_timeout_s is not None:  # it waits for the executions queued before it
                 deadlines.append(now + self.execution_timeout_s * (self._load[w] + 1))
             else:

@@ -10,12 +10,18 @@ Contents:
     - :class:`RoutedSubEnv`, :func:`make_vector_env` (:mod:`.routed_sub_env`) — the per-sub-env
       switch that skips the inner step on world-model routes, and the vector env built of them.
     - :mod:`.common` — what both wrappers share (the loop's views, ``build_loop``).
+    - :func:`rollout_rng`, :func:`seed_rollout` (:mod:`.rollout_streams`) — each rollout of a
+      seeded group its own random stream (the group shares only its task).
 """
 
 from __future__ import annotations
 
 from .anchored import AnchoredWorldModelWrapper, GroupRollout
+from .rollout_streams import rollout_rng, seed_rollout
 from .routed_sub_env import RoutedSubEnv, make_vector_env
 from .vector import AnchoredWorldModelVectorWrapper
 
-__all__ = ["AnchoredWorldModelWrapper", "GroupRollout", "AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env"]
+__all__ = [
+    "AnchoredWorldModelWrapper", "GroupRollout", "AnchoredWorldModelVectorWrapper", "RoutedSubEnv", "make_vector_env",
+    "rollout_rng", "seed_rollout",
+]

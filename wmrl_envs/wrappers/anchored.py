@@ -36,6 +36,7 @@ from .common import (
     group_rollout,
     wm_causes_of,
 )
+from .rollout_streams import seed_rollout
 
 __all__ = ["AnchoredWorldModelWrapper", "GroupRollout"]
 
@@ -166,6 +167,15 @@ class AnchoredWorldModelWrapper(
         False`` in the per-episode API), cause in ``info["wmrl"]["ungraded_cause"]``, out of
         the anchor pairs and ρ, counted in ``ledger`` (``"ungraded:<cause>"``) and in
         :attr:`ungraded` (an :class:`~wmrl_envs.core.UngradedMonitor`), warned about.
+
+    One task, G random streams (``docs/method.md``, "Randomness"):
+        Every rollout of a group is reset with the group's ``seed``/``options``: what the
+        inner env's ``reset`` draws (the task, the initial state) is shared. After a reset with
+        a seed ``s``, rollout ``i`` (its index in :meth:`score_group`, the episode's index in
+        its group in the per-episode API) gets its own ``np_random``,
+        :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(s, i)``, so outcome noise that
+        ``step`` draws from ``np_random`` differs between the rollouts and the same seed
+        reproduces the same G outcomes. ``seed=None`` leaves the env's generator running.
 
     Training and evaluation (like ``VecNormalize.training`` in Stable-Baselines3):
         With ``training=True`` the wrapper is deliberately non-stationary: groups advance,
@@ -311,7 +321,10 @@ class AnchoredWorldModelWrapper(
         """Start the next episode of the current group, or a new group after G episodes.
 
         The G episodes of a group share their reset arguments: give ``seed``/``options`` to
-        the group's first reset (later resets may omit them and get the same ones).
+        the group's first reset (later resets may omit them and get the same ones). With a
+        seed, episode ``i`` of the group then draws from its own stream (``np_random`` =
+        :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(seed, i)``, class docstring);
+        an evaluation reset (``training`` False) is a plain seeded reset.
 
         Raises:
             ValueError: a later episode of a group passes different ``seed``/``options``.
@@ -346,6 +359,7 @@ class AnchoredWorldModelWrapper(
         elif in_group == 0:  # the group's first episode was abandoned: these arguments lead it now
             self._group_reset_args = (seed, options)
         obs, info = self.env.reset(seed=seed, options=options)
+        seed_rollout(self.env, seed, self._episode_in_group)  # the group's task, this episode's own stream
         self._episode_in_group += 1
         self.loop.count_episodes(1)
         self._start_episode(obs)
@@ -567,7 +581,10 @@ class AnchoredWorldModelWrapper(
         world-model inference runs as ONE batched ``predict`` call; on anchor groups each
         action is also executed for real (``reset(seed, options)`` then ``step``; after
         :meth:`begin_group` without ``seed``/``options``, rollout 0 steps the env as
-        ``begin_group`` left it). The corrections are applied and updated exactly as in the
+        ``begin_group`` left it). With a seed, rollout ``i`` steps with its own ``np_random``,
+        :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(seed, i)``: one task, G
+        outcome-noise streams, the same G for the same seed (whichever of ``env`` and
+        ``execution_envs`` runs it). The corrections are applied and updated exactly as in the
         per-episode API.
 
         Args:
@@ -682,6 +699,7 @@ class AnchoredWorldModelWrapper(
             e = envs[i % len(envs)]
             if i > 0:  # self.env was reset for rollout 0
                 e.reset(seed=seed, options=options)
+            seed_rollout(e, seed, i)  # the group's task, rollout i's own random stream
             sw = Stopwatch()
             obs, reward, _term, _trunc, info = real_step(e, actions[i], ctx)
             wall, cpu = sw.read()
@@ -713,7 +731,9 @@ class AnchoredWorldModelWrapper(
         """Reward mode: score a whole group of finished episodes rolled out elsewhere.
 
         For GRPO loops that roll a group's G episodes out themselves (e.g. in a Gymnasium
-        vector env, all from one initial state): the group is routed like any other, the world
+        vector env, all from one initial state; after resetting episode ``i`` with the group's
+        seed, :func:`~wmrl_envs.wrappers.rollout_streams.seed_rollout` gives it its own random
+        stream, as :meth:`score_group` does): the group is routed like any other, the world
         model scores all G trajectories in ONE batched ``predict`` call, and the training
         rewards are the real returns on anchor groups and the calibrated world-model scores
         ``f̂(r̂)`` on world-model groups — where ``real_returns`` are never used (neither as

@@ -17,7 +17,9 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from wmrl_envs.core import WORLD_MODEL, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 
-__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "END_ATTR", "EXEC_SECONDS_KEY", "EXEC_CPU_KEY"]
+from .rollout_streams import seed_rollout
+
+__all__ = ["RoutedSubEnv", "make_vector_env", "PLAN_ATTR", "END_ATTR", "MEMBER_ATTR", "EXEC_SECONDS_KEY", "EXEC_CPU_KEY"]
 
 PLAN_ATTR = "wmrl_plan"
 """Name of the :class:`RoutedSubEnv` attribute the vector wrapper sets with ``set_attr``."""
@@ -26,6 +28,11 @@ END_ATTR = "wmrl_end_episode"
 """Name of the :class:`RoutedSubEnv` attribute (bool) the vector wrapper sets before a step in
 which the world model predicts that a world-model episode ends (a prediction's ``terminated``):
 the placeholder step then terminates. Consumed (reset to ``False``) by that step."""
+
+MEMBER_ATTR = "wmrl_group_member"
+"""Name of the :class:`RoutedSubEnv` attribute that holds the sub-env's index in its group (set
+once by the vector wrapper): the rollout index of its random stream
+(:mod:`~wmrl_envs.wrappers.rollout_streams`)."""
 
 EXEC_SECONDS_KEY = "wmrl_exec_seconds"
 """Info key in which :class:`RoutedSubEnv` reports the seconds of each real inner step (the
@@ -58,7 +65,13 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
     * ``seed``/``options``: used by ``reset`` when the caller gives none (an autoreset, or
       ``reset(options={"reset_mask": ...})`` whose remaining options are empty).
 
-    Without a plan (``None``) the wrapper is transparent.
+    ``wmrl_group_member`` (:data:`MEMBER_ATTR`, set once by the vector wrapper): the sub-env's
+    index ``m`` in its group. A reset with a seed ``s`` (given or from the plan) then gives the
+    inner env the task that ``reset(seed=s)`` draws and rollout ``m``'s own random stream
+    (``np_random`` = :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(s, m)``), so that
+    the G members of a group reset with one seed do not draw the same outcome noise.
+
+    Without a plan (``None``) and without a member index the wrapper is transparent.
 
     Args:
         env: the sub-env (the expensive one).
@@ -78,13 +91,15 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.wmrl_plan: tuple[Route | None, int | None, dict[str, Any] | None] | None = None
         self.wmrl_episode_steps = int(episode_steps)
         self.wmrl_end_episode = False
+        self.wmrl_group_member: int | None = None
         self.inner_step_calls = 0
         self.skipped_steps = 0
         self._last_obs: Any = None
         self._t = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset the inner env; missing ``seed``/empty ``options`` come from the plan."""
+        """Reset the inner env; missing ``seed``/empty ``options`` come from the plan; a seeded
+        reset then gives the inner env its member's own random stream (see the class docstring)."""
         plan = self.wmrl_plan
         if plan is not None:
             if seed is None:
@@ -92,6 +107,8 @@ class RoutedSubEnv(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if not options:
                 options = plan[2]
         obs, info = self.env.reset(seed=seed, options=options)
+        if self.wmrl_group_member is not None:
+            seed_rollout(self.env, seed, self.wmrl_group_member)
         self._last_obs = obs
         self._t = 0
         self.wmrl_end_episode = False

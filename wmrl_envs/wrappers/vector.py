@@ -18,6 +18,13 @@ accounting), laid out over sub-envs:
   (autoresets call ``reset()`` without arguments). Without ``task_fn`` the reset arguments
   are the caller's; ``reset(seed=int)`` then seeds sub-env ``i`` of lane ``k`` with
   ``seed + k`` (not ``seed + i``), so that the members of a group start alike.
+* **random streams** — the members share the task, not the noise: after a reset with a seed
+  ``s``, member ``m`` of its lane (sub-env ``i``, ``m = i % G``) draws from its own stream,
+  ``np_random`` = :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(s, m)`` (the
+  :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` does it, also on autoresets with
+  ``task_fn``'s seed; on plain sub-envs the wrapper sets it after its own resets). What ``reset``
+  draws is the group's task; outcome noise drawn from ``np_random`` in ``step`` differs per
+  member and is reproduced by the same seeds (``docs/method.md``, "Randomness").
 * **outcome mode** — the expensive inner ``step`` must not run on world-model routes, but a
   vector env steps every sub-env. Each sub-env therefore carries a small
   :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` wrapper (outermost; :func:`~wmrl_envs.wrappers.routed_sub_env.make_vector_env` applies it): before a
@@ -62,7 +69,8 @@ from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 from .common import STEP_SCORE_KEY, EpisodeTally, LoopViews, build_loop, check_episode_args
-from .routed_sub_env import END_ATTR, EXEC_CPU_KEY, EXEC_SECONDS_KEY, PLAN_ATTR
+from .rollout_streams import rollout_rng
+from .routed_sub_env import END_ATTR, EXEC_CPU_KEY, EXEC_SECONDS_KEY, MEMBER_ATTR, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
 
 __all__ = ["AnchoredWorldModelVectorWrapper"]
@@ -246,6 +254,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._use_plans = self._routed and (mode == "outcome" or task_fn is not None)
         if self._routed:
             self.env.set_attr("wmrl_episode_steps", [self.episode_steps] * self.num_envs)
+            # each member's own random stream after a seeded reset (module docstring, "random streams")
+            self.env.set_attr(MEMBER_ATTR, [i % self.group_size for i in range(self.num_envs)])
 
         n = self.num_envs
         self._groups: dict[tuple[int, int], _Group] = {}  # open groups by (lane, round)
@@ -364,7 +374,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
 
         Args:
             seed: ``None``, an int (sub-env ``i`` of lane ``k`` gets ``seed + k``) or a list of
-                ``num_envs`` seeds; overrides ``task_fn``'s seed for this reset.
+                ``num_envs`` seeds; overrides ``task_fn``'s seed for this reset. A seeded
+                sub-env then draws from its member's own stream (module docstring, "random
+                streams"): one task per lane, G outcome-noise streams.
             options: reset options (overrides ``task_fn``'s for this reset), may hold
                 ``"reset_mask"``.
 
@@ -415,6 +427,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             obs, infos = self.env.reset(seed=seed, options=options)
             reset_idx = [int(i) for i in np.flatnonzero(mask)]
         self._started = True
+        self._seed_plain_streams(seed, reset_idx)
         obs_list = list(iterate(self.observation_space, obs))
         for i in reset_idx:
             self._running[i] = True
@@ -425,6 +438,19 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         infos["wmrl"]["episode_start"] = bool_array(n, reset_idx)
         infos["wmrl"]["_episode_start"] = np.ones(n, dtype=bool)
         return obs, infos
+
+    def _seed_plain_streams(self, seed: Any, reset_idx: list[int]) -> None:
+        """Sub-envs without a RoutedSubEnv (reward mode without ``task_fn``) just reset with a seed
+        get their member's own stream here (a RoutedSubEnv does it in its own reset)."""
+        if self._routed or not isinstance(seed, (list, tuple)):
+            return
+        seeded = [i for i in reset_idx if seed[i] is not None]
+        if not seeded:
+            return
+        gens = list(self.env.get_attr("np_random"))
+        for i in seeded:
+            gens[i] = rollout_rng(int(seed[i]), i % self.group_size)
+        self.env.set_attr("np_random", gens)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every sub-env; world-model routes are scored by the world model.
