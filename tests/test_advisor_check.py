@@ -50,3 +50,55 @@ def test_quick_advisor_check(tmp_path):
     assert bs["wm_only"]["final"] > bs["wm_only"]["initial"] + 0.1
     assert bs["wmrl f=0.1"]["final"] < bs["wm_only"]["final"] / 2 and bs["debias_only f=0.1"]["final"] < 0.1
     assert "Blind spots" in (tmp_path / "table.md").read_text()
+
+
+def test_out_of_sample_check_predicts_from_a_pilot_and_keeps_the_fraction_only_baseline(tmp_path):
+    # issue 25, finding 10: cells, seeds and world models the in-sample check never used; r and b from
+    # a pilot of each cell (not from the cell's own runs); the fraction-only predictor 1/(f + γ) beside it
+    from dataclasses import replace
+
+    from agents.experiments.advisor_check import parse_oos_error, parse_oos_setting
+    from wmrl_envs.envs.known_truth import WORLD_MODEL_ERRORS
+
+    cfg = replace(ADVISOR_CHECK_PRESETS["out_of_sample_quick"], out_dir=str(tmp_path))
+    res = run_advisor_check_oos(cfg)
+    assert res["seeds"] == [100, 101, 102] and not set(res["pilot_seeds"]) & (set(range(10)) | set(res["seeds"]))
+    cells = {(c["error"], c["setting"], c["fraction"]): c for c in res["cells"]}
+    assert set(cells) == {("noise_bias", s, f) for s in ("base", "wm_cost_s=0.05") for f in (0.1, 0.4)}
+    (real,) = res["real"].values()  # one group size: real GRPO runs once, cost ratios share it
+    b = real["noise_batch_ratio"]
+    assert b is not None and 0 < b < 20
+    pilots = {(p["error"], p["setting"]): p for p in res["pilots"]}
+    for (e, s, f), c in cells.items():
+        gamma = 0.05 if s == "wm_cost_s=0.05" else 0.01
+        assert c["gamma"] == pytest.approx(gamma) and c["n_seeds"] == 3
+        assert c["fraction_only"] == pytest.approx(1 / (f + gamma))
+        r = pilots[(e, s)]["r"]
+        assert c["r_pilot"] == r and 0.5 < r < 0.95  # the pilot's r, not the runs' own
+        assert c["predicted_pilot"] == pytest.approx(predicted_speedup(f, r, CostRates(1.0, gamma), b))
+        assert c["predicted_own_r"] == pytest.approx(predicted_speedup(f, c["r_runs"], CostRates(1.0, gamma), b))
+        assert c["speedup"] > 1
+    # r does not depend on the cost ratio: the same pilot groups at both
+    assert pilots[("noise_bias", "base")]["r"] == pilots[("noise_bias", "wm_cost_s=0.05")]["r"]
+    s = res["summary"]
+    assert s["advisor_pilot"]["n_cells"] == s["fraction_only"]["n_cells"] == 4
+    assert s["fraction_only"]["median_ratio"] > 0 and s["advisor_pilot"]["worst_miss"]["factor"] >= 1
+    assert s["n_recommendations"] == 2 and 0 <= s["recommendation_hits"] <= 2
+    assert all(r["recommended_grid"] in (0.1, 0.4) for r in res["recommendations"])
+    assert not any(k.startswith("oos:") for k in WORLD_MODEL_ERRORS)  # registered only while running
+    assert "fraction only" in (tmp_path / "table_oos.md").read_text()
+    # the cells must be new: an in-sample level's name or an unknown field is refused
+    with pytest.raises(ValueError, match="new name"):
+        parse_oos_error("bias:bias_std=0.3")
+    with pytest.raises(ValueError, match="WorldModelError"):
+        parse_oos_error("mine:sharpness=2")
+    with pytest.raises(ValueError, match="group_size"):
+        parse_oos_setting("n_tasks=8")
+    assert parse_oos_setting("group_size=16,wm_cost_s=0.0025") == {"group_size": 16, "wm_cost_s": 0.0025}
+
+
+def run_advisor_check_oos(cfg):
+    from agents.experiments.advisor_check import main_advisor_check
+
+    assert cfg.out_of_sample  # main_advisor_check dispatches on it
+    return main_advisor_check(cfg, log=lambda s: None)
