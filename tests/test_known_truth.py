@@ -267,3 +267,31 @@ def test_seeded_groups_keep_the_outcome_noise_in_every_api():
         assert 0.03 < np.std(rewards, ddof=1) < 0.25, fn.__name__  # outcome_noise_std = 0.1
         assert abs(np.mean(rewards) - base.mu[task, mid]) < 0.15, fn.__name__
         assert fn() == rewards, fn.__name__  # same group seed, same G streams
+
+
+def test_advise_pilot_on_known_truth_reads_the_true_r():
+    """Finding 12: ``wmrl advise``'s pilot seeds every group. On KnownTruth with outcome noise 0.3 and
+    a perfect world model the within-group r (fresh noise per rollout) is 0.80; a 200-group
+    pilot read 0.91 when the G rollouts of a group shared one noise draw."""
+    from agents.advise import run_pilot
+    from wmrl_envs.core.advisor import pooled_within_group_correlation
+
+    env = KnownTruthEnv(outcome_noise_std=0.3)
+    wm = KnownTruthWorldModel(env, WORLD_MODEL_ERRORS["perfect"], seed=0)
+    rng = np.random.default_rng(99)
+    tasks = np.repeat(rng.integers(env.n_tasks, size=(20000, 1)), 4, axis=1)
+    actions = rng.integers(env.n_actions, size=(20000, 4))
+    true_r, _ = pooled_within_group_correlation(list(wm.predict_scores(tasks, actions)),
+                                                list(env.sample_outcomes(tasks, actions, rng)))
+    assert 0.78 < true_r < 0.83
+
+    class Uniform:
+        def __init__(self):
+            self.rng = np.random.default_rng(5)
+
+        def sample(self, observation, info, group_size):
+            return [int(a) for a in self.rng.integers(env.n_actions, size=group_size)]
+
+    wrapper = run_pilot(env, wm, Uniform(), groups=200, group_size=4, seed=0)
+    wrapper.loop.advisor.n_boot = 50
+    assert wrapper.loop.advise().r == pytest.approx(true_r, abs=0.04)
