@@ -137,7 +137,9 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
         env, world_model, policy: see the module docstring.
         groups: number of groups (>= 2).
         group_size: rollouts per group (>= 2).
-        seed: group i resets the env with ``seed + i``.
+        seed: group i resets the env with ``seed + i`` (its task); each of its rollouts then
+            draws outcome noise from its own stream (``docs/method.md``, "Randomness"), so a
+            group's shared seed does not cancel the noise that real GRPO would see.
         progress: called with the number of groups done after each group.
 
     Returns:
