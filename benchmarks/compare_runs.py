@@ -10,7 +10,7 @@ and each run's speedup over real GRPO on those seeds with its 95% bootstrap CI
 
 Run::
 
-    .venv/bin/python benchmarks/compare_runs.py docs/bench_reference_run/results.json runs/bench-f005/results.json
+    .venv/bin/python benchmarks/compare_runs.py results/bench_reference_run/results.json runs/bench-f005/results.json
 """
 
 from __future__ import annotations

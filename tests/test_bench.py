@@ -558,7 +558,7 @@ def test_bench_report_refuses_what_is_not_a_bench_results_file(tmp_path, capsys)
 def test_the_run_ends_with_its_headline():
     from agents.experiments.bench import headline_lines
 
-    ref = json.loads((Path(__file__).parent.parent / "docs" / "bench_reference_run" / "results.json").read_text())
+    ref = json.loads((Path(__file__).parent.parent / "results" / "bench_reference_run" / "results.json").read_text())
     assert headline_lines(ref) == [
         "target 59.0 (real GRPO's 90% gain from 27.9 to 62.5)",
         "wmrl: 6.7x [4.0, ∞] less compute than real GRPO to the target; 2.0x [1.6, ∞] with the world model's "
@@ -574,7 +574,7 @@ def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
     spec = importlib.util.spec_from_file_location("compare_runs", root / "benchmarks" / "compare_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    ref = str(root / "docs" / "bench_reference_run" / "results.json")
+    ref = str(root / "results" / "bench_reference_run" / "results.json")
     out = mod.main([ref, ref])
     assert out["seeds"] == 5 and round(out["target"], 1) == 59.0
     assert out["first_ctt"] == out["second_ctt"] and round(out["first_median"]) == 130
