@@ -10,6 +10,10 @@ Contents:
 * :class:`ProgressWorldModel` (:mod:`.progress`) — a small learned success/progress predictor
   over 8 uniformly sampled states of a trajectory (the Robometer stand-in of the embodied
   experiment on Reacher), fitted offline and frozen.
+* :class:`LearnedWorldModel` (:mod:`.learned`) — a world model that learns online from the
+  anchor groups: a frozen featurizer (:class:`CallableFeaturizer`,
+  :class:`SentenceEncoderFeaturizer`, :class:`PolicyHiddenStateFeaturizer`) and a scikit-learn
+  head refitted as anchor groups close, rescored out of fold.
 * :class:`VLLMGenerator`, :class:`OpenAICompatibleGenerator` (:mod:`.vllm_backend`) — the LLM
   judge's generation on vLLM in process or on an OpenAI-compatible server (``vllm serve``):
   ``LLMJudgeWorldModel.from_vllm(...)`` / ``.from_server(url, model, tokenizer)``.
@@ -37,6 +41,11 @@ __all__ = [
     "load_smollm2",
     "smollm2_gguf_path",
     "ProgressWorldModel",
+    "LearnedWorldModel",
+    "CallableFeaturizer",
+    "SentenceEncoderFeaturizer",
+    "PolicyHiddenStateFeaturizer",
+    "Featurizer",
     "VLLMGenerator",
     "OpenAICompatibleGenerator",
 ]
@@ -45,11 +54,18 @@ _LAZY = {
     "load_smollm2": "wmrl_envs.world_models.smollm2",
     "smollm2_gguf_path": "wmrl_envs.world_models.smollm2",
     "ProgressWorldModel": "wmrl_envs.world_models.progress",
+    "LearnedWorldModel": "wmrl_envs.world_models.learned",
+    "CallableFeaturizer": "wmrl_envs.world_models.learned",
+    "SentenceEncoderFeaturizer": "wmrl_envs.world_models.learned",
+    "PolicyHiddenStateFeaturizer": "wmrl_envs.world_models.learned",
+    "Featurizer": "wmrl_envs.world_models.learned",
     "VLLMGenerator": "wmrl_envs.world_models.vllm_backend",
     "OpenAICompatibleGenerator": "wmrl_envs.world_models.vllm_backend",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from wmrl_envs.world_models.learned import (
+        CallableFeaturizer, Featurizer, LearnedWorldModel, PolicyHiddenStateFeaturizer, SentenceEncoderFeaturizer)
     from wmrl_envs.world_models.progress import ProgressWorldModel
     from wmrl_envs.world_models.smollm2 import load_smollm2, smollm2_gguf_path
     from wmrl_envs.world_models.vllm_backend import OpenAICompatibleGenerator, VLLMGenerator

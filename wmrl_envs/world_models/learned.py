@@ -1,0 +1,634 @@
+"""A world model that learns online from the anchor groups (:class:`LearnedWorldModel`).
+
+WMRL's anchor groups produce exactly the data a world model needs: real outcomes of the
+current policy's actions, a few groups per step. :class:`LearnedWorldModel` turns them into a
+predictor: a frozen *featurizer* maps each (context, action) to a vector and a regression
+*head* (scikit-learn, ridge regression by default) is refitted on the anchor rollouts seen so
+far. With no data it predicts one constant (uninformative: within-group r = 0), so
+``anchor_fraction="auto"`` routes more groups to real execution until the learned model earns
+its share. See ``docs/method.md``, "A world model that learns from its anchors".
+
+Out of sample, by construction:
+
+* a group is *predicted* when it is routed (:meth:`LearnedWorldModel.predict`) and *observed*
+  when it closes (:meth:`LearnedWorldModel.observe`, called by
+  :meth:`~wmrl_envs.core.CorrectionLoop.close_group` after the group has been corrected), so
+  its own outcome never enters its own prediction;
+* the debiaser's buffered anchor pairs and the advisor's groups were scored by older models;
+  after each refit :meth:`LearnedWorldModel.crossfit_scores` rescores every stored anchor
+  rollout *out of fold* (K folds by group: a rollout is scored by a head fitted on the other
+  folds' groups), and the loop replaces the pairs and the advisor's scores with them, so the
+  calibration map and the advisor's r describe the current model and stay honest.
+
+Featurizers (``(contexts, actions) -> float32 (B, D)``): :class:`CallableFeaturizer` wraps a
+user function (numeric actions, an env's own features); :class:`SentenceEncoderFeaturizer`
+embeds text contexts and actions with a frozen sentence encoder (the shipped all-MiniLM-L6-v2);
+:class:`PolicyHiddenStateFeaturizer` mean-pools a causal LM's last hidden state over
+prompt + completion (one forward pass, no generation). The AutoResearch featurizer lives beside
+its env (:func:`wmrl_envs.envs.autoresearch.autoresearch_featurizer`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+import pickle
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+__all__ = [
+    "Featurizer",
+    "CallableFeaturizer",
+    "SentenceEncoderFeaturizer",
+    "PolicyHiddenStateFeaturizer",
+    "CrossfitScores",
+    "LearnedWorldModel",
+    "default_head",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Featurizers
+# ----------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Featurizer(Protocol):
+    """Maps B (context, action) pairs to features: ``featurizer(contexts, actions)`` returns a
+    float32 array of shape (B, D), D fixed for the featurizer, finite values. It must be
+    deterministic and frozen (the same pair gives the same row every time): the learned head is
+    refitted on stored rows, and a drifting featurizer would make them stale."""
+
+    def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray: ...
+
+
+class CallableFeaturizer:
+    """A user function as a :class:`Featurizer`, for actions that are not text (numeric vectors,
+    discrete ids, an env's own features).
+
+    Args:
+        fn: ``fn(context, action) -> 1-D array-like of D numbers`` (one pair at a time), or with
+            ``batched=True`` ``fn(contexts, actions) -> (B, D) array-like``.
+        batched: whether ``fn`` takes whole batches.
+
+    Example:
+        >>> f = CallableFeaturizer(lambda c, a: [a, a * a])
+        >>> f([None, None], [1.0, 2.0]).tolist()
+        [[1.0, 1.0], [2.0, 4.0]]
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, batched: bool = False) -> None:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        self.fn = fn
+        self.batched = bool(batched)
+
+    def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
+        if self.batched:
+            return np.asarray(self.fn(list(contexts), list(actions)), dtype=np.float32)
+        rows = [np.asarray(self.fn(c, a), dtype=np.float32).reshape(-1) for c, a in zip(contexts, actions)]
+        if not rows:
+            return np.zeros((0, 0), np.float32)
+        widths = {r.size for r in rows}
+        if len(widths) > 1:
+            raise ValueError(f"the feature function returned rows of different lengths {sorted(widths)}; it must "
+                             "return D numbers for every pair")
+        return np.stack(rows)
+
+
+def _as_text(x: Any) -> str:
+    return x if isinstance(x, str) else ("" if x is None else str(x))
+
+
+class SentenceEncoderFeaturizer:
+    """Text contexts and actions through a frozen sentence encoder: the shipped one is
+    all-MiniLM-L6-v2, ``wmrl_envs.envs.autoresearch.SentenceEncoder.shared()`` (embeddings cached
+    by text; this package imports no environment, so the encoder is passed in).
+
+    The features are ``[e(action), context_weight · e(context), e(action) ⊙ e(context)]``
+    (3 × 384 floats with the shipped encoder; the product is left out with
+    ``interaction=False``). A linear head on ``[e(action), e(context)]`` alone can only add a
+    per-context offset to a per-action score, which the within-group comparison GRPO makes
+    cancels; the element-wise product lets it learn which actions suit which context.
+
+    Args:
+        encoder: any object with ``encode(texts) -> float (N, dim)`` and ``dim`` (int), e.g. the
+            shipped ``SentenceEncoder``.
+        context_text, action_text: turn a context / an action into the text to embed (default:
+            the value itself if it is a str, else ``str(value)``).
+        context_weight: scale of the context embedding (>= 0; 0 ignores the context).
+        interaction: include the element-wise product.
+
+    Raises:
+        TypeError: ``encoder`` has no ``encode`` method or no ``dim``.
+        ValueError: ``context_weight < 0``.
+    """
+
+    def __init__(
+        self,
+        encoder: Any,
+        *,
+        context_text: Callable[[Any], str] = _as_text,
+        action_text: Callable[[Any], str] = _as_text,
+        context_weight: float = 1.0,
+        interaction: bool = True,
+    ) -> None:
+        if not callable(getattr(encoder, "encode", None)) or not hasattr(encoder, "dim"):
+            raise TypeError("encoder must have encode(texts) -> (N, dim) and dim, e.g. "
+                            f"wmrl_envs.envs.autoresearch.SentenceEncoder.shared(); got {type(encoder).__name__}")
+        if not (isinstance(context_weight, (int, float)) and context_weight >= 0):
+            raise ValueError(f"context_weight must be a number >= 0, got {context_weight!r}")
+        self.encoder = encoder
+        self.context_text, self.action_text = context_text, action_text
+        self.context_weight = float(context_weight)
+        self.interaction = bool(interaction)
+
+    def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
+        enc = self.encoder
+        n = len(actions)
+        width = (3 if self.interaction else 2) * int(enc.dim)
+        if n == 0:
+            return np.zeros((0, width), np.float32)
+        emb = np.asarray(enc.encode([self.action_text(a) for a in actions] + [self.context_text(c) for c in contexts]),
+                         dtype=np.float32)
+        ea, ec = emb[:n], emb[n:]
+        parts = [ea, self.context_weight * ec] + ([ea * ec] if self.interaction else [])
+        return np.hstack(parts).astype(np.float32)
+
+
+class PolicyHiddenStateFeaturizer:
+    """A causal LM's own representation of prompt + completion as features (for LLM policies):
+    the last layer's hidden state mean-pooled over the tokens of ``prompt + completion``, from one
+    forward pass (no generation), in float32.
+
+    For an LLM policy this is the policy's backbone (its hidden state over the prompt and the
+    completion is computed during sampling anyway). The head is refitted on stored features, so
+    the features must not drift while the policy trains: pass a frozen copy (or the reference
+    model), not the weights being updated.
+
+    Args:
+        model: a ``transformers`` causal LM (``output_hidden_states`` is requested per call).
+        tokenizer: its tokenizer.
+        max_length: tokens per text (longer texts keep their last ``max_length`` tokens, where
+            the completion is).
+        batch_size: texts per forward pass.
+        prompt_text, completion_text: turn a context / an action into text (default ``str``).
+
+    Returns (call): float32 (B, hidden_size).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_length: int = 512, batch_size: int = 8,
+                 prompt_text: Callable[[Any], str] = _as_text, completion_text: Callable[[Any], str] = _as_text) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.max_length, self.batch_size = int(max_length), int(batch_size)
+        self.prompt_text, self.completion_text = prompt_text, completion_text
+
+    def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
+        import torch
+
+        texts = [self.prompt_text(c) + self.completion_text(a) for c, a in zip(contexts, actions)]
+        hidden = int(self.model.config.hidden_size)
+        out = []
+        side = getattr(self.tokenizer, "truncation_side", "right")
+        pad = getattr(self.tokenizer, "pad_token", None)
+        try:
+            self.tokenizer.truncation_side = "left"  # keep the completion
+            if pad is None:
+                self.tokenizer.pad_token = self.tokenizer.eos_token
+            device = next(self.model.parameters()).device
+            was_training = self.model.training
+            self.model.eval()
+            with torch.inference_mode():
+                for i in range(0, len(texts), self.batch_size):
+                    enc = self.tokenizer(texts[i:i + self.batch_size], return_tensors="pt", padding=True,
+                                         truncation=True, max_length=self.max_length).to(device)
+                    h = self.model(**enc, output_hidden_states=True).hidden_states[-1]  # (b, T, H)
+                    m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+                    out.append(((h * m).sum(1) / m.sum(1).clamp_min(1.0)).float().cpu().numpy())
+            self.model.train(was_training)
+        finally:
+            self.tokenizer.truncation_side = side
+            if pad is None:
+                self.tokenizer.pad_token = pad
+        return np.concatenate(out).astype(np.float32) if out else np.zeros((0, hidden), np.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# The head
+# ----------------------------------------------------------------------------------------------
+
+
+def default_head() -> Any:
+    """The default head: scikit-learn's ``RidgeCV`` over the penalties 1e-3 … 1e3 (13 values),
+    chosen by efficient leave-one-out on the rows it is fitted on. Linear, closed-form,
+    deterministic (a refit on the same rows gives the same predictions, which :meth:`load_state_dict`
+    relies on), cheap: O(N·D²) per fit."""
+    from sklearn.linear_model import RidgeCV
+
+    return RidgeCV(alphas=np.logspace(-3, 3, 13))
+
+
+@dataclass
+class CrossfitScores:
+    """Out-of-fold scores of the stored anchor rollouts (:meth:`LearnedWorldModel.crossfit_scores`).
+
+    Attributes:
+        scores: float64 (N,), each rollout's score from a head fitted without its group's fold.
+        real: float64 (N,), its real score.
+        group_ids: int64 (N,), its group's id.
+        members: int64 (N,), its index in the group (0 … G-1).
+        group_sizes: ``{group id: G}``.
+    """
+
+    scores: np.ndarray
+    real: np.ndarray
+    group_ids: np.ndarray
+    members: np.ndarray
+    group_sizes: dict[int, int]
+
+    def by_group(self) -> dict[int, list[float | None]]:
+        """``{group id: G scores}``, ``None`` for the members not stored (no real score)."""
+        out = {int(g): [None] * n for g, n in self.group_sizes.items()}
+        for s, g, m in zip(self.scores.tolist(), self.group_ids.tolist(), self.members.tolist()):
+            out[int(g)][int(m)] = float(s)
+        return out
+
+
+def _finite(x: Any) -> bool:
+    try:
+        return x is not None and not isinstance(x, bool) and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+class LearnedWorldModel:
+    """A :class:`~wmrl_envs.world_models.WorldModel` whose head is fitted online on the anchor groups.
+
+    ``predict(contexts, actions)`` featurizes the pairs and applies the head fitted so far (a
+    constant before the first fit); ``observe(contexts, actions, real_scores, group_id)`` stores
+    one closed anchor group's rollouts (features and real scores) and refits the head every
+    ``refit_every`` observed groups. :class:`~wmrl_envs.core.CorrectionLoop` calls ``observe``
+    itself when its world model has it (``close_group(..., contexts=, actions=)``), and after a
+    refit replaces the debiaser's pairs and the advisor's scores with :meth:`crossfit_scores`.
+
+    Args:
+        featurizer: a :class:`Featurizer` (``(contexts, actions) -> float32 (B, D)``).
+        head: a scikit-learn regressor, cloned (``sklearn.base.clone``) for every fit; default
+            :func:`default_head` (``RidgeCV``). A deterministic head makes a reloaded model
+            predict exactly as the saved one.
+        refit_every: refit after this many observed groups (>= 1).
+        folds: K of the out-of-fold rescoring (>= 2; fewer groups held: one fold per group).
+        min_groups: groups needed before the first fit (>= 1); before it the prediction is
+            ``prior_score`` (or the mean real score observed so far, 0.0 with none).
+        max_rollouts: most rollouts kept (the oldest groups are dropped at the next refit), >= 1.
+        prior_score: the cold-start prediction (``None``: the mean real score observed so far).
+        clip: clip predictions to the range of the real scores the head was fitted on.
+        cache_size: feature rows remembered from ``predict`` (keyed by a hash of the pickled
+            pair) so that ``observe`` does not featurize the same pairs again (0: none).
+
+    Attributes:
+        n_observed_groups: groups observed so far; ``n_refits``: fits so far;
+        last_fit_cpu_s, fit_cpu_s: CPU-seconds of the last fit (with its rescoring, when the
+            loop asks for it) and of all fits (as measured by the loop; see
+            :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, charged to the ledger's
+            ``world_model`` source).
+
+    Raises:
+        ValueError: a setting out of range.
+
+    Example:
+        >>> wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: [a]), min_groups=1)
+        >>> wm.predict([0, 0], [1.0, 2.0])[0].score   # cold start: nothing observed yet
+        0.0
+        >>> wm.observe([0, 0], [1.0, 2.0], [0.1, 0.2], group_id=0)
+        True
+        >>> round(wm.predict([0], [3.0])[0].score, 3)  # clipped to the observed range
+        0.2
+    """
+
+    STATE_VERSION = 1
+
+    def __init__(
+        self,
+        featurizer: Featurizer | Callable[[Sequence[Any], Sequence[Any]], np.ndarray],
+        *,
+        head: Any = None,
+        refit_every: int = 1,
+        folds: int = 5,
+        min_groups: int = 2,
+        max_rollouts: int = 5000,
+        prior_score: float | None = None,
+        clip: bool = True,
+        cache_size: int = 4096,
+    ) -> None:
+        if not callable(featurizer):
+            raise TypeError(f"featurizer must be callable (contexts, actions) -> (B, D) array, got {type(featurizer).__name__}")
+        for name, v, lo in (("refit_every", refit_every, 1), ("folds", folds, 2), ("min_groups", min_groups, 1),
+                            ("max_rollouts", max_rollouts, 1), ("cache_size", cache_size, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+        if prior_score is not None and not _finite(prior_score):
+            raise ValueError(f"prior_score must be a finite number or None, got {prior_score!r}")
+        self.featurizer = featurizer
+        self.head = head if head is not None else default_head()
+        self.refit_every, self.folds, self.min_groups = int(refit_every), int(folds), int(min_groups)
+        self.max_rollouts, self.cache_size = int(max_rollouts), int(cache_size)
+        self.prior_score = None if prior_score is None else float(prior_score)
+        self.clip = bool(clip)
+        self._lock = threading.RLock()
+        self._x: list[np.ndarray] = []  # per row: features (D,) float32
+        self._y: list[float] = []
+        self._gid: list[int] = []
+        self._member: list[int] = []
+        self._sizes: dict[int, int] = {}
+        self._dim: int | None = None
+        self._fitted: Any = None
+        self._n_fit_rows = 0  # rows [0, n) are those the head was fitted on
+        self._range: tuple[float, float] | None = None
+        self._since_fit = 0
+        self._next_gid = 0
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self.n_observed_groups = 0
+        self.n_refits = 0
+        self.last_fit_cpu_s = 0.0
+        self.fit_cpu_s = 0.0
+
+    # ------------------------------------------------------------------ features
+    def _key(self, context: Any, action: Any) -> bytes | None:
+        if not self.cache_size:
+            return None
+        try:
+            return hashlib.sha1(pickle.dumps((context, action), protocol=4)).digest()
+        except Exception:  # noqa: BLE001 - an unpicklable pair is simply not cached
+            return None
+
+    def features(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
+        """The featurizer's rows for B pairs, checked (float32 (B, D), finite, D constant).
+
+        Raises:
+            ValueError: different lengths, a result of the wrong shape, a width that differs
+                from the rows stored, or non-finite values.
+        """
+        contexts, actions = list(contexts), list(actions)
+        if len(contexts) != len(actions):
+            raise ValueError(f"{len(contexts)} contexts but {len(actions)} actions")
+        b = len(actions)
+        keys = [self._key(c, a) for c, a in zip(contexts, actions)]
+        rows: list[np.ndarray | None] = [self._cache.get(k) if k is not None else None for k in keys]
+        todo = [i for i, r in enumerate(rows) if r is None]
+        if todo:
+            x = np.asarray(self.featurizer([contexts[i] for i in todo], [actions[i] for i in todo]))
+            if x.ndim != 2 or x.shape[0] != len(todo):
+                raise ValueError(f"the featurizer must return a (B, D) array for B = {len(todo)} pairs, got shape {x.shape}")
+            x = x.astype(np.float32, copy=False)
+            if not np.isfinite(x).all():
+                raise ValueError("the featurizer returned non-finite features")
+            for i, row in zip(todo, x):
+                rows[i] = row
+                if keys[i] is not None:
+                    self._cache[keys[i]] = row
+                    if len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
+        if b == 0:
+            return np.zeros((0, self._dim or 0), np.float32)
+        out = np.stack(rows)  # type: ignore[arg-type]
+        if self._dim is not None and out.shape[1] != self._dim:
+            raise ValueError(f"the featurizer returned {out.shape[1]} features, the rows stored have {self._dim}")
+        return out
+
+    # ------------------------------------------------------------------ prediction
+    @property
+    def fitted(self) -> bool:
+        """Whether a head has been fitted (before that the prediction is the cold-start constant)."""
+        return self._fitted is not None
+
+    @property
+    def n_rollouts(self) -> int:
+        """Anchor rollouts stored (with a real score)."""
+        return len(self._y)
+
+    def cold_score(self) -> float:
+        """The cold-start prediction: ``prior_score``, else the mean real score observed so far (0.0 with none)."""
+        if self.prior_score is not None:
+            return self.prior_score
+        return float(np.mean(self._y)) if self._y else 0.0
+
+    def _apply(self, head: Any, x: np.ndarray, lo_hi: tuple[float, float] | None) -> np.ndarray:
+        s = np.asarray(head.predict(x), dtype=np.float64).reshape(-1)
+        if self.clip and lo_hi is not None:
+            s = np.clip(s, *lo_hi)
+        return s
+
+    def predict_scores(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
+        """The head's scores for B pairs, float64 (B,) (the cold-start constant before the first fit)."""
+        with self._lock:
+            x = self.features(contexts, actions)
+            if self._fitted is None:
+                return np.full(len(x), self.cold_score())
+            return self._apply(self._fitted, x, self._range)
+
+    def predict(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[WorldModelPrediction]:
+        """The :class:`~wmrl_envs.world_models.WorldModel` protocol: one prediction per pair
+        (``score`` on the real scores' scale; ``extras``: ``fitted``, ``n_train_rollouts``).
+
+        Raises:
+            ValueError: see :meth:`features` (the wrappers turn it into an ungraded batch).
+        """
+        with self._lock:
+            s = self.predict_scores(contexts, actions)
+            extras = {"fitted": self.fitted, "n_train_rollouts": self._n_fit_rows}
+        return [WorldModelPrediction(score=float(v), extras=dict(extras)) for v in s]
+
+    # ------------------------------------------------------------------ learning
+    def observe(self, contexts: Sequence[Any], actions: Sequence[Any], real_scores: Sequence[float | None],
+                group_id: int | None = None) -> bool:
+        """Learn from one closed anchor group: store its rollouts with a real score and refit
+        when due (every ``refit_every`` groups, once ``min_groups`` are held).
+
+        Call it only after the group's own predictions were made (the loop does, at close).
+
+        Args:
+            contexts, actions: the G pairs (as given to :meth:`predict`).
+            real_scores: the G real scores (``None``/NaN: not stored).
+            group_id: the group's id (int, unique; ``None``: a running id). Observing an id
+                again adds a new group under a fresh id.
+
+        Returns:
+            Whether the head was refitted.
+
+        Raises:
+            ValueError: lengths differ, or the featurizer fails its checks (nothing stored then).
+        """
+        real = list(real_scores)
+        if not (len(contexts) == len(actions) == len(real)):
+            raise ValueError(f"{len(contexts)} contexts, {len(actions)} actions and {len(real)} real scores: "
+                             "one of each per rollout")
+        with self._lock:
+            keep = [i for i, r in enumerate(real) if _finite(r)]
+            x = self.features([contexts[i] for i in keep], [actions[i] for i in keep]) if keep else None
+            gid = int(group_id) if group_id is not None and int(group_id) not in self._sizes else None
+            if gid is None:
+                gid = max(self._next_gid, max(self._sizes, default=-1) + 1)
+            self._next_gid = max(self._next_gid, gid + 1)
+            self._sizes[gid] = len(real)
+            if x is not None and len(x):
+                if self._dim is None:
+                    self._dim = int(x.shape[1])
+                for i, row in zip(keep, x):
+                    self._x.append(row)
+                    self._y.append(float(real[i]))
+                    self._gid.append(gid)
+                    self._member.append(i)
+            self.n_observed_groups += 1
+            self._since_fit += 1
+            if self._since_fit >= self.refit_every and len({*self._gid}) >= self.min_groups:
+                self.refit()
+                return True
+            return False
+
+    def _trim(self) -> None:
+        """Drop the oldest groups until at most ``max_rollouts`` rows are held."""
+        extra = len(self._y) - self.max_rollouts
+        if extra <= 0:
+            return
+        cut_gid = self._gid[extra - 1]
+        cut = extra
+        while cut < len(self._gid) and self._gid[cut] == cut_gid:  # whole groups only
+            cut += 1
+        for gid in dict.fromkeys(self._gid[:cut]):
+            self._sizes.pop(gid, None)
+        del self._x[:cut], self._y[:cut], self._gid[:cut], self._member[:cut]
+
+    def _fit_rows(self, idx: np.ndarray | slice) -> tuple[Any, tuple[float, float]]:
+        from sklearn.base import clone
+
+        x = np.stack(self._x)[idx]
+        y = np.asarray(self._y, dtype=np.float64)[idx]
+        with np.errstate(divide="ignore", invalid="ignore"):  # RidgeCV's leave-one-out on a handful of rows
+            head = clone(self.head).fit(x, y)
+        return head, (float(y.min()), float(y.max()))
+
+    def refit(self) -> None:
+        """Fit the head on the rollouts held now (the oldest groups beyond ``max_rollouts``
+        dropped first).
+
+        Raises:
+            RuntimeError: no rollout held.
+        """
+        with self._lock:
+            self._trim()
+            if not self._y:
+                raise RuntimeError("cannot fit the learned world model: no anchor rollout with a real score held")
+            self._fitted, self._range = self._fit_rows(slice(None))
+            self._n_fit_rows = len(self._y)
+            self._since_fit = 0
+            self.n_refits += 1
+
+    def crossfit_scores(self) -> CrossfitScores:
+        """Out-of-fold scores of every stored anchor rollout: the groups are split into
+        ``min(folds, groups)`` folds (scikit-learn ``GroupKFold``: whole groups per fold) and each
+        fold is scored by a head fitted on the other folds only (clipped to their real range),
+        so no rollout is scored by a head that saw its own group's outcomes. With one group
+        held, its rollouts get :meth:`cold_score`.
+
+        Returns:
+            A :class:`CrossfitScores` (rows in storage order, oldest group first).
+        """
+        from sklearn.model_selection import GroupKFold
+
+        with self._lock:
+            n = len(self._y)
+            gid = np.asarray(self._gid, dtype=np.int64)
+            out = np.full(n, self.cold_score(), dtype=np.float64)
+            groups = np.unique(gid)
+            if groups.size >= 2:
+                x = np.stack(self._x)
+                for train, test in GroupKFold(n_splits=int(min(self.folds, groups.size))).split(x, groups=gid):
+                    head, lo_hi = self._fit_rows(train)
+                    out[test] = self._apply(head, x[test], lo_hi)
+            return CrossfitScores(out, np.asarray(self._y, dtype=np.float64), gid,
+                                  np.asarray(self._member, dtype=np.int64), dict(self._sizes))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Settings, stored rows and counters (JSON-serialisable). The features are stored as
+        base64 of their little-endian float32 bytes (``"features_b64"``, shape ``(N, dim)``); the
+        head is not stored: :meth:`load_state_dict` refits it on the rows it was fitted on, so a
+        deterministic head (the default) predicts exactly as before. The featurizer and the head
+        are not part of the state (build the model with the same ones)."""
+        with self._lock:
+            x = np.stack(self._x).astype("<f4") if self._x else np.zeros((0, self._dim or 0), "<f4")
+            return {
+                "version": self.STATE_VERSION,
+                "settings": {"refit_every": self.refit_every, "folds": self.folds, "min_groups": self.min_groups,
+                             "max_rollouts": self.max_rollouts, "prior_score": self.prior_score, "clip": self.clip},
+                "dim": self._dim,
+                "features_b64": base64.b64encode(x.tobytes()).decode("ascii"),
+                "real": list(self._y),
+                "group_ids": list(self._gid),
+                "members": list(self._member),
+                "group_sizes": [[g, n] for g, n in self._sizes.items()],
+                "n_fit_rows": self._n_fit_rows if self._fitted is not None else None,
+                "since_fit": self._since_fit,
+                "next_group_id": self._next_gid,
+                "n_observed_groups": self.n_observed_groups,
+                "n_refits": self.n_refits,
+                "fit_cpu_s": self.fit_cpu_s,
+                "last_fit_cpu_s": self.last_fit_cpu_s,
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the settings are the saved ones) and refit the
+        head on the rows it had been fitted on.
+
+        Raises:
+            ValueError: another version, or malformed rows (nothing changed then).
+        """
+        if not isinstance(state, Mapping) or state.get("version") != self.STATE_VERSION:
+            raise ValueError(f"learned world-model state version {state.get('version') if isinstance(state, Mapping) else None!r} "
+                             f"is not supported (this code reads {self.STATE_VERSION})")
+        dim = state["dim"]
+        real = [float(v) for v in state["real"]]
+        raw = base64.b64decode(state["features_b64"])
+        x = np.frombuffer(raw, dtype="<f4")
+        if dim is None:
+            if x.size or real:
+                raise ValueError("learned world-model state: rows without a feature width")
+            rows: list[np.ndarray] = []
+        else:
+            if x.size != len(real) * int(dim):
+                raise ValueError(f"learned world-model state: {x.size} feature values for {len(real)} rows of {dim}")
+            rows = [r.astype(np.float32) for r in x.reshape(len(real), int(dim))]
+        gids, members = [int(g) for g in state["group_ids"]], [int(m) for m in state["members"]]
+        if not (len(gids) == len(members) == len(real)):
+            raise ValueError("learned world-model state: rows, group ids and members differ in length")
+        s = state["settings"]
+        fresh = LearnedWorldModel(self.featurizer, head=self.head, refit_every=s["refit_every"], folds=s["folds"],
+                                  min_groups=s["min_groups"], max_rollouts=s["max_rollouts"],
+                                  prior_score=s["prior_score"], clip=s["clip"], cache_size=self.cache_size)
+        fresh._x, fresh._y, fresh._gid, fresh._member = rows, real, gids, members
+        fresh._sizes = {int(g): int(n) for g, n in state["group_sizes"]}
+        fresh._dim = None if dim is None else int(dim)
+        n_fit = state["n_fit_rows"]
+        if n_fit is not None:
+            if not 0 < int(n_fit) <= len(real):
+                raise ValueError(f"learned world-model state: fitted on {n_fit} rows of {len(real)}")
+            fresh._fitted, fresh._range = fresh._fit_rows(slice(0, int(n_fit)))
+            fresh._n_fit_rows = int(n_fit)
+        fresh._since_fit = int(state["since_fit"])
+        fresh._next_gid = int(state["next_group_id"])
+        fresh.n_observed_groups = int(state["n_observed_groups"])
+        fresh.n_refits = int(state["n_refits"])
+        fresh.fit_cpu_s = float(state.get("fit_cpu_s", 0.0))
+        fresh.last_fit_cpu_s = float(state.get("last_fit_cpu_s", 0.0))
+        with self._lock:
+            for k, v in fresh.__dict__.items():
+                if k not in ("_lock", "_cache", "featurizer", "head"):
+                    setattr(self, k, v)
