@@ -831,6 +831,34 @@ class AnchorAdvisor:
                 fresh._keys[-1] = [None if k is None else str(k) for k in g[2]]
         self.__dict__.update(fresh.__dict__)
 
+    def replace_world_model_scores(self, scores: Mapping[int, Scores]) -> int:
+        """Replace the world-model scores of some groups held, by position (0 = the oldest
+        held), keeping their real scores and action keys.
+
+        For a world model that learns from the anchors: after a refit, the loop gives each
+        group the current model's out-of-fold scores, so r describes the model in use.
+
+        Args:
+            scores: ``{position: G scores}`` (``None``/NaN = missing).
+
+        Returns:
+            Groups replaced.
+
+        Raises:
+            ValueError: a position out of range or a group of another length (nothing changed then).
+        """
+        items = list(scores.items())
+        for i, w in items:
+            if not (isinstance(i, numbers.Integral) and 0 <= i < len(self._groups)):
+                raise ValueError(f"no anchor group at position {i!r} (holding {len(self._groups)})")
+            if len(w) != len(self._groups[i][1]):
+                raise ValueError(f"group {i}: {len(w)} world-model scores for {len(self._groups[i][1])} rollouts")
+        for i, w in items:
+            clean = [float(x) if isinstance(x, (bool, np.bool_)) or _finite(x) else None for x in w]
+            self._groups[i] = (clean, self._groups[i][1])
+        return len(items)
+
+
 
 def _r_lower_bound(wm: Sequence[Scores], real: Sequence[Scores], z: float = 1.645) -> float:
     """One-sided lower confidence bound of the pooled within-group correlation (Fisher z with

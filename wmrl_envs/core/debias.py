@@ -186,3 +186,34 @@ class IsotonicDebiaser:
         self._iso = None
         if state.get("map_x") is not None:
             self._fit_on(np.asarray(state["map_x"], dtype=np.float64), np.asarray(state["map_y"], dtype=np.float64))
+
+    # ------------------------------------------------------------------ rescoring
+    def replace_pairs(self, raw: Iterable[float | None], real: Iterable[float | None]) -> int:
+        """Replace the buffer with these pairs (oldest first; the last ``buffer_size`` kept) and
+        refit the map now (the identity again when fewer than ``min_pairs`` remain).
+
+        For a world model that learns from the anchors (:class:`~wmrl_envs.world_models.learned.LearnedWorldModel`):
+        after a refit the buffered raw scores came from older models, and the loop replaces
+        them with the current model's out-of-fold scores of the same rollouts. ``n_seen`` is
+        not changed (no new pair was seen). Ignored while ``training`` is ``False``.
+
+        Returns:
+            Pairs now in the buffer (pairs with a ``None``/NaN member are skipped).
+
+        Raises:
+            ValueError: ``raw`` and ``real`` differ in length.
+        """
+        raw, real = list(raw), list(real)
+        if len(raw) != len(real):
+            raise ValueError(f"raw and real differ in length: {len(raw)} vs {len(real)}")
+        if not self.training:
+            return len(self._raw)
+        ok = [(float(a), float(b)) for a, b in zip(raw, real)
+              if a is not None and b is not None and np.isfinite(a) and np.isfinite(b)]
+        self._raw = deque((a for a, _ in ok), maxlen=self.buffer_size)
+        self._real = deque((b for _, b in ok), maxlen=self.buffer_size)
+        self._iso = None
+        self._since_fit = len(self._raw)
+        if len(self._raw) >= self.min_pairs:
+            self.fit()
+        return len(self._raw)

@@ -31,11 +31,13 @@ loop=shared)``): every mutation holds the loop's lock, so counts and pairs add u
 from __future__ import annotations
 
 import dataclasses
+import logging
 import numbers
 import secrets
 import threading
 import time
 import warnings
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
@@ -48,7 +50,7 @@ from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 from .advisor import AdaptiveAnchorFraction, AnchorAdvice, AnchorAdvisor, CostRates
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
-from .ledger import EXECUTION, CostLedger
+from .ledger import EXECUTION, WORLD_MODEL_SOURCE, CostLedger, Stopwatch
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route, warn_saved_settings
 from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from .world_model_call import predict_checked
@@ -225,6 +227,9 @@ class CorrectionLoop:
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
         # every training anchor group's (raw world-model, real) scores, for the anchor-fraction advice
         self.advisor = AnchorAdvisor()
+        # the group id of each advisor group (a learned world model rescores them by id)
+        self._advisor_ids: deque[int | None] = deque(maxlen=self.advisor.max_groups)
+        self._learn_warned = False
         # anchor_fraction="auto": the fraction follows the advisor's f* (None: a fixed fraction)
         self.adaptive: AdaptiveAnchorFraction | None = (
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
@@ -478,6 +483,7 @@ class CorrectionLoop:
         rho_from: Literal["routing", "close"] = "routing",
         where: str | None = None,
         actions: Sequence[Any] | None = None,
+        contexts: Sequence[Any] | None = None,
     ) -> GroupCorrection:
         """Close a group (any order): correct it, update the corrections, account its ungraded rollouts.
 
@@ -501,6 +507,14 @@ class CorrectionLoop:
             where: how a warning names the group (default ``"group <id>"``).
             actions: the G actions (optional): a training anchor group keeps short keys of them for
                 the advisor's blind-spot check (:meth:`AnchorAdvisor.blind_spots`).
+            contexts: the G contexts the actions were taken in (optional). With a world model that
+                learns (one with ``observe``, e.g.
+                :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`), a training anchor
+                group's ``(contexts, actions, real scores)`` teach it *after* the group has been
+                corrected (its own predictions were made before: out of sample); after a refit the
+                debiaser's pairs and the advisor's groups are rescored out of fold
+                (:meth:`_learn_from_group`). Without ``actions`` the model cannot learn from the
+                group (warned once); without ``contexts`` it gets ``None`` contexts.
 
         Returns:
             The :class:`~wmrl_envs.core.GroupCorrection` (``ungraded_causes`` filled).
@@ -542,6 +556,9 @@ class CorrectionLoop:
             if ticket.training and corr.route == ANCHOR and world_model_called:
                 self.advisor.add_group(corr.raw_scores, corr.real_scores,
                                        actions if actions is not None and len(actions) == g else None)
+                self._advisor_ids.append(ticket.group_id)
+            if ticket.training and corr.route == ANCHOR and self.learns:
+                self._learn_from_group(ticket.group_id, contexts, actions, corr.real_scores)
             corr.ungraded_causes = [rollout_cause(corr.route, r, wm[i], ex[i]) for i, r in enumerate(corr.rewards)]
             failures = [score_failure(corr.route, a, wm[i], world_model_called) for i, a in enumerate(corr.raw_scores)]
             self.n_groups_closed += 1
@@ -588,6 +605,77 @@ class CorrectionLoop:
                 self.adaptive.noise_batch_ratio if self.adaptive is not None else None)
             return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b)
 
+    # ------------------------------------------------------------------ a world model that learns
+    @property
+    def learns(self) -> bool:
+        """Whether the world model learns from the anchor groups (it has an ``observe`` method,
+        e.g. :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`)."""
+        return callable(getattr(self.world_model, "observe", None))
+
+    def _learn_from_group(self, group_id: int | None, contexts: Sequence[Any] | None, actions: Sequence[Any] | None,
+                          real: Sequence[float | None]) -> None:
+        """Teach a learning world model one closed training anchor group (under the loop's lock,
+        after the group was corrected), and after a refit rescore the pairs out of fold.
+
+        The debiaser's buffered pairs and the advisor's groups were scored by older models; after a
+        refit they are replaced by ``crossfit_scores()`` (each stored anchor rollout scored by a
+        head fitted without its group's fold): the debiaser's buffer becomes those pairs
+        (:meth:`IsotonicDebiaser.replace_pairs`) and every advisor group the model holds gets its
+        out-of-fold scores (:meth:`AnchorAdvisor.replace_world_model_scores`), so the calibration
+        map, the advice and ``anchor_fraction="auto"`` describe the model in use, out of sample.
+        ρ is not recomputed: its EMA of the disagreement follows the model with its half-life.
+
+        The wall-clock and CPU-seconds of learning (featurizing, refit, rescoring) are charged to
+        the ledger's ``world_model`` source with a count of 0 (no prediction was made: they raise
+        the cost per prediction). A failure (e.g. a featurizer error) is logged and warned about
+        once; the run goes on with the model as it was.
+        """
+        g = len(real)
+        wm = self.world_model
+        if actions is None or len(actions) != g or (contexts is not None and len(contexts) != g):
+            if not self._learn_warned:
+                self._learn_warned = True
+                warnings.warn(
+                    f"the world model {type(wm).__name__} learns from anchor groups, but group {group_id} was closed "
+                    "without its actions (and contexts), one per rollout: pass close_group(..., actions=, contexts=); "
+                    "it cannot learn from such groups", UserWarning, stacklevel=3)
+            return
+        ctx = list(contexts) if contexts is not None else [None] * g
+        sw = Stopwatch(exclude_other_threads=True)
+        refit = False
+        try:
+            refit = bool(wm.observe(ctx, list(actions), list(real), group_id=group_id))  # type: ignore[union-attr]
+            if refit and callable(getattr(wm, "crossfit_scores", None)):
+                self._rescore(wm.crossfit_scores())  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a failed update leaves the model as it was
+            msg = f"the world model {type(wm).__name__} could not learn from group {group_id}: {type(exc).__name__}: {exc}"
+            logging.getLogger(__name__).warning(msg)
+            if not self._learn_warned:
+                self._learn_warned = True
+                warnings.warn(msg, UserWarning, stacklevel=3)
+        finally:
+            wall, cpu = sw.read()
+            self.ledger.add(WORLD_MODEL_SOURCE, wall, 0, cpu_seconds=cpu)
+            if refit and hasattr(wm, "fit_cpu_s"):
+                wm.last_fit_cpu_s = cpu  # type: ignore[union-attr]
+                wm.fit_cpu_s += cpu  # type: ignore[union-attr]
+
+    def _rescore(self, crossfit: Any) -> None:
+        """Replace the debiaser's pairs and the advisor's world-model scores with out-of-fold ones."""
+        deb = self.corrector.debiaser
+        was = deb.training
+        deb.training = True  # a training group closed during evaluation still updates
+        try:
+            deb.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
+                              np.asarray(crossfit.real, dtype=np.float64).tolist())
+        finally:
+            deb.training = was
+        by_group = crossfit.by_group()
+        held = self.advisor.groups()[1]
+        self.advisor.replace_world_model_scores({
+            i: by_group[gid] for i, gid in enumerate(self._advisor_ids)
+            if gid is not None and gid in by_group and len(by_group[gid]) == len(held[i])})
+
     def _advice_calibration(self) -> str | None:
         """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
         run debiases, raw otherwise (a map fitted on the same pairs would inflate r)."""
@@ -596,7 +684,9 @@ class CorrectionLoop:
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
-        with a ``"version"``). Save at a group boundary: open tickets are not part of the state
+        with a ``"version"``), and a learning world model's state (``"learned_world_model"``: its
+        stored anchor rollouts and counters, :meth:`LearnedWorldModel.state_dict
+        <wmrl_envs.world_models.learned.LearnedWorldModel.state_dict>`; ``None`` for a frozen one). Save at a group boundary: open tickets are not part of the state
         (after a :meth:`load_state_dict` no ticket from before it can be closed)."""
         with self._lock:
             return {
@@ -612,6 +702,10 @@ class CorrectionLoop:
                 "ungraded": self.ungraded.state_dict(),
                 "advisor": self.advisor.state_dict(),
                 "adaptive": None if self.adaptive is None else self.adaptive.state_dict(),
+                "advisor_group_ids": list(self._advisor_ids),
+                "learned_world_model": (self.world_model.state_dict()  # type: ignore[union-attr]
+                                        if self.learns and callable(getattr(self.world_model, "state_dict", None))
+                                        else None),
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -674,6 +768,13 @@ class CorrectionLoop:
         if "advisor" in state:
             advisor.load_state_dict(state["advisor"])
         self.advisor = advisor
+        ids = state.get("advisor_group_ids")  # absent: saved before a world model could learn
+        ids = [None] * len(advisor) if ids is None or len(ids) != len(advisor) else [
+            None if i is None else int(i) for i in ids]
+        self._advisor_ids = deque(ids, maxlen=advisor.max_groups)
+        learned = state.get("learned_world_model")
+        if learned is not None and self.learns and callable(getattr(self.world_model, "load_state_dict", None)):
+            self.world_model.load_state_dict(learned)  # type: ignore[union-attr]
         adaptive = state.get("adaptive")
         if adaptive is None:
             self.adaptive = None

@@ -34,6 +34,7 @@ from .common import (
     build_loop,
     check_episode_args,
     group_rollout,
+    learning_inputs,
     wm_causes_of,
 )
 from .rollout_streams import seed_rollout
@@ -285,6 +286,7 @@ class AnchoredWorldModelWrapper(
         self._group_wm_causes: list[str | None] = []  # per finished episode: its world model's failure
         self._group_exec_causes: list[str | None] = []  # per finished episode: its execution's failure
         self._group_messages: dict[str, str] = {}
+        self._group_inputs: list[tuple[Any, Any] | None] = []  # per finished episode: (context, action) or None
         self._episode_in_group = 0  # episodes started in the current group
         self._ep_ctx: Any = None
         self._ep = EpisodeTally()  # the running episode's scores and failure causes
@@ -410,6 +412,8 @@ class AnchoredWorldModelWrapper(
         if wm_called:
             pred = self.loop.predict([ctx], [action])[0]
             self._ep.add_step_prediction(pred, self._group_messages)
+        if self._ep.steps == 0 and self.loop.learns:  # what a learning world model is taught with
+            self._ep.first_step = (ctx, copy.deepcopy(action))
         self._ep.steps += 1
         if route == ANCHOR:
             sw = Stopwatch()
@@ -471,11 +475,13 @@ class AnchoredWorldModelWrapper(
         self._group_real.append(wm_info["real_score"])
         self._group_wm_causes.append(ep.wm_cause)
         self._group_exec_causes.append(ep.real_cause)
+        self._group_inputs.append(ep.learning_input())
         if self._episode_in_group >= self.group_size:
+            contexts, actions = learning_inputs(self._group_inputs)
             corr = self.loop.close_group(
                 ticket, self._group_raw, self._group_real if route == ANCHOR else None,
                 wm_causes=self._group_wm_causes, exec_causes=self._group_exec_causes,
-                world_model_called=wm_called, messages=self._group_messages,
+                world_model_called=wm_called, messages=self._group_messages, contexts=contexts, actions=actions,
             )
             self.last_group = corr
             wm_info["group_disagreement"] = corr.disagreement
@@ -672,6 +678,7 @@ class AnchoredWorldModelWrapper(
         corr = self.loop.close_group(
             ticket, raw, real, wm_causes=wm_causes_of(preds, g), exec_causes=exec_causes,
             world_model_called=bool(preds), messages=failure_messages(preds, infos), actions=actions,
+            contexts=[ctx] * g,
         )
         return group_rollout(corr, observations, infos, preds, exec_secs, wm_secs)
 
@@ -780,6 +787,8 @@ class AnchoredWorldModelWrapper(
         corr = self.loop.close_group(
             ticket, raw, real, wm_causes=wm_causes_of(preds, g), exec_causes=exec_causes,
             world_model_called=bool(preds), messages=failure_messages(preds),
+            # a world model that learns from anchors is taught with the episodes (reward mode: the trajectories)
+            contexts=list(contexts) if self.loop.learns else None, actions=trajs if self.loop.learns else None,
         )
         finals = [t.observations[-1] if t.observations else None for t in trajectories]
         return group_rollout(corr, finals, [{} for _ in range(g)], preds, 0.0, wm_secs)

@@ -69,6 +69,16 @@ def wm_causes_of(preds: Sequence[WorldModelPrediction], g: int) -> list[str | No
     return [None if p.score is not None else p.ungraded_cause for p in preds]
 
 
+def learning_inputs(inputs: Sequence[tuple[Any, Any] | None]) -> tuple[list[Any] | None, list[Any] | None]:
+    """``(contexts, actions)`` of a group's rollouts for :meth:`CorrectionLoop.close_group
+    <wmrl_envs.core.CorrectionLoop.close_group>` (a world model that learns from anchors is taught
+    with them), from each episode's :meth:`EpisodeTally.learning_input`; ``(None, None)`` when an
+    episode has none (a multi-step episode)."""
+    if not inputs or any(x is None for x in inputs):
+        return None, None
+    return [x[0] for x in inputs], [x[1] for x in inputs]  # type: ignore[index]
+
+
 @dataclass
 class EpisodeTally:
     """What one running episode has gathered so far (per-episode wrapper: its one episode;
@@ -84,6 +94,13 @@ class EpisodeTally:
     traj: Trajectory | None = None
     wm_cause: str | None = None
     real_cause: str | None = None
+    first_step: tuple[Any, Any] | None = None  # outcome mode: (context, action) of the first step
+
+    def learning_input(self) -> tuple[Any, Any] | None:
+        """The (context, action) a world model that learns from anchors is taught with this
+        episode's real score: its only step's, for a one-step episode; ``None`` for a longer one
+        (its real score aggregates several steps' scores, no single pair stands for it)."""
+        return self.first_step if self.steps == 1 else None
 
     def note_wm_failure(self, pred: WorldModelPrediction, messages: dict[str, str]) -> None:
         """A prediction without a score: remember the episode's first cause and its error text."""

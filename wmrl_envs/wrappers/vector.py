@@ -68,7 +68,7 @@ from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, scor
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import STEP_SCORE_KEY, EpisodeTally, LoopViews, build_loop, check_episode_args
+from .common import STEP_SCORE_KEY, EpisodeTally, LoopViews, build_loop, check_episode_args, learning_inputs
 from .rollout_streams import rollout_rng
 from .routed_sub_env import END_ATTR, EXEC_CPU_KEY, EXEC_SECONDS_KEY, MEMBER_ATTR, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
@@ -92,6 +92,7 @@ class _Group:
     members_left: int = 0
     wm_causes: list[str | None] = field(default_factory=list)  # per member: its world model's failure
     exec_causes: list[str | None] = field(default_factory=list)  # per member: its execution's failure
+    inputs: list[tuple[Any, Any] | None] = field(default_factory=list)  # per member: (context, action) to learn from
 
     @property
     def route(self) -> Route:
@@ -558,6 +559,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         for i in stepped:
             rec = self._group_of(i)
             ep = self._episodes[i]
+            if ep.steps == 0 and self.mode == "outcome" and self.loop.learns:  # what a learning world model is taught with
+                ep.first_step = (copy_obs(self._ctx[i]), copy_obs(act_list[i]))
             ep.steps += 1
             use_wm = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
             if self.mode != "outcome":
@@ -664,16 +667,18 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 rec.raw[m] = raw_ep
                 rec.real[m] = real_ep
                 if not rec.wm_causes:
-                    rec.wm_causes, rec.exec_causes = [None] * g, [None] * g
+                    rec.wm_causes, rec.exec_causes, rec.inputs = [None] * g, [None] * g, [None] * g
                 rec.wm_causes[m], rec.exec_causes[m] = ep.wm_cause, ep.real_cause
+                rec.inputs[m] = ep.learning_input()
                 rec.finished[m] = True
                 rec.members_left -= 1
                 if rec.members_left == 0 and not rec.abandoned:
                     if not rec.evaluating:
+                        contexts, actions = learning_inputs(rec.inputs)
                         corr = self.loop.close_group(
                             rec.ticket, rec.raw, rec.real if route == ANCHOR else None,
                             wm_causes=rec.wm_causes, exec_causes=rec.exec_causes, world_model_called=wm_called,
-                            messages=self._messages,
+                            messages=self._messages, contexts=contexts, actions=actions,
                         )
                         if corr.disagreement is not None:
                             w.set("group_disagreement", i, corr.disagreement, np.float64)
