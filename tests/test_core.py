@@ -251,6 +251,46 @@ def test_corrector_routes_rewards_and_weights():
         corr.correct_group("bogus", raw=[0.1])
 
 
+def test_a_flat_map_is_warned_about_once_and_counted(caplog):
+    """Issue 25, finding 9: all-equal real rewards make the isotonic map flat, so every
+    world-model group trains on one constant score (zero advantage): say so once, count it."""
+    import logging
+
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
+    corr.correct_group("world_model", raw=[0.2, 0.8])  # identity before the first fit: not flat
+    corr.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.0, 0.0, 0.0])  # every anchor failed
+    assert corr.debiaser.fitted and corr.debiaser.flat
+    with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        outs = [corr.correct_group("world_model", raw=[0.2, 0.5, 0.9]) for _ in range(3)]
+    assert all(o.rewards == [0.0, 0.0, 0.0] for o in outs)  # no advantage within the group
+    warned = [r.getMessage() for r in caplog.records if "flat" in r.getMessage()]
+    assert len(warned) == 1 and "every anchor real score so far is 0" in warned[0]
+    assert "zero advantage" in warned[0] and "debias=False" in warned[0]
+    assert corr.stats()["flat_map_groups"] == 3
+    # evaluation groups do not train: not counted
+    corr.correct_group("world_model", raw=[0.3], training=False)
+    assert corr.stats()["flat_map_groups"] == 3
+    back = WMRLCorrector()
+    back.load_state_dict(json.loads(json.dumps(corr.state_dict())))
+    assert back.stats()["flat_map_groups"] == 3
+    old = corr.state_dict()
+    del old["flat_map_groups"]  # saved by the previous version
+    back.load_state_dict(old)
+    assert back.stats()["flat_map_groups"] == 0
+    # real scores that vary but do not rise with the world model's also flatten the map
+    anti = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
+    anti.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[1.0, 1.0, 0.0, 0.0])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        assert anti.correct_group("world_model", raw=[0.1, 0.9]).rewards == [0.5, 0.5]
+    assert any("do not increase with the world model's" in r.getMessage() for r in caplog.records)
+    # a map that varies is not flat
+    ok = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=1))
+    ok.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.0, 1.0, 1.0])
+    ok.correct_group("world_model", raw=[0.1, 0.9])
+    assert not ok.debiaser.flat and ok.stats()["flat_map_groups"] == 0
+
+
 def test_corrector_ablation_switches():
     corr = WMRLCorrector(IsotonicDebiaser(min_pairs=2, refit_every=1), InverseVarianceDenoiser(warmup_groups=1), debias=False, denoise=False)
     corr.correct_group("anchor", raw=[0.1, 0.9], real=[1.0, 0.0])

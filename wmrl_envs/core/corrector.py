@@ -16,6 +16,7 @@ figure.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -27,6 +28,8 @@ from .denoise import InverseVarianceDenoiser
 from .routing import ANCHOR, WORLD_MODEL, Route
 
 __all__ = ["GroupCorrection", "WMRLCorrector"]
+
+logger = logging.getLogger(__name__)
 
 
 def _clean(values: Sequence[float | None] | None, n: int) -> list[float | None]:
@@ -86,6 +89,9 @@ class WMRLCorrector:
     Attributes:
         training: propagates to the debiaser and the denoiser; ``False`` freezes both
             (evaluation), as ``VecNormalize.training`` does in Stable-Baselines3.
+        flat_map_groups: training world-model groups corrected while the fitted map was flat
+            (:attr:`IsotonicDebiaser.flat`: one calibrated score for all, zero advantage); the
+            first one logs a warning that says why and what to do.
 
     Example:
         >>> corr = WMRLCorrector()
@@ -114,6 +120,8 @@ class WMRLCorrector:
         self._sq_err_raw = 0.0
         self._sq_err_cal = 0.0
         self.groups_corrected = {ANCHOR: 0, WORLD_MODEL: 0}
+        self.flat_map_groups = 0
+        self._flat_warned = False
 
     # ------------------------------------------------------------------ flags
     @property
@@ -175,6 +183,8 @@ class WMRLCorrector:
         if route == WORLD_MODEL:
             cal = self.calibrate(raw_c)
             self.groups_corrected[WORLD_MODEL] += 1
+            if self.debias and self.debiaser.flat and (self._training if training is None else training):
+                self._flat_map_group()
             return GroupCorrection(WORLD_MODEL, raw_c, cal, [None] * g, list(cal), 1.0, None, group_id)
         if route != ANCHOR:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
@@ -207,6 +217,23 @@ class WMRLCorrector:
                 self.training = was
         self.groups_corrected[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
+
+    def _flat_map_group(self) -> None:
+        """Count a training world-model group scored by a flat map; warn the first time."""
+        self.flat_map_groups += 1
+        if self._flat_warned:
+            return
+        self._flat_warned = True
+        _, real = self.debiaser.pairs()
+        why = (f"every anchor real score so far is {real[0]:g}" if real.size and float(np.ptp(real)) == 0.0
+               else "the anchor real scores do not increase with the world model's (an anti-correlated or "
+                    "uninformative world model)")
+        logger.warning(
+            "the isotonic map is flat: %s, so every world-model score calibrates to one value and world-model "
+            "groups get zero advantage (no learning signal from them; anchor groups still train on their real "
+            "rewards) until the anchor pairs say otherwise. If the task is too hard (or too easy) for the policy, make it easier or the reward "
+            "denser, or raise the anchor fraction; to train on raw world-model scores meanwhile, set "
+            "debias=False; check the world model with `wmrl advise`. Counted in stats()['flat_map_groups'].", why)
 
     # ------------------------------------------------------------------ reporting
     def calibration_error(self) -> dict[str, float]:
@@ -249,6 +276,7 @@ class WMRLCorrector:
             "calibration_mse_calibrated": err["calibrated_mse"],
             "anchor_groups": self.groups_corrected[ANCHOR],
             "world_model_groups": self.groups_corrected[WORLD_MODEL],
+            "flat_map_groups": self.flat_map_groups,
         }
 
     # ------------------------------------------------------------------ state
@@ -265,6 +293,7 @@ class WMRLCorrector:
             "sq_err_raw": self._sq_err_raw,
             "sq_err_cal": self._sq_err_cal,
             "groups_corrected": dict(self.groups_corrected),
+            "flat_map_groups": self.flat_map_groups,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -279,4 +308,5 @@ class WMRLCorrector:
         self._sq_err_raw = float(state["sq_err_raw"])
         self._sq_err_cal = float(state["sq_err_cal"])
         self.groups_corrected = {ANCHOR: int(state["groups_corrected"][ANCHOR]), WORLD_MODEL: int(state["groups_corrected"][WORLD_MODEL])}
+        self.flat_map_groups = int(state.get("flat_map_groups", 0))  # absent: saved before it was counted
         self.training = self._training

@@ -118,6 +118,14 @@ class IsotonicDebiaser:
         return self._iso is not None
 
     @property
+    def flat(self) -> bool:
+        """``True`` when a fitted map is constant: every raw score calibrates to one value, so a
+        group scored with it has no within-group spread (zero GRPO advantage). It happens when
+        the buffered real scores are all equal, or do not increase with the raw ones (the
+        increasing fit then pools them all)."""
+        return self._iso is not None and float(np.ptp(self._iso.y_thresholds_)) == 0.0
+
+    @property
     def n_pairs(self) -> int:
         """Pairs currently in the buffer."""
         return len(self._raw)
