@@ -13,7 +13,8 @@ What is checked (``docs/method.md``, "Cost accounting"):
   declared ``execution_cpu_s`` exactly, the measured CPU when an env reports none, and count an
   env's ``None`` as unmeasured;
 * world models: a declared ``declared_cpu_s_per_prediction`` is charged ``n ×`` that; else the
-  measured CPU of the call;
+  measured CPU of the call, its own: a busy sibling thread is not charged to it, a thread it
+  starts is;
 * the ledger: CPU-seconds through ``add``/``timed``/``merge``, its state round trip, and an old
   state without CPU-seconds.
 """
