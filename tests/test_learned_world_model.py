@@ -405,3 +405,24 @@ def test_policy_hidden_state_featurizer_on_a_tiny_random_causal_lm():
     wm = LearnedWorldModel(f, min_groups=1)
     wm.observe(["Q: 1+1?", "Q: 1+1?"], [" 2", " 3"], [1.0, 0.0], group_id=0)
     assert wm.fitted and len(wm.predict(["Q: 1+1?"], [" 2"])) == 1
+
+
+def test_autoresearch_featurizer_reads_the_task_description_and_the_estimator_line():
+    from wmrl_envs.envs.autoresearch import autoresearch_featurizer, autoresearch_learned_world_model
+    from wmrl_envs.envs.autoresearch.embedding_world_model import action_text, describe_task
+
+    class _Recording(_FakeEncoder):
+        texts: list = []
+
+        def encode(self, texts):
+            self.texts += list(texts)
+            return super().encode(texts)
+
+    enc = _Recording()
+    code = "import x\nmodel = RandomForestClassifier(n_estimators=50)\nmodel.fit(X, y)\n"
+    x = autoresearch_featurizer(enc, context_weight=0.3)([{"task_id": "credit-default"}], [code])
+    assert x.shape == (1, 9)
+    assert enc.texts == [action_text(code), describe_task("credit-default")]
+    assert enc.texts[0] == "model = RandomForestClassifier(n_estimators=50)"
+    wm = autoresearch_learned_world_model(enc, refit_every=3)
+    assert isinstance(wm, LearnedWorldModel) and wm.refit_every == 3

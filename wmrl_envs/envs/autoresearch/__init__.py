@@ -39,6 +39,9 @@ Modules:
       real executions ``data/autoresearch_executions.jsonl`` (:func:`load_execution_log`).
     * :mod:`~wmrl_envs.envs.autoresearch.sentence_encoder` — its frozen text encoder
       (:class:`SentenceEncoder`, embeddings cached).
+    * :mod:`~wmrl_envs.envs.autoresearch.learned_features` — the same two texts for a world model
+      that learns from the run's anchors (:func:`autoresearch_featurizer`,
+      :func:`autoresearch_learned_world_model`).
 
 Functions here:
     * :func:`register_envs` — register ``wmrl/AutoResearch-v0`` with Gymnasium (idempotent).
@@ -83,6 +86,7 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         load_execution_log,
     )
     from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
+    from wmrl_envs.envs.autoresearch.learned_features import autoresearch_featurizer, autoresearch_learned_world_model
 
 _LAZY: dict[str, str] = {
     "AutoResearchEnv": "env",
@@ -100,6 +104,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["LLMJudgeWorldModel", "ParsedJudgement", "parse_judge_output"], "llm_judge"),
     **dict.fromkeys(["EmbeddingWorldModel", "DegradedWorldModel", "load_execution_log"], "embedding_world_model"),
     **dict.fromkeys(["SentenceEncoder"], "sentence_encoder"),
+    **dict.fromkeys(["autoresearch_featurizer", "autoresearch_learned_world_model"], "learned_features"),
 }
 
 
@@ -141,6 +146,8 @@ __all__ = [
     "EmbeddingWorldModel",
     "DegradedWorldModel",
     "SentenceEncoder",
+    "autoresearch_featurizer",
+    "autoresearch_learned_world_model",
     "load_execution_log",
 ]
 
