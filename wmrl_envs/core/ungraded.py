@@ -208,7 +208,7 @@ class UngradedMonitor:
 
     When either count reaches ``max_share`` of its planned total, :class:`TooManyUngradedError`
     is raised at once: the step can no longer end below the share, and a broken backend wastes
-    at most that share of a step. (4 failed of the first 8 executions of a step that plans 3
+    at most that share of a step plus one group. (4 failed of the first 8 executions of a step that plans 3
     anchor groups of 8 are 4 of 24: the run goes on.)
 
     Every ungraded *score* (a failed execution, a failed world-model prediction — also on an
