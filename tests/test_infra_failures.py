@@ -435,6 +435,23 @@ def test_a_late_anchor_counts_in_the_step_that_planned_it():
     assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (6, 8, {SANDBOX_UNAVAILABLE: 6})
 
 
+def test_groups_whose_routes_are_given_back_leave_the_stop_rules_step():
+    """The vector wrapper abandons unstarted groups on a full reset and gives their routes back:
+    the groups opened again with them are the same step, not the start of the next one."""
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.0), world_model=EchoWM(), groups_per_step=2)
+    loop.plan_step(2)
+    abandoned = [loop.open_group(), loop.open_group()]
+    loop.requeue_routes([t.route for t in abandoned])
+    again = [loop.open_group(), loop.open_group()]
+    assert {t.step for t in again} == {abandoned[0].step}
+    _close(loop, again[0], 1, 2)  # 1 of the step's 4 rollouts
+    with pytest.raises(TooManyUngradedError) as e:
+        _close(loop, again[1], 1, 2)
+    assert (e.value.n_ungraded, e.value.n_rollouts) == (2, 4)
+
+
 def test_a_load_restores_the_monitors_step_size():
     """Issue 25, finding 9: the monitor's default step (``groups_per_step``, the step the share
     is of) is part of its state; a load also ends a step planned before it."""
