@@ -205,3 +205,25 @@ def test_pilot_r_keeps_the_outcome_noise_of_a_seeded_group():
     assert advice.r == pytest.approx(0.8, abs=0.04)
     assert advice.r_ci[1] < 0.9
 
+
+class AntiWM(NoisyWM):
+    """Predicts minus the real score plus noise: anti-correlated within and between groups."""
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=-float(a) + 0.5 * float(self.rng.normal())) for a in actions]
+
+
+def anti_wm():
+    return AntiWM()
+
+
+def test_main_advise_says_an_anti_correlated_world_model_carries_no_signal(tmp_path):
+    # issue 25, finding 3: the cross-fitted map of an anti-correlated world model is flat; the
+    # advice must say "do not use WMRL", not "not enough anchor groups yet"
+    cfg = AdviseConfig(groups=16, group_size=4, env=f"{__name__}:known_env", world_model=f"{__name__}:anti_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=50, out_dir=str(tmp_path))
+    lines = []
+    advice = main_advise(cfg, log=lines.append)
+    assert advice.r == 0.0 and not advice.use_wmrl
+    assert "no usable signal" in advice.verdict and "not enough" not in advice.verdict
+    assert json.loads((tmp_path / "advice.json").read_text())["r"] == 0.0

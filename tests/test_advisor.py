@@ -440,3 +440,24 @@ def test_bootstrap_interval_of_r_includes_the_uncertainty_of_fitting_the_map():
         widths.append(a.r_ci[1] - a.r_ci[0])
     # measured: 1.03 with the refit, 0.79 without it
     assert 0.92 < float(np.mean(widths)) / expected_width < 1.25
+
+
+def test_an_anti_correlated_world_model_is_no_signal_not_missing_data():
+    # issue 25, finding 3: the increasing isotonic map of an anti-correlated world model is flat, so
+    # the cross-fitted scores have no spread and r is undefined; with raw and real scores that vary
+    # within groups that is evidence of r <= 0, not of too few groups
+    wm, real = synthetic_groups(-0.6, 40, seed=3, offset_scale=0.0)
+    adv = AnchorAdvisor(n_boot=50)
+    for w, x in zip(wm, real):
+        adv.add_group(w, x)
+    a = adv.advise(CostRates(1.0, 0.05), calibrate="crossfit")
+    assert a.n_groups == 40 and a.r == 0.0 and not a.use_wmrl
+    assert "not enough anchor groups" not in a.verdict
+    assert a.verdict.startswith("do not use WMRL") and "no usable signal" in a.verdict
+    # the recommendation is the model's for r = 0 (b = inf: every group real, clipped to f_max)
+    assert a.f_star == optimal_anchor_fraction(0.0, 0.05) == 1.0 and a.recommended_fraction == 1.0
+    # scores that truly lack spread are still "not enough" (nothing to judge yet)
+    flat = AnchorAdvisor(n_boot=0)
+    for _ in range(10):
+        flat.add_group([0.5] * 4, [0.0, 1.0, 0.0, 1.0])
+    assert "not enough anchor groups" in flat.advise(CostRates(1.0, 0.05), calibrate="crossfit").verdict

@@ -49,6 +49,8 @@ Scores = Sequence[float | None]
 
 
 def _finite(x: object) -> bool:
+    if type(x) is float:  # the common case, without the abstract-class check (hot in the cross-fit)
+        return math.isfinite(x)
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
 
 
@@ -191,22 +193,21 @@ def crossfit_calibrated(world_model: Sequence[Scores], real: Sequence[Scores], f
     from sklearn.isotonic import IsotonicRegression
 
     out: list[list[float | None]] = [list(w) for w in world_model]
+    # one pass over the scores: per group, which world-model scores are finite, and its pairs
+    ok = [[_finite(a) for a in w] for w in world_model]
+    pairs = [[(float(a), float(b)) for a, b, f in zip(w, r, o) if f and _finite(b)]
+             for w, r, o in zip(world_model, real, ok)]
     for k in range(folds):
-        xs, ys = [], []
-        for i, (w, r) in enumerate(zip(world_model, real)):
-            if i % folds != k:
-                for a, b in zip(w, r):
-                    if _finite(a) and _finite(b):
-                        xs.append(float(a))
-                        ys.append(float(b))
+        xy = [p for i, ps in enumerate(pairs) if i % folds != k for p in ps]
+        xs = [x for x, _ in xy]
         if len(set(xs)) < 2:
             continue
-        iso = IsotonicRegression(out_of_bounds="clip").fit(xs, ys)
-        for i, w in enumerate(world_model):
-            if i % folds == k:
-                vals = [float(a) for a in w if _finite(a)]
-                mapped = iter(iso.predict(vals).tolist()) if vals else iter(())
-                out[i] = [float(next(mapped)) if _finite(a) else None for a in w]
+        iso = IsotonicRegression(out_of_bounds="clip").fit(xs, [y for _, y in xy])
+        idx = range(k, len(world_model), folds)
+        vals = [float(a) for i in idx for a, f in zip(world_model[i], ok[i]) if f]
+        mapped = iter(iso.predict(vals).tolist()) if vals else iter(())  # one call per fold
+        for i in idx:
+            out[i] = [float(next(mapped)) if f else None for f in ok[i]]
     return out
 
 
@@ -751,7 +752,11 @@ class AnchorAdvisor:
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
-            undefined.
+            undefined for want of spread in the raw world-model or the real scores. When a
+            calibration map (``calibrate`` not ``None``) flattens world-model scores that vary
+            within groups as the real ones do, the increasing map found no increasing relation:
+            ``r`` is 0 (``r <= 0``), ``use_wmrl`` is False and the verdict says the world model
+            carries no usable signal.
         """
         if not isinstance(costs, CostRates):
             raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
@@ -760,6 +765,11 @@ class AnchorAdvisor:
         wm = self._calibrated(calibrate)
         _, real = self.groups()
         r, n = pooled_within_group_correlation(wm, real)
+        # a map that flattened scores which vary (raw and real) is evidence of r <= 0, not missing data
+        flat_raw_r = (_flat_map_raw_r(self.groups()[0], wm, real) if n >= self.min_groups and calibrate is not None
+                      else float("nan"))
+        if math.isfinite(flat_raw_r):
+            r = 0.0
         n_pairs = sum(1 for w, x in zip(wm, real) for a, b in zip(w, x) if a is not None and b is not None)
         nan2 = (float("nan"), float("nan"))
         if n < self.min_groups or not math.isfinite(r):
@@ -803,6 +813,11 @@ class AnchorAdvisor:
             verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x)"
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
+        if math.isfinite(flat_raw_r):
+            use = False
+            verdict = (f"do not use WMRL: the world model carries no usable signal within groups (its calibration map "
+                       f"is flat: its scores do not rise with the real ones, raw within-group r = {flat_raw_r:.2f}; "
+                       "r counts as 0); train on real execution")
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
                             use, verdict, self.blind_spots(), b, s_range, s_small)
 
@@ -859,15 +874,55 @@ class AnchorAdvisor:
         return len(items)
 
 
+def _flat_map_raw_r(raw: Sequence[Scores], calibrated: Sequence[Scores], real: Sequence[Scores]) -> float:
+    """The raw within-group correlation when an increasing calibration map flattened the world
+    model's scores, else NaN.
 
-def _r_lower_bound(wm: Sequence[Scores], real: Sequence[Scores], z: float = 1.645) -> float:
-    """One-sided lower confidence bound of the pooled within-group correlation (Fisher z with
-    pairs − groups degrees of freedom); 1.0 (no evidence against the world model) when undefined."""
+    Flattened: the calibrated scores have no within-group spread while the raw and the real scores
+    do. Isotonic regression pools an increasing map into a constant where the data show no
+    increasing relation, so this is evidence of ``r <= 0`` (e.g. an anti-correlated world model),
+    not of missing data (which leaves the raw or the real side without spread as well).
+    """
+    if math.isfinite(pooled_within_group_correlation(calibrated, real)[0]):
+        return float("nan")
+    return pooled_within_group_correlation(raw, real)[0]
+
+
+def _r_bounds(wm: Sequence[Scores], real: Sequence[Scores], raw: Sequence[Scores] | None = None,
+              z: float = 1.645) -> tuple[float, float] | None:
+    """One-sided 95% lower and upper confidence bounds of the pooled within-group correlation
+    (Fisher z with pairs − groups degrees of freedom).
+
+    Returns ``(0.0, 0.0)`` when a calibration map flattened scores that vary (``raw`` given:
+    :func:`_flat_map_raw_r`, evidence of ``r <= 0``, which counts as 0) and ``None`` when r is
+    undefined otherwise (no evidence either way).
+    """
     r, _ = pooled_within_group_correlation(wm, real)
     if not math.isfinite(r):
-        return 1.0
+        return (0.0, 0.0) if raw is not None and math.isfinite(_flat_map_raw_r(raw, wm, real)) else None
     dof = sum(max(0, sum(a is not None and b is not None for a, b in zip(w, x)) - 1) for w, x in zip(wm, real))
-    return math.tanh(math.atanh(max(-0.999999, min(0.999999, r))) - z / math.sqrt(max(1.0, dof - 2.0)))
+    zr, half = math.atanh(max(-0.999999, min(0.999999, r))), z / math.sqrt(max(1.0, dof - 2.0))
+    return math.tanh(zr - half), math.tanh(zr + half)
+
+
+def _map_groups(wm: Sequence[Scores], calibrate: Callable[[Scores], Sequence[float]] | str) -> list[list[float | None]]:
+    """Each group's world-model scores through a fitted map (``None`` stays ``None``)."""
+    if isinstance(calibrate, str):
+        raise ValueError(f"calibrate must be None, 'crossfit' or a callable, got {calibrate!r}")
+    out = []
+    for w in wm:
+        cal = [float(v) for v in calibrate([x if x is not None else float("nan") for x in w])]
+        out.append([c if x is not None and math.isfinite(c) else None for x, c in zip(w, cal)])
+    return out
+
+
+_CONFIRM_STEPS = 3
+"""``anchor_fraction="auto"`` lowers the fraction only when that is called for on this many consecutive
+steps (it raises it at once)."""
+
+_CALIBRATION_GROUPS = 256
+"""``anchor_fraction="auto"`` cross-fits its isotonic map on the last this many anchor groups (a
+bounded cost per step; the correlation itself is taken over the last ``window``)."""
 
 
 class ExecutionBudgetSpent(RuntimeError):
@@ -886,19 +941,30 @@ class AdaptiveAnchorFraction:
        measured once from the run's ledger at the end of the warm-up
        (:meth:`CostRates.from_ledger`, CPU-seconds) and fixed from then on, so that the routes
        depend only on the seed and γ (both saved with the state);
-    3. r is the pooled within-group correlation of the last ``window`` anchor groups (calibrated
-       by the debiaser's current map when the run debiases), taken at its one-sided 95% lower
-       bound (Fisher z, degrees of freedom = pairs − groups), the lower of the bounds over the
-       window and over its last ``max(2, min_groups // 2)`` groups (a degrading world model is
-       neither trusted on a short window's noise nor hidden by the window's older groups), and the
-       target is
-       ``clip(f*(r, γ, b), f_min, f_max)`` (:func:`optimal_anchor_fraction`; ``b`` the
-       ``noise_batch_ratio`` measured before the run, fixed like γ);
-    4. hysteresis: the fraction moves to the target only when they differ by more than a factor
-       ``1 + hysteresis`` (so it does not chatter with the noise of r);
+    3. r is the pooled within-group correlation of the last ``window`` anchor groups; when the run
+       debiases (``calibrate="crossfit"``) the world-model scores are calibrated out of sample
+       first (:func:`crossfit_calibrated` over the last 256 anchor groups held: each group mapped
+       by an isotonic fit on the other fold's pairs). A map that flattens world-model scores
+       which vary within groups as the real ones do is evidence of ``r <= 0``: r counts as 0
+       (recorded as 0 in :attr:`history`), not as missing data;
+    4. a dead band, not a point target: r's one-sided 95% lower bound L over the window and upper
+       bound U, the lower of the upper bounds over the window and over its last ``min_groups``
+       groups (a world model that breaks is not hidden for long by the window's older groups;
+       Fisher z, degrees of freedom = pairs − groups), give the fractions the data still allow,
+       ``[clip(f*(U)), clip(f*(L))]`` (:func:`optimal_anchor_fraction` with γ and ``b``, clipped to
+       [f_min, f_max]; f* falls as r rises). The fraction stays while it lies in that range and
+       moves only when it lies outside by more than a factor ``1 + hysteresis`` (up at once when
+       even the optimistic U calls for more anchors; down when even the pessimistic L allows fewer
+       on 3 consecutive steps), and then to the conservative end ``clip(f*(L))``. Following ``clip(f*(L))`` at every step (the
+       rule before issue 25) made it jump between f_min and f_max whenever L crossed f*'s switch
+       point; ``benchmarks/adaptive_fraction.py`` measures both;
     5. an ``execution_budget`` (real executions) caps the anchor groups of a step to what is
-       left of it; once it is spent, ``on_budget_spent="floor"`` keeps only the router's floor of
-       ``min_anchor_groups`` per window (said once, as a warning) and ``"stop"`` raises
+       left of it, counting what an anchor group and a world-model group cost in executions (as
+       measured so far: a multi-turn episode or a reward-mode episode executes once per turn or
+       step, and in reward mode world-model groups execute as well) and what the groups opened
+       and not yet closed will still execute (the caller passes both, see :meth:`step`); once
+       what is left cannot pay the step, ``on_budget_spent="floor"`` keeps only the router's
+       floor of ``min_anchor_groups`` per window (said once, as a warning) and ``"stop"`` raises
        :class:`ExecutionBudgetSpent`.
 
     Args:
@@ -960,25 +1026,64 @@ class AdaptiveAnchorFraction:
         self.gamma: float | None = self.cost_ratio
         self.history: list[tuple[int, float, float]] = []
         self.budget_spent = False
+        self._pending = [0, 0]  # [direction of the move called for (+1 up, -1 down, 0 none), consecutive steps]
+
+    def bounds(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
+               ) -> tuple[float, float, float] | None:
+        """``(r, L, U)`` from the advisor's last ``window`` groups (point estimate and the bounds of
+        step 4 of the class docstring; r is 0 for a flattening map), or ``None`` in the warm-up
+        (fewer than ``min_groups`` usable groups, r undefined, or γ unknown).
+
+        Args:
+            advisor: the run's advisor.
+            calibrate: as in :meth:`AnchorAdvisor.advise` (``"crossfit"``: over the last 256
+                groups held; a map; ``None``: raw scores).
+        """
+        raw_all, real_all = advisor.groups()
+        raw_all, real_all = raw_all[-_CALIBRATION_GROUPS:], real_all[-_CALIBRATION_GROUPS:]
+        if calibrate is None:
+            cal_all = raw_all
+        elif calibrate == "crossfit":
+            cal_all = crossfit_calibrated(raw_all, real_all)
+        else:
+            cal_all = _map_groups(raw_all, calibrate)
+        w = self.window
+        wm, real, raw = cal_all[-w:], real_all[-w:], raw_all[-w:]
+        r, n = pooled_within_group_correlation(wm, real)
+        if n < self.min_groups or self.gamma is None:
+            return None
+        full = _r_bounds(wm, real, raw if calibrate is not None else None)
+        if full is None:
+            return None
+        if not math.isfinite(r):
+            r = 0.0  # a flattening map: r <= 0
+        recent = self.min_groups  # the short window that catches a break: as many groups as the warm-up's
+        short = _r_bounds(wm[-recent:], real[-recent:], raw[-recent:] if calibrate is not None else None)
+        return r, full[0], full[1] if short is None else min(full[1], short[1])
+
+    def _clip(self, r: float) -> float:
+        f = optimal_anchor_fraction(max(-1.0, min(1.0, r)), self.gamma, self.noise_batch_ratio)
+        return min(self.f_max, max(self.f_min, f))
 
     def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
                ) -> tuple[float | None, float]:
-        """``(target fraction or None in the warm-up, r)`` from the advisor's last ``window`` groups
-        (``calibrate`` as in :meth:`AnchorAdvisor.advise`; ``"crossfit"`` fits on all groups held)."""
-        wm, real = advisor._calibrated(calibrate), advisor.groups()[1]
-        wm, real = wm[-self.window:], real[-self.window:]
-        r, n = pooled_within_group_correlation(wm, real)
-        if n < self.min_groups or not math.isfinite(r) or self.gamma is None:
-            return None, r
-        # the one-sided 95% lower bound of r (Fisher z; dof = pairs minus groups), over the window and
-        # over its last few groups, whichever is lower: a world model that degrades must not be trusted
-        # on the noise of a short window, nor hidden for long by the older groups of a long one
-        recent = max(2, self.min_groups // 2)
-        r_low = min(_r_lower_bound(wm, real), _r_lower_bound(wm[-recent:], real[-recent:]))
-        return min(self.f_max, max(self.f_min, optimal_anchor_fraction(r_low, self.gamma, self.noise_batch_ratio))), r
+        """``(fraction the rule sets now, r)``: ``clip(f*(L))`` when the fraction in force lies
+        outside the range ``[clip(f*(U)), clip(f*(L))]`` by more than the hysteresis factor, else
+        the fraction in force (``None`` and NaN in the warm-up)."""
+        b = self.bounds(advisor, calibrate)
+        if b is None:
+            return None, float("nan")
+        r, lo, hi = b
+        most, fewest = self._clip(lo), self._clip(hi)  # anchors the pessimistic / optimistic r call for
+        f, k = self.fraction, 1.0 + self.hysteresis
+        if f > most * k or f * k < fewest:
+            return most, r  # outside the range: to the conservative end
+        return f, r
 
     def step(self, step: int, advisor: AnchorAdvisor, ledger: CostLedger,
-             calibrate: Callable[[Scores], Sequence[float]] | str | None = None) -> tuple[float, int | None]:
+             calibrate: Callable[[Scores], Sequence[float]] | str | None = None, *,
+             anchor_cost: float | None = None, world_model_cost: float = 0.0, in_flight: float = 0.0,
+             groups_in_step: int | None = None) -> tuple[float, int | None]:
         """Adapt before drawing the routes of training step ``step``.
 
         Args:
@@ -986,6 +1091,14 @@ class AdaptiveAnchorFraction:
             advisor: the run's advisor (its groups so far).
             ledger: the run's ledger (executions so far; CPU-seconds for γ when not given).
             calibrate: ``"crossfit"`` (a run that debiases), a map, or ``None`` (raw scores).
+            anchor_cost: real executions one anchor group costs (measured so far, e.g. G × turns);
+                ``None``: the size of the last anchor group (one execution per rollout), or one
+                anchor group at most while no anchor group has closed.
+            world_model_cost: real executions one world-model group costs (0 in outcome mode; a
+                reward-mode episode executes every step whatever its route).
+            in_flight: real executions still to come from groups opened and not closed (not in
+                the ledger yet: an anchor group running, on Ray or elsewhere).
+            groups_in_step: the groups of the coming step (for the world-model groups' cost).
 
         Returns:
             ``(fraction, free_slots)``: the fraction for this step (0 once the budget is spent: the
@@ -997,51 +1110,67 @@ class AdaptiveAnchorFraction:
         """
         import warnings
 
-        usable = sum(1 for w, x in zip(*advisor.groups())
-                     if sum(a is not None and b is not None for a, b in zip(w, x)) >= 2)
-        if self.gamma is None and usable >= self.min_groups:
-            try:
-                self.gamma = CostRates.from_ledger(ledger).gamma
-            except ValueError:
-                pass  # no measured execution yet: measure later
+        if self.gamma is None:
+            usable = sum(1 for w, x in zip(*advisor.groups())
+                         if sum(a is not None and b is not None for a, b in zip(w, x)) >= 2)
+            if usable >= self.min_groups:
+                try:
+                    self.gamma = CostRates.from_ledger(ledger).gamma
+                except ValueError:
+                    pass  # no measured execution yet: measure later
         target, r = self.target(advisor, calibrate)
-        if target is not None and (self.fraction <= 0 or target <= 0
-                                   or max(target / self.fraction, self.fraction / target) > 1.0 + self.hysteresis):
-            self.fraction = target
+        if target is not None and target != self.fraction:
+            # more anchors at once; fewer only once called for on _CONFIRM_STEPS consecutive steps
+            way = 1 if target > self.fraction else -1
+            self._pending = [way, self._pending[1] + 1 if self._pending[0] == way else 1]
+            if way > 0 or self._pending[1] >= _CONFIRM_STEPS:
+                self.fraction = target
+                self._pending = [0, 0]
+        else:
+            self._pending = [0, 0]
         free_slots = None
         if self.execution_budget is not None:
             used = ledger.count(EXECUTION)
-            g = len(advisor.groups()[1][-1]) if len(advisor) else None
-            left = self.execution_budget - used
-            if g is None and left > 0:  # group size not known yet: one anchor group at most
+            g = anchor_cost if anchor_cost is not None else (len(advisor.groups()[1][-1]) if len(advisor) else None)
+            n = 0 if groups_in_step is None else int(groups_in_step)
+            wm_cost = max(0.0, float(world_model_cost))
+            # what is left once the executions in flight and the step's world-model groups are paid for
+            left = self.execution_budget - used - max(0.0, float(in_flight)) - n * wm_cost
+            extra = None if g is None else max(0.0, float(g) - wm_cost)  # an anchor group's cost over a WM group's
+            if g is None and left > 0:  # group cost not known yet: one anchor group at most
                 free_slots = 1
-            elif left <= 0 or (g is not None and left < g):
+            elif left <= 0 or (extra is not None and extra > 0 and left < extra):
                 if not self.budget_spent:
                     self.budget_spent = True
                     if self.on_budget_spent == "stop":
                         raise ExecutionBudgetSpent(
-                            f"the execution budget is spent ({used} of {self.execution_budget} real executions); "
-                            "training stops here (on_budget_spent='stop'; 'floor' would go on with the anchor floor only)")
-                    warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions): "
-                                  "from now on only the floor of min_anchor_groups anchor groups per window is executed",
+                            f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
+                            f"{in_flight:.0f} more in flight); training stops here (on_budget_spent='stop'; 'floor' "
+                            "would go on with the anchor floor only)")
+                    warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
+                                  f"{in_flight:.0f} more in flight): from now on only the floor of min_anchor_groups "
+                                  "anchor groups per window is executed"
+                                  + (" (world-model groups execute too here, e.g. reward mode: only "
+                                     "on_budget_spent='stop' keeps the budget)" if wm_cost > 0 else ""),
                                   UserWarning, stacklevel=3)
                 elif self.on_budget_spent == "stop":
                     raise ExecutionBudgetSpent(f"the execution budget is spent ({used} of {self.execution_budget})")
                 # spent: the fraction is 0 and only the router's floor remains (never capped)
-            elif g is not None:
-                free_slots = left // g
+            elif extra is not None and extra > 0:
+                free_slots = int(left // extra)
         self.history.append((int(step), 0.0 if self.budget_spent else self.fraction, r))
         return (0.0 if self.budget_spent else self.fraction), free_slots
 
     def state_dict(self) -> dict[str, Any]:
-        """Settings, the fraction in force, γ, the history and the budget flag (JSON-serialisable)."""
+        """Settings, the fraction in force, γ, the history, the budget flag and the move pending
+        confirmation (JSON-serialisable)."""
         return {"start": self.start, "f_min": self.f_min, "f_max": self.f_max, "cost_ratio": self.cost_ratio,
                 "noise_batch_ratio": self.noise_batch_ratio, "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
                 "execution_budget": self.execution_budget, "on_budget_spent": self.on_budget_spent,
                 "fraction": self.fraction, "gamma": self.gamma,
                 # strict JSON: an r not estimated yet (NaN) is written as null
                 "history": [[s, f, r if math.isfinite(r) else None] for s, f, r in self.history],
-                "budget_spent": self.budget_spent}
+                "budget_spent": self.budget_spent, "pending": list(self._pending)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output.
@@ -1069,4 +1198,9 @@ class AdaptiveAnchorFraction:
         fresh.gamma = None if state["gamma"] is None else float(state["gamma"])
         fresh.history = [(int(s), float(f), float("nan") if r is None else float(r)) for s, f, r in state["history"]]
         fresh.budget_spent = bool(state["budget_spent"])
+        pending = state.get("pending") or [0, 0]  # absent before issue 25: no move pending
+        if not (isinstance(pending, (list, tuple)) and len(pending) == 2 and pending[0] in (-1, 0, 1)
+                and isinstance(pending[1], numbers.Integral) and pending[1] >= 0):
+            raise ValueError(f"a saved pending move must be [direction -1/0/1, steps >= 0], got {pending!r}")
+        fresh._pending = [int(pending[0]), int(pending[1])]
         self.__dict__.update(fresh.__dict__)

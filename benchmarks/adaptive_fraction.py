@@ -1,0 +1,218 @@
+"""``anchor_fraction="auto"`` over many seeds: does it chatter, and does it settle where the model says?
+
+A simulation on the library's own objects (issue 25, findings 2 and 3): a
+:class:`~wmrl_envs.core.CorrectionLoop` with ``anchor_fraction="auto"`` (its
+:class:`~wmrl_envs.core.AdaptiveAnchorFraction`, :class:`~wmrl_envs.core.AnchorAdvisor`, router
+and ledger; the run debiases, so r is cross-fitted) plans ``--steps`` steps of ``--groups``
+groups of G rollouts; every anchor group closes with synthetic scores whose *within-group*
+correlation is the scenario's true r (real = task offset + 0.1 z, world model = 0.3 × task
+offset + 0.1 (r z + sqrt(1 − r²) e)). γ is given (``--gamma``), the noise scale is not
+(b = ∞, where f* is either f_min or f_max: the hardest case for chatter).
+
+Scenarios: constant r (``--rs``; a negative r is an anti-correlated world model, whose
+increasing map is flat) and a world model that breaks (r = ``--break-from`` until the middle of
+the run, then 0). Per scenario and seed it measures the changes of direction of the fraction in
+force per 100 steps, the time-averaged fraction against the model's own answer for the true r
+(``clip(optimal_anchor_fraction(r, γ), f_min, f_max)``), and for the break the steps from the
+break until the fraction reaches ``f_max / 2`` and ``f_max``. It prints the median and the 5-95%
+range over seeds.
+
+``--rule point`` runs the rule before issue 25 (the fraction follows ``clip(f*(L))`` with a
+25% hysteresis; reimplemented here as a subclass) for comparison.
+
+Run (the figures in ``docs/method.md``, "Adaptive anchor fraction")::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 \\
+        --out docs/adaptive_fraction.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 --rule point \\
+        --rs 0.45 --no-break --out runs/adaptive_fraction_point.json
+    .venv/bin/python benchmarks/adaptive_fraction.py --quick      # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["main", "run_one", "direction_changes"]
+
+
+def direction_changes(fractions: Sequence[float]) -> int:
+    """How often the fraction's moves change sign (up then down, or down then up)."""
+    d = np.diff(np.asarray(fractions, dtype=float))
+    d = d[d != 0]
+    return int(np.sum(np.sign(d[1:]) != np.sign(d[:-1]))) if len(d) > 1 else 0
+
+
+def _point_rule():
+    """The rule before issue 25: the target is clip(f*(L)), followed whenever it differs from the
+    fraction in force by more than the hysteresis factor."""
+    from wmrl_envs.core.advisor import AdaptiveAnchorFraction
+
+    from wmrl_envs.core.advisor import _r_bounds
+
+    class PointRule(AdaptiveAnchorFraction):
+        def target(self, advisor, calibrate=None):
+            b = self.bounds(advisor, calibrate)
+            if b is None:
+                return None, float("nan")
+            r = b[0]
+            # the lower bound as before issue 25: the lower of L over the window and over its last
+            # max(2, min_groups // 2) groups
+            wm = advisor._calibrated(calibrate)[-self.window:]
+            real = advisor.groups()[1][-self.window:]
+            k = max(2, self.min_groups // 2)
+            lo = min(x[0] for x in (_r_bounds(wm, real), _r_bounds(wm[-k:], real[-k:])) if x is not None)
+            t, f = self._clip(lo), self.fraction
+            if f <= 0 or t <= 0 or max(t / f, f / t) > 1.0 + self.hysteresis:
+                return t, r
+            return f, r
+
+    return PointRule
+
+
+def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, gamma: float,
+            f_min: float, f_max: float, rule: str = "band") -> dict[str, Any]:
+    """One run of ``scenario`` (``"r=<value>"`` or ``"break=<value>"``); returns its figures."""
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.core.advisor import optimal_anchor_fraction
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class _WM:  # never called: the groups are closed with the simulation's own scores
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=0.0) for _ in actions]
+
+    kind, value = scenario.split("=")
+    r0 = float(value)
+    brk = steps // 2 if kind == "break" else None
+
+    def r_at(step: int) -> float:
+        return 0.0 if brk is not None and step >= brk else r0
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=gamma, f_min=f_min, f_max=f_max,
+                           min_pairs=10**6, buffer_size=10**6, warmup_groups=10**6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "auto is experimental"
+        loop = CorrectionLoop(cfg, world_model=_WM(), groups_per_step=groups, seed=seed)
+    if rule == "point":
+        old = loop.adaptive
+        loop.adaptive = _point_rule()(**{k: v for k, v in old.state_dict().items() if k in (
+            "start", "f_min", "f_max", "cost_ratio", "noise_batch_ratio", "window", "min_groups", "hysteresis")})
+    rng = np.random.default_rng(10_000 + seed)
+    g = group_size
+    fr = []
+    for s in range(steps):
+        routes = loop.plan_step()
+        fr.append(loop.router.anchor_fraction)
+        r = r_at(s)
+        for _ in routes:
+            t = loop.open_group()
+            if t.route != "anchor":
+                loop.close_group(t, [0.5] * g, None)
+                continue
+            z, e, off = rng.normal(size=g), rng.normal(size=g), rng.normal()
+            real = off + 0.1 * z
+            wm = 0.3 * off + 0.1 * (r * z + math.sqrt(1.0 - r * r) * e)
+            loop.close_group(t, wm.tolist(), real.tolist())
+    fr = np.asarray(fr)
+
+    def model(r: float) -> float:
+        return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma)))
+
+    out: dict[str, Any] = {"scenario": scenario, "seed": seed,
+                           "direction_changes_per_100": 100.0 * direction_changes(fr) / (steps - 1),
+                           "moves": int(np.sum(np.diff(fr) != 0))}
+    if brk is None:
+        out.update(mean_fraction=float(fr.mean()), model_fraction=model(r0),
+                   mean_over_model=float(fr.mean()) / model(r0),
+                   mean_over_model_from_step_20=float(fr[20:].mean()) / model(r0))
+    else:
+        before, after = fr[:brk], fr[brk:]
+        out.update(mean_fraction_before=float(before.mean()), model_fraction_before=model(r0),
+                   mean_over_model_before=float(before.mean()) / model(r0),
+                   direction_changes_per_100_before=100.0 * direction_changes(before) / (brk - 1),
+                   steps_to_half_f_max=next((i for i, f in enumerate(after) if f >= f_max / 2), None),
+                   steps_to_f_max=next((i for i, f in enumerate(after) if f >= f_max), None),
+                   mean_fraction_after=float(after.mean()), model_fraction_after=model(0.0))
+    return out
+
+
+def _summary(values: list[float | None]) -> dict[str, Any]:
+    v = [x for x in values if x is not None]
+    missing = len(values) - len(v)
+    if not v:
+        return {"median": None, "p5": None, "p95": None, "missing": missing}
+    return {"median": float(np.median(v)), "p5": float(np.percentile(v, 5)), "p95": float(np.percentile(v, 95)),
+            "missing": missing}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Simulate, print the table, write ``--out``; returns the JSON written."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=50)
+    ap.add_argument("--steps", type=int, default=280)
+    ap.add_argument("--groups", type=int, default=10, help="groups per step")
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--gamma", type=float, default=0.05)
+    ap.add_argument("--f-min", type=float, default=0.02)
+    ap.add_argument("--f-max", type=float, default=0.5)
+    ap.add_argument("--rs", type=float, nargs="+", default=[0.0, 0.2, 0.45, 0.8, -0.6])
+    ap.add_argument("--break-from", type=float, default=0.45, help="r before the world model breaks (to 0)")
+    ap.add_argument("--no-break", action="store_true")
+    ap.add_argument("--rule", choices=["band", "point"], default="band",
+                    help="band: the library's rule; point: the rule before issue 25")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 40 steps")
+    ap.add_argument("--out", default="runs/adaptive_fraction.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seeds, args.steps = 2, 40
+    scenarios = [f"r={r:g}" for r in args.rs] + ([] if args.no_break else [f"break={args.break_from:g}"])
+    kw = dict(steps=args.steps, groups=args.groups, group_size=args.group_size, gamma=args.gamma,
+              f_min=args.f_min, f_max=args.f_max, rule=args.rule)
+    t0 = time.time()
+    jobs = [(sc, s) for sc in scenarios for s in range(args.seeds)]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs) as ex:
+            runs = list(ex.map(_run_job, [(sc, s, kw) for sc, s in jobs]))
+    else:
+        runs = [run_one(sc, s, **kw) for sc, s in jobs]
+    table: dict[str, Any] = {}
+    for sc in scenarios:
+        rs = [x for x in runs if x["scenario"] == sc]
+        keys = [k for k in rs[0] if k not in ("scenario", "seed")]
+        table[sc] = {k: _summary([x[k] for x in rs]) for k in keys}
+    print(f"anchor_fraction='auto' ({args.rule} rule): {args.seeds} seeds x {args.steps} steps of {args.groups} "
+          f"groups of {args.group_size}, gamma = {args.gamma}, b = inf, f in [{args.f_min}, {args.f_max}]; "
+          "median [5%, 95%] over seeds")
+    for sc, t in table.items():
+        print(f"  {sc}:")
+        for k, v in t.items():
+            if v["median"] is None:
+                print(f"    {k}: never ({v['missing']} of {args.seeds} seeds)")
+            else:
+                extra = f" (never in {v['missing']} seeds)" if v["missing"] else ""
+                print(f"    {k}: {v['median']:.4g} [{v['p5']:.4g}, {v['p95']:.4g}]{extra}")
+    result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "jobs", "quick")},
+              "seconds": round(time.time() - t0, 1), "summary": table}
+    print(f"{result['seconds']} s")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _run_job(job: tuple[str, int, dict[str, Any]]) -> dict[str, Any]:
+    sc, s, kw = job
+    return run_one(sc, s, **kw)
+
+
+if __name__ == "__main__":
+    main()
