@@ -208,6 +208,14 @@ def test_state_round_trip_mid_run_gives_identical_next_predictions():
     # a state saved before a world model could learn loads (no learned part, no advisor ids)
     old = {k: v for k, v in state.items() if k not in ("learned_world_model", "advisor_group_ids")}
     make().load_state_dict(old)
+    # a malformed learned part changes nothing
+    bad = json.loads(json.dumps(state))
+    bad["learned_world_model"]["real"] = bad["learned_world_model"]["real"][:-1]
+    n, probe = resumed.world_model.n_rollouts, resumed.world_model.predict_scores([0], [np.ones(4)])
+    with pytest.raises(ValueError, match="malformed"):
+        resumed.load_state_dict(bad)
+    assert resumed.world_model.n_rollouts == n
+    assert resumed.world_model.predict_scores([0], [np.ones(4)]).tolist() == probe.tolist()
 
 
 class _BusyRidge(RegressorMixin, BaseEstimator):
