@@ -220,3 +220,88 @@ def test_an_anti_correlated_world_model_moves_auto_up_like_a_useless_one():
     assert anti[-1] == 0.5 and anti[0] == 0.1  # the start fraction until the warm-up ends
     assert anti.index(0.5) <= useless.index(0.5) + 4
     assert loop.adaptive.history[-1][2] == 0.0  # r recorded as 0 (no usable signal), not NaN
+
+
+class _Turns:
+    """A 4-turn episode: each turn executes once; the real score is the turn's action (0 or 1)."""
+
+    def __new__(cls):
+        import gymnasium as gym
+
+        class Turns(gym.Env):
+            observation_space = gym.spaces.Discrete(2)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.t = 0
+                return 0, {}
+
+            def step(self, action):
+                self.t += 1
+                return 0, float(action), self.t >= 4, False, {}
+
+        return Turns()
+
+
+class _TurnWM:
+    def predict(self, contexts, actions):
+        from wmrl_envs.world_models import Trajectory
+
+        return [WorldModelPrediction(score=float(len(a)) if isinstance(a, Trajectory) else float(a)) for a in actions]
+
+
+def _budget_run(mode, budget, groups_per_step, steps=12):
+    """Per-episode wrapper, G = 4, 4 turns per episode, auto with a budget and "stop": the real
+    executions when training stops."""
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
+                           execution_budget=budget, on_budget_spent="stop")
+    env = AnchoredWorldModelWrapper(_Turns(), _TurnWM(), group_size=4, mode=mode, groups_per_step=groups_per_step,
+                                    episode_steps=4, correction=cfg, seed=0)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ExecutionBudgetSpent):
+        for _ in range(steps):
+            env.plan_step(groups_per_step)
+            for _ in range(groups_per_step * 4):
+                env.reset()
+                done = False
+                while not done:
+                    _, _, term, trunc, _ = env.step(int(rng.integers(0, 2)))
+                    done = term or trunc
+    return env.loop.ledger.count("execution")
+
+
+def test_the_budget_counts_every_turn_of_a_multi_turn_anchor_group():
+    # issue 25, finding 4: an anchor group of 4 episodes of 4 turns costs 16 executions, not G = 4;
+    # counted as 4 the budget of 100 let 176 through (20 groups per step, start fraction 0.5)
+    used = _budget_run("outcome", 100, 20)
+    assert used <= 100 + 16
+
+
+def test_the_budget_counts_the_world_model_groups_of_reward_mode():
+    # reward mode: every episode executes its 4 steps whatever its route; counting anchors alone as G
+    # executions let 480 executions through a budget of 400 (10 groups per step of 16 executions)
+    used = _budget_run("reward", 400, 10)
+    assert used <= 400 + 16
+
+
+def test_the_budget_subtracts_anchor_groups_still_in_flight():
+    # issue 25, finding 4: anchor groups opened and not closed (e.g. submitted to Ray) will still
+    # execute; the budget must count them before it frees more anchor slots
+    loop = _loop(execution_budget=40, auto_start_fraction=0.5)
+    loop.plan_step()
+    t = loop.open_group("anchor")
+    loop.record_execution(1.0, 4, cpu_seconds=1.0)  # the only open group: its 4 executions
+    loop.close_group(t, [0.1, 0.2, 0.3, 0.4], [0.0, 1.0, 0.0, 1.0])
+    assert loop.adaptive.executions_per_group("anchor") == 4.0
+    running = [loop.open_group("anchor") for _ in range(5)]  # 20 executions to come, none recorded yet
+    routes = loop.plan_step()
+    # left: 40 - 4 done - 20 in flight = 16: 4 anchor groups at most (without the in-flight count: 9)
+    assert routes.count("anchor") <= 4
+    for t in running:
+        loop.attribute_executions(t, 4)
+        loop.close_group(t, [0.1, 0.2, 0.3, 0.4], [0.0, 1.0, 0.0, 1.0])
+    assert loop.adaptive.group_executions["anchor"] == [24, 6]

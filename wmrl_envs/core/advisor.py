@@ -985,6 +985,8 @@ class AdaptiveAnchorFraction:
         gamma: the cost ratio in use (``None`` until known).
         history: ``[(step, fraction, r)]``, one entry per adapted step (r NaN in the warm-up).
         budget_spent: whether the execution budget is spent.
+        group_executions: ``{"anchor": [executions, groups], "world_model": [...]}`` of the closed
+            training groups (:meth:`note_group`, fed by the loop).
 
     Raises:
         ValueError: a setting out of range.
@@ -1027,6 +1029,22 @@ class AdaptiveAnchorFraction:
         self.history: list[tuple[int, float, float]] = []
         self.budget_spent = False
         self._pending = [0, 0]  # [direction of the move called for (+1 up, -1 down, 0 none), consecutive steps]
+        # real executions of the closed training groups, per route: [executions, groups]
+        self.group_executions: dict[str, list[int]] = {"anchor": [0, 0], "world_model": [0, 0]}
+
+    def note_group(self, route: str, executions: int) -> None:
+        """Count the real executions one closed training group of ``route`` (``"anchor"`` or
+        ``"world_model"``) made: what :meth:`executions_per_group` measures."""
+        if route in self.group_executions:
+            self.group_executions[route][0] += max(0, int(executions))
+            self.group_executions[route][1] += 1
+
+    def executions_per_group(self, route: str) -> float | None:
+        """Mean real executions of a closed training group of ``route`` (``None`` before the first
+        one closed): G × turns for a multi-turn anchor group, 0 for a world-model group in outcome
+        mode, G × steps for any group in reward mode."""
+        e, n = self.group_executions.get(route, (0, 0))
+        return e / n if n else None
 
     def bounds(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
                ) -> tuple[float, float, float] | None:
@@ -1170,7 +1188,8 @@ class AdaptiveAnchorFraction:
                 "fraction": self.fraction, "gamma": self.gamma,
                 # strict JSON: an r not estimated yet (NaN) is written as null
                 "history": [[s, f, r if math.isfinite(r) else None] for s, f, r in self.history],
-                "budget_spent": self.budget_spent, "pending": list(self._pending)}
+                "budget_spent": self.budget_spent, "pending": list(self._pending),
+                "group_executions": {k: list(v) for k, v in self.group_executions.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output.
@@ -1203,4 +1222,11 @@ class AdaptiveAnchorFraction:
                 and isinstance(pending[1], numbers.Integral) and pending[1] >= 0):
             raise ValueError(f"a saved pending move must be [direction -1/0/1, steps >= 0], got {pending!r}")
         fresh._pending = [int(pending[0]), int(pending[1])]
+        counts = state.get("group_executions") or {}  # absent before issue 25: nothing measured yet
+        for route, v in counts.items():
+            if route not in fresh.group_executions or not (
+                    isinstance(v, (list, tuple)) and len(v) == 2
+                    and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) and x >= 0 for x in v)):
+                raise ValueError(f"saved group executions must be {{route: [executions, groups]}}, got {counts!r}")
+            fresh.group_executions[route] = [int(v[0]), int(v[1])]
         self.__dict__.update(fresh.__dict__)

@@ -248,6 +248,8 @@ class CorrectionLoop:
         self.n_episodes = 0
         # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
         self._open_ids: set[int] = set()
+        # the open training groups (runtime only, like _open_ids): id -> [route, executions recorded for it]
+        self._open_training: dict[int, list[Any]] = {}
         # the tickets' epoch: drawn again by every load, so a ticket from before it is refused
         # even when the loaded counter gives its group id again (earlier epochs: for the error)
         self._epoch = secrets.token_hex(8)
@@ -355,8 +357,19 @@ class CorrectionLoop:
         """Draw one training step's routes; with an adaptive fraction, adapt it first (and cap the
         anchors by what is left of the execution budget)."""
         if self.adaptive is not None and self.training:
-            fraction, budget_slots = self.adaptive.step(self.router.n_steps, self.advisor, self.ledger,
-                                                        self._advice_calibration())
+            a = self.adaptive
+            wm_cost = a.executions_per_group(WORLD_MODEL) or 0.0
+            measured = a.executions_per_group(ANCHOR)
+            size = len(self.advisor.groups()[1][-1]) if len(self.advisor) else None  # at least one per rollout
+            anchor_cost = None if measured is None and size is None else max(measured or 0.0, size or 0.0)
+            # executions still to come from the training groups opened and not closed (running
+            # elsewhere, e.g. submitted to Ray): what their route costs, less what they recorded
+            per = {ANCHOR: anchor_cost or 0.0, WORLD_MODEL: wm_cost}
+            in_flight = sum(max(0.0, per[route] - n) for route, n in self._open_training.values())
+            fraction, budget_slots = a.step(self.router.n_steps, self.advisor, self.ledger,
+                                            self._advice_calibration(), anchor_cost=anchor_cost,
+                                            world_model_cost=wm_cost, in_flight=in_flight,
+                                            groups_in_step=groups_in_step)
             self.router.anchor_fraction = fraction
             self.router.keep_floor = True  # an adaptive fraction never removes the floor (even at 0)
             if budget_slots is not None:  # the budget never removes the floor
@@ -388,6 +401,8 @@ class CorrectionLoop:
             step = self.ungraded.open_group(route == ANCHOR) if training else None
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)
+            if training:
+                self._open_training[ticket.group_id] = [route, 0]
             self.n_groups_started += 1
             return ticket
 
@@ -446,7 +461,8 @@ class CorrectionLoop:
         return preds, time.perf_counter() - t0
 
     # ------------------------------------------------------------------ 3. execution (the caller's)
-    def record_execution(self, seconds: float, count: int = 1, *, cpu_seconds: float | None = None) -> None:
+    def record_execution(self, seconds: float, count: int = 1, *, cpu_seconds: float | None = None,
+                         ticket: GroupTicket | None = None) -> None:
         """Account ``count`` real executions that took ``seconds`` of wall-clock and
         ``cpu_seconds`` CPU-seconds in all.
 
@@ -455,11 +471,28 @@ class CorrectionLoop:
         (:func:`~wmrl_envs.core.ledger.execution_cpu_seconds`); ``None``: not measured (the
         ledger counts such executions in ``cpu_unmeasured``).
 
+        The executions are also counted for their group (what a group of each route costs in
+        executions, for an ``execution_budget``): ``ticket``'s, or without one the only training
+        group open (one wrapper running one group at a time); with several open and no ticket
+        they are in the ledger only.
+
         Raises:
             ValueError: negative or non-finite seconds, a bad count.
         """
         with self._lock:
             self.ledger.add(EXECUTION, seconds, count, cpu_seconds=cpu_seconds)
+            self.attribute_executions(ticket, count)
+
+    def attribute_executions(self, ticket: GroupTicket | None, count: int) -> None:
+        """Count ``count`` executions already in the ledger (e.g. added by a Ray pool that shares
+        it) for ``ticket``'s group (``None``: the only training group open, if exactly one is)."""
+        with self._lock:
+            if ticket is not None:
+                entry = self._open_training.get(ticket.group_id) if ticket.group_id is not None else None
+            else:
+                entry = next(iter(self._open_training.values())) if len(self._open_training) == 1 else None
+            if entry is not None:
+                entry[1] += int(count)
 
     def count_episodes(self, n: int) -> None:
         """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""
@@ -555,6 +588,9 @@ class CorrectionLoop:
             corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho,
                                                 training=ticket.training)
             self._open_ids.discard(ticket.group_id)
+            done = self._open_training.pop(ticket.group_id, None) if ticket.group_id is not None else None
+            if done is not None and self.adaptive is not None:
+                self.adaptive.note_group(done[0], done[1])
             if ticket.training and corr.route == ANCHOR and world_model_called:
                 self.advisor.add_group(corr.raw_scores, corr.real_scores,
                                        actions if actions is not None and len(actions) == g else None)
@@ -746,6 +782,7 @@ class CorrectionLoop:
                 self._load(before)  # a malformed nested part: back to the state before the call
                 raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
             self._open_ids.clear()
+            self._open_training.clear()
             self._past_epochs.add(self._epoch)
             self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
             saved = self._settings()

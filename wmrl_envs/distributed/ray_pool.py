@@ -659,7 +659,9 @@ class AsyncAnchoredScorer:
             exec_secs = float(sum(res.seconds))
             if self.pool.ledger is not loop.ledger:
                 for dt, cpu in zip(res.seconds, _cpu_list(res)):
-                    loop.record_execution(dt, 1, cpu_seconds=cpu)
+                    loop.record_execution(dt, 1, cpu_seconds=cpu, ticket=p.ticket)
+            else:  # the pool put them in the shared ledger: count them for the group (execution budget)
+                loop.attribute_executions(p.ticket, len(res.seconds))
         else:
             import copy
 
