@@ -143,7 +143,12 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
         progress: called with the number of groups done after each group.
 
     Returns:
-        The wrapper (``wrapper.loop.advise()`` gives the advice; ``wrapper.ledger`` the costs).
+        The wrapper: ``wrapper.loop.advisor`` holds the pilot's groups, ``wrapper.ledger`` the
+        costs. The advice ``wmrl advise`` gives (world-model scores calibrated out of sample, as
+        training with debiasing uses them) is
+        ``wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.ledger), calibrate="crossfit")``;
+        ``wrapper.loop.advise()`` would correlate the *raw* scores, since the pilot's loop does
+        not debias.
 
     Raises:
         ValueError: ``groups`` or ``group_size`` below 2, or the policy returned a number of

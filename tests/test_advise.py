@@ -227,3 +227,22 @@ def test_main_advise_says_an_anti_correlated_world_model_carries_no_signal(tmp_p
     assert advice.r == 0.0 and not advice.use_wmrl
     assert "no usable signal" in advice.verdict and "not enough" not in advice.verdict
     assert json.loads((tmp_path / "advice.json").read_text())["r"] == 0.0
+
+
+def test_run_pilot_docstring_names_the_advice_wmrl_advise_gives(tmp_path):
+    # issue 25, finding 9: run_pilot's docstring pointed to wrapper.loop.advise(), which correlates the
+    # raw scores (the pilot's loop does not debias); wmrl advise calibrates out of sample
+    from wmrl_envs.core import CostRates
+    from wmrl_envs.core.advisor import AdaptiveAnchorFraction
+
+    doc = run_pilot.__doc__
+    assert 'calibrate="crossfit"' in doc and "raw" in doc
+    assert "debiaser's current map" not in AdaptiveAnchorFraction.__doc__ and "crossfit" in AdaptiveAnchorFraction.__doc__
+    cfg = AdviseConfig(groups=16, group_size=4, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=0, out_dir=str(tmp_path))
+    advice = main_advise(cfg, log=lambda s: None)
+    wrapper = run_pilot(KnownEnv(), NoisyWM(), GaussianPolicy(), groups=16, group_size=4, seed=0)
+    wrapper.loop.advisor.load_state_dict({**wrapper.loop.advisor.state_dict(), "n_boot": 0})
+    documented = wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.ledger), calibrate="crossfit")
+    assert documented.r == pytest.approx(advice.r)
+    assert wrapper.loop.advise().r != pytest.approx(advice.r)  # the raw-score advice differs
