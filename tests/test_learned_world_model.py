@@ -432,5 +432,5 @@ def test_autoresearch_featurizer_reads_the_task_description_and_the_estimator_li
     assert x.shape == (1, 9)
     assert enc.texts == [action_text(code), describe_task("credit-default")]
     assert enc.texts[0] == "model = RandomForestClassifier(n_estimators=50)"
-    wm = autoresearch_learned_world_model(enc, refit_every=3)
-    assert isinstance(wm, LearnedWorldModel) and wm.refit_every == 3
+    wm = autoresearch_learned_world_model(enc, folds=3)
+    assert isinstance(wm, LearnedWorldModel) and (wm.refit_every, wm.max_rollouts, wm.folds) == (4, 2000, 3)
