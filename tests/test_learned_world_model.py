@@ -404,7 +404,9 @@ def test_policy_hidden_state_featurizer_on_a_tiny_random_causal_lm():
             return batch
 
     f = PolicyHiddenStateFeaturizer(model, _Tok(), max_length=32, batch_size=2)
+    model.train()
     x = f(["Q: 1+1?", "Q: 2+2?", "Q: 1+1?"], [" 2", " 4", " 2"])
+    assert model.training  # its mode is given back
     assert x.shape == (3, 16) and x.dtype == np.float32 and np.isfinite(x).all()
     np.testing.assert_allclose(x[0], x[2], rtol=1e-5)  # deterministic (one forward pass, eval mode)
     assert not np.allclose(x[0], x[1])

@@ -198,12 +198,12 @@ class PolicyHiddenStateFeaturizer:
         out = []
         side = getattr(self.tokenizer, "truncation_side", "right")
         pad = getattr(self.tokenizer, "pad_token", None)
+        was_training = bool(getattr(self.model, "training", False))
         try:
             self.tokenizer.truncation_side = "left"  # keep the completion
             if pad is None:
                 self.tokenizer.pad_token = self.tokenizer.eos_token
             device = next(self.model.parameters()).device
-            was_training = self.model.training
             self.model.eval()
             with torch.inference_mode():
                 for i in range(0, len(texts), self.batch_size):
@@ -212,8 +212,8 @@ class PolicyHiddenStateFeaturizer:
                     h = self.model(**enc, output_hidden_states=True).hidden_states[-1]  # (b, T, H)
                     m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
                     out.append(((h * m).sum(1) / m.sum(1).clamp_min(1.0)).float().cpu().numpy())
-            self.model.train(was_training)
         finally:
+            self.model.train(was_training)
             self.tokenizer.truncation_side = side
             if pad is None:
                 self.tokenizer.pad_token = pad
