@@ -436,3 +436,40 @@ def test_autoresearch_featurizer_reads_the_task_description_and_the_estimator_li
     assert enc.texts[0] == "model = RandomForestClassifier(n_estimators=50)"
     wm = autoresearch_learned_world_model(enc, folds=3)
     assert isinstance(wm, LearnedWorldModel) and (wm.refit_every, wm.max_rollouts, wm.folds) == (4, 2000, 3)
+
+
+def test_learned_model_through_the_async_scorer():
+    """The Ray scorer's groups teach the model too (a stand-in pool that executes at once; no Ray)."""
+    from wmrl_envs.distributed.ray_pool import AsyncAnchoredScorer, GroupExecution
+
+    base = KnownTruthEnv(n_tasks=2, n_actions=6, outcome_noise_std=0.0)
+
+    class _Done:
+        def __init__(self, res):
+            self.res = res
+
+        def done(self):
+            return True
+
+        def result(self, timeout=None):
+            return self.res
+
+    class _Pool:
+        ledger = None
+
+        def execute_group(self, actions, seed=None, options=None):
+            r = [base.true_score(options["task"], a) for a in actions]
+            n = len(actions)
+            return _Done(GroupExecution(r, [None] * n, [{} for _ in range(n)], [0.0] * n, [0] * n, [None] * n,
+                                        causes=[None] * n, cpu_seconds=[1.0] * n))
+
+    wm = _kt_learned(base)
+    w = AnchoredWorldModelWrapper(base, wm, anchor_fraction=1.0, group_size=4,
+                                  correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16))
+    scorer = AsyncAnchoredScorer(w, _Pool(), ordered=False)
+    rng = np.random.default_rng(2)
+    for k in range(8):
+        scorer.submit(rng.integers(6, size=4).tolist(), options={"task": k % 2})
+    assert len(scorer.collect()) == 8
+    assert wm.n_observed_groups == 8 and wm.n_rollouts == 32
+    assert len(w.loop.corrector.debiaser.pairs()[0]) == 32

@@ -540,6 +540,7 @@ class PendingGroup:
     future: GroupExecutionFuture | None
     world_model_seconds: float = 0.0
     result: Any = None
+    actions: list[Any] = field(default_factory=list)  # the G actions (a learning world model is taught with them)
     _collected: bool = field(default=False, repr=False)
 
     @property
@@ -631,7 +632,7 @@ class AsyncAnchoredScorer:
         ticket = loop.open_group(route)
         raw = [p.score for p in preds] if preds else [None] * g
         fut = self.pool.execute_group(list(actions), seed=seed, options=options) if ticket.route == ANCHOR else None
-        pending = PendingGroup(ticket, raw, preds, ctx, fut, wm_secs)
+        pending = PendingGroup(ticket, raw, preds, ctx, fut, wm_secs, actions=list(actions))
         self._queue.append(pending)
         if not self.ordered and fut is None:
             self._complete(pending)
@@ -674,6 +675,8 @@ class AsyncAnchoredScorer:
             p.ticket, p.raw_scores, real, wm_causes=wm_causes_of(p.predictions, g), exec_causes=exec_causes,
             world_model_called=bool(p.predictions), messages=failure_messages(p.predictions, infos),
             rho_from="close" if self.ordered else "routing",
+            # a world model that learns from anchors is taught with the group (CorrectionLoop.close_group)
+            contexts=[p.context] * g if loop.learns else None, actions=p.actions if loop.learns else None,
         )
         p.result = group_rollout(corr, observations, infos, p.predictions, exec_secs, p.world_model_seconds)
 
