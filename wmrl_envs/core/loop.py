@@ -358,14 +358,7 @@ class CorrectionLoop:
         anchors by what is left of the execution budget)."""
         if self.adaptive is not None and self.training:
             a = self.adaptive
-            wm_cost = a.executions_per_group(WORLD_MODEL) or 0.0
-            measured = a.executions_per_group(ANCHOR)
-            size = len(self.advisor.groups()[1][-1]) if len(self.advisor) else None  # at least one per rollout
-            anchor_cost = None if measured is None and size is None else max(measured or 0.0, size or 0.0)
-            # executions still to come from the training groups opened and not closed (running
-            # elsewhere, e.g. submitted to Ray): what their route costs, less what they recorded
-            per = {ANCHOR: anchor_cost or 0.0, WORLD_MODEL: wm_cost}
-            in_flight = sum(max(0.0, per[route] - n) for route, n in self._open_training.values())
+            anchor_cost, wm_cost, in_flight = self._budget_costs()
             fraction, budget_slots = a.step(self.router.n_steps, self.advisor, self.ledger,
                                             self._advice_calibration(), anchor_cost=anchor_cost,
                                             world_model_cost=wm_cost, in_flight=in_flight,
@@ -376,6 +369,43 @@ class CorrectionLoop:
                 budget_slots = max(budget_slots, self.router.min_anchor_groups)
                 free_slots = budget_slots if free_slots is None else min(free_slots, budget_slots)
         return list(self.router.route_step(groups_in_step, free_slots=free_slots))
+
+    def _budget_costs(self) -> tuple[float | None, float, float]:
+        """``(anchor_cost, world_model_cost, in_flight)`` in real executions for the adaptive
+        fraction's budget: a training group's executions per route as measured so far (an anchor
+        group at least its size, one execution per rollout, and at least a world-model group's;
+        ``None`` before any is known), and
+        what the training groups opened and not closed will still execute (their route's cost
+        less what they recorded: groups running elsewhere, e.g. submitted to Ray)."""
+        a = self.adaptive
+        assert a is not None
+        wm_cost = a.executions_per_group(WORLD_MODEL) or 0.0
+        measured = a.executions_per_group(ANCHOR)
+        size = len(self.advisor.groups()[1][-1]) if len(self.advisor) else None
+        # an anchor group executes at least what a world-model group does (reward mode: the same)
+        anchor_cost = (None if measured is None and size is None and not wm_cost
+                       else max(measured or 0.0, size or 0.0, wm_cost))
+        per = {ANCHOR: anchor_cost or 0.0, WORLD_MODEL: wm_cost}
+        in_flight = sum(max(0.0, per[route] - n) for route, n in self._open_training.values())
+        return anchor_cost, wm_cost, in_flight
+
+    def _check_budget_at_open(self, route: Route) -> None:
+        """``on_budget_spent="stop"``: refuse a training group that executes once the budget is
+        reached by the executions made and in flight (see :meth:`open_group`)."""
+        from .advisor import ExecutionBudgetSpent
+
+        a = self.adaptive
+        if a is None or a.execution_budget is None or a.on_budget_spent != "stop":
+            return
+        anchor_cost, wm_cost, in_flight = self._budget_costs()
+        cost = (anchor_cost or 0.0) if route == ANCHOR else wm_cost
+        used = self.ledger.count(EXECUTION)
+        if cost > 0 and used + in_flight >= a.execution_budget:
+            a.budget_spent = True
+            raise ExecutionBudgetSpent(
+                f"the execution budget is spent ({used} of {a.execution_budget} real executions, {in_flight:.0f} more "
+                "in flight); training stops here (on_budget_spent='stop'; 'floor' would go on with the anchor floor "
+                "only)")
 
     def requeue_routes(self, routes: Sequence[Route]) -> None:
         """Give back routes of groups that were opened but never used (they lead the queue again;
@@ -390,6 +420,11 @@ class CorrectionLoop:
 
         Raises:
             ValueError: unknown ``route``, or a world-model route without a world model.
+            ExecutionBudgetSpent: ``anchor_fraction="auto"`` with ``on_budget_spent="stop"``, a
+                training group whose route executes (as measured so far) and the budget already
+                reached by the executions made and in flight: a run stops within one group of its
+                budget even where a step's executions were not known when it was planned (reward
+                mode's first step).
         """
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
@@ -398,6 +433,8 @@ class CorrectionLoop:
             if route is None:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
+            if training and self.adaptive is not None:
+                self._check_budget_at_open(route)
             step = self.ungraded.open_group(route == ANCHOR) if training else None
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)

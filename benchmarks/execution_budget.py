@@ -1,0 +1,189 @@
+"""``execution_budget`` of ``anchor_fraction="auto"``: how far past its budget does a run go?
+
+A simulation on the library's own objects (issue 25, finding 4). Each run trains with
+``anchor_fraction="auto"`` (start fraction 0.5, f_max 0.5), an ``execution_budget`` and
+``on_budget_spent="stop"`` until :class:`~wmrl_envs.core.advisor.ExecutionBudgetSpent` ends it,
+and reports the real executions it made beyond the budget, in groups (one group = what an
+anchor group executes). Scenarios:
+
+* ``outcome-1``: :class:`~wmrl_envs.AnchoredWorldModelWrapper`, outcome mode, one turn per
+  episode (one execution per rollout);
+* ``outcome-4``: the same with 4 turns per episode (an anchor group of G = 4 executes 16 times);
+* ``reward-4``: reward mode, 4 steps per episode (every episode executes, whatever its route);
+* ``late``: a bare :class:`~wmrl_envs.core.CorrectionLoop` whose anchor groups close one step
+  after they were opened (the Ray scorer's late anchors: executions in flight at the next plan).
+
+``--accounting legacy`` replays the accounting before issue 25 (an anchor group costs G
+executions, world-model groups nothing, groups in flight nothing) for comparison.
+
+Run (figures in ``docs/method.md``, "Adaptive anchor fraction")::
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/execution_budget.py
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/execution_budget.py --accounting legacy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["main", "run_one"]
+
+G = 4
+
+
+def _legacy(loop: Any) -> None:
+    """Make ``loop``'s adaptive fraction count the budget as before issue 25."""
+    a = loop.adaptive
+    step = a.step
+
+    def legacy_step(step_i, advisor, ledger, calibrate=None, **_ignored):
+        return step(step_i, advisor, ledger, calibrate)  # anchor group = G, no world-model cost, nothing in flight
+
+    a.step = legacy_step
+
+
+def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
+    import gymnasium as gym
+
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.core import CorrectionConfig
+    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.world_models import Trajectory
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class Turns(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return 0, {}
+
+        def step(self, action):
+            self.t += 1
+            return 0, float(action), self.t >= turns, False, {}
+
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(len(a)) if isinstance(a, Trajectory) else float(a) + 0.1)
+                    for a in actions]
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
+                           execution_budget=budget, on_budget_spent="stop")
+    env = AnchoredWorldModelWrapper(Turns(), WM(), group_size=G, mode=mode, groups_per_step=groups,
+                                    episode_steps=turns, correction=cfg, seed=seed)
+    if legacy:
+        _legacy(env.loop)
+    rng = np.random.default_rng(seed)
+    try:
+        for _ in range(10_000):
+            env.plan_step(groups)
+            for _ in range(groups * G):
+                env.reset()
+                done = False
+                while not done:
+                    _, _, term, trunc, _ = env.step(int(rng.integers(0, 2)))
+                    done = term or trunc
+    except ExecutionBudgetSpent:
+        pass
+    return env.loop.ledger.count("execution"), float(G * turns)
+
+
+def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
+    """Anchor groups close one step after they were opened (executions recorded at close)."""
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=0.0) for _ in actions]
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
+                           execution_budget=budget, on_budget_spent="stop")
+    loop = CorrectionLoop(cfg, world_model=WM(), groups_per_step=groups, seed=seed)
+    if legacy:
+        _legacy(loop)
+    rng = np.random.default_rng(seed)
+    running: list[Any] = []
+
+    def finish(t: Any) -> None:
+        loop.record_execution(1.0, G, cpu_seconds=1.0, ticket=t)
+        z = rng.normal(size=G)
+        loop.close_group(t, list(z + rng.normal(size=G)), list(z))
+
+    try:
+        for _ in range(10_000):
+            routes = loop.plan_step()
+            late = running
+            running = []
+            for _ in routes:
+                t = loop.open_group()
+                if t.route == "anchor":
+                    running.append(t)  # submitted: it executes while the next step is planned
+                else:
+                    loop.close_group(t, [0.0] * G, None)
+            for t in late:
+                finish(t)
+    except ExecutionBudgetSpent:
+        for t in running:  # what was submitted still executes
+            finish(t)
+    return loop.ledger.count("execution"), float(G)
+
+
+def run_one(scenario: str, budget: int, groups: int, seed: int, legacy: bool) -> dict[str, Any]:
+    """One run; returns the executions, the budget and the overrun in groups."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if scenario == "late":
+            used, group = _late_run(budget, groups, seed, legacy)
+        else:
+            mode, turns = scenario.split("-")
+            used, group = _wrapper_run(mode, int(turns), budget, groups, seed, legacy)
+    return {"scenario": scenario, "budget": budget, "groups": groups, "seed": seed, "executions": used,
+            "over_budget_groups": (used - budget) / group}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Simulate, print the table, write ``--out``; returns the JSON written."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--budgets", type=int, nargs="+", default=[100, 400])
+    ap.add_argument("--groups", type=int, nargs="+", default=[10, 20], help="groups per step")
+    ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late"])
+    ap.add_argument("--accounting", choices=["current", "legacy"], default="current")
+    ap.add_argument("--out", default="runs/execution_budget.json")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    rows = []
+    print(f"execution budget, on_budget_spent='stop', G = {G}, {args.accounting} accounting: executions beyond the "
+          "budget in groups (one anchor group's executions); median and max over seeds")
+    for sc in args.scenarios:
+        for b in args.budgets:
+            for n in args.groups:
+                runs = [run_one(sc, b, n, s, args.accounting == "legacy") for s in range(args.seeds)]
+                over = [r["over_budget_groups"] for r in runs]
+                rows.append({"scenario": sc, "budget": b, "groups_per_step": n, "median_over_groups": float(np.median(over)),
+                             "max_over_groups": float(np.max(over)),
+                             "median_executions": float(np.median([r["executions"] for r in runs]))})
+                print(f"  {sc:10s} budget {b:4d}, {n:2d} groups/step: executions {rows[-1]['median_executions']:.0f} "
+                      f"(median); over budget {rows[-1]['median_over_groups']:+.2f} groups (median), "
+                      f"{rows[-1]['max_over_groups']:+.2f} (max)")
+    worst = max(r["max_over_groups"] for r in rows)
+    print(f"worst overrun: {worst:+.2f} groups; {time.time() - t0:.0f} s")
+    result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows, "worst_over_groups": worst}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()
