@@ -244,7 +244,9 @@ def test_corrector_routes_rewards_and_weights():
     assert corr.debiaser.fitted
     wm = corr.correct_group("world_model", raw=[0.15, 0.35])
     assert wm.rewards == pytest.approx([0.0, 1.0])
-    assert corr.rho > 1.0  # after a 1-group warm-up with imperfect ranking
+    assert corr.rho == 1.0  # both anchor groups came before the first fit (raw scale): ρ's warm-up not begun
+    corr.correct_group("anchor", raw=[0.1, 0.2], real=[0.0, 1.0])  # calibrated to [0, 0]: s² = 1
+    assert corr.rho == 2.0  # after a 1-group warm-up on calibrated scores
     with pytest.raises(ValueError):
         corr.correct_group("anchor", raw=[0.1])
     with pytest.raises(ValueError):
@@ -377,26 +379,36 @@ def _varying_anchor_close(loop, ticket, offset=0.0):
     return loop.close_group(ticket, [0.1 + offset, 0.9, 0.5, 0.2], [0.0, 1.0, 1.0, 0.0])
 
 
+def _primed_loop():
+    """A loop whose debiaser has fitted its one map, the identity on [0, 1] (ρ's warm-up counts
+    only groups calibrated by a fitted map)."""
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=4, refit_every=10_000, warmup_groups=1),
+                          world_model=_EchoWM())
+    loop.close_group(loop.open_group(), [0.0, 0.3, 0.6, 1.0], [0.0, 0.3, 0.6, 1.0])
+    assert loop.corrector.debiaser.fitted and loop.corrector.denoiser.n_uncalibrated == 1 and loop.rho == 1.0
+    return loop
+
+
 def test_loop_rho_at_routing_even_when_a_later_group_closes_first():
-    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, warmup_groups=1), world_model=_EchoWM())
+    loop = _primed_loop()
     first, second = loop.open_group(), loop.open_group()
-    assert (first.group_id, second.group_id) == (0, 1) and first.route == second.route == "anchor"
+    assert (first.group_id, second.group_id) == (1, 2) and first.route == second.route == "anchor"
     assert first.rho == second.rho == 1.0
     late = _varying_anchor_close(loop, second)  # the later group's anchors arrive first
-    assert late.group_id == 1 and late.advantage_weight == 1.0 and late.disagreement is not None
+    assert late.group_id == 2 and late.advantage_weight == 1.0 and late.disagreement is not None
     assert loop.rho == 2.0  # warm-up of one group: calibrated at rho_target
     early = _varying_anchor_close(loop, first, offset=0.05)
-    assert early.group_id == 0
+    assert early.group_id == 1
     assert early.advantage_weight == 1.0  # the ρ of its routing, not the 2.0 known at its close
-    assert loop.n_groups_started == loop.n_groups_closed == 2
-    assert loop.corrector.debiaser.n_seen == 8 and loop.corrector.denoiser.n_scored_groups == 2
+    assert loop.n_groups_started == loop.n_groups_closed == 3
+    assert loop.corrector.debiaser.n_seen == 12 and loop.corrector.denoiser.n_scored_groups == 2
     third = loop.open_group()
     assert third.rho == loop.rho > 2.0  # the first group's disagreement moved the EMA on
     assert _varying_anchor_close(loop, third).advantage_weight == third.rho
 
 
 def test_loop_close_with_rho_at_close_and_world_model_groups():
-    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, warmup_groups=1), world_model=_EchoWM())
+    loop = _primed_loop()
     a, b = loop.open_group(), loop.open_group()
     _varying_anchor_close(loop, b)
     assert _varying_anchor_close(loop, a, 0.05).advantage_weight == 1.0
@@ -506,13 +518,13 @@ def test_close_group_follows_the_tickets_training_flag_not_the_loops():
     train_ticket = loop.open_group("anchor")
     loop.training = False
     corr = loop.close_group(train_ticket, RAW, REAL)  # result arriving after its step, in evaluation
-    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_scored_groups == 1
+    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_uncalibrated == 1  # before the first fit
     assert corr.disagreement is not None and corr.advantage_weight == 1.0
     assert loop.training is False and loop.corrector.debiaser.training is False  # flag restored
     assert loop.corrector.denoiser.training is False
     loop.training = True
     loop.close_group(loop.eval_ticket(), RAW, REAL)  # evaluation ticket closed while training
-    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_scored_groups == 1
+    assert loop.corrector.debiaser.n_seen == 4 and loop.corrector.denoiser.n_uncalibrated == 1
     assert loop.corrector.calibration_error()["n"] == 4
 
 

@@ -61,9 +61,11 @@ class CorrectionConfig:
     refit_every: int = 64
     """Refit the isotonic map after this many new anchor pairs (reference 64)."""
     warmup_groups: int = 32
-    """Anchor groups with a defined disagreement before ρ leaves 1 (reference 32)."""
+    """Anchor groups with a defined disagreement before ρ leaves 1, counted from the debiaser's first fit
+    on (calibrated scores; from the first group with debias=False); c is fixed from their mean (reference 32;
+    ρ's spread over seeds per warm-up: benchmarks/rho_calibration.py)."""
     half_life: float = 64.0
-    """Half-life, in anchor groups, of the disagreement EMA s̄² (reference 64)."""
+    """Half-life, in anchor groups, of the disagreement EMA s̄² after the warm-up (reference 64)."""
     rho_target: float = 2.0
     """ρ at the moment of calibration (calibrated mode; reference 2)."""
     rho_max: float = 4.0
@@ -92,7 +94,8 @@ class CorrectionConfig:
     auto_min_groups: int = 8
     """anchor_fraction="auto": usable anchor groups in the window before the fraction adapts."""
     auto_hysteresis: float = 0.25
-    """anchor_fraction="auto": the fraction moves only when its target differs by more than this factor - 1."""
+    """anchor_fraction="auto": the fraction moves only when it lies outside the range of fractions r's
+    confidence bounds allow by more than this factor - 1 (docs/method.md, "Adaptive anchor fraction")."""
     execution_budget: int | None = None
     """anchor_fraction="auto": real executions allowed in all (None: no budget); the floor of
     min_anchor_groups is never removed (see on_budget_spent)."""

@@ -55,7 +55,9 @@ class GroupCorrection:
         advantage_weight: ρ for anchor groups — the ρ at routing when the group is closed by
             :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, else the value before this
             group's own update — and 1.0 for world-model groups.
-        disagreement: the group's ``s²`` (anchor groups with varying real scores), else ``None``.
+        disagreement: the group's ``s²`` (anchor groups with varying real scores that update
+            the corrections), else ``None``. Before the debiaser's first fit it is measured on
+            the raw scores and does not enter ρ (the denoiser's ``n_uncalibrated`` counts it).
         group_id: caller's group id (int) or ``None``.
         ungraded_causes: per rollout, why it has no training reward (``None``: it has one);
             filled by :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, empty otherwise.
@@ -88,7 +90,9 @@ class WMRLCorrector:
 
     Attributes:
         training: propagates to the debiaser and the denoiser; ``False`` freezes both
-            (evaluation), as ``VecNormalize.training`` does in Stable-Baselines3.
+            (evaluation), as ``VecNormalize.training`` does in Stable-Baselines3. Set by the
+            caller only: :meth:`correct_group` passes a group's own flag to the debiaser and the
+            denoiser and never changes this one.
         flat_map_groups: training world-model groups corrected while the fitted map was flat
             (:attr:`IsotonicDebiaser.flat`: one calibrated score for all, zero advantage); the
             first one logs a warning that says why and what to do.
@@ -206,17 +210,28 @@ class WMRLCorrector:
                     self._n_err += 1
                     self._sq_err_raw += (a - r) ** 2
                     self._sq_err_cal += (c - r) ** 2
-            # the debiaser and the denoiser skip updates while their own flag is off: raise it
-            # for this group only (a training group closed during evaluation)
-            was = self._training
-            self.training = True
-            try:
-                s2 = self.denoiser.update(cal, real_c)
-                self.debiaser.add_pairs(raw_c, real_c)
-            finally:
-                self.training = was
+            # The intent is passed explicitly: a training group closed during evaluation updates
+            # the debiaser and the denoiser without raising the public training flags, which
+            # wrappers read from other threads without the loop's lock.
+            # s² counts towards ρ only on the scale the run trains on: before the debiaser's
+            # first fit, `cal` is still the raw scale (ρ's warm-up starts after that fit).
+            on_scale = not self.debias or self.debiaser.fitted
+            was_warm = self.denoiser.warmed_up
+            s2 = self.denoiser.update(cal, real_c, training=True, calibrated_scale=on_scale)
+            self.debiaser.add_pairs(raw_c, real_c, training=True)
+            if not was_warm and self.denoiser.warmed_up and not self.debias and self.denoise:
+                self._warn_raw_scale_rho()
         self.groups_corrected[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
+
+    def _warn_raw_scale_rho(self) -> None:
+        """ρ's warm-up just ended on raw world-model scores (``debias=False``): say what it means."""
+        logger.warning(
+            "the anchor weight rho now leaves 1, measured on raw world-model scores (debias=False): their disagreement "
+            "includes the world model's scale error ((a - 1)^2 for scores a*r + b), so unless the raw scores are on "
+            "the real reward scale rho responds weakly to a change in the world model's quality. Set debias=True "
+            "(rho's warm-up then starts after the isotonic map's first fit, on calibrated scores), or denoise=False "
+            "(docs/method.md, 'Inverse-variance denoising').")
 
     def _flat_map_group(self) -> None:
         """Count a training world-model group scored by a flat map; warn the first time."""

@@ -30,7 +30,8 @@ class IsotonicDebiaser:
         refit_every: refit after this many new pairs since the last fit. Reference: 64.
 
     Attributes:
-        training: when ``False``, :meth:`add_pairs` is ignored (evaluation freezes the map).
+        training: when ``False``, :meth:`add_pairs` is ignored unless its ``training`` argument
+            says otherwise (evaluation freezes the map).
         n_fits: number of fits so far.
         n_seen: pairs ever added (including those the FIFO dropped).
 
@@ -63,15 +64,17 @@ class IsotonicDebiaser:
         self._iso: IsotonicRegression | None = None
 
     # ------------------------------------------------------------------ updating
-    def add_pairs(self, raw: Iterable[float | None], real: Iterable[float | None]) -> int:
+    def add_pairs(self, raw: Iterable[float | None], real: Iterable[float | None], *, training: bool | None = None) -> int:
         """Add anchor pairs; refit when due. Pairs with a ``None``/NaN member are skipped.
 
         Args:
             raw: world-model raw scores r̂ (floats, reward scale).
             real: real scores r of the same rollouts.
+            training: whether these pairs may be added; ``None``: :attr:`training` now. The flag
+                itself is never changed (readers on other threads see it as it is).
 
         Returns:
-            Number of pairs actually added (0 when ``training`` is ``False``).
+            Number of pairs actually added (0 when they may not be).
 
         Raises:
             ValueError: ``raw`` and ``real`` differ in length.
@@ -79,7 +82,7 @@ class IsotonicDebiaser:
         raw, real = list(raw), list(real)
         if len(raw) != len(real):
             raise ValueError(f"raw and real differ in length: {len(raw)} vs {len(real)}")
-        if not self.training:
+        if not (self.training if training is None else training):
             return 0
         added = 0
         for a, b in zip(raw, real):

@@ -2,9 +2,11 @@
 
 :func:`group_disagreement` is one anchor group's normalised disagreement ``s²`` (the share of
 the real within-group variation the world model gets wrong); :class:`InverseVarianceDenoiser`
-keeps its EMA ``s̄²`` and turns it into ``ρ`` (warm-up, calibration of the scale ``c``, the
-floor ``ε`` for a near-perfect warm-up, the clip). The formulas and why the floor is needed are
-in ``docs/method.md`` ("Inverse-variance denoising"), after Yang et al., arXiv 2608.12564.
+pools it over anchor groups into ``s̄²`` (the mean over the warm-up, an EMA afterwards) and
+turns that into ``ρ`` (warm-up on the calibrated scale, calibration of the scale ``c``, the
+floor ``ε`` for a near-perfect warm-up, the clip). The formulas, and why each piece is there,
+are in ``docs/method.md`` ("Inverse-variance denoising"), after Yang et al., arXiv 2608.12564;
+``benchmarks/rho_calibration.py`` measures how far ρ lands from ``rho_target`` over seeds.
 """
 
 from __future__ import annotations
@@ -14,7 +16,43 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-__all__ = ["InverseVarianceDenoiser", "group_disagreement"]
+__all__ = ["InverseVarianceDenoiser", "group_disagreement", "group_disagreement_parts"]
+
+
+def group_disagreement_parts(
+    calibrated: Sequence[float | None], real: Sequence[float | None], eps: float = 1e-8
+) -> tuple[float, float] | None:
+    """The two parts of one anchor group's ``s²``: ``(mean squared residual, Var(r))``.
+
+    The residual of rollout i is ``(d_i − mean d) − (r_i − mean r)``; both parts are in squared
+    units of the real score, and ``s² = part[0] / part[1]``.
+
+    Args:
+        calibrated: calibrated world-model scores d_i, shape (G,); ``None``/NaN = ungraded.
+        real: real scores r_i, shape (G,); ``None``/NaN = ungraded.
+        eps: ``Var(r)`` at or below this counts as zero (group skipped).
+
+    Returns:
+        ``(mean squared residual, Var(r))`` (floats, the second > ``eps``) over the rollouts
+        with both scores, or ``None`` when fewer than 2 rollouts have both scores or the real
+        scores do not vary.
+
+    Raises:
+        ValueError: the two sequences differ in length.
+    """
+    if len(calibrated) != len(real):
+        raise ValueError(f"calibrated and real differ in length: {len(calibrated)} vs {len(real)}")
+    d = np.array([np.nan if v is None else v for v in calibrated], dtype=np.float64)
+    r = np.array([np.nan if v is None else v for v in real], dtype=np.float64)
+    ok = np.isfinite(d) & np.isfinite(r)
+    if ok.sum() < 2:
+        return None
+    d, r = d[ok], r[ok]
+    var_r = float(np.var(r))
+    if var_r <= eps:
+        return None
+    resid = (d - d.mean()) - (r - r.mean())
+    return float(np.mean(resid**2)), var_r
 
 
 def group_disagreement(calibrated: Sequence[float | None], real: Sequence[float | None], eps: float = 1e-8) -> float | None:
@@ -32,27 +70,33 @@ def group_disagreement(calibrated: Sequence[float | None], real: Sequence[float 
     Raises:
         ValueError: the two sequences differ in length.
     """
-    if len(calibrated) != len(real):
-        raise ValueError(f"calibrated and real differ in length: {len(calibrated)} vs {len(real)}")
-    d = np.array([np.nan if v is None else v for v in calibrated], dtype=np.float64)
-    r = np.array([np.nan if v is None else v for v in real], dtype=np.float64)
-    ok = np.isfinite(d) & np.isfinite(r)
-    if ok.sum() < 2:
-        return None
-    d, r = d[ok], r[ok]
-    var_r = float(np.var(r))
-    if var_r <= eps:
-        return None
-    resid = (d - d.mean()) - (r - r.mean())
-    return float(np.mean(resid**2) / var_r)
+    parts = group_disagreement_parts(calibrated, real, eps)
+    return None if parts is None else parts[0] / parts[1]
 
 
 class InverseVarianceDenoiser:
-    """Tracks the disagreement EMA ``s̄²`` and gives the anchor weight ``ρ``.
+    """Pools the anchor groups' disagreement into ``s̄²`` and gives the anchor weight ``ρ``.
+
+    ``s̄²`` is the ratio of two running averages over the groups that count: of each group's
+    mean squared residual and of its real variance ``Var(r)`` (:func:`group_disagreement_parts`),
+    i.e. the pooled share of the real within-group variance that the world model gets wrong. A
+    group whose real scores barely vary (a large ``s²`` on a tiny ``Var(r)``) therefore cannot
+    dominate it. Over the first ``warmup_groups`` counted groups both averages are plain means
+    (each warm-up group weighs the same); after the warm-up they are EMAs with a half-life of
+    ``half_life`` groups that start from the warm-up means.
+
+    ``ρ = 1`` until ``warmup_groups`` groups have counted. In calibrated mode ``c`` is then fixed
+    once, ``c = (rho_target − 1)/max(s̄², ε)``, so that ``ρ = rho_target`` at that moment; from then
+    on ``ρ = clip(1 + c·max(s̄², ε), 1, rho_max)`` (parameter-free mode: ``c = 1``, no floor).
+
+    A group counts only when its scores are on the scale the run trains on (``calibrated_scale``
+    of :meth:`update`). :class:`~wmrl_envs.core.WMRLCorrector` passes ``calibrated_scale=False``
+    before the debiaser's first fit, when the "calibrated" scores are still the world model's raw
+    ones, so the warm-up starts after that fit whatever the raw scale.
 
     Args:
-        warmup_groups: anchor groups (with a defined ``s²``) before ρ leaves 1. Reference: 32.
-        half_life: EMA half-life in groups. Reference: 64.
+        warmup_groups: counted anchor groups before ρ leaves 1 (int >= 0). Reference: 32.
+        half_life: EMA half-life in counted groups after the warm-up (> 0). Reference: 64.
         rho_target: ρ at the moment of calibration (``mode="calibrated"``). Reference: 2.
         rho_max: upper clip of ρ. Reference: 4.
         mode: ``"calibrated"`` (fix ``c`` at warm-up end) or ``"parameter_free"`` (``c = 1``).
@@ -61,16 +105,22 @@ class InverseVarianceDenoiser:
             in ρ (``docs/method.md``, "Inverse-variance denoising"). Default 0.01.
 
     Attributes:
-        training: when ``False``, :meth:`update` is ignored (evaluation freezes ρ).
-        ema: current ``s̄²`` (NaN before the first group).
+        training: when ``False``, :meth:`update` is ignored unless its ``training`` argument
+            says otherwise (evaluation freezes ρ).
+        ema: current ``s̄²`` (float; NaN before the first counted group).
         c: the scale fixed at calibration (NaN before; 1.0 in parameter-free mode).
         disagreement_floor: ``ε``.
+        n_scored_groups: groups that counted (entered ``s̄²`` and the warm-up).
+        n_uncalibrated: groups with a defined ``s²`` that did not count (not on the training scale).
+        n_skipped: groups without a defined ``s²`` (fewer than 2 graded rollouts, constant real scores).
 
     Raises:
         ValueError: invalid arguments.
 
     Example:
         >>> w = InverseVarianceDenoiser(warmup_groups=2)
+        >>> w.update([5.0, 15.0], [0.0, 1.0], calibrated_scale=False)  # raw scale: returned, not counted
+        81.0
         >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho
         1.0
         >>> _ = w.update([0.0, 1.0], [0.0, 1.0]); w.rho  # perfect warm-up: calibrated at the floor
@@ -110,13 +160,15 @@ class InverseVarianceDenoiser:
         self.training = True
         self.alpha = 1.0 - 0.5 ** (1.0 / self.half_life)
         self.ema = float("nan")
+        self._var_real = float("nan")  # the running average of Var(r): s̄²'s denominator
         self.n_scored_groups = 0
+        self.n_uncalibrated = 0
         self.n_skipped = 0
         self.c = 1.0 if mode == "parameter_free" else float("nan")
 
     @property
     def warmed_up(self) -> bool:
-        """``True`` once ``warmup_groups`` groups have contributed a disagreement."""
+        """``True`` once ``warmup_groups`` groups have counted (and at least one)."""
         return self.n_scored_groups >= self.warmup_groups and self.n_scored_groups > 0
 
     @property
@@ -127,29 +179,66 @@ class InverseVarianceDenoiser:
         ema = max(self.ema, self.disagreement_floor) if self.mode == "calibrated" else self.ema
         return float(min(max(1.0 + self.c * ema, 1.0), self.rho_max))
 
-    def update(self, calibrated: Sequence[float | None], real: Sequence[float | None]) -> float | None:
-        """Feed one anchor group; returns its ``s²`` (``None`` if skipped or not training).
+    def update(
+        self,
+        calibrated: Sequence[float | None],
+        real: Sequence[float | None],
+        *,
+        training: bool | None = None,
+        calibrated_scale: bool = True,
+    ) -> float | None:
+        """Feed one anchor group; returns its ``s²``.
 
         Args:
-            calibrated: calibrated world-model scores of the group, shape (G,).
-            real: real scores of the group, shape (G,).
+            calibrated: calibrated world-model scores of the group, shape (G,); ``None``/NaN =
+                ungraded.
+            real: real scores of the group, shape (G,); ``None``/NaN = ungraded.
+            training: whether this group may update at all; ``None``: :attr:`training` now. The
+                flag itself is never changed (readers on other threads see it as it is).
+            calibrated_scale: whether ``calibrated`` is on the scale the run trains on (scores
+                mapped by a fitted debiaser, or raw scores when debiasing is off). ``False``:
+                ``s²`` is returned (for logging) but enters neither ``s̄²`` nor the warm-up, and
+                :attr:`n_uncalibrated` counts the group.
+
+        Returns:
+            The group's ``s²`` (float), or ``None`` when it has none (:attr:`n_skipped` counts
+            it) or the group may not update.
+
+        Raises:
+            ValueError: ``calibrated`` and ``real`` differ in length.
         """
-        if not self.training:
+        if not (self.training if training is None else training):
             return None
-        s2 = group_disagreement(calibrated, real)
-        if s2 is None:
+        parts = group_disagreement_parts(calibrated, real)
+        if parts is None:
             self.n_skipped += 1
             return None
-        self.ema = s2 if not math.isfinite(self.ema) else (1 - self.alpha) * self.ema + self.alpha * s2
+        resid, var_r = parts
+        s2 = resid / var_r
+        if not calibrated_scale:
+            self.n_uncalibrated += 1
+            return s2
         self.n_scored_groups += 1
-        if self.mode == "calibrated" and not math.isfinite(self.c) and self.n_scored_groups >= self.warmup_groups:
+        n = self.n_scored_groups
+        if not math.isfinite(self.ema):
+            num, self._var_real = resid, var_r
+        else:
+            if not math.isfinite(self._var_real):
+                # a state saved before s̄² was pooled has no Var(r) average: start it at this group's
+                self._var_real = var_r
+            w = 1.0 / n if n <= self.warmup_groups else self.alpha  # warm-up: running mean; then EMA
+            num = self.ema * self._var_real
+            num += w * (resid - num)
+            self._var_real += w * (var_r - self._var_real)
+        self.ema = num / self._var_real
+        if self.mode == "calibrated" and not math.isfinite(self.c) and n >= self.warmup_groups:
             # Fix c once so that rho == rho_target right now: 1 + c * max(ema, eps) = rho_target
             # (a near-perfect warm-up calibrates at the floor eps, not at a vanishing ema).
             self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
         return s2
 
     def state_dict(self) -> dict[str, Any]:
-        """All counters and the EMA (JSON-serialisable; NaN stored as ``None``)."""
+        """All counters and the running averages (JSON-serialisable; NaN stored as ``None``)."""
         nan_to_none = lambda v: None if not math.isfinite(v) else v  # noqa: E731
         return {
             "warmup_groups": self.warmup_groups,
@@ -159,7 +248,9 @@ class InverseVarianceDenoiser:
             "mode": self.mode,
             "disagreement_floor": self.disagreement_floor,
             "ema": nan_to_none(self.ema),
+            "ema_var_real": nan_to_none(self._var_real),
             "n_scored_groups": self.n_scored_groups,
+            "n_uncalibrated": self.n_uncalibrated,
             "n_skipped": self.n_skipped,
             "c": nan_to_none(self.c),
         }
@@ -167,8 +258,11 @@ class InverseVarianceDenoiser:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output (the ``training`` flag is kept as it is).
 
-        A state saved before ``disagreement_floor`` existed gets ``1e-6``, the guard its ``c``
-        was computed with, so that ρ stays what that ``c`` implies.
+        States saved by earlier versions load: without ``disagreement_floor`` the floor is
+        ``1e-6``, the guard their ``c`` was computed with, so that ρ stays what that ``c``
+        implies; without ``ema_var_real`` (s̄² was an EMA of the groups' ``s²``) the pooled
+        average of ``Var(r)`` starts at the next counted group's, so ``s̄²`` continues from the
+        saved value; without ``n_uncalibrated`` it is 0.
         """
         training = self.training
         self.__init__(
@@ -180,7 +274,10 @@ class InverseVarianceDenoiser:
             disagreement_floor=state.get("disagreement_floor", 1e-6),
         )
         self.ema = float("nan") if state["ema"] is None else float(state["ema"])
+        var_real = state.get("ema_var_real")
+        self._var_real = float("nan") if var_real is None else float(var_real)
         self.c = float("nan") if state["c"] is None else float(state["c"])
         self.n_scored_groups = int(state["n_scored_groups"])
+        self.n_uncalibrated = int(state.get("n_uncalibrated", 0))
         self.n_skipped = int(state["n_skipped"])
         self.training = training

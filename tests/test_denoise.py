@@ -1,0 +1,223 @@
+"""ρ's warm-up and calibration (issue 25, findings 1 and 13) and the training flag under
+readers (finding 7). The simulations behind the figures are in benchmarks/rho_calibration.py."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from agents.trainer import PRESETS
+from wmrl_envs.core import CorrectionConfig, CorrectionLoop, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+ALPHA64 = 1.0 - 0.5 ** (1.0 / 64)
+
+
+# ---------------------------------------------------------------- finding 1: c from the whole warm-up
+def test_every_warm_up_group_weighs_the_same_in_c():
+    """c comes from the warm-up mean, not from an EMA that starts at the first group's s²
+    (which kept ~70% of its weight after 32 groups at half-life 64)."""
+    w = InverseVarianceDenoiser(warmup_groups=2)  # half-life 64
+    assert w.update([0.3, 0.3], [0.0, 1.0]) == pytest.approx(1.0)  # constant prediction: s² = 1
+    assert w.update([0.0, 1.0], [0.0, 1.0]) == 0.0  # perfect: s² = 0
+    assert w.ema == pytest.approx(0.5) and w.c == pytest.approx(2.0) and w.rho == pytest.approx(2.0)
+    # after the warm-up, an EMA with half-life 64 that starts from the warm-up mean
+    w.update([0.3, 0.3], [0.0, 1.0])
+    assert w.ema == pytest.approx(0.5 + ALPHA64 * 0.5) and w.rho == pytest.approx(1.0 + 2.0 * w.ema)
+
+
+def test_disagreement_is_pooled_so_a_group_with_tiny_real_variance_cannot_dominate():
+    """s̄² = average residual² / average Var(r): a group whose real scores barely vary has a
+    huge s² on almost nothing and counts by its Var(r)."""
+    w = InverseVarianceDenoiser(warmup_groups=2)
+    assert w.update([0.3, 0.3], [0.0, 1.0]) == pytest.approx(1.0)  # residual² 0.25 on Var(r) 0.25
+    assert w.update([0.0, 0.05], [0.0, 0.01]) == pytest.approx(16.0)  # residual² 4e-4 on Var(r) 2.5e-5
+    assert w.ema == pytest.approx((0.25 + 4e-4) / (0.25 + 2.5e-5))  # ~1.0015, not the mean of ratios 8.5
+    from wmrl_envs.core.denoise import group_disagreement_parts
+
+    assert group_disagreement_parts([0.0, 0.05], [0.0, 0.01]) == pytest.approx((4e-4, 2.5e-5))
+
+
+def _pass_fail_groups(rng: np.random.Generator, n: int, g: int) -> tuple[np.ndarray, np.ndarray]:
+    """n groups of g pass/fail rollouts scored by a judge of constant quality (calibrated scale):
+    real r ~ Bernoulli(p), p per rollout from the task's difficulty; the judge sees p with noise."""
+    mu = rng.normal(size=(n, 1))
+    lat = mu + rng.normal(size=(n, g))
+    real = (lat + 0.5 * rng.logistic(size=(n, g)) > 0).astype(float)
+    judge = 1.0 / (1.0 + np.exp(-(lat + 0.35 * rng.normal(size=(n, g)))))
+    return judge, real
+
+
+def _settled_rho(warmup: int, g: int, seeds: int, kind: str) -> np.ndarray:
+    """Per seed, the ρ a run of constant quality settles at: 1 + c·(its long-run s̄²), c fixed
+    by the denoiser after ``warmup`` groups."""
+    if kind == "pass_fail":
+        d, r = _pass_fail_groups(np.random.default_rng(10**6), 20_000, g)
+        resid = ((d - d.mean(1, keepdims=True)) - (r - r.mean(1, keepdims=True))) ** 2
+        ok = r.var(1) > 1e-8
+        truth = resid.mean(1)[ok].mean() / r.var(1)[ok].mean()
+    else:
+        truth = 0.5**2 / 0.5**2  # d = r + 0.5·e, r = μ + 0.5·z: residual² / Var(r) = τ²/σ² = 1
+    out = []
+    for seed in range(seeds):
+        rng = np.random.default_rng(seed)
+        if kind == "pass_fail":  # enough groups for the warm-up: some have all-equal real scores
+            d, r = _pass_fail_groups(rng, 2 * warmup + 8, g)
+        else:
+            r = rng.normal(size=(warmup, 1)) + 0.5 * rng.normal(size=(warmup, g))
+            d = r + 0.5 * rng.normal(size=(warmup, g))
+        w = InverseVarianceDenoiser(warmup_groups=warmup)
+        for di, ri in zip(d.tolist(), r.tolist()):
+            w.update(di, ri)
+            if w.warmed_up:
+                break
+        assert w.warmed_up
+        out.append(min(1.0 + w.c * max(truth, w.disagreement_floor), w.rho_max))
+    return np.array(out)
+
+
+def test_constant_quality_rho_settles_within_the_target_range_over_seeds():
+    """Finding 1 (the target): over 300 seeds of a world model of constant quality, ρ after
+    calibration has its 5-95% range within [1.8, 2.2] for the defaults (warm-up 32, G = 8)."""
+    lo, med, hi = np.percentile(_settled_rho(32, 8, 300, "pass_fail"), [5, 50, 95])
+    assert 1.8 <= lo and hi <= 2.2 and abs(med - 2.0) < 0.05, (lo, med, hi)
+    # Gaussian scores: 32 groups of 8 hold ~224 degrees of freedom in each of residual² and
+    # Var(r), so the ratio's own sampling spread is about ±0.22 at 95%; the rule adds nothing
+    lo, med, hi = np.percentile(_settled_rho(32, 8, 300, "gaussian"), [5, 50, 95])
+    assert 1.75 <= lo and hi <= 2.3 and abs(med - 2.0) < 0.05, (lo, med, hi)
+
+
+def test_wmrl_train_preset_warm_up_keeps_rho_within_0_3_of_the_target():
+    """Finding 1, `wmrl train`'s CPU preset (G = 4): its warm-up is long enough for ±0.3."""
+    preset = PRESETS["default"]
+    w, g = preset.correction.warmup_groups, preset.group_size
+    assert g == 4
+    for kind in ("pass_fail", "gaussian"):
+        lo, hi = np.percentile(_settled_rho(w, g, 300, kind), [5, 95])
+        assert 1.7 <= lo and hi <= 2.3, (kind, w, lo, hi)
+
+
+# ---------------------------------------------------------------- finding 13: warm-up on the calibrated scale
+def _break_run(seed: int, scale: float, offset: float, groups: int = 160, break_at: int = 80) -> tuple[WMRLCorrector, float, float]:
+    """README settings (min_pairs=64, warmup_groups=8, G = 8): a world model r̂ = scale·(r + 0.3·e)
+    + offset that turns into noise (same raw spread) at ``break_at``. Returns ρ before and after."""
+    rng = np.random.default_rng(seed)
+    corr = CorrectionConfig(min_pairs=64, warmup_groups=8).build_corrector()
+    rho_before = float("nan")
+    for i in range(groups):
+        if i == break_at:
+            rho_before = corr.rho
+        r = rng.normal() + 0.5 * rng.normal(size=8)
+        x = r + 0.3 * rng.normal(size=8) if i < break_at else rng.normal() + 0.58 * rng.normal(size=8)
+        corr.correct_group("anchor", list(scale * x + offset), list(r))
+    return corr, rho_before, corr.rho
+
+
+@pytest.mark.parametrize("scale,offset", [(10.0, 3.0), (1.0, 0.0)])
+def test_a_break_moves_rho_whatever_the_raw_scale(scale, offset):
+    """Finding 13: the warm-up starts after the debiaser's first fit (the first 8 groups are on
+    the raw scale and do not count), so ρ is calibrated on calibrated scores and a world model
+    that turns into noise halfway moves it clearly, on a raw scale of 10x + 3 as on the real one
+    (before: 1.0x -> 1.0x on the 10x scale, c was fixed on raw s² of ~80)."""
+    for seed in range(3):
+        corr, before, after = _break_run(seed, scale, offset)
+        assert 1.5 <= before <= 2.6, (seed, before)
+        assert after >= before + 1.0, (seed, before, after)
+        den = corr.denoiser
+        assert den.n_uncalibrated == 8 and den.n_scored_groups == 160 - 8
+
+
+def test_rho_on_raw_scores_warns_once_when_it_leaves_1(caplog):
+    """Finding 13: with debias=False the disagreement is measured on raw scores (the denoising-
+    only ablation): say so once when ρ leaves 1; with debias=True nothing is said."""
+    for debias, expected in ((False, 1), (True, 0)):
+        corr = CorrectionConfig(min_pairs=4, refit_every=4, warmup_groups=2, debias=debias).build_corrector()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+            for _ in range(6):
+                corr.correct_group("anchor", [1.0, 3.0, 2.0, 5.0], [0.0, 1.0, 0.0, 1.0])
+        said = [r.getMessage() for r in caplog.records if "raw world-model scores" in r.getMessage()]
+        assert len(said) == expected and corr.rho > 1.0
+        if said:
+            assert "debias=True" in said[0]
+        assert corr.denoiser.n_uncalibrated == (0 if not debias else 1)
+
+
+def test_state_saved_before_pooling_loads_and_continues():
+    """A state saved before s̄² was pooled (no ema_var_real, no n_uncalibrated) loads: s̄²
+    continues from its saved value, the Var(r) average starts at the next group's."""
+    w = InverseVarianceDenoiser(warmup_groups=1)
+    w.update([0.3, 0.3], [0.0, 1.0])
+    old = {k: v for k, v in w.state_dict().items() if k not in ("ema_var_real", "n_uncalibrated")}
+    u = InverseVarianceDenoiser()
+    u.load_state_dict(old)
+    assert u.rho == w.rho == 2.0 and u.n_uncalibrated == 0
+    u.update([0.0, 2.0], [0.0, 2.0])  # s² = 0, Var(r) = 1
+    assert u.ema == pytest.approx(1.0 - ALPHA64)
+    v = InverseVarianceDenoiser()
+    v.load_state_dict(u.state_dict())
+    assert v.state_dict() == u.state_dict()
+
+
+# ---------------------------------------------------------------- finding 7: the training flag
+class _EchoWM:
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(a)) for a in actions]
+
+
+def _loop_with_training_tickets(n: int) -> tuple[CorrectionLoop, list]:
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=4, refit_every=4, warmup_groups=1),
+                          world_model=_EchoWM())
+    tickets = [loop.open_group() for _ in range(n)]
+    loop.training = False  # evaluation starts while the training groups are still open
+    return loop, tickets
+
+
+def test_closing_training_groups_during_evaluation_never_raises_the_public_flag():
+    """Finding 7: the group's intent is passed to the debiaser and the denoiser; no training flag
+    (the loop's, the corrector's, theirs) is True at any point while evaluating."""
+    loop, tickets = _loop_with_training_tickets(6)
+    seen = []
+    den = loop.corrector.denoiser
+    original = den.update
+
+    def spy(*args, **kwargs):
+        seen.append((loop.training, loop.corrector.training, den.training, loop.corrector.debiaser.training))
+        return original(*args, **kwargs)
+
+    den.update = spy
+    for t in tickets:
+        loop.close_group(t, [0.1, 0.9, 0.5, 0.2], [0.0, 1.0, 1.0, 0.0])
+    assert len(seen) == 6 and not any(any(s) for s in seen), seen
+    assert loop.corrector.debiaser.n_seen == 24 and den.n_scored_groups == 5 and den.n_uncalibrated == 1
+    assert loop.rho > 1.0  # the training groups did update ρ
+
+
+def test_a_watcher_thread_never_sees_training_while_evaluating():
+    """Finding 7, as the issue saw it: a thread reading the flag without the lock while training
+    tickets close during evaluation."""
+    loop, tickets = _loop_with_training_tickets(300)
+    stop, seen_true, reads = threading.Event(), [0], [0]
+
+    def watch():
+        while not stop.is_set():
+            reads[0] += 1
+            if loop.training:
+                seen_true[0] += 1
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for t in tickets:
+            loop.close_group(t, [0.1, 0.9, 0.5, 0.2], [0.0, 1.0, 1.0, 0.0])
+    finally:
+        stop.set()
+        watcher.join()
+        sys.setswitchinterval(old_interval)
+    assert reads[0] > 0 and seen_true[0] == 0, (reads[0], seen_true[0])
