@@ -237,9 +237,11 @@ class CorrectionLoop:
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
         if self.adaptive is not None:
             warnings.warn(
-                "anchor_fraction='auto' is experimental: on the known-truth map it matched or beat the best fixed "
-                "fraction when given a measured noise_batch_ratio, except for a world model that broke just after "
-                "its warm-up, and it has not been run on a live benchmark (docs/advisor_check.md)",
+                "anchor_fraction='auto' is experimental: its rule changed in issue 25 (a dead band on r's confidence "
+                "bounds, which stopped it chattering in simulation, benchmarks/adaptive_fraction.py, but reacts to a "
+                "world model that breaks only after about auto_min_groups anchor groups); the known-truth comparison "
+                "with fixed fractions in docs/advisor_check.md was made with the rule before, and it has not been run "
+                "on a live benchmark",
                 UserWarning, stacklevel=2)
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
