@@ -976,14 +976,16 @@ class AdaptiveAnchorFraction:
             the fraction to ``f_min`` for a useful world model and to ``f_max`` for a useless one).
         window: anchor groups the online r is taken over (>= 2).
         min_groups: usable groups in the window before the fraction adapts (>= 2).
-        hysteresis: relative change below which the fraction stays (>= 0).
+        hysteresis: how far (a factor ``1 + hysteresis``) the fraction must lie outside the range
+            r's bounds allow before it moves (>= 0).
         execution_budget: real executions allowed (>= 1) or ``None``.
         on_budget_spent: ``"floor"`` or ``"stop"``.
 
     Attributes:
         fraction: the fraction in force.
         gamma: the cost ratio in use (``None`` until known).
-        history: ``[(step, fraction, r)]``, one entry per adapted step (r NaN in the warm-up).
+        history: ``[(step, fraction, r)]``, one entry per adapted step (r NaN in the warm-up, 0
+            where a flattening map showed ``r <= 0``).
         budget_spent: whether the execution budget is spent.
         group_executions: ``{"anchor": [executions, groups], "world_model": [...]}`` of the closed
             training groups (:meth:`note_group`, fed by the loop).
