@@ -102,3 +102,27 @@ def run_advisor_check_oos(cfg):
 
     assert cfg.out_of_sample  # main_advisor_check dispatches on it
     return main_advisor_check(cfg, log=lambda s: None)
+
+
+def test_the_live_recommendation_run_is_compared_on_five_seeds_like_with_like():
+    # issue 25, finding 11: the f = 0.05 run has all 5 seeds and is compared with f = 0.1 on the same
+    # seeds, in CPU-seconds and in executions to the target, also with both curves read at the same steps
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("compare_runs", root / "benchmarks" / "compare_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    ref = str(root / "results" / "bench_reference_run" / "results.json")
+    f005 = str(root / "docs" / "advisor_check_run" / "f005" / "results.json")
+    out = mod.main([ref, f005])
+    assert out["seeds"] == 5 and out["second_fraction"] == 0.05 and round(out["target"], 1) == 59.0
+    assert [round(x) for x in out["second_ctt"]] == [153, 102, 98, 93, 143]
+    assert round(out["second_speedup"]["point"], 1) == 8.6 and round(out["first_speedup"]["point"], 1) == 6.7
+    assert round(out["first_over_second"]["point"], 2) == 1.27 and out["first_over_second"]["low"] < 1
+    assert [round(x) for x in out["second_executions"]] == [33, 28, 22, 23, 41]
+    assert out["executions_first_over_second"]["low"] > 1.3  # fewer executions on every seed
+    same = mod.main([ref, f005, "--same-steps"])
+    assert same["second_ctt"] == out["second_ctt"]  # no f = 0.05 curve was refined
+    assert round(same["first_median"]) == 128 and round(same["first_over_second"]["point"], 2) == 1.25
