@@ -15,7 +15,7 @@ from wmrl_envs.core import CorrectionConfig
 
 
 def test_train_config_nests_one_correction_config():
-    assert TrainConfig().correction == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3)
+    assert TrainConfig().correction == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=64)  # ρ warm-up: 64 groups of G = 4 (issue 25, finding 1)
     tiny = PRESETS["tiny"].correction
     assert (tiny.min_pairs, tiny.refit_every, tiny.warmup_groups, tiny.anchor_fraction) == (2, 2, 1, 0.1)
     assert TrainConfig().num_iterations == 1 and TrainConfig().clip_eps == 0.2
