@@ -461,3 +461,17 @@ def test_an_anti_correlated_world_model_is_no_signal_not_missing_data():
     for _ in range(10):
         flat.add_group([0.5] * 4, [0.0, 1.0, 0.0, 1.0])
     assert "not enough anchor groups" in flat.advise(CostRates(1.0, 0.05), calibrate="crossfit").verdict
+
+
+def test_bootstrap_counts_a_flattened_map_as_r_zero_like_the_point_estimate():
+    # an anti-correlated world model: the cross-fitted map is flat, so r counts as 0 (finding 3); the
+    # refitted resamples whose map is flat must count as 0 too, not be dropped (the interval would then
+    # hold only the non-flat, negative replicates and exclude the point estimate)
+    rng = np.random.default_rng(3)
+    adv = AnchorAdvisor(n_boot=300, seed=0)
+    for _ in range(24):
+        real = rng.normal(size=4)
+        adv.add_group(list(-0.6 * real + 0.8 * rng.normal(size=4)), list(real))
+    a = adv.advise(CostRates(1.0, 0.01), calibrate="crossfit")
+    assert a.r == 0.0 and a.r_ci[0] < -0.2 and a.r_ci[1] == 0.0
+    assert not a.use_wmrl

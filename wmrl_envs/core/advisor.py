@@ -541,7 +541,7 @@ def _isotonic_fit_predict(x: np.ndarray, y: np.ndarray, w: np.ndarray, x_new: np
 
 
 def _bootstrap_pooled_r(world_model: Sequence[Scores], real: Sequence[Scores], n_boot: int, rng: np.random.Generator,
-                        *, refit: bool, folds: int = 2) -> list[float]:
+                        *, refit: bool, folds: int = 2, raw: Sequence[Scores] | None = None) -> list[float]:
     """Bootstrap replicates of the pooled within-group correlation (:func:`pooled_within_group_correlation`).
 
     Each replicate resamples the groups with a rollout scored both ways, with replacement (as
@@ -549,22 +549,26 @@ def _bootstrap_pooled_r(world_model: Sequence[Scores], real: Sequence[Scores], n
     isotonic map (:func:`crossfit_calibrated`'s, group ``i`` in fold ``i mod folds``, so a group and
     its copies share a fold) is fitted again on each resample before the correlation is taken, so
     the interval carries the uncertainty of fitting the map; without it the scores are used as
-    given (raw, or mapped by a fixed map). With unit weights the replicate is exactly the point
-    estimate.
+    given (raw, or mapped by a fixed map; ``raw``: the raw scores of the same rollouts). With unit
+    weights the replicate is exactly the point estimate. As in :meth:`AnchorAdvisor.advise`, a
+    replicate whose map flattened scores that vary (no within-group spread after calibration while
+    the raw and the real scores have some) counts as r = 0.
 
     Returns:
-        The finite replicates (float; replicates without within-group spread are left out).
+        The replicates (float; those without within-group spread otherwise are left out).
     """
-    gid, xs, ys = [], [], []
-    for i, (w, r) in enumerate(zip(world_model, real)):
-        for a, b in zip(w, r):
+    gid, xs, ys, us = [], [], [], []
+    raw_of = world_model if refit or raw is None else raw
+    for i, (w, r, u) in enumerate(zip(world_model, real, raw_of)):
+        for a, b, c in zip(w, r, u):
             if _finite(a) and _finite(b):
                 gid.append(i)
                 xs.append(float(a))
                 ys.append(float(b))
+                us.append(float(c) if _finite(c) else float(a))
     if not gid:
         return []
-    gid_a, x, y = np.asarray(gid), np.asarray(xs), np.asarray(ys)
+    gid_a, x, y, x_raw = np.asarray(gid), np.asarray(xs), np.asarray(ys), np.asarray(us)
     n_all = len(world_model)
     count = np.bincount(gid_a, minlength=n_all)
     scored = np.flatnonzero(count >= 1)
@@ -572,6 +576,9 @@ def _bootstrap_pooled_r(world_model: Sequence[Scores], real: Sequence[Scores], n
     fold = gid_a % folds
     ym = np.bincount(gid_a, weights=y, minlength=n_all) / np.maximum(count, 1)
     yc = y - ym[gid_a]
+    um = np.bincount(gid_a, weights=x_raw, minlength=n_all) / np.maximum(count, 1)
+    uc = np.where(pair_ok, x_raw - um[gid_a], 0.0)
+    check_flat = refit or raw is not None
     out: list[float] = []
     for _ in range(int(n_boot)):
         wg = np.bincount(rng.choice(scored, size=scored.size, replace=True), minlength=n_all).astype(np.float64)
@@ -590,6 +597,8 @@ def _bootstrap_pooled_r(world_model: Sequence[Scores], real: Sequence[Scores], n
         xc = np.where(pair_ok, cal - cm[gid_a], 0.0)
         sxy, sxx, syy = (float(np.sum(wp * u * v)) for u, v in ((xc, yc), (xc, xc), (yc, yc)))
         if sxx <= 1e-12 or syy <= 1e-12:
+            if check_flat and syy > 1e-12 and float(np.sum(wp * uc * uc)) > 1e-12:
+                out.append(0.0)  # the map flattened varying scores: evidence of r <= 0
             continue
         out.append(float(np.clip(sxy / math.sqrt(sxx * syy), -1.0, 1.0)))
     return out
@@ -788,7 +797,8 @@ class AnchorAdvisor:
             # interval carries the uncertainty of fitting it (a fixed map given by the caller cannot be)
             refit = calibrate == "crossfit"
             rs = _bootstrap_pooled_r(self.groups()[0] if refit else wm, real, self.n_boot,
-                                     np.random.default_rng(self.seed), refit=refit)
+                                     np.random.default_rng(self.seed), refit=refit,
+                                     raw=None if refit or calibrate is None else self.groups()[0])
             fs, ss = [], []
             for rb in rs:
                 fb = optimal_anchor_fraction(rb, costs.gamma, b)
