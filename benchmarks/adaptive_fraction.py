@@ -57,7 +57,10 @@ def _point_rule():
     fraction in force by more than the hysteresis factor."""
     from wmrl_envs.core.advisor import AdaptiveAnchorFraction
 
+    import wmrl_envs.core.advisor as advisor_module
     from wmrl_envs.core.advisor import _r_bounds
+
+    advisor_module._CONFIRM_STEPS = 1  # every move at once, as before (this process only)
 
     class PointRule(AdaptiveAnchorFraction):
         def target(self, advisor, calibrate=None):
