@@ -489,11 +489,11 @@ def _pilot_groups(sc: SweepConfig, level: str, seed: int, groups: int) -> tuple[
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import CorrectionConfig
 
-    from .sweep import TabularSoftmaxPolicy, _make_env, _make_world_model
+    from .sweep import TabularSoftmaxPolicy, make_env, make_world_model
 
-    env = _make_env(sc, seed)
+    env = make_env(sc, seed)
     env.reset(seed=seed)
-    wm = _make_world_model(sc, level, env, seed)
+    wm = make_world_model(sc, level, env, seed)
     wrapper = AnchoredWorldModelWrapper(env, wm, group_size=sc.group_size, groups_per_step=1, seed=seed,
                                         correction=CorrectionConfig(anchor_fraction=1.0, debias=False))
     policy = TabularSoftmaxPolicy(sc.n_tasks, sc.n_actions, seed=seed)

@@ -69,6 +69,8 @@ __all__ = [
     "declared_step_cost_s",
     "equal_steps_cost_ratio",
     "main_sweep",
+    "make_env",
+    "make_world_model",
     "mean_over_all_seeds",
     "run_jobs",
     "run_sweep",
@@ -383,7 +385,8 @@ class SweepRun:
     :class:`wmrl_envs.core.GradientNoiseScale` estimates the gradient noise scale."""
 
 
-def _make_env(cfg: SweepConfig, seed: int) -> Any:
+def make_env(cfg: SweepConfig, seed: int) -> Any:
+    """The sweep's known-truth env for ``seed`` (its table of true scores is drawn from ``seed``)."""
     from wmrl_envs.envs.known_truth import KnownTruthEnv
 
     return KnownTruthEnv(cfg.n_tasks, cfg.n_actions, outcome_noise_std=cfg.outcome_noise_std,
@@ -396,7 +399,9 @@ def _wm_error(cfg: SweepConfig, level: str) -> Any:
     return replace(WORLD_MODEL_ERRORS[level], declared_cpu_s_per_prediction=cfg.wm_cost_s)
 
 
-def _make_world_model(cfg: SweepConfig, level: str, env: Any, seed: int) -> Any:
+def make_world_model(cfg: SweepConfig, level: str, env: Any, seed: int) -> Any:
+    """The sweep's world model of error ``level`` on ``env`` (``"breaking"``: one that switches
+    from ``cfg.break_from`` to ``cfg.break_to`` after ``cfg.break_at_step`` steps)."""
     from wmrl_envs.envs.known_truth import BreakingWorldModel, KnownTruthWorldModel
 
     if level == BREAKING:
@@ -458,9 +463,9 @@ def run_sweep_method(
     if method == REAL_AT_F:
         cfg = replace(cfg, groups_per_step=max(1, int(round(float(fraction) * cfg.groups_per_step))))
     spec = METHODS["real" if method == REAL_AT_F else method]
-    env = _make_env(cfg, seed)
+    env = make_env(cfg, seed)
     env.reset(seed=seed)  # seeds the outcome noise once; the groups' resets (seed=None) continue its stream
-    wm = _make_world_model(cfg, level, env, seed) if spec.world_model else None
+    wm = make_world_model(cfg, level, env, seed) if spec.world_model else None
     if fraction == "auto":
         base = replace(cfg.correction, anchor_fraction="auto", cost_ratio=cfg.wm_cost_s / cfg.execution_cost_s,
                        noise_batch_ratio=cfg.auto_noise_batch_ratio)
@@ -643,7 +648,7 @@ def run_sweep(cfg: SweepConfig, log: Callable[[str], None] = print) -> dict[str,
     for r, (m, lv, f, *_rest) in zip(others, jobs):
         by_cell.setdefault((m, lv, f), []).append(r)
     # each level's correlation under the untrained (uniform) policy, and on the anchor groups of its runs
-    env0 = _make_env(cfg, 0)
+    env0 = make_env(cfg, 0)
     levels_out: dict[str, Any] = {}
     for lv in list(cfg.levels) + ([BREAKING] if cfg.breaking else []):
         entry: dict[str, Any] = {}
