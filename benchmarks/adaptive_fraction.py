@@ -23,9 +23,9 @@ range over seeds.
 Run (the figures in ``docs/method.md``, "Adaptive anchor fraction")::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 \\
-        --out docs/adaptive_fraction.json
+        --out results/adaptive_fraction.json
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 --rule point \\
-        --rs 0.45 --no-break --out docs/adaptive_fraction_point.json
+        --rs 0.45 --no-break --out results/adaptive_fraction_point.json
     .venv/bin/python benchmarks/adaptive_fraction.py --quick      # smoke run
 """
 

@@ -18,9 +18,9 @@ executions, world-model groups nothing, groups in flight nothing) for comparison
 
 Run (figures in ``docs/method.md``, "Adaptive anchor fraction")::
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/execution_budget.py --seeds 10 --out docs/execution_budget.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/execution_budget.py --seeds 10 --out results/execution_budget.json
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/execution_budget.py --seeds 10 --accounting legacy \
-        --out docs/execution_budget_legacy.json
+        --out results/execution_budget_legacy.json
 """
 
 from __future__ import annotations
