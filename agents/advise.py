@@ -160,7 +160,7 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
     if groups < 2 or group_size < 2:
         raise ValueError(f"a pilot needs groups >= 2 and group_size >= 2, got groups={groups}, group_size={group_size}")
     wrapper = AnchoredWorldModelWrapper(env, world_model, group_size=group_size, groups_per_step=1, seed=seed,
-                                        correction=CorrectionConfig(anchor_fraction=1.0, debias=False))
+                                        correction=CorrectionConfig(anchor_fraction=1.0, debias=False, denoise=False))
     for i in range(groups):
         obs, info = wrapper.begin_group(seed=seed + i)
         with wrapper.ledger.timed(GENERATION, count=group_size):

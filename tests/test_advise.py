@@ -246,3 +246,14 @@ def test_run_pilot_docstring_names_the_advice_wmrl_advise_gives(tmp_path):
     documented = wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.ledger), calibrate="crossfit")
     assert documented.r == pytest.approx(advice.r)
     assert wrapper.loop.advise().r != pytest.approx(advice.r)  # the raw-score advice differs
+
+
+def test_a_long_pilot_measures_r_without_weighting_anchors():
+    """The pilot only measures (it debiases nothing and trains nothing): ρ's denoiser stays off,
+    so a pilot longer than ρ's warm-up does not warn that ρ is measured on raw scores."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrapper = run_pilot(KnownEnv(), NoisyWM(noise=0.75), GaussianPolicy(), groups=48, group_size=4, seed=1)
+    assert wrapper.loop.corrector.denoise is False and wrapper.loop.rho == 1.0
