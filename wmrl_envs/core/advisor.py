@@ -735,13 +735,7 @@ class AnchorAdvisor:
             return wm
         if calibrate == "crossfit":
             return crossfit_calibrated(wm, real)
-        if isinstance(calibrate, str):
-            raise ValueError(f"calibrate must be None, 'crossfit' or a callable, got {calibrate!r}")
-        out = []
-        for w in wm:
-            cal = [float(v) for v in calibrate([x if x is not None else float("nan") for x in w])]
-            out.append([c if x is not None and math.isfinite(c) else None for x, c in zip(w, cal)])
-        return out
+        return _map_groups(wm, calibrate)
 
     def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None,
                noise_batch_ratio: float | None = None) -> AnchorAdvice:
