@@ -308,3 +308,49 @@ def test_the_budget_subtracts_anchor_groups_still_in_flight():
         loop.attribute_executions(t, 4)
         loop.close_group(t, [0.1, 0.2, 0.3, 0.4], [0.0, 1.0, 0.0, 1.0])
     assert loop.adaptive.group_executions["anchor"] == [24, 6]
+
+
+def test_the_vector_wrapper_counts_each_lanes_executions_for_its_group_so_the_budget_holds():
+    """Several lanes run groups at once: each real step is counted for its lane's group (before, with
+    several groups open, no group's cost was measured, so a reward-mode world-model group counted as
+    free and 4 lanes spent 320 executions for a budget of 200)."""
+    import gymnasium as gym
+
+    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    class Noisy(gym.Env):
+        observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.target, self.t = float(self.np_random.uniform(-1, 1)), 0
+            return np.array([self.target], np.float32), {}
+
+        def step(self, a):
+            self.t += 1
+            r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
+            return np.array([self.target], np.float32), r, self.t >= 4, False, {}
+
+    class RandomWM:
+        def __init__(self):
+            self.rng = np.random.default_rng(0)
+
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(self.rng.random())) for _ in actions]
+
+    g, lanes, turns, budget = 4, 4, 4, 200
+    venv = make_vector_env(Noisy, g * lanes)
+    w = AnchoredWorldModelVectorWrapper(
+        venv, RandomWM(), group_size=g, episode_steps=turns, mode="reward", task_fn=lambda lane, rnd: (100 * lane + rnd, None),
+        correction=CorrectionConfig(anchor_fraction="auto", cost_ratio=0.05, min_pairs=16, execution_budget=budget,
+                                    on_budget_spent="stop"))
+    w.reset(seed=0)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ExecutionBudgetSpent):
+        for _ in range(500):
+            w.step(rng.uniform(-1, 1, (g * lanes, 1)).astype(np.float32))
+    assert w.ledger.count("execution") <= budget + g * turns
+    counted = w.loop.adaptive.group_executions
+    assert counted["world_model"][0] > 0 and counted["anchor"][0] + counted["world_model"][0] > 0

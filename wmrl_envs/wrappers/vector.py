@@ -520,21 +520,34 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         final_info = infos.get("final_info") if same_step else None
 
         # ---- execution cost: RoutedSubEnv reports each real step's seconds and CPU-seconds
-        exec_secs, exec_count, exec_cpu, cpu_unmeasured = 0.0, 0, 0.0, 0
+        # per sub-env: (seconds, CPU-seconds or NaN) of its real step, so that each execution is
+        # counted for the group of its lane (an execution budget reads what a group costs)
+        executed: dict[int, list[float]] = {}
         for d in (infos, final_info):
             if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
-                m = d.pop("_" + EXEC_SECONDS_KEY)
-                exec_secs += float(np.sum(np.asarray(d.pop(EXEC_SECONDS_KEY))[m]))
-                exec_count += int(np.sum(m))
+                m = np.asarray(d.pop("_" + EXEC_SECONDS_KEY), dtype=bool)
+                secs = np.asarray(d.pop(EXEC_SECONDS_KEY), dtype=np.float64)
+                for i in np.flatnonzero(m):
+                    executed[int(i)] = [float(secs[i]), 0.0]
             if isinstance(d, dict) and EXEC_CPU_KEY in d:
-                cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)[d.pop("_" + EXEC_CPU_KEY)]
-                exec_cpu += float(np.sum(cpus[~np.isnan(cpus)]))
-                cpu_unmeasured += int(np.sum(np.isnan(cpus)))  # NaN: the env could not measure it
+                m = np.asarray(d.pop("_" + EXEC_CPU_KEY), dtype=bool)
+                cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)
+                for i in np.flatnonzero(m):
+                    executed.setdefault(int(i), [0.0, 0.0])[1] = float(cpus[i])  # NaN: not measured
         if self._routed:
-            if exec_count:
-                self.loop.record_execution(exec_secs, exec_count - cpu_unmeasured, cpu_seconds=exec_cpu)
-                if cpu_unmeasured:
-                    self.loop.record_execution(0.0, cpu_unmeasured, cpu_seconds=None)
+            by_group: dict[int, tuple[GroupTicket | None, list[list[float]]]] = {}
+            for i, sec_cpu in executed.items():
+                rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
+                key = id(rec.ticket) if rec is not None else -1
+                by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(sec_cpu)
+            for ticket, rows in by_group.values():
+                measured = [(a, c) for a, c in rows if not np.isnan(c)]
+                if measured:
+                    self.loop.record_execution(float(sum(a for a, _ in measured)), len(measured),
+                                               cpu_seconds=float(sum(c for _, c in measured)), ticket=ticket)
+                if len(measured) < len(rows):  # the env could not measure their CPU
+                    self.loop.record_execution(float(sum(a for a, c in rows if np.isnan(c))),
+                                               len(rows) - len(measured), cpu_seconds=None, ticket=ticket)
         elif stepped:
             # every sub-env stepped for real: the env's own execution_cpu_s where it reports one,
             # else an even share of the CPU this process measured over the vector step
