@@ -473,3 +473,18 @@ def test_learned_model_through_the_async_scorer():
     assert len(scorer.collect()) == 8
     assert wm.n_observed_groups == 8 and wm.n_rollouts == 32
     assert len(w.loop.corrector.debiaser.pairs()[0]) == 32
+
+
+def test_a_learned_state_loaded_by_a_loop_whose_world_model_does_not_learn_is_warned_about():
+    """Found by a fresh-user review: the learned part of a saved run was dropped without a word."""
+    from wmrl_envs.core import CorrectionLoop
+
+    class Frozen:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=0.0) for _ in actions]
+
+    loop = CorrectionLoop(world_model=Frozen())
+    state = loop.state_dict()
+    state["learned_world_model"] = {"anything": 1}
+    with pytest.warns(UserWarning, match="does not learn: the learned state is ignored"):
+        CorrectionLoop(world_model=Frozen()).load_state_dict(state)

@@ -855,6 +855,12 @@ class CorrectionLoop:
         learned = state.get("learned_world_model")
         if learned is not None and self.learns and callable(getattr(self.world_model, "load_state_dict", None)):
             self.world_model.load_state_dict(learned)  # type: ignore[union-attr]
+        elif learned is not None:
+            warnings.warn(
+                "the loaded state holds a learned world model's state, but this loop's world model "
+                f"({type(self.world_model).__name__}) does not learn: the learned state is ignored. Build the "
+                "loop with the same LearnedWorldModel (same featurizer) to continue the saved run",
+                UserWarning, stacklevel=4)
         adaptive = state.get("adaptive")
         if adaptive is None:
             self.adaptive = None
