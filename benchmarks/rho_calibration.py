@@ -220,12 +220,7 @@ def constant_quality_seed(args: tuple[Setting, str, int, int, float, float]) -> 
     at_calibration: dict[int, Any] = {}  # rule index (-1: old) -> the map its c was fixed with
     after = 0  # groups counted since every new rule is calibrated
     while after < horizon:
-        score, real = draw_group(rng, kind, st.group_size)
-        raw = scale * score + offset
-        fitted, used = deb.fitted, deb.map
-        cal = deb.transform(raw)
-        deb.add(raw, real)
-        s2 = group_disagreement(list(cal), list(real))
+        fitted, used, cal, real, s2 = anchor_group(deb, draw_group(rng, kind, st.group_size), scale, offset)
         if s2 is None:
             continue
         old.update(s2)
@@ -246,6 +241,19 @@ def constant_quality_seed(args: tuple[Setting, str, int, int, float, float]) -> 
     return out
 
 
+def anchor_group(deb: Any, drawn: tuple[np.ndarray, np.ndarray], scale: float, offset: float
+                 ) -> tuple[bool, Any, np.ndarray, np.ndarray, float | None]:
+    """One anchor group through the debiaser: raw = scale · score + offset, calibrated with the map
+    before its own pairs (prequential), then added. Returns ``(fitted, map used, calibrated, real, s²)``
+    (``s²`` None: the group is skipped)."""
+    score, real = drawn
+    raw = scale * score + offset
+    fitted, used = deb.fitted, deb.map
+    cal = deb.transform(raw)
+    deb.add(raw, real)
+    return fitted, used, cal, real, group_disagreement(list(cal), list(real))
+
+
 def break_seed(args: tuple[str, int, float, float]) -> dict[str, Any]:
     """README settings; the world model (gaussian: error 0.3) turns into noise at group 100; ρ
     before and 64 groups after."""
@@ -257,12 +265,8 @@ def break_seed(args: tuple[str, int, float, float]) -> dict[str, Any]:
     for i in range(164):
         if i == 100:
             out["old_before"], out["new_before"] = old.rho_at(old.ema), new.rho
-        score, real = draw_group(rng, kind, 8, informative=i < 100, noise=0.3 if kind == "gaussian" else None)
-        raw = scale * score + offset
-        fitted = deb.fitted
-        cal = deb.transform(raw)
-        deb.add(raw, real)
-        s2 = group_disagreement(list(cal), list(real))
+        fitted, _, cal, real, s2 = anchor_group(
+            deb, draw_group(rng, kind, 8, informative=i < 100, noise=0.3 if kind == "gaussian" else None), scale, offset)
         if s2 is None:
             continue
         old.update(s2)

@@ -285,24 +285,27 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     return results
 
 
+def _num(x: Any, nd: int = 2) -> str:
+    """A table cell: ``x`` with ``nd`` decimals, or a dash when it is missing or not finite."""
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
+
+
 def format_advisor_table(results: dict[str, Any]) -> str:
     """``table.md``: measured against predicted speedup per cell, the prediction's rank correlation
     and worst miss, adaptive against fixed fractions."""
-    def num(x: Any, nd: int = 2) -> str:
-        return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
 
     lines = [f"Target {results['target']:.3f}; budget {results['budget_s']:.0f} CPU-s; γ = {results['gamma']:.4g}.", "",
              "| level | anchor fraction | measured speedup [95% CI] | predicted (measured b) | predicted (b = ∞) | "
              "r (pooled, cross-fitted) | realised fraction |",
              "|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
-        lines.append(f"| {c['level']} | {c['fraction']} | {c['formatted']} | {num(c['predicted_speedup'])} | "
-                     f"{num(c.get('predicted_noise_limited'))} | {num(c['r'])} | {num(c['realised_fraction'], 3)} |")
+        lines.append(f"| {c['level']} | {c['fraction']} | {c['formatted']} | {_num(c['predicted_speedup'])} | "
+                     f"{_num(c.get('predicted_noise_limited'))} | {_num(c['r'])} | {_num(c['realised_fraction'], 3)} |")
     p = results["prediction"]
 
     def agreement(q: dict[str, Any], what: str) -> str:
-        return (f"{what} over {q['n_cells']} fixed-fraction cells: Spearman {num(q['spearman'])}, median measured / "
-                f"predicted {num(q.get('median_ratio'))}"
+        return (f"{what} over {q['n_cells']} fixed-fraction cells: Spearman {_num(q['spearman'])}, median measured / "
+                f"predicted {_num(q.get('median_ratio'))}"
                 + ("" if not q["worst_miss"] else
                    f"; worst miss {q['worst_miss']['cell']['level']} at f = {q['worst_miss']['cell']['fraction']}: "
                    f"predicted {q['worst_miss']['predicted']:.2f}×, measured {q['worst_miss']['measured']:.2f}× "
@@ -310,7 +313,7 @@ def format_advisor_table(results: dict[str, Any]) -> str:
 
     b_txt = "not measured" if p.get("noise_batch_ratio") is None else f"{p['noise_batch_ratio']:.3g}"
     lines += ["", f"Gradient noise scale of real GRPO over its batch, B_noise / B = {b_txt} (first "
-              f"{p.get('pilot_steps', '?')} steps of every seed; {num(p.get('noise_batch_ratio_whole_runs'))} over whole runs).",
+              f"{p.get('pilot_steps', '?')} steps of every seed; {_num(p.get('noise_batch_ratio_whole_runs'))} over whole runs).",
               "", agreement(p, "Predicted (measured b) against measured"),
               "", agreement(p["noise_limited"], "Predicted (b = ∞, no noise scale) against measured")
               if "noise_limited" in p else "", "",
@@ -318,7 +321,7 @@ def format_advisor_table(results: dict[str, Any]) -> str:
               "|---|---|---|---|---|"]
     for lv, a in results["adaptive"].items():
         lines.append(f"| {lv} | {a['best_fixed_fraction']} | {a['vs_best']['formatted']} | "
-                     f"{a.get('vs_0.1', {}).get('formatted', '—')} | {num(a['final_fraction'], 3)} |")
+                     f"{a.get('vs_0.1', {}).get('formatted', '—')} | {_num(a['final_fraction'], 3)} |")
     bs = results.get("blind_spots") or {}
     if bs:
         lines += ["", "Blind spots: the policy's probability on the blind-spot actions (mean over tasks and seeds)",
@@ -696,16 +699,14 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
 def format_oos_table(results: dict[str, Any]) -> str:
     """``table_oos.md``: per cell measured against the predictions; the agreement of each predictor;
     the recommendations against the best measured fraction."""
-    def num(x: Any, nd: int = 2) -> str:
-        return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
 
     lines = [f"Measured seeds {results['seeds'][0]}..{results['seeds'][-1]}; pilot seeds {results['pilot_seeds']}.", "",
              "| world model | setting | f | measured speedup [95% CI] | predicted (pilot r, pilot b) | fraction only 1/(f+γ) | "
              "predicted (runs' own r) | r pilot | r runs |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in results["cells"]:
-        lines.append(f"| {c['error']} | {c['setting']} | {c['fraction']} | {c['formatted']} | {num(c['predicted_pilot'])} | "
-                     f"{num(c['fraction_only'])} | {num(c['predicted_own_r'])} | {num(c['r_pilot'])} | {num(c['r_runs'])} |")
+        lines.append(f"| {c['error']} | {c['setting']} | {c['fraction']} | {c['formatted']} | {_num(c['predicted_pilot'])} | "
+                     f"{_num(c['fraction_only'])} | {_num(c['predicted_own_r'])} | {_num(c['r_pilot'])} | {_num(c['r_runs'])} |")
     s = results["summary"]
     lines += ["", "| predictor | cells | Spearman | median measured / predicted | range of measured / predicted | worst miss |",
               "|---|---|---|---|---|---|"]
@@ -716,20 +717,20 @@ def format_oos_table(results: dict[str, Any]) -> str:
         worst = "—" if not w else (f"{w['cell']['error']} / {w['cell']['setting']} / f = {w['cell']['fraction']}: "
                                    f"predicted {w['predicted']:.2f}×, measured {w['measured']:.2f}× (factor {w['factor']:.2f})")
         rng = q.get("ratio_range")
-        lines.append(f"| {what} | {q['n_cells']} | {num(q['spearman'])} | {num(q['median_ratio'])} | "
+        lines.append(f"| {what} | {q['n_cells']} | {_num(q['spearman'])} | {_num(q['median_ratio'])} | "
                      f"{'—' if not rng else f'{rng[0]:.2f} – {rng[1]:.2f}'} | {worst} |")
     pf = s.get("spearman_per_fraction") or {}
     if pf:
         lines += ["", "Spearman at one fraction (over world models and settings): "
-                  + "; ".join(f"f = {f}: advisor (pilot) {num(v['predicted_pilot'])}, fraction only {num(v['fraction_only'])}, "
-                              f"advisor (own r) {num(v['predicted_own_r'])}" for f, v in pf.items()) + "."]
+                  + "; ".join(f"f = {f}: advisor (pilot) {_num(v['predicted_pilot'])}, fraction only {_num(v['fraction_only'])}, "
+                              f"advisor (own r) {_num(v['predicted_own_r'])}" for f, v in pf.items()) + "."]
     lines += ["", f"Recommended fraction within the best measured fraction's 95% CI: advisor {s['recommendation_hits']} of "
               f"{s['n_recommendations']}, fraction-only baseline (smallest f) {s['baseline_hits']} of {s['n_recommendations']}.",
               "", "| world model | setting | pilot r [95% CI] | recommended f (grid) | its measured speedup | best f | best measured |",
               "|---|---|---|---|---|---|---|"]
     for r in results["recommendations"]:
         ci = r["r_pilot_ci"]
-        lines.append(f"| {r['error']} | {r['setting']} | {num(r['r_pilot'])} [{num(ci[0])}, {num(ci[1])}] | "
-                     f"{num(r['recommended'], 3)} ({r['recommended_grid']}) | {r['recommended_measured'] or '—'} | "
+        lines.append(f"| {r['error']} | {r['setting']} | {_num(r['r_pilot'])} [{_num(ci[0])}, {_num(ci[1])}] | "
+                     f"{_num(r['recommended'], 3)} ({r['recommended_grid']}) | {r['recommended_measured'] or '—'} | "
                      f"{r['best_fraction']} | {r['best']} |")
     return "\n".join(lines) + "\n"
