@@ -452,7 +452,7 @@ def completion_to_script(text: str, task_id: str, mode: str = "script") -> str:
     """The Python script a completion stands for: the code it contains (``"script"``), or the
     task's starter script with its ``model = ...`` line replaced by the completion's first line
     that starts with ``model =`` (``"line"``; the first line otherwise)."""
-    from agents.llm_policy import extract_code
+    from agents.llm.policy import extract_code
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
     if mode == "script":
