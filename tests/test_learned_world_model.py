@@ -382,6 +382,76 @@ def test_sentence_encoder_featurizer_layout():
         SentenceEncoderFeaturizer(object())
 
 
+def test_a_saved_state_of_another_feature_width_is_refused_at_load():
+    """The saved rows' width is checked against the featurizer's ``dim`` (issue 25): before, a
+    state of another width loaded silently and the first prediction failed far from the cause."""
+    saved = LearnedWorldModel(SentenceEncoderFeaturizer(_FakeEncoder()), min_groups=1)  # 9 features
+    saved.observe(["ab", "c"], ["aaa", "b"], [0.5, 0.1], group_id=0)
+    state = json.loads(json.dumps(saved.state_dict()))
+    other = LearnedWorldModel(SentenceEncoderFeaturizer(_FakeEncoder(), interaction=False), min_groups=1)
+    with pytest.raises(ValueError, match=r"saved rows have 9 features, but this model's featurizer "
+                                         r"\(SentenceEncoderFeaturizer\) gives 6: build the model with the same "
+                                         r"featurizer as the run that saved the state, or start fresh"):
+        other.load_state_dict(state)
+    assert other.n_rollouts == 0 and not other.fitted and other.featurizer.dim == 6  # nothing changed
+    same = LearnedWorldModel(SentenceEncoderFeaturizer(_FakeEncoder()), min_groups=1)
+    same.load_state_dict(state)
+    assert same.predict_scores(["ab"], ["aaa"]).tolist() == saved.predict_scores(["ab"], ["aaa"]).tolist()
+    # a user function that declares its width is checked the same way; through the loop too
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0),
+                          world_model=LearnedWorldModel(CallableFeaturizer(lambda c, a: [a, a], dim=2), min_groups=1))
+    _run_group(loop, [0, 0], [1.0, 2.0], [0.1, 0.2])
+    wide = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0),
+                          world_model=LearnedWorldModel(CallableFeaturizer(lambda c, a: [a] * 3, dim=3), min_groups=1))
+    with pytest.raises(ValueError, match="saved rows have 2 features.*gives 3"):
+        wide.load_state_dict(json.loads(json.dumps(loop.state_dict())))
+    # without a declared width the first prediction says the same fix
+    undeclared = LearnedWorldModel(CallableFeaturizer(lambda c, a: [a] * 3), min_groups=1)
+    undeclared.load_state_dict(loop.world_model.state_dict())
+    with pytest.raises(ValueError, match="returned 3 features, the rows stored have 2.*same featurizer as the run "
+                                         "that saved the state, or start fresh"):
+        undeclared.predict([0], [1.0])
+
+
+def test_featurizer_errors_say_what_was_wrong_and_how_to_fix_it():
+    with pytest.raises(TypeError, match=r"fn must be callable, got int: pass a function fn\(context, action\)"):
+        CallableFeaturizer(3)
+    with pytest.raises(ValueError, match=r"different lengths \[1, 2\]; make it return the same D numbers"):
+        CallableFeaturizer(lambda c, a: [a] * int(a))([0, 0], [1, 2])
+    with pytest.raises(ValueError, match="returned 1 features per pair, but dim=2 was declared: make it return dim"):
+        CallableFeaturizer(lambda c, a: [a], dim=2)([0], [1.0])
+    with pytest.raises(ValueError, match="returned 2 features per pair, but dim=3"):
+        CallableFeaturizer(lambda cs, acts: [[a, a] for a in acts], batched=True, dim=3)([0], [1.0])
+    with pytest.raises(ValueError, match="dim must be an integer >= 1"):
+        CallableFeaturizer(lambda c, a: [a], dim=0)
+    with pytest.raises(TypeError, match=r"got object: pass e.g. wmrl_envs.envs.autoresearch.SentenceEncoder.shared\(\)"):
+        SentenceEncoderFeaturizer(object())
+    with pytest.raises(ValueError, match="context_weight must be a number >= 0, got -1: pass 0 to ignore the context"):
+        SentenceEncoderFeaturizer(_FakeEncoder(), context_weight=-1)
+
+    class _Liar(_FakeEncoder):
+        dim = 4
+
+    with pytest.raises(ValueError, match=r"encoder returned shape \(4, 3\) for 4 texts, expected \(4, 4\) from its "
+                                         r"dim: give it a dim equal to its embedding width"):
+        SentenceEncoderFeaturizer(_Liar())(["a", "b"], ["c", "d"])
+    with pytest.raises(TypeError, match="config.hidden_size, got object: pass e.g. AutoModelForCausalLM"):
+        PolicyHiddenStateFeaturizer(object(), lambda *a, **k: None)
+
+    class _Model:
+        class config:  # noqa: N801 - mirrors a transformers config
+            hidden_size = 4
+
+    with pytest.raises(TypeError, match="tokenizer must be callable.*pass the model's AutoTokenizer"):
+        PolicyHiddenStateFeaturizer(_Model(), object())
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        PolicyHiddenStateFeaturizer(_Model(), lambda *a, **k: None, batch_size=0)
+    assert PolicyHiddenStateFeaturizer(_Model(), lambda *a, **k: None).dim == 4
+    wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: [float("nan")]))
+    with pytest.raises(ValueError, match="non-finite features \\(NaN or inf\\) in 1 of 1 rows: make it return finite"):
+        wm.predict([0], [1.0])
+
+
 def test_policy_hidden_state_featurizer_on_a_tiny_random_causal_lm():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -64,7 +64,11 @@ class Featurizer(Protocol):
     """Maps B (context, action) pairs to features: ``featurizer(contexts, actions)`` returns a
     float32 array of shape (B, D), D fixed for the featurizer, finite values. It must be
     deterministic and frozen (the same pair gives the same row every time): the learned head is
-    refitted on stored rows, and a drifting featurizer would make them stale."""
+    refitted on stored rows, and a drifting featurizer would make them stale.
+
+    A featurizer may also have ``dim`` (int, or ``None`` when unknown): D, known without
+    featurizing anything; :meth:`LearnedWorldModel.load_state_dict` checks a saved state's
+    feature width against it. The three shipped featurizers have it."""
 
     def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray: ...
 
@@ -77,6 +81,13 @@ class CallableFeaturizer:
         fn: ``fn(context, action) -> 1-D array-like of D numbers`` (one pair at a time), or with
             ``batched=True`` ``fn(contexts, actions) -> (B, D) array-like``.
         batched: whether ``fn`` takes whole batches.
+        dim: D, the number of features ``fn`` returns per pair (``None``: not declared). With
+            it, a row of another width is an error at once, and a saved state of another width
+            is refused at load (:meth:`LearnedWorldModel.load_state_dict`).
+
+    Raises:
+        TypeError: ``fn`` is not callable. ValueError: ``dim`` is not an integer >= 1; at call,
+            rows of different lengths or of a width other than ``dim``.
 
     Example:
         >>> f = CallableFeaturizer(lambda c, a: [a, a * a])
@@ -84,23 +95,32 @@ class CallableFeaturizer:
         [[1.0, 1.0], [2.0, 4.0]]
     """
 
-    def __init__(self, fn: Callable[..., Any], *, batched: bool = False) -> None:
+    def __init__(self, fn: Callable[..., Any], *, batched: bool = False, dim: int | None = None) -> None:
         if not callable(fn):
-            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}: pass a function fn(context, action) "
+                            "-> D numbers (or fn(contexts, actions) -> (B, D) numbers with batched=True)")
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1):
+            raise ValueError(f"dim must be an integer >= 1 (the number of features fn returns per pair) or None, "
+                             f"got {dim!r}")
         self.fn = fn
         self.batched = bool(batched)
+        self.dim = None if dim is None else int(dim)
 
     def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
         if self.batched:
-            return np.asarray(self.fn(list(contexts), list(actions)), dtype=np.float32)
-        rows = [np.asarray(self.fn(c, a), dtype=np.float32).reshape(-1) for c, a in zip(contexts, actions)]
-        if not rows:
-            return np.zeros((0, 0), np.float32)
-        widths = {r.size for r in rows}
-        if len(widths) > 1:
-            raise ValueError(f"the feature function returned rows of different lengths {sorted(widths)}; it must "
-                             "return D numbers for every pair")
-        return np.stack(rows)
+            x = np.asarray(self.fn(list(contexts), list(actions)), dtype=np.float32)
+            widths = {x.shape[1]} if x.ndim == 2 and len(x) else set()
+        else:
+            rows = [np.asarray(self.fn(c, a), dtype=np.float32).reshape(-1) for c, a in zip(contexts, actions)]
+            widths = {r.size for r in rows}
+            if len(widths) > 1:
+                raise ValueError(f"the feature function returned rows of different lengths {sorted(widths)}; make it "
+                                 "return the same D numbers for every pair (pad or cut the part of varying length)")
+            x = np.stack(rows) if rows else np.zeros((0, self.dim or 0), np.float32)
+        if self.dim is not None and widths and widths != {self.dim}:
+            raise ValueError(f"the feature function returned {widths.pop()} features per pair, but dim={self.dim} "
+                             "was declared: make it return dim numbers, or declare the width it returns")
+        return x
 
 
 def _as_text(x: Any) -> str:
@@ -128,7 +148,11 @@ class SentenceEncoderFeaturizer:
 
     Raises:
         TypeError: ``encoder`` has no ``encode`` method or no ``dim``.
-        ValueError: ``context_weight < 0``.
+        ValueError: ``context_weight < 0``; at call, ``encode`` returned an array of a shape
+            other than (N, ``encoder.dim``).
+
+    Attributes:
+        dim: D, the number of features per pair (``3 × encoder.dim``, ``2 ×`` without the product).
     """
 
     def __init__(
@@ -141,23 +165,32 @@ class SentenceEncoderFeaturizer:
         interaction: bool = True,
     ) -> None:
         if not callable(getattr(encoder, "encode", None)) or not hasattr(encoder, "dim"):
-            raise TypeError("encoder must have encode(texts) -> (N, dim) and dim, e.g. "
-                            f"wmrl_envs.envs.autoresearch.SentenceEncoder.shared(); got {type(encoder).__name__}")
+            raise TypeError(f"encoder must have encode(texts) -> (N, dim) and dim, got {type(encoder).__name__}: pass "
+                            "e.g. wmrl_envs.envs.autoresearch.SentenceEncoder.shared(), or wrap your encoder in an "
+                            "object with both")
         if not (isinstance(context_weight, (int, float)) and context_weight >= 0):
-            raise ValueError(f"context_weight must be a number >= 0, got {context_weight!r}")
+            raise ValueError(f"context_weight must be a number >= 0, got {context_weight!r}: pass 0 to ignore the "
+                             "context, 1 to weigh it as the action")
         self.encoder = encoder
         self.context_text, self.action_text = context_text, action_text
         self.context_weight = float(context_weight)
         self.interaction = bool(interaction)
 
+    @property
+    def dim(self) -> int:
+        return (3 if self.interaction else 2) * int(self.encoder.dim)
+
     def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
         enc = self.encoder
         n = len(actions)
-        width = (3 if self.interaction else 2) * int(enc.dim)
         if n == 0:
-            return np.zeros((0, width), np.float32)
-        emb = np.asarray(enc.encode([self.action_text(a) for a in actions] + [self.context_text(c) for c in contexts]),
-                         dtype=np.float32)
+            return np.zeros((0, self.dim), np.float32)
+        texts = [self.action_text(a) for a in actions] + [self.context_text(c) for c in contexts]
+        emb = np.asarray(enc.encode(texts), dtype=np.float32)
+        if emb.shape != (len(texts), int(enc.dim)):
+            raise ValueError(f"the encoder returned shape {emb.shape} for {len(texts)} texts, expected "
+                             f"({len(texts)}, {int(enc.dim)}) from its dim: give it a dim equal to its embedding width "
+                             "and one row per text")
         ea, ec = emb[:n], emb[n:]
         parts = [ea, self.context_weight * ec] + ([ea * ec] if self.interaction else [])
         return np.hstack(parts).astype(np.float32)
@@ -182,10 +215,27 @@ class PolicyHiddenStateFeaturizer:
         prompt_text, completion_text: turn a context / an action into text (default ``str``).
 
     Returns (call): float32 (B, hidden_size).
+
+    Attributes:
+        dim: D = ``model.config.hidden_size``.
+
+    Raises:
+        TypeError: ``model`` has no ``config.hidden_size`` or ``tokenizer`` is not callable.
+        ValueError: ``max_length`` or ``batch_size`` < 1; at call, a tokenizer with neither a pad
+            nor an eos token.
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_length: int = 512, batch_size: int = 8,
                  prompt_text: Callable[[Any], str] = _as_text, completion_text: Callable[[Any], str] = _as_text) -> None:
+        if not isinstance(getattr(getattr(model, "config", None), "hidden_size", None), (int, np.integer)):
+            raise TypeError(f"model must be a transformers causal LM with config.hidden_size, got {type(model).__name__}: "
+                            "pass e.g. AutoModelForCausalLM.from_pretrained(...) (a frozen copy of the policy)")
+        if not callable(tokenizer):
+            raise TypeError(f"tokenizer must be callable like a transformers tokenizer, got {type(tokenizer).__name__}: "
+                            "pass the model's AutoTokenizer.from_pretrained(...)")
+        for name, v in (("max_length", max_length), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         self.model, self.tokenizer = model, tokenizer
         self.max_length, self.batch_size = int(max_length), int(batch_size)
         self.prompt_text, self.completion_text = prompt_text, completion_text
@@ -202,6 +252,9 @@ class PolicyHiddenStateFeaturizer:
         try:
             self.tokenizer.truncation_side = "left"  # keep the completion
             if pad is None:
+                if getattr(self.tokenizer, "eos_token", None) is None:
+                    raise ValueError("the tokenizer has neither a pad token nor an eos token to pad a batch with: "
+                                     "set tokenizer.pad_token before featurizing")
                 self.tokenizer.pad_token = self.tokenizer.eos_token
             device = next(self.model.parameters()).device
             self.model.eval()
@@ -218,6 +271,10 @@ class PolicyHiddenStateFeaturizer:
             if pad is None:
                 self.tokenizer.pad_token = pad
         return np.concatenate(out).astype(np.float32) if out else np.zeros((0, hidden), np.float32)
+
+    @property
+    def dim(self) -> int:
+        return int(self.model.config.hidden_size)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -386,10 +443,13 @@ class LearnedWorldModel:
         if todo:
             x = np.asarray(self.featurizer([contexts[i] for i in todo], [actions[i] for i in todo]))
             if x.ndim != 2 or x.shape[0] != len(todo):
-                raise ValueError(f"the featurizer must return a (B, D) array for B = {len(todo)} pairs, got shape {x.shape}")
+                raise ValueError(f"the featurizer must return a (B, D) array for B = {len(todo)} pairs, got shape "
+                                 f"{x.shape}: make it return one row of D features per (context, action) pair")
             x = x.astype(np.float32, copy=False)
             if not np.isfinite(x).all():
-                raise ValueError("the featurizer returned non-finite features")
+                raise ValueError(f"the featurizer returned non-finite features (NaN or inf) in "
+                                 f"{int((~np.isfinite(x)).any(axis=1).sum())} of {len(todo)} rows: make it return "
+                                 "finite numbers (e.g. replace a missing value by 0 with an indicator feature)")
             for i, row in zip(todo, x):
                 rows[i] = row
                 if keys[i] is not None:
@@ -400,7 +460,9 @@ class LearnedWorldModel:
             return np.zeros((0, self._dim or 0), np.float32)
         out = np.stack(rows)  # type: ignore[arg-type]
         if self._dim is not None and out.shape[1] != self._dim:
-            raise ValueError(f"the featurizer returned {out.shape[1]} features, the rows stored have {self._dim}")
+            raise ValueError(f"the featurizer returned {out.shape[1]} features, the rows stored have {self._dim}: "
+                             "every pair must get the same D features; after load_state_dict, build the model with "
+                             "the same featurizer as the run that saved the state, or start fresh")
         return out
 
     # ------------------------------------------------------------------ prediction
@@ -589,7 +651,8 @@ class LearnedWorldModel:
         head on the rows it had been fitted on.
 
         Raises:
-            ValueError: another version, or malformed rows (nothing changed then).
+            ValueError: another version, malformed rows, or a saved feature width other than the
+                featurizer's ``dim`` (where it has one; nothing changed then).
         """
         if not isinstance(state, Mapping) or state.get("version") != self.STATE_VERSION:
             raise ValueError(f"learned world-model state version {state.get('version') if isinstance(state, Mapping) else None!r} "
@@ -606,6 +669,12 @@ class LearnedWorldModel:
             if x.size != len(real) * int(dim):
                 raise ValueError(f"learned world-model state: {x.size} feature values for {len(real)} rows of {dim}")
             rows = [r.astype(np.float32) for r in x.reshape(len(real), int(dim))]
+            width = getattr(self.featurizer, "dim", None)
+            if isinstance(width, (int, np.integer)) and not isinstance(width, bool) and int(width) != int(dim):
+                raise ValueError(f"learned world-model state: the saved rows have {int(dim)} features, but this "
+                                 f"model's featurizer ({type(self.featurizer).__name__}) gives {int(width)}: build the "
+                                 "model with the same featurizer as the run that saved the state, or start fresh "
+                                 "(do not load the saved learned_world_model state)")
         gids, members = [int(g) for g in state["group_ids"]], [int(m) for m in state["members"]]
         if not (len(gids) == len(members) == len(real)):
             raise ValueError("learned world-model state: rows, group ids and members differ in length")
