@@ -3,9 +3,9 @@ readers (finding 7). The simulations behind the figures are in benchmarks/rho_ca
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -131,19 +131,21 @@ def test_a_break_moves_rho_whatever_the_raw_scale(scale, offset):
         assert den.n_uncalibrated == 8 and den.n_scored_groups == 160 - 8
 
 
-def test_rho_on_raw_scores_warns_once_when_it_leaves_1(caplog):
+def test_rho_on_raw_scores_warns_once_when_it_leaves_1():
     """Finding 13: with debias=False the disagreement is measured on raw scores (the denoising-
-    only ablation): say so once when ρ leaves 1; with debias=True nothing is said."""
+    only ablation): say so once when ρ leaves 1, as a UserWarning that users and pytest see
+    (it was a log record); with debias=True nothing is said."""
     for debias, expected in ((False, 1), (True, 0)):
         corr = CorrectionConfig(min_pairs=4, refit_every=4, warmup_groups=2, debias=debias).build_corrector()
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # count every call, not Python's once-per-place
             for _ in range(6):
                 corr.correct_group("anchor", [1.0, 3.0, 2.0, 5.0], [0.0, 1.0, 0.0, 1.0])
-        said = [r.getMessage() for r in caplog.records if "raw world-model scores" in r.getMessage()]
+        said = [w for w in caught if "raw world-model scores" in str(w.message)]
         assert len(said) == expected and corr.rho > 1.0
         if said:
-            assert "debias=True" in said[0]
+            assert said[0].category is UserWarning and "debias=True" in str(said[0].message)
+            assert said[0].filename == __file__  # stacklevel: the caller of correct_group
         assert corr.denoiser.n_uncalibrated == (0 if not debias else 1)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -225,13 +226,14 @@ class WMRLCorrector:
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
 
     def _warn_raw_scale_rho(self) -> None:
-        """ρ's warm-up just ended on raw world-model scores (``debias=False``): say what it means."""
-        logger.warning(
+        """ρ's warm-up just ended on raw world-model scores (``debias=False``): say what it means,
+        once, as a ``UserWarning`` (pointing at the caller of :meth:`correct_group`)."""
+        warnings.warn(
             "the anchor weight rho now leaves 1, measured on raw world-model scores (debias=False): their disagreement "
             "includes the world model's scale error ((a - 1)^2 for scores a*r + b), so unless the raw scores are on "
             "the real reward scale rho responds weakly to a change in the world model's quality. Set debias=True "
             "(rho's warm-up then starts after the isotonic map's first fit, on calibrated scores), or denoise=False "
-            "(docs/method.md, 'Inverse-variance denoising').")
+            "(docs/method.md, 'Inverse-variance denoising').", UserWarning, stacklevel=3)
 
     def _flat_map_group(self) -> None:
         """Count a training world-model group scored by a flat map; warn the first time."""
