@@ -422,7 +422,7 @@ class _GrammarPilotPolicy:
     def __init__(self, seed: int = 0) -> None:
         import torch
 
-        from agents.grammar_policy import GrammarPolicy
+        from agents.grammar.policy import GrammarPolicy
 
         torch.set_num_threads(1)
         self.policy = GrammarPolicy(seed=seed)

@@ -185,7 +185,7 @@ def _libero(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``wmrl`` script; returns the exit status (2 for usage errors)."""
-    from agents.vllm_server import ServerError
+    from agents.llm.vllm_server import ServerError
     from wmrl_envs.core import TooManyUngradedError
     from wmrl_envs.sandbox import SandboxUnavailableError
 

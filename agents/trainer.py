@@ -6,7 +6,7 @@ One flat loop, readable top to bottom (in the spirit of CleanRL):
    wrapper's evaluation mode);
 2. per step: sample ``groups_per_step`` training tasks, take each task's context from the
    wrapper (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.begin_group`) and build its prompt,
-   sample G solutions per task (:class:`agents.llm_policy.LLMPolicy`), score every group
+   sample G solutions per task (:class:`agents.llm.policy.LLMPolicy`), score every group
    (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.score_group`: the group step of
    ``wmrl_envs/core``), take the one GRPO step (:func:`agents.grpo.grpo_update`: advantages,
    ρ on anchor rows, ungraded rows dropped); log metrics and write a checkpoint;
@@ -38,7 +38,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
-from agents.train_summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
+from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
 from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.utils import write_json_atomic
 
@@ -255,9 +255,9 @@ def _validate(cfg: TrainConfig) -> None:
 
     if cfg.sandbox not in ("auto", *BACKENDS):
         raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
-    from agents.backbone import DTYPES, resolve_device
+    from agents.llm.backbone import DTYPES, resolve_device
 
-    from agents.tracking import check_report_to
+    from agents.train.tracking import check_report_to
 
     check_report_to(cfg.report_to)  # an unknown tracker, or its package missing
     resolve_device(cfg.device)  # raises on an unknown value or a GPU torch does not see
@@ -337,14 +337,14 @@ def _build(cfg: TrainConfig) -> _Components:
     """
     import torch
 
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
-    from agents.backbone import load_backbone, resolve_device
+    from agents.llm.backbone import load_backbone, resolve_device
 
     if resolve_device(cfg.device).type == "cpu":
         torch.set_num_threads(cfg.threads)
@@ -438,7 +438,7 @@ def evaluate(c: _Components, cfg: TrainConfig) -> dict[str, Any]:
     about; a task left with no graded trajectory is left out (``"n_tasks_ungraded"``).
 
     Returns:
-        :func:`agents.evaluation.avg_at_k`'s dict (percent) plus ``mean_score`` (reward scale),
+        :func:`agents.train.evaluation.avg_at_k`'s dict (percent) plus ``mean_score`` (reward scale),
         ``statuses`` (trajectories by grading status), ``generation_s`` and ``execution_s``
         (seconds), ``n_tasks``, ``k``, ``ungraded`` (``{cause: trajectories}``) and
         ``n_tasks_ungraded``.
@@ -526,7 +526,7 @@ def _eval_result(c: _Components, cfg: TrainConfig, positions: dict[str, list[flo
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
     """
-    from agents.evaluation import avg_at_k
+    from agents.train.evaluation import avg_at_k
     from wmrl_envs.core.ungraded import TooManyUngradedError
 
     n_traj, n_ungraded = len(c.heldout_tasks) * cfg.eval_k, sum(ungraded.values())
@@ -642,16 +642,16 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     if not resume:  # written only once everything is built, so a failed start leaves no folder
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=_json_default)
-    from agents.tracking import Tracker
+    from agents.train.tracking import Tracker
 
     if cfg.vllm_url is not None:  # the policy samples on the server with its adapter pushed
-        from agents.vllm_server import VLLMServerSampler
+        from agents.llm.vllm_server import VLLMServerSampler
 
         c.policy.sampler = VLLMServerSampler(cfg.vllm_url, cfg.vllm_served_model or cfg.model,
                                              adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters")
     elif cfg.vllm_colocate:  # experimental: an in-process engine beside the trainer
-        from agents.backbone import DEFAULT_MODEL
-        from agents.vllm_server import VLLMColocatedSampler
+        from agents.llm.backbone import DEFAULT_MODEL
+        from agents.llm.vllm_server import VLLMColocatedSampler
         from wmrl_envs.world_models.smollm2 import default_cache_dir
 
         base = str(default_cache_dir()) if cfg.model == DEFAULT_MODEL else cfg.model
@@ -909,7 +909,7 @@ def _score_task(wrapper: Any, task_id: str, context: Any, actions: list[str]) ->
 def _rollout_episode(wrapper: Any, policy: Any, task_id: str, spec: Any, ledger: Any = None) -> tuple[list[Any], list[Any], Any]:
     """One multi-turn episode of ``task_id`` through the wrapper's per-episode API.
 
-    Each turn: the prompt with the earlier turns (:meth:`agents.llm_policy.LLMPolicy.build_prompt`'s
+    Each turn: the prompt with the earlier turns (:meth:`agents.llm.policy.LLMPolicy.build_prompt`'s
     ``history``: each completion and the feedback it got, real on anchor groups and predicted by
     the world model on world-model groups), one completion sampled, the action stepped. The
     episode ends when the wrapper says so (its last turn, or an ungraded real turn).
@@ -948,10 +948,10 @@ def _multi_turn_groups(c: _Components, cfg: TrainConfig, task_ids: list[str], sp
     which holds the earlier turns), so every turn's tokens enter the loss with the episode's advantage.
 
     Returns:
-        ``(samples, turn_rollout)``: a :class:`agents.llm_policy.PolicySamples` with one row per
+        ``(samples, turn_rollout)``: a :class:`agents.llm.policy.PolicySamples` with one row per
         turn, and per row the flat index (group × G + episode) of the episode it belongs to.
     """
-    from agents.llm_policy import PolicySamples
+    from agents.llm.policy import PolicySamples
     from wmrl_envs.wrappers.common import group_rollout
 
     prompt_ids, completion_ids, texts, turn_rollout = [], [], [], []
@@ -1026,7 +1026,7 @@ def _async_groups(c: _Components, cfg: TrainConfig, step: int, task_ids: list[st
 
     Returns:
         ``(groups, samples, old_logprobs, record)``: the :class:`~wmrl_envs.wrappers.GroupRollout`
-        objects to train on, their completions as one :class:`~agents.llm_policy.PolicySamples`
+        objects to train on, their completions as one :class:`~agents.llm.policy.PolicySamples`
         (rows group after group), a float32 (rows, T) tensor of recorded log-probabilities (NaN:
         none, the on-policy value is used) or ``None``, and the step's asynchrony figures for
         metrics.jsonl (``anchors_submitted``, ``anchors_arrived``, ``anchor_staleness`` (steps),
@@ -1034,7 +1034,7 @@ def _async_groups(c: _Components, cfg: TrainConfig, step: int, task_ids: list[st
     """
     import torch
 
-    from agents.llm_policy import PolicySamples
+    from agents.llm.policy import PolicySamples
     from wmrl_envs.core import ANCHOR, UPDATE
 
     policy, g_size = c.policy, cfg.group_size

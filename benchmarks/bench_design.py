@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from agents.evaluation import avg_at_k_estimate, expected_best_of_k  # noqa: F401  (re-exported: this script measures them)
+from agents.train.evaluation import avg_at_k_estimate, expected_best_of_k  # noqa: F401  (re-exported: this script measures them)
 
 __all__ = ["CachedEvaluator", "cost_summary", "measure_execution_costs", "main"]
 
@@ -89,7 +89,7 @@ class CachedEvaluator:
 
     The per-task term is :func:`expected_best_of_k` of ``draws`` trajectories (``draws == k``:
     avg@k of one draw of k); categories and the overall score are
-    aggregated as in :func:`agents.evaluation.avg_at_k` (tasks averaged within a category, then
+    aggregated as in :func:`agents.train.evaluation.avg_at_k` (tasks averaged within a category, then
     categories averaged).
 
     Args:
@@ -129,7 +129,7 @@ class CachedEvaluator:
 
     def __call__(self, agent: Any, snap: Any, eval_seed: int) -> dict[str, Any]:
         """avg@k of ``snap`` under evaluation seed ``eval_seed``: ``{"overall", "per_category",
-        "per_task", "ungraded"}`` (percent, :func:`agents.evaluation.avg_at_k`)."""
+        "per_task", "ungraded"}`` (percent, :func:`agents.train.evaluation.avg_at_k`)."""
         from wmrl_envs.envs.autoresearch.tasks import get_task
 
         agent.restore(snap)

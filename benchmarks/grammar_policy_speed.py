@@ -1,6 +1,6 @@
 """GrammarPolicy speed: sampling and log-probs of a GRPO step's programs, against one real execution.
 
-The benchmark agent (:class:`agents.grammar_policy.GrammarPolicy`) must cost next to nothing
+The benchmark agent (:class:`agents.grammar.policy.GrammarPolicy`) must cost next to nothing
 beside the programs it writes, so that execution dominates the cost of real-execution GRPO as
 in the paper. This script times ``sample`` and ``log_probs`` + ``backward`` on 4 tasks x G
 programs (one thread) and prints each in milliseconds and as a ratio to the median seconds of
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from agents.grammar_policy import GrammarPolicy
+    from agents.grammar.policy import GrammarPolicy
     from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
 
     torch.set_num_threads(1)

@@ -32,7 +32,7 @@ def main() -> None:
     from scipy.stats import spearmanr
 
     torch.set_num_threads(1)
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel

@@ -1,6 +1,6 @@
 """Log real executions of grammar-policy programs: the training data of the embedding world model.
 
-Samples programs from an untrained :class:`agents.grammar_policy.GrammarPolicy` (the
+Samples programs from an untrained :class:`agents.grammar.policy.GrammarPolicy` (the
 ``init="prior"`` policy, plus a share from the ``init="uniform"`` one, which makes more
 mistakes) on every training task — and optionally on the held-out tasks, flagged with their
 ``split`` — executes each for real in the sandbox (bubblewrap by default; ``--workers``
@@ -95,7 +95,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from agents.grammar_policy import GrammarPolicy
+    from agents.grammar.policy import GrammarPolicy
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits

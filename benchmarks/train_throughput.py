@@ -75,9 +75,9 @@ def measure_components(folder: Path, args: Any, device: Any) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from agents.backbone import load_backbone
+    from agents.llm.backbone import load_backbone
     from agents.grpo import GRPOUpdateConfig, grpo_update
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import torch
 
-    from agents.backbone import resolve_device, resolve_dtype
+    from agents.llm.backbone import resolve_device, resolve_dtype
     from agents.trainer import TrainConfig, train
     from wmrl_envs.core import CorrectionConfig
 

@@ -4,9 +4,9 @@ seconds per trajectory, peak memory.
 No weights are needed (none can be downloaded here): the models are built from configurations of
 the published shapes and initialised at random, which costs the same compute as the real ones.
 
-* **Policy**: MiniVLA-1B's architecture (:data:`agents.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
+* **Policy**: MiniVLA-1B's architecture (:data:`agents.vla.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
   with registers and SigLIP so400m/14 at 224 px, 256 image tokens, the fused-GELU-MLP projector,
-  Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.prismatic.load_prismatic_vla` builds
+  Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.vla.prismatic.load_prismatic_vla` builds
   it for a real run, in a ``VLAPolicy`` with LoRA. The last block of each tower is not built (its
   output is unused; openvla-mini's timm towers still compute it, ~4% of their FLOPs). The prompt is 49 tokens long, the length of
   MiniVLA's prompt for ``libero_10`` task 0 with the real Qwen2.5 tokenizer
@@ -76,8 +76,8 @@ def build_policy(device: str, dtype: torch.dtype, tiny: bool = False):
     toy sizes, for the smoke test)."""
     import dataclasses
 
-    from agents.prismatic import MINIVLA_SHAPES, PrismaticProcessor, build_prismatic_vla
-    from agents.vla_policy import VLAPolicy, build_tiny_vla
+    from agents.vla.prismatic import MINIVLA_SHAPES, PrismaticProcessor, build_prismatic_vla
+    from agents.vla.policy import VLAPolicy, build_tiny_vla
 
     _, tiny_processor = build_tiny_vla()  # an offline byte-level tokenizer (no Qwen2.5 download)
     tok = tiny_processor.tokenizer
@@ -165,7 +165,7 @@ def main() -> None:
             act = _timed(lambda: policy.act(obs, group_size=1), args.repeats, device)
         step_s = act["wall_s"]["median"]
         out["policy"] = {
-            "architecture": "MiniVLA (agents.prismatic.MINIVLA_SHAPES)", "params": n_params, "dtype": str(dtype),
+            "architecture": "MiniVLA (agents.vla.prismatic.MINIVLA_SHAPES)", "params": n_params, "dtype": str(dtype),
             "prompt_tokens": PROMPT_TOKENS, "build_s": round(build_s, 1), "act_group": act,
             "group_steps_per_s": 1.0 / step_s, "policy_steps_per_s": g / step_s,
             "episode_520_steps_s": 520 * step_s, "peak_mb": _peak_mb(device),

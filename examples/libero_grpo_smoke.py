@@ -5,7 +5,7 @@ episode; :class:`wmrl_envs.AnchoredWorldModelWrapper` (``mode="reward"``) routes
 G episodes — which share one initial state from the training split (states 0-15) — either to
 the simulator's sparse success (anchor groups) or to a Robometer reward (world-model groups,
 where the real success is withheld); the anchor pairs feed the isotonic debiaser and ρ; the
-policy (:class:`agents.vla_policy.VLAPolicy`, OpenVLA-style binned action tokens + LoRA) takes
+policy (:class:`agents.vla.policy.VLAPolicy`, OpenVLA-style binned action tokens + LoRA) takes
 one GRPO step per group, every step of an episode carrying its episode's advantage.
 
 Neither MiniVLA nor Robometer weights can be downloaded here, so by default both are tiny
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
-    from agents.vla_policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
+    from agents.vla.policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.libero import LiberoEnv
     from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer

@@ -6,7 +6,7 @@ real in the bubblewrap sandbox, and their (world-model, real) pairs calibrate th
 through :mod:`agents.adapters.trl` (Yang et al., arXiv 2608.12564; ``docs/method.md``).
 
 The agent writes the ``model = ...`` line of each task's working starter script (``"line"``
-mode of :class:`agents.llm_policy.LLMPolicy`, whose prompts and completion-to-script mapping
+mode of :class:`agents.llm.policy.LLMPolicy`, whose prompts and completion-to-script mapping
 are reused here; a 135M model cannot write whole scripts). World models:
 
 * ``embedding`` (default, fast): :class:`~wmrl_envs.envs.autoresearch.EmbeddingWorldModel`, a
@@ -100,7 +100,7 @@ def build(args: Args) -> dict[str, Any]:
     from trl import GRPOConfig
 
     from agents.adapters.trl import WMRLGRPOTrainer, WMRLRewardFunction
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths

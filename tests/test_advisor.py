@@ -272,7 +272,7 @@ def test_correction_loop_feeds_the_advisor_from_training_anchor_groups_only(tmp_
 
 
 def test_train_summary_prices_the_same_rollouts_under_real_grpo_and_gives_the_advice():
-    from agents.train_summary import _advice_rows, anchor_advice, cost_vs_real_grpo
+    from agents.train.summary import _advice_rows, anchor_advice, cost_vs_real_grpo
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
 
     ledger = CostLedger()

@@ -1,4 +1,4 @@
-"""Any backbone on any device (agents/backbone.py; issue: the main job at GPU scale).
+"""Any backbone on any device (agents/llm/backbone.py; issue: the main job at GPU scale).
 
 A tiny random LLaMA written into a folder the way ``save_pretrained`` writes any hub model stands
 in for "another backbone" (no download here); it carries SmolLM2's real tokenizer and chat
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.backbone import load_backbone, resolve_device, resolve_dtype
+from agents.llm.backbone import load_backbone, resolve_device, resolve_dtype
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def _samples(policy, n_groups=2, g=3):
 
 def test_full_finetuning_trains_every_weight_against_a_frozen_copy(tiny_folder):
     from agents.grpo import GRPOUpdateConfig, grpo_step
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
 
     model, tok = load_backbone(str(tiny_folder), device="cpu")
     n_weights = sum(p.numel() for p in model.parameters())
@@ -106,7 +106,7 @@ def test_full_finetuning_trains_every_weight_against_a_frozen_copy(tiny_folder):
 
 
 def test_gradient_checkpointing_gives_the_same_logprobs_and_gradients(tiny_folder):
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
 
     grads, lps = [], []
     for ckpt in (False, True):
@@ -167,7 +167,7 @@ def test_wmrl_train_on_another_backbone_full_finetuning_with_its_own_judge(tiny_
 def test_a_turns_feedback_is_in_the_next_turns_prompt(tiny_folder):
     """LLMPolicy.build_prompt(history=...) and the trainer's episode loop: what the wrapper returns
     as the observation's feedback (real or predicted) is what the next turn is prompted with."""
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from agents.trainer import _rollout_episode
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
@@ -274,7 +274,7 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
     """executor='ray' bookkeeping (agents.trainer._async_groups) with a scripted scorer: an anchor
     group that arrives a step late trains with the log-probabilities recorded when it was sampled;
     one older than max_staleness only feeds the corrections."""
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from agents.trainer import PRESETS, _async_groups, _Components
     from wmrl_envs.core import CostLedger
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
@@ -377,7 +377,7 @@ def test_the_update_builds_every_tensor_on_the_models_device(tiny_folder):
     elsewhere. Sampling calls transformers' ``generate``, which builds default-device tensors of
     its own; there the test checks that what the policy hands it is on the model's device."""
     from agents.grpo import GRPOUpdateConfig, grpo_update
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
     model, tok = load_backbone(str(tiny_folder), device="cpu")
@@ -427,7 +427,7 @@ def test_the_throughput_script_runs_on_a_tiny_shape(tmp_path):
 
 
 def test_anchor_groups_that_complete_out_of_order_each_train_with_their_own_logprobs(tiny_folder):
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
     from agents.trainer import PRESETS, _async_groups, _Components
     from wmrl_envs.core import CostLedger
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks

@@ -373,7 +373,7 @@ def test_evaluate_snapshot_cache_draws_and_what_is_never_cached(monkeypatch):
 
 
 def grading_best_of_k(xs, k):
-    from agents.evaluation import expected_best_of_k
+    from agents.train.evaluation import expected_best_of_k
 
     return expected_best_of_k(xs, k)
 

@@ -97,7 +97,7 @@ def test_cost_summary():
 
 
 def test_avg_at_k_estimate_aggregates_like_avg_at_k_and_truncates_draws():
-    from agents.evaluation import avg_at_k
+    from agents.train.evaluation import avg_at_k
 
     positions = {"a": [0.25, None, 1.0, 0.5], "b": [0.5, 0.5, 0.0, 1.0], "c": [None, 0.75, 0.25, 0.0]}
     cats = {"a": "x", "b": "x", "c": "y"}

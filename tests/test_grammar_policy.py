@@ -1,4 +1,4 @@
-"""Tests of ``agents.grammar`` and ``agents.grammar_policy``: grammar, exact log-probabilities, sampling, code, GRPO.
+"""Tests of ``agents.grammar.programs`` and ``agents.grammar.policy``: grammar, exact log-probabilities, sampling, code, GRPO.
 
 Most tests use a tiny hand-made grammar with random parameters (so probabilities can be
 computed by hand); the code tests use the default grammars on real tasks, and one test runs a
@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from agents.grammar import (
+from agents.grammar.programs import (
     CONTEXT_FEATURES,
     GRAMMARS,
     Family,
@@ -25,7 +25,7 @@ from agents.grammar import (
     build_program,
     task_context,
 )
-from agents.grammar_policy import GrammarPolicy
+from agents.grammar.policy import GrammarPolicy
 from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
 
 torch.set_num_threads(1)
@@ -201,7 +201,7 @@ def test_sampling_and_log_prob_are_batched_per_problem_type(monkeypatch):
     less than their executions; timed, not asserted, by ``benchmarks/grammar_policy_speed.py``):
     one log-probability table per problem type per
     call, whatever the number of programs, and task contexts derived once, then cached."""
-    import agents.grammar as gp
+    import agents.grammar.programs as gp
 
     pol = GrammarPolicy(seed=0)
     tasks = [CLF_TASK, REG_TASK, "land-cover", "credit-default"]  # 3 classification, 1 regression

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.evaluation import avg_at_k
+from agents.train.evaluation import avg_at_k
 from agents.grpo import (
     GRPOPolicy,
     GRPOUpdateConfig,

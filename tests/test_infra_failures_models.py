@@ -142,7 +142,7 @@ def test_trainer_evaluation_leaves_ungraded_trajectories_out(tmp_path):
 
 
 def test_trainer_summary_reports_ungraded_counts():
-    from agents.train_summary import summary_markdown
+    from agents.train.summary import summary_markdown
 
     ev = {"k": 2, "overall": 10.0, "mean_score": 0.3, "ungraded": {SANDBOX_UNAVAILABLE: 1}}
     s = {

@@ -50,7 +50,7 @@ def test_real_checkpoints_get_their_action_statistics_and_prompt(tmp_path):
     from types import SimpleNamespace
 
     from agents.experiments.libero_protocol import _action_stats, _prompt_template
-    from agents.vla_policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
+    from agents.vla.policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
 
     stats = {"libero_10_no_noops": {"action": {"q01": [0.0] * 7, "q99": [2.0] * 7}}}
     cfg = LiberoProtocolConfig(vla=str(tmp_path))
@@ -77,7 +77,7 @@ def test_a_vq_checkpoint_gets_its_vq_tokenizer_and_is_never_read_as_bins(tmp_pat
     from pathlib import Path
     from types import SimpleNamespace
 
-    from agents.action_tokenizer import VQActionTokenizer
+    from agents.vla.action_tokenizer import VQActionTokenizer
     from agents.experiments.libero_protocol import _action_tokenizer
 
     golden_vq = Path(__file__).parent / "golden" / "minivla" / "vq"
@@ -164,7 +164,7 @@ def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_p
     import shutil
     from pathlib import Path
 
-    import agents.prismatic as prismatic
+    import agents.vla.prismatic as prismatic
 
     pytest.importorskip("libero.libero", reason="LIBERO not installed (pip install -e '.[libero]')")
     golden = Path(__file__).parent / "golden" / "prismatic"

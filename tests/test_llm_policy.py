@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agents.grpo import grpo_loss
-from agents.llm_policy import LLMPolicy, extract_code
+from agents.llm.policy import LLMPolicy, extract_code
 
 torch.set_num_threads(1)
 
@@ -116,7 +116,7 @@ def test_grpo_logprobs_index_flat_rows_and_the_one_grpo_step_trains_the_policy(t
     """LLMPolicy is an agents.grpo.GRPOPolicy: flat rows (group after group) map to the groups'
     completions; grpo_update with one backward per group equals the hand-written per-group step."""
     from agents.grpo import GRPOPolicy, GRPOUpdateConfig, group_advantages, grpo_update
-    from agents.llm_policy import PolicySamples
+    from agents.llm.policy import PolicySamples
 
     pol = LLMPolicy(tiny_model(tokenizer), tokenizer, temperature=0.7)
     assert isinstance(pol, GRPOPolicy)
@@ -231,7 +231,7 @@ def test_sample_leaves_the_global_rng_alone_and_is_reproducible(tokenizer):
 
 
 def test_draw_tokens_follows_the_tempered_softmax():
-    from agents.llm_policy import _draw_tokens
+    from agents.llm.policy import _draw_tokens
 
     logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0])
     for temperature in (0.5, 1.0, 2.0):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.action_tokenizer import ActionTokenizer, VQActionTokenizer
+from agents.vla.action_tokenizer import ActionTokenizer, VQActionTokenizer
 
 GOLDEN = Path(__file__).parent / "golden" / "minivla"
 
@@ -115,7 +115,7 @@ def test_vq_loads_without_pickled_code(golden):
 def test_prompt_text_matches_the_authors_prompt_builders(template_name, key):
     """MiniVLA's QwenPromptBuilder / OpenVLA's PurePromptBuilder fed predict_action's user turn
     (openvla.py l.53-55, instruction lower-cased), for the ten libero_10 instructions."""
-    import agents.vla_policy as vla
+    import agents.vla.policy as vla
 
     ref = json.loads((GOLDEN / "prompts.json").read_text())
     policy = object.__new__(vla.VLAPolicy)  # build_prompt reads only these two attributes

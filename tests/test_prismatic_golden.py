@@ -5,8 +5,8 @@ toy-width MiniVLA (``prism-qwen25-extra-dinosiglip-224px+0_5b``: DINOv2 + SigLIP
 fused-GELU-MLP projector, Qwen2 LM with 256 extra tokens) with openvla-mini's code, saves it in
 their run layout, loads it back with their ``load_vla`` and records pixels, prompt ids, logits and
 ``predict_action``'s greedy actions (no wmrl import; ``meta.json`` names the versions). Here the
-same folder is loaded with :func:`agents.prismatic.load_prismatic_vla` (transformers' DINOv2 /
-SigLIP / Qwen2, no timm) and driven through :class:`agents.vla_policy.VLAPolicy` as GRPO does.
+same folder is loaded with :func:`agents.vla.prismatic.load_prismatic_vla` (transformers' DINOv2 /
+SigLIP / Qwen2, no timm) and driven through :class:`agents.vla.policy.VLAPolicy` as GRPO does.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.action_tokenizer import load_action_stats, unnormalize_actions
-from agents.prismatic import (
+from agents.vla.action_tokenizer import load_action_stats, unnormalize_actions
+from agents.vla.prismatic import (
     PRISMATIC_BASE_VLMS,
     PrismaticFormatError,
     load_prismatic_vla,
@@ -29,7 +29,7 @@ from agents.prismatic import (
     prismatic_tokenizer,
     prismatic_vq_folder,
 )
-from agents.vla_policy import MINIVLA_QWEN_PROMPT, VLAPolicy, VLASamples, VLAWeightsNotFoundError, load_vla
+from agents.vla.policy import MINIVLA_QWEN_PROMPT, VLAPolicy, VLASamples, VLAWeightsNotFoundError, load_vla
 
 GOLDEN = Path(__file__).parent / "golden" / "prismatic"
 META = json.loads((GOLDEN / "meta.json").read_text())
@@ -132,7 +132,7 @@ def test_greedy_actions_match_predict_action(policy, golden, prompts):
 
 
 def test_load_vla_reads_a_prismatic_run_with_its_tokenizer_folder(tmp_path, golden, prompts, monkeypatch):
-    import agents.prismatic as prismatic
+    import agents.vla.prismatic as prismatic
 
     run = tmp_path / "minivla-run"
     shutil.copytree(GOLDEN / "run", run)
@@ -241,7 +241,7 @@ def test_real_qwen25_prompt_ids_match_the_authors():
 
 def test_minivla_shapes_build_the_published_architecture():
     """MINIVLA_SHAPES (the benchmark's model) builds, on the meta device, MiniVLA's towers and LM."""
-    from agents.prismatic import MINIVLA_SHAPES, build_prismatic_vla
+    from agents.vla.prismatic import MINIVLA_SHAPES, build_prismatic_vla
 
     with torch.device("meta"):
         model = build_prismatic_vla(MINIVLA_SHAPES)
@@ -258,7 +258,7 @@ def test_minivla_shapes_build_the_published_architecture():
 def test_a_tokenizer_that_would_shift_the_action_ids_is_refused(tmp_path, monkeypatch):
     """Tokens added after the 256 extras, or a different base vocabulary (e.g. Qwen3's, 4 tokens
     longer), would move every action bin: refused, whatever the tokenizer's class."""
-    import agents.prismatic as prismatic
+    import agents.vla.prismatic as prismatic
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     generic = PreTrainedTokenizerFast.from_pretrained(str(GOLDEN / "tokenizer"))  # not a Qwen2 class

@@ -1,4 +1,4 @@
-"""--report-to: the per-step metrics mirrored to TensorBoard / W&B (agents/tracking.py)."""
+"""--report-to: the per-step metrics mirrored to TensorBoard / W&B (agents/train/tracking.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from agents.tracking import Tracker, check_report_to, scalars
+from agents.train.tracking import Tracker, check_report_to, scalars
 
 RECORD = {"step": 3, "reward_mean": 0.25, "rho": 2.0, "realised_anchor_fraction": 0.1, "real_score_mean": None,
           "routes": ["anchor", "world_model"], "stopped": False, "loss": float("nan"),
@@ -70,7 +70,7 @@ def test_wandb_run_is_continued_on_resume(tmp_path, monkeypatch):
 
     fake = types.SimpleNamespace(init=lambda **kw: (calls.append(("init", kw)), Run())[1])
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    monkeypatch.setattr("agents.tracking.check_report_to", lambda r: None)
+    monkeypatch.setattr("agents.train.tracking.check_report_to", lambda r: None)
     tr = Tracker("wandb", tmp_path, {"seed": 0})
     tr.log(RECORD, 3)
     tr.close()

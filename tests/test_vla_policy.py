@@ -1,4 +1,4 @@
-"""VLAPolicy (and its ActionTokenizer, agents.action_tokenizer) on a tiny randomly initialised LLaVA (SigLIP + Qwen2), built offline.
+"""VLAPolicy (and its ActionTokenizer, agents.vla.action_tokenizer) on a tiny randomly initialised LLaVA (SigLIP + Qwen2), built offline.
 
 Fast (a few seconds): tokenizer round trip and edges, action sampling restricted to the action
 ids, log-probs consistent with sampling and with a plain full forward, the frozen reference,
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-import agents.vla_policy as vla_mod
-from agents.action_tokenizer import ActionTokenizer, unnormalize_actions
+import agents.vla.policy as vla_mod
+from agents.vla.action_tokenizer import ActionTokenizer, unnormalize_actions
 from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
-from agents.prismatic import PrismaticFormatError
-from agents.vla_policy import (
+from agents.vla.prismatic import PrismaticFormatError
+from agents.vla.policy import (
     OPENVLA_PROMPT,
     VLAPolicy,
     VLASamples,
@@ -211,7 +211,7 @@ def test_act_with_minivla_vq_tokenizer(observations):
     log-probabilities cover those 3 tokens."""
     from pathlib import Path
 
-    from agents.action_tokenizer import VQActionTokenizer
+    from agents.vla.action_tokenizer import VQActionTokenizer
 
     vq = VQActionTokenizer(N_VOCAB, Path(__file__).parent / "golden" / "minivla" / "vq")
     pol = make_policy(action_tokenizer=vq, seed=2)
@@ -393,7 +393,7 @@ NORM_STATS = {  # the layout of an OpenVLA/MiniVLA checkpoint's norm_stats / dat
 def test_action_stats_key_choice_follows_the_authors_eval(tmp_path):
     """openvla-mini experiments/robot/libero/run_libero_eval.py l.105-117: the suite name, else
     suite + "_no_noops"; modeling_prismatic.py _check_unnorm_key: None takes the only dataset."""
-    from agents.action_tokenizer import load_action_stats
+    from agents.vla.action_tokenizer import load_action_stats
 
     st = load_action_stats(NORM_STATS, "libero_10")  # falls back to libero_10_no_noops
     np.testing.assert_allclose(st["q99"], NORM_STATS["libero_10_no_noops"]["action"]["q99"])
@@ -417,7 +417,7 @@ def test_libero_env_actions_follow_the_authors_eval():
     """Un-normalisation (prismatic/models/vlas/openvla.py l.98-105), then the gripper from [0, 1]
     to sign(2x - 1) (experiments/robot/robot_utils.py normalize_gripper_action l.98-115,
     binarize=True) and flipped (invert_gripper_action l.118-125; run_libero_eval.py l.245-251)."""
-    from agents.action_tokenizer import libero_env_actions, load_action_stats
+    from agents.vla.action_tokenizer import libero_env_actions, load_action_stats
 
     st = load_action_stats(NORM_STATS, "libero_10")
     a = np.array([[1.0, -1.0, 0.0, 0.5, -0.5, 0.0, 0.9], [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1]])

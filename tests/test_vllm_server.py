@@ -1,4 +1,4 @@
-"""The policy sampling on a vLLM server with its LoRA adapter pushed each step (agents/vllm_server.py).
+"""The policy sampling on a vLLM server with its LoRA adapter pushed each step (agents/llm/vllm_server.py).
 
 A scripted HTTP server on localhost stands in for ``vllm serve`` here (no vLLM on these machines):
 it answers vLLM's three endpoints the way vLLM documents them and records every request, so
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.vllm_server import ServerError, VLLMServerSampler
+from agents.llm.vllm_server import ServerError, VLLMServerSampler
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def _policy(tmp_path_factory, tokenizer, **kw):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agents.llm_policy import LLMPolicy
+    from agents.llm.policy import LLMPolicy
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
@@ -175,7 +175,7 @@ def test_the_colocated_engine_gets_the_adapter_as_a_lora_request(tokenizer, tmp_
     import sys
     import types
 
-    from agents.vllm_server import VLLMColocatedSampler
+    from agents.llm.vllm_server import VLLMColocatedSampler
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
     calls = []

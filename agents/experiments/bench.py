@@ -141,7 +141,7 @@ class BenchConfig:
     the untrained grammar policy scores 27.5 at avg@1 but 74 at avg@8 (docs/autoresearch.md)."""
     eval_draws: int = 8
     """Trajectories sampled per held-out task and snapshot (>= eval_k); avg@k is estimated from all
-    of them (agents.evaluation.avg_at_k_estimate), so more draws = less evaluation noise."""
+    of them (agents.train.evaluation.avg_at_k_estimate), so more draws = less evaluation noise."""
     eval_parallel: int = 2
     """Concurrent sandboxed executions during evaluation."""
     exec_parallel: int = 2
@@ -418,7 +418,7 @@ def evaluate_snapshot(
     """Held-out avg@k of one snapshot with real execution (``parallel`` runs at a time).
 
     ``draws`` (>= k; default k) trajectories are sampled per task and avg@k is estimated from
-    them without bias (:func:`agents.evaluation.avg_at_k_estimate`: the mean best over all
+    them without bias (:func:`agents.train.evaluation.avg_at_k_estimate`: the mean best over all
     subsets of k), which has a lower variance than one draw of k.
 
     With ``cache`` (a dict shared by the evaluations of one benchmark), a (task id, program
@@ -442,7 +442,7 @@ def evaluate_snapshot(
     """
     import logging
 
-    from agents.evaluation import avg_at_k_estimate
+    from agents.train.evaluation import avg_at_k_estimate
     from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, TooManyUngradedError
     from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
     from wmrl_envs.envs.autoresearch.tasks import get_task
@@ -546,7 +546,7 @@ def check_bench_config(cfg: BenchConfig) -> None:
             raise ValueError(f"{', '.join(given)} apply to the LLM agent and the LLM world model (--agent llm, "
                              "--world-model llm); this run uses neither")
     if cfg.agent == "llm" or cfg.world_model == "llm":
-        from agents.backbone import DTYPES, resolve_device
+        from agents.llm.backbone import DTYPES, resolve_device
 
         resolve_device(cfg.device)  # an unknown value, or a GPU torch does not see
         if cfg.dtype not in DTYPES:
@@ -1014,7 +1014,7 @@ def headline_lines(results: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------------- agents and factories
 class GrammarBenchAgent:
-    """:class:`agents.grammar_policy.GrammarPolicy` behind the :class:`BenchAgent` protocol.
+    """:class:`agents.grammar.policy.GrammarPolicy` behind the :class:`BenchAgent` protocol.
 
     Each grammar choice is a "token"; :meth:`update` is the one GRPO step
     (:func:`agents.grpo.grpo_step`) on the per-choice log-probabilities, one Adam step per
@@ -1025,7 +1025,7 @@ class GrammarBenchAgent:
                  num_iterations: int = 1) -> None:
         import torch
 
-        from agents.grammar_policy import GrammarPolicy
+        from agents.grammar.policy import GrammarPolicy
         from agents.grpo import GRPOUpdateConfig
 
         self.policy = GrammarPolicy(seed=seed)
@@ -1057,8 +1057,8 @@ class GrammarBenchAgent:
 
 
 class LLMBenchAgent:
-    """The LLM agent of ``wmrl train`` (:class:`agents.llm_policy.LLMPolicy`, ``model`` + LoRA on
-    ``device`` (:func:`agents.backbone.load_backbone`), line mode) behind the :class:`BenchAgent`
+    """The LLM agent of ``wmrl train`` (:class:`agents.llm.policy.LLMPolicy`, ``model`` + LoRA on
+    ``device`` (:func:`agents.llm.backbone.load_backbone`), line mode) behind the :class:`BenchAgent`
     protocol — the GPU-scale configuration of the benchmark (``wmrl bench --agent llm``). :meth:`update` is the GRPO step of ``wmrl train``
     (:func:`agents.grpo.grpo_step`, one backward per group, one AdamW step per epoch).
     """
@@ -1069,9 +1069,9 @@ class LLMBenchAgent:
                  dtype: str = "auto") -> None:
         import torch
 
-        from agents.backbone import load_backbone
+        from agents.llm.backbone import load_backbone
         from agents.grpo import GRPOUpdateConfig
-        from agents.llm_policy import LLMPolicy
+        from agents.llm.policy import LLMPolicy
 
         torch.manual_seed(seed)
         backbone, tokenizer = load_backbone(model, device=device, dtype=dtype)
@@ -1119,7 +1119,7 @@ def build_world_model(cfg: BenchConfig, seed: int = 0) -> Any:
             return DegradedWorldModel(wm, information=cfg.wm_information, seed=seed)
         return wm
     if cfg.world_model == "llm":
-        from agents.backbone import load_backbone
+        from agents.llm.backbone import load_backbone
         from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
 
         # the agent's backbone as loaded (its own frozen copy: the agent trains another)
@@ -1161,7 +1161,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
     from wmrl_envs.sandbox import make_sandbox
 
-    from agents.backbone import resolve_device
+    from agents.llm.backbone import resolve_device
     from agents.grpo import GRPOUpdateConfig
 
     check_bench_config(cfg)

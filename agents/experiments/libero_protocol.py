@@ -85,7 +85,7 @@ class LiberoProtocolConfig:
     """AdamW learning rate of the LoRA weights."""
     vla: str | None = None
     """The SFT policy: a local MiniVLA/OpenVLA checkpoint, Hugging Face format or a MiniVLA run folder in
-    the authors' Prismatic format (``agents.prismatic``; None: a tiny random VLA)."""
+    the authors' Prismatic format (``agents.vla.prismatic``; None: a tiny random VLA)."""
     robometer: str | None = None
     """A local Robometer checkpoint (None: a tiny random Robometer)."""
     device: str = "auto"
@@ -180,9 +180,9 @@ def _members(batched: dict[str, Any], g: int) -> list[dict[str, Any]]:
 def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, greedy: bool,
              action_stats: dict[str, Any] | None) -> tuple[list, list]:
     """G episodes of ``task`` (member i from ``states[i]``), stepped together; the policy's
-    normalised actions reach LIBERO through :func:`agents.action_tokenizer.libero_env_actions`.
+    normalised actions reach LIBERO through :func:`agents.vla.action_tokenizer.libero_env_actions`.
     Returns per member ``(observations, samples)`` and the results of :func:`rollout_group`."""
-    from agents.action_tokenizer import libero_env_actions
+    from agents.vla.action_tokenizer import libero_env_actions
     from wmrl_envs.envs.libero.vector import rollout_group
 
     vec = envs.get(task)
@@ -233,7 +233,7 @@ def _device(cfg: LiberoProtocolConfig) -> tuple[str, Any]:
 def _prompt_template(processor: Any, model: Any = None) -> str:
     """MiniVLA's Qwen chat prompt for a Prismatic run with a Qwen2.5 LM or a Qwen2 tokenizer,
     OpenVLA's prompt otherwise."""
-    from agents.vla_policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
+    from agents.vla.policy import MINIVLA_QWEN_PROMPT, OPENVLA_PROMPT
 
     llm = str(getattr(getattr(model, "config", None), "llm_backbone_id", "") or "")
     if llm.startswith("qwen25"):
@@ -243,21 +243,21 @@ def _prompt_template(processor: Any, model: Any = None) -> str:
 
 
 def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> Any:
-    """A :class:`~agents.action_tokenizer.VQActionTokenizer` for a MiniVLA VQ checkpoint, else None
-    (VLAPolicy's 256 bins, ending where :func:`~agents.vla_policy.default_action_vocab_size` says).
+    """A :class:`~agents.vla.action_tokenizer.VQActionTokenizer` for a MiniVLA VQ checkpoint, else None
+    (VLAPolicy's 256 bins, ending where :func:`~agents.vla.policy.default_action_vocab_size` says).
 
     The VQ folder is ``--vq``, else for a Prismatic run (``model.config.action_tokenizer`` names its
     action tokenizer) ``<vla>/vq/<that tokenizer's VQ folder>`` or ``<vla>/vq``
-    (:func:`agents.prismatic.prismatic_vq_folder`), else ``<vla>/vq`` when it holds a config.json.
+    (:func:`agents.vla.prismatic.prismatic_vq_folder`), else ``<vla>/vq`` when it holds a config.json.
 
     Raises:
         ValueError: the checkpoint's config names a VQ action tokenizer but no VQ folder is found
             (decoding its tokens as bins would give wrong actions silently), or ``--vq`` is given
             for a Prismatic run trained with bins.
     """
-    from agents.action_tokenizer import VQActionTokenizer
-    from agents.prismatic import prismatic_vq_folder
-    from agents.vla_policy import default_action_vocab_size
+    from agents.vla.action_tokenizer import VQActionTokenizer
+    from agents.vla.prismatic import prismatic_vq_folder
+    from agents.vla.policy import default_action_vocab_size
 
     tokenizer = getattr(processor, "tokenizer", processor)
     run_tokenizer = getattr(getattr(model, "config", None), "action_tokenizer", None)  # Prismatic runs
@@ -290,7 +290,7 @@ def _action_stats(cfg: LiberoProtocolConfig, model: Any) -> dict[str, Any] | Non
     Raises:
         ValueError: a real checkpoint without statistics for the dataset (says which it has).
     """
-    from agents.action_tokenizer import load_action_stats
+    from agents.vla.action_tokenizer import load_action_stats
 
     if not cfg.vla:
         return None
@@ -311,7 +311,7 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     from tqdm.auto import tqdm
 
     from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
-    from agents.vla_policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
+    from agents.vla.policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
     from wmrl_envs.core import ANCHOR, CorrectionLoop
     from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer
     from wmrl_envs.world_models.base import Trajectory

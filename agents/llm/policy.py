@@ -211,7 +211,7 @@ class LLMPolicy:
         self.seed = int(seed)
         self.n_sample_calls = 0
         self.sampler: Any = None
-        """A :class:`agents.vllm_server.VLLMServerSampler` that samples instead of ``generate`` (set by the
+        """A :class:`agents.llm.vllm_server.VLLMServerSampler` that samples instead of ``generate`` (set by the
         trainer with ``--vllm-url``; ``None``: local ``transformers`` generation)."""
 
     @property
@@ -309,7 +309,7 @@ class LLMPolicy:
         reseeded.
         """
         tok = self.tokenizer
-        if self.sampler is not None:  # a vLLM server with the last synced adapter (agents/vllm_server.py)
+        if self.sampler is not None:  # a vLLM server with the last synced adapter (agents/llm/vllm_server.py)
             enc = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
             ids = self.sampler.sample(prompts, group_size, max_new_tokens=self.max_new_tokens,
                                       temperature=self.temperature, stop=["\n"] if self.mode == "line" else ["```"],

@@ -8,8 +8,8 @@ MiniVLA (Belkhale & Sadigh 2024, Stanford-ILIAD/openvla-mini) is released and fi
     RUN/checkpoints/step-*.pt        torch.save({"model": {"vision_backbone", "projector", "llm_backbone"}})
 
 :func:`load_prismatic_vla` reads such a folder into a :class:`PrismaticVLA` (a ``torch.nn.Module``)
-and a :class:`PrismaticProcessor` that :class:`agents.vla_policy.VLAPolicy` drives like any other
-VLA (:func:`agents.vla_policy.load_vla` dispatches Prismatic folders here). What is rebuilt, and
+and a :class:`PrismaticProcessor` that :class:`agents.vla.policy.VLAPolicy` drives like any other
+VLA (:func:`agents.vla.policy.load_vla` dispatches Prismatic folders here). What is rebuilt, and
 from which lines of openvla-mini (commit ``0822b36``):
 
 * vision: ``dinosiglip-vit-so-224px`` (``prismatic/models/backbones/vision/dinosiglip_vit.py``),
@@ -221,7 +221,7 @@ class PrismaticVLA(torch.nn.Module):
     """MiniVLA's Prismatic VLM: fused DINOv2 + SigLIP patches -> MLP projector -> Qwen2.5 LM.
 
     Built by :func:`load_prismatic_vla`. ``language_model`` is a ``Qwen2ForCausalLM`` (so
-    :class:`agents.vla_policy.VLAPolicy`'s LoRA targets ``.*language_model.*`` match it and the vision
+    :class:`agents.vla.policy.VLAPolicy`'s LoRA targets ``.*language_model.*`` match it and the vision
     towers stay frozen).
 
     Args:
@@ -354,7 +354,7 @@ def prismatic_vq_folder(run: str | os.PathLike, action_tokenizer: str) -> Path |
 
 
 def _checkpoint_file(run: Path, checkpoint: str | os.PathLike | None) -> Path:
-    from agents.vla_policy import VLAWeightsNotFoundError
+    from agents.vla.policy import VLAWeightsNotFoundError
 
     if checkpoint is not None:
         c = Path(checkpoint)
@@ -643,12 +643,12 @@ def prismatic_tokenizer(source: str | os.PathLike, llm_backbone_id: str, *, max_
         local_files_only: never download (default).
 
     Raises:
-        agents.vla_policy.VLAWeightsNotFoundError: the tokenizer is not on this machine (says how
+        agents.vla.policy.VLAWeightsNotFoundError: the tokenizer is not on this machine (says how
             to get it).
     """
     from transformers import AutoTokenizer
 
-    from agents.vla_policy import VLAWeightsNotFoundError
+    from agents.vla.policy import VLAWeightsNotFoundError
 
     if source is None:
         raise VLAWeightsNotFoundError(f"no tokenizer for LLM backbone {llm_backbone_id!r}: pass tokenizer=FOLDER, put "
@@ -727,7 +727,7 @@ def load_prismatic_vla(
         ``num_patches``, ``image_size`` and ``norm_stats`` (``dataset_statistics.json``).
 
     Raises:
-        agents.vla_policy.VLAWeightsNotFoundError (a ``FileNotFoundError``): no ``config.json``, no
+        agents.vla.policy.VLAWeightsNotFoundError (a ``FileNotFoundError``): no ``config.json``, no
             checkpoint file, or a tokenizer that is not on this machine (says how to get it).
         PrismaticFormatError (a ``ValueError``): a ``config.json``, ``dataset_statistics.json`` or
             checkpoint that cannot be read; a base VLM, backbone, projector, resize strategy or image
@@ -737,7 +737,7 @@ def load_prismatic_vla(
     """
     from transformers import PretrainedConfig
 
-    from agents.vla_policy import VLAWeightsNotFoundError
+    from agents.vla.policy import VLAWeightsNotFoundError
 
     run = Path(run_dir).expanduser()
     if not (run / "config.json").is_file():

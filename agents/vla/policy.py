@@ -6,7 +6,7 @@ Footprint", Stanford ILIAD; a Prismatic VLM with a Qwen2.5-0.5B language model) 
 LoRA adapters on its language model.
 
 Action representation: OpenVLA's binned action tokens or MiniVLA's VQ action chunks
-(:mod:`agents.action_tokenizer`); the policy samples them autoregressively with the logits
+(:mod:`agents.vla.action_tokenizer`); the policy samples them autoregressively with the logits
 restricted to the action ids (the last 256 ids of the vocabulary for the bins, the last
 ``n_embed`` for VQ), so every sample decodes to a valid action. Its probability model is the
 *restricted* distribution (softmax over the 256 action ids at temperature τ): sampling,
@@ -17,7 +17,7 @@ Backbones: any Hugging Face image-text-to-text model with a processor (``process
 text=..., return_tensors="pt")``) — LLaVA-style models (vision tower + projector + causal LM,
 the structure of Prismatic/OpenVLA/MiniVLA) are the tested family. :func:`load_vla` loads a
 Hugging Face-format OpenVLA/MiniVLA folder or a MiniVLA run in the authors' Prismatic format
-(:mod:`agents.prismatic`); :func:`build_tiny_vla` builds a tiny randomly
+(:mod:`agents.vla.prismatic`); :func:`build_tiny_vla` builds a tiny randomly
 initialised LLaVA (SigLIP vision tower + Qwen2 language model, like MiniVLA's Qwen2.5) with a
 processor made entirely offline, for tests and CPU smoke runs.
 
@@ -26,8 +26,8 @@ uint8 (H, W, 3), "proprio": float32 (8,), "instruction": str}``; OpenVLA/MiniVLA
 third-person image (and MiniVLA's "wrist" variants the wrist image too, see ``image_keys``) and
 the instruction, not the proprioceptive state. Actions come out in the model's normalised
 space ([-1, 1] for the bins; a VQ decoder's output is not bounded);
-:func:`agents.action_tokenizer.libero_env_actions` maps them to what LIBERO executes with the
-checkpoint's q01/q99 statistics (:func:`~agents.action_tokenizer.load_action_stats`), as the
+:func:`agents.vla.action_tokenizer.libero_env_actions` maps them to what LIBERO executes with the
+checkpoint's q01/q99 statistics (:func:`~agents.vla.action_tokenizer.load_action_stats`), as the
 authors' evaluation does.
 """
 
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from agents.action_tokenizer import ActionTokenizer, VQActionTokenizer
+from agents.vla.action_tokenizer import ActionTokenizer, VQActionTokenizer
 
 __all__ = [
     "VLASamples",
@@ -186,7 +186,7 @@ class VLAPolicy:
         processor: its processor, called as ``processor(images=[PIL images], text=[prompt],
             return_tensors="pt")``; ``processor.tokenizer`` gives the pad id.
         action_tokenizer: an :class:`ActionTokenizer` (default: 256 bins on [-1, 1] ending at
-            ``action_vocab_size``) or a :class:`~agents.action_tokenizer.VQActionTokenizer`
+            ``action_vocab_size``) or a :class:`~agents.vla.action_tokenizer.VQActionTokenizer`
             (MiniVLA's VQ models: ``groups`` tokens per sample decode to a chunk of ``horizon``
             actions, of which the first ``chunk`` are kept).
         action_vocab_size: where the action ids end (exclusive) when ``action_tokenizer`` is not
@@ -251,7 +251,7 @@ class VLAPolicy:
         if action_tokenizer is None and isinstance(run_tokenizer, str) and "vq" in run_tokenizer:
             raise ValueError(f"this checkpoint was trained with VQ action tokens ({run_tokenizer}); decoding them as "
                              "bins would give wrong actions: pass action_tokenizer=VQActionTokenizer("
-                             "model.config.action_vocab_size, VQ_FOLDER) (agents.prismatic.prismatic_vq_folder finds it)")
+                             "model.config.action_vocab_size, VQ_FOLDER) (agents.vla.prismatic.prismatic_vq_folder finds it)")
         if action_tokenizer is None:
             if action_vocab_size is None:
                 action_vocab_size = default_action_vocab_size(model, tokenizer)
@@ -571,7 +571,7 @@ def default_action_vocab_size(model: Any, tokenizer: Any) -> int:
     """Where a checkpoint's action token ids end (exclusive).
 
     A model whose config states it (``config.action_vocab_size``: Prismatic runs, from their action
-    tokenizer's name, :func:`agents.prismatic.load_prismatic_vla`) gives it; OpenVLA's Hugging Face
+    tokenizer's name, :func:`agents.vla.prismatic.load_prismatic_vla`) gives it; OpenVLA's Hugging Face
     models (config with ``n_action_bins``): ``text_config.vocab_size - pad_to_multiple_of`` (the
     Llama vocabulary before padding); otherwise ``len(tokenizer)`` (MiniVLA's "extra" Qwen2.5
     tokenizer, the tiny test model).
@@ -621,7 +621,7 @@ def load_vla(
     A folder without Hugging Face weight files that has ``checkpoints/*.pt`` or a ``config.json``
     with a ``"vla"`` entry (the authors' Prismatic format: MiniVLA's releases and fine-tuning runs)
     goes to
-    :func:`agents.prismatic.load_prismatic_vla` (its tokenizer: ``RUN/tokenizer/`` or
+    :func:`agents.vla.prismatic.load_prismatic_vla` (its tokenizer: ``RUN/tokenizer/`` or
     ``Qwen/Qwen2.5-0.5B`` from the local Hugging Face cache).
 
     Args:
@@ -629,7 +629,7 @@ def load_vla(
         dtype: parameter dtype (bfloat16 on GPU).
         device: where to put the model.
         local_files_only: never download (default).
-        prismatic: more keyword arguments of :func:`agents.prismatic.load_prismatic_vla` for a
+        prismatic: more keyword arguments of :func:`agents.vla.prismatic.load_prismatic_vla` for a
             Prismatic run (``tokenizer``, ``checkpoint``, ``heads``, ``llm_config``).
 
     Returns:
@@ -639,9 +639,9 @@ def load_vla(
         VLAWeightsNotFoundError (a ``FileNotFoundError``): the folder does not exist, has no
             ``config.json`` or weight files, or the hub id (a Prismatic run's tokenizer) is not in
             the local cache; the message says what was looked for and how to fix it.
-        agents.prismatic.PrismaticFormatError (a ``ValueError``): a Prismatic run this loader
+        agents.vla.prismatic.PrismaticFormatError (a ``ValueError``): a Prismatic run this loader
             does not rebuild or cannot read (says which part); see
-            :func:`agents.prismatic.load_prismatic_vla` for its other errors.
+            :func:`agents.vla.prismatic.load_prismatic_vla` for its other errors.
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
@@ -651,7 +651,7 @@ def load_vla(
     if looks_like_path:
         if not p.is_dir():
             raise VLAWeightsNotFoundError(f"VLA checkpoint folder {str(p)!r} does not exist. {_HOW_TO_FIX}")
-        from agents.prismatic import is_prismatic_run, load_prismatic_vla
+        from agents.vla.prismatic import is_prismatic_run, load_prismatic_vla
 
         if is_prismatic_run(p) and not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
             clash = {"dtype", "device", "local_files_only"} & set(prismatic or {})

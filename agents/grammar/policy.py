@@ -1,6 +1,6 @@
 """``GrammarPolicy``: a fast GRPO policy that writes solutions from a grammar of templates.
 
-The LLM policy (:mod:`agents.llm_policy`) is the method's real agent, but sampling and
+The LLM policy (:mod:`agents.llm.policy`) is the method's real agent, but sampling and
 scoring it costs seconds per rollout on CPU, which hides what the WMRL benchmark measures:
 the cost of *executing* rollouts. ``GrammarPolicy`` is a stand-in agent whose generation costs
 milliseconds. It writes each solution by sampling a *program* from a grammar of scikit-learn
@@ -10,15 +10,15 @@ above it), so real execution, grading, world models and the WMRL corrections see
 same kind of actions as with the LLM.
 
 The grammar it samples from, the task context it conditions on and the code it emits live
-in :mod:`agents.grammar` (the action space); this module holds the distribution over it.
+in :mod:`agents.grammar.programs` (the action space); this module holds the distribution over it.
 
 Policy: an independent softmax per slot whose logits are linear in the task's context
-features (:class:`agents.grammar.TaskContext`: its problem type selects the grammar; ``phi`` holds multi-class,
+features (:class:`agents.grammar.programs.TaskContext`: its problem type selects the grammar; ``phi`` holds multi-class,
 size and feature-count buckets, categorical columns, missing values),
 ``logits = bias + W @ phi(task)``; torch parameters, so
 :meth:`GrammarPolicy.log_probs` is exact and differentiable. Only the slots of the chosen
 family are part of a program, so the distribution is a tree and ``log p(program)`` is the sum
-of the log-probabilities of its choices. ``init="prior"`` starts from :attr:`agents.grammar.Option.prior`
+of the log-probabilities of its choices. ``init="prior"`` starts from :attr:`agents.grammar.programs.Option.prior`
 weights (an "instruction-tuned" starting point: mostly sensible code; 11-12% of its programs hold
 an option that always fails and 5-8% one that fails on some data, and 22% of 188 logged
 executions raised); ``init="uniform"`` from the uniform distribution (55% of 51 raised).
@@ -48,7 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.grammar import (
+from agents.grammar.programs import (
     CONTEXT_FEATURES,
     GRAMMARS,
     Grammar,

@@ -1,4 +1,4 @@
-"""The grammar of :class:`agents.grammar_policy.GrammarPolicy`: what its programs can choose, and their code.
+"""The grammar of :class:`agents.grammar.policy.GrammarPolicy`: what its programs can choose, and their code.
 
 This module is the policy's action space, apart from the distribution over it: the options,
 slots and families of each problem type (:data:`GRAMMARS`), the coarse task features a program
@@ -542,7 +542,7 @@ class Program:
         slot_ids: layout indices (:class:`Grammar`) of the active slots, length L (3..6).
         option_ids: the chosen option index in each active slot, length L.
         random_state: the rollout's random state (int, drawn per rollout; not a policy choice,
-            so not part of :meth:`agents.grammar_policy.GrammarPolicy.log_probs`).
+            so not part of :meth:`agents.grammar.policy.GrammarPolicy.log_probs`).
         model_line: the emitted ``model = ...`` line (str).
         imports: import lines added above the model line (those the starter lacks).
         code: the complete Python source (the AutoResearch action).

@@ -1,7 +1,7 @@
 """Action tokenizers of OpenVLA/MiniVLA (uniform bins; MiniVLA's VQ action chunks) and the
 un-normalisation of actions.
 
-The VLA policy (:mod:`agents.vla_policy`) writes actions as tokens and reads them back with
+The VLA policy (:mod:`agents.vla.policy`) writes actions as tokens and reads them back with
 this tokenizer; it is pure array code (no model), so it lives apart from the policy.
 
 Action representation (OpenVLA: Kim et al. 2024, arXiv 2406.09246, §3.3 and its
@@ -264,7 +264,7 @@ class VQActionTokenizer(_ActionIds):
     back to codes (clipped to ``0..n_embed-1`` as the authors do), the G codebook vectors summed,
     the decoder MLP, times ``act_scale``, reshaped to (H, A). The authors' decoding returns only
     step 0 of the chunk and their LIBERO evaluation executes one action per query;
-    :meth:`decode_chunk` returns all H steps and :class:`agents.vla_policy.VLAPolicy` keeps the
+    :meth:`decode_chunk` returns all H steps and :class:`agents.vla.policy.VLAPolicy` keeps the
     first ``chunk`` of them (default 1, the authors' choice).
 
     Unlike the 256 bins, a VQ round trip codes → actions → codes is exact only where the trained

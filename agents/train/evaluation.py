@@ -64,7 +64,7 @@ def avg_at_k(
 def expected_best_of_k(positions: Sequence[float | None], k: int) -> float:
     """Unbiased estimate of avg@k's per-task term, E[best position of k trajectories], from n >= k draws.
 
-    avg@k (:func:`agents.evaluation.avg_at_k`) scores a task by the best of k trajectories; one
+    avg@k (:func:`agents.train.evaluation.avg_at_k`) scores a task by the best of k trajectories; one
     draw of k is a noisy estimate of its expectation. With n >= k i.i.d. trajectories, the mean of
     the best over all C(n, k) subsets of size k is unbiased and has a lower variance (the estimator
     of pass@k of Chen et al., 2021, arXiv:2107.03374, applied to the maximum): with the positions
@@ -98,7 +98,7 @@ def expected_best_of_k(positions: Sequence[float | None], k: int) -> float:
 
 def avg_at_k_estimate(positions: Mapping[str, Sequence[float | None]], categories: Mapping[str, str],
                       k: int, draws: int | None = None) -> tuple[float, dict[str, float], dict[str, float]]:
-    """avg@k (percent) from each task's draws, aggregated as :func:`agents.evaluation.avg_at_k`.
+    """avg@k (percent) from each task's draws, aggregated as :func:`agents.train.evaluation.avg_at_k`.
 
     Args:
         positions: per task, its trajectories' position scores in draw order (``None``: no

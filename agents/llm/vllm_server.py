@@ -107,7 +107,7 @@ class VLLMServerSampler:
         """Push the policy's current LoRA adapter to the server; later samples use it.
 
         Args:
-            policy: an :class:`agents.llm_policy.LLMPolicy` with ``finetune="lora"``.
+            policy: an :class:`agents.llm.policy.LLMPolicy` with ``finetune="lora"``.
 
         Returns:
             The adapter's name on the server.
