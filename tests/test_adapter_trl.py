@@ -417,3 +417,38 @@ def test_real_smollm2_autoresearch_bubblewrap_grpo_steps(tmp_path):
     out = ex.summary(wrapper, 0.0)
     assert out["real_executions"] == 8 and out["anchor_pairs"] == 8
     parts["env"].close()
+
+
+def test_warns_once_when_the_anchor_floor_lifts_the_realised_fraction():
+    # 2 groups per call at anchor_fraction 0.25: the floor of one anchor group per call (window 1)
+    # makes the realised fraction 0.5, twice the configured one; the user is told how to fix it
+    w = make_wrapper(anchor_fraction=0.25, group_size=4, min_pairs=1000)
+    fn = WMRLRewardFunction(w, num_generations=4)
+    prompts, completions, cols = batch(GROUPS[:2])
+    with pytest.warns(UserWarning, match=r"realised anchor fraction 0\.5 .*configured 0\.25") as rec:
+        fn(prompts, completions, **cols)
+    msg = str([r.message for r in rec if "realised anchor fraction" in str(r.message)][0])
+    assert "per_device_train_batch_size" in msg and "anchor_window=2" in msg and "min_anchor_groups" in msg
+    assert w.router.realised_fraction == 0.5
+    import warnings as _w
+
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        fn(prompts, completions, **cols)  # once only
+    # 4 groups per call at 0.25: exactly one anchor per call, nothing to warn about
+    w4 = make_wrapper(anchor_fraction=0.25, group_size=4, min_pairs=1000)
+    fn4 = WMRLRewardFunction(w4, num_generations=4)
+    prompts, completions, cols = batch(GROUPS)
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        for _ in range(3):
+            fn4(prompts, completions, **cols)
+    assert w4.router.realised_fraction == 0.25
+    # a window of 4 calls of 1 group keeps the floor below the target: no warning
+    w1 = make_wrapper(anchor_fraction=0.25, group_size=4, min_pairs=1000)
+    w1.router.anchor_window = 4
+    fn1 = WMRLRewardFunction(w1, num_generations=4)
+    prompts, completions, cols = batch(GROUPS[:1])
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        fn1(prompts, completions, **cols)

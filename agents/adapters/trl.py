@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 import warnings
@@ -196,6 +197,13 @@ class WMRLRewardFunction:
         TypeError: ``wrapper`` is not an ``AnchoredWorldModelWrapper``.
         ValueError: the wrapper is in reward mode, or ``num_generations < 1``.
 
+    Warns:
+        UserWarning: (once) the realised anchor fraction exceeds ``anchor_fraction`` because the
+            router's floor of ``min_anchor_groups`` per ``anchor_window`` calls is above
+            ``anchor_fraction × groups per call × anchor_window`` (one process at 0.25 with 2
+            groups per call realises 0.5); the message names the batch size, ``anchor_window``
+            or ``min_anchor_groups`` that fixes it.
+
     Calling it raises:
         ValueError: ``num_generations`` unset; ``len(completions) != len(prompts)``; the batch
             is not a whole number of groups; the rows of a group have different prompts or
@@ -249,6 +257,7 @@ class WMRLRewardFunction:
         self.__name__ = str(name)
         self.last_batch: WMRLBatch | None = None
         self.n_calls = 0
+        self._floor_warned = False
 
     # ------------------------------------------------------------------ scoring
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
@@ -315,6 +324,8 @@ class WMRLRewardFunction:
         batch.seconds = time.perf_counter() - t0
         self.last_batch = batch
         self.n_calls += 1
+        if self.wrapper.training and self.plan_per_call:
+            self._warn_if_floor_lifts(n_groups)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and self.wrapper.training:
             stats = self.wrapper.corrector.stats()
@@ -325,6 +336,40 @@ class WMRLRewardFunction:
             log_metric("wmrl/executions", float(self.wrapper.ledger.count("execution")))
             log_metric("wmrl/ungraded_rollouts", float(self.wrapper.ungraded.n_ungraded))
         return list(batch.rewards)
+
+
+    def _warn_if_floor_lifts(self, n_groups: int) -> None:
+        """Warn once when the router's floor, not ``anchor_fraction``, sets the realised fraction.
+
+        Each call is one routing step of ``n_groups`` groups and the router keeps at least
+        ``min_anchor_groups`` anchor groups per window of ``anchor_window`` steps; when that
+        floor is above ``anchor_fraction × n_groups × anchor_window`` (e.g. 0.25 with 2 groups
+        per call: one anchor of 2, a realised 0.5) more groups run for real than configured.
+        """
+        if self._floor_warned:
+            return
+        router = self.wrapper.router
+        f, m, w = float(router.anchor_fraction), int(router.min_anchor_groups), int(router.anchor_window)
+        if self.wrapper.loop.adaptive is not None or f <= 0 or m <= f * n_groups * w + 1e-9:
+            return
+        realised = router.realised_fraction
+        if realised <= f:
+            return
+        self._floor_warned = True
+        g = self.num_generations or 1
+        need_groups = math.ceil(m / (f * w) - 1e-9)
+        need_window = math.ceil(m / (f * n_groups) - 1e-9)
+        warnings.warn(
+            f"realised anchor fraction {realised:g} for a configured {f:g}: each reward call is one routing step "
+            f"of {n_groups} group(s), and the router keeps at least min_anchor_groups={m} anchor group(s) per anchor_window={w} step(s), so more groups run for real than "
+            f"configured. Fix: {need_groups} groups per call ({need_groups * g} completions per process per "
+            "generation batch: GRPOConfig.per_device_train_batch_size x steps_per_generation = "
+            f"{need_groups * g} with num_generations={g}), or CorrectionConfig(anchor_window={need_window}) (the "
+            "floor then holds per window of calls), or min_anchor_groups=0 (no floor; a run may then have no "
+            "anchor group)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class AsyncWMRLRewardFunction(WMRLRewardFunction):
