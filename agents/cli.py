@@ -11,7 +11,7 @@ Usage:
     wmrl libero [--quick] [--FIELD VALUE ...]
     wmrl presets
 
-Every field of agents.trainer.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
+Every field of agents.train.config.TrainConfig is a flag (`--steps 4 --anchor-fraction 0.2`),
 parsed by tyro on top of the chosen preset; the correction settings (its nested
 wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
 (`--min-pairs`, `--rho-mode`, `--disagreement-floor`); `wmrl train --help` lists them.
@@ -71,7 +71,8 @@ def _train(argv: list[str]) -> int:
     pre.add_argument("--resume", default=None, metavar="RUN_DIR")
     pre.add_argument("--quiet", action="store_true")
     known, rest = pre.parse_known_args(argv)
-    from agents.trainer import PRESETS, train
+    from agents.train.config import PRESETS
+    from agents.train.loop import train
 
     if known.preset not in PRESETS:
         print(f"error: unknown preset {known.preset!r}; choose one of {sorted(PRESETS)}", file=sys.stderr)
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "libero":
             return _libero(rest)
         if cmd == "presets":
-            from agents.trainer import PRESETS
+            from agents.train.config import PRESETS
 
             for name, cfg in PRESETS.items():
                 print(name, dataclasses.asdict(cfg))

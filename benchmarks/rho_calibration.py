@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     a = ap.parse_args(argv)
     if a.quick:
         a.seeds, a.horizon = 20, 64
-    from agents.trainer import PRESETS
+    from agents.train.config import PRESETS
 
     preset = PRESETS["default"]
     pc = preset.correction

@@ -6,7 +6,7 @@ builds a randomly initialised model of a real architecture from its config (defa
 Qwen2.5-0.5B — 24 layers, hidden 896, 14 heads / 2 KV heads, MLP 4864 — with the shipped SmolLM2
 tokenizer's 49,152-token vocabulary instead of Qwen's 151,936, since no tokenizer can be
 downloaded here), writes it as a model folder, and runs a short ``wmrl train`` on it
-(:func:`agents.trainer.train`: sampling, the LLM judge on the same frozen backbone, real sandboxed
+(:func:`agents.train.loop.train`: sampling, the LLM judge on the same frozen backbone, real sandboxed
 execution of the anchor groups, the GRPO update). A random model writes nonsense, so the
 executions are mostly syntax errors decided on the host: the execution share printed here is a
 floor, and the judge's time is the model's own (constrained decoding keeps its answers valid).
@@ -129,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     from agents.llm.backbone import resolve_device, resolve_dtype
-    from agents.trainer import TrainConfig, train
+    from agents.train.config import TrainConfig
+    from agents.train.loop import train
     from wmrl_envs.core import CorrectionConfig
 
     device = resolve_device(args.device)

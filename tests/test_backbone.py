@@ -168,7 +168,7 @@ def test_a_turns_feedback_is_in_the_next_turns_prompt(tiny_folder):
     """LLMPolicy.build_prompt(history=...) and the trainer's episode loop: what the wrapper returns
     as the observation's feedback (real or predicted) is what the next turn is prompted with."""
     from agents.llm.policy import LLMPolicy
-    from agents.trainer import _rollout_episode
+    from agents.train.rollout import rollout_episode
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
     model, tok = load_backbone(str(tiny_folder), device="cpu")
@@ -197,7 +197,7 @@ def test_a_turns_feedback_is_in_the_next_turns_prompt(tiny_folder):
     prompts = []
     real_build = policy.build_prompt
     policy.build_prompt = lambda obs, task, history=(): prompts.append(list(history)) or real_build(obs, task, history)
-    turns, infos, _ = _rollout_episode(w := Wrapper(), policy, spec.task_id, spec)
+    turns, infos, _ = rollout_episode(w := Wrapper(), policy, spec.task_id, spec)
     assert len(turns) == len(infos) == len(w.actions) == 3
     assert [[f for _, f in h] for h in prompts] == [[], ["feedback of turn 1"], ["feedback of turn 1", "feedback of turn 2"]]
     assert [t[2] for t in turns] == [h[0] for h in prompts[2]] + [turns[2][2]]  # each turn's own completion
@@ -232,7 +232,7 @@ def test_wmrl_train_multi_turn_episodes(tiny_folder, tmp_path):
 def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
     import agents.grpo as grpo
     from agents.grpo import GRPOUpdateConfig
-    from agents.trainer import _multi_turn_update
+    from agents.train.loop import multi_turn_update
 
     seen = {}
 
@@ -244,7 +244,7 @@ def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
     groups = [types.SimpleNamespace(rewards=[1.0, 0.0], advantage_weight=2.0),   # an anchor group, ρ = 2
               types.SimpleNamespace(rewards=[0.5, None], advantage_weight=1.0)]  # one graded episode: skipped
     turn_rollout = [0, 0, 1, 1, 1, 2, 3]  # episode 1 took three turns, episodes 2-3 one each
-    out = _multi_turn_update(None, None, None, turn_rollout, groups, GRPOUpdateConfig(drop_zero_advantage=False))
+    out = multi_turn_update(None, None, None, turn_rollout, groups, GRPOUpdateConfig(drop_zero_advantage=False))
     assert seen["rows"] == [0, 1, 2, 3, 4] and seen["groups"] == [0, 0, 0, 0, 0]
     assert seen["adv"] == pytest.approx([2.0, 2.0, -2.0, -2.0, -2.0], abs=1e-4)  # standardised, times ρ
     assert (out["n_groups_used"], out["n_groups_skipped"], out["n_ungraded"]) == (1.0, 1.0, 1.0)
@@ -271,11 +271,13 @@ class _ScriptedScorer:
 
 
 def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_when_stale(tiny_folder):
-    """executor='ray' bookkeeping (agents.trainer._async_groups) with a scripted scorer: an anchor
+    """executor='ray' bookkeeping (agents.train.rollout.async_groups) with a scripted scorer: an anchor
     group that arrives a step late trains with the log-probabilities recorded when it was sampled;
     one older than max_staleness only feeds the corrections."""
     from agents.llm.policy import LLMPolicy
-    from agents.trainer import PRESETS, _async_groups, _Components
+    from agents.train.build import Components
+    from agents.train.config import PRESETS
+    from agents.train.rollout import async_groups
     from wmrl_envs.core import CostLedger
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
@@ -285,11 +287,11 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
     tasks = list_tasks("train")[:2]
     specs = [get_task(t) for t in tasks]
     cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=1)
-    c = _Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, tasks, [], get_task,
+    c = Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, tasks, [], get_task,
                     scorer=_ScriptedScorer(tasks[0]))
     s0 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
     recorded, _, _ = policy.grpo_logprobs(s0, [0, 1])
-    groups, merged, old, rec = _async_groups(c, cfg, 0, tasks, specs, s0)
+    groups, merged, old, rec = async_groups(c, cfg, 0, tasks, specs, s0)
     assert [g.group_id for g in groups] == [1] and old is None  # the world-model group; the anchor is out
     assert merged.completion_ids == [s0.completion_ids[1]] and list(c.in_flight) == [0]
     assert rec == {"anchors_submitted": 1, "anchors_arrived": 0, "anchor_staleness": [], "anchors_stale_dropped": 0,
@@ -299,7 +301,7 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
             p.add_(0.05)
     c.scorer.released.add(0)
     s1 = policy.sample([policy.build_prompt({}, specs[1])], 2)
-    groups, merged, old, rec = _async_groups(c, cfg, 1, tasks[1:], specs[1:], s1)
+    groups, merged, old, rec = async_groups(c, cfg, 1, tasks[1:], specs[1:], s1)
     assert [g.group_id for g in groups] == [0, 2] and rec["anchor_staleness"] == [1] and not c.in_flight
     assert merged.completion_ids == [s0.completion_ids[0], s1.completion_ids[0]]
     t0 = recorded.shape[1]
@@ -307,9 +309,9 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
     assert torch.isnan(old[2:]).all()  # this step's group: on-policy
     # two steps late with max_staleness = 1: dropped (not trained), counted
     s2 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
-    _async_groups(c, cfg, 2, tasks, specs, s2)  # anchor group 3 goes out
+    async_groups(c, cfg, 2, tasks, specs, s2)  # anchor group 3 goes out
     c.scorer.released.add(3)
-    groups, _, _, rec = _async_groups(c, cfg, 4, tasks[1:], specs[1:], s1)
+    groups, _, _, rec = async_groups(c, cfg, 4, tasks[1:], specs[1:], s1)
     assert [g.group_id for g in groups] == [5] and rec["anchors_stale_dropped"] == 1 and rec["anchor_staleness"] == []
 
 
@@ -339,7 +341,7 @@ def test_wmrl_train_with_anchor_groups_on_a_ray_pool(tiny_folder, tmp_path):
 
 
 def test_auto_fraction_says_when_it_cannot_adapt():
-    from agents.trainer import PRESETS, TrainConfig, auto_fraction_notes
+    from agents.train.config import PRESETS, TrainConfig, auto_fraction_notes
     from wmrl_envs.core import CorrectionConfig
 
     assert auto_fraction_notes(PRESETS["default"]) == []  # a fixed fraction: nothing to say
@@ -428,7 +430,9 @@ def test_the_throughput_script_runs_on_a_tiny_shape(tmp_path):
 
 def test_anchor_groups_that_complete_out_of_order_each_train_with_their_own_logprobs(tiny_folder):
     from agents.llm.policy import LLMPolicy
-    from agents.trainer import PRESETS, _async_groups, _Components
+    from agents.train.build import Components
+    from agents.train.config import PRESETS
+    from agents.train.rollout import async_groups
     from wmrl_envs.core import CostLedger
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
@@ -437,25 +441,25 @@ def test_anchor_groups_that_complete_out_of_order_each_train_with_their_own_logp
     task = list_tasks("train")[0]
     spec = get_task(task)
     cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=9)
-    c = _Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, [task], [], get_task,
+    c = Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, [task], [], get_task,
                     scorer=_ScriptedScorer(task))
     recorded = []
     for step in (0, 1):  # anchor group 0 at step 0, anchor group 1 at step 1, the policy moving between
         s = policy.sample([policy.build_prompt({}, spec)], 2)
         recorded.append((s.completion_ids[0], policy.grpo_logprobs(s, [0, 1])[0].detach()))
-        groups, _, _, rec = _async_groups(c, cfg, step, [task], [spec], s)
+        groups, _, _, rec = async_groups(c, cfg, step, [task], [spec], s)
         assert groups == [] and rec["anchors_in_flight"] == step + 1
         with torch.no_grad():
             for p in policy.trainable_parameters():
                 p.add_(0.05)
     c.scorer.released.add(1)  # the later group finishes first
     s = policy.sample([policy.build_prompt({}, spec)], 2)
-    groups, merged, old, rec = _async_groups(c, cfg, 2, [task], [spec], s)  # group 2 goes out
+    groups, merged, old, rec = async_groups(c, cfg, 2, [task], [spec], s)  # group 2 goes out
     assert [g.group_id for g in groups] == [1] and rec["anchor_staleness"] == [1]
     assert merged.completion_ids == [recorded[1][0]]
     torch.testing.assert_close(old[:, : recorded[1][1].shape[1]], recorded[1][1])
     c.scorer.released.update({0, 2})
-    groups, merged, old, rec = _async_groups(c, cfg, 3, [], [], s)
+    groups, merged, old, rec = async_groups(c, cfg, 3, [], [], s)
     assert sorted(g.group_id for g in groups) == [0, 2] and sorted(rec["anchor_staleness"]) == [1, 3]
     row = [g.group_id for g in groups].index(0) * 2
     torch.testing.assert_close(old[row: row + 2, : recorded[0][1].shape[1]], recorded[0][1])  # its own, from step 0

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-from agents.trainer import PRESETS
+from agents.train.config import PRESETS
 from wmrl_envs.core import CorrectionConfig, CorrectionLoop, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
 from wmrl_envs.world_models.base import WorldModelPrediction
 

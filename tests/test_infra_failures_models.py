@@ -110,7 +110,7 @@ class _FakePolicy:
 
 
 def _components(sandbox, tmp_path, tasks):
-    from agents.trainer import _Components
+    from agents.train.build import Components
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.tasks import get_task
 
@@ -119,11 +119,12 @@ def _components(sandbox, tmp_path, tasks):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fake sandbox hides nothing: no real program runs here
         env = AutoResearchEnv(tasks=tasks, sandbox=sandbox, workdir_root=str(tmp_path))
-    return _Components(_FakePolicy(), None, env, None, None, [], list(tasks), get_task)
+    return Components(_FakePolicy(), None, env, None, None, [], list(tasks), get_task)
 
 
 def test_trainer_evaluation_leaves_ungraded_trajectories_out(tmp_path):
-    from agents.trainer import TrainConfig, evaluate
+    from agents.train.config import TrainConfig
+    from agents.train.evaluation import evaluate
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
 
     tasks = list_tasks("heldout")[:2]
@@ -163,16 +164,16 @@ def test_trainer_summary_reports_ungraded_counts():
 def test_cli_flags_for_the_stop_rule_and_the_world_model_timeout():
     import tyro
 
-    from agents.trainer import PRESETS, TrainConfig, _validate
+    from agents.train.config import PRESETS, TrainConfig, validate
 
     cfg = tyro.cli(TrainConfig, default=PRESETS["tiny"], args=["--max-ungraded-share", "0.25",
                                                                "--world-model-timeout-s", "30"])
     assert (cfg.max_ungraded_share, cfg.world_model_timeout_s) == (0.25, 30.0)
     assert TrainConfig().max_ungraded_share == 0.5
     with pytest.raises(ValueError, match="max_ungraded_share"):
-        _validate(dataclasses.replace(cfg, max_ungraded_share=1.5))
+        validate(dataclasses.replace(cfg, max_ungraded_share=1.5))
     with pytest.raises(ValueError, match="world_model_timeout_s"):
-        _validate(dataclasses.replace(cfg, world_model_timeout_s=0.0))
+        validate(dataclasses.replace(cfg, world_model_timeout_s=0.0))
 
 
 def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
@@ -180,8 +181,9 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
     metrics.jsonl, the last checkpoint stays for a resume."""
     import json
 
-    import agents.trainer as trainer
-    from agents.trainer import TrainConfig, _Components
+    import agents.train.loop as trainer
+    from agents.train.build import Components
+    from agents.train.config import TrainConfig
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
     class RaisingJudge:
@@ -202,9 +204,9 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-        return _Components(Policy(), None, c.env, wrapper, opt, list_tasks("train")[:2], tasks, get_task)
+        return Components(Policy(), None, c.env, wrapper, opt, list_tasks("train")[:2], tasks, get_task)
 
-    monkeypatch.setattr(trainer, "_build", build)
+    monkeypatch.setattr(trainer, "build_components", build)
     cfg = TrainConfig(steps=2, groups_per_step=2, group_size=2, eval_k=1)
     with pytest.raises(TooManyUngradedError, match="judge server did not answer") as e:
         trainer.train(cfg, tmp_path / "run", quiet=True)
@@ -220,8 +222,9 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
 def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
     import json
 
-    import agents.trainer as trainer
-    from agents.trainer import TrainConfig, _Components
+    import agents.train.loop as trainer
+    from agents.train.build import Components
+    from agents.train.config import TrainConfig
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
 
     class FlakyJudge:  # the first call raises, later ones predict a constant
@@ -251,9 +254,9 @@ def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share, seed=cfg.seed)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-        return _Components(Policy(), None, c.env, wrapper, opt, train_tasks, heldout, get_task)
+        return Components(Policy(), None, c.env, wrapper, opt, train_tasks, heldout, get_task)
 
-    monkeypatch.setattr(trainer, "_build", build)
+    monkeypatch.setattr(trainer, "build_components", build)
     cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, max_ungraded_share=None)
     summary = trainer.train(cfg, tmp_path / "run", quiet=True)
     assert summary["ungraded_rollouts"] == 2 and summary["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}

@@ -169,7 +169,7 @@ class _WM:
 
 
 def test_anchor_window_flag_through_tyro():
-    from agents.trainer import PRESETS, TrainConfig
+    from agents.train.config import PRESETS, TrainConfig
 
     cfg = tyro.cli(TrainConfig, default=PRESETS["tiny"], args=["--anchor-window", "10"])
     assert cfg.correction.anchor_window == 10

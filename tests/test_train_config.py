@@ -10,7 +10,7 @@ import json
 import pytest
 import tyro
 
-from agents.trainer import PRESETS, TrainConfig, load_config
+from agents.train.config import PRESETS, TrainConfig, load_config
 from wmrl_envs.core import CorrectionConfig
 
 
@@ -32,11 +32,11 @@ def test_correction_flags_keep_their_names_on_top_of_a_preset():
 
 
 def test_config_json_round_trip_and_unknown_keys(tmp_path):
-    from agents.trainer import _json_default
+    from agents.train.checkpoint import json_default
     from wmrl_envs.utils import write_json_atomic
 
     cfg = dataclasses.replace(PRESETS["tiny"], correction=dataclasses.replace(PRESETS["tiny"].correction, min_pairs=7))
-    write_json_atomic(tmp_path / "config.json", dataclasses.asdict(cfg), indent=2, default=_json_default)
+    write_json_atomic(tmp_path / "config.json", dataclasses.asdict(cfg), indent=2, default=json_default)
     data = json.loads((tmp_path / "config.json").read_text())
     assert data["correction"]["min_pairs"] == 7 and "min_pairs" not in data  # nested, not flat
     assert load_config(tmp_path) == cfg
@@ -75,9 +75,9 @@ def test_presets_prints_the_nested_correction(capsys):
 
 
 def test_update_config_follows_the_train_config():
-    from agents.trainer import _update_config
+    from agents.train.config import update_config
 
-    u = _update_config(dataclasses.replace(TrainConfig(), num_iterations=2, clip_eps=0.1, scale_advantages=False))
+    u = update_config(dataclasses.replace(TrainConfig(), num_iterations=2, clip_eps=0.1, scale_advantages=False))
     assert (u.num_iterations, u.clip_eps, u.kl_coef, u.entropy_coef, u.max_grad_norm) == (2, 0.1, 0.04, 0.002, 1.0)
     assert u.micro_batch_per_group and not u.scale and u.drop_zero_advantage
 
@@ -85,10 +85,10 @@ def test_update_config_follows_the_train_config():
 def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
     import gymnasium as gym
 
-    from agents.trainer import _evaluation_wrapper
+    from agents.train.evaluation import evaluation_wrapper
 
     env = gym.make("wmrl/Guess-v0")
-    w = _evaluation_wrapper(env, dataclasses.replace(TrainConfig(), eval_k=3, max_ungraded_share=0.25))
+    w = evaluation_wrapper(env, dataclasses.replace(TrainConfig(), eval_k=3, max_ungraded_share=0.25))
     assert w.training is False and w.world_model is None and w.ungraded.max_share == 0.25
     out = w.score_group([[0.2], [0.5], [0.9]], options={"target": 0.5})
     assert out.route == "anchor" and all(r is not None for r in out.rewards)
@@ -98,10 +98,10 @@ def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
 
 def test_resume_revalidates_the_saved_settings(tmp_path):
     """A config.json with a bad GRPO setting is refused by load_config (before any model loads)."""
-    from agents.trainer import _json_default
+    from agents.train.checkpoint import json_default
     from wmrl_envs.utils import write_json_atomic
 
     bad = dataclasses.asdict(dataclasses.replace(PRESETS["tiny"], clip_eps=-1.0))
-    write_json_atomic(tmp_path / "config.json", bad, indent=2, default=_json_default)
+    write_json_atomic(tmp_path / "config.json", bad, indent=2, default=json_default)
     with pytest.raises(ValueError, match="clip_eps"):
         load_config(tmp_path)

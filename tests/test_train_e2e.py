@@ -11,18 +11,18 @@ pytestmark = pytest.mark.slow
 
 
 def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
-    import agents.trainer as trainer
+    import agents.train.checkpoint as checkpoint
     from agents.cli import main
 
     run = tmp_path / "run"
-    original_save = trainer._save_checkpoint
+    original_save = checkpoint.save_checkpoint
 
     def crashing_save(run_dir, c, step, rng, extra):
         original_save(run_dir, c, step, rng, extra)
         if step == 0:
             raise KeyboardInterrupt("simulated kill after step 0's checkpoint")
 
-    monkeypatch.setattr(trainer, "_save_checkpoint", crashing_save)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", crashing_save)
     with pytest.raises(KeyboardInterrupt):
         main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
     state0 = json.loads((run / "checkpoint" / "state.json").read_text())
@@ -31,7 +31,7 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     n_exec0 = state0["wrapper"]["ledger"]["execution"]["count"]
     assert n_exec0 >= 2  # at least one anchor group of G=2 was executed for real
     assert len(pairs0[0]) >= 1
-    monkeypatch.setattr(trainer, "_save_checkpoint", original_save)
+    monkeypatch.setattr(checkpoint, "save_checkpoint", original_save)
 
     # a bad resume target fails clearly
     assert main(["train", "--resume", str(run), "--steps", "9"]) == 2

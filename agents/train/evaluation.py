@@ -10,13 +10,22 @@ than one draw of k.
 
 from __future__ import annotations
 
+import logging
+import math
 import statistics
+import time
 from collections import defaultdict
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["avg_at_k", "expected_best_of_k", "avg_at_k_estimate"]
+from agents.train.config import TrainConfig
+from agents.train.rollout import rollout_episode, score_task, task_context
+
+if TYPE_CHECKING:
+    from agents.train.build import Components
+
+__all__ = ["avg_at_k", "expected_best_of_k", "avg_at_k_estimate", "evaluate", "evaluation_wrapper", "finite_mean"]
 
 
 def avg_at_k(
@@ -122,3 +131,134 @@ def avg_at_k_estimate(positions: Mapping[str, Sequence[float | None]], categorie
         by_cat.setdefault(categories[t], []).append(v)
     per_cat = {c: statistics.fmean(v) for c, v in sorted(by_cat.items())}
     return (statistics.fmean(per_cat.values()) if per_cat else float("nan")), per_cat, per_task
+
+
+def finite_mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.mean(xs)) if xs else None
+
+
+def evaluation_wrapper(env: Any, cfg: TrainConfig) -> Any:
+    """The wrapper's evaluation mode over the training env: no world model, every group executed
+    for real (``anchor_fraction=1``), ``training=False`` (nothing is learned or routed), its own
+    ledger (evaluation is never counted in the training compute)."""
+    from wmrl_envs import AnchoredWorldModelWrapper
+
+    wrapper = AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=cfg.eval_k,
+                                        max_ungraded_share=cfg.max_ungraded_share, episode_steps=cfg.max_turns)
+    wrapper.training = False
+    return wrapper
+
+
+def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
+    """Held-out avg@k with real execution, through the wrapper's evaluation mode
+    (:func:`evaluation_wrapper`; not counted in the training compute).
+
+    Ungraded trajectories (the machinery failed: ``info["wmrl"]["ungraded_cause"]`` is set) are
+    left out of avg@k and of the mean score, counted by cause in ``"ungraded"``, and warned
+    about; a task left with no graded trajectory is left out (``"n_tasks_ungraded"``).
+
+    Returns:
+        :func:`agents.train.evaluation.avg_at_k`'s dict (percent) plus ``mean_score`` (reward scale),
+        ``statuses`` (trajectories by grading status), ``generation_s`` and ``execution_s``
+        (seconds), ``n_tasks``, ``k``, ``ungraded`` (``{cause: trajectories}``) and
+        ``n_tasks_ungraded``.
+
+    Raises:
+        TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
+    """
+    from wmrl_envs.core.ungraded import CAUSE_KEY
+
+    if c.eval_wrapper is None:
+        c.eval_wrapper = evaluation_wrapper(c.env, cfg)
+    wrapper, policy = c.eval_wrapper, c.policy
+    if cfg.max_turns > 1:
+        return _evaluate_multi_turn(c, cfg)
+    specs = [c.get_task(t) for t in c.heldout_tasks]
+    contexts = [task_context(wrapper, t) for t in c.heldout_tasks]
+    prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
+    t0 = time.perf_counter()
+    samples = policy.sample(prompts, cfg.eval_k)
+    gen_s = time.perf_counter() - t0
+    positions: dict[str, list[float | None]] = {}
+    scores: list[float] = []
+    statuses: dict[str, int] = {}
+    ungraded: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    t0 = time.perf_counter()
+    for t, ctx, spec, texts in zip(c.heldout_tasks, contexts, specs, samples.texts):
+        group = score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts])
+        positions[t] = []
+        for reward, info in zip(group.rewards, group.infos):
+            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+            cause = info["wmrl"][CAUSE_KEY]
+            if cause is not None:  # the machinery failed: not the agent's score
+                ungraded[cause] = ungraded.get(cause, 0) + 1
+                messages[cause] = str(info.get("message") or info.get("error") or "")
+                continue
+            positions[t].append(info.get("position") if info.get("status") == "valid" else None)
+            scores.append(float(reward))
+    exec_s = time.perf_counter() - t0
+    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages, gen_s, exec_s)
+
+
+def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
+    """:func:`evaluate` with multi-turn episodes: ``eval_k`` episodes per held-out task, each
+    rolled out turn by turn with real feedback (:func:`rollout_episode`); a trajectory's position
+    is the best valid one over its turns, its score the episode's real score (max over turns);
+    ``statuses`` counts turns. ``generation_s`` and ``execution_s`` are then the two shares of the
+    episodes' wall-clock (the evaluation wrapper's ledger gives the execution share)."""
+    from wmrl_envs.core import EXECUTION
+    from wmrl_envs.core.ungraded import CAUSE_KEY
+
+    wrapper, policy = c.eval_wrapper, c.policy
+    positions: dict[str, list[float | None]] = {}
+    scores: list[float] = []
+    statuses: dict[str, int] = {}
+    ungraded: dict[str, int] = {}
+    messages: dict[str, str] = {}
+    t0, exec0 = time.perf_counter(), wrapper.ledger.seconds(EXECUTION)
+    for t in c.heldout_tasks:
+        spec = c.get_task(t)
+        positions[t] = []
+        for _ in range(cfg.eval_k):
+            _, infos, _ = rollout_episode(wrapper, policy, t, spec)
+            for info in infos:
+                statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+            final = infos[-1]
+            cause = final["wmrl"][CAUSE_KEY]
+            if cause is not None:  # the machinery failed: not the agent's score
+                ungraded[cause] = ungraded.get(cause, 0) + 1
+                messages[cause] = str(final.get("message") or final.get("error") or "")
+                continue
+            valid = [i.get("position") for i in infos if i.get("status") == "valid" and i.get("position") is not None]
+            positions[t].append(max(valid) if valid else None)
+            scores.append(float(final["wmrl"]["real_score"]))
+    exec_s = wrapper.ledger.seconds(EXECUTION) - exec0
+    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages,
+                        max(0.0, time.perf_counter() - t0 - exec_s), exec_s)
+
+
+def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[float | None]], scores: list[float],
+                 statuses: dict[str, int], ungraded: dict[str, int], messages: dict[str, str], gen_s: float,
+                 exec_s: float) -> dict[str, Any]:
+    """The result dict of :func:`evaluate` (avg@k over graded trajectories) after the stop rule.
+
+    Raises:
+        TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
+    """
+    from wmrl_envs.core.ungraded import TooManyUngradedError
+
+    n_traj, n_ungraded = len(c.heldout_tasks) * cfg.eval_k, sum(ungraded.values())
+    if n_ungraded:
+        logging.getLogger(__name__).warning(
+            "held-out evaluation: %d of %d trajectories ungraded (%s); left out of avg@k", n_ungraded, n_traj, ungraded
+        )
+        if cfg.max_ungraded_share is not None and n_ungraded >= cfg.max_ungraded_share * n_traj:
+            raise TooManyUngradedError(n_ungraded, n_traj, cfg.max_ungraded_share, ungraded, messages)
+    graded_positions = {t: p for t, p in positions.items() if p}
+    res = avg_at_k(graded_positions, {t: c.get_task(t).category for t in c.heldout_tasks}, k=cfg.eval_k)
+    res.update(mean_score=finite_mean(scores), statuses=statuses, generation_s=gen_s, execution_s=exec_s,
+               n_tasks=len(c.heldout_tasks), k=cfg.eval_k, ungraded=ungraded,
+               n_tasks_ungraded=len(positions) - len(graded_positions))
+    return res

@@ -1,7 +1,7 @@
 """What ``wmrl train`` reports: the summary of a run (``summary.json``), its table
 (``summary.md`` and the terminal) and the calibration plot (``calibration.png``).
 
-Split from :mod:`agents.trainer` at the seam between running the job and reporting it; the
+Split from :mod:`agents.train.loop` at the seam between running the job and reporting it; the
 quantities (routes, ρ, anchor pairs, calibration errors, ungraded counts, costs per source) are
 those of ``docs/method.md``.
 """
@@ -28,9 +28,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
     """The run's ``summary.json``.
 
     Args:
-        cfg: the run's :class:`agents.trainer.TrainConfig`.
+        cfg: the run's :class:`agents.train.config.TrainConfig`.
         c: the run's components (``wrapper``, ``judge``, ``env``; from the trainer's build).
-        before, after: :func:`agents.trainer.evaluate`'s results before and after training.
+        before, after: :func:`agents.train.evaluation.evaluate`'s results before and after training.
         wall: the run's wall-clock seconds (all sessions of a resumed run).
 
     Returns:

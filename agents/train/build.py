@@ -1,0 +1,146 @@
+"""What one ``wmrl train`` run is made of, built from its :class:`~agents.train.config.TrainConfig`:
+the LoRA policy, the judge (world model), the sandbox and the AutoResearch env, the anchored
+wrapper, the optimiser, and with ``executor="ray"`` the Ray execution pool (:func:`build_components`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from agents.train.config import TrainConfig
+
+if TYPE_CHECKING:
+    import torch
+
+    from agents.llm.policy import LLMPolicy
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.distributed import AsyncAnchoredScorer
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
+    from wmrl_envs.envs.autoresearch.tasks import TaskSpec
+
+__all__ = ["Components", "InFlight", "build_components"]
+
+
+@dataclass
+class Components:
+    """What one run is made of (built by :func:`build_components`)."""
+
+    policy: LLMPolicy
+    judge: LLMJudgeWorldModel
+    env: AutoResearchEnv
+    wrapper: AnchoredWorldModelWrapper
+    optimizer: torch.optim.Optimizer
+    train_tasks: list[str]
+    heldout_tasks: list[str]
+    get_task: Callable[[str], TaskSpec]
+    eval_wrapper: AnchoredWorldModelWrapper | None = None
+    """The evaluation wrapper over ``env`` (built on the first :func:`~agents.train.evaluation.evaluate`)."""
+    scorer: AsyncAnchoredScorer | None = None
+    """``executor="ray"``: the :class:`~wmrl_envs.distributed.AsyncAnchoredScorer` over ``wrapper``."""
+    in_flight: dict[int, InFlight] = field(default_factory=dict)
+    """``executor="ray"``: anchor groups submitted and not yet trained (:class:`InFlight` by group id)."""
+
+
+@dataclass
+class InFlight:
+    """An anchor group on the Ray pool (``executor="ray"``), with what training it needs later."""
+
+    step: int
+    """The step it was sampled in."""
+    prompt_ids: list[int]
+    completion_ids: list[list[int]]
+    texts: list[str]
+    old_logprobs: Any
+    """float32 (G, T) log-probabilities of its completions under the sampling policy."""
+
+
+def build_components(cfg: TrainConfig) -> Components:
+    """Load the policy (``cfg.model`` + LoRA, on ``cfg.device``) and the judge (its frozen
+    backbone, or ``cfg.judge_model``), start the sandbox
+    and the env (leaderboards prepared), wrap the env with the correction settings.
+
+    Raises:
+        SandboxUnavailableError: ``sandbox="auto"`` finds no isolating backend.
+    """
+    import torch
+
+    from agents.llm.policy import LLMPolicy
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
+    from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
+    from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
+    from agents.llm.backbone import load_backbone, resolve_device
+
+    if resolve_device(cfg.device).type == "cpu":
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    dtype = cfg.dtype
+    if cfg.finetune == "full":
+        import warnings
+
+        if dtype == "auto":  # AdamW on half-precision weights drops updates below their resolution
+            dtype = "float32"
+        elif dtype in ("bfloat16", "float16"):
+            warnings.warn(f"--finetune full with --dtype {dtype}: AdamW updates the {dtype} weights directly, and "
+                          "updates smaller than their resolution (most, at learning rates near 1e-6) are lost; use "
+                          "--dtype float32 (the default for full fine-tuning)", UserWarning, stacklevel=2)
+        if cfg.lr > 1e-4:
+            warnings.warn(f"--finetune full with --lr {cfg.lr}: that is a LoRA learning rate; full fine-tuning "
+                          "usually takes about 1e-6 (docs/method.md, 'GRPO')", UserWarning, stacklevel=2)
+    model, tokenizer = load_backbone(cfg.model, device=cfg.device, dtype=dtype)
+    policy = LLMPolicy(
+        model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
+        max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
+        finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing,
+    )
+    if cfg.judge_model is not None:  # another backbone, frozen as loaded
+        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype,
+                                                              flag="--judge-model"), False
+    elif policy.reference_model is not None:  # full fine-tuning: the frozen copy of the initial weights
+        judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
+    else:  # the agent's own backbone, frozen: the same weights, adapters off
+        judge_backbone, judge_tokenizer, off = policy.model, tokenizer, True
+    judge_kwargs = dict(max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
+                        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, decoding=cfg.judge_decoding)
+    if cfg.vllm_url is not None and cfg.judge_model is None:  # the served base model is the frozen backbone
+        judge = LLMJudgeWorldModel.from_server(cfg.vllm_url, cfg.vllm_served_model or cfg.model, tokenizer, **judge_kwargs)
+    else:
+        judge = LLMJudgeWorldModel(judge_backbone, judge_tokenizer, disable_adapters=off, **judge_kwargs)
+    limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
+    sandbox = make_sandbox(cfg.sandbox, limits, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
+    if cfg.sandbox == "auto" and not sandbox.isolates:
+        sandbox.close()
+        raise SandboxUnavailableError(
+            "no isolating sandbox works here (bubblewrap or a Docker daemon), so agent-written code "
+            "would run unisolated. Install bubblewrap (`apt-get install -y bubblewrap`, as "
+            "scripts/setup.sh does), or pass --sandbox subprocess to accept running it unisolated."
+        )
+    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits, max_turns=cfg.max_turns)
+    # This installation's leaderboards (built once per task secret, cached): paid here, before
+    # any step, so that no one-off build is charged as execution cost.
+    env.prepare_leaderboards()
+    wrapper = AnchoredWorldModelWrapper(
+        env, judge, group_size=cfg.group_size, groups_per_step=cfg.groups_per_step, correction=cfg.correction,
+        seed=cfg.seed, max_ungraded_share=cfg.max_ungraded_share, world_model_timeout_s=cfg.world_model_timeout_s,
+        episode_steps=cfg.max_turns, episode_score="max",  # an episode scores the max over its turns
+    )
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=cfg.lr, weight_decay=0.0)
+    heldout = list_tasks("heldout")
+    if cfg.eval_tasks:
+        heldout = heldout[: cfg.eval_tasks]
+    comps = Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
+    if cfg.executor == "ray":
+        from functools import partial
+
+        from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool
+
+        # each actor builds its own env and sandbox of the same backend (hidden paths included)
+        pool = RayExecutionPool(partial(AutoResearchEnv, tasks="all", sandbox=sandbox.name, limits=limits),
+                                num_workers=cfg.ray_workers, ledger=wrapper.ledger,
+                                execution_timeout_s=cfg.exec_wall_time_s + 120.0)
+        comps.scorer = AsyncAnchoredScorer(wrapper, pool, ordered=False)
+    return comps

@@ -1,0 +1,310 @@
+"""The configuration of ``wmrl train``: :class:`TrainConfig` (every field a CLI flag), the presets,
+and the checks a configuration passes before any model is loaded (:func:`validate`).
+
+The correction settings are one nested :class:`~wmrl_envs.core.config.CorrectionConfig`
+(``TrainConfig.correction``; its flags keep their names: ``--anchor-fraction``, ``--min-pairs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import tyro
+
+from wmrl_envs.core import CorrectionConfig
+
+if TYPE_CHECKING:
+    from agents.grpo import GRPOUpdateConfig
+
+__all__ = ["TrainConfig", "PRESETS", "load_config", "validate", "update_config", "auto_fraction_notes"]
+
+
+@dataclass
+class TrainConfig:
+    """Configuration of ``wmrl train`` (every field is a CLI flag: ``--steps 10``; the fields of
+    the nested ``correction`` keep their own names: ``--min-pairs 8``)."""
+
+    # --- schedule
+    steps: int = 7
+    """GRPO steps (policy updates)."""
+    groups_per_step: int = 4
+    """Groups (tasks) per step; the anchor schedule puts at least min_anchor_groups anchor groups in each
+    window of anchor_window steps (default: one in each step)."""
+    group_size: int = 4
+    """G, rollouts per group."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=64)
+    )
+    """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
+    --anchor-fraction, --min-pairs, ...). Reference values in docs/method.md; the debiaser's
+    warm-up (min_pairs, refit_every) is shortened for CPU runs, ρ's is not: with G = 4 it takes
+    64 anchor groups after the first fit (the reference 32 x G = 8 in rollouts) to fix ρ's scale
+    within ±0.3 of rho_target over seeds (benchmarks/rho_calibration.py), so ρ stays 1 in a
+    7-step run (one anchor group per step)."""
+    # --- backbone and device
+    model: str = "smollm2-135m"
+    """The policy's backbone: 'smollm2-135m' (the shipped SmolLM2-135M-Instruct, no download), a
+    Hugging Face hub id or a local folder (a chat model: its tokenizer needs a chat template)."""
+    judge_model: str | None = None
+    """The judge's backbone; None: the policy's own backbone, frozen (LoRA adapters off; with
+    --finetune full, the frozen copy of the initial weights)."""
+    device: str = "auto"
+    """auto (the GPU when torch sees one), cpu, cuda or cuda:N; the policy, the judge and the update
+    all run there."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU (and always float32 with --finetune full:
+    AdamW on half-precision weights loses small updates)."""
+    finetune: Literal["lora", "full"] = "lora"
+    """'lora': train LoRA adapters (the KL reference is the backbone with adapters off); 'full':
+    every weight (the reference is a frozen copy: twice the weights' memory)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, more compute)."""
+    vllm_url: str | None = None
+    """A vLLM OpenAI-compatible server (API root, e.g. http://gpu-node:8000/v1) that samples the policy's
+    completions with its LoRA adapter pushed after every update, and generates the judge's predictions
+    on the served base model (unless --judge-model); start it with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True
+    vllm serve MODEL --enable-lora`. None: transformers generation here."""
+    vllm_colocate: bool = False
+    """Experimental: sample the policy with an in-process vllm.LLM on the same GPU (TRL's colocate mode;
+    the adapter passed as a LoRARequest after every update; needs `pip install vllm`)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """The colocated engine's share of the GPU memory (--vllm-colocate)."""
+    vllm_served_model: str | None = None
+    """The base model's name on that server (default: --model)."""
+    vllm_adapter_dir: str | None = None
+    """Where the pushed adapters are written; the server must read it (default: RUN_DIR/vllm_adapters)."""
+    # --- episodes
+    max_turns: int = 1
+    """Turns per episode (the reference uses up to 4): each turn's feedback, real on anchor groups and
+    predicted by the world model on world-model groups, goes into the next turn's prompt; an
+    episode scores the max over its turns and every turn's tokens are in the loss. With more than
+    one turn the episodes of a group are rolled out one by one (generation is not batched)."""
+    # --- agent
+    solution_mode: Literal["line", "script"] = "line"
+    """'line': write the `model = ...` line of a working starter script; 'script': whole scripts."""
+    max_new_tokens: int = 32
+    """Completion budget of the policy in tokens."""
+    temperature: float = 0.8
+    """Sampling temperature of the policy."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lr: float = 2e-4
+    """AdamW learning rate of the LoRA weights."""
+    kl_coef: float = 0.04
+    """β of the KL penalty to the frozen reference."""
+    entropy_coef: float = 0.002
+    """Entropy bonus."""
+    clip_eps: float = 0.2
+    """PPO clip range ε of the ratio to the sampling policy; acts only with num_iterations > 1
+    (in the first epoch the policy is the sampling policy, so the ratio is 1)."""
+    num_iterations: int = 1
+    """Optimisation epochs per step over its kept rows (1 = one on-policy gradient step, ratio 1);
+    epochs 2.. take the log-probabilities of epoch 1 as the old policy, so --clip-eps clips there."""
+    scale_advantages: bool = True
+    """Standardise advantages within groups (False: centring only)."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip."""
+    # --- world model (LLM judge on the agent's own frozen backbone)
+    judge_max_new_tokens: int = 48
+    """Token budget of the judge's structured prediction."""
+    judge_max_prompt_tokens: int = 640
+    """Judge prompts longer than this are cut in the middle."""
+    judge_batch_size: int = 8
+    """Judge batch size."""
+    judge_decoding: Literal["sample", "expected"] = "sample"
+    """'sample': sample and parse the JSON prediction (reference); 'expected': expected score from
+    the status/bucket probabilities (one prompt pass, no decoding)."""
+    # --- environment
+    sandbox: str = "auto"
+    """Sandbox backend: auto, bubblewrap, docker or subprocess."""
+    exec_wall_time_s: float = 90.0
+    """Wall-clock limit of one real execution in seconds."""
+    exec_memory_mb: int = 3072
+    """Memory limit of one real execution in MiB."""
+    eval_k: int = 2
+    """Trajectories per held-out task for avg@k."""
+    eval_tasks: int = 0
+    """Held-out tasks evaluated (0 = all)."""
+    # --- where anchor groups execute
+    executor: Literal["local", "ray"] = "local"
+    """'local': each step waits for its anchor groups' executions (serial, the default); 'ray': they
+    run on a Ray pool of --ray-workers actors while the next steps generate and update; an anchor
+    group is trained when its scores arrive (its ratio taken against the log-probabilities recorded
+    at sampling; PPO's clip and the dual clip, c = 3 for negative advantages, bound each token's
+    gradient by 3·|A| however far the policy moved) unless it is more than --max-staleness steps old.
+    Single-turn episodes only."""
+    ray_workers: int = 2
+    """Ray actors executing anchor rollouts (executor='ray'), one CPU each."""
+    max_staleness: int = 9
+    """Steps an anchor group may arrive after the step it was sampled in and still be trained
+    (executor='ray'; the reference allows 9); older ones only feed the corrections."""
+    # --- failures of the machinery (docs/method.md, "Ungraded rollouts")
+    max_ungraded_share: float | None = 0.5
+    """Stop the run (TooManyUngradedError) once this share of one step's rollouts is ungraded
+    because the machinery failed (sandbox, world model); None never stops."""
+    world_model_timeout_s: float | None = 600.0
+    """Seconds one batched world-model (judge) call may take; past it the batch is ungraded.
+    None: no limit."""
+    # --- run
+    report_to: Literal["none", "tensorboard", "wandb"] = "none"
+    """Mirror the per-step metrics (rewards, loss, KL, ρ, realised anchor fraction, costs) and the
+    held-out scores to TensorBoard (RUN_DIR/tensorboard) or Weights & Biases ($WANDB_PROJECT,
+    default wmrl); metrics.jsonl is written either way."""
+    seed: int = 0
+    """Seed of task sampling, routing, sampling and the judge."""
+    threads: int = 1
+    """torch threads on the CPU (1 measured fastest for generation on 2 cores); not set on a GPU."""
+    preset: str = "default"
+    """Name of the preset these values came from (informational)."""
+
+
+PRESETS: dict[str, TrainConfig] = {
+    "default": TrainConfig(),
+    "tiny": TrainConfig(
+        steps=2, groups_per_step=2, group_size=2, eval_k=1, eval_tasks=2, max_new_tokens=24,
+        judge_max_new_tokens=40, correction=CorrectionConfig(min_pairs=2, refit_every=2, warmup_groups=1),
+        preset="tiny",
+    ),
+}
+"""Built-in presets: ``default`` (the README's main job, <= 15 min on 2 CPU cores) and
+``tiny`` (CI's end-to-end run, a few minutes)."""
+
+
+def load_config(run_dir: str | Path) -> TrainConfig:
+    """Read ``RUN_DIR/config.json`` (its ``"correction"`` object becomes the nested
+    :class:`~wmrl_envs.core.config.CorrectionConfig`, validated again).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` is not a run folder (no config.json).
+        ValueError: config.json has keys this version does not know, or an invalid setting.
+    """
+    path = Path(run_dir) / "config.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} is not a wmrl run folder: {path} is missing")
+    data = json.loads(path.read_text())
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(TrainConfig)})
+    correction = data.pop("correction", {})
+    unknown += [f"correction.{k}" for k in sorted(set(correction) - {f.name for f in dataclasses.fields(CorrectionConfig)})]
+    if unknown:
+        raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
+    cfg = TrainConfig(**data, correction=CorrectionConfig(**correction))
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check the settings before any model is loaded or run folder written (the correction
+    settings have checked themselves when their :class:`CorrectionConfig` was built).
+
+    Raises:
+        ValueError: the first invalid setting (the message names it and its range).
+    """
+    checks = [
+        (cfg.steps >= 1, f"steps must be >= 1, got {cfg.steps}"),
+        (cfg.groups_per_step >= 1, f"groups_per_step must be >= 1, got {cfg.groups_per_step}"),
+        (cfg.group_size >= 2, f"group_size must be >= 2 (GRPO compares rollouts within a group), got {cfg.group_size}"),
+        (cfg.max_turns >= 1, f"max_turns must be >= 1 (turns per episode), got {cfg.max_turns}"),
+        (cfg.executor in ("local", "ray"), f"executor must be 'local' or 'ray', got {cfg.executor!r}"),
+        (cfg.executor == "local" or cfg.max_turns == 1,
+         "executor='ray' runs single-turn anchor groups; multi-turn episodes (--max-turns > 1) run with --executor local"),
+        (cfg.ray_workers >= 1, f"ray_workers must be >= 1, got {cfg.ray_workers}"),
+        (cfg.max_staleness >= 0, f"max_staleness must be >= 0 steps, got {cfg.max_staleness}"),
+        (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
+        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.num_iterations >= 1, f"num_iterations must be >= 1 (optimisation epochs per step), got {cfg.num_iterations}"),
+        (cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}"),
+        (cfg.max_ungraded_share is None or 0.0 < cfg.max_ungraded_share <= 1.0,
+         f"max_ungraded_share must be in (0, 1] or None (never stop), got {cfg.max_ungraded_share}"),
+        (cfg.world_model_timeout_s is None or cfg.world_model_timeout_s > 0,
+         f"world_model_timeout_s must be > 0 seconds or None (no limit), got {cfg.world_model_timeout_s}"),
+        (cfg.temperature > 0, f"temperature must be > 0 (sampling), got {cfg.temperature}"),
+        (cfg.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}"),
+        (cfg.exec_wall_time_s > 0, f"exec_wall_time_s must be > 0 seconds, got {cfg.exec_wall_time_s}"),
+        (cfg.exec_memory_mb >= 1, f"exec_memory_mb must be a positive number of MiB, got {cfg.exec_memory_mb}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ValueError(msg)
+    from wmrl_envs.sandbox import BACKENDS
+
+    if cfg.sandbox not in ("auto", *BACKENDS):
+        raise ValueError(f"sandbox must be one of auto, {', '.join(BACKENDS)}; got {cfg.sandbox!r}")
+    from agents.llm.backbone import DTYPES, resolve_device
+
+    from agents.train.tracking import check_report_to
+
+    check_report_to(cfg.report_to)  # an unknown tracker, or its package missing
+    resolve_device(cfg.device)  # raises on an unknown value or a GPU torch does not see
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+    if cfg.finetune not in ("lora", "full"):
+        raise ValueError(f"finetune must be 'lora' or 'full', got {cfg.finetune!r}")
+    if cfg.vllm_colocate:
+        import importlib.util
+
+        if cfg.vllm_url is not None:
+            raise ValueError("--vllm-colocate and --vllm-url are two ways to sample with vLLM: pass one")
+        if cfg.finetune != "lora":
+            raise ValueError("--vllm-colocate passes LoRA adapters to the engine; --finetune full samples with transformers")
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("--vllm-colocate needs vLLM in this environment (`pip install vllm`, CUDA); or run "
+                             "`vllm serve` and pass --vllm-url")
+        if not 0 < cfg.vllm_gpu_memory_utilization < 1:
+            raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1), got {cfg.vllm_gpu_memory_utilization}")
+    if cfg.vllm_url is not None:
+        if not str(cfg.vllm_url).startswith(("http://", "https://")):
+            raise ValueError(f"vllm_url must be the server's API root (http://HOST:PORT/v1), got {cfg.vllm_url!r}")
+        if cfg.finetune != "lora":
+            raise ValueError("--vllm-url pushes LoRA adapters to the server; --finetune full samples locally")
+    if not str(cfg.model).strip() or (cfg.judge_model is not None and not str(cfg.judge_model).strip()):
+        raise ValueError("model and judge_model must name a model (smollm2-135m, a hub id or a folder)")
+    if cfg.solution_mode not in ("line", "script"):
+        raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
+    if not isinstance(cfg.correction, CorrectionConfig):  # it validates itself when built
+        raise ValueError(f"correction must be a CorrectionConfig, got {type(cfg.correction).__name__}")
+    update_config(cfg)  # the GRPO step's settings (clip_eps, kl_coef, entropy_coef, max_grad_norm) check themselves
+
+
+def update_config(cfg: TrainConfig) -> GRPOUpdateConfig:
+    """The GRPO step's settings: one backward per group (the LLM scores one prompt per call)."""
+    from agents.grpo import GRPOUpdateConfig
+
+    return GRPOUpdateConfig(
+        clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef, num_iterations=cfg.num_iterations,
+        micro_batch_per_group=True, max_grad_norm=cfg.max_grad_norm, scale=cfg.scale_advantages,
+        drop_zero_advantage=True,
+    )
+
+
+def auto_fraction_notes(cfg: TrainConfig) -> list[str]:
+    """What ``anchor_fraction="auto"`` cannot do in this run (empty for a fixed fraction, or when
+    it can adapt fully): a run too short for the rule to leave its start fraction, and a floor of
+    one anchor group per window that holds the realised fraction above ``f_min``.
+
+    Returns:
+        One sentence per limit, each with the setting that lifts it.
+    """
+    corr = cfg.correction
+    if corr.anchor_fraction != "auto":
+        return []
+    notes = []
+    floor = corr.min_anchor_groups / (cfg.groups_per_step * corr.anchor_window)
+    per_step = max(cfg.groups_per_step * corr.auto_start_fraction, corr.min_anchor_groups / corr.anchor_window)
+    if cfg.steps * per_step < corr.auto_min_groups:
+        notes.append(
+            f"anchor_fraction='auto' needs {corr.auto_min_groups} anchor groups (--auto-min-groups) before it adapts; "
+            f"{cfg.steps} steps x {cfg.groups_per_step} groups at the start fraction {corr.auto_start_fraction} give about "
+            f"{cfg.steps * per_step:.0f}, so this run keeps the start fraction throughout: run more --steps or lower "
+            "--auto-min-groups")
+    if floor > corr.f_min:
+        window = math.ceil(corr.min_anchor_groups / (cfg.groups_per_step * corr.f_min) - 1e-9)
+        notes.append(
+            f"the floor of {corr.min_anchor_groups} anchor group(s) per window of {corr.anchor_window} step(s) of "
+            f"{cfg.groups_per_step} groups realises at least {floor:.3g}, above --f-min {corr.f_min}: 'auto' can only "
+            f"raise the fraction above that floor (--anchor-window {window} lets it go down to --f-min)")
+    return notes

@@ -1,0 +1,362 @@
+"""The main job: GRPO of an LLM agent on AutoResearch with WMRL rewards (``wmrl train``).
+
+One flat loop, readable top to bottom (in the spirit of CleanRL):
+
+1. evaluate the untrained policy on the held-out tasks (avg@k, real execution through the
+   wrapper's evaluation mode; :func:`agents.train.evaluation.evaluate`);
+2. per step: sample ``groups_per_step`` training tasks, take each task's context from the
+   wrapper (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.begin_group`) and build its prompt,
+   sample G solutions per task (:class:`agents.llm.policy.LLMPolicy`), score every group
+   (:meth:`~wmrl_envs.AnchoredWorldModelWrapper.score_group`: the group step of
+   ``wmrl_envs/core``), take the one GRPO step (:func:`agents.grpo.grpo_update`: advantages,
+   ρ on anchor rows, ungraded rows dropped); log metrics and write a checkpoint;
+3. evaluate again, plot the calibration, write and print the summary.
+
+The configuration: :mod:`agents.train.config`; what a run is built of: :mod:`agents.train.build`;
+the rollouts: :mod:`agents.train.rollout`; checkpoints: :mod:`agents.train.checkpoint`.
+
+A run folder holds ``config.json``, ``metrics.jsonl``, ``checkpoint/`` (LoRA weights,
+optimiser, RNG states, the wrapper's routing/correction state including every anchor pair),
+``calibration.png``, ``summary.json`` and ``summary.md``. ``wmrl train --resume RUN_DIR``
+continues from the last checkpoint. The method: ``docs/method.md`` (Yang et al., arXiv
+2608.12564).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.train import checkpoint
+from agents.train.checkpoint import json_default
+from agents.train.build import Components, build_components
+from agents.train.config import TrainConfig, auto_fraction_notes, load_config, update_config, validate
+from agents.train.evaluation import evaluate, finite_mean
+from agents.train.rollout import async_groups, multi_turn_groups, score_task, task_context
+from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
+from wmrl_envs.utils import write_json_atomic
+
+__all__ = ["train"]
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Run (or resume) the main job; returns the summary dict (also written to the run folder).
+
+    Args:
+        cfg: the configuration (ignored on resume: the run folder's config.json is used).
+        run_dir: the run folder (created; must not hold another run unless ``resume``).
+        resume: continue the run in ``run_dir`` from its last checkpoint.
+        quiet: no progress bar or table.
+
+    Raises:
+        FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
+        FileNotFoundError: ``resume`` without a checkpoint in ``run_dir``.
+        ValueError: invalid configuration.
+        TooManyUngradedError: the stop rule fired (the reason is in metrics.jsonl; the last
+            checkpoint stays for a resume).
+    """
+    from rich.console import Console
+
+    run_dir = Path(run_dir)
+    console = Console(quiet=quiet)
+    cfg = _start(cfg, run_dir, resume, console)
+    for note in auto_fraction_notes(cfg):
+        import warnings
+
+        warnings.warn(note, UserWarning, stacklevel=2)
+    t_start = time.perf_counter()
+    c = build_components(cfg)
+    if not resume:  # written only once everything is built, so a failed start leaves no folder
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=json_default)
+    from agents.train.tracking import Tracker
+
+    if cfg.vllm_url is not None:  # the policy samples on the server with its adapter pushed
+        from agents.llm.vllm_server import VLLMServerSampler
+
+        c.policy.sampler = VLLMServerSampler(cfg.vllm_url, cfg.vllm_served_model or cfg.model,
+                                             adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters")
+    elif cfg.vllm_colocate:  # experimental: an in-process engine beside the trainer
+        from agents.llm.backbone import DEFAULT_MODEL
+        from agents.llm.vllm_server import VLLMColocatedSampler
+        from wmrl_envs.world_models.smollm2 import default_cache_dir
+
+        base = str(default_cache_dir()) if cfg.model == DEFAULT_MODEL else cfg.model
+        c.policy.sampler = VLLMColocatedSampler(base, adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters",
+                                                max_lora_rank=cfg.lora_r,
+                                                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    try:
+        tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)
+        if not resume and getattr(c.policy, "sampler", None) is not None:
+            c.policy.sampler.sync(c.policy)  # the server samples with this policy's adapter (fails fast here)
+    except BaseException:
+        if not resume and not (run_dir / "checkpoint").exists():  # a failed start leaves no folder
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    try:
+        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)
+    finally:
+        tracker.close()
+
+
+def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Any, tracker: Any,
+                t_start: float) -> dict[str, Any]:
+    """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agents.grpo import grpo_update
+    from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
+
+    policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
+    update_cfg = update_config(cfg)
+    rng = np.random.default_rng(cfg.seed)
+    metrics_path = run_dir / "metrics.jsonl"
+
+    # 1. the initial policy on the held-out tasks (or the state of the run being resumed)
+    if resume:
+        start_step, eval_before, prior_wall = checkpoint.resume_state(run_dir, c, rng, metrics_path)
+    if resume and getattr(policy, "sampler", None) is not None:
+        policy.sampler.sync(policy)  # the server samples with the adapter of the restored policy
+    if resume:
+        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
+    else:
+        console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
+        start_step, eval_before, prior_wall = 0, evaluate(c, cfg), 0.0
+        checkpoint.save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
+        tracker.log(eval_before, 0, prefix="eval/")
+
+    # 2. GRPO steps
+    progress = Progress(
+        TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[info]}"), console=console, disable=console.quiet,
+    )
+    with progress:
+        bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
+        for step in range(start_step, cfg.steps):
+            t_step = time.perf_counter()
+            # sample the step's tasks and take each one's context from the wrapper
+            wrapper.plan_step(cfg.groups_per_step)
+            task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step,
+                                                   replace=cfg.groups_per_step > len(c.train_tasks))]
+            specs = [c.get_task(t) for t in task_ids]
+            groups = []
+            try:
+                if cfg.max_turns > 1:  # episodes one by one, each turn's feedback in the next prompt
+                    samples, turn_rollout = multi_turn_groups(c, cfg, task_ids, specs, groups)
+                else:
+                    contexts = [task_context(wrapper, t) for t in task_ids]
+                    prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
+                    # G completions per task
+                    with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+                        samples = policy.sample(prompts, cfg.group_size)
+                    if c.scorer is not None:  # anchors on the Ray pool; train what has arrived
+                        groups, train_samples, old_lp, async_rec = async_groups(c, cfg, step, task_ids, specs, samples)
+                    else:
+                        # score every group: world model, real execution on anchors, corrections
+                        for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
+                            groups.append(score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
+            except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
+                _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
+                                             "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
+                                             "ledger": ledger.to_dict()})
+                console.print(f"[bold red]stopped at step {step}[/bold red]: {exc}")
+                raise
+            # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
+            _check_judge_idle(c.judge, cfg.world_model_timeout_s)
+            with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
+                if cfg.max_turns > 1:
+                    update = multi_turn_update(policy, c.optimizer, samples, turn_rollout, groups, update_cfg)
+                elif c.scorer is not None:
+                    update = grpo_update(policy, c.optimizer, train_samples, [g.rewards for g in groups],
+                                         [g.advantage_weight for g in groups], config=update_cfg, old_logprobs=old_lp)
+                else:
+                    update = grpo_update(policy, c.optimizer, samples, [g.rewards for g in groups],
+                                         [g.advantage_weight for g in groups], config=update_cfg)
+                if getattr(policy, "sampler", None) is not None:
+                    policy.sampler.sync(policy)  # the next step samples the updated policy
+            # log and checkpoint
+            rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
+            if c.scorer is not None:
+                rec.update(async_rec)
+            _append_jsonl(metrics_path, rec)
+            tracker.log(rec, step)
+            checkpoint.save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
+                                                     "wall_s": prior_wall + time.perf_counter() - t_start,
+                                                     "anchors_in_flight": len(c.in_flight)})
+            reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
+            info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
+            progress.update(bar, advance=1, info=info)
+            if not console.is_terminal and not console.quiet:  # a log file gets one line per step instead of a bar
+                console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
+
+    if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
+        console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
+        c.scorer.collect(timeout=cfg.exec_wall_time_s + 180.0)
+        _append_jsonl(metrics_path, {"step": cfg.steps - 1, "after_training": True,
+                                     "anchors_arrived_after_training": len(c.in_flight),
+                                     "ledger": ledger.to_dict()})
+        c.in_flight.clear()
+        # the last checkpoint again, now with their anchor pairs and executions
+        checkpoint.save_checkpoint(run_dir, c, cfg.steps - 1, rng, {"eval_before": eval_before, "anchors_in_flight": 0,
+                                                          "wall_s": prior_wall + time.perf_counter() - t_start})
+
+    # 3. the trained policy on the held-out tasks, and the summary
+    console.print("evaluating the trained policy on the held-out tasks (real execution)")
+    eval_after = evaluate(c, cfg)
+    tracker.log(eval_after, cfg.steps, prefix="eval/")
+    summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
+    write_json_atomic(run_dir / "summary.json", summary, indent=2, default=json_default)
+    plot_calibration(c, run_dir / "calibration.png")
+    tracker.log_image("calibration", run_dir / "calibration.png", cfg.steps)
+    (run_dir / "summary.md").write_text(summary_markdown(summary))
+    print_summary(console, summary)
+    c.env.close()
+    c.env.sandbox.close()
+    if c.scorer is not None:
+        c.scorer.pool.close()
+    return summary
+
+
+def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Any) -> TrainConfig:
+    """The run's configuration (validated, or the resumed run's), after the checks that need no
+    model: a new run's folder must be free, a resumed run must be unfinished. Seeds Python's
+    RNG and warns when the data come from the public reference secret.
+
+    Raises:
+        FileExistsError, FileNotFoundError, ValueError: as :func:`train`.
+    """
+    if resume:
+        cfg = load_config(run_dir)
+    else:
+        validate(cfg)
+        if (run_dir / "config.json").exists():
+            raise FileExistsError(
+                f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or choose another --run-dir"
+            )
+    random.seed(cfg.seed)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
+    if secret_record()["reference"]:
+        console.print(
+            "[yellow]warning[/yellow]: the AutoResearch data come from the public reference secret "
+            "(WMRL_TASK_SECRET=wmrl-reference): its hidden labels can be rebuilt from this repository. "
+            "Use it to reproduce published figures; unset WMRL_TASK_SECRET to train on this "
+            "installation's private data (docs/autoresearch.md)."
+        )
+    if resume and (run_dir / "summary.json").exists():
+        raise ValueError(
+            f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
+            "with --run-dir, nothing to resume"
+        )
+    return cfg
+
+
+def multi_turn_update(policy: Any, optimizer: Any, samples: Any, turn_rollout: list[int], groups: list[Any],
+                       config: Any) -> dict[str, float]:
+    """The GRPO step on multi-turn episodes: advantages per episode within its group
+    (:func:`agents.grpo.build_advantages`: ρ on anchor groups, ungraded episodes dropped), given to
+    every turn of the episode (:func:`agents.grpo.grpo_step` on the turn rows).
+
+    Returns:
+        As :func:`agents.grpo.grpo_update` (``n_rows`` counts turns).
+    """
+    from agents.grpo import build_advantages, grpo_step
+
+    batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], scale=config.scale,
+                             drop_zero_advantage=config.drop_zero_advantage)
+    per_episode = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
+    g_size = len(groups[0].rewards) if groups else 1
+    rows = [r for r, ep in enumerate(turn_rollout) if ep in per_episode]
+    stats = grpo_step(policy, optimizer, samples, np.asarray(rows, dtype=np.int64),
+                      np.asarray([per_episode[turn_rollout[r]] for r in rows], dtype=np.float64), config=config,
+                      groups=np.asarray([turn_rollout[r] // g_size for r in rows], dtype=np.int64))
+    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
+                 n_ungraded=float(batch.n_ungraded))
+    return stats
+
+
+def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:
+    """The judge is the policy's own backbone: never update it while a judge call that timed out
+    is still running on it (docs/method.md, "Ungraded rollouts").
+
+    Raises:
+        RuntimeError: such a call is still running after another wait of ``timeout_s``.
+    """
+    from wmrl_envs.core import world_model_idle
+
+    if judge is not None and not world_model_idle(judge, timeout_s):
+        raise RuntimeError(
+            f"a world-model (judge) call that exceeded world_model_timeout_s={timeout_s} s "
+            "is still running on the policy's backbone after another such wait; the policy cannot be "
+            "updated beside it. The judge hangs: check the model/device, then resume this run."
+        )
+
+
+def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any, update: dict[str, float],
+                 wrapper: Any, step_s: float) -> dict[str, Any]:
+    """One line of metrics.jsonl: routes, rewards, scores, the update, ρ and the corrections, the ledger."""
+    anchors = [g for g in groups if g.route == "anchor"]
+    statuses: dict[str, int] = {}
+    for g in anchors:
+        for info in g.infos:
+            statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
+    return {
+        "step": step,
+        "tasks": task_ids,
+        "routes": [g.route for g in groups],
+        "reward_mean": finite_mean([r for g in groups for r in g.rewards]),
+        "real_score_mean": finite_mean([r for g in anchors for r in g.correction.real_scores]),
+        "raw_wm_score_mean": finite_mean([r for g in groups for r in g.correction.raw_scores]),
+        "anchor_statuses": statuses,
+        "rows_trained": int(update["n_rows"]),
+        "groups_used": int(update["n_groups_used"]),
+        "groups_skipped": int(update["n_groups_skipped"]),
+        "ungraded_rows": int(update["n_ungraded"]),
+        "ungraded_by_cause_step": _step_causes(groups),
+        **wrapper.ungraded.stats(),
+        "loss": update["loss"], "kl": update["kl"], "entropy": update["entropy"],
+        "new_tokens": samples.new_tokens,
+        "realised_anchor_fraction": wrapper.router.realised_fraction,
+        **_fraction_in_force(wrapper),
+        **wrapper.corrector.stats(),
+        "ledger": wrapper.ledger.to_dict(),
+        "step_s": step_s,
+        "sample_completions": samples.texts[0][:2],
+    }
+
+
+def _fraction_in_force(wrapper: Any) -> dict[str, Any]:
+    """The step's anchor fraction: ``anchor_fraction`` (the configured one, or with
+    ``anchor_fraction="auto"`` the one the adaptive rule set for this step) and, with ``auto``, the
+    within-group correlation ``auto_r`` it was estimated from (``None`` while warming up) and the
+    cost ratio ``auto_gamma`` (``None`` until fixed)."""
+    a = wrapper.loop.adaptive
+    if a is None:
+        return {"anchor_fraction": wrapper.router.anchor_fraction}
+    _, fraction, r = a.history[-1] if a.history else (None, a.fraction, float("nan"))
+    return {"anchor_fraction": fraction, "auto_r": r if math.isfinite(r) else None, "auto_gamma": a.gamma}
+
+
+def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(record, default=json_default) + "\n")
+
+
+def _step_causes(groups: list[Any]) -> dict[str, int]:
+    """``{cause: rollouts}`` of a step's ungraded rollouts (from ``info["wmrl"]["ungraded_cause"]``)."""
+    out: dict[str, int] = {}
+    for g in groups:
+        for info in g.infos:
+            cause = info.get("wmrl", {}).get("ungraded_cause")
+            if cause:
+                out[cause] = out.get(cause, 0) + 1
+    return out
