@@ -309,3 +309,25 @@ def test_register_errors(env_id):
         WMRLSkyRLHub(CountingWM(), group_size=0)
     with pytest.raises(TypeError, match="predict"):
         WMRLSkyRLHub(42, group_size=2)
+
+
+def test_a_world_model_that_learns_is_taught_with_one_turn_anchor_groups(env_id):
+    class LearningWM(CountingWM):
+        def __init__(self):
+            super().__init__()
+            self.observed: list[tuple[list, list, list]] = []
+
+        def observe(self, contexts, actions, real_scores, group_id=None):
+            self.observed.append((list(contexts), list(actions), list(real_scores)))
+            return False
+
+    wm = LearningWM()
+    register_wmrl_env(env_id, "gsm8k", wm, group_size=4, groups_per_step=1,
+                      correction=CorrectionConfig(anchor_fraction=1.0))
+    batch = rows(1)
+    generate(env_id, batch, 4)
+    assert len(wm.observed) == 1
+    contexts, actions, real = wm.observed[0]
+    assert sorted(actions) == sorted(completion(0, k) for k in range(4))
+    assert all(c == batch[0]["prompt"] for c in contexts)  # the chat the model answered
+    assert sorted(real) == sorted(float(gsm8k_utils.compute_score(completion(0, k), ANSWERS[0])) for k in range(4))

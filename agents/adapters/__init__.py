@@ -12,6 +12,11 @@ Contents:
   beside the model, like ``VecNormalize``) and :class:`AnchorWeightCallback` (ρ on the
   advantages of anchor episodes in the rollout buffer). Needs ``stable-baselines3``.
 
+* :mod:`agents.adapters.skyrl` — SkyRL (``skyrl-gym`` 0.4.0): :func:`register_wmrl_env`
+  registers :class:`~agents.adapters.skyrl.WMRLTextEnv`, a skyrl-gym text env around any
+  registered one, that routes whole groups of samples through one
+  :class:`~agents.adapters.skyrl.WMRLSkyRLHub` (``docs/skyrl.md``). Needs ``skyrl-gym``.
+
 * :mod:`agents.adapters.verl` — verl 0.9.1: :class:`~agents.adapters.verl.WMRLRewardManager`
   and :func:`~agents.adapters.verl.compute_score` (reward manager and function), the
   ``wmrl_grpo`` advantage estimator, and :class:`~agents.adapters.verl_core.WMRLHub`, the state
@@ -19,8 +24,8 @@ Contents:
   :mod:`agents.adapters.verl_core` (the hub and the advantage math) does not.
 
 All only call the shared objects of :mod:`wmrl_envs.core` through the wrapper; nothing of the
-method is re-implemented here. Importing this package imports neither TRL nor
-Stable-Baselines3: names are resolved on first access.
+method is re-implemented here. Importing this package imports neither TRL, Stable-Baselines3
+nor skyrl-gym: names are resolved on first access.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ __all__ = [
     "AnchoredVecEnv",
     "AnchorWeightCallback",
     "make_anchored_vec_env",
+    "register_wmrl_env",
+    "WMRLTextEnv",
+    "WMRLSkyRLHub",
 ]
 
 _LAZY = {
@@ -45,6 +53,9 @@ _LAZY = {
     "AnchoredVecEnv": "agents.adapters.sb3",
     "AnchorWeightCallback": "agents.adapters.sb3",
     "make_anchored_vec_env": "agents.adapters.sb3",
+    "register_wmrl_env": "agents.adapters.skyrl",
+    "WMRLTextEnv": "agents.adapters.skyrl",
+    "WMRLSkyRLHub": "agents.adapters.skyrl",
 }
 
 

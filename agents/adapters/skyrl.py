@@ -155,6 +155,7 @@ class _Episode:
     wm_cause: str | None
     exec_cause: str | None
     world_model_called: bool
+    learn: tuple[Any, str] | None = None  # (context, action) of a one-turn episode
 
 
 @dataclass
@@ -269,10 +270,14 @@ class WMRLSkyRLHub:
             return
         eps = g.episodes
         anchor = g.ticket.route == ANCHOR
+        # a world model that learns is taught with one-turn episodes only (as the wrappers do)
+        one_turn = all(e.learn is not None for e in eps)
         corr = self.loop.close_group(
             g.ticket, [e.raw for e in eps], [e.real for e in eps] if anchor else None,
             wm_causes=[e.wm_cause for e in eps], exec_causes=[e.exec_cause for e in eps] if anchor else None,
-            world_model_called=all(e.world_model_called for e in eps), where=f"SkyRL group {g.key[:12]}")
+            world_model_called=all(e.world_model_called for e in eps), where=f"SkyRL group {g.key[:12]}",
+            contexts=[e.learn[0] for e in eps] if one_turn else None,  # type: ignore[index]
+            actions=[e.learn[1] for e in eps] if one_turn else None)  # type: ignore[index]
         g.rewards = list(corr.rewards)
         self.closed_groups.append((g.key, corr))
         del self.closed_groups[:-256]
@@ -365,6 +370,7 @@ class WMRLTextEnv(BaseTextEnv):
         self._wm_called = False
         self._paid = 0.0
         self._ended = False
+        self._first_turn: tuple[Any, str] | None = None
 
     # ------------------------------------------------------------------ episode
     def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -405,6 +411,8 @@ class WMRLTextEnv(BaseTextEnv):
         hub, loop, ticket = self.hub, self.hub.loop, self._group.ticket
         self.turns += 1
         context = copy.deepcopy(self._history)
+        if self.turns == 1:
+            self._first_turn = (context, action)
         pred: WorldModelPrediction | None = None
         if loop.calls_world_model(ticket.route, ticket.training):
             pred = loop.predict([context], [action])[0]
@@ -470,7 +478,8 @@ class WMRLTextEnv(BaseTextEnv):
         wm_cause = self._wm_cause
         if raw is None and wm_cause is None and (not anchor or self._wm_called):
             wm_cause = WORLD_MODEL_UNGRADED
-        self.hub.finish(self._group, _Episode(raw, real, wm_cause, exec_cause, self._wm_called))
+        learn = self._first_turn if self.turns == 1 else None
+        self.hub.finish(self._group, _Episode(raw, real, wm_cause, exec_cause, self._wm_called, learn))
 
     @property
     def ungraded(self) -> bool:
