@@ -6,7 +6,7 @@ the published shapes and initialised at random, which costs the same compute as 
 
 * **Policy**: MiniVLA-1B's architecture (:data:`agents.vla.prismatic.MINIVLA_SHAPES`: DINOv2-L/14
   with registers and SigLIP so400m/14 at 224 px, 256 image tokens, the fused-GELU-MLP projector,
-  Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.vla.prismatic.load_prismatic_vla` builds
+  Qwen2.5-0.5B with 151 936 vocabulary rows) as :func:`agents.vla.load.load_prismatic_vla` builds
   it for a real run, in a ``VLAPolicy`` with LoRA. The last block of each tower is not built (its
   output is unused; openvla-mini's timm towers still compute it, ~4% of their FLOPs). The prompt is 49 tokens long, the length of
   MiniVLA's prompt for ``libero_10`` task 0 with the real Qwen2.5 tokenizer
@@ -77,7 +77,8 @@ def build_policy(device: str, dtype: torch.dtype, tiny: bool = False):
     import dataclasses
 
     from agents.vla.prismatic import MINIVLA_SHAPES, PrismaticProcessor, build_prismatic_vla
-    from agents.vla.policy import VLAPolicy, build_tiny_vla
+    from agents.vla.load import build_tiny_vla
+    from agents.vla.policy import VLAPolicy
 
     _, tiny_processor = build_tiny_vla()  # an offline byte-level tokenizer (no Qwen2.5 download)
     tok = tiny_processor.tokenizer

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
-    from agents.vla.policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
+    from agents.vla.load import build_tiny_vla, load_vla
+    from agents.vla.policy import VLAPolicy, VLASamples
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.envs.libero import LiberoEnv
     from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer

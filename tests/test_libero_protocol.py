@@ -164,13 +164,14 @@ def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_p
     import shutil
     from pathlib import Path
 
+    import agents.vla.load as vla_load
     import agents.vla.prismatic as prismatic
 
     pytest.importorskip("libero.libero", reason="LIBERO not installed (pip install -e '.[libero]')")
     golden = Path(__file__).parent / "golden" / "prismatic"
     tiny = json.loads((golden / "meta.json").read_text())["tiny"]
     # the toy run's head counts (MiniVLA's are 16/16/14; a checkpoint does not store them)
-    monkeypatch.setitem(prismatic._VISION_HEADS, "dinosiglip-vit-so-224px",
+    monkeypatch.setitem(vla_load._VISION_HEADS, "dinosiglip-vit-so-224px",
                         {"dino": tiny["dino"]["num_heads"], "siglip": tiny["siglip"]["num_heads"]})
     monkeypatch.setitem(prismatic.QWEN25_CONFIGS, "qwen25-0_5b", dict(
         prismatic.QWEN25_CONFIGS["qwen25-0_5b"], num_attention_heads=tiny["llm"]["num_attention_heads"]))

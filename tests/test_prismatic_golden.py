@@ -5,7 +5,7 @@ toy-width MiniVLA (``prism-qwen25-extra-dinosiglip-224px+0_5b``: DINOv2 + SigLIP
 fused-GELU-MLP projector, Qwen2 LM with 256 extra tokens) with openvla-mini's code, saves it in
 their run layout, loads it back with their ``load_vla`` and records pixels, prompt ids, logits and
 ``predict_action``'s greedy actions (no wmrl import; ``meta.json`` names the versions). Here the
-same folder is loaded with :func:`agents.vla.prismatic.load_prismatic_vla` (transformers' DINOv2 /
+same folder is loaded with :func:`agents.vla.load.load_prismatic_vla` (transformers' DINOv2 /
 SigLIP / Qwen2, no timm) and driven through :class:`agents.vla.policy.VLAPolicy` as GRPO does.
 """
 
@@ -21,15 +21,16 @@ import pytest
 import torch
 
 from agents.vla.action_tokenizer import load_action_stats, unnormalize_actions
-from agents.vla.prismatic import (
-    PRISMATIC_BASE_VLMS,
-    PrismaticFormatError,
+from agents.vla.load import (
+    VLAWeightsNotFoundError,
     load_prismatic_vla,
+    load_vla,
     prismatic_action_vocab_size,
     prismatic_tokenizer,
     prismatic_vq_folder,
 )
-from agents.vla.policy import MINIVLA_QWEN_PROMPT, VLAPolicy, VLASamples, VLAWeightsNotFoundError, load_vla
+from agents.vla.prismatic import PRISMATIC_BASE_VLMS, PrismaticFormatError
+from agents.vla.policy import MINIVLA_QWEN_PROMPT, VLAPolicy, VLASamples
 
 GOLDEN = Path(__file__).parent / "golden" / "prismatic"
 META = json.loads((GOLDEN / "meta.json").read_text())

@@ -19,14 +19,8 @@ import agents.vla.policy as vla_mod
 from agents.vla.action_tokenizer import ActionTokenizer, unnormalize_actions
 from agents.grpo import GRPOPolicy, GRPOUpdateConfig, grpo_step, grpo_update
 from agents.vla.prismatic import PrismaticFormatError
-from agents.vla.policy import (
-    OPENVLA_PROMPT,
-    VLAPolicy,
-    VLASamples,
-    VLAWeightsNotFoundError,
-    build_tiny_vla,
-    load_vla,
-)
+from agents.vla.load import VLAWeightsNotFoundError, build_tiny_vla, load_vla
+from agents.vla.policy import OPENVLA_PROMPT, VLAPolicy, VLASamples
 
 torch.set_num_threads(1)
 

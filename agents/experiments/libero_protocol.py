@@ -248,7 +248,7 @@ def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> 
 
     The VQ folder is ``--vq``, else for a Prismatic run (``model.config.action_tokenizer`` names its
     action tokenizer) ``<vla>/vq/<that tokenizer's VQ folder>`` or ``<vla>/vq``
-    (:func:`agents.vla.prismatic.prismatic_vq_folder`), else ``<vla>/vq`` when it holds a config.json.
+    (:func:`agents.vla.load.prismatic_vq_folder`), else ``<vla>/vq`` when it holds a config.json.
 
     Raises:
         ValueError: the checkpoint's config names a VQ action tokenizer but no VQ folder is found
@@ -256,7 +256,7 @@ def _action_tokenizer(cfg: LiberoProtocolConfig, model: Any, processor: Any) -> 
             for a Prismatic run trained with bins.
     """
     from agents.vla.action_tokenizer import VQActionTokenizer
-    from agents.vla.prismatic import prismatic_vq_folder
+    from agents.vla.load import prismatic_vq_folder
     from agents.vla.policy import default_action_vocab_size
 
     tokenizer = getattr(processor, "tokenizer", processor)
@@ -311,7 +311,8 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     from tqdm.auto import tqdm
 
     from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
-    from agents.vla.policy import VLAPolicy, VLASamples, build_tiny_vla, load_vla
+    from agents.vla.load import build_tiny_vla, load_vla
+    from agents.vla.policy import VLAPolicy, VLASamples
     from wmrl_envs.core import ANCHOR, CorrectionLoop
     from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer
     from wmrl_envs.world_models.base import Trajectory

@@ -34,8 +34,6 @@ authors' evaluation does.
 from __future__ import annotations
 
 import inspect
-import os
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +47,9 @@ from agents.vla.action_tokenizer import ActionTokenizer, VQActionTokenizer
 __all__ = [
     "VLASamples",
     "VLAPolicy",
-    "VLAWeightsNotFoundError",
     "OPENVLA_PROMPT",
     "MINIVLA_QWEN_PROMPT",
     "LIBERO_IMAGE_KEYS",
-    "load_vla",
-    "build_tiny_vla",
     "default_action_vocab_size",
 ]
 
@@ -251,7 +246,7 @@ class VLAPolicy:
         if action_tokenizer is None and isinstance(run_tokenizer, str) and "vq" in run_tokenizer:
             raise ValueError(f"this checkpoint was trained with VQ action tokens ({run_tokenizer}); decoding them as "
                              "bins would give wrong actions: pass action_tokenizer=VQActionTokenizer("
-                             "model.config.action_vocab_size, VQ_FOLDER) (agents.vla.prismatic.prismatic_vq_folder finds it)")
+                             "model.config.action_vocab_size, VQ_FOLDER) (agents.vla.load.prismatic_vq_folder finds it)")
         if action_tokenizer is None:
             if action_vocab_size is None:
                 action_vocab_size = default_action_vocab_size(model, tokenizer)
@@ -571,7 +566,7 @@ def default_action_vocab_size(model: Any, tokenizer: Any) -> int:
     """Where a checkpoint's action token ids end (exclusive).
 
     A model whose config states it (``config.action_vocab_size``: Prismatic runs, from their action
-    tokenizer's name, :func:`agents.vla.prismatic.load_prismatic_vla`) gives it; OpenVLA's Hugging Face
+    tokenizer's name, :func:`agents.vla.load.load_prismatic_vla`) gives it; OpenVLA's Hugging Face
     models (config with ``n_action_bins``): ``text_config.vocab_size - pad_to_multiple_of`` (the
     Llama vocabulary before padding); otherwise ``len(tokenizer)`` (MiniVLA's "extra" Qwen2.5
     tokenizer, the tiny test model).
@@ -586,191 +581,3 @@ def default_action_vocab_size(model: Any, tokenizer: Any) -> int:
         if vocab is not None:
             return int(vocab) - int(pad)
     return len(tokenizer)
-
-
-class VLAWeightsNotFoundError(FileNotFoundError):
-    """The weights of a VLA checkpoint are not on this machine (or not in a loadable format)."""
-
-
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
-_WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "model*.bin")
-_HOW_TO_FIX = (
-    "To fix: on a machine with network access download a Hugging Face-format checkpoint, e.g. "
-    "`hf download openvla/openvla-7b --local-dir /path/to/openvla-7b` (older huggingface_hub: `huggingface-cli download`) (a MiniVLA "
-    "checkpoint converted to Hugging Face format likewise), copy the folder here and pass its path "
-    "(or call load_vla(..., local_files_only=False) to let transformers download it)."
-)
-
-
-def load_vla(
-    path_or_id: str | os.PathLike,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: str | torch.device = "cpu",
-    local_files_only: bool = True,
-    prismatic: dict[str, Any] | None = None,
-) -> tuple[Any, Any]:
-    """Load an OpenVLA/MiniVLA checkpoint (model and processor): Hugging Face format or a Prismatic run.
-
-    A folder is loaded from disk only; a hub id (``"openvla/openvla-7b"``) is resolved in the
-    local Hugging Face cache only, unless ``local_files_only=False``. Both use
-    ``trust_remote_code=True`` (OpenVLA ships its Prismatic model code with the checkpoint). The
-    model class is ``AutoModelForImageTextToText`` or, for remote code that only registers
-    ``AutoModelForVision2Seq`` (OpenVLA), the class named in the config's ``auto_map``.
-
-    A folder without Hugging Face weight files that has ``checkpoints/*.pt`` or a ``config.json``
-    with a ``"vla"`` entry (the authors' Prismatic format: MiniVLA's releases and fine-tuning runs)
-    goes to
-    :func:`agents.vla.prismatic.load_prismatic_vla` (its tokenizer: ``RUN/tokenizer/`` or
-    ``Qwen/Qwen2.5-0.5B`` from the local Hugging Face cache).
-
-    Args:
-        path_or_id: a folder, or a hub model id.
-        dtype: parameter dtype (bfloat16 on GPU).
-        device: where to put the model.
-        local_files_only: never download (default).
-        prismatic: more keyword arguments of :func:`agents.vla.prismatic.load_prismatic_vla` for a
-            Prismatic run (``tokenizer``, ``checkpoint``, ``heads``, ``llm_config``).
-
-    Returns:
-        ``(model, processor)``; pass them to :class:`VLAPolicy`.
-
-    Raises:
-        VLAWeightsNotFoundError (a ``FileNotFoundError``): the folder does not exist, has no
-            ``config.json`` or weight files, or the hub id (a Prismatic run's tokenizer) is not in
-            the local cache; the message says what was looked for and how to fix it.
-        agents.vla.prismatic.PrismaticFormatError (a ``ValueError``): a Prismatic run this loader
-            does not rebuild or cannot read (says which part); see
-            :func:`agents.vla.prismatic.load_prismatic_vla` for its other errors.
-    """
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
-
-    src = os.fspath(path_or_id)
-    p = Path(src).expanduser()
-    looks_like_path = p.exists() or _HUB_ID.fullmatch(src) is None
-    if looks_like_path:
-        if not p.is_dir():
-            raise VLAWeightsNotFoundError(f"VLA checkpoint folder {str(p)!r} does not exist. {_HOW_TO_FIX}")
-        from agents.vla.prismatic import is_prismatic_run, load_prismatic_vla
-
-        if is_prismatic_run(p) and not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
-            clash = {"dtype", "device", "local_files_only"} & set(prismatic or {})
-            if clash:
-                raise ValueError(f"pass {sorted(clash)} as load_vla's own arguments, not in prismatic=")
-            return load_prismatic_vla(p, dtype=dtype, device=device, local_files_only=local_files_only,
-                                      **(prismatic or {}))
-        if not (p / "config.json").is_file():
-            raise VLAWeightsNotFoundError(f"no config.json in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}")
-        if not any(any(p.glob(pat)) for pat in _WEIGHT_PATTERNS):
-            raise VLAWeightsNotFoundError(
-                f"no weight files ({', '.join(_WEIGHT_PATTERNS)}) in VLA checkpoint folder {str(p)!r}. {_HOW_TO_FIX}"
-            )
-        src, local_files_only = str(p), True
-    kw = dict(trust_remote_code=True, local_files_only=local_files_only)
-    try:
-        config = AutoConfig.from_pretrained(src, **kw)
-        processor = AutoProcessor.from_pretrained(src, **kw)
-    except OSError as e:  # not in the cache / not on the hub
-        where = "the local Hugging Face cache (HF_HOME / HF_HUB_CACHE)" if local_files_only else "the Hugging Face hub"
-        raise VLAWeightsNotFoundError(
-            f"could not find VLA checkpoint {src!r} (config, processor and weights) in {where}: {e}. {_HOW_TO_FIX}"
-        ) from e
-    try:
-        try:
-            model = AutoModelForImageTextToText.from_pretrained(src, config=config, dtype=dtype, **kw)
-        except ValueError:
-            auto_map = getattr(config, "auto_map", None) or {}
-            ref = auto_map.get("AutoModelForVision2Seq") or auto_map.get("AutoModelForImageTextToText")
-            if ref is None:
-                raise
-            from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-            cls = get_class_from_dynamic_module(ref, src, local_files_only=local_files_only)
-            model = cls.from_pretrained(src, config=config, dtype=dtype, **kw)
-    except OSError as e:
-        raise VLAWeightsNotFoundError(f"could not load the weights of VLA checkpoint {src!r}: {e}. {_HOW_TO_FIX}") from e
-    return model.to(device).eval(), processor
-
-
-def build_tiny_vla(
-    *,
-    seed: int = 0,
-    image_size: int = 32,
-    patch_size: int = 8,
-    hidden_size: int = 32,
-    num_layers: int = 2,
-) -> tuple[Any, Any]:
-    """A tiny randomly initialised LLaVA-architecture VLA and its processor, built offline.
-
-    Structure of Prismatic/MiniVLA at toy scale: a SigLIP vision tower (``image_size`` pixels,
-    ``patch_size`` patches → ``(image_size / patch_size)²`` image tokens per image), LLaVA's MLP
-    projector, and a Qwen2 causal LM. The tokenizer is a byte-level BPE without merges (256 byte
-    tokens), ``<s>``, ``</s>``, ``<pad>``, ``<image>`` and 256 ``<|extra_i|>`` tokens at the end of
-    the vocabulary (516 ids), which become the action tokens — as MiniVLA's Qwen2.5 "extra"
-    tokenizer adds unused tokens for its actions. The image processor is transformers' PIL SigLIP
-    processor (resize to ``image_size``, rescale, normalise). No file or network access.
-
-    For tests and CPU smoke runs only: the actions are random.
-
-    Args:
-        seed: torch seed of the initialisation.
-        image_size, patch_size: vision tower geometry.
-        hidden_size, num_layers: width and depth of the vision tower and the language model.
-
-    Returns:
-        ``(model, processor)``: ``LlavaForConditionalGeneration`` (eval mode, float32) and
-        ``LlavaProcessor``.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import (
-        LlavaConfig,
-        LlavaForConditionalGeneration,
-        LlavaProcessor,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        SiglipVisionConfig,
-    )
-    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
-
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    tok.add_tokens([f"<|extra_{i}|>" for i in range(256)])
-    image_processor = SiglipImageProcessorPil(size={"height": image_size, "width": image_size})
-    processor = LlavaProcessor(
-        image_processor=image_processor, tokenizer=tok, patch_size=patch_size, vision_feature_select_strategy="full"
-    )
-    vision = SiglipVisionConfig(
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=image_size,
-        patch_size=patch_size,
-        vision_use_head=False,
-    )
-    text = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        pad_token_id=tok.pad_token_id,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    cfg = LlavaConfig(
-        vision_config=vision,
-        text_config=text,
-        image_token_index=tok.convert_tokens_to_ids("<image>"),
-        vision_feature_select_strategy="full",
-        vision_feature_layer=-1,
-    )
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(cfg).eval()
-    return model, processor
