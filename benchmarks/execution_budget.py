@@ -10,6 +10,9 @@ anchor group executes). Scenarios:
   episode (one execution per rollout);
 * ``outcome-4``: the same with 4 turns per episode (an anchor group of G = 4 executes 16 times);
 * ``reward-4``: reward mode, 4 steps per episode (every episode executes, whatever its route);
+* ``vector-<lanes>``: :class:`~wmrl_envs.AnchoredWorldModelVectorWrapper` in reward mode with
+  ``<lanes>`` lanes of G rollouts × 4 steps (a ``TimeLimit``): every lane opens its group before
+  any group has closed, so the budget counts them at their prior cost (G × the step limit);
 * ``late``: a bare :class:`~wmrl_envs.core.CorrectionLoop` whose anchor groups close one step
   after they were opened (the Ray scorer's late anchors: executions in flight at the next plan).
 
@@ -99,6 +102,52 @@ def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, leg
     return env.loop.ledger.count("execution"), float(G * turns)
 
 
+def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4) -> tuple[int, float]:
+    """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit)."""
+    import gymnasium as gym
+
+    from wmrl_envs.core import CorrectionConfig
+    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.world_models.base import WorldModelPrediction
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    class Noisy(gym.Env):
+        observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.target = float(self.np_random.uniform(-1, 1))
+            return np.array([self.target], np.float32), {}
+
+        def step(self, a):
+            r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
+            return np.array([self.target], np.float32), r, False, False, {}
+
+    class WM:
+        def __init__(self):
+            self.rng = np.random.default_rng(seed)
+
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(self.rng.random())) for _ in actions]
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
+                           execution_budget=budget, on_budget_spent="stop")
+    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(Noisy(), turns), G * lanes)
+    w = AnchoredWorldModelVectorWrapper(venv, WM(), group_size=G, mode="reward", groups_per_step=groups,
+                                        task_fn=lambda lane, rnd: (1000 * lane + rnd, None), correction=cfg, seed=seed)
+    if legacy:
+        _legacy(w.loop)
+    rng = np.random.default_rng(seed)
+    try:
+        w.reset(seed=seed)
+        for _ in range(100_000):
+            w.step(rng.uniform(-1, 1, (G * lanes, 1)).astype(np.float32))
+    except ExecutionBudgetSpent:
+        pass
+    return w.loop.ledger.count("execution"), float(G * turns)
+
+
 def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
     """Anchor groups close one step after they were opened (executions recorded at close)."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
@@ -147,6 +196,8 @@ def run_one(scenario: str, budget: int, groups: int, seed: int, legacy: bool) ->
         warnings.simplefilter("ignore", UserWarning)
         if scenario == "late":
             used, group = _late_run(budget, groups, seed, legacy)
+        elif scenario.startswith("vector-"):
+            used, group = _vector_run(int(scenario.split("-")[1]), budget, groups, seed, legacy)
         else:
             mode, turns = scenario.split("-")
             used, group = _wrapper_run(mode, int(turns), budget, groups, seed, legacy)
@@ -160,9 +211,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budgets", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--groups", type=int, nargs="+", default=[10, 20], help="groups per step")
-    ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late"])
+    ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late", "vector-4", "vector-8"])
     ap.add_argument("--accounting", choices=["current", "legacy"], default="current")
-    ap.add_argument("--out", default="runs/execution_budget.json")
+    ap.add_argument("--out", default="results/execution_budget.json")
     args = ap.parse_args(argv)
     t0 = time.time()
     rows = []

@@ -252,8 +252,11 @@ class CorrectionLoop:
         self.n_episodes = 0
         # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
         self._open_ids: set[int] = set()
-        # the open training groups (runtime only, like _open_ids): id -> [route, executions recorded for it]
+        # the open training groups (runtime only, like _open_ids): id -> [route, executions recorded for
+        # it, its prior cost in executions (None: none given)]
         self._open_training: dict[int, list[Any]] = {}
+        # the latest prior cost per route given to open_group (executions of one group, before any closed)
+        self._prior_cost: dict[str, float] = {}
         # the tickets' epoch: drawn again by every load, so a ticket from before it is refused
         # even when the loaded counter gives its group id again (earlier epochs: for the error)
         self._epoch = secrets.token_hex(8)
@@ -377,20 +380,28 @@ class CorrectionLoop:
     def _budget_costs(self) -> tuple[float | None, float, float]:
         """``(anchor_cost, world_model_cost, in_flight)`` in real executions for the adaptive
         fraction's budget: a training group's executions per route as measured so far (an anchor
-        group at least its size, one execution per rollout, and at least a world-model group's;
-        ``None`` before any is known), and
-        what the training groups opened and not closed will still execute (their route's cost
-        less what they recorded: groups running elsewhere, e.g. submitted to Ray)."""
+        group at least its size, one execution per rollout, and at least a world-model group's),
+        before any group of a route has closed its prior cost (the latest ``prior_cost`` given to
+        :meth:`open_group`; ``None``/0 without one), and what the training groups opened and not
+        closed will still execute (their route's cost, or before one is measured their own prior
+        cost, less what they recorded: lanes of a vector env, groups submitted to Ray)."""
         a = self.adaptive
         assert a is not None
-        wm_cost = a.executions_per_group(WORLD_MODEL) or 0.0
+        wm_measured = a.executions_per_group(WORLD_MODEL)
+        wm_cost = (wm_measured if wm_measured is not None else self._prior_cost.get(WORLD_MODEL)) or 0.0
         measured = a.executions_per_group(ANCHOR)
+        if measured is None:
+            measured = self._prior_cost.get(ANCHOR)
         size = len(self.advisor.groups()[1][-1]) if len(self.advisor) else None
         # an anchor group executes at least what a world-model group does (reward mode: the same)
         anchor_cost = (None if measured is None and size is None and not wm_cost
                        else max(measured or 0.0, size or 0.0, wm_cost))
-        per = {ANCHOR: anchor_cost or 0.0, WORLD_MODEL: wm_cost}
-        in_flight = sum(max(0.0, per[route] - n) for route, n in self._open_training.values())
+        known = {ANCHOR: None if a.executions_per_group(ANCHOR) is None and size is None and wm_measured is None
+                 else anchor_cost, WORLD_MODEL: wm_measured}
+        in_flight = 0.0
+        for route, n, prior in self._open_training.values():
+            cost = known[route] if known[route] is not None else prior
+            in_flight += max(0.0, (cost or 0.0) - n)
         return anchor_cost, wm_cost, in_flight
 
     def _check_budget_at_open(self, route: Route) -> None:
@@ -418,12 +429,21 @@ class CorrectionLoop:
             self._route_queue = list(routes) + self._route_queue
             self.ungraded.abandon_groups(len(routes), list(routes).count(ANCHOR))
 
-    def open_group(self, route: Route | None = None) -> GroupTicket:
+    def open_group(self, route: Route | None = None, *, prior_cost: Mapping[str, float] | None = None) -> GroupTicket:
         """Route the next group: its route (``route`` forces one; default: the schedule while
         training, ``eval_route`` while evaluating), a new group id and ρ as of now.
 
+        Args:
+            route: force ``"anchor"``/``"world_model"`` (``None``: as above).
+            prior_cost: ``{route: real executions one group of that route makes}`` as the caller
+                knows them before any group has closed (an execution budget counts the groups
+                open at this cost until a closed group of the route measures it; e.g. a vector
+                env's lanes in reward mode: G × the episode's step limit for both routes). It is
+                kept as the loop's prior for the routes it names. ``None``: the loop's prior so far.
+
         Raises:
-            ValueError: unknown ``route``, or a world-model route without a world model.
+            ValueError: unknown ``route``, a world-model route without a world model, or a
+                ``prior_cost`` that maps something else than a route to a number >= 0.
             ExecutionBudgetSpent: ``anchor_fraction="auto"`` with ``on_budget_spent="stop"``, a
                 training group whose route executes (as measured so far) and the budget already
                 reached by the executions made and in flight: a run stops within one group of its
@@ -434,6 +454,11 @@ class CorrectionLoop:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         with self._lock:
             training = self.training
+            if prior_cost is not None:
+                for k, v in prior_cost.items():
+                    if k not in (ANCHOR, WORLD_MODEL) or not (isinstance(v, numbers.Real) and v >= 0):
+                        raise ValueError(f"prior_cost maps 'anchor'/'world_model' to executions >= 0, got {k!r}: {v!r}")
+                self._prior_cost.update({k: float(v) for k, v in prior_cost.items()})
             if route is None:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
@@ -443,7 +468,7 @@ class CorrectionLoop:
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)
             if training:
-                self._open_training[ticket.group_id] = [route, 0]
+                self._open_training[ticket.group_id] = [route, 0, self._prior_cost.get(route)]
             self.n_groups_started += 1
             return ticket
 
@@ -631,7 +656,7 @@ class CorrectionLoop:
             self._open_ids.discard(ticket.group_id)
             done = self._open_training.pop(ticket.group_id, None) if ticket.group_id is not None else None
             if done is not None and self.adaptive is not None:
-                self.adaptive.note_group(done[0], done[1])
+                self.adaptive.note_group(done[0], done[1])  # [route, executions, prior]
             if ticket.training and corr.route == ANCHOR and world_model_called:
                 self.advisor.add_group(corr.raw_scores, corr.real_scores,
                                        actions if actions is not None and len(actions) == g else None)

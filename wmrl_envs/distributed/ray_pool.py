@@ -629,7 +629,8 @@ class AsyncAnchoredScorer:
         ctx, _ = w.env.reset(seed=seed, options=options)  # the world model's context, as in score_group
         # as in score_group: predict before routing, so a broken world model consumes no route
         preds, wm_secs = loop.predict_group(route, [ctx] * g, list(actions), on_eval_anchors=w.eval_with_world_model)
-        ticket = loop.open_group(route)
+        # an execution budget counts the groups submitted and not yet finished at G executions each
+        ticket = loop.open_group(route, prior_cost={ANCHOR: float(g), WORLD_MODEL: 0.0})
         raw = [p.score for p in preds] if preds else [None] * g
         fut = self.pool.execute_group(list(actions), seed=seed, options=options) if ticket.route == ANCHOR else None
         pending = PendingGroup(ticket, raw, preds, ctx, fut, wm_secs, actions=list(actions))

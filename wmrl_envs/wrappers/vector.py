@@ -275,6 +275,26 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self.n_groups_completed = 0
         self.n_groups_abandoned = 0
         self.n_plan_updates = 0
+        self._prior_cost = self._group_cost_prior()
+
+    def _group_cost_prior(self) -> dict[str, float]:
+        """Real executions one group of each route makes, as known before any group closed (what an
+        ``execution_budget`` counts the lanes' open groups at; ``CorrectionLoop.open_group``'s
+        ``prior_cost``): G × the episode's step limit (the sub-envs' ``spec.max_episode_steps``,
+        else a ``TimeLimit``'s, else ``episode_steps``) for an anchor group, and in reward mode
+        (every episode executes every step) for a world-model group too; 0 for an outcome-mode
+        world-model group."""
+        limit = None
+        try:
+            limit = getattr(self.env.get_attr("spec")[0], "max_episode_steps", None)
+            # ``has_wrapper_attr`` first: a failing get_attr would shut an AsyncVectorEnv worker down
+            if limit is None and all(bool(x) for x in self.env.call("has_wrapper_attr", "_max_episode_steps")):
+                limit = self.env.call("get_wrapper_attr", "_max_episode_steps")[0]
+        except Exception:  # noqa: BLE001 - sub-envs that are not gymnasium.Env: no limit known
+            limit = None
+        steps = float(limit) if isinstance(limit, int) and limit >= 1 else float(self.episode_steps)
+        group = self.group_size * steps
+        return {ANCHOR: group, WORLD_MODEL: group if self.mode == "reward" else 0.0}
 
     @property
     def n_groups_open(self) -> int:
@@ -308,7 +328,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         rec = self._groups.get(key)
         if rec is not None:
             return rec
-        ticket = self.loop.open_group() if self.training else self.loop.eval_ticket()
+        ticket = self.loop.open_group(prior_cost=self._prior_cost) if self.training else self.loop.eval_ticket()
         g = self.group_size
         rec = _Group(k, rnd, ticket, [None] * g, [None] * g, [False] * g, members_left=g)
         self._groups[key] = rec
