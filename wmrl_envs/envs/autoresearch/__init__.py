@@ -21,8 +21,10 @@ Modules:
       (:func:`task_data`) and the public files of a job folder (:func:`write_public_files`).
     * :mod:`~wmrl_envs.envs.autoresearch.submission` — reading ``submission.csv``
       (:func:`read_submission`) and the task metrics (:func:`compute_metric`).
-    * :mod:`~wmrl_envs.envs.autoresearch.grading` — grading one solution (:class:`Grade`,
-      :func:`check_source`, :func:`grade`, :func:`evaluate`).
+    * :mod:`~wmrl_envs.envs.autoresearch.running` — one run of a solution graded against a
+      leaderboard the caller gives (:class:`Grade`, :func:`check_source`); used to build the boards.
+    * :mod:`~wmrl_envs.envs.autoresearch.grading` — grading one solution on the task's
+      leaderboard (:func:`grade`, :func:`evaluate`).
     * :mod:`~wmrl_envs.envs.autoresearch.leaderboards` — the reference leaderboards
       (:func:`get_leaderboard`, :func:`build_leaderboards`, shipped as ``leaderboards.json``
       for the reference secret; :func:`ensure_leaderboard` for any other).
@@ -62,7 +64,8 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         next_observation,
         sanitize_text,
     )
-    from wmrl_envs.envs.autoresearch.grading import Grade, check_source, evaluate, grade
+    from wmrl_envs.envs.autoresearch.grading import evaluate, grade
+    from wmrl_envs.envs.autoresearch.running import Grade, check_source
     from wmrl_envs.envs.autoresearch.leaderboards import (
         build_leaderboards,
         ensure_leaderboard,
@@ -93,7 +96,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(
         ["build_prompt", "format_feedback", "layout_feedback", "next_observation", "sanitize_text"], "observation"
     ),
-    **dict.fromkeys(["Grade", "check_source", "evaluate", "grade"], "grading"),
+    **dict.fromkeys(["Grade", "check_source"], "running"),
+    **dict.fromkeys(["evaluate", "grade"], "grading"),
     **dict.fromkeys(["build_leaderboards", "ensure_leaderboard", "get_leaderboard", "load_leaderboards"],
                     "leaderboards"),
     **dict.fromkeys(["write_public_files"], "taskdata"),

@@ -211,7 +211,7 @@ class AutoResearchEnv(gym.Env):
 
     @property
     def last_grade(self) -> Grade | None:
-        """The :class:`~wmrl_envs.envs.autoresearch.grading.Grade` of the last step (``None`` after reset)."""
+        """The :class:`~wmrl_envs.envs.autoresearch.running.Grade` of the last step (``None`` after reset)."""
         return self._last_grade
 
     @property

@@ -1,7 +1,7 @@
 """The per-task reference leaderboards a valid submission is ranked on.
 
 A leaderboard is the metric values of the task's :data:`REFERENCE_SOLUTIONS`, run like an
-agent's solution (:func:`~.grading.evaluate`) on the task's data, so it belongs to one task
+agent's solution (:func:`~.running.run_solution`) on the task's data, so it belongs to one task
 secret (``docs/autoresearch.md``, "Leaderboards"): for the reference secret it is shipped as
 ``leaderboards.json`` next to this module (:data:`LEADERBOARD_PATH`, rebuilt with
 ``WMRL_TASK_SECRET=wmrl-reference python -m wmrl_envs.envs.autoresearch.leaderboards``); for
@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from wmrl_envs.envs.autoresearch.grading import EXEC_ENV, SOLUTION_FILE, evaluate
+from wmrl_envs.envs.autoresearch.running import EXEC_ENV, SOLUTION_FILE, run_solution
 from wmrl_envs.envs.autoresearch.secret import (
     REFERENCE_SECRET,
     SECRET_ENV_VAR,
@@ -360,8 +360,8 @@ def build_leaderboards(
         def run_one(job: tuple[TaskSpec, str, str]) -> dict:
             t, name, line = job
             src = t.starter_code_with(line)
-            g, _ = evaluate(t, src, runner, workdir_root=Path(tmp) / "jobs", limits=limits, cache_dir=cache,
-                            leaderboard=[0.0])
+            g, _ = run_solution(t, src, runner, workdir_root=Path(tmp) / "jobs", limits=limits, cache_dir=cache,
+                                leaderboard=[0.0])
             if g.status != "valid":
                 raise RuntimeError(
                     f"reference solution {name!r} failed on task {t.task_id!r}: {g.status}: {g.message}\n{g.stderr_tail}"

@@ -14,7 +14,7 @@ import re
 import string
 from typing import Any, Sequence
 
-from wmrl_envs.envs.autoresearch.grading import SOLUTION_FILE, Grade
+from wmrl_envs.envs.autoresearch.running import SOLUTION_FILE, Grade
 from wmrl_envs.envs.autoresearch.submission import SUBMISSION_FILE
 from wmrl_envs.envs.autoresearch.taskdata import task_data
 from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, TaskSpec, get_task
@@ -274,7 +274,7 @@ def format_feedback(grade: Grade) -> str:
     run line ``exit code 1`` and the error as Python prints it.
 
     Args:
-        grade: the :class:`~wmrl_envs.envs.autoresearch.grading.Grade`.
+        grade: the :class:`~wmrl_envs.envs.autoresearch.running.Grade`.
 
     Returns:
         Text within :data:`CHARSET` and at most :data:`FEEDBACK_MAX_CHARS` characters

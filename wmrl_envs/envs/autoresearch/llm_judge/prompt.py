@@ -54,7 +54,7 @@ def precheck_code(code: Any, filename: str = SOLUTION_FILENAME) -> tuple[str, st
     """Decide an action without the model when that is certain.
 
     The rules and messages are those of the real grader's host-side check
-    (:func:`wmrl_envs.envs.autoresearch.grading.check_source`), so that predicted and real
+    (:func:`wmrl_envs.envs.autoresearch.running.check_source`), so that predicted and real
     grades agree on these cases.
 
     Args:
@@ -68,7 +68,7 @@ def precheck_code(code: Any, filename: str = SOLUTION_FILENAME) -> tuple[str, st
         ``"SyntaxError: '(' was never closed (line 3)"``, ``stderr`` the error as Python prints
         it when running the file).
     """
-    from wmrl_envs.envs.autoresearch.grading import check_source
+    from wmrl_envs.envs.autoresearch.running import check_source
 
     return check_source(code, filename)  # one implementation: the real grader's
 
