@@ -5,7 +5,10 @@
   public APIs only (issue 10, "one group step");
 * no module imports a private name from another wmrl module;
 * the method's order of operations lives in ``wmrl_envs/core`` (the wrappers do not build their
-  own router, debiaser or denoiser).
+  own router, debiaser or denoiser);
+* no import cycle runs through ``wmrl_envs/envs``, ``wmrl_envs/sandbox`` or
+  ``wmrl_envs/world_models`` (imports inside functions count), and the world models import
+  nothing from the correction core, the wrappers or the envs (issue 26).
 """
 
 from __future__ import annotations
@@ -82,3 +85,59 @@ def test_wrappers_build_no_correction_objects_of_their_own() -> None:
             ):
                 built.append(f"{path}:{node.lineno}: {node.func.id}(...)")
     assert not built, "\n".join(built)
+
+
+_OWN_ROOMS = ("wmrl_envs.envs", "wmrl_envs.sandbox", "wmrl_envs.world_models")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """``module -> wmrl_envs modules it imports`` (at any depth of the file; a module's own
+    package ``__init__`` left out, as Python imports it anyway)."""
+    trees = {}
+    for p in sorted((ROOT / "wmrl_envs").rglob("*.py")):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        trees[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = (p.name == "__init__.py", ast.parse(
+            p.read_text(encoding="utf-8")))
+    graph: dict[str, set[str]] = {}
+    for mod, (is_pkg, tree) in trees.items():
+        package = mod if is_pkg else mod.rpartition(".")[0]
+        out = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            out.update(n for n in names if n in trees and n != mod and n != package)
+        graph[mod] = out
+    return graph
+
+
+def test_no_import_cycle_through_the_envs_the_sandbox_or_the_world_models() -> None:
+    graph = _import_graph()
+    cycles = []
+    for start in (m for m in graph if m.startswith(_OWN_ROOMS)):
+        path, stack, seen = [start], [iter(sorted(graph[start]))], {start}
+        while stack:  # depth-first: a path back to ``start`` is a cycle
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop(), path.pop()
+            elif nxt == start:
+                cycles.append(" -> ".join(path + [start]))
+                break
+            elif nxt not in seen:
+                seen.add(nxt), path.append(nxt), stack.append(iter(sorted(graph[nxt])))
+    assert not cycles, "import cycles (move the shared piece below both):\n" + "\n".join(cycles)
+
+
+def test_world_models_import_no_correction_core_wrapper_or_env() -> None:
+    graph = _import_graph()
+    bad = [f"{m} imports {t}" for m, ts in graph.items() if m.startswith("wmrl_envs.world_models")
+           for t in sorted(ts) if t.startswith(("wmrl_envs.core", "wmrl_envs.wrappers", "wmrl_envs.distributed",
+                                                "wmrl_envs.envs"))]
+    assert not bad, "world models sit below the correction core:\n" + "\n".join(bad)

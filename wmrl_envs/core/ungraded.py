@@ -10,7 +10,9 @@ pieces every wrapper and the Ray pool share for that: the cause names and
 counted), :func:`execution_cause` (the cause of an ungraded real step), and
 :class:`UngradedMonitor` with its :class:`TooManyUngradedError` (per-step counts, ledger
 entries ``"ungraded:<cause>"``, warnings, the stop rule). The contract, the causes and the
-stop rule are described in ``docs/method.md`` ("Ungraded rollouts").
+stop rule are described in ``docs/method.md`` ("Ungraded rollouts"). The cause names are
+defined in :mod:`wmrl_envs.causes` (below the world models and envs that name them) and
+re-exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +22,20 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+from wmrl_envs.causes import (
+    CAUSE_KEY,
+    EXECUTION_ERROR,
+    EXECUTION_TIMEOUT,
+    EXECUTION_UNGRADED,
+    SANDBOX_UNAVAILABLE,
+    UNSCORABLE,
+    WORKER_LOST,
+    WORLD_MODEL_ERROR,
+    WORLD_MODEL_INVALID,
+    WORLD_MODEL_TIMEOUT,
+    WORLD_MODEL_UNGRADED,
+)
 
 from .ledger import CostLedger
 
@@ -42,31 +58,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SANDBOX_UNAVAILABLE = "sandbox_unavailable"
-"""The sandbox could not start the program or broke while running it (``SandboxUnavailableError``)."""
-EXECUTION_ERROR = "execution_error"
-"""The env's ``step`` raised (a bug or a broken backend; the agent's failures are graded)."""
-EXECUTION_UNGRADED = "execution_ungraded"
-"""The env said ``info["graded"] = False`` (or returned no reward) without naming a cause
-(counted, not a named failure: no warning, no stop rule)."""
-EXECUTION_TIMEOUT = "execution_timeout"
-"""A remote execution (Ray) did not return within its per-call time-out; it was cancelled."""
-WORKER_LOST = "worker_lost"
-"""The Ray worker that held the execution died."""
-WORLD_MODEL_ERROR = "world_model_error"
-"""The world model's ``predict`` raised."""
-WORLD_MODEL_TIMEOUT = "world_model_timeout"
-"""The world model's ``predict`` did not return within its per-call time-out."""
-WORLD_MODEL_INVALID = "world_model_invalid"
-"""The world model returned a score that is not a finite number (NaN, inf, not a number)."""
-WORLD_MODEL_UNGRADED = "world_model_ungraded"
-"""The world model returned ``score=None`` without saying why (read as an unscorable input)."""
-UNSCORABLE = "unscorable_input"
-"""An input the world model cannot score by its nature (no frames, no image): counted only."""
-
-CAUSE_KEY = "ungraded_cause"
-"""``info`` key in which an env (or the wrappers) name the cause of an ungraded rollout."""
 
 
 _NOT_INFRASTRUCTURE = frozenset({UNSCORABLE, WORLD_MODEL_UNGRADED, EXECUTION_UNGRADED})

@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The folder of the ``wmrl_envs`` package this module belongs to (absolute, links not resolved)."""
+
+
 def default_hidden_paths() -> list[str]:
     """Host paths the isolating backends hide by default: this project's own installed files.
 
@@ -55,9 +59,7 @@ def default_hidden_paths() -> list[str]:
     """
     import importlib.metadata as md
 
-    import wmrl_envs
-
-    out = [os.path.dirname(os.path.abspath(wmrl_envs.__file__))]
+    out = [_PACKAGE_DIR]
     for dist in md.distributions(name="wmrl"):  # the installed one and a checkout's egg-info
         tops = {str(f).split("/", 1)[0] for f in (dist.files or [])}
         path = getattr(dist, "_path", None)  # the .dist-info / .egg-info folder

@@ -41,7 +41,7 @@ class WorldModelPrediction:
         raw_output: the model's raw text, for debugging (may be empty).
         model_called: ``False`` when a deterministic pre-check decided without the model.
         extras: free-form details (e.g. the quality bucket; ``"error"``: why it is ungraded).
-        ungraded_cause: with ``score=None``, why (a cause of :mod:`wmrl_envs.core.ungraded`):
+        ungraded_cause: with ``score=None``, why (a cause of :mod:`wmrl_envs.causes`):
             ``"unscorable_input"`` for an input that cannot be scored by its nature (no frames,
             no image), or ``None`` (read as ``"world_model_ungraded"``): counted, not warned
             about, not subject to the stop rule. Any other cause (e.g.

@@ -45,7 +45,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
-from wmrl_envs.core.ungraded import UNSCORABLE
+from wmrl_envs.causes import UNSCORABLE
 from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
 
 __all__ = ["ProgressWorldModel", "frame_indices"]

@@ -221,11 +221,10 @@ def sandbox_hidden_paths() -> list[str]:
     import site
     import sys
 
-    import wmrl_envs
     from wmrl_envs.sandbox.base import default_hidden_paths
 
     task_secret()
-    found: list[str] = [str(secret_dir()), *default_hidden_paths(), os.path.dirname(os.path.abspath(wmrl_envs.__file__))]
+    found: list[str] = [str(secret_dir()), *default_hidden_paths()]  # the latter holds the wmrl_envs folder
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + list(sys.path)
     # The sandboxes bind the base installation and /usr too (not only the venv): a scikit-learn
     # installed there (pyenv/conda base, /usr/local, Debian's python3-sklearn) must be hidden

@@ -17,7 +17,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from wmrl_envs.core.ungraded import UNSCORABLE, WORLD_MODEL_ERROR
+from wmrl_envs.causes import UNSCORABLE, WORLD_MODEL_ERROR
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .loading import build_tiny_robometer, load_checkpoint, save_checkpoint  # noqa: F401 (doctest)
