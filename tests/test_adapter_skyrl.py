@@ -285,10 +285,12 @@ def test_ungraded_episodes_are_kept_apart_from_zero(env_id):
 def test_eval_twin_runs_real_execution_and_updates_nothing(env_id, spy_steps):
     hub = register_wmrl_env(env_id, "gsm8k", CountingWM(), group_size=2, groups_per_step=2,
                             correction=CorrectionConfig(anchor_fraction=0.5))
-    out = generate(env_id + "_eval", rows(2), 2)
+    out = generate(env_id + "_eval", rows(3), 1)  # SkyRL's eval_n_samples_per_prompt defaults to 1
     assert all(o["env"].route == "anchor" and o["env"].group_id is None for o in out)
-    assert len(spy_steps) == 4 and hub.stats()["groups"] == 0 and hub.stats()["anchor_pairs"] == 0
-    assert hub.loop.ledger.count("world_model") == 0
+    assert [o["rewards"] for o in out] == [[1.0]] * 3  # real scores (rollout 0 answers right)
+    assert len(spy_steps) == 3 and hub.stats()["groups"] == 0 and hub.stats()["anchor_pairs"] == 0
+    assert hub.stats()["open_groups"] == 0 and hub.loop.ledger.count("world_model") == 0
+    assert hub.loop.ledger.count("execution") == 3
 
 
 def test_rho_in_rewards_scales_anchor_rewards_by_the_tickets_rho(env_id):
@@ -331,3 +333,24 @@ def test_a_world_model_that_learns_is_taught_with_one_turn_anchor_groups(env_id)
     assert sorted(actions) == sorted(completion(0, k) for k in range(4))
     assert all(c == batch[0]["prompt"] for c in contexts)  # the chat the model answered
     assert sorted(real) == sorted(float(gsm8k_utils.compute_score(completion(0, k), ANSWERS[0])) for k in range(4))
+
+
+def test_the_pages_local_run_prints_what_it_says():
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "skyrl.md").read_text()
+    (code, prose), = re.findall(r"```python\n(.*?)```(.*?)(?=```|\Z)", page, re.S)
+    ns: dict = {"__name__": "skyrl_doc"}
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "docs/skyrl.md", "exec"), ns)  # noqa: S102 - the page's own example
+    finally:
+        for n in ("wmrl_gsm8k_demo", "wmrl_gsm8k_demo_eval"):
+            if n in skyrl_gym.registry:
+                deregister(n)
+    claimed = re.search(r"This prints `([^`]*)`", prose).group(1)
+    assert out.getvalue().strip() == claimed

@@ -162,6 +162,7 @@ class _Episode:
 class _Group:
     key: str
     ticket: GroupTicket
+    size: int
     joined: int = 0
     episodes: list[_Episode] = field(default_factory=list)
     closed: bool = False
@@ -230,16 +231,19 @@ class WMRLSkyRLHub:
     # ------------------------------------------------------------------ groups
     def join(self, key: str, training: bool = True) -> _Group:
         """The group of the next sample with ``key``: the open one of that key with a free place,
-        else a new group (routed now: the schedule while training, ``eval_route`` otherwise)."""
+        else a new group routed now by the schedule. An evaluation sample (``training=False``) is
+        a group of its own on ``eval_route`` (SkyRL evaluates with ``eval_n_samples_per_prompt``
+        samples, default 1; nothing is updated by evaluation groups)."""
         with self._lock:
+            if not training:
+                return _Group(key, self.loop.eval_ticket(), size=1, joined=1)
             g = self._filling.get((key, training))
             if g is None:
-                ticket = self.loop.open_group() if training else self.loop.eval_ticket()
-                g = _Group(key, ticket)
+                g = _Group(key, self.loop.open_group(), size=self.group_size)
                 self._filling[(key, training)] = g
                 self._open.append(g)
             g.joined += 1
-            if g.joined >= self.group_size:
+            if g.joined >= g.size:
                 del self._filling[(key, training)]
             return g
 
@@ -250,7 +254,7 @@ class WMRLSkyRLHub:
             if group.closed:
                 return
             group.episodes.append(episode)
-            if len(group.episodes) >= self.group_size:
+            if len(group.episodes) >= group.size:
                 self._close(group)
 
     def flush(self) -> int:
@@ -265,7 +269,8 @@ class WMRLSkyRLHub:
 
     def _close(self, g: _Group) -> None:
         g.closed = True
-        self._open = [x for x in self._open if x is not g]
+        if g.ticket.training:
+            self._open = [x for x in self._open if x is not g]
         if not g.episodes:  # no sample of it ever ended: nothing to correct
             return
         eps = g.episodes
