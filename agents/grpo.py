@@ -31,6 +31,9 @@ __all__ = [
     "GRPOUpdateConfig",
     "grpo_step",
     "group_gradient_moments",
+    "group_batch",
+    "turn_rows",
+    "group_step",
     "grpo_update",
 ]
 
@@ -571,6 +574,89 @@ def group_gradient_moments(
     return sq_sum / n, mean_sq, n
 
 
+def group_batch(
+    group_rewards: Sequence[Sequence[float | None]], group_weights: Sequence[float] | None, config: GRPOUpdateConfig
+) -> GroupBatch:
+    """:func:`build_advantages` with the step's settings (``config.scale``, ``config.drop_zero_advantage``);
+    ``group_weights=None`` weighs every group 1.
+
+    Raises:
+        ValueError: as :func:`build_advantages`.
+    """
+    weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
+    return build_advantages(group_rewards, weights, scale=config.scale, drop_zero_advantage=config.drop_zero_advantage)
+
+
+def turn_rows(batch: GroupBatch, turn_episode: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An episode's advantage spread over its turn rows (multi-turn episodes, chunked VLA episodes).
+
+    ``batch`` holds one row per *episode* (flat index group × G + j, :func:`group_batch`); the
+    samples hold one row per *turn*, and ``turn_episode[r]`` is the flat episode index of turn row
+    ``r``. Every turn of a kept episode gets the episode's (ρ-weighted) advantage and group id; the
+    turns of a dropped episode (ungraded, zero advantage, skipped group) are left out.
+
+    Returns:
+        ``(rows, advantages, groups)``: int64 (M,) turn rows, float64 (M,) advantages, int64 (M,)
+        group ids, in turn-row order.
+    """
+    adv_of = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
+    group_of = dict(zip(batch.row_index.tolist(), batch.group_index.tolist()))
+    episodes = np.asarray(turn_episode, dtype=np.int64).reshape(-1).tolist()
+    rows = [r for r, e in enumerate(episodes) if e in adv_of]
+    return (np.asarray(rows, dtype=np.int64), np.asarray([adv_of[episodes[r]] for r in rows], dtype=np.float64),
+            np.asarray([group_of[episodes[r]] for r in rows], dtype=np.int64))
+
+
+def group_step(
+    policy: GRPOPolicy,
+    optimizer: torch.optim.Optimizer,
+    samples: Any,
+    batch: GroupBatch,
+    *,
+    config: GRPOUpdateConfig,
+    turn_episode: Sequence[int] | np.ndarray | None = None,
+    old_logprobs: torch.Tensor | np.ndarray | None = None,
+) -> dict[str, float]:
+    """The one GRPO group step every loop takes: :func:`grpo_step` on the rows ``batch`` keeps.
+
+    Without ``turn_episode`` a row of ``samples`` is a rollout (row g·G + j: rollout j of group g);
+    with it a row is a turn of the episode ``turn_episode[row]`` (:func:`turn_rows`). A step whose
+    batch keeps no row changes nothing (no optimiser step).
+
+    Args:
+        policy: a :class:`GRPOPolicy`.
+        optimizer: optimiser over ``policy.trainable_parameters()``.
+        samples: the policy's samples (rollout rows, or turn rows with ``turn_episode``).
+        batch: the step's advantages (:func:`group_batch`).
+        config: the settings.
+        turn_episode: int (R,) the episode of each turn row, or None.
+        old_logprobs: optional float (R, T_max) log-probs recorded at sampling for every row of
+            ``samples`` (kept rows are selected here); see :func:`grpo_step`.
+
+    Returns:
+        :func:`grpo_step`'s floats plus ``n_groups_used``, ``n_groups_skipped``, ``n_ungraded``
+        (episodes).
+
+    Raises:
+        ValueError: ``old_logprobs`` does not have one row per sample row, or :func:`grpo_step`'s errors.
+    """
+    if turn_episode is None:
+        rows, advantages, groups = batch.row_index, batch.advantages, batch.group_index
+    else:
+        rows, advantages, groups = turn_rows(batch, turn_episode)
+    old = None
+    if old_logprobs is not None:
+        old_all = torch.as_tensor(old_logprobs)
+        n_rows = len(samples) if hasattr(samples, "__len__") else old_all.shape[0]
+        if old_all.ndim != 2 or old_all.shape[0] != n_rows:
+            raise ValueError(f"old_logprobs must have shape ({n_rows}, T), got {tuple(old_all.shape)}")
+        old = old_all[torch.as_tensor(rows)]
+    stats = grpo_step(policy, optimizer, samples, rows, advantages, config=config, old_logprobs=old, groups=groups)
+    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
+                 n_ungraded=float(batch.n_ungraded))
+    return stats
+
+
 def grpo_update(
     policy: GRPOPolicy,
     optimizer: torch.optim.Optimizer,
@@ -581,7 +667,7 @@ def grpo_update(
     config: GRPOUpdateConfig,
     old_logprobs: torch.Tensor | np.ndarray | None = None,
 ) -> dict[str, float]:
-    """The GRPO update of one step: :func:`build_advantages`, then :func:`grpo_step` on the kept rows.
+    """The GRPO update of one step: :func:`group_batch`, then :func:`group_step` on the kept rows.
 
     Advantages are group-relative (``config.scale``), ρ-weighted per group, computed over the
     graded rows only: ungraded rows never enter the loss, groups with fewer than 2 graded rows
@@ -609,16 +695,5 @@ def grpo_update(
     n_total = sum(len(g) for g in group_rewards)
     if hasattr(samples, "__len__") and len(samples) != n_total:
         raise ValueError(f"rewards cover {n_total} rows but the samples have {len(samples)}")
-    weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
-    batch = build_advantages(group_rewards, weights, scale=config.scale, drop_zero_advantage=config.drop_zero_advantage)
-    old = None
-    if old_logprobs is not None:
-        old_all = torch.as_tensor(old_logprobs)
-        if old_all.ndim != 2 or old_all.shape[0] != n_total:
-            raise ValueError(f"old_logprobs must have shape ({n_total}, T), got {tuple(old_all.shape)}")
-        old = old_all[torch.as_tensor(batch.row_index)]
-    stats = grpo_step(policy, optimizer, samples, batch.row_index, batch.advantages, config=config,
-                      old_logprobs=old, groups=batch.group_index)
-    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
-                 n_ungraded=float(batch.n_ungraded))
-    return stats
+    batch = group_batch(group_rewards, group_weights, config)
+    return group_step(policy, optimizer, samples, batch, config=config, old_logprobs=old_logprobs)

@@ -11,7 +11,7 @@ the published shapes and initialised at random, which costs the same compute as 
   output is unused; openvla-mini's timm towers still compute it, ~4% of their FLOPs). The prompt is 49 tokens long, the length of
   MiniVLA's prompt for ``libero_10`` task 0 with the real Qwen2.5 tokenizer
   (``tests/golden/prismatic/real_qwen_tokenizer.json``; the tokenizer here is an offline byte-level
-  one, so the prompt is 49 bytes). One *group step* is ``VLAPolicy.act`` on the G observations of
+  one, so the prompt is 49 bytes). One *group step* is ``VLAPolicy.sample`` on the G observations of
   a group (one sample each, 7 action tokens, as ``wmrl libero`` steps a group). Printed: group
   steps/s, policy steps/s (G × that), seconds per 520-step LIBERO-Long episode (policy only; the
   simulator's own speed is ``benchmarks/libero_parallel.py``).
@@ -163,7 +163,7 @@ def main() -> None:
         obs = [{"agentview_image": rng.integers(0, 256, (224, 224, 3), dtype=np.uint8),
                 "instruction": "put both the alphabet soup and the tomato sauce in the basket"} for _ in range(g)]
         with torch.no_grad():
-            act = _timed(lambda: policy.act(obs, group_size=1), args.repeats, device)
+            act = _timed(lambda: policy.sample(obs, group_size=1), args.repeats, device)
         step_s = act["wall_s"]["median"]
         out["policy"] = {
             "architecture": "MiniVLA (agents.vla.prismatic.MINIVLA_SHAPES)", "params": n_params, "dtype": str(dtype),

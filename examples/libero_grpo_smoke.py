@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
             obs, info = env.reset(options={"init_state_id": state})
             ret, done = 0.0, False
             while not done:
-                smp = policy.act([obs], group_size=1)
+                smp = policy.sample([obs], group_size=1)
                 obs, r, term, trunc, info = env.step(smp.actions[0])
                 parts.append(smp)
                 episode_of_row.append(ep)

@@ -229,27 +229,6 @@ def test_wmrl_train_multi_turn_episodes(tiny_folder, tmp_path):
     assert main(["train", "--preset", "tiny", "--max-turns", "0", "--run-dir", str(tmp_path / "bad")]) == 2
 
 
-def test_multi_turn_update_gives_every_turn_its_episodes_advantage(monkeypatch):
-    import agents.grpo as grpo
-    from agents.grpo import GRPOUpdateConfig
-    from agents.train.loop import multi_turn_update
-
-    seen = {}
-
-    def fake_step(policy, optimizer, samples, rows, advantages, *, config, groups):
-        seen.update(rows=rows.tolist(), adv=advantages.tolist(), groups=groups.tolist())
-        return {"n_rows": float(len(rows))}
-
-    monkeypatch.setattr(grpo, "grpo_step", fake_step)
-    groups = [types.SimpleNamespace(rewards=[1.0, 0.0], advantage_weight=2.0),   # an anchor group, ρ = 2
-              types.SimpleNamespace(rewards=[0.5, None], advantage_weight=1.0)]  # one graded episode: skipped
-    turn_rollout = [0, 0, 1, 1, 1, 2, 3]  # episode 1 took three turns, episodes 2-3 one each
-    out = multi_turn_update(None, None, None, turn_rollout, groups, GRPOUpdateConfig(drop_zero_advantage=False))
-    assert seen["rows"] == [0, 1, 2, 3, 4] and seen["groups"] == [0, 0, 0, 0, 0]
-    assert seen["adv"] == pytest.approx([2.0, 2.0, -2.0, -2.0, -2.0], abs=1e-4)  # standardised, times ρ
-    assert (out["n_groups_used"], out["n_groups_skipped"], out["n_ungraded"]) == (1.0, 1.0, 1.0)
-
-
 class _ScriptedScorer:
     """An AsyncAnchoredScorer stand-in: groups of ``anchor_task`` are anchors that arrive when
     their ids are released (in any order); the others are world-model groups, ready at once."""

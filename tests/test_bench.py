@@ -10,8 +10,10 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from agents.experiments.bench import METHODS, BenchConfig, format_table, method_correction, reused_entries, run_bench
+from agents.grpo import GRPOUpdateConfig
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 
@@ -38,25 +40,59 @@ class FakeWM:
         return [WorldModelPrediction(score=float(a) ** 2) for a in actions]
 
 
+class FakePolicy:
+    """A :class:`agents.grpo.GRPOPolicy` with one parameter ``mu``: row i's one-token log-prob is
+    ``mu * h_i`` (``h_i`` the sampled value), so the GRPO step's gradient is ``-mean_i(A_i h_i)``."""
+
+    def __init__(self):
+        self.mu = torch.nn.Parameter(torch.tensor(0.2, dtype=torch.float64))
+        self.n_rows = 0
+
+    def grpo_logprobs(self, samples, rows, *, reference=False, with_entropy=False):
+        h = torch.as_tensor([samples[int(i)] for i in rows], dtype=torch.float64)
+        self.n_rows = len(h)
+        return (self.mu * h).reshape(-1, 1), torch.ones(len(h), 1, dtype=torch.float64), None
+
+    def trainable_parameters(self):
+        return [self.mu]
+
+
+class SumStep:
+    """The optimiser of :class:`FakeAgent`: ``mu += 0.05 * sum_i(A_i h_i)`` (the mean gradient times the rows)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def zero_grad(self, set_to_none=True):
+        self.policy.mu.grad = None
+
+    def step(self):
+        with torch.no_grad():
+            self.policy.mu -= 0.05 * self.policy.n_rows * self.policy.mu.grad
+
+
 class FakeAgent:
     def __init__(self, seed):
-        self.mu = 0.2
+        self.policy = FakePolicy()
+        self.optimizer = SumStep(self.policy)
+        self.update_config = GRPOUpdateConfig(max_grad_norm=None)
         self.rng = np.random.default_rng(seed)
+
+    @property
+    def mu(self):
+        return float(self.policy.mu)
 
     def sample(self, task_ids, group_size):
         acts = [[f"{np.clip(self.rng.normal(self.mu, 0.2), 0, 1):.3f}" for _ in range(group_size)] for _ in task_ids]
         flat = [float(a) for g in acts for a in g]
         return acts, flat
 
-    def update(self, handle, rows, adv):
-        self.mu += 0.05 * float(np.sum([handle[i] * a for i, a in zip(rows, adv)]))
-        return {}
-
     def snapshot(self):
         return self.mu
 
     def restore(self, snap):
-        self.mu = snap
+        with torch.no_grad():
+            self.policy.mu.fill_(snap)
 
 
 EVAL_SEEDS = []

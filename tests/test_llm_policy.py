@@ -181,8 +181,6 @@ def test_bad_arguments(tokenizer):
 def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
     """`wmrl bench --agent llm` adapter: line-mode actions, a GRPO step changes only LoRA,
     snapshot/restore round-trips, reseed gives common random numbers."""
-    import numpy as np
-
     import wmrl_envs.world_models.smollm2 as sm
     from agents.experiments.bench import LLMBenchAgent
 
@@ -192,7 +190,12 @@ def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
     assert [len(a) for a in actions] == [3, 3]
     assert all("model =" in a and "submission.csv" in a for g in actions for a in g)  # starter script with the line
     snap = agent.snapshot()
-    agent.update(handle, np.array([0, 2, 3]), np.array([1.0, -1.0, 0.5]))
+    from agents.grpo import group_batch, group_step
+    from agents.protocol import BenchAgent
+
+    assert isinstance(agent, BenchAgent)
+    batch = group_batch([[1.0, 0.0, 0.4], [0.2, 0.9, 0.4]], None, agent.update_config)
+    assert group_step(agent.policy, agent.optimizer, handle, batch, config=agent.update_config)["n_rows"] == 6
     after = agent.snapshot()
     assert any(not torch.equal(snap[k], after[k]) for k in snap)
     agent.restore(snap)

@@ -174,7 +174,7 @@ def test_prompt_and_forward_shapes(observations):
 
 def test_act_samples_only_action_tokens(observations):
     pol = make_policy(chunk=2, seed=5)
-    s = pol.act(observations, group_size=4)
+    s = pol.sample(observations, group_size=4)
     assert len(s) == 12 and s.tokens.shape == (12, 14) and s.tokens.dtype == torch.long
     assert s.obs_index.tolist() == [0] * 4 + [1] * 4 + [2] * 4
     assert ((s.tokens >= N_VOCAB - 256) & (s.tokens < N_VOCAB)).all()
@@ -184,19 +184,19 @@ def test_act_samples_only_action_tokens(observations):
     assert s.logprobs.shape == (12, 14) and (s.logprobs <= 0).all() and torch.isfinite(s.logprobs).all()
     assert len(torch.unique(s.tokens, dim=0)) > 1  # sampling, not argmax
     # reproducible from the seed; next call draws new samples
-    s2 = make_policy(chunk=2, seed=5).act(observations, group_size=4)
+    s2 = make_policy(chunk=2, seed=5).sample(observations, group_size=4)
     assert torch.equal(s.tokens, s2.tokens)
-    assert not torch.equal(pol.act(observations, group_size=4).tokens, s.tokens)
+    assert not torch.equal(pol.sample(observations, group_size=4).tokens, s.tokens)
     # greedy: every row of a group takes the argmax
-    g = pol.act(observations[:1], group_size=3, greedy=True)
+    g = pol.sample(observations[:1], group_size=3, greedy=True)
     assert (g.tokens == g.tokens[0]).all()
     with pytest.raises(ValueError):
-        pol.act([])
+        pol.sample([])
     bad = dict(observations[0], agentview_image=np.zeros((8, 8, 3), np.float32))
     with pytest.raises(ValueError, match="uint8"):
-        pol.act([bad])
+        pol.sample([bad])
     with pytest.raises(KeyError, match="wrist_image"):
-        pol.act([{k: v for k, v in observations[0].items() if k != "wrist_image"}])
+        pol.sample([{k: v for k, v in observations[0].items() if k != "wrist_image"}])
 
 
 def test_act_with_minivla_vq_tokenizer(observations):
@@ -209,7 +209,7 @@ def test_act_with_minivla_vq_tokenizer(observations):
 
     vq = VQActionTokenizer(N_VOCAB, Path(__file__).parent / "golden" / "minivla" / "vq")
     pol = make_policy(action_tokenizer=vq, seed=2)
-    s = pol.act(observations, group_size=4)
+    s = pol.sample(observations, group_size=4)
     assert pol.tokens_per_sample == 3 and s.tokens.shape == (12, 3)
     assert ((s.tokens >= N_VOCAB - 8) & (s.tokens < N_VOCAB)).all()
     assert s.actions.shape == (12, 1, 7)
@@ -217,7 +217,7 @@ def test_act_with_minivla_vq_tokenizer(observations):
     lp, _, ent = pol.grpo_logprobs(s, with_entropy=True)
     torch.testing.assert_close(lp.detach(), s.logprobs, atol=1e-4, rtol=0)
     assert (ent <= np.log(8) + 1e-4).all()
-    whole = make_policy(action_tokenizer=vq, chunk=4, seed=2).act(observations[:1], group_size=2)
+    whole = make_policy(action_tokenizer=vq, chunk=4, seed=2).sample(observations[:1], group_size=2)
     assert whole.actions.shape == (2, 4, 7)
     with pytest.raises(ValueError, match="1..4 actions"):
         make_policy(action_tokenizer=vq, chunk=5)
@@ -225,7 +225,7 @@ def test_act_with_minivla_vq_tokenizer(observations):
 
 def test_logprobs_match_sampling_and_full_forward(observations):
     pol = make_policy(temperature=0.7, seed=1)
-    s = pol.act(observations, group_size=3)
+    s = pol.sample(observations, group_size=3)
     lp, mask, ent = pol.grpo_logprobs(s, with_entropy=True)
     assert lp.shape == mask.shape == ent.shape == (9, 7)
     assert lp.requires_grad and (mask == 1).all()
@@ -250,8 +250,8 @@ def test_logprobs_match_sampling_and_full_forward(observations):
 
 def test_concat_samples(observations):
     pol = make_policy()
-    a = pol.act(observations[:2], group_size=2)
-    b = pol.act(observations[2:], group_size=3)
+    a = pol.sample(observations[:2], group_size=2)
+    b = pol.sample(observations[2:], group_size=3)
     c = VLASamples.concat([a, b])
     assert len(c) == 7 and c.obs_index.tolist() == [0, 0, 1, 1, 2, 2, 2] and c.group_size == 0
     lp, _, _ = pol.grpo_logprobs(c)
@@ -260,7 +260,7 @@ def test_concat_samples(observations):
 
 def test_grpo_step_changes_only_lora_and_follows_advantage(observations):
     pol = make_policy(2, seed=2)
-    s = pol.act(observations[:2], group_size=4)
+    s = pol.sample(observations[:2], group_size=4)
     base_before = {n: p.detach().clone() for n, p in pol.model.named_parameters() if not p.requires_grad}
     lora_before = pol.adapter_state_dict()
     with torch.no_grad():
@@ -303,7 +303,7 @@ def test_lora_only_on_language_model():
 
 def test_adapter_round_trip(observations, tmp_path):
     pol = make_policy(3)
-    s = pol.act(observations[:1], group_size=2)
+    s = pol.sample(observations[:1], group_size=2)
     state = pol.adapter_state_dict()
     lp_a = pol.grpo_logprobs(s)[0].detach()
     fresh = make_policy(3, perturb=False)
@@ -326,7 +326,7 @@ def test_load_vla_round_trip_and_missing_checkpoint(tmp_path, observations):
     for (n, a), b in zip(model.state_dict().items(), m2.state_dict().values()):
         assert torch.equal(a, b), n
     pol = VLAPolicy(m2, p2)
-    assert pol.act(observations[:1]).actions.shape == (1, 1, 7)
+    assert pol.sample(observations[:1]).actions.shape == (1, 1, 7)
 
     missing = tmp_path / "minivla-libero90"
     with pytest.raises(FileNotFoundError) as e:
@@ -366,7 +366,7 @@ def test_policy_validation():
     with pytest.raises(ValueError, match="outputs"):
         VLAPolicy(model, proc, action_vocab_size=N_VOCAB + 1)
     with pytest.raises(KeyError, match="front"):
-        VLAPolicy(model, proc, image_keys=("front",)).act([{"instruction": "x"}])
+        VLAPolicy(model, proc, image_keys=("front",)).sample([{"instruction": "x"}])
     assert vla_mod.LIBERO_IMAGE_KEYS == ("agentview_image", "wrist_image")
 
 

@@ -47,11 +47,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Protocol, Sequence
+from typing import Annotated, Any, Callable, Literal, Sequence
 
 import numpy as np
 import tyro
 
+from agents.protocol import BenchAgent
 from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.utils import write_json_atomic
 
@@ -65,7 +66,6 @@ __all__ = [
     "BenchConfig",
     "BENCH_PRESETS",
     "method_correction",
-    "BenchAgent",
     "run_method",
     "run_bench",
     "reused_entries",
@@ -77,28 +77,6 @@ __all__ = [
     "format_table",
     "write_report",
 ]
-
-
-class BenchAgent(Protocol):
-    """What the harness needs from an agent plugin (grammar agent, LLM agent, ...)."""
-
-    def sample(self, task_ids: Sequence[str], group_size: int) -> tuple[list[list[str]], Any]:
-        """G actions (Python source) per task, plus a handle for :meth:`update`."""
-
-    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        """One GRPO step on the kept rows: ``row_index`` int64 (N,) flat indices into the sampled
-        actions (group after group), ``advantages`` float64 (N,) weighted advantages
-        (:func:`agents.grpo.build_advantages`). The agents of this module call
-        :func:`agents.grpo.grpo_step`."""
-
-    def snapshot(self) -> Any:
-        """A copy of the policy's parameters (cheap to keep one per step)."""
-
-    def restore(self, snap: Any) -> None:
-        """Load a snapshot."""
-
-    def reseed(self, seed: int) -> None:
-        """Reset the sampling stream (evaluation draws common random numbers across methods)."""
 
 
 @dataclass
@@ -298,7 +276,7 @@ def run_method(
         A :class:`MethodRun` with per-step records (cumulative compute in seconds, ρ,
         calibration errors) and ``max_steps + 1`` or fewer snapshots.
     """
-    from agents.grpo import build_advantages
+    from agents.grpo import group_batch, group_step
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
 
@@ -323,7 +301,7 @@ def run_method(
         with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
             actions, handle = agent.sample(tasks, cfg.group_size)
         groups = [wrapper.score_group(a, options={"task_id": t}) for t, a in zip(tasks, actions)]
-        batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], drop_zero_advantage=True)
+        batch = group_batch([g.rewards for g in groups], [g.advantage_weight for g in groups], agent.update_config)
         measured_s = 0.0
         if noise_scale is not None and len(groups) >= 2:
             from agents.grpo import group_gradient_moments
@@ -332,9 +310,8 @@ def run_method(
             noise_scale.add_step(*group_gradient_moments(agent.policy, handle, batch.row_index, batch.advantages,
                                                          batch.group_index, len(groups)))
             measured_s = time.perf_counter() - t1
-        with ledger.timed(UPDATE):
-            if len(batch.row_index):
-                agent.update(handle, batch.row_index, batch.advantages)
+        with ledger.timed(UPDATE):  # the one GRPO group step (no optimiser step when no row is kept)
+            group_step(agent.policy, agent.optimizer, handle, batch, config=agent.update_config)
         wall += time.perf_counter() - t0 - measured_s
         cpu = float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES))
         stats = corrector.stats()
@@ -1016,8 +993,8 @@ def headline_lines(results: dict[str, Any]) -> list[str]:
 class GrammarBenchAgent:
     """:class:`agents.grammar.policy.GrammarPolicy` behind the :class:`BenchAgent` protocol.
 
-    Each grammar choice is a "token"; :meth:`update` is the one GRPO step
-    (:func:`agents.grpo.grpo_step`) on the per-choice log-probabilities, one Adam step per
+    Each grammar choice is a "token"; the update (:func:`agents.grpo.group_step` with
+    ``update_config``) is the one GRPO step on the per-choice log-probabilities, one Adam step per
     optimisation epoch, no gradient clipping.
     """
 
@@ -1041,11 +1018,6 @@ class GrammarBenchAgent:
         programs = self.policy.sample([get_task(t) for t in task_ids], group_size)
         return [[p.code for p in g] for g in programs], [p for g in programs for p in g]
 
-    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        from agents.grpo import grpo_step
-
-        return grpo_step(self.policy, self.optimizer, handle, row_index, advantages, config=self.update_config)
-
     def snapshot(self) -> Any:
         return {k: (v.detach().clone() if hasattr(v, "detach") else v) for k, v in self.policy.state_dict().items()}
 
@@ -1059,8 +1031,8 @@ class GrammarBenchAgent:
 class LLMBenchAgent:
     """The LLM agent of ``wmrl train`` (:class:`agents.llm.policy.LLMPolicy`, ``model`` + LoRA on
     ``device`` (:func:`agents.llm.backbone.load_backbone`), line mode) behind the :class:`BenchAgent`
-    protocol — the GPU-scale configuration of the benchmark (``wmrl bench --agent llm``). :meth:`update` is the GRPO step of ``wmrl train``
-    (:func:`agents.grpo.grpo_step`, one backward per group, one AdamW step per epoch).
+    protocol — the GPU-scale configuration of the benchmark (``wmrl bench --agent llm``). The update is the GRPO step of ``wmrl train``
+    (:func:`agents.grpo.group_step`, one backward per group, one AdamW step per epoch).
     """
 
     def __init__(self, seed: int, lr: float = 2e-4, kl_coef: float = 0.0, *, lora_r: int = 16,
@@ -1088,13 +1060,6 @@ class LLMBenchAgent:
         samples = self.policy.sample([self.policy.build_prompt({}, s) for s in specs], group_size)
         actions = [[self.policy.completion_to_action(x, s) for x in texts] for s, texts in zip(specs, samples.texts)]
         return actions, samples
-
-    def update(self, handle: Any, row_index: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
-        from agents.grpo import grpo_step
-
-        groups = [gi for gi, _ in handle.row_positions(row_index)]
-        return grpo_step(self.policy, self.optimizer, handle, row_index, advantages, config=self.update_config,
-                         groups=groups)
 
     def snapshot(self) -> Any:
         return {k: v.detach().clone() for k, v in self.policy.adapter_state_dict().items()}

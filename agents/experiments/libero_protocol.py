@@ -192,7 +192,7 @@ def _rollout(envs: _Envs, policy: Any, task: int, states: Sequence[int], *, gree
 
     def act(batched: dict[str, Any], active: np.ndarray) -> np.ndarray:
         members = _members(batched, g)
-        smp = policy.act(members, group_size=1, greedy=greedy)
+        smp = policy.sample(members, group_size=1, greedy=greedy)
         for i in np.flatnonzero(active):
             obs_of[i].append(members[i])
             samples_of[i].append(smp.select([int(i)]))
@@ -310,7 +310,7 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     import torch
     from tqdm.auto import tqdm
 
-    from agents.grpo import GRPOUpdateConfig, build_advantages, grpo_step
+    from agents.grpo import GRPOUpdateConfig, group_batch, group_step
     from agents.vla.load import build_tiny_vla, load_vla
     from agents.vla.policy import VLAPolicy, VLASamples
     from wmrl_envs.core import ANCHOR, CorrectionLoop
@@ -345,7 +345,7 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         history, start = state["history"], state["step"]
-    update = GRPOUpdateConfig(kl_coef=0.0, micro_batch_size=32)
+    update = GRPOUpdateConfig(kl_coef=0.0, micro_batch_size=32, drop_zero_advantage=False)
     with tqdm(total=cfg.steps, initial=start, desc=f"{method} seed {seed}: GRPO steps", leave=False) as bar:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
@@ -372,17 +372,12 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
                 for _obs, smp in members:
                     rows_of.append(len(smp))
                     parts.extend(smp)
-            batch = build_advantages(rewards, weights)
-            adv_of = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
-            episode_of_row = np.repeat(np.arange(len(rows_of)), rows_of)
-            rows = [i for i, e in enumerate(episode_of_row) if int(e) in adv_of]
-            stats = {}
-            if rows:
-                stats = grpo_step(policy, optimizer, VLASamples.concat(parts), rows,
-                                  [adv_of[int(episode_of_row[i])] for i in rows], config=update)
+            # every chunk row of an episode takes the episode's advantage (the one group step)
+            stats = group_step(policy, optimizer, VLASamples.concat(parts), group_batch(rewards, weights, update),
+                               config=update, turn_episode=np.repeat(np.arange(len(rows_of)), rows_of))
             history.append({"step": step + 1, "routes": routes, "train_success": float(np.mean(successes)),
                             "rho": loop.rho, "anchor_pairs": loop.corrector.debiaser.n_pairs,
-                            "loss": stats.get("loss"), "seconds": round(time.perf_counter() - t0, 2)})
+                            "loss": stats["loss"] if stats["n_rows"] else None, "seconds": round(time.perf_counter() - t0, 2)})
             folder.mkdir(parents=True, exist_ok=True)
             torch.save({"adapter": policy.adapter_state_dict(), "optimizer": optimizer.state_dict(),
                         "loop": loop.state_dict(), "rng": rng.bit_generator.state,

@@ -12,8 +12,8 @@ that breaks mid-run.
 Everything runs through the objects of the main job: one
 :class:`~wmrl_envs.AnchoredWorldModelWrapper` per run (``plan_step``, ``score_group``), its
 :class:`~wmrl_envs.core.CorrectionConfig` from :func:`agents.experiments.methods.method_correction`,
-the advantages of :func:`agents.grpo.build_advantages` and the one GRPO step
-:func:`agents.grpo.grpo_step` — the shape of :func:`agents.experiments.bench.run_method`.
+the advantages of :func:`agents.grpo.group_batch` and the one GRPO group step
+:func:`agents.grpo.group_step` — the shape of :func:`agents.experiments.bench.run_method`.
 
 Compute is the ledger's CPU-seconds over its four sources: execution and world model are
 *declared* (``info["execution_cpu_s"]`` per execution, ``declared_cpu_s_per_prediction`` per
@@ -425,8 +425,8 @@ def run_sweep_method(
 
     The loop of :func:`agents.experiments.bench.run_method`: per step ``wrapper.plan_step``,
     ``groups_per_step`` tasks, the policy's G actions per task (charged to ``generation``),
-    ``wrapper.score_group`` per group, :func:`agents.grpo.build_advantages` and
-    :func:`agents.grpo.grpo_step` (charged to ``update``). Stops after ``max_steps`` steps, once
+    ``wrapper.score_group`` per group, :func:`agents.grpo.group_batch` and
+    :func:`agents.grpo.group_step` (charged to ``update``). Stops after ``max_steps`` steps, once
     the exact score reaches ``target``, or once the compute reaches ``compute_budget_s``.
 
     Args:
@@ -452,7 +452,7 @@ def run_sweep_method(
     """
     import torch
 
-    from agents.grpo import GRPOUpdateConfig, build_advantages, group_gradient_moments, grpo_step
+    from agents.grpo import GRPOUpdateConfig, group_batch, group_gradient_moments, group_step
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
     from wmrl_envs.envs.known_truth import within_group_correlation
@@ -498,14 +498,12 @@ def run_sweep_method(
         with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
             actions, handle = policy.sample(tasks, cfg.group_size)
         groups = [wrapper.score_group(list(a), options={"task": int(t)}) for t, a in zip(tasks, actions)]
-        batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups],
-                                 drop_zero_advantage=True)
+        batch = group_batch([g.rewards for g in groups], [g.advantage_weight for g in groups], update_config)
         if not spec.world_model and len(groups) >= 2:  # real-execution GRPO: its gradient noise scale
             run.noise_moments.append(group_gradient_moments(policy, handle, batch.row_index, batch.advantages,
                                                             batch.group_index, len(groups)))
-        with ledger.timed(UPDATE):
-            if len(batch.row_index):
-                grpo_step(policy, optimizer, handle, batch.row_index, batch.advantages, config=update_config)
+        with ledger.timed(UPDATE):  # the one GRPO group step (no optimiser step when no row is kept)
+            group_step(policy, optimizer, handle, batch, config=update_config)
         step_raw = [g.correction.raw_scores for g in groups if g.route == "anchor" and g.correction.raw_scores
                     and None not in g.correction.raw_scores]
         step_real = [g.correction.real_scores for g in groups if g.route == "anchor" and g.correction.raw_scores

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.grpo import group_batch, group_step, grpo_update
 from agents.train import checkpoint
 from agents.train.checkpoint import json_default
 from agents.train.build import Components, build_components
@@ -113,7 +114,6 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.grpo import grpo_update
     from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
 
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
@@ -173,8 +173,9 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
             # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
             _check_judge_idle(c.judge, cfg.world_model_timeout_s)
             with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
-                if cfg.max_turns > 1:
-                    update = multi_turn_update(policy, c.optimizer, samples, turn_rollout, groups, update_cfg)
+                if cfg.max_turns > 1:  # every turn row takes its episode's advantage
+                    batch = group_batch([g.rewards for g in groups], [g.advantage_weight for g in groups], update_cfg)
+                    update = group_step(policy, c.optimizer, samples, batch, config=update_cfg, turn_episode=turn_rollout)
                 elif c.scorer is not None:
                     update = grpo_update(policy, c.optimizer, train_samples, [g.rewards for g in groups],
                                          [g.advantage_weight for g in groups], config=update_cfg, old_logprobs=old_lp)
@@ -258,30 +259,6 @@ def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Any) -> Train
             "with --run-dir, nothing to resume"
         )
     return cfg
-
-
-def multi_turn_update(policy: Any, optimizer: Any, samples: Any, turn_rollout: list[int], groups: list[Any],
-                       config: Any) -> dict[str, float]:
-    """The GRPO step on multi-turn episodes: advantages per episode within its group
-    (:func:`agents.grpo.build_advantages`: ρ on anchor groups, ungraded episodes dropped), given to
-    every turn of the episode (:func:`agents.grpo.grpo_step` on the turn rows).
-
-    Returns:
-        As :func:`agents.grpo.grpo_update` (``n_rows`` counts turns).
-    """
-    from agents.grpo import build_advantages, grpo_step
-
-    batch = build_advantages([g.rewards for g in groups], [g.advantage_weight for g in groups], scale=config.scale,
-                             drop_zero_advantage=config.drop_zero_advantage)
-    per_episode = dict(zip(batch.row_index.tolist(), batch.advantages.tolist()))
-    g_size = len(groups[0].rewards) if groups else 1
-    rows = [r for r, ep in enumerate(turn_rollout) if ep in per_episode]
-    stats = grpo_step(policy, optimizer, samples, np.asarray(rows, dtype=np.int64),
-                      np.asarray([per_episode[turn_rollout[r]] for r in rows], dtype=np.float64), config=config,
-                      groups=np.asarray([turn_rollout[r] // g_size for r in rows], dtype=np.int64))
-    stats.update(n_groups_used=float(batch.n_groups_used), n_groups_skipped=float(batch.n_groups_skipped),
-                 n_ungraded=float(batch.n_ungraded))
-    return stats
 
 
 def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:

@@ -72,7 +72,7 @@ _LORA_TARGETS = r".*language_model.*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_
 # ---------------------------------------------------------------------------------- samples
 @dataclass
 class VLASamples:
-    """Actions sampled by :meth:`VLAPolicy.act`, with what GRPO needs to score them again.
+    """Actions sampled by :meth:`VLAPolicy.sample`, with what GRPO needs to score them again.
 
     Rows are laid out observation after observation, ``group_size`` rows each (row
     ``i * group_size + j`` is sample j of observation i), so one observation's rows form a GRPO
@@ -136,7 +136,7 @@ class VLASamples:
 
     @staticmethod
     def concat(parts: Sequence["VLASamples"]) -> "VLASamples":
-        """Join samples of several :meth:`VLAPolicy.act` calls (rows and observations in order).
+        """Join samples of several :meth:`VLAPolicy.sample` calls (rows and observations in order).
 
         Raises:
             ValueError: no parts, or parts with different token counts per row.
@@ -172,7 +172,7 @@ class VLAPolicy:
     reference cost one model in memory. The model is kept in eval mode (no dropout; LoRA dropout
     defaults to 0), so sampling and :meth:`grpo_logprobs` compute the same distribution. It is
     an :class:`agents.grpo.GRPOPolicy`: :func:`agents.grpo.grpo_update` trains it on samples of
-    :meth:`act` (old log-probs recorded at sampling: ``old_logprobs=samples.logprobs``).
+    :meth:`sample` (old log-probs recorded at sampling: ``old_logprobs=samples.logprobs``).
 
     Args:
         model: a Hugging Face image-text-to-text model (e.g. ``LlavaForConditionalGeneration``;
@@ -388,7 +388,7 @@ class VLAPolicy:
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()
-    def act(self, observations: Sequence[dict[str, Any]], group_size: int = 1, greedy: bool = False) -> VLASamples:
+    def sample(self, observations: Sequence[dict[str, Any]], group_size: int = 1, *, greedy: bool = False) -> VLASamples:
         """Sample ``group_size`` action chunks for each observation (batched over all of them).
 
         The prompts are encoded once per observation and their key/value cache repeated
@@ -409,7 +409,7 @@ class VLAPolicy:
             KeyError: an observation lacks an image key or the instruction.
         """
         if not observations:
-            raise ValueError("act() needs at least one observation")
+            raise ValueError("sample() needs at least one observation")
         if group_size < 1:
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         prompts = [self.build_prompt(o) for o in observations]
@@ -468,11 +468,11 @@ class VLAPolicy:
 
         Each distinct observation among ``rows`` is encoded once (images through the vision
         tower, prompt through the LM); its cache is indexed to the rows, which then read their
-        T tokens in one teacher-forced pass. Values match :meth:`act`'s (same restricted
+        T tokens in one teacher-forced pass. Values match :meth:`sample`'s (same restricted
         distribution, same temperature) up to float round-off.
 
         Args:
-            samples: from :meth:`act` (or :meth:`VLASamples.concat`).
+            samples: from :meth:`sample` (or :meth:`VLASamples.concat`).
             rows: row indices into ``samples`` (default all), length R.
             reference: score under the frozen reference (adapters disabled, no grad).
             with_entropy: also return per-token entropies of the restricted distribution.
