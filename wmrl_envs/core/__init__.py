@@ -52,6 +52,7 @@ from .ledger import (
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
 from .ungraded import TooManyUngradedError, UngradedMonitor
 from .world_model_call import predict_checked, world_model_idle
+from .group import AnchorExecution, GroupRollout, OpenGroup
 from .loop import CorrectionLoop, GroupTicket
 
 __all__ = [
@@ -67,6 +68,9 @@ __all__ = [
     "CorrectionConfig",
     "CorrectionLoop",
     "GroupTicket",
+    "GroupRollout",
+    "AnchorExecution",
+    "OpenGroup",
     "predict_checked",
     "world_model_idle",
     "CostLedger",

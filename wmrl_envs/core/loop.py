@@ -31,28 +31,27 @@ loop=shared)``): every mutation holds the loop's lock, so counts and pairs add u
 from __future__ import annotations
 
 import dataclasses
-import logging
 import numbers
 import secrets
 import threading
 import time
 import warnings
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 
 from .advisor import AdaptiveAnchorFraction, AnchorAdvice, AnchorAdvisor, CostRates
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
-from .ledger import EXECUTION, WORLD_MODEL_SOURCE, CostLedger, Stopwatch
-from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route, warn_saved_settings
-from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
+from .group import GroupScoring, GroupTicket, failure_messages, rollout_cause, score_failure
+from .learning import LearningFromAnchors
+from .ledger import EXECUTION, CostLedger
+from .loop_state import LoopState
+from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
+from .ungraded import UngradedMonitor
 from .world_model_call import predict_checked
 
 __all__ = [
@@ -62,36 +61,7 @@ __all__ = [
     "score_failure",
     "failure_messages",
     "default_groups_per_step",
-]
-
-
-@dataclass(frozen=True)
-class GroupTicket:
-    """One routed group, from :meth:`CorrectionLoop.open_group` to :meth:`CorrectionLoop.close_group`.
-
-    Attributes:
-        group_id: running group index (int), ``None`` for an unnumbered evaluation group
-            (:meth:`CorrectionLoop.eval_ticket`).
-        route: ``"anchor"`` or ``"world_model"``.
-        rho: ρ when the group was routed (float): the advantage weight it trains with on anchors.
-        training: whether the loop was training when the group was routed (``False``: evaluation,
-            nothing is updated and its rollouts are not part of a step).
-        step: the training step the group was opened in (int, the
-            :class:`~wmrl_envs.core.UngradedMonitor`'s step id): its ungraded rollouts count
-            toward that step's stop rule even when it closes after later steps began (a late
-            anchor); ``None`` for evaluation tickets.
-        epoch: the loop's epoch when the ticket was opened (str): a random token the loop
-            draws when it is built and again at every :meth:`CorrectionLoop.load_state_dict`.
-            :meth:`CorrectionLoop.close_group` refuses a ticket of another epoch (opened before
-            a load, whose group id the loop may have given again since, or by another loop).
-    """
-
-    group_id: int | None
-    route: Route
-    rho: float
-    training: bool
-    step: int | None = None
-    epoch: str = ""
+]  # GroupTicket and the rollout helpers live in .group (imported here for the callers that name this module)
 
 
 def default_groups_per_step(anchor_fraction: float) -> int:
@@ -99,52 +69,12 @@ def default_groups_per_step(anchor_fraction: float) -> int:
     return 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
 
 
-def rollout_cause(route: Route, reward: float | None, wm_cause: str | None, exec_cause: str | None) -> str | None:
-    """Why a rollout has no training reward (``None``: it has one).
-
-    Anchor rollouts train on their real score (cause: the execution's, default
-    ``"execution_ungraded"``); world-model rollouts on their calibrated score (cause: the world
-    model's, default ``"world_model_ungraded"``).
-    """
-    if reward is not None:
-        return None
-    if route == ANCHOR:
-        return exec_cause or EXECUTION_UNGRADED
-    return wm_cause or WORLD_MODEL_UNGRADED
-
-
-def score_failure(route: Route, raw: float | None, wm_cause: str | None, world_model_called: bool) -> str | None:
-    """A failed world-model score that does not leave its rollout ungraded: on an anchor row
-    (whose real score exists) the world model was called and gave no score."""
-    if route == ANCHOR and world_model_called and raw is None:
-        return wm_cause or WORLD_MODEL_UNGRADED
-    return None
-
-
-def failure_messages(preds: Sequence[WorldModelPrediction] = (), infos: Sequence[Mapping[str, Any]] = ()) -> dict[str, str]:
-    """``{cause: error text}`` of a group's failed predictions and executions (for the warning
-    and the stop rule's error)."""
-    out: dict[str, str] = {}
-    for p in preds:
-        if p.score is None and p.ungraded_cause and p.extras.get("error"):
-            out[p.ungraded_cause] = str(p.extras["error"])
-    for info in infos:
-        c = info.get(CAUSE_KEY)
-        if c and (info.get("error") or info.get("message")):
-            out[str(c)] = str(info.get("error") or info.get("message"))
-    return out
-
-
-_STATE_KEYS = ("router", "route_queue", "corrector", "ledger", "n_groups_started", "n_groups_closed",
-               "n_episodes", "groups_per_step", "ungraded")
-
-
 def _check_groups(n: object, name: str) -> None:
     if not (isinstance(n, numbers.Integral) and not isinstance(n, bool) and n >= 1):
         raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
 
 
-class CorrectionLoop:
+class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
     """Router, corrector, ledger and ungraded monitor held once, with the group counters.
 
     Args:
@@ -708,202 +638,3 @@ class CorrectionLoop:
             b = noise_batch_ratio if noise_batch_ratio is not None else (
                 self.adaptive.noise_batch_ratio if self.adaptive is not None else None)
             return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b)
-
-    # ------------------------------------------------------------------ a world model that learns
-    @property
-    def learns(self) -> bool:
-        """Whether the world model learns from the anchor groups (it has an ``observe`` method,
-        e.g. :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`)."""
-        return callable(getattr(self.world_model, "observe", None))
-
-    def _learn_from_group(self, group_id: int | None, contexts: Sequence[Any] | None, actions: Sequence[Any] | None,
-                          real: Sequence[float | None]) -> None:
-        """Teach a learning world model one closed training anchor group (under the loop's lock,
-        after the group was corrected), and after a refit rescore the pairs out of fold.
-
-        The debiaser's buffered pairs and the advisor's groups were scored by older models; after a
-        refit they are replaced by ``crossfit_scores()`` (each stored anchor rollout scored by a
-        head fitted without its group's fold): the debiaser's buffer becomes those pairs
-        (:meth:`IsotonicDebiaser.replace_pairs`) and every advisor group the model holds gets its
-        out-of-fold scores (:meth:`AnchorAdvisor.replace_world_model_scores`), so the calibration
-        map, the advice and ``anchor_fraction="auto"`` describe the model in use, out of sample.
-        ρ is not recomputed: its EMA of the disagreement follows the model with its half-life.
-
-        The wall-clock and CPU-seconds of learning (featurizing, refit, rescoring) are charged to
-        the ledger's ``world_model`` source with a count of 0 (no prediction was made: they raise
-        the cost per prediction). A failure (e.g. a featurizer error) is logged and warned about
-        once; the run goes on with the model as it was.
-        """
-        g = len(real)
-        wm = self.world_model
-        if actions is None or len(actions) != g or (contexts is not None and len(contexts) != g):
-            if not self._learn_warned:
-                self._learn_warned = True
-                warnings.warn(
-                    f"the world model {type(wm).__name__} learns from anchor groups, but group {group_id} was closed "
-                    "without its actions (and contexts), one per rollout: pass close_group(..., actions=, contexts=); "
-                    "it cannot learn from such groups", UserWarning, stacklevel=3)
-            return
-        ctx = list(contexts) if contexts is not None else [None] * g
-        sw = Stopwatch(exclude_other_threads=True)
-        refit = False
-        try:
-            refit = bool(wm.observe(ctx, list(actions), list(real), group_id=group_id))  # type: ignore[union-attr]
-            if refit and callable(getattr(wm, "crossfit_scores", None)):
-                self._rescore(wm.crossfit_scores())  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - a failed update leaves the model as it was
-            msg = f"the world model {type(wm).__name__} could not learn from group {group_id}: {type(exc).__name__}: {exc}"
-            logging.getLogger(__name__).warning(msg)
-            if not self._learn_warned:
-                self._learn_warned = True
-                warnings.warn(msg, UserWarning, stacklevel=3)
-        finally:
-            wall, cpu = sw.read()
-            self.ledger.add(WORLD_MODEL_SOURCE, wall, 0, cpu_seconds=cpu)
-            if refit and hasattr(wm, "fit_cpu_s"):
-                wm.last_fit_cpu_s = cpu  # type: ignore[union-attr]
-                wm.fit_cpu_s += cpu  # type: ignore[union-attr]
-
-    def _rescore(self, crossfit: Any) -> None:
-        """Replace the debiaser's pairs and the advisor's world-model scores with out-of-fold ones."""
-        deb = self.corrector.debiaser
-        was = deb.training
-        deb.training = True  # a training group closed during evaluation still updates
-        try:
-            deb.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
-                              np.asarray(crossfit.real, dtype=np.float64).tolist())
-        finally:
-            deb.training = was
-        by_group = crossfit.by_group()
-        held = self.advisor.groups()[1]
-        self.advisor.replace_world_model_scores({
-            i: by_group[gid] for i, gid in enumerate(self._advisor_ids)
-            if gid is not None and gid in by_group and len(by_group[gid]) == len(held[i])})
-
-    def _advice_calibration(self) -> str | None:
-        """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
-        run debiases, raw otherwise (a map fitted on the same pairs would inflate r)."""
-        return "crossfit" if self.corrector.debias else None
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
-        with a ``"version"``), and a learning world model's state (``"learned_world_model"``: its
-        stored anchor rollouts and counters, :meth:`LearnedWorldModel.state_dict
-        <wmrl_envs.world_models.learned.LearnedWorldModel.state_dict>`; ``None`` for a frozen one). Save at a group boundary: open tickets are not part of the state
-        (after a :meth:`load_state_dict` no ticket from before it can be closed)."""
-        with self._lock:
-            return {
-                "version": self.STATE_VERSION,
-                "router": self.router.state_dict(),
-                "route_queue": list(self._route_queue),
-                "corrector": self.corrector.state_dict(),
-                "ledger": self.ledger.state_dict(),
-                "n_groups_started": self.n_groups_started,
-                "n_groups_closed": self.n_groups_closed,
-                "n_episodes": self.n_episodes,
-                "groups_per_step": self.groups_per_step,
-                "ungraded": self.ungraded.state_dict(),
-                "advisor": self.advisor.state_dict(),
-                "adaptive": None if self.adaptive is None else self.adaptive.state_dict(),
-                "advisor_group_ids": list(self._advisor_ids),
-                "learned_world_model": (self.world_model.state_dict()  # type: ignore[union-attr]
-                                        if self.learns and callable(getattr(self.world_model, "state_dict", None))
-                                        else None),
-            }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept; :attr:`config`
-        follows the loaded settings). The state is checked first: on an error nothing is changed.
-        Tickets opened before the load can no longer be closed.
-
-        Loading continues the saved run, so the saved settings win: every field of
-        :attr:`config` (router, debiaser, denoiser, ``debias``/``denoise``) and
-        ``groups_per_step`` take their saved values. When any of them differs from the value in
-        use before the load, one :class:`UserWarning` lists each (configured and saved value);
-        equal settings load silently.
-
-        Raises:
-            ValueError: ``state`` is not a mapping, its ``"version"`` is missing or not the int
-                :attr:`STATE_VERSION`, a key of :meth:`state_dict` is missing (named), or a part
-                of it is malformed.
-        """
-        if not isinstance(state, Mapping):
-            raise ValueError(f"correction state must be a dict from state_dict(), got {type(state).__name__}")
-        version = state.get("version")
-        if type(version) is not int or version != self.STATE_VERSION:
-            raise ValueError(
-                f"correction state version {version!r} is not supported (this code reads version "
-                f"{self.STATE_VERSION}); it was saved by another wmrl version"
-            )
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise ValueError(f"correction state (version {version}) lacks the keys {missing}; it is incomplete")
-        with self._lock:
-            configured = self._settings()
-            before = self.state_dict()
-            try:
-                self._load(state)
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                self._load(before)  # a malformed nested part: back to the state before the call
-                raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
-            self._open_ids.clear()
-            self._open_training.clear()
-            self._past_epochs.add(self._epoch)
-            self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
-            saved = self._settings()
-        warn_saved_settings("CorrectionLoop.load_state_dict", configured, saved)
-
-    def _settings(self) -> dict[str, Any]:
-        """The settings a load may replace: :attr:`config`'s fields and ``groups_per_step``."""
-        return {**dataclasses.asdict(self.config), "groups_per_step": self.groups_per_step}
-
-    def _load(self, state: Mapping[str, Any]) -> None:
-        self.router.load_state_dict(state["router"], warn=False)
-        self._route_queue = list(state["route_queue"])
-        self.corrector.load_state_dict(state["corrector"])
-        self.ledger.load_state_dict(state["ledger"])
-        self.n_groups_started = int(state["n_groups_started"])
-        self.n_groups_closed = int(state["n_groups_closed"])
-        self.n_episodes = int(state["n_episodes"])
-        self.groups_per_step = int(state["groups_per_step"])
-        # the loaded groups_per_step is the stop rule's step too
-        self.ungraded.load_state_dict({**state["ungraded"], "groups_per_step": self.groups_per_step})
-        advisor = AnchorAdvisor()  # a state saved before the advisor existed loads with no groups
-        if "advisor" in state:
-            advisor.load_state_dict(state["advisor"])
-        self.advisor = advisor
-        ids = state.get("advisor_group_ids")  # absent: saved before a world model could learn
-        ids = [None] * len(advisor) if ids is None or len(ids) != len(advisor) else [
-            None if i is None else int(i) for i in ids]
-        self._advisor_ids = deque(ids, maxlen=advisor.max_groups)
-        learned = state.get("learned_world_model")
-        if learned is not None and self.learns and callable(getattr(self.world_model, "load_state_dict", None)):
-            self.world_model.load_state_dict(learned)  # type: ignore[union-attr]
-        elif learned is not None:
-            warnings.warn(
-                "the loaded state holds a learned world model's state, but this loop's world model "
-                f"({type(self.world_model).__name__}) does not learn: the learned state is ignored. Build the "
-                "loop with the same LearnedWorldModel (same featurizer) to continue the saved run",
-                UserWarning, stacklevel=4)
-        adaptive = state.get("adaptive")
-        if adaptive is None:
-            self.adaptive = None
-        else:
-            self.adaptive = self.adaptive or AdaptiveAnchorFraction()
-            self.adaptive.load_state_dict(adaptive)
-
-    def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` to a JSON file atomically (at a group boundary)."""
-        write_json_atomic(path, self.state_dict())
-
-    def load(self, path: str | Path) -> None:
-        """Load a file written by :meth:`save`.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: bad state (see :meth:`load_state_dict`).
-        """
-        import json
-
-        self.load_state_dict(json.loads(Path(path).read_text()))

@@ -44,9 +44,8 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
+from wmrl_envs.core.group import AnchorExecution, GroupTicket, OpenGroup
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
-from wmrl_envs.core.loop import GroupTicket, failure_messages
-from wmrl_envs.wrappers.common import group_rollout, wm_causes_of
 from wmrl_envs.wrappers.rollout_streams import seed_rollout
 from wmrl_envs.core.ungraded import (
     CAUSE_KEY,
@@ -530,7 +529,10 @@ class PendingGroup:
         context: the reset observation the world model conditioned on.
         future: the pool's future (anchor groups), else ``None``.
         world_model_seconds: seconds of the batched world-model call.
-        result: the :class:`~wmrl_envs.wrappers.anchored.GroupRollout` once corrected.
+        result: the :class:`~wmrl_envs.core.GroupRollout` once corrected.
+        actions: the G actions.
+        group: the loop's :class:`~wmrl_envs.core.OpenGroup` (:meth:`CorrectionLoop.begin_group
+            <wmrl_envs.core.CorrectionLoop.begin_group>`), finished when the executions are in.
     """
 
     ticket: GroupTicket
@@ -541,6 +543,7 @@ class PendingGroup:
     world_model_seconds: float = 0.0
     result: Any = None
     actions: list[Any] = field(default_factory=list)  # the G actions (a learning world model is taught with them)
+    group: OpenGroup | None = None  # the loop's open group (CorrectionLoop.begin_group), finished at completion
     _collected: bool = field(default=False, repr=False)
 
     @property
@@ -627,59 +630,42 @@ class AsyncAnchoredScorer:
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         g = len(actions)
         ctx, _ = w.env.reset(seed=seed, options=options)  # the world model's context, as in score_group
-        # as in score_group: predict before routing, so a broken world model consumes no route
-        preds, wm_secs = loop.predict_group(route, [ctx] * g, list(actions), on_eval_anchors=w.eval_with_world_model)
-        # an execution budget counts the groups submitted and not yet finished at G executions each
-        ticket = loop.open_group(route, prior_cost={ANCHOR: float(g), WORLD_MODEL: 0.0})
-        raw = [p.score for p in preds] if preds else [None] * g
+        # the loop's group sequence, split: predict and route now (CorrectionLoop.begin_group), finish
+        # when the executions are in (_complete); an execution budget counts the groups submitted and
+        # not yet finished at G executions each
+        group = loop.begin_group([ctx] * g, list(actions), route=route, on_eval_anchors=w.eval_with_world_model,
+                                 prior_cost={ANCHOR: float(g), WORLD_MODEL: 0.0})
+        ticket = group.ticket
         fut = self.pool.execute_group(list(actions), seed=seed, options=options) if ticket.route == ANCHOR else None
-        pending = PendingGroup(ticket, raw, preds, ctx, fut, wm_secs, actions=list(actions))
+        pending = PendingGroup(ticket, group.raw_scores, group.predictions, ctx, fut, group.world_model_seconds,
+                               actions=list(actions), group=group)
         self._queue.append(pending)
         if not self.ordered and fut is None:
             self._complete(pending)
         return pending
 
     def _complete(self, p: PendingGroup) -> None:
-        """Run the group's correction (its real scores have arrived, or it has none)."""
-        w = self.wrapper
-        loop = w.loop
-        g = len(p.raw_scores)
-        real: list[float | None] | None = None
-        exec_causes: list[str | None] | None = None
-        exec_secs = 0.0
+        """Finish the group (:meth:`CorrectionLoop.finish_group`): its real scores have arrived, or it has none."""
+        loop = self.wrapper.loop
+        execution = None
         if p.future is not None:
             res = p.future.result()
-            real = list(res.rewards)
-            exec_causes = list(res.causes) or [None] * g
-            observations = list(res.observations)
+            g = len(p.raw_scores)
+            causes = list(res.causes) or [None] * g
             infos = [dict(i) for i in res.infos]
             for k, err in enumerate(res.errors):
                 if err is not None:
                     infos[k]["error"] = err
-                if exec_causes[k] is not None:
-                    infos[k][CAUSE_KEY] = exec_causes[k]
-            exec_secs = float(sum(res.seconds))
-            if self.pool.ledger is not loop.ledger:
-                for dt, cpu in zip(res.seconds, _cpu_list(res)):
-                    loop.record_execution(dt, 1, cpu_seconds=cpu, ticket=p.ticket)
-            else:  # the pool put them in the shared ledger: count them for the group (execution budget)
-                loop.attribute_executions(p.ticket, len(res.seconds))
-        else:
-            import copy
-
-            observations = [
-                copy.deepcopy(pr.observation if pr.observation is not None else p.context) for pr in p.predictions
-            ] or [copy.deepcopy(p.context)] * g
-            infos = [{"feedback": pr.feedback, "status": pr.status} for pr in p.predictions] or [{} for _ in range(g)]
-        loop.count_episodes(g)
-        corr = loop.close_group(
-            p.ticket, p.raw_scores, real, wm_causes=wm_causes_of(p.predictions, g), exec_causes=exec_causes,
-            world_model_called=bool(p.predictions), messages=failure_messages(p.predictions, infos),
-            rho_from="close" if self.ordered else "routing",
-            # a world model that learns from anchors is taught with the group (CorrectionLoop.close_group)
-            contexts=[p.context] * g if loop.learns else None, actions=p.actions if loop.learns else None,
-        )
-        p.result = group_rollout(corr, observations, infos, p.predictions, exec_secs, p.world_model_seconds)
+                if causes[k] is not None:
+                    infos[k][CAUSE_KEY] = causes[k]
+            shared = self.pool.ledger is loop.ledger  # the pool put them in the shared ledger: count them for the group
+            execution = AnchorExecution(
+                real=list(res.rewards), causes=causes, observations=list(res.observations), infos=infos,
+                seconds=float(sum(res.seconds)), record=None if shared else list(zip(res.seconds, _cpu_list(res))),
+                recorded=len(res.seconds) if shared else 0)
+        # a world model that learns from anchors is taught with the group (keep_actions=False: only then)
+        p.result = loop.finish_group(p.group, execution, rho_from="close" if self.ordered else "routing",
+                                     keep_actions=False)
 
     def poll(self) -> list[Any]:
         """Correct and return the groups that can be completed now (never blocks).

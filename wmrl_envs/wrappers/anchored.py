@@ -22,8 +22,9 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route, WMRLCorrector
+from wmrl_envs.core.group import AnchorExecution
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
-from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, failure_messages, rollout_cause, score_failure
+from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
@@ -33,9 +34,7 @@ from .common import (
     LoopViews,
     build_loop,
     check_episode_args,
-    group_rollout,
     learning_inputs,
-    wm_causes_of,
 )
 from .rollout_streams import seed_rollout
 
@@ -644,43 +643,23 @@ class AnchoredWorldModelWrapper(
             seed, options, ctx = begun
         else:
             ctx, _ = self.env.reset(seed=seed, options=options)
-        # predict before routing (while training the world model scores every group): a broken
-        # world model then consumes no route and no group id
-        preds, wm_secs = self.loop.predict_group(route, [ctx] * g, list(actions),
-                                                      on_eval_anchors=self.eval_with_world_model)
-        ticket = self.loop.open_group(route)
-        r = ticket.route
-        raw = [p.score for p in preds] if preds else [None] * g
-        observations: list[Any] = []
-        infos: list[dict[str, Any]] = []
-        real: list[float | None] | None = None
-        exec_causes: list[str | None] | None = None
-        exec_secs = 0.0
-        if r == ANCHOR:
+        # the loop predicts before routing (a broken world model consumes no route and no group
+        # id), routes, calls execute on an anchor group only, and closes the group
+
+        def execute(ticket: GroupTicket) -> AnchorExecution:
             if not env_ready:
                 self.env.reset(seed=seed, options=options)
             t_group = time.perf_counter()
             outcomes = self._execute_group(list(actions), seed, options, ctx)
             exec_secs = time.perf_counter() - t_group
-            real, exec_causes = [], []
-            for obs, reward, info, dt, cpu in outcomes:
-                self.loop.record_execution(dt, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
-                cause = execution_cause(reward, info)
-                exec_causes.append(cause)
-                real.append(float(reward) if cause is None else None)
-                observations.append(obs)
-                infos.append(dict(info))
-        else:
-            for p in preds:
-                observations.append(copy.deepcopy(p.observation if p.observation is not None else ctx))
-                infos.append({"feedback": p.feedback, "status": p.status})
-        self.loop.count_episodes(g)
-        corr = self.loop.close_group(
-            ticket, raw, real, wm_causes=wm_causes_of(preds, g), exec_causes=exec_causes,
-            world_model_called=bool(preds), messages=failure_messages(preds, infos), actions=actions,
-            contexts=[ctx] * g,
-        )
-        return group_rollout(corr, observations, infos, preds, exec_secs, wm_secs)
+            causes = [execution_cause(reward, info) for _obs, reward, info, _dt, _cpu in outcomes]
+            return AnchorExecution(
+                real=[float(o[1]) if c is None else None for o, c in zip(outcomes, causes)], causes=causes,
+                observations=[o[0] for o in outcomes], infos=[dict(o[2]) for o in outcomes], seconds=exec_secs,
+                record=[(dt, execution_cpu_seconds(info, cpu)) for _obs, _r, info, dt, cpu in outcomes])
+
+        return self.loop.score_group([ctx] * g, list(actions), execute, route=route,
+                                     on_eval_anchors=self.eval_with_world_model)
 
     def _execute_group(
         self, actions: list[Any], seed: int | None, options: dict[str, Any] | None, ctx: Any
@@ -776,19 +755,14 @@ class AnchoredWorldModelWrapper(
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         self._reset_group_state()
         trajs = [Trajectory(list(t.observations), list(t.actions), True) for t in trajectories]
-        preds, wm_secs = self.loop.predict_group(route, list(contexts), trajs,
-                                                      on_eval_anchors=self.eval_with_world_model)
-        ticket = self.loop.open_group(route)
-        r = ticket.route
-        raw = [p.score for p in preds] if preds else [None] * g
-        real = [None if x is None else float(x) for x in real_returns] if r == ANCHOR else None
-        exec_causes = [execution_cause(x, None) for x in real_returns] if r == ANCHOR else None
-        self.loop.count_episodes(g)
-        corr = self.loop.close_group(
-            ticket, raw, real, wm_causes=wm_causes_of(preds, g), exec_causes=exec_causes,
-            world_model_called=bool(preds), messages=failure_messages(preds),
-            # a world model that learns from anchors is taught with the episodes (reward mode: the trajectories)
-            contexts=list(contexts) if self.loop.learns else None, actions=trajs if self.loop.learns else None,
-        )
         finals = [t.observations[-1] if t.observations else None for t in trajectories]
-        return group_rollout(corr, finals, [{} for _ in range(g)], preds, 0.0, wm_secs)
+
+        def execute(ticket: GroupTicket) -> AnchorExecution:  # executed already: the real returns
+            return AnchorExecution(real=[None if x is None else float(x) for x in real_returns],
+                                   causes=[execution_cause(x, None) for x in real_returns])
+
+        # real_returns reach the loop on anchor groups only; a world model that learns from anchors
+        # is taught with the episodes (reward mode: the trajectories)
+        return self.loop.score_group(list(contexts), trajs, execute, route=route,
+                                     on_eval_anchors=self.eval_with_world_model, observations=finals,
+                                     keep_actions=False)

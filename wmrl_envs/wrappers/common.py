@@ -1,8 +1,9 @@
 """What the per-episode wrapper and its vector twin share: the one way to build their
 :class:`~wmrl_envs.core.CorrectionLoop` from their constructor arguments, the views of it they
-both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state), a running
-episode's tally (:class:`EpisodeTally`: its scores and failure causes), and the group result of
-the group APIs (:class:`GroupRollout`).
+both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state) and a running
+episode's tally (:class:`EpisodeTally`: its scores and failure causes). The group result of the
+group APIs, :class:`~wmrl_envs.core.GroupRollout`, lives in :mod:`wmrl_envs.core.group`
+(imported here under its old path).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from wmrl_envs.core import (
     AnchorRouter,
     CorrectionConfig,
     CostLedger,
-    GroupCorrection,
     Route,
     WMRLCorrector,
 )
+from wmrl_envs.core.group import GroupRollout, group_rollout, wm_causes_of
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
-from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
+from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 STEP_SCORE_KEY = "step_score"
@@ -59,14 +60,6 @@ def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float |
     if how == "last":
         return vals[-1]
     return float(sum(vals))
-
-
-def wm_causes_of(preds: Sequence[WorldModelPrediction], g: int) -> list[str | None]:
-    """Per rollout: the cause of its missing world-model score (``None`` where it has one, or
-    where the world model was not called: ``preds`` empty)."""
-    if not preds:
-        return [None] * g
-    return [None if p.score is not None else p.ungraded_cause for p in preds]
 
 
 def learning_inputs(inputs: Sequence[tuple[Any, Any] | None]) -> tuple[list[Any] | None, list[Any] | None]:
@@ -167,71 +160,6 @@ def _finite_number(v: Any) -> bool:
         return math.isfinite(float(v))
     except (TypeError, ValueError):
         return False
-
-
-@dataclass
-class GroupRollout:
-    """A whole group scored at once (``score_group``, ``score_trajectories``, the Ray scorer).
-
-    Attributes:
-        group_id: running group index (int).
-        correction: the :class:`~wmrl_envs.core.GroupCorrection` (scores, ρ, ungraded causes).
-        observations: G observations after the step (real on anchors, predicted otherwise).
-        infos: G per-rollout info dicts (inner env info on anchors; each has a ``"wmrl"`` key).
-        predictions: G world-model predictions (empty when the world model was not called).
-        execution_seconds: wall-clock seconds of the real steps (0 on WM groups).
-        world_model_seconds: wall-clock seconds of world-model inference.
-    """
-
-    group_id: int
-    correction: GroupCorrection
-    observations: list[Any]
-    infos: list[dict[str, Any]]
-    predictions: list[WorldModelPrediction] = field(default_factory=list)
-    execution_seconds: float = 0.0
-    world_model_seconds: float = 0.0
-
-    @property
-    def route(self) -> Route:
-        """``"anchor"`` or ``"world_model"`` (``correction.route``)."""
-        return self.correction.route
-
-    @property
-    def rewards(self) -> list[float | None]:
-        """G training rewards (real on anchors, calibrated WM on WM groups); ``None`` = ungraded
-        (drop the row; ``infos[i]["wmrl"]["ungraded_cause"]`` says why). ``correction.rewards``."""
-        return self.correction.rewards
-
-    @property
-    def advantage_weight(self) -> float:
-        """ρ at routing for anchor groups, 1.0 otherwise (``correction.advantage_weight``)."""
-        return self.correction.advantage_weight
-
-
-def group_rollout(
-    corr: GroupCorrection,
-    observations: list[Any],
-    infos: list[dict[str, Any]],
-    predictions: Sequence[WorldModelPrediction] = (),
-    execution_seconds: float = 0.0,
-    world_model_seconds: float = 0.0,
-) -> GroupRollout:
-    """A :class:`GroupRollout` whose ``infos[i]["wmrl"]`` describe rollout ``i`` of ``corr``."""
-    assert corr.group_id is not None
-    for i, info in enumerate(infos):
-        info["wmrl"] = {
-            "route": corr.route,
-            "group_id": corr.group_id,
-            "episode_in_group": i,
-            "raw_score": corr.raw_scores[i],
-            "calibrated_score": corr.calibrated_scores[i],
-            "real_score": corr.real_scores[i],
-            "graded": corr.rewards[i] is not None,
-            CAUSE_KEY: corr.ungraded_causes[i] if corr.ungraded_causes else None,
-            "advantage_weight": corr.advantage_weight,
-        }
-    return GroupRollout(corr.group_id, corr, observations, infos, list(predictions), execution_seconds,
-                        world_model_seconds)
 
 
 def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_score: str) -> None:

@@ -1,0 +1,95 @@
+"""A world model that learns from the anchor groups: the part of
+:class:`~wmrl_envs.core.CorrectionLoop` that teaches it each closed training anchor group and,
+after a refit, rescores the stored pairs out of fold (``docs/method.md``)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from .ledger import WORLD_MODEL_SOURCE, Stopwatch
+
+__all__ = ["LearningFromAnchors"]
+
+
+class LearningFromAnchors:
+    """Mixed into :class:`~wmrl_envs.core.CorrectionLoop` (uses its world model, corrector,
+    advisor and ledger)."""
+
+    @property
+    def learns(self) -> bool:
+        """Whether the world model learns from the anchor groups (it has an ``observe`` method,
+        e.g. :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`)."""
+        return callable(getattr(self.world_model, "observe", None))
+
+    def _learn_from_group(self, group_id: int | None, contexts: Sequence[Any] | None, actions: Sequence[Any] | None,
+                          real: Sequence[float | None]) -> None:
+        """Teach a learning world model one closed training anchor group (under the loop's lock,
+        after the group was corrected), and after a refit rescore the pairs out of fold.
+
+        The debiaser's buffered pairs and the advisor's groups were scored by older models; after a
+        refit they are replaced by ``crossfit_scores()`` (each stored anchor rollout scored by a
+        head fitted without its group's fold): the debiaser's buffer becomes those pairs
+        (:meth:`IsotonicDebiaser.replace_pairs`) and every advisor group the model holds gets its
+        out-of-fold scores (:meth:`AnchorAdvisor.replace_world_model_scores`), so the calibration
+        map, the advice and ``anchor_fraction="auto"`` describe the model in use, out of sample.
+        ρ is not recomputed: its EMA of the disagreement follows the model with its half-life.
+
+        The wall-clock and CPU-seconds of learning (featurizing, refit, rescoring) are charged to
+        the ledger's ``world_model`` source with a count of 0 (no prediction was made: they raise
+        the cost per prediction). A failure (e.g. a featurizer error) is logged and warned about
+        once; the run goes on with the model as it was.
+        """
+        g = len(real)
+        wm = self.world_model
+        if actions is None or len(actions) != g or (contexts is not None and len(contexts) != g):
+            if not self._learn_warned:
+                self._learn_warned = True
+                warnings.warn(
+                    f"the world model {type(wm).__name__} learns from anchor groups, but group {group_id} was closed "
+                    "without its actions (and contexts), one per rollout: pass close_group(..., actions=, contexts=); "
+                    "it cannot learn from such groups", UserWarning, stacklevel=3)
+            return
+        ctx = list(contexts) if contexts is not None else [None] * g
+        sw = Stopwatch(exclude_other_threads=True)
+        refit = False
+        try:
+            refit = bool(wm.observe(ctx, list(actions), list(real), group_id=group_id))  # type: ignore[union-attr]
+            if refit and callable(getattr(wm, "crossfit_scores", None)):
+                self._rescore(wm.crossfit_scores())  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a failed update leaves the model as it was
+            msg = f"the world model {type(wm).__name__} could not learn from group {group_id}: {type(exc).__name__}: {exc}"
+            logging.getLogger(__name__).warning(msg)
+            if not self._learn_warned:
+                self._learn_warned = True
+                warnings.warn(msg, UserWarning, stacklevel=3)
+        finally:
+            wall, cpu = sw.read()
+            self.ledger.add(WORLD_MODEL_SOURCE, wall, 0, cpu_seconds=cpu)
+            if refit and hasattr(wm, "fit_cpu_s"):
+                wm.last_fit_cpu_s = cpu  # type: ignore[union-attr]
+                wm.fit_cpu_s += cpu  # type: ignore[union-attr]
+
+    def _rescore(self, crossfit: Any) -> None:
+        """Replace the debiaser's pairs and the advisor's world-model scores with out-of-fold ones."""
+        deb = self.corrector.debiaser
+        was = deb.training
+        deb.training = True  # a training group closed during evaluation still updates
+        try:
+            deb.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
+                              np.asarray(crossfit.real, dtype=np.float64).tolist())
+        finally:
+            deb.training = was
+        by_group = crossfit.by_group()
+        held = self.advisor.groups()[1]
+        self.advisor.replace_world_model_scores({
+            i: by_group[gid] for i, gid in enumerate(self._advisor_ids)
+            if gid is not None and gid in by_group and len(by_group[gid]) == len(held[i])})
+
+    def _advice_calibration(self) -> str | None:
+        """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
+        run debiases, raw otherwise (a map fitted on the same pairs would inflate r)."""
+        return "crossfit" if self.corrector.debias else None

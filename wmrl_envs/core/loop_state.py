@@ -1,0 +1,147 @@
+"""Saving and loading a :class:`~wmrl_envs.core.CorrectionLoop`'s state (router, route queue,
+corrections, ledger, monitor, counters, advisor, adaptive fraction, a learning world model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import warnings
+from collections import deque
+from pathlib import Path
+from typing import Any, Mapping
+
+from wmrl_envs.utils import write_json_atomic
+
+from .advisor import AdaptiveAnchorFraction, AnchorAdvisor
+from .routing import warn_saved_settings
+
+__all__ = ["LoopState"]
+
+_STATE_KEYS = ("router", "route_queue", "corrector", "ledger", "n_groups_started", "n_groups_closed",
+               "n_episodes", "groups_per_step", "ungraded")
+
+
+class LoopState:
+    """Mixed into :class:`~wmrl_envs.core.CorrectionLoop` (its state and checkpoints)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
+        with a ``"version"``), and a learning world model's state (``"learned_world_model"``: its
+        stored anchor rollouts and counters, :meth:`LearnedWorldModel.state_dict
+        <wmrl_envs.world_models.learned.LearnedWorldModel.state_dict>`; ``None`` for a frozen one). Save at a group boundary: open tickets are not part of the state
+        (after a :meth:`load_state_dict` no ticket from before it can be closed)."""
+        with self._lock:
+            return {
+                "version": self.STATE_VERSION,
+                "router": self.router.state_dict(),
+                "route_queue": list(self._route_queue),
+                "corrector": self.corrector.state_dict(),
+                "ledger": self.ledger.state_dict(),
+                "n_groups_started": self.n_groups_started,
+                "n_groups_closed": self.n_groups_closed,
+                "n_episodes": self.n_episodes,
+                "groups_per_step": self.groups_per_step,
+                "ungraded": self.ungraded.state_dict(),
+                "advisor": self.advisor.state_dict(),
+                "adaptive": None if self.adaptive is None else self.adaptive.state_dict(),
+                "advisor_group_ids": list(self._advisor_ids),
+                "learned_world_model": (self.world_model.state_dict()  # type: ignore[union-attr]
+                                        if self.learns and callable(getattr(self.world_model, "state_dict", None))
+                                        else None),
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (the ``training`` flag is kept; :attr:`config`
+        follows the loaded settings). The state is checked first: on an error nothing is changed.
+        Tickets opened before the load can no longer be closed.
+
+        Loading continues the saved run, so the saved settings win: every field of
+        :attr:`config` (router, debiaser, denoiser, ``debias``/``denoise``) and
+        ``groups_per_step`` take their saved values. When any of them differs from the value in
+        use before the load, one :class:`UserWarning` lists each (configured and saved value);
+        equal settings load silently.
+
+        Raises:
+            ValueError: ``state`` is not a mapping, its ``"version"`` is missing or not the int
+                :attr:`STATE_VERSION`, a key of :meth:`state_dict` is missing (named), or a part
+                of it is malformed.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"correction state must be a dict from state_dict(), got {type(state).__name__}")
+        version = state.get("version")
+        if type(version) is not int or version != self.STATE_VERSION:
+            raise ValueError(
+                f"correction state version {version!r} is not supported (this code reads version "
+                f"{self.STATE_VERSION}); it was saved by another wmrl version"
+            )
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"correction state (version {version}) lacks the keys {missing}; it is incomplete")
+        with self._lock:
+            configured = self._settings()
+            before = self.state_dict()
+            try:
+                self._load(state)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                self._load(before)  # a malformed nested part: back to the state before the call
+                raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
+            self._open_ids.clear()
+            self._open_training.clear()
+            self._past_epochs.add(self._epoch)
+            self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
+            saved = self._settings()
+        warn_saved_settings("CorrectionLoop.load_state_dict", configured, saved)
+
+    def _settings(self) -> dict[str, Any]:
+        """The settings a load may replace: :attr:`config`'s fields and ``groups_per_step``."""
+        return {**dataclasses.asdict(self.config), "groups_per_step": self.groups_per_step}
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        self.router.load_state_dict(state["router"], warn=False)
+        self._route_queue = list(state["route_queue"])
+        self.corrector.load_state_dict(state["corrector"])
+        self.ledger.load_state_dict(state["ledger"])
+        self.n_groups_started = int(state["n_groups_started"])
+        self.n_groups_closed = int(state["n_groups_closed"])
+        self.n_episodes = int(state["n_episodes"])
+        self.groups_per_step = int(state["groups_per_step"])
+        # the loaded groups_per_step is the stop rule's step too
+        self.ungraded.load_state_dict({**state["ungraded"], "groups_per_step": self.groups_per_step})
+        advisor = AnchorAdvisor()  # a state saved before the advisor existed loads with no groups
+        if "advisor" in state:
+            advisor.load_state_dict(state["advisor"])
+        self.advisor = advisor
+        ids = state.get("advisor_group_ids")  # absent: saved before a world model could learn
+        ids = [None] * len(advisor) if ids is None or len(ids) != len(advisor) else [
+            None if i is None else int(i) for i in ids]
+        self._advisor_ids = deque(ids, maxlen=advisor.max_groups)
+        learned = state.get("learned_world_model")
+        if learned is not None and self.learns and callable(getattr(self.world_model, "load_state_dict", None)):
+            self.world_model.load_state_dict(learned)  # type: ignore[union-attr]
+        elif learned is not None:
+            warnings.warn(
+                "the loaded state holds a learned world model's state, but this loop's world model "
+                f"({type(self.world_model).__name__}) does not learn: the learned state is ignored. Build the "
+                "loop with the same LearnedWorldModel (same featurizer) to continue the saved run",
+                UserWarning, stacklevel=4)
+        adaptive = state.get("adaptive")
+        if adaptive is None:
+            self.adaptive = None
+        else:
+            self.adaptive = self.adaptive or AdaptiveAnchorFraction()
+            self.adaptive.load_state_dict(adaptive)
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` to a JSON file atomically (at a group boundary)."""
+        write_json_atomic(path, self.state_dict())
+
+    def load(self, path: str | Path) -> None:
+        """Load a file written by :meth:`save`.
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: bad state (see :meth:`load_state_dict`).
+        """
+        import json
+
+        self.load_state_dict(json.loads(Path(path).read_text()))
