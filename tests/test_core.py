@@ -740,3 +740,53 @@ def test_loop_debiaser_and_denoiser_settings_are_named_and_a_failed_load_does_no
                   "half_life: configured 16.0, saved 64.0"):
         assert piece in msg
     assert "anchor_fraction" not in msg and loop.config == CorrectionConfig(anchor_fraction=0.5)
+
+
+def test_loop_score_group_predicts_routes_executes_anchors_only_and_closes():
+    """CorrectionLoop.score_group: the one group call sequence (predict, route, execute, close)."""
+    from wmrl_envs.core import AnchorExecution
+
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(a) / 10) for a in actions]
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=WM(), seed=0)
+    called = []
+
+    def execute(ticket):
+        called.append(ticket.group_id)
+        return AnchorExecution(real=[1.0, None, 0.0], causes=[None, "execution_error", None],
+                               infos=[{}, {"error": "boom"}, {}], record=[(0.5, 0.25)] * 3)
+
+    anchor = loop.score_group([7] * 3, [1, 2, 3], execute, route="anchor")
+    assert called == [0] and anchor.route == "anchor" and anchor.group_id == 0
+    assert anchor.rewards == [1.0, None, 0.0]
+    assert anchor.correction.raw_scores == [0.1, 0.2, 0.3]
+    assert anchor.infos[1]["wmrl"]["ungraded_cause"] == "execution_error"
+    assert loop.ledger.count("execution") == 3 and loop.ledger.cpu_seconds("execution") == pytest.approx(0.75)
+    wm = loop.score_group([7] * 3, [1, 2, 3], execute, route="world_model")
+    assert called == [0] and wm.route == "world_model" and wm.observations == [7, 7, 7]
+    assert loop.n_episodes == 6 and loop.n_groups_closed == 2
+    with pytest.raises(ValueError, match="anchor group"):
+        loop.score_group([7] * 3, [1, 2, 3], route="anchor")
+    with pytest.raises(ValueError, match="contexts"):
+        loop.score_group([7] * 2, [1, 2, 3], execute)
+
+
+def test_loop_stats_reports_what_a_trainer_logs():
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(a)) for a in actions]
+
+    from wmrl_envs.core import AnchorExecution
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=WM(), seed=3)
+    for k in range(6):
+        loop.score_group([0] * 2, [k, k + 1], lambda t: AnchorExecution(real=[0.0, 1.0], record=[(0.1, 0.1)] * 2))
+    s = loop.stats()
+    json.dumps(s)
+    assert s["groups_closed"] == s["groups_started"] == 6 and s["groups_open"] == 0 and s["episodes"] == 12
+    assert s["anchor_groups_routed"] == loop.router.n_anchor_groups >= 1
+    assert s["executions"] == 2 * s["anchor_groups_routed"] and s["world_model_predictions"] == 12
+    assert s["anchor_pairs"] == loop.corrector.debiaser.n_pairs == 2 * s["anchor_groups_routed"]
+    assert s["rho"] == loop.rho and s["adaptive"] is None and s["ungraded_rollouts"] == 0

@@ -18,6 +18,14 @@ One group of G rollouts (one task) goes through these steps (``docs/method.md``)
    warning, stop rule), and return the :class:`~wmrl_envs.core.GroupCorrection` the agent
    trains on (rewards, the ρ of its ticket, per-rollout ungraded causes).
 
+A group scored at once runs the four steps in ONE call, :meth:`CorrectionLoop.score_group`
+(world model first, then the route; the caller's execution as a callable; ``core/group.py``), or
+split for executions that finish later (:meth:`~CorrectionLoop.begin_group` /
+:meth:`~CorrectionLoop.finish_group`, the Ray scorer). The wrappers' group APIs, the Ray scorer
+and the LIBERO protocol call it; the per-episode and vector wrappers, which see a group a step at
+a time, and verl's hub, whose rollouts arrive one by one, call the steps themselves. The
+statistics a trainer or a benchmark logs come from :meth:`CorrectionLoop.stats`.
+
 The wrappers (per-episode, vector, the Ray scorer, the TRL/SB3 adapters) are plumbing around
 these calls. The loop is built for what comes next: :meth:`~CorrectionLoop.set_anchor_fraction`
 changes the schedule from the next drawn step on; tickets may be closed out of order (anchor
@@ -48,7 +56,7 @@ from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .group import GroupScoring, GroupTicket, failure_messages, rollout_cause, score_failure
 from .learning import LearningFromAnchors
-from .ledger import EXECUTION, CostLedger
+from .ledger import EXECUTION, WORLD_MODEL_SOURCE, CostLedger
 from .loop_state import LoopState
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
 from .ungraded import UngradedMonitor
@@ -617,6 +625,48 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         with self._lock:
             self.ungraded.record_group(causes, training=False, score_failures=score_failures,
                                        messages=messages, where=where)
+
+    def stats(self) -> dict[str, Any]:
+        """What a trainer or a benchmark logs, read under the loop's lock (``json.dumps`` writes
+        it; a figure not defined yet is NaN or ``None``).
+
+        Returns:
+            A flat dict: the corrector's :meth:`~wmrl_envs.core.WMRLCorrector.stats` (``rho``, the
+            anchor weight in use, 1.0 with ``denoise=False``; ``disagreement_ema``, ``anchor_pairs``, ``debiaser_fitted``, ``debiaser_fits``,
+            ``calibration_mae_raw``/``_calibrated``, ``calibration_mse_raw``/``_calibrated``,
+            ``anchor_groups`` and ``world_model_groups`` corrected, ``flat_map_groups``); the
+            ungraded monitor's :meth:`~wmrl_envs.core.UngradedMonitor.stats`
+            (``ungraded_rollouts``, ``rollouts``, ``ungraded_share``, ``ungraded_by_cause``);
+            ``denoiser_rho``: the ρ the denoiser estimates (also with ``denoise=False``);
+            the router's ``anchor_fraction`` (in force now), ``realised_anchor_fraction``,
+            ``groups_routed``, ``anchor_groups_routed`` and ``steps``; the loop's
+            ``groups_started``, ``groups_closed``, ``groups_open``, ``episodes``; the ledger's
+            ``executions`` and ``world_model_predictions`` (counts); and the adaptive fraction's
+            ``adaptive`` (``anchor_fraction="auto"``: ``{"history": [[step, fraction, r], ...],
+            "budget_spent": bool, "group_executions": {route: [executions, groups]}}``; ``None``
+            with a fixed fraction).
+        """
+        with self._lock:
+            r, a = self.router, self.adaptive
+            return {
+                **self.corrector.stats(),
+                **self.ungraded.stats(),
+                "denoiser_rho": float(self.corrector.denoiser.rho),
+                "anchor_fraction": float(r.anchor_fraction),
+                "realised_anchor_fraction": float(r.realised_fraction),
+                "groups_routed": int(r.n_groups_routed),
+                "anchor_groups_routed": int(r.n_anchor_groups),
+                "steps": int(r.n_steps),
+                "groups_started": self.n_groups_started,
+                "groups_closed": self.n_groups_closed,
+                "groups_open": len(self._open_ids),
+                "episodes": self.n_episodes,
+                "executions": self.ledger.count(EXECUTION),
+                "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
+                "adaptive": None if a is None else {
+                    "history": [list(h) for h in a.history], "budget_spent": bool(a.budget_spent),
+                    "group_executions": {k: list(v) for k, v in a.group_executions.items()}},
+            }
 
     def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far
