@@ -313,7 +313,7 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
     from agents.grpo import GRPOUpdateConfig, group_batch, group_step
     from agents.vla.load import build_tiny_vla, load_vla
     from agents.vla.policy import VLAPolicy, VLASamples
-    from wmrl_envs.core import ANCHOR, CorrectionLoop
+    from wmrl_envs.core import AnchorExecution, CorrectionLoop
     from wmrl_envs.envs.libero.robometer import RobometerWorldModel, build_tiny_robometer
     from wmrl_envs.world_models.base import Trajectory
 
@@ -359,15 +359,14 @@ def _cell(cfg: LiberoProtocolConfig, method: str, seed: int, folder: Path, envs:
                 real = [float(r["success"]) for r in results]
                 ctx = [m[0][0] for m in members]
                 trajs = [Trajectory(obs, [None] * (len(obs) - 1), True) for obs, _ in members]
-                preds, _ = loop.predict_group(None, ctx, trajs)
-                ticket = loop.open_group()
-                loop.count_episodes(cfg.group_size)
-                raw = [p.score for p in preds] if preds else [None] * cfg.group_size
-                corr = loop.close_group(ticket, raw, real if ticket.route == ANCHOR else None,
-                                        world_model_called=bool(preds))
+                # the loop's group sequence (predict, route, close; CorrectionLoop.score_group): the
+                # rollouts ran above, an anchor group's real scores are their successes
+                group = loop.score_group(ctx, trajs, lambda _ticket: AnchorExecution(real=real),
+                                         observations=[None] * cfg.group_size, keep_actions=False)
+                corr = group.correction
                 rewards.append(corr.rewards)
                 weights.append(corr.advantage_weight)
-                routes.append(ticket.route)
+                routes.append(group.route)
                 successes += real
                 for _obs, smp in members:
                     rows_of.append(len(smp))
