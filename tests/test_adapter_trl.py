@@ -452,3 +452,51 @@ def test_warns_once_when_the_anchor_floor_lifts_the_realised_fraction():
     with _w.catch_warnings():
         _w.simplefilter("error")
         fn1(prompts, completions, **cols)
+
+
+# ---------------------------------------------------------------------------------- several processes
+def test_two_processes_score_whole_groups_once_with_every_anchor_pair_in_one_corrector(tmp_path):
+    """``torchrun --nproc_per_node 2`` (gloo, CPU): two GRPO steps of 3 groups of 4 with 6 rows per
+    process, so the middle group of each step is split over both processes.
+
+    (``accelerate launch --cpu --num_processes 2`` hands CPU runs to its MPI launcher; torchrun
+    starts the same two processes, and TRL's Accelerator joins them with gloo.)
+    """
+    import os
+    import shutil
+    import subprocess
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    assert torchrun, "torchrun (PyTorch's launcher) is missing from the environment"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "trl_two_process.py"),
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world_size"] == r1["world_size"] == 2
+    # process 0 scored each whole generation batch (12 rows = 3 groups), the others none
+    assert len(r0["scored"]) == 2 and r1["scored"] == []
+    for call0, call1, scored in zip(r0["calls"], r1["calls"], r0["scored"]):
+        routes = call0["routes"] + call1["routes"]
+        assert routes == scored["routes"] and call0["task_id"] + call1["task_id"] == scored["task_id"]
+        gids = call0["group_ids"] + call1["group_ids"]
+        for k in range(3):  # whole-group routing, also for the group split over both processes
+            assert len(set(routes[4 * k:4 * k + 4])) == 1 and len(set(gids[4 * k:4 * k + 4])) == 1
+        assert call0["task_id"][4:] == call1["task_id"][:2]  # the split group
+        for call in (call0, call1):  # ρ on this process's anchor rows, after TRL's normalisation
+            for route, w, raw, adv in zip(call["routes"], call["weights"], call["raw_adv"], call["adv"]):
+                assert w == (2.5 if route == "anchor" else 1.0)
+                assert adv == pytest.approx(raw * w, abs=1e-6)
+    anchor_rows = sum(c["routes"].count("anchor") for c in r0["calls"] + r1["calls"])
+    assert anchor_rows >= 8  # at least one anchor group per step
+    # every anchor pair, from both processes' rows, reached the one corrector (process 0's);
+    # the real env ran on process 0 only, once per anchor row
+    assert r0["anchor_pairs"] == r0["executions"] == len(r0["env_steps"]) == anchor_rows
+    assert r1["anchor_pairs"] == r1["executions"] == r1["groups_routed"] == 0 and r1["env_steps"] == []
+    assert r0["groups_routed"] == 6
+    # the same routes and rewards from the same seed as one process scoring the same batches
+    w = make_wrapper(anchor_fraction=0.5, group_size=4, rho_state=RHO_25, seed=7)
+    fn = WMRLRewardFunction(w, num_generations=4)
+    for scored in r0["scored"]:
+        rewards = fn(scored["prompts"], scored["completions"], task_id=scored["task_id"])
+        assert fn.last_batch.routes == scored["routes"] and rewards == scored["rewards"]

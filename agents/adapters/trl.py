@@ -21,8 +21,16 @@ that loop without re-implementing any of it:
   functions concurrently on its own event loop).
 * :class:`WMRLGRPOTrainer` applies the anchor weight ``ρ`` to the post-normalisation
   advantages of anchor rows, by multiplying what ``GRPOTrainer._generate_and_score_completions``
-  returns (why there, and the one-process-per-corrector limitation: ``docs/method.md``,
-  "Third-party RL loops").
+  returns (why there: ``docs/method.md``, "Third-party RL loops").
+* Several processes (``accelerate launch``, ``torchrun``: ``torch.distributed`` initialised):
+  TRL calls the reward function on each process's slice of the generation batch, and a group
+  may be split over two slices. Process 0 then scores the whole batch with its wrapper — the
+  others send it their rows (``all_gather_object``) and get their rewards, routes and weights
+  back (``broadcast_object_list``) — so routes are drawn once per batch from one seeded router,
+  whole groups are routed together wherever their rows are, every anchor pair reaches one
+  corrector, and each process weights its own rows. Real executions and world-model calls run
+  on process 0 only (the other processes wait in the collective: keep a generation batch's
+  scoring well inside the process group's time-out, 30 minutes by default).
 
 Contents:
     * :class:`WMRLRewardFunction`, :class:`AsyncWMRLRewardFunction` — the reward functions.
@@ -189,13 +197,21 @@ class WMRLRewardFunction:
         name: the name TRL logs the reward under (``rewards/<name>/mean``).
 
     Attributes:
-        last_batch: the :class:`WMRLBatch` of the latest call (``None`` before the first).
+        last_batch: the :class:`WMRLBatch` of the latest call, this process's rows (``None``
+            before the first).
+        last_global_batch: several processes, process 0: the whole generation batch's
+            :class:`WMRLBatch` (``None`` otherwise).
         n_calls: calls so far (int).
         __name__: ``name``.
 
     Raises:
         TypeError: ``wrapper`` is not an ``AnchoredWorldModelWrapper``.
         ValueError: the wrapper is in reward mode, or ``num_generations < 1``.
+
+    Several processes: see the module docstring (process 0 scores the whole generation batch;
+    :attr:`last_batch` holds this process's rows, :attr:`last_global_batch` on process 0 the
+    whole batch). Every process must build the function with an equal wrapper; only process
+    0's is used and updated (its state is what checkpoints save).
 
     Warns:
         UserWarning: (once) the realised anchor fraction exceeds ``anchor_fraction`` because the
@@ -256,6 +272,7 @@ class WMRLRewardFunction:
         self.plan_per_call = bool(plan_per_call)
         self.__name__ = str(name)
         self.last_batch: WMRLBatch | None = None
+        self.last_global_batch: WMRLBatch | None = None
         self.n_calls = 0
         self._floor_warned = False
 
@@ -277,6 +294,60 @@ class WMRLRewardFunction:
         return self._score(prompts, completions, **kwargs)
 
     def _score(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        dist = _distributed()
+        if dist is None:
+            return self._score_local(prompts, completions, **kwargs)
+        return self._score_shared(dist, prompts, completions, **kwargs)
+
+    def _score_shared(self, dist: Any, prompts: Sequence[Any], completions: Sequence[Any],
+                      **kwargs: Any) -> list[float | None]:
+        """Several processes (``torch.distributed`` initialised, world size > 1): process 0 scores
+        the whole generation batch with its wrapper, the others send their rows and receive
+        theirs back (see the class docstring)."""
+        t0 = time.perf_counter()
+        b = len(prompts)
+        if len(completions) != b:
+            raise ValueError(f"got {b} prompts but {len(completions)} completions")
+        columns = {k: list(v) for k, v in kwargs.items()
+                   if isinstance(v, (list, tuple)) and len(v) == b and k != "completion_ids"}
+        parts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, (list(prompts), list(completions), columns))
+        rank = dist.get_rank()
+        sizes = [len(p[0]) for p in parts]
+        offset = sum(sizes[:rank])
+        payload: list[Any] = [None]
+        if rank == 0:
+            try:
+                keys = [k for k in columns if all(k in p[2] for p in parts)]
+                all_prompts = [x for p in parts for x in p[0]]
+                all_completions = [x for p in parts for x in p[1]]
+                all_columns = {k: [x for p in parts for x in p[2][k]] for k in keys}
+                others = {k: v for k, v in kwargs.items() if k not in columns and k != "completion_ids"}
+                self._score_local(all_prompts, all_completions, **all_columns, **others)
+                payload = [("ok", self.last_batch)]
+            except BaseException as exc:  # every process raises it, none waits forever
+                payload = [("error", exc)]
+        dist.broadcast_object_list(payload, src=0)
+        status, value = payload[0]
+        if status == "error":
+            raise value
+        full: WMRLBatch = value
+        g = full.num_generations
+        rows = slice(offset, offset + b)
+        first, last = offset // g, (offset + b + g - 1) // g
+        batch = WMRLBatch(routes=full.routes[rows], group_ids=full.group_ids[rows],
+                          advantage_weights=full.advantage_weights[rows], rewards=full.rewards[rows],
+                          groups=full.groups[first:last], num_generations=g)
+        batch.seconds = time.perf_counter() - t0
+        if rank != 0:
+            self.last_batch = batch
+            self.n_calls += 1
+        else:
+            self.last_global_batch = full
+            self.last_batch = batch
+        return list(batch.rewards)
+
+    def _score_local(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         t0 = time.perf_counter()
         g = self.num_generations
         if g is None:
@@ -391,6 +462,14 @@ class AsyncWMRLRewardFunction(WMRLRewardFunction):
         return await asyncio.to_thread(self._score, prompts, completions, **kwargs)
 
 
+def _distributed() -> Any:
+    """``torch.distributed`` when it is initialised with more than one process, else ``None``."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist
+    return None
+
+
 def _cpu_has_bf16_kernels() -> bool:
     """Whether PyTorch runs bf16 matrix products on this CPU with oneDNN kernels (AVX-512 or AMX).
 
@@ -467,12 +546,6 @@ class WMRLGRPOTrainer(GRPOTrainer):
             raise ValueError(
                 f"the WMRL reward function has num_generations={g} but the trainer {self.num_generations}; "
                 "pass the same G (or leave the reward function's unset)"
-            )
-        if self.accelerator.num_processes > 1:
-            warnings.warn(
-                "WMRLGRPOTrainer with several processes: each process routes and corrects its own slice "
-                "with its own wrapper (corrections are not shared across processes)",
-                stacklevel=2,
             )
 
     @property
