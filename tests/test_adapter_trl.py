@@ -459,8 +459,9 @@ def test_two_processes_score_whole_groups_once_with_every_anchor_pair_in_one_cor
     """``torchrun --nproc_per_node 2`` (gloo, CPU): two GRPO steps of 3 groups of 4 with 6 rows per
     process, so the middle group of each step is split over both processes.
 
-    (``accelerate launch --cpu --num_processes 2`` hands CPU runs to its MPI launcher; torchrun
-    starts the same two processes, and TRL's Accelerator joins them with gloo.)
+    (``accelerate launch --cpu --num_processes 2`` runs several CPU processes through mpirun, not
+    installed here; torchrun starts the same two processes, and TRL's Accelerator joins them with
+    gloo.)
     """
     import os
     import shutil
