@@ -354,3 +354,19 @@ def test_the_pages_local_run_prints_what_it_says():
                 deregister(n)
     claimed = re.search(r"This prints `([^`]*)`", prose).group(1)
     assert out.getvalue().strip() == claimed
+
+
+def test_flush_closes_a_group_whose_samples_never_all_ended(env_id):
+    hub = register_wmrl_env(env_id, "gsm8k", CountingWM(), group_size=4, groups_per_step=1,
+                            correction=CorrectionConfig(anchor_fraction=1.0))
+    row = rows(1)[0]
+    envs = [skyrl_gym.make(env_id, env_config={}, extras=copy.deepcopy(row["extras"])) for _ in range(4)]
+    for k, env in enumerate(envs[:3]):  # the 4th sample never runs (its agent loop failed)
+        env.init(row["prompt"])
+        env.step(completion(0, k))
+        env.close()
+    assert hub.stats()["open_groups"] == 1 and hub.stats()["anchor_pairs"] == 0
+    assert hub.flush() == 1
+    st = hub.stats()
+    assert st["open_groups"] == 0 and st["anchor_pairs"] == 3 and st["real_executions"] == 3
+    assert hub.closed_groups[-1][1].real_scores == [1.0, 0.0, 0.0]
