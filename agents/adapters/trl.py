@@ -361,7 +361,7 @@ class WMRLRewardFunction:
         if b == 0 or b % g:
             raise ValueError(
                 f"a batch of {b} completions is not a whole number of groups of num_generations={g}; "
-                "TRL lays out G consecutive completions per prompt, so each process must hold whole groups"
+                "TRL lays out G consecutive completions per prompt (over all processes): is num_generations the trainer's?"
             )
         columns = {k: v for k, v in kwargs.items() if isinstance(v, (list, tuple)) and len(v) == b and k != "completion_ids"}
         n_groups = b // g
