@@ -411,7 +411,8 @@ def autoresearch_env() -> Any:
 def autoresearch_world_model() -> Any:
     """The benchmark's embedding world model (MiniLM encoder + ridge head, fitted leave-one-task-out
     on the shipped log of the training tasks' executions)."""
-    from agents.experiments.bench import BenchConfig, build_world_model
+    from agents.experiments.bench_agents import build_world_model
+    from agents.experiments.bench_config import BenchConfig
 
     return build_world_model(BenchConfig())
 

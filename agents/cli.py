@@ -151,7 +151,8 @@ def _bench_report(argv: list[str]) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    from agents.experiments.bench import BENCH_PRESETS, main_bench
+    from agents.experiments.bench import main_bench
+    from agents.experiments.bench_config import BENCH_PRESETS
 
     cfg = _parse_preset(BENCH_PRESETS, argv, prog="wmrl bench",
                         description="The method benchmark: compute-to-target speedup of WMRL and the other methods "

@@ -38,7 +38,7 @@ class Agent(Protocol):
 class BenchAgent(Agent, Protocol):
     """An agent of ``wmrl bench``: it samples Python-source actions for AutoResearch task ids and
     trains with the one GRPO group step (:func:`agents.grpo.group_step` on ``policy`` with
-    ``optimizer`` and ``update_config``, called by :func:`agents.experiments.bench.run_method`)."""
+    ``optimizer`` and ``update_config``, called by :func:`agents.experiments.bench_run.run_method`)."""
 
     policy: GRPOPolicy
     optimizer: torch.optim.Optimizer

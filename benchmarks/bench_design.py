@@ -18,7 +18,7 @@ the four criteria the benchmark is designed to (issue 11, item 3; ``docs/autores
    (what real GRPO executes), plus the CPU-seconds per execution over the whole GRPO run
    (``--exec-parallel`` at a time: its mean only, from ``wmrl bench``'s cost ledger) and the
    share of the training CPU-seconds that execution takes.
-4. **Real-GRPO curve**: ``wmrl bench``'s own training loop (:func:`agents.experiments.bench.run_method`
+4. **Real-GRPO curve**: ``wmrl bench``'s own training loop (:func:`agents.experiments.bench_run.run_method`
    with the ``real`` method: every group executed) for ``--steps`` steps and ``--seeds`` seeds,
    ``--groups-per-step`` groups of ``--group-size`` rollouts, the held-out score every
    ``--eval-every`` steps, per seed and mean (target: still improving after 10 steps).
@@ -79,7 +79,7 @@ def cost_summary(values: Sequence[float]) -> dict[str, float]:
 class CachedEvaluator:
     """Held-out avg@k of a policy snapshot with real execution, cached by (task, program source).
 
-    The protocol of :func:`agents.experiments.bench.evaluate_snapshot` (restore the snapshot,
+    The protocol of :func:`agents.experiments.bench_run.evaluate_snapshot` (restore the snapshot,
     reseed the sampling stream with ``eval_seed``, sample programs per held-out task, execute,
     score avg@k), with more draws than k and a cache: evaluation is not charged
     as training compute, and a program's source fixes its outcome up to the run-to-run noise of
@@ -255,7 +255,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from agents.experiments.bench import METHODS, BenchConfig, GrammarBenchAgent, run_method
+    from agents.experiments.bench_agents import GrammarBenchAgent
+    from agents.experiments.bench_config import BenchConfig
+    from agents.experiments.bench_run import run_method
+    from agents.experiments.methods import METHODS
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import is_reference_secret, sandbox_hidden_paths, secret_fingerprint
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks

@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import numpy as np
 
-    from agents.experiments.bench import coarse_eval_steps
+    from agents.experiments.bench_run import coarse_eval_steps
     from agents.experiments.bench_report import curve_of, real_target
     from agents.experiments.speedup import Curve, compute_to_target, speedup
 

@@ -4,7 +4,7 @@ The anchor-fraction advisor predicts WMRL's compute-to-target speedup from the w
 correlation r of world-model and real scores, the costs per rollout, and ``b = B_noise / B``,
 real-execution GRPO's gradient noise scale over its batch of groups (``docs/method.md``,
 "Choosing the anchor fraction"). This script measures ``b`` on ``wmrl bench``'s own training loop
-(:func:`agents.experiments.bench.run_method`, the ``real`` method, the grammar agent, the
+(:func:`agents.experiments.bench_run.run_method`, the ``real`` method, the grammar agent, the
 benchmark's groups per step and group size) for ``--steps`` steps and ``--seeds`` seeds: every
 step's per-group policy gradients (:func:`agents.grpo.group_gradient_moments`) feed a
 :class:`wmrl_envs.core.GradientNoiseScale` (per seed, and pooled over seeds). With ``--advice``
@@ -49,7 +49,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     import torch
 
-    from agents.experiments.bench import METHODS, BenchConfig, GrammarBenchAgent, run_method
+    from agents.experiments.bench_agents import GrammarBenchAgent
+    from agents.experiments.bench_config import BenchConfig
+    from agents.experiments.bench_run import run_method
+    from agents.experiments.methods import METHODS
     from wmrl_envs.core import CostRates, GradientNoiseScale, predicted_speedup
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths

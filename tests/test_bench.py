@@ -12,7 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from agents.experiments.bench import METHODS, BenchConfig, format_table, method_correction, reused_entries, run_bench
+from agents.experiments.bench import run_bench
+from agents.experiments.bench_config import BenchConfig
+from agents.experiments.bench_report import format_table
+from agents.experiments.bench_resume import reused_entries
+from agents.experiments.methods import METHODS, method_correction
 from agents.grpo import GRPOUpdateConfig
 from wmrl_envs.world_models.base import WorldModelPrediction
 
@@ -170,7 +174,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
 
 
 def test_coarse_eval_steps_and_refinement_step():
-    from agents.experiments.bench import coarse_eval_steps, refinement_step
+    from agents.experiments.bench_run import coarse_eval_steps, refinement_step
 
     assert coarse_eval_steps(12, 5) == [0, 3, 6, 9, 12]
     assert coarse_eval_steps(2, 5) == [0, 1, 2]
@@ -187,7 +191,7 @@ def test_coarse_eval_steps_and_refinement_step():
 
 
 def test_rho_mode_reaches_the_denoiser():
-    from agents.experiments.bench import run_method
+    from agents.experiments.bench_run import run_method
 
     seen = {}
     for mode in ("calibrated", "parameter_free"):
@@ -224,7 +228,7 @@ def test_bench_config_nests_one_correction_config_with_unprefixed_flags():
 
 
 def test_grammar_agent_reseed_gives_common_random_numbers():
-    from agents.experiments.bench import GrammarBenchAgent
+    from agents.experiments.bench_agents import GrammarBenchAgent
 
     a = GrammarBenchAgent(seed=0)
     snap = a.snapshot()
@@ -249,7 +253,7 @@ def test_unknown_method():
 def test_run_method_records_why_it_stopped():
     """A cheap method stops at real GRPO's compute or at its step cap, and says which: the headline
     tells a seed that ran out of budget from one that ran out of steps."""
-    from agents.experiments.bench import run_method
+    from agents.experiments.bench_run import run_method
 
     cfg = BenchConfig(groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2))
     kw = dict(make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"])
@@ -265,7 +269,7 @@ def test_run_method_records_why_it_stopped():
 
 
 def test_world_model_fitting_cost_is_the_logged_executions_cpu_seconds():
-    from agents.experiments.bench import world_model_fitting_cost
+    from agents.experiments.bench_agents import world_model_fitting_cost
     from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
 
     records = load_execution_log(split="train")
@@ -358,7 +362,7 @@ def test_evaluate_snapshot_cache_draws_and_what_is_never_cached(monkeypatch):
     outcome or a time-out, estimates avg@k from all its draws, and without a cache executes all."""
     from types import SimpleNamespace
 
-    import agents.experiments.bench as bench
+    import agents.experiments.bench_run as bench
     import wmrl_envs.envs.autoresearch.grading as grading
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
     from wmrl_envs.sandbox.base import SandboxUnavailableError
@@ -504,14 +508,14 @@ def test_resume_continues_a_stopped_run_and_matches_an_uninterrupted_one(tmp_pat
 
 
 def test_settings_added_since_an_earlier_run_count_as_equal_at_their_default():
-    from agents.experiments.bench import _settings_differ
+    from agents.experiments.bench_resume import settings_differ
 
     cfg = BenchConfig()
     earlier = json.loads(json.dumps(__import__("dataclasses").asdict(cfg), default=float))
     del earlier["correction"]["f_min"]  # a field the earlier run's code did not have
-    assert _settings_differ(cfg, earlier, ("correction", "steps")) == []
+    assert settings_differ(cfg, earlier, ("correction", "steps")) == []
     changed = replace(cfg, correction=replace(cfg.correction, anchor_fraction="auto", f_min=0.1))
-    assert "f_min" in _settings_differ(changed, earlier, ("correction",))[0]
+    assert "f_min" in settings_differ(changed, earlier, ("correction",))[0]
 
 
 def test_reusing_real_grpo_alone_allows_another_anchor_fraction(tmp_path):
@@ -573,7 +577,7 @@ def test_guards_of_resume_and_reuse(tmp_path):
 
 
 def test_bench_refuses_early_what_would_waste_hours(tmp_path):
-    from agents.experiments.bench import check_bench_config
+    from agents.experiments.bench_config import check_bench_config
 
     with pytest.raises(FileNotFoundError, match="--reuse-from .*no such file"):
         check_bench_config(BenchConfig(reuse_from=str(tmp_path / "missing.json")))
@@ -620,7 +624,7 @@ def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
 
 
 def test_llm_settings_without_an_llm_are_refused():
-    from agents.experiments.bench import check_bench_config
+    from agents.experiments.bench_config import check_bench_config
 
     with pytest.raises(ValueError, match="--device apply to the LLM agent"):
         check_bench_config(BenchConfig(device="tpu"))

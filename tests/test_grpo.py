@@ -393,7 +393,7 @@ def test_every_policy_samples_with_the_one_agent_signature():
     second ``group_size``; anything else keyword-only with a default (issue 26, item 2)."""
     import inspect
 
-    from agents.experiments.bench import GrammarBenchAgent, LLMBenchAgent
+    from agents.experiments.bench_agents import GrammarBenchAgent, LLMBenchAgent
     from agents.experiments.sweep import TabularSoftmaxPolicy
     from agents.grammar.policy import GrammarPolicy
     from agents.llm.policy import LLMPolicy

@@ -182,7 +182,7 @@ def test_llm_bench_agent_trains_snapshots_and_reseeds(tokenizer, monkeypatch):
     """`wmrl bench --agent llm` adapter: line-mode actions, a GRPO step changes only LoRA,
     snapshot/restore round-trips, reseed gives common random numbers."""
     import wmrl_envs.world_models.smollm2 as sm
-    from agents.experiments.bench import LLMBenchAgent
+    from agents.experiments.bench_agents import LLMBenchAgent
 
     monkeypatch.setattr(sm, "load_smollm2", lambda **kw: (tiny_model(tokenizer), tokenizer))
     agent = LLMBenchAgent(seed=0, lr=1e-2, max_new_tokens=6)

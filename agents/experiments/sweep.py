@@ -13,7 +13,7 @@ Everything runs through the objects of the main job: one
 :class:`~wmrl_envs.AnchoredWorldModelWrapper` per run (``plan_step``, ``score_group``), its
 :class:`~wmrl_envs.core.CorrectionConfig` from :func:`agents.experiments.methods.method_correction`,
 the advantages of :func:`agents.grpo.group_batch` and the one GRPO group step
-:func:`agents.grpo.group_step` — the shape of :func:`agents.experiments.bench.run_method`.
+:func:`agents.grpo.group_step` — the shape of :func:`agents.experiments.bench_run.run_method`.
 
 Compute is the ledger's CPU-seconds over its four sources: execution and world model are
 *declared* (``info["execution_cpu_s"]`` per execution, ``declared_cpu_s_per_prediction`` per
@@ -423,7 +423,7 @@ def run_sweep_method(
 ) -> SweepRun:
     """Train one method on the known-truth env; evaluate the policy exactly after every step.
 
-    The loop of :func:`agents.experiments.bench.run_method`: per step ``wrapper.plan_step``,
+    The loop of :func:`agents.experiments.bench_run.run_method`: per step ``wrapper.plan_step``,
     ``groups_per_step`` tasks, the policy's G actions per task (charged to ``generation``),
     ``wrapper.score_group`` per group, :func:`agents.grpo.group_batch` and
     :func:`agents.grpo.group_step` (charged to ``update``). Stops after ``max_steps`` steps, once

@@ -1,0 +1,179 @@
+"""The configuration of ``wmrl bench`` (:class:`BenchConfig`, every field a CLI flag), its presets,
+and the checks a configuration passes before anything runs (:func:`check_bench_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from wmrl_envs.core import CorrectionConfig
+
+from .methods import METHODS
+
+
+__all__ = ["BenchConfig", "BENCH_PRESETS", "check_bench_config"]
+
+
+@dataclass
+class BenchConfig:
+    """Configuration of ``wmrl bench`` (each field is a CLI flag)."""
+
+    methods: tuple[str, ...] = ("real", "wmrl")
+    """Methods to run (subset of real, wm_only, wmrl, debias_only, denoise_only, anchors_raw). The
+    default is the headline pair; world model only and the ablations are a second command
+    (benchmarks/README.md), to keep the default run short (it still takes about 2.5 h on 2 cores:
+    benchmarks/README.md, "Time")."""
+    seeds: int = 5
+    """Seeds per method (0..seeds-1); the speedup's bootstrap CI is over them."""
+    steps: int = 10
+    """Equal-steps budget S: real-execution GRPO trains S steps (it is still improving at step 10,
+    docs/autoresearch.md), and the target is read from its curve at S."""
+    max_steps_factor: float = 3.0
+    """Other methods train up to this many times S steps (or until they reach real GRPO's compute)."""
+    groups_per_step: int = 10
+    """Groups (tasks) per step: with 10, an anchor fraction of 0.1 is one anchor group per step, so
+    the realised fraction is the configured one."""
+    group_size: int = 4
+    """G, rollouts per group."""
+    agent: Literal["grammar", "llm"] = "grammar"
+    """'grammar': fast template agent; 'llm': an LLM with LoRA (--model; the GPU-scale configuration)."""
+    model: str = "smollm2-135m"
+    """Backbone of the 'llm' agent and the 'llm' world model: 'smollm2-135m' (shipped), a hub id or
+    a local folder."""
+    device: str = "auto"
+    """Device of the 'llm' agent and world model: auto (the GPU when torch sees one), cpu, cuda or cuda:N."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Their parameter dtype; auto: bfloat16 on a GPU, float32 on the CPU."""
+    world_model: Literal["embedding", "degraded", "llm"] = "embedding"
+    """'embedding': MiniLM + regression head fitted on other tasks; 'degraded': the same with
+    its information destroyed (wm_information); 'llm': the LLM judge on --model, frozen."""
+    wm_information: float = 0.0
+    """For world_model='degraded': 0 = pure noise, 1 = the embedding world model."""
+    eval_k: int = 1
+    """k of the held-out avg@k (the best of k trajectories per task). A large k hides learning:
+    the untrained grammar policy scores 27.5 at avg@1 but 74 at avg@8 (docs/autoresearch.md)."""
+    eval_draws: int = 8
+    """Trajectories sampled per held-out task and snapshot (>= eval_k); avg@k is estimated from all
+    of them (agents.train.evaluation.avg_at_k_estimate), so more draws = less evaluation noise."""
+    eval_parallel: int = 2
+    """Concurrent sandboxed executions during evaluation."""
+    exec_parallel: int = 2
+    """Concurrent sandboxed executions of an anchor group's rollouts during training (same for
+    every method, so compute ratios are unaffected; 2 = one per core here)."""
+    lr: float | None = None
+    """Learning rate of the agent (default: 0.1 for the grammar agent, 2e-4 for the LLM's LoRA)."""
+    kl_coef: float = 0.0
+    """KL coefficient of the GRPO loss."""
+    clip_eps: float = 0.2
+    """PPO clip range ε; acts only with num_iterations > 1 (in the first epoch the policy is the
+    sampling policy, so the ratio is 1)."""
+    num_iterations: int = 1
+    """Optimisation epochs per step over its kept rows (1 = one on-policy step, ratio 1); epochs
+    2.. take the log-probabilities of epoch 1 as the old policy, so --clip-eps clips there."""
+    correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
+    )
+    """Correction settings (flags without a prefix: --anchor-fraction, --min-pairs, ...). Each
+    method sets its own route share, debias and denoise on top (METHODS, method_correction):
+    --anchor-fraction is that of the anchored methods (at least --min-anchor-groups anchor
+    groups per window of --anchor-window steps); --debias and --denoise are ignored here."""
+    sandbox: str = "auto"
+    """Sandbox backend."""
+    max_ungraded_share: float | None = 0.5
+    """Stop (TooManyUngradedError) once this share of one step's rollouts, or of one held-out
+    evaluation, is ungraded because the machinery failed; None never stops."""
+    world_model_timeout_s: float | None = None
+    """Seconds one batched world-model call may take (None: no limit); past it the batch is ungraded."""
+    target_gain: float = 0.9
+    """The compute-to-target headline's target: this share of real-execution GRPO's gain from the
+    untrained policy to its score after S steps (its mean curve over seeds)."""
+    eval_points: int = 3
+    """Snapshots each training curve is first evaluated at, spread evenly over its steps (plus the
+    equal-steps and equal-compute points)."""
+    refine_evals: int = 2
+    """Extra evaluations per curve inside the interval where it first crosses the target (bisection),
+    so that compute-to-target is interpolated between close snapshots."""
+    eval_cache: bool = True
+    """Reuse the held-out grade of a (task, program) pair already executed in this run (held-out
+    evaluation only; training executions are never cached)."""
+    out_dir: str = "runs/bench"
+    """Output folder."""
+    reuse_methods: tuple[str, ...] | None = None
+    """With --reuse-from: which of its methods to read (default: every method of --methods it holds);
+    e.g. --reuse-methods real to run WMRL again at another --anchor-fraction against the same real GRPO."""
+    resume: bool = False
+    """Continue a stopped run in --out-dir: the seeds its results.json holds for every method are kept
+    (with their snapshots, when snapshots/seed<k>.pt exists, so their curves can still be refined),
+    the remaining seeds are run, then the refinement and the report. The settings must be the run's
+    (:func:`resumed_state` names any that differ)."""
+    reuse_from: str | None = None
+    """results.json of an earlier ``wmrl bench`` run with the same settings: the methods of --methods
+    that it holds (e.g. real and wmrl) are read from it, curves and costs as measured there, instead
+    of being trained and evaluated again (the ablation command reuses the headline run's real GRPO and
+    WMRL this way). Settings that change what a method learns or how it is scored must match
+    (:func:`reused_entries` names any that differ); when real GRPO alone is reused, the world-model
+    and correction settings may differ (e.g. WMRL at another --anchor-fraction against the same real
+    GRPO); --seeds must not exceed the earlier run's."""
+
+
+BENCH_PRESETS: dict[str, BenchConfig] = {
+    "default": BenchConfig(),
+    # CI: one seed, two methods, a few steps and one held-out draw per task (minutes, not hours)
+    "quick": BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2.0, groups_per_step=4,
+                         group_size=3, eval_k=1, eval_draws=1, eval_points=3, refine_evals=1,
+                         out_dir="runs/bench-quick"),
+}
+"""``wmrl bench`` starts from ``"default"``; ``wmrl bench --quick`` from ``"quick"`` (flags apply on top)."""
+
+
+def check_bench_config(cfg: BenchConfig) -> None:
+    """Refuse, before anything is trained, the settings that could only fail (or mean nothing)
+    once the methods have run.
+
+    Raises:
+        ValueError: naming the setting, what it must be, and what was given.
+    """
+    unknown = [m for m in cfg.methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+    if len(set(cfg.methods)) != len(cfg.methods):
+        raise ValueError(f"--methods lists a method twice: {list(cfg.methods)}")
+    if "real" not in cfg.methods:
+        raise ValueError(f"--methods {' '.join(cfg.methods)} has no real-execution GRPO, which every speedup and the "
+                         "target are measured against: add real (with --reuse-from a run that has it, it is read "
+                         "from there, not trained again)")
+    if cfg.reuse_from is not None and not Path(cfg.reuse_from).is_file():
+        raise FileNotFoundError(f"--reuse-from {cfg.reuse_from}: no such file (give the results.json of an earlier "
+                                "wmrl bench run)")
+    if cfg.resume and not Path(cfg.out_dir).is_dir():
+        raise ValueError(f"--resume --out-dir {cfg.out_dir}: no such folder, so there is nothing to resume (is the "
+                         "path right? without --resume a new run starts there)")
+    for name, value, ok, what in (
+        ("seeds", cfg.seeds, cfg.seeds >= 1, ">= 1"),
+        ("steps", cfg.steps, cfg.steps >= 1, ">= 1"),
+        ("max_steps_factor", cfg.max_steps_factor, cfg.max_steps_factor >= 1, ">= 1 (the others train at least S steps)"),
+        ("groups_per_step", cfg.groups_per_step, cfg.groups_per_step >= 1, ">= 1"),
+        ("group_size", cfg.group_size, cfg.group_size >= 2, ">= 2 (GRPO standardises within a group)"),
+        ("eval_k", cfg.eval_k, cfg.eval_k >= 1, ">= 1"),
+        ("eval_draws", cfg.eval_draws, cfg.eval_draws >= cfg.eval_k, f">= eval_k ({cfg.eval_k}): avg@k is estimated from them"),
+        ("eval_points", cfg.eval_points, cfg.eval_points >= 2, ">= 2 (the initial policy and the last step at least)"),
+        ("refine_evals", cfg.refine_evals, cfg.refine_evals >= 0, ">= 0"),
+        ("target_gain", cfg.target_gain, 0 < cfg.target_gain <= 1, "in (0, 1] (a share of real GRPO's gain)"),
+    ):
+        if not ok:
+            raise ValueError(f"--{name.replace('_', '-')} must be {what}, got {value!r}")
+    if cfg.agent != "llm" and cfg.world_model != "llm":
+        defaults = BenchConfig()
+        given = [f"--{k}" for k in ("model", "device", "dtype") if getattr(cfg, k) != getattr(defaults, k)]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to the LLM agent and the LLM world model (--agent llm, "
+                             "--world-model llm); this run uses neither")
+    if cfg.agent == "llm" or cfg.world_model == "llm":
+        from agents.llm.backbone import DTYPES, resolve_device
+
+        resolve_device(cfg.device)  # an unknown value, or a GPU torch does not see
+        if cfg.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")

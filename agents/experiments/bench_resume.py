@@ -1,0 +1,170 @@
+"""Resuming and reusing ``wmrl bench`` runs: which methods an earlier finished run can give
+(:func:`reused_entries`), where a stopped run continues (:func:`resumed_state`), and every step's
+policy snapshots per seed (:func:`save_snapshots`, :func:`restore_seed`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from .bench_config import BenchConfig
+from .bench_run import MethodRun, StepRecord
+
+__all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ"]
+
+
+# settings that must be equal for a method's earlier run to stand in for a new one (what it
+# learns, how it is charged, how it is evaluated); eval_points / refine_evals / out_dir may differ
+_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "model", "world_model",
+                     "wm_information", "world_model_timeout_s", "eval_k", "eval_draws", "exec_parallel", "lr",
+                     "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain")
+
+
+_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "world_model_timeout_s", "correction", "max_steps_factor")
+"""Settings that change no real-GRPO run (so --reuse-from of real GRPO alone may differ in them)."""
+
+
+def settings_differ(cfg: BenchConfig, earlier: dict[str, Any], keys: Sequence[str]) -> list[str]:
+    """``"key: here X, there Y"`` for each of ``keys`` whose value in ``cfg`` differs from the
+    earlier run's config. A nested setting (the correction) is compared field by field; a field
+    the earlier run did not record yet (added since) counts as equal when it has its default."""
+    mine = json.loads(json.dumps(asdict(cfg), default=float))
+    defaults = json.loads(json.dumps(asdict(BenchConfig()), default=float))
+    out = []
+    for k in keys:
+        a, b = mine.get(k), earlier.get(k)
+        if k not in earlier and a == defaults.get(k):
+            continue  # a setting added since, left at its default
+        if isinstance(a, dict) and isinstance(b, dict):
+            b = {**{f: v for f, v in a.items() if f not in b and v == defaults[k].get(f)}, **b}
+        if a != b:
+            out.append(f"{k}: here {a!r}, there {b!r}")
+    return out
+
+
+def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
+    """The per-seed entries of the methods ``cfg.reuse_from`` holds and ``cfg.methods`` asks for.
+
+    Returns:
+        ``{method: [entry of seed 0, ..., entry of seed cfg.seeds - 1]}`` (empty without
+        ``reuse_from``); each entry is the earlier run's, as written to its ``results.json``
+        (curve, records, snapshots chosen, held-out results).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: it is not a ``wmrl bench`` results file; a setting of :data:`_REUSE_MUST_MATCH`
+            differs (each is named with both values); its task data came from another task secret;
+            it has fewer seeds than ``cfg.seeds``; or it holds none of ``cfg.methods``.
+    """
+    if cfg.reuse_from is None:
+        return {}
+    path = Path(cfg.reuse_from)
+    if not path.is_file():
+        raise FileNotFoundError(f"--reuse-from {path}: no such file (give the results.json of an earlier wmrl bench run)")
+    ref = json.loads(path.read_text())
+    if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
+        raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
+    if "speedup" not in ref:
+        raise ValueError(f"--reuse-from {path}: that run did not finish (no refinement pass, no headline); finish it "
+                         "with wmrl bench --resume first, so that the curves read from it are refined like this run's")
+    wanted = [m for m in cfg.methods if m in ref.get("methods", {})
+              and (cfg.reuse_methods is None or m in cfg.reuse_methods)]
+    if not wanted:
+        raise ValueError(f"--reuse-from {path}: it holds none of the methods asked for ({list(cfg.methods)}"
+                         + ("" if cfg.reuse_methods is None else f", --reuse-methods {list(cfg.reuse_methods)}")
+                         + f"; it has {list(ref['methods'])})")
+    # real GRPO uses neither the world model nor the corrections: reusing it alone allows other ones
+    keys = [k for k in _REUSE_MUST_MATCH if k not in _WORLD_MODEL_SETTINGS] if wanted == ["real"] else _REUSE_MUST_MATCH
+    diff = settings_differ(cfg, ref["config"], keys)
+    if diff:
+        raise ValueError(f"--reuse-from {path}: the earlier run was made with other settings, so its methods "
+                         f"cannot stand in for this run's ({'; '.join(diff)}); run with the same settings or "
+                         "without --reuse-from")
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+
+    if ref.get("task_secret", {}).get("fingerprint") != secret_fingerprint():
+        raise ValueError(f"--reuse-from {path}: its task data came from another task secret (fingerprint "
+                         f"{ref.get('task_secret', {}).get('fingerprint')!r}, here {secret_fingerprint()!r}); set "
+                         "WMRL_TASK_SECRET as for that run, or run without --reuse-from")
+    if int(ref["config"].get("seeds", 0)) < cfg.seeds:
+        raise ValueError(f"--reuse-from {path}: it has {ref['config'].get('seeds')} seeds, this run asks for "
+                         f"{cfg.seeds}; pass --seeds {ref['config'].get('seeds')} or fewer")
+    out = {m: list(ref["methods"][m]["seeds"][: cfg.seeds]) for m in wanted}
+    short = [m for m, e in out.items() if len(e) < cfg.seeds]
+    if short:
+        raise ValueError(f"--reuse-from {path}: methods {short} have fewer than {cfg.seeds} seeds there (was it "
+                         "stopped early?); pass fewer --seeds")
+    return out
+
+
+def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str, Any] | None]:
+    """What ``--resume`` continues from: ``(finished seeds, the earlier results)``.
+
+    A seed is finished when every method of ``order`` has its entry in ``out_dir/results.json``
+    (seeds finish in order). Without ``cfg.resume`` or without a results file: ``(0, None)``.
+
+    Raises:
+        ValueError: the earlier run was made with other settings (each named with both values),
+            other methods, another task secret, or more seeds than ``cfg.seeds``.
+    """
+    path = Path(cfg.out_dir) / "results.json"
+    if not cfg.resume or not path.is_file():
+        return 0, None
+    try:
+        prior = json.loads(path.read_text())
+        prior["config"], prior["methods"]  # noqa: B018 - a wmrl bench results file has both
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"--resume {cfg.out_dir}: {path} is not a readable wmrl bench results.json "
+                         f"({type(exc).__name__}: {exc})") from None
+    keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "reuse_methods", "eval_cache",
+            "max_ungraded_share")
+    diff = settings_differ(cfg, prior["config"], keys)
+    if sorted(prior["methods"]) != sorted(order):
+        diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")
+    if diff:
+        raise ValueError(f"--resume {cfg.out_dir}: the run there was made with other settings ({'; '.join(diff)}); "
+                         "resume with its settings, or start a new run in another --out-dir")
+    from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
+
+    if prior.get("task_secret", {}).get("fingerprint") != secret_fingerprint():
+        raise ValueError(f"--resume {cfg.out_dir}: that run's task data came from another task secret; set "
+                         "WMRL_TASK_SECRET as for that run")
+    done = min(len(prior["methods"][m]["seeds"]) for m in order)
+    if done > cfg.seeds:
+        raise ValueError(f"--resume {cfg.out_dir}: it has {done} finished seeds, more than --seeds {cfg.seeds}")
+    return done, prior
+
+
+def restore_seed(out_dir: Path, seed: int, entries: dict[str, dict[str, Any]]
+                  ) -> tuple[dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]] | None:
+    """A finished seed's runs (records and, from ``snapshots/seed<k>.pt``, snapshots) and its
+    evaluated points, for the refinement; ``None`` when its snapshots were not saved."""
+    import torch
+
+    path = out_dir / "snapshots" / f"seed{seed}.pt"
+    if not path.is_file():
+        return None
+    snaps = torch.load(path, weights_only=True)
+    runs, evaluated = {}, {}
+    for name, e in entries.items():
+        if name not in snaps:  # a method read with --reuse-from: refined in its own run
+            continue
+        fields = set(StepRecord.__dataclass_fields__)
+        runs[name] = MethodRun(name, seed, [StepRecord(**{k: v for k, v in r.items() if k in fields}) for r in e["records"]],
+                               snapshots=list(snaps[name]), stopped=e["stopped"], ungraded=e.get("ungraded", {}))
+        evaluated[name] = {int(st): {"overall": sc} for st, sc in zip(e["curve"]["step"], e["curve"]["score"])}
+    return runs, evaluated
+
+
+def save_snapshots(out_dir: Path, seed: int, runs: dict[str, MethodRun]) -> None:
+    """``snapshots/seed<k>.pt``: every step's policy snapshot of each method run of this seed, so
+    that ``--resume`` can still refine the seed's curves."""
+    import torch
+
+    folder = out_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f"seed{seed}.pt.tmp"
+    torch.save({name: list(run.snapshots) for name, run in runs.items()}, tmp)
+    tmp.replace(folder / f"seed{seed}.pt")
