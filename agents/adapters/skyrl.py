@@ -109,7 +109,9 @@ class _CallableWorldModel:
         out = []
         for c, a in zip(contexts, actions):
             p = self.fn(c, a)
-            out.append(p if isinstance(p, WorldModelPrediction) else WorldModelPrediction(score=None if p is None else float(p)))
+            if not isinstance(p, WorldModelPrediction):
+                p = WorldModelPrediction(score=None if p is None else float(p))
+            out.append(p)
         return out
 
 
@@ -216,8 +218,9 @@ class WMRLSkyRLHub:
             raise ValueError(f"group_size must be an integer >= 1 (generator.n_samples_per_prompt), got {group_size!r}")
         if episode_score not in ("sum", "max", "last"):
             raise ValueError(f"episode_score must be 'sum', 'max' or 'last', got {episode_score!r}")
-        self.loop = CorrectionLoop(correction, world_model=None if world_model is None else as_world_model(world_model),
-                                   seed=int(seed), groups_per_step=groups_per_step, eval_route=eval_route,  # type: ignore[arg-type]
+        wm = None if world_model is None else as_world_model(world_model)
+        self.loop = CorrectionLoop(correction, world_model=wm, seed=int(seed), groups_per_step=groups_per_step,
+                                   eval_route=eval_route,  # type: ignore[arg-type]
                                    world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share)
         self.group_size = int(group_size)
         self.episode_score = episode_score
@@ -444,7 +447,8 @@ class WMRLTextEnv(BaseTextEnv):
             self._reals.append(None if cause else float(out["reward"]))
             if cause and self._exec_cause is None:
                 self._exec_cause = cause
-            obs, done, post = list(out.get("observations") or []), bool(out.get("done")), out.get("postprocessed_action")
+            obs, post = list(out.get("observations") or []), out.get("postprocessed_action")
+            done = bool(out.get("done"))
             done = done or cause is not None
         else:
             assert pred is not None
@@ -455,7 +459,8 @@ class WMRLTextEnv(BaseTextEnv):
         target = self._target()
         if target is not None and self.route == ANCHOR and hub.episode_score == "sum":
             # the inner env's own turn reward (times ρ): exact, no running difference
-            reward = float(self._reals[-1]) * (float(ticket.rho) if hub.rho_in_rewards else 1.0)  # type: ignore[arg-type]
+            scale = float(ticket.rho) if hub.rho_in_rewards else 1.0
+            reward = float(self._reals[-1]) * scale  # type: ignore[arg-type]
         else:
             reward = (hub.ungraded_reward if target is None else target) - self._paid
         self._paid += reward

@@ -432,12 +432,12 @@ class WMRLRewardFunction:
         need_window = math.ceil(m / (f * n_groups) - 1e-9)
         warnings.warn(
             f"realised anchor fraction {realised:g} for a configured {f:g}: each reward call is one routing step "
-            f"of {n_groups} group(s), and the router keeps at least min_anchor_groups={m} anchor group(s) per anchor_window={w} step(s), so more groups run for real than "
-            f"configured. Fix: {need_groups} groups per call ({need_groups * g} completions per process per "
-            "generation batch: GRPOConfig.per_device_train_batch_size x steps_per_generation = "
-            f"{need_groups * g} with num_generations={g}), or CorrectionConfig(anchor_window={need_window}) (the "
-            "floor then holds per window of calls), or min_anchor_groups=0 (no floor; a run may then have no "
-            "anchor group)",
+            f"of {n_groups} group(s), and the router keeps at least min_anchor_groups={m} anchor group(s) per "
+            f"anchor_window={w} step(s), so more groups run for real than configured. Fix: {need_groups} groups "
+            f"per call ({need_groups * g} completions per generation batch over all processes: "
+            "GRPOConfig.per_device_train_batch_size x steps_per_generation x processes, with "
+            f"num_generations={g}), or CorrectionConfig(anchor_window={need_window}) (the floor then holds per "
+            "window of calls), or min_anchor_groups=0 (no floor; a run may then have no anchor group)",
             UserWarning,
             stacklevel=3,
         )
