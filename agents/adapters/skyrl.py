@@ -85,9 +85,16 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from wmrl_envs.core import ANCHOR, CorrectionConfig, CorrectionLoop
-from wmrl_envs.core.ledger import EXECUTION, WORLD_MODEL_SOURCE, Stopwatch, execution_cpu_seconds
-from wmrl_envs.core import GroupTicket
+from wmrl_envs.core import (
+    ANCHOR,
+    EXECUTION,
+    WORLD_MODEL_SOURCE,
+    CorrectionConfig,
+    CorrectionLoop,
+    GroupTicket,
+    Stopwatch,
+    execution_cpu_seconds,
+)
 from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, WORLD_MODEL_UNGRADED, execution_cause
 from wmrl_envs.world_models import WorldModelPrediction
 
