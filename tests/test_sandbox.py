@@ -14,6 +14,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -969,3 +970,18 @@ def test_traceback_is_that_of_python_solution_py(any_sandbox: Sandbox, job: Path
     assert res.exit_code == ref.returncode == 1
     assert "<string>" not in res.stderr
     assert res.stderr == ref.stderr.replace(str(ref_dir.resolve()), where)
+
+
+def test_exit_and_signal_reads_each_backends_return_code() -> None:
+    """One reading of a raw return code for the three backends (issue 26: it was written
+    three times): Popen's -N (subprocess, bwrap killed), a shell's 128 + N (bwrap, Docker),
+    and a time-out (no exit code; SIGKILL unless another signal was seen)."""
+    from wmrl_envs.sandbox.process import exit_and_signal
+
+    assert exit_and_signal(3, False) == (3, None)
+    assert exit_and_signal(-9, False) == (None, 9)
+    assert exit_and_signal(137, False) == (137, None)  # subprocess: a plain exit status
+    assert exit_and_signal(137, False, shell_codes=True) == (None, 9)
+    assert exit_and_signal(-1, False, negative_is_signal=False, shell_codes=True) == (-1, None)  # Docker
+    assert exit_and_signal(0, True) == (None, int(signal.SIGKILL))
+    assert exit_and_signal(143, True, shell_codes=True) == (None, 15)

@@ -36,21 +36,12 @@ from wmrl_envs.causes import (
     WORLD_MODEL_TIMEOUT,
     WORLD_MODEL_UNGRADED,
 )
+from wmrl_envs.causes import __all__ as CAUSE_NAMES
 
 from .ledger import CostLedger
 
 __all__ = [
-    "SANDBOX_UNAVAILABLE",
-    "EXECUTION_ERROR",
-    "EXECUTION_UNGRADED",
-    "EXECUTION_TIMEOUT",
-    "WORKER_LOST",
-    "WORLD_MODEL_ERROR",
-    "WORLD_MODEL_TIMEOUT",
-    "WORLD_MODEL_INVALID",
-    "WORLD_MODEL_UNGRADED",
-    "UNSCORABLE",
-    "CAUSE_KEY",
+    *CAUSE_NAMES,  # re-exported from wmrl_envs.causes
     "is_infrastructure",
     "execution_cause",
     "TooManyUngradedError",

@@ -203,7 +203,6 @@ class Sandbox(abc.ABC):
     def __init__(self, limits: SandboxLimits | None = None) -> None:
         self.limits = limits or SandboxLimits()
 
-    @abc.abstractmethod
     def run_python(
         self,
         source: str,
@@ -230,7 +229,16 @@ class Sandbox(abc.ABC):
             FileNotFoundError: ``workdir`` does not exist.
             SandboxInfrastructureError: the backend broke for this run (bwrap set-up error,
                 cgroup not joinable, Docker daemon gone); the program's outcome is unknown.
+
+        A backend implements :meth:`_run` (called with the limits resolved), or overrides this
+        method as a whole.
         """
+        return self._run(source, workdir, limits or self.limits, env, filename)
+
+    def _run(self, source: str, workdir: str | Path, limits: SandboxLimits, env: Mapping[str, str] | None,
+             filename: str) -> ExecutionResult:
+        """The backend's run (:meth:`run_python`'s contract, ``limits`` resolved)."""
+        raise NotImplementedError(f"{type(self).__name__} must override run_python (or _run) to run programs")
 
     def close(self) -> None:
         """Release backend resources (containers, clients). Safe to call twice."""

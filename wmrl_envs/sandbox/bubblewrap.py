@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal as _signal
 import subprocess
 import sys
 import tempfile
@@ -28,19 +27,8 @@ from .base import (
     SandboxUnavailableError,
     default_hidden_paths,
 )
-from .process import (
-    base_env,
-    chown_tree,
-    limit_extras,
-    make_preexec,
-    new_cgroup,
-    prepare_workdir,
-    rlimit_table,
-    run_process,
-    sanitize_workdir,
-    StartedPipe,
-    warn_if_no_cgroup,
-)
+from .process import (StartedPipe, base_env, chown_tree, execution_result, limit_extras, make_preexec, new_cgroup,
+                      prepare_workdir, rlimit_table, run_job, warn_if_no_cgroup)
 
 __all__ = ["BubblewrapSandbox"]
 
@@ -64,6 +52,19 @@ def hidden_list(hidden_paths: Iterable[str | os.PathLike] | None) -> list[str]:
             raise ValueError(f"hidden path {p!r} must be absolute (the same path on the host and inside)")
         out.append(os.path.abspath(os.path.expanduser(p)))
     return list(dict.fromkeys(out))
+
+
+def isolation_settings(python: str | None, uid: int, gid: int, extra_ro_binds: Iterable[str | os.PathLike],
+                       hidden_paths: Iterable[str | os.PathLike] | None) -> tuple[str, int, int, list[str], list[str]]:
+    """An isolating backend's settings (bubblewrap, Docker), normalised: ``(python, uid, gid,
+    extra_ro_binds, hidden_paths)`` with absolute paths (``python``: default ``sys.executable``;
+    ``hidden_paths``: :func:`hidden_list`).
+
+    Raises:
+        ValueError: a relative hidden path.
+    """
+    return (os.path.abspath(python or sys.executable), int(uid), int(gid),
+            [os.path.abspath(os.fspath(p)) for p in extra_ro_binds], hidden_list(hidden_paths))
 
 
 def is_under(path: str, root: str) -> bool:
@@ -210,11 +211,8 @@ class BubblewrapSandbox(Sandbox):
         hidden_paths: Iterable[str | os.PathLike] | None = None,
     ) -> None:
         super().__init__(limits)
-        self.python = os.path.abspath(python or sys.executable)
-        self.uid = int(uid)
-        self.gid = int(gid)
-        self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
-        self.hidden_paths = hidden_list(hidden_paths)
+        self.python, self.uid, self.gid, self.extra_ro_binds, self.hidden_paths = isolation_settings(
+            python, uid, gid, extra_ro_binds, hidden_paths)
         self.bwrap = bwrap or shutil.which("bwrap")
         self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self.as_root = os.geteuid() == 0
@@ -425,16 +423,9 @@ class BubblewrapSandbox(Sandbox):
         return argv, fds
 
     # ------------------------------------------------------------------ running
-    def run_python(
-        self,
-        source: str,
-        workdir: str | Path,
-        *,
-        limits: SandboxLimits | None = None,
-        env: Mapping[str, str] | None = None,
-        filename: str = "solution.py",
-    ) -> ExecutionResult:
-        lim = limits or self.limits
+    def _run(self, source: str, workdir: str | Path, limits: SandboxLimits, env: Mapping[str, str] | None,
+             filename: str) -> ExecutionResult:
+        lim = limits
         path = prepare_workdir(workdir, source, filename)
         if self.as_root:
             chown_tree(path, self.uid, self.gid)
@@ -442,70 +433,32 @@ class BubblewrapSandbox(Sandbox):
         # without one, RLIMIT_NPROC (per host uid, ignored by bwrap/setpriv as root, applied
         # once setpriv drops to uid) is the only process bound.
         cgroup = new_cgroup(lim, extra_pids=_BWRAP_TASKS)
-        preexec = make_preexec(rlimit_table(lim, nproc=None if cgroup else int(lim.max_processes)), cgroup)
         started = StartedPipe()
-        fds: list[int] = []
-        try:
-            argv, fds = self._argv(path, lim, filename, started.w)
-            out = run_process(
-                argv,
-                cwd="/",
-                env=base_env("/tmp", "/tmp", env),
-                wall_time_s=lim.wall_time_s,
-                preexec_fn=preexec,
-                pass_fds=(started.w, *fds),
-                cgroup=cgroup,
-                started=started,
-                workdir=path,
-                limits=lim,
-            )
-        finally:
-            started.close()
-            for fd in fds:
-                os.close(fd)
-            if cgroup is not None:
-                cgroup.remove()
-        removed = sanitize_workdir(path)
-        rc = out.returncode
+        out, removed = run_job(lambda: self._argv(path, lim, filename, started.w), cwd="/",
+                               env=base_env("/tmp", "/tmp", env), limits=lim, workdir=path, cgroup=cgroup,
+                               preexec_fn=make_preexec(rlimit_table(lim, nproc=None if cgroup else int(lim.max_processes)),
+                                                       cgroup), started=started)
         if not out.started:
             # bwrap's set-up, setpriv or the interpreter's start failed: the program never ran.
-            why = out.stderr.strip()[-2000:] or f"exit status {rc}"
+            why = out.stderr.strip()[-2000:] or f"exit status {out.returncode}"
             if out.timed_out:
                 why = f"not started within wall_time_s={lim.wall_time_s} s; {why}"
             raise SandboxInfrastructureError(f"the bubblewrap sandbox did not start the program: {why}")
-        sig: int | None = None
-        exit_code: int | None = rc
-        if rc < 0:  # bwrap itself was killed (time-out)
-            sig, exit_code = -rc, None
-        elif 128 < rc < 128 + 65:  # bwrap reports a signalled child as 128 + signal
-            sig, exit_code = rc - 128, None
-        if out.timed_out:
-            exit_code = None
-            sig = sig or int(_signal.SIGKILL)
         # Without a cgroup the rusage is bwrap's own: its outer process exits on its init's
         # report without reaping it, so none of the program's CPU is in it. Not measured then.
         cpu_time_s = out.cpu_time_s if out.cpu_time_source == "cgroup" else None
         extras = {
             "uid": self.uid,
             "gid": self.gid,
-            "raw_exit_code": rc,
+            "raw_exit_code": out.returncode,
             "output_truncated": out.truncated,
             "removed_special_files": removed,
             "user_namespace": not self.as_root,
             **limit_extras(out, cgroup is not None),
             "cpu_time_source": "cgroup" if cpu_time_s is not None else None,
         }
-        return ExecutionResult(
-            exit_code=exit_code,
-            stdout=out.stdout,
-            stderr=out.stderr,
-            wall_time_s=out.wall_time_s,
-            timed_out=out.timed_out,
-            signal=sig,
-            backend=self.name,
-            cpu_time_s=cpu_time_s,
-            extras=extras,
-        )
+        # bwrap reports a signalled child as 128 + signal; a negative code: bwrap itself was killed
+        return execution_result(out, self.name, cpu_time_s=cpu_time_s, extras=extras, shell_codes=True)
 
     def close(self) -> None:
         """Nothing to release (each run's files are memfds, closed after it). Safe to call twice."""

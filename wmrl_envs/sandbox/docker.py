@@ -14,17 +14,15 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import signal as _signal
-import sys
 import tarfile
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .base import ExecutionResult, Sandbox, SandboxInfrastructureError, SandboxLimits, SandboxUnavailableError
-from .bubblewrap import WORKSPACE, hidden_list, python_prefixes, is_under
+from .bubblewrap import WORKSPACE, is_under, isolation_settings, python_prefixes
 from .jobdirs import FolderWatch, is_bounded
-from .process import DEFAULT_NOFILE, base_env, chown_tree, prepare_workdir, sanitize_workdir, tail_text
+from .process import DEFAULT_NOFILE, base_env, chown_tree, exit_and_signal, prepare_workdir, sanitize_workdir, tail_text
 
 __all__ = ["DockerSandbox"]
 
@@ -152,22 +150,19 @@ class DockerSandbox(Sandbox):
         self,
         limits: SandboxLimits | None = None,
         *,
+        cpus: float | None = None,
+        client: Any = None,
         python: str | None = None,
         uid: int = 65534,
         gid: int = 65534,
         extra_ro_binds: Iterable[str | os.PathLike] = (),
-        cpus: float | None = None,
-        client: Any = None,
         hidden_paths: Iterable[str | os.PathLike] | None = None,
     ) -> None:
         super().__init__(limits)
         self._docker = _import_docker()
-        self.python = os.path.abspath(python or sys.executable)
-        self.uid = int(uid)
-        self.gid = int(gid)
+        self.python, self.uid, self.gid, self.extra_ro_binds, self.hidden_paths = isolation_settings(
+            python, uid, gid, extra_ro_binds, hidden_paths)
         self.cpus = cpus
-        self.extra_ro_binds = [os.path.abspath(os.fspath(p)) for p in extra_ro_binds]
-        self.hidden_paths = hidden_list(hidden_paths)
         self._own_client = client is None
         try:
             self.client = client or self._docker.from_env(timeout=120)
@@ -240,19 +235,12 @@ class DockerSandbox(Sandbox):
         return ref
 
     # ------------------------------------------------------------------ running
-    def run_python(
-        self,
-        source: str,
-        workdir: str | Path,
-        *,
-        limits: SandboxLimits | None = None,
-        env: Mapping[str, str] | None = None,
-        filename: str = "solution.py",
-    ) -> ExecutionResult:
+    def _run(self, source: str, workdir: str | Path, limits: SandboxLimits, env: Mapping[str, str] | None,
+             filename: str) -> ExecutionResult:
         docker = self._docker
         from requests.exceptions import RequestException  # docker depends on requests
 
-        lim = limits or self.limits
+        lim = limits
         path = prepare_workdir(workdir, source, filename)
         if os.geteuid() == 0:
             chown_tree(path, self.uid, self.gid)
@@ -348,13 +336,8 @@ class DockerSandbox(Sandbox):
                 except Exception:
                     pass
         removed = sanitize_workdir(path)
-        sig: int | None = None
-        exit_code: int | None = rc
-        if 128 < rc < 128 + 65:  # killed by a signal (timeout kill, OOM, SIGXCPU, ...)
-            sig, exit_code = rc - 128, None
-        if timed_out:
-            exit_code = None
-            sig = sig or int(_signal.SIGKILL)
+        # 128 + N: killed by signal N (time-out kill, OOM, SIGXCPU, ...)
+        exit_code, sig = exit_and_signal(rc, timed_out, negative_is_signal=False, shell_codes=True)
         return ExecutionResult(
             exit_code=exit_code,
             stdout=stdout,

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from .base import SandboxInfrastructureError, SandboxLimits, WeakLimitsWarning
+from .base import ExecutionResult, SandboxInfrastructureError, SandboxLimits, WeakLimitsWarning
 from .cgroup import ExecutionCgroup, cgroup_support
 from .jobdirs import FolderWatch, is_bounded
 
 __all__ = [
     "OUTPUT_TAIL_BYTES", "DEFAULT_NOFILE", "prepare_workdir", "chown_tree", "sanitize_workdir", "rlimit_table",
     "make_preexec", "warn_if_no_cgroup", "new_cgroup", "StartedPipe", "base_env", "tail_text", "ProcessOutcome",
-    "run_process", "limit_extras", "count_tasks_of_uid",
+    "run_process", "run_job", "exit_and_signal", "execution_result", "limit_extras", "count_tasks_of_uid",
 ]
 
 #: Bytes of stdout / stderr kept (the tail).
@@ -490,6 +490,81 @@ def run_process(
         cpu_time_s=cpu,
         cpu_time_source=cpu_source,
     )
+
+
+def run_job(
+    command: Callable[[], tuple[Sequence[str], Sequence[int]]],
+    *,
+    cwd: str,
+    env: Mapping[str, str],
+    limits: SandboxLimits,
+    workdir: Path,
+    cgroup: ExecutionCgroup | None,
+    preexec_fn: Callable[[], None] | None,
+    started: StartedPipe,
+) -> tuple[ProcessOutcome, list[str]]:
+    """One run of a job folder's program by a process backend: :func:`run_process` of the
+    command under ``limits`` (wall-clock time, folder bounds), then :func:`sanitize_workdir`.
+
+    Args:
+        command: ``() -> (argv, fds)``: the command and the extra descriptors to pass to it
+            (built inside the clean-up, so that a failure while building it releases the rest).
+        cwd, env: the process's working folder and environment.
+        limits: the run's limits; workdir: the job folder; cgroup: the run's cgroup (or
+            ``None``); preexec_fn: :func:`make_preexec`'s function; started: the run's pipe.
+
+    Returns:
+        ``(outcome, removed)``: the :class:`ProcessOutcome` and the special files removed from
+        the job folder. The descriptors, the pipe and the cgroup are released in every case.
+
+    Raises:
+        SandboxInfrastructureError: from :func:`run_process`.
+    """
+    fds: Sequence[int] = ()
+    try:
+        argv, fds = command()
+        out = run_process(argv, cwd=cwd, env=env, wall_time_s=limits.wall_time_s, preexec_fn=preexec_fn,
+                          pass_fds=(started.w, *fds), cgroup=cgroup, started=started, workdir=workdir, limits=limits)
+    finally:
+        started.close()
+        for fd in fds:
+            os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
+    return out, sanitize_workdir(workdir)
+
+
+def exit_and_signal(rc: int, timed_out: bool, *, negative_is_signal: bool = True,
+                    shell_codes: bool = False) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)`` of a program from its raw return code.
+
+    Args:
+        rc: the return code as the backend saw it.
+        timed_out: whether the wall-clock limit killed it (no exit code then; the signal is
+            SIGKILL unless another one was seen).
+        negative_is_signal: ``-N`` means killed by signal N (``subprocess``' convention).
+        shell_codes: ``128 + N`` (N <= 64) means the child was killed by signal N (how bwrap
+            and Docker report it).
+    """
+    sig: int | None = None
+    exit_code: int | None = rc
+    if negative_is_signal and rc < 0:
+        sig, exit_code = -rc, None
+    elif shell_codes and 128 < rc < 128 + 65:
+        sig, exit_code = rc - 128, None
+    if timed_out:
+        exit_code = None
+        sig = sig or int(_signal.SIGKILL)
+    return exit_code, sig
+
+
+def execution_result(out: ProcessOutcome, backend: str, *, cpu_time_s: float | None, extras: dict,
+                     shell_codes: bool = False) -> ExecutionResult:
+    """The :class:`~.base.ExecutionResult` of a :func:`run_process` outcome (exit code and
+    signal by :func:`exit_and_signal`)."""
+    exit_code, sig = exit_and_signal(out.returncode, out.timed_out, shell_codes=shell_codes)
+    return ExecutionResult(exit_code=exit_code, stdout=out.stdout, stderr=out.stderr, wall_time_s=out.wall_time_s,
+                           timed_out=out.timed_out, signal=sig, backend=backend, cpu_time_s=cpu_time_s, extras=extras)
 
 
 def limit_extras(out: ProcessOutcome, cgroup_used: bool) -> dict:

@@ -13,26 +13,14 @@ Note: this module is named ``subprocess`` but, as every module here uses absolut
 from __future__ import annotations
 
 import os
-import signal as _signal
 import sys
 import warnings
 from pathlib import Path
 from typing import Mapping
 
 from .base import ExecutionResult, Sandbox, SandboxInfrastructureError, SandboxLimits
-from .process import (
-    prepare_workdir,
-    sanitize_workdir,
-    rlimit_table,
-    make_preexec,
-    warn_if_no_cgroup,
-    new_cgroup,
-    StartedPipe,
-    base_env,
-    run_process,
-    limit_extras,
-    count_tasks_of_uid,
-)
+from .process import (StartedPipe, base_env, count_tasks_of_uid, execution_result, limit_extras, make_preexec,
+                      new_cgroup, prepare_workdir, rlimit_table, run_job, warn_if_no_cgroup)
 
 __all__ = ["SubprocessSandbox", "UnsafeSandboxWarning"]
 
@@ -101,63 +89,21 @@ class SubprocessSandbox(Sandbox):
             stacklevel=2,
         )
 
-    def run_python(
-        self,
-        source: str,
-        workdir: str | Path,
-        *,
-        limits: SandboxLimits | None = None,
-        env: Mapping[str, str] | None = None,
-        filename: str = "solution.py",
-    ) -> ExecutionResult:
-        lim = limits or self.limits
+    def _run(self, source: str, workdir: str | Path, limits: SandboxLimits, env: Mapping[str, str] | None,
+             filename: str) -> ExecutionResult:
         path = prepare_workdir(workdir, source, filename)
         uid = os.getuid()
-        cgroup = new_cgroup(lim)
-        nproc = None if (uid == 0 or cgroup is not None) else count_tasks_of_uid(uid) + int(lim.max_processes)
-        preexec = make_preexec(rlimit_table(lim, nproc=nproc), cgroup)
+        cgroup = new_cgroup(limits)
+        nproc = None if (uid == 0 or cgroup is not None) else count_tasks_of_uid(uid) + int(limits.max_processes)
         started = StartedPipe()
-        try:
-            out = run_process(
-                [self.python, "-c", started.bootstrap(), filename],
-                cwd=str(path),
-                env=base_env(str(path), str(path), env),
-                wall_time_s=lim.wall_time_s,
-                preexec_fn=preexec,
-                pass_fds=(started.w,),
-                cgroup=cgroup,
-                started=started,
-                workdir=path,
-                limits=lim,
-            )
-        finally:
-            if cgroup is not None:
-                cgroup.remove()
-        removed = sanitize_workdir(path)
+        out, removed = run_job(lambda: ([self.python, "-c", started.bootstrap(), filename], ()), cwd=str(path),
+                               env=base_env(str(path), str(path), env), limits=limits, workdir=path, cgroup=cgroup,
+                               preexec_fn=make_preexec(rlimit_table(limits, nproc=nproc), cgroup), started=started)
         if not out.started:
             raise SandboxInfrastructureError(
                 f"the interpreter {self.python!r} did not start (exit status {out.returncode}"
                 f"{', killed at the wall-clock limit' if out.timed_out else ''}): {out.stderr.strip()[-2000:]}"
             )
-        rc = out.returncode
-        sig = -rc if rc < 0 else None
-        exit_code = None if (rc < 0 or out.timed_out) else rc
-        if out.timed_out and sig is None:
-            sig = int(_signal.SIGKILL)
-        return ExecutionResult(
-            exit_code=exit_code,
-            stdout=out.stdout,
-            stderr=out.stderr,
-            wall_time_s=out.wall_time_s,
-            timed_out=out.timed_out,
-            signal=sig,
-            backend=self.name,
-            cpu_time_s=out.cpu_time_s,
-            extras={
-                "uid": uid,
-                "nproc_limit": nproc,
-                "output_truncated": out.truncated,
-                "removed_special_files": removed,
-                **limit_extras(out, cgroup is not None),
-            },
-        )
+        extras = {"uid": uid, "nproc_limit": nproc, "output_truncated": out.truncated, "removed_special_files": removed,
+                  **limit_extras(out, cgroup is not None)}
+        return execution_result(out, self.name, cpu_time_s=out.cpu_time_s, extras=extras)

@@ -52,18 +52,9 @@ def grade(
                            leaderboard=get_leaderboard if leaderboard is None else leaderboard)
 
 
-def evaluate(
-    task: TaskSpec | str,
-    source: str,
-    sandbox: Sandbox,
-    *,
-    workdir_root: str | Path | None = None,
-    limits: SandboxLimits | None = None,
-    cache_dir: str | Path | None = None,
-    keep_job_dir: bool = False,
-    leaderboard: Leaderboard | None = None,
-    env: Mapping[str, str] | None = None,
-) -> tuple[Grade, Path | None]:
+def evaluate(task: TaskSpec | str, source: str, sandbox: Sandbox, *, workdir_root: str | Path | None = None,
+             limits: SandboxLimits | None = None, cache_dir: str | Path | None = None, keep_job_dir: bool = False,
+             leaderboard: Leaderboard | None = None, env: Mapping[str, str] | None = None) -> tuple[Grade, Path | None]:
     """Pre-check, materialise, execute in a sandbox and grade one solution:
     :func:`~.running.run_solution` (arguments, returns and errors there) with ``leaderboard``
     defaulting to the task's (:func:`~.leaderboards.get_leaderboard`, looked up only for a
