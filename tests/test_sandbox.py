@@ -44,6 +44,7 @@ from wmrl_envs.sandbox import (
     default_hidden_paths,
     make_sandbox,
 )
+from wmrl_envs.sandbox.process import exit_and_signal, tasks_of_uid
 
 __all__: list[str] = []
 
@@ -65,43 +66,10 @@ def _report(result: ExecutionResult) -> dict:
     return json.loads(lines[-1])
 
 
-def _tasks_of_uid(uid: int) -> int:
-    """Number of host tasks (processes + threads) whose real uid is ``uid``."""
-    n = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as fh:
-                text = fh.read()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        if int(fields.get("Uid", "-1 0").split()[0]) == uid:
-            n += int(fields.get("Threads", "1").strip() or 1)
-    return n
-
-
 def _tasks_with_marker(uid: int, marker: str) -> int:
     """Host tasks of ``uid`` whose environment contains ``marker`` (one sandbox's processes,
     not those of other sandboxes that may run as the same uid at the same time)."""
-    n = 0
-    needle = marker.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as fh:
-                text = fh.read()
-            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-            if int(fields.get("Uid", "-1 0").split()[0]) != uid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                if needle in fh.read():
-                    n += int(fields.get("Threads", "1").strip() or 1)
-        except (OSError, ValueError):
-            continue
-    return n
+    return tasks_of_uid(uid, environ_marker=marker.encode())
 
 
 def _wait_marked_tasks_gone(uid: int, marker: str, timeout: float = 10.0) -> int:
@@ -311,7 +279,7 @@ def test_writes_outside_job_fail_and_host_is_unchanged(isolating: Sandbox, job: 
 
 def test_fork_bomb_is_contained(isolating: Sandbox, job: Path) -> None:
     max_procs, wall = 16, 4.0
-    baseline = _tasks_of_uid(SANDBOX_UID)
+    baseline = tasks_of_uid(SANDBOX_UID)
     src = _program("""
         import time
         children = 0
@@ -976,8 +944,6 @@ def test_exit_and_signal_reads_each_backends_return_code() -> None:
     """One reading of a raw return code for the three backends (issue 26: it was written
     three times): Popen's -N (subprocess, bwrap killed), a shell's 128 + N (bwrap, Docker),
     and a time-out (no exit code; SIGKILL unless another signal was seen)."""
-    from wmrl_envs.sandbox.process import exit_and_signal
-
     assert exit_and_signal(3, False) == (3, None)
     assert exit_and_signal(-9, False) == (None, 9)
     assert exit_and_signal(137, False) == (137, None)  # subprocess: a plain exit status

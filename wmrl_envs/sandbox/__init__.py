@@ -49,26 +49,26 @@ from .docker import DockerSandbox
 from .jobdirs import JobFolder, OwnedFolder, sweep_stale
 from .subprocess import SubprocessSandbox, UnsafeSandboxWarning
 
-__all__ = [
-    "SandboxLimits",
+__all__ = [  # sorted
+    "available_backends",
+    "BACKENDS",
+    "BubblewrapSandbox",
+    "cgroup_support",
+    "default_hidden_paths",
+    "DockerSandbox",
+    "ExecutionCgroup",
     "ExecutionResult",
+    "JobFolder",
+    "make_sandbox",
+    "OwnedFolder",
     "Sandbox",
-    "SandboxUnavailableError",
     "SandboxInfrastructureError",
+    "SandboxLimits",
+    "SandboxUnavailableError",
+    "SubprocessSandbox",
+    "sweep_stale",
     "UnsafeSandboxWarning",
     "WeakLimitsWarning",
-    "default_hidden_paths",
-    "JobFolder",
-    "OwnedFolder",
-    "sweep_stale",
-    "ExecutionCgroup",
-    "cgroup_support",
-    "BubblewrapSandbox",
-    "DockerSandbox",
-    "SubprocessSandbox",
-    "BACKENDS",
-    "make_sandbox",
-    "available_backends",
 ]
 
 #: Backend name -> class, in order of preference for ``"auto"``.
@@ -146,20 +146,15 @@ def make_sandbox(
     iso_kwargs = {"hidden_paths": hidden_paths}
     if name == "auto":
         errors = []
-        if _bubblewrap_works():
+        for cls, works, missing in ((BubblewrapSandbox, _bubblewrap_works, "not installed or its probe failed"),
+                                    (DockerSandbox, DockerSandbox.is_available, "SDK missing or no daemon answers")):
+            if not works():
+                errors.append(f"{cls.name}: {missing}")
+                continue
             try:
-                return BubblewrapSandbox(limits, **iso_kwargs)
+                return cls(limits, **iso_kwargs)
             except SandboxUnavailableError as exc:
-                errors.append(f"bubblewrap: {exc}")
-        else:
-            errors.append("bubblewrap: not installed or its probe failed")
-        if DockerSandbox.is_available():
-            try:
-                return DockerSandbox(limits, **iso_kwargs)
-            except SandboxUnavailableError as exc:
-                errors.append(f"docker: {exc}")
-        else:
-            errors.append("docker: SDK missing or no daemon answers")
+                errors.append(f"{cls.name}: {exc}")
         if allow_unsafe:
             return SubprocessSandbox(limits)
         raise SandboxUnavailableError(f"{_NO_ISOLATION_HELP} ({'; '.join(errors)}).")

@@ -36,7 +36,7 @@ from .jobdirs import FolderWatch, is_bounded
 __all__ = [
     "OUTPUT_TAIL_BYTES", "DEFAULT_NOFILE", "prepare_workdir", "chown_tree", "sanitize_workdir", "rlimit_table",
     "make_preexec", "warn_if_no_cgroup", "new_cgroup", "StartedPipe", "base_env", "tail_text", "ProcessOutcome",
-    "run_process", "run_job", "exit_and_signal", "execution_result", "limit_extras", "count_tasks_of_uid",
+    "run_process", "run_job", "exit_and_signal", "execution_result", "limit_extras", "count_tasks_of_uid", "tasks_of_uid",
 ]
 
 #: Bytes of stdout / stderr kept (the tail).
@@ -579,25 +579,30 @@ def limit_extras(out: ProcessOutcome, cgroup_used: bool) -> dict:
     }
 
 
-def count_tasks_of_uid(uid: int) -> int:
-    """Tasks (processes + threads) whose real uid is ``uid``; what RLIMIT_NPROC counts."""
+def tasks_of_uid(uid: int, *, environ_marker: bytes | None = None) -> int:
+    """Tasks (processes + threads) whose real uid is ``uid`` (what RLIMIT_NPROC counts); with
+    ``environ_marker``, only those of processes whose environment holds it (one run's)."""
     count = 0
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/status", "rb") as fh:
-                real_uid = threads = None
-                for line in fh:
-                    if line.startswith(b"Uid:"):
-                        real_uid = int(line.split()[1])
-                    elif line.startswith(b"Threads:"):
-                        threads = int(line.split()[1])
-                        break
+            with open(f"/proc/{entry}/status", encoding="utf-8", errors="replace") as fh:
+                fields = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+            if int(fields.get("Uid", "-1").split()[0]) != uid:
+                continue
+            if environ_marker is not None:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    if environ_marker not in fh.read():
+                        continue
+            count += int(fields.get("Threads", "1").strip() or 1)
         except (OSError, ValueError, IndexError):
             continue
-        if real_uid == uid:
-            count += threads or 1
     return count
+
+
+def count_tasks_of_uid(uid: int) -> int:
+    """Tasks (processes + threads) whose real uid is ``uid``; what RLIMIT_NPROC counts."""
+    return tasks_of_uid(uid)
 
 

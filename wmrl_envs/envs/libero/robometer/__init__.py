@@ -40,24 +40,24 @@ from .processor import (
 from .reward import robometer_reward, uniform_frame_indices
 from .world_model import FrameScores, RobometerWorldModel
 
-__all__ = [
-    "PROGRESS_PROMPT",
-    "SPECIAL_TOKENS",
-    "PROG_TOKEN",
-    "VISION_START",
-    "VISION_END",
+__all__ = [  # sorted
+    "build_tiny_robometer",
+    "FrameScores",
     "IMAGE_PAD",
-    "MIN_VISUAL_TOKENS",
+    "load_checkpoint",
     "MAX_VISUAL_TOKENS",
-    "RobometerWeightsNotFoundError",
+    "MIN_VISUAL_TOKENS",
+    "PROG_TOKEN",
+    "PROGRESS_PROMPT",
     "robometer_reward",
-    "uniform_frame_indices",
     "RobometerHeadConfig",
     "RobometerModel",
     "RobometerProcessor",
+    "RobometerWeightsNotFoundError",
     "RobometerWorldModel",
-    "FrameScores",
-    "build_tiny_robometer",
-    "load_checkpoint",
     "save_checkpoint",
+    "SPECIAL_TOKENS",
+    "uniform_frame_indices",
+    "VISION_END",
+    "VISION_START",
 ]
