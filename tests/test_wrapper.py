@@ -385,3 +385,49 @@ def test_per_episode_groups_give_each_episode_its_own_stream():
         w.reset(seed=5)
         ev.append(w.step(np.array([0.5], np.float32))[1])
     assert ev[0] == ev[1]
+
+
+class _StepScoreEnv:
+    """One step; the reward is an improvement (0.5), the step's own score is in info["step_score"]."""
+
+    def __new__(cls, step_score=0.75):
+        import gymnasium as gym
+
+        class Env(gym.Env):
+            observation_space = gym.spaces.Discrete(2)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                return 0, {}
+
+            def step(self, action):
+                return 1, 0.5, True, False, {"step_score": step_score}
+
+        return Env()
+
+
+class _ConstWM:
+    def predict(self, contexts, actions):
+        from wmrl_envs.world_models import WorldModelPrediction
+
+        return [WorldModelPrediction(score=0.1) for _ in actions]
+
+
+@pytest.mark.parametrize("step_score, real, cause", [(0.75, 0.75, None), (float("nan"), None, "execution_ungraded")])
+def test_score_group_and_the_ray_worker_score_a_step_by_its_step_score_like_the_per_episode_path(step_score, real, cause):
+    """Issue 25 leftover: every path takes info["step_score"] as the real score where the env gives one
+    (score_group and the Ray pool used the reward, 0.5, while the per-episode path used 0.75)."""
+    w = AnchoredWorldModelWrapper(_StepScoreEnv(step_score), _ConstWM(), anchor_fraction=1.0, group_size=2)
+    out = w.score_group([0, 1], seed=0, route="anchor")
+    assert out.correction.real_scores == [real, real]
+    assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [cause, cause]
+    ep = AnchoredWorldModelWrapper(_StepScoreEnv(step_score), _ConstWM(), anchor_fraction=1.0, group_size=1)
+    ep.reset(seed=0)
+    *_, info = ep.step(0)
+    assert info["wmrl"]["real_score"] == real
+
+    from wmrl_envs.distributed.ray_pool import ExecutionWorker
+
+    res = ExecutionWorker(lambda: _StepScoreEnv(step_score), 0).execute(1, 0, None)
+    assert res["reward"] == real and res["cause"] == cause

@@ -55,8 +55,8 @@ from verl.experimental.reward_loop.reward_manager.limited import RateLimitedRewa
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CostLedger, Stopwatch, predict_checked
+from wmrl_envs.core.group import real_score
 from wmrl_envs.core.ledger import WORLD_MODEL_SOURCE, execution_cpu_seconds
-from wmrl_envs.core.ungraded import execution_cause
 
 from .verl_core import (
     ESTIMATOR_NAME,
@@ -158,8 +158,8 @@ class RolloutScorer:
                 sw = Stopwatch()
                 _obs, reward, _t, _tr, info = real_step(self.env, action, ctx)
                 wall, cpu = sw.read()
-                cause = execution_cause(reward, info)
-                out.update(real=None if cause else float(reward), exec_cause=cause, exec_seconds=wall,
+                real, cause, _msg = real_score(reward, info)  # info["step_score"] where the env gives one
+                out.update(real=real, exec_cause=cause, exec_seconds=wall,
                            exec_cpu_seconds=execution_cpu_seconds(info, cpu))
             return out
 

@@ -23,6 +23,7 @@ call the loop's step methods themselves.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -30,9 +31,11 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .corrector import GroupCorrection
 from .routing import ANCHOR, Route
-from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
+from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, execution_cause
 
 __all__ = [
+    "STEP_SCORE_KEY",
+    "real_score",
     "AnchorExecution",
     "GroupRollout",
     "GroupScoring",
@@ -44,6 +47,49 @@ __all__ = [
     "score_failure",
     "wm_causes_of",
 ]
+
+
+STEP_SCORE_KEY = "step_score"
+"""``info`` key in which an env reports a step's own score when its reward is something else
+(AutoResearch: the reward is the improvement of the best score so far, the turn's own score is
+here). A real step's score is ``info["step_score"]`` where the env reports one and its reward
+otherwise (:func:`real_score`), on every path: the per-episode and vector wrappers (outcome mode
+aggregates the steps' scores with ``episode_score``), ``score_group``, the Ray pool and verl's
+reward function — the quantity a world model predicts per step (``docs/method.md``, "Multi-turn
+episodes")."""
+
+
+def real_score(reward: Any, info: Mapping[str, Any] | None) -> tuple[float | None, str | None, str | None]:
+    """The real score of one executed step, by the one rule of every path.
+
+    The step is ungraded when :func:`~wmrl_envs.core.ungraded.execution_cause` says so (``info
+    ["graded"]`` is ``False``, or the reward is ``None`` or not finite), or when
+    ``info["step_score"]`` is present and not a finite number (cause ``"execution_ungraded"``);
+    else its score is ``info["step_score"]`` when present, its reward otherwise.
+
+    Args:
+        reward: the step's reward.
+        info: the step's info dict (or ``None``).
+
+    Returns:
+        ``(score, cause, message)``: the score (float, ``None`` when ungraded), why it is
+        ungraded (``None`` when graded) and the error text to report (``info["message"]``, or
+        what was wrong with ``info["step_score"]``; ``None`` when there is none).
+    """
+    cause = execution_cause(reward, info)
+    if cause is not None:
+        msg = (info or {}).get("message")
+        return None, cause, None if msg is None else str(msg)
+    step = (info or {}).get(STEP_SCORE_KEY)
+    if step is None:
+        return float(reward), None, None
+    try:
+        ok = not isinstance(step, bool) and math.isfinite(float(step))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        return None, EXECUTION_UNGRADED, f"info[{STEP_SCORE_KEY!r}] is not a finite number: {step!r}"
+    return float(step), None, None
 
 
 @dataclass(frozen=True)

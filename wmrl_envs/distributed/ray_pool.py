@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Sequence
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, EXECUTION, WORLD_MODEL, CostLedger, Route
-from wmrl_envs.core.group import AnchorExecution, GroupTicket, OpenGroup
+from wmrl_envs.core.group import AnchorExecution, GroupTicket, OpenGroup, real_score
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.wrappers.rollout_streams import seed_rollout
 from wmrl_envs.core.ungraded import (
@@ -53,7 +53,6 @@ from wmrl_envs.core.ungraded import (
     EXECUTION_TIMEOUT,
     SANDBOX_UNAVAILABLE,
     WORKER_LOST,
-    execution_cause,
 )
 
 logger = logging.getLogger(__name__)
@@ -101,7 +100,8 @@ class ExecutionWorker:
         (:func:`~wmrl_envs.wrappers.rollout_streams.seed_rollout`), as ``score_group`` does.
 
         Returns:
-            ``{"observation", "reward" (float or None = ungraded), "info" (dict), "seconds" (float,
+            ``{"observation", "reward" (the real score, :func:`~wmrl_envs.core.group.real_score`:
+            ``info["step_score"]`` where the env reports one, else the reward; None = ungraded), "info" (dict), "seconds" (float,
             wall-clock of the step), "cpu_seconds" (float, or None: not measured), "worker"
             (int), "pid" (int), "error" (str or None), "cause" (why it is ungraded, see
             :mod:`wmrl_envs.core.ungraded`, or None)}``. ``cpu_seconds`` is the env's
@@ -120,9 +120,8 @@ class ExecutionWorker:
             dt, cpu = sw.read()
             info = dict(info)
             cpu = execution_cpu_seconds(info, cpu)
-            cause = execution_cause(reward, info)
-            out_reward = float(reward) if cause is None else None
-            error = info.get("message") if cause is not None else None
+            # the real score: info["step_score"] where the env reports one, else the reward
+            out_reward, cause, error = real_score(reward, info)
         except Exception as e:  # a crashed execution is an ungraded rollout, not a dead worker
             dt, cpu = sw.read()
             obs, out_reward, info, error = None, None, {}, f"{type(e).__name__}: {e}"

@@ -22,7 +22,7 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route, WMRLCorrector
-from wmrl_envs.core.group import AnchorExecution
+from wmrl_envs.core.group import AnchorExecution, real_score
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
@@ -652,10 +652,17 @@ class AnchoredWorldModelWrapper(
             t_group = time.perf_counter()
             outcomes = self._execute_group(list(actions), seed, options, ctx)
             exec_secs = time.perf_counter() - t_group
-            causes = [execution_cause(reward, info) for _obs, reward, info, _dt, _cpu in outcomes]
+            real, causes, infos = [], [], []
+            for _obs, reward, info, _dt, _cpu in outcomes:
+                score, cause, message = real_score(reward, info)  # info["step_score"] where the env gives one
+                info = dict(info)
+                if cause is not None and cause != execution_cause(reward, info):  # a bad step_score
+                    info.update({CAUSE_KEY: cause, "message": message})
+                real.append(score)
+                causes.append(cause)
+                infos.append(info)
             return AnchorExecution(
-                real=[float(o[1]) if c is None else None for o, c in zip(outcomes, causes)], causes=causes,
-                observations=[o[0] for o in outcomes], infos=[dict(o[2]) for o in outcomes], seconds=exec_secs,
+                real=real, causes=causes, observations=[o[0] for o in outcomes], infos=infos, seconds=exec_secs,
                 record=[(dt, execution_cpu_seconds(info, cpu)) for _obs, _r, info, dt, cpu in outcomes])
 
         return self.loop.score_group([ctx] * g, list(actions), execute, route=route,

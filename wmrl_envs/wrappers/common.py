@@ -21,18 +21,10 @@ from wmrl_envs.core import (
     Route,
     WMRLCorrector,
 )
-from wmrl_envs.core.group import GroupRollout, group_rollout, wm_causes_of
+from wmrl_envs.core.group import STEP_SCORE_KEY, GroupRollout, group_rollout, wm_causes_of
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
 from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
-
-STEP_SCORE_KEY = "step_score"
-"""``info`` key in which an env reports a step's own score when its reward is something else
-(AutoResearch: the reward is the improvement of the best score so far, the turn's own score is
-here). In outcome mode the real episode score aggregates, with ``episode_score``, each step's
-``info["step_score"]`` where the env reports one and its reward otherwise — the quantity a world
-model predicts per step (:meth:`EpisodeTally.real_episode_score`; ``docs/method.md``,
-"Multi-turn episodes")."""
 
 __all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
 
