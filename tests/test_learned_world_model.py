@@ -426,7 +426,8 @@ def test_featurizer_errors_say_what_was_wrong_and_how_to_fix_it():
         CallableFeaturizer(lambda c, a: [a], dim=0)
     with pytest.raises(TypeError, match=r"got object: pass e.g. wmrl_envs.envs.autoresearch.SentenceEncoder.shared\(\)"):
         SentenceEncoderFeaturizer(object())
-    with pytest.raises(ValueError, match="context_weight must be a number >= 0, got -1: pass 0 to ignore the context"):
+    with pytest.raises(ValueError, match=r"context_weight must be a number >= 0 \(0 ignores the context, 1 weighs it "
+                                         r"as the action\), got -1"):
         SentenceEncoderFeaturizer(_FakeEncoder(), context_weight=-1)
 
     class _Liar(_FakeEncoder):

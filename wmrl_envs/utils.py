@@ -5,6 +5,7 @@
     * :func:`write_json_atomic` — write a JSON file so that a reader (or a run killed
       mid-write) never sees half of it: the wrapper's and the trainer's saved state, the
       adapters' checkpoints and the leaderboards all go through it.
+    * :func:`check_arg` — the one form of a setting's error: what it must be, what it got.
 """
 
 from __future__ import annotations
@@ -15,7 +16,21 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["write_json_atomic"]
+__all__ = ["write_json_atomic", "check_arg"]
+
+
+def check_arg(ok: bool, name: str, requirement: str, value: Any) -> None:
+    """Raise ``ValueError(f"{name} must be {requirement}, got {value!r}")`` unless ``ok``.
+
+    Example:
+        >>> check_arg(3 >= 1, "batch_size", ">= 1", 3)
+        >>> check_arg(0 >= 1, "batch_size", ">= 1", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size must be >= 1, got 0
+    """
+    if not ok:
+        raise ValueError(f"{name} must be {requirement}, got {value!r}")
 
 
 def write_json_atomic(

@@ -16,6 +16,8 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
+from wmrl_envs.utils import check_arg
+
 __all__ = ["InverseVarianceDenoiser", "group_disagreement", "group_disagreement_parts"]
 
 
@@ -139,18 +141,13 @@ class InverseVarianceDenoiser:
         mode: Literal["calibrated", "parameter_free"] = "calibrated",
         disagreement_floor: float = DEFAULT_DISAGREEMENT_FLOOR,
     ) -> None:
-        if warmup_groups < 0:
-            raise ValueError(f"warmup_groups must be >= 0, got {warmup_groups}")
-        if half_life <= 0:
-            raise ValueError(f"half_life must be > 0 groups, got {half_life}")
+        check_arg(warmup_groups >= 0, "warmup_groups", ">= 0", warmup_groups)
+        check_arg(half_life > 0, "half_life", "> 0 groups", half_life)
         if not 1.0 <= rho_target <= rho_max:
             raise ValueError(f"need 1 <= rho_target <= rho_max, got {rho_target}, {rho_max}")
-        if mode not in ("calibrated", "parameter_free"):
-            raise ValueError(f"mode must be 'calibrated' or 'parameter_free', got {mode!r}")
-        if not (math.isfinite(disagreement_floor) and disagreement_floor > 0):
-            raise ValueError(
-                f"disagreement_floor must be a finite share of the real variance > 0 (e.g. 0.01), got {disagreement_floor}"
-            )
+        check_arg(mode in ("calibrated", "parameter_free"), "mode", "'calibrated' or 'parameter_free'", mode)
+        check_arg(math.isfinite(disagreement_floor) and disagreement_floor > 0, "disagreement_floor",
+                  "a finite share of the real variance > 0 (e.g. 0.01)", disagreement_floor)
         self.warmup_groups = int(warmup_groups)
         self.half_life = float(half_life)
         self.rho_target = float(rho_target)

@@ -39,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 from scipy import stats
 
+from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 __all__ = [
@@ -148,8 +149,7 @@ class KnownTruthEnv(gym.Env[np.int64, np.int64]):
         table_seed: int = 0,
     ) -> None:
         def check(ok: bool, name: str, what: str, value: Any) -> None:
-            if not ok:
-                raise ValueError(f"KnownTruthEnv.{name} must be {what}, got {value!r}")
+            check_arg(ok, f"KnownTruthEnv.{name}", what, value)
 
         check(_is_int(n_tasks) and n_tasks >= 1, "n_tasks", "an integer >= 1", n_tasks)
         check(_is_int(n_actions) and n_actions >= 2, "n_actions", "an integer >= 2", n_actions)
@@ -351,9 +351,8 @@ class WorldModelError:
         for f in fields(self):
             v = getattr(self, f.name)
             lo, hi = ranges[f.name]
-            if not (_is_num(v) and lo <= v <= hi):
-                what = f"a finite number >= {lo}" if hi == math.inf else f"a number in [{lo}, {hi}]"
-                raise ValueError(f"WorldModelError.{f.name} must be {what}, got {v!r}")
+            check_arg(_is_num(v) and lo <= v <= hi, f"WorldModelError.{f.name}",
+                      f"a finite number >= {lo}" if hi == math.inf else f"a number in [{lo}, {hi}]", v)
 
     def squash_map(self, x: np.ndarray) -> np.ndarray:
         """``g_k(x)`` (float64, shape of ``x``): the monotone distortion, identity at ``squash = 0``."""

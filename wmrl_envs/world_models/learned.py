@@ -41,6 +41,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 __all__ = [
@@ -99,9 +100,8 @@ class CallableFeaturizer:
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}: pass a function fn(context, action) "
                             "-> D numbers (or fn(contexts, actions) -> (B, D) numbers with batched=True)")
-        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1):
-            raise ValueError(f"dim must be an integer >= 1 (the number of features fn returns per pair) or None, "
-                             f"got {dim!r}")
+        check_arg(dim is None or _is_int(dim, 1), "dim", "an integer >= 1 (the number of features fn returns per "
+                  "pair) or None", dim)
         self.fn = fn
         self.batched = bool(batched)
         self.dim = None if dim is None else int(dim)
@@ -121,6 +121,10 @@ class CallableFeaturizer:
             raise ValueError(f"the feature function returned {widths.pop()} features per pair, but dim={self.dim} "
                              "was declared: make it return dim numbers, or declare the width it returns")
         return x
+
+
+def _is_int(v: Any, lo: int) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= lo
 
 
 def _as_text(x: Any) -> str:
@@ -168,9 +172,8 @@ class SentenceEncoderFeaturizer:
             raise TypeError(f"encoder must have encode(texts) -> (N, dim) and dim, got {type(encoder).__name__}: pass "
                             "e.g. wmrl_envs.envs.autoresearch.SentenceEncoder.shared(), or wrap your encoder in an "
                             "object with both")
-        if not (isinstance(context_weight, (int, float)) and context_weight >= 0):
-            raise ValueError(f"context_weight must be a number >= 0, got {context_weight!r}: pass 0 to ignore the "
-                             "context, 1 to weigh it as the action")
+        check_arg(isinstance(context_weight, (int, float)) and context_weight >= 0, "context_weight",
+                  "a number >= 0 (0 ignores the context, 1 weighs it as the action)", context_weight)
         self.encoder = encoder
         self.context_text, self.action_text = context_text, action_text
         self.context_weight = float(context_weight)
@@ -234,8 +237,7 @@ class PolicyHiddenStateFeaturizer:
             raise TypeError(f"tokenizer must be callable like a transformers tokenizer, got {type(tokenizer).__name__}: "
                             "pass the model's AutoTokenizer.from_pretrained(...)")
         for name, v in (("max_length", max_length), ("batch_size", batch_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_arg(_is_int(v, 1), name, "an integer >= 1", v)
         self.model, self.tokenizer = model, tokenizer
         self.max_length, self.batch_size = int(max_length), int(batch_size)
         self.prompt_text, self.completion_text = prompt_text, completion_text
@@ -389,10 +391,8 @@ class LearnedWorldModel:
             raise TypeError(f"featurizer must be callable (contexts, actions) -> (B, D) array, got {type(featurizer).__name__}")
         for name, v, lo in (("refit_every", refit_every, 1), ("folds", folds, 2), ("min_groups", min_groups, 1),
                             ("max_rollouts", max_rollouts, 1), ("cache_size", cache_size, 0)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-        if prior_score is not None and not _finite(prior_score):
-            raise ValueError(f"prior_score must be a finite number or None, got {prior_score!r}")
+            check_arg(_is_int(v, lo), name, f"an integer >= {lo}", v)
+        check_arg(prior_score is None or _finite(prior_score), "prior_score", "a finite number or None", prior_score)
         self.featurizer = featurizer
         self.head = head if head is not None else default_head()
         self.refit_every, self.folds, self.min_groups = int(refit_every), int(folds), int(min_groups)

@@ -25,6 +25,7 @@ import warnings
 from typing import Any, Sequence
 
 from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, STATUSES, score_from_status
+from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .decoding import CLOSE_RESERVE, JsonConstraint, brace_stopping, constraint_processor, frozen_backbone, judge_grammar
@@ -132,16 +133,11 @@ class LLMJudgeWorldModel:
                              "with a generator (vLLM / server) use decoding='sample'")
         if generator is None and model is None:
             raise ValueError("pass a model (transformers) or a generator (vLLM / OpenAI-compatible server)")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {top_k}")
-        if max_prompt_tokens < 128:
-            raise ValueError(f"max_prompt_tokens must be >= 128, got {max_prompt_tokens}")
+        check_arg(max_new_tokens >= 1, "max_new_tokens", ">= 1", max_new_tokens)
+        check_arg(batch_size >= 1, "batch_size", ">= 1", batch_size)
+        check_arg(0.0 < top_p <= 1.0, "top_p", "in (0, 1]", top_p)
+        check_arg(top_k >= 0, "top_k", ">= 0", top_k)
+        check_arg(max_prompt_tokens >= 128, "max_prompt_tokens", ">= 128", max_prompt_tokens)
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = int(max_new_tokens)

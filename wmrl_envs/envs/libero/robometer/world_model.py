@@ -208,7 +208,6 @@ class RobometerWorldModel:
         return save_checkpoint(self.model, self.processor, folder)
 
     # ------------------------------------------------------------------ stats
-    # ------------------------------------------------------------------ stats
     def stats(self) -> dict[str, float]:
         """Counters as a dict (for logging): calls, forward passes, failures, seconds, frames/s."""
         return {
