@@ -15,7 +15,7 @@ Every field of agents.train.config.TrainConfig is a flag (`--steps 4 --anchor-fr
 parsed by tyro on top of the chosen preset; the correction settings (its nested
 wmrl_envs.core.config.CorrectionConfig) keep their names without a prefix
 (`--min-pairs`, `--rho-mode`, `--disagreement-floor`); `wmrl train --help` lists them.
-`wmrl bench sweep` runs the known-truth sweep (agents.experiments.sweep.SweepConfig; `--quick`
+`wmrl bench sweep` runs the known-truth sweep (agents.experiments.sweep_config.SweepConfig; `--quick`
 starts from the CI preset). `wmrl advise` measures, before training (a pilot of N groups
 executed for real and scored by the world model) or from a run folder, whether the world model
 pays and at which anchor fraction (agents.advise.AdviseConfig). `wmrl libero` runs the paper's
@@ -102,7 +102,8 @@ def _parse_preset(presets: dict, argv: list[str], *, prog: str, description: str
 
 
 def _sweep(argv: list[str]) -> int:
-    from agents.experiments.sweep import SWEEP_PRESETS, main_sweep
+    from agents.experiments.sweep import main_sweep
+    from agents.experiments.sweep_config import SWEEP_PRESETS
 
     cfg = _parse_preset(SWEEP_PRESETS, argv, prog="wmrl bench sweep",
                         description="The known-truth sweep: speedup over world-model quality x anchor fraction "

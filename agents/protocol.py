@@ -3,7 +3,7 @@
 Every policy — the LLM policy (:class:`agents.llm.policy.LLMPolicy`: prompts), the grammar policy
 (:class:`agents.grammar.policy.GrammarPolicy`: task specs), the VLA policy
 (:class:`agents.vla.policy.VLAPolicy`: observations), the known-truth sweep's softmax policy
-(:class:`agents.experiments.sweep_run.SoftmaxPolicy`: task ids) and the benchmark's agents
+(:class:`agents.experiments.sweep_run.TabularSoftmaxPolicy`: task ids) and the benchmark's agents
 (:class:`BenchAgent`: task ids) — samples with one signature, ``sample(inputs, group_size)``:
 ``group_size`` samples per input, one GRPO group per input, rows laid out group after group (row
 g·G + j is sample j of group g). What a sample is stays the policy's own (token ids, programs,

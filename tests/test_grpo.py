@@ -394,7 +394,7 @@ def test_every_policy_samples_with_the_one_agent_signature():
     import inspect
 
     from agents.experiments.bench_agents import GrammarBenchAgent, LLMBenchAgent
-    from agents.experiments.sweep import TabularSoftmaxPolicy
+    from agents.experiments.sweep_run import TabularSoftmaxPolicy
     from agents.grammar.policy import GrammarPolicy
     from agents.llm.policy import LLMPolicy
     from agents.protocol import Agent

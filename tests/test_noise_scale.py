@@ -64,7 +64,7 @@ def test_group_gradient_moments_match_the_softmax_closed_form():
     """For a tabular softmax policy, ∇_{logits[t]} Σ_i A_i log π(a_i | t) = Σ_i A_i (onehot(a_i) − π_t)."""
     import torch
 
-    from agents.experiments.sweep import TabularSoftmaxPolicy
+    from agents.experiments.sweep_run import TabularSoftmaxPolicy
 
     torch.manual_seed(0)
     pol = TabularSoftmaxPolicy(3, 5, seed=1)

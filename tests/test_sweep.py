@@ -12,19 +12,18 @@ import pytest
 import torch
 
 from agents.cli import main
-from agents.experiments.sweep import (
+from agents.experiments.sweep import run_sweep
+from agents.experiments.sweep_config import (
     BREAKING,
     REAL_AT_F,
     SWEEP_PRESETS,
     SweepConfig,
-    TabularSoftmaxPolicy,
     declared_step_cost_s,
     equal_steps_cost_ratio,
-    mean_over_all_seeds,
-    run_sweep,
-    run_sweep_method,
     step_cap_for,
 )
+from agents.experiments.sweep_report import mean_over_all_seeds
+from agents.experiments.sweep_run import TabularSoftmaxPolicy, run_sweep_method
 from agents.grpo import GRPOPolicy
 
 torch.set_num_threads(1)
@@ -235,7 +234,7 @@ def test_traces_average_only_the_steps_every_seed_ran():
 
 
 def test_a_run_is_reproducible_from_its_seed():
-    from agents.experiments.sweep import run_sweep_method
+    from agents.experiments.sweep_run import run_sweep_method
 
     cfg = SweepConfig(outcome_noise_std=0.2)
     a = run_sweep_method("wmrl", "mild_noise", 0.2, 3, cfg, max_steps=4)

@@ -1,7 +1,7 @@
 """``wmrl bench advisor``: the anchor-fraction advisor checked against measured speedups.
 
 On the known-truth environment (``wmrl/KnownTruth-v0``, declared costs, exact evaluation) and
-through the sweep's own runs (:func:`agents.experiments.sweep.run_sweep_method`, i.e. the same
+through the sweep's own runs (:func:`agents.experiments.sweep_run.run_sweep_method`, i.e. the same
 wrapper and correction objects as the main job), it measures for each world-model quality level:
 
 * WMRL's compute-to-target speedup over real-execution GRPO at fixed anchor fractions and with
@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .sweep import BREAKING, SweepConfig
+from .sweep_config import BREAKING, SweepConfig
 
 __all__ = ["AdvisorCheckConfig", "ADVISOR_CHECK_PRESETS", "OutOfSampleConfig", "main_advisor_check", "parse_oos_error",
            "parse_oos_setting", "run_advisor_check", "run_out_of_sample"]
@@ -49,7 +49,7 @@ class OutOfSampleConfig:
     :class:`wmrl_envs.envs.known_truth.WorldModelError` (its declared cost is replaced by the
     setting's ``wm_cost_s``); a name must not be one of the in-sample levels
     (:data:`~wmrl_envs.envs.known_truth.WORLD_MODEL_ERRORS`). Settings are written
-    ``field=value,...`` with fields of :class:`agents.experiments.sweep.SweepConfig` among
+    ``field=value,...`` with fields of :class:`agents.experiments.sweep_config.SweepConfig` among
     ``wm_cost_s``, ``group_size``, ``groups_per_step``, ``outcome_noise_std``; each replaces the
     base settings (``AdvisorCheckConfig.sweep``)."""
 
@@ -148,7 +148,8 @@ def run_advisor_check(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     from wmrl_envs.core import CostRates, GradientNoiseScale, predicted_speedup
 
     from .speedup import Curve, compute_to_target, speedup, target_score
-    from .sweep import run_jobs, step_cap_for
+    from .sweep_config import step_cap_for
+    from .sweep_run import run_jobs
 
     if not cfg.fractions or not all(0 < f <= 1 for f in cfg.fractions):
         raise ValueError(f"fractions must be anchor fractions in (0, 1], got {cfg.fractions!r}")
@@ -454,14 +455,14 @@ class _Registered:
 def _oos_job(args: tuple) -> Any:
     """One sweep run with the out-of-sample world models registered (in a worker process too)."""
     errors, (method, level, fraction, seed, sc, kw) = args
-    from .sweep import run_sweep_method
+    from .sweep_run import run_sweep_method
 
     with _Registered(errors):
         return run_sweep_method(method, level, fraction, seed, sc, **kw)
 
 
 def _run_oos_jobs(jobs: list[tuple], errors: dict[str, Any], workers: int, progress: Any, label: str) -> list[Any]:
-    """:func:`agents.experiments.sweep.run_jobs` for jobs whose levels are out-of-sample world models."""
+    """:func:`agents.experiments.sweep_run.run_jobs` for jobs whose levels are out-of-sample world models."""
     bar = progress.add_task(label, total=len(jobs))
     out: list[Any] = [None] * len(jobs)
     if workers == 1:
@@ -492,7 +493,7 @@ def _pilot_groups(sc: SweepConfig, level: str, seed: int, groups: int) -> tuple[
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import CorrectionConfig
 
-    from .sweep import TabularSoftmaxPolicy, make_env, make_world_model
+    from .sweep_run import TabularSoftmaxPolicy, make_env, make_world_model
 
     env = make_env(sc, seed)
     env.reset(seed=seed)
@@ -557,7 +558,7 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     from wmrl_envs.core import AnchorAdvisor, CostRates, GradientNoiseScale, predicted_speedup
 
     from .speedup import Curve, compute_to_target, speedup, target_score
-    from .sweep import equal_steps_cost_ratio, step_cap_for
+    from .sweep_config import equal_steps_cost_ratio, step_cap_for
 
     oc = cfg.oos
     errors = dict(parse_oos_error(s) for s in oc.errors)
