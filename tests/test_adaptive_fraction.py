@@ -80,6 +80,42 @@ def test_auto_with_a_measured_noise_scale_rises_to_sqrt_gamma_b_when_the_world_m
     assert loop.config.noise_batch_ratio == 1.0 and loop.adaptive.state_dict()["noise_batch_ratio"] == 1.0
 
 
+def test_auto_with_a_measured_noise_scale_leaves_the_floor_after_a_break_of_groups_of_eight():
+    """Issue 25's regression: b = 1, γ = 0.01, G = 8. f*(r) is 0 for r >= 0.1, and r's upper bound over
+    8 groups of 8 of a useless world model is about 0.22, so the dead band alone kept the fraction at the
+    floor after the break (0.02 to the end). The change point (r over the recent groups far below r over
+    the older ones) drops the groups from before it and raises the fraction to f*(L) of those after it."""
+    loop = _loop(noise_batch_ratio=1.0)
+    fr, _ = _run(loop, 100, lambda s: 0.9 if s < 50 else 0.0, g=8)
+    assert fr[49] == 0.02
+    rise = next(i for i in range(50, 100) if fr[i] >= 0.05)
+    assert rise - 50 <= 8
+    assert min(fr[rise:]) >= 0.05 and max(fr) <= 0.1 + 1e-9  # to about sqrt(γ b) = 0.1, and it stays
+    (step, k), = loop.adaptive.change_points  # one change point, a few steps after the break
+    assert 50 < step <= rise and k >= 2
+    # the groups from before the change point no longer count: r over the window is the broken world model's
+    assert abs(loop.adaptive.history[-1][2]) < 0.3
+
+
+def test_a_change_point_round_trips_with_the_state():
+    c = _loop(seed=2, noise_batch_ratio=1.0)
+    _run(c, 60, lambda s: 0.9 if s < 50 else 0.0, g=8)
+    assert c.adaptive.change_points and c.adaptive._since is not None
+    state = json.loads(json.dumps(c.state_dict()))
+    assert state["advisor"]["added"] == c.advisor.added == len(c.advisor)
+    d = _loop(seed=2, noise_batch_ratio=1.0)
+    d.load_state_dict(state)
+    assert d.adaptive._since == c.adaptive._since and d.adaptive.change_points == c.adaptive.change_points
+    assert d.advisor.added == c.advisor.added
+    fc, rc = _run(c, 10, lambda s: 0.0, g=8, seed=5)
+    fd, rd = _run(d, 10, lambda s: 0.0, g=8, seed=5)
+    assert fc == fd and rc == rd
+    bad = json.loads(json.dumps(state))
+    bad["adaptive"]["since"] = -1
+    with pytest.raises(ValueError, match="change point"):
+        _loop(noise_batch_ratio=1.0).load_state_dict(bad)
+
+
 def test_hysteresis_keeps_the_fraction_while_the_target_moves_little():
     # r = 0.5 with b = 1: f* of r's bounds lies between 0.02 and 0.1
     loop = _loop(auto_hysteresis=10.0, noise_batch_ratio=1.0)  # nothing short of an 11-fold change moves it

@@ -14,12 +14,10 @@ from wmrl_envs.core import CostRates, predicted_speedup
 pytestmark = pytest.mark.filterwarnings("ignore:anchor_fraction='auto' is experimental")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known regression of issue 25's dead-band rule (open): with a finite noise scale (b ~ 1, gamma = 0.01) "
-    "f*(r) is 0 for r >= 0.1, so a move up needs r's 95% upper bound over the last 8 anchor groups below "
-    "~0.09, which a useless world model (r ~ 0, +-0.22 at 8 groups of 8) almost never gives; once at the floor "
-    "after a break, auto stays there (0.02 from step 9 to 55 here). Before issue 25 it returned to ~0.1."))
 def test_quick_advisor_check_auto_reacts_to_a_break_with_a_finite_noise_scale(tmp_path):
+    # issue 25's regression (b ~ 1, gamma = 0.01: f*(r) = 0 for r >= 0.1, and r's 95% upper bound over 8
+    # anchor groups of 8 of a useless world model is about 0.22, so the dead band alone kept auto at the floor,
+    # 0.02 from step 9 to 55); the change point (docs/method.md, "Adaptive anchor fraction") raises it again
     from dataclasses import replace
 
     cfg = replace(ADVISOR_CHECK_PRESETS["quick"], out_dir=str(tmp_path))

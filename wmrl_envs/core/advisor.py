@@ -645,6 +645,9 @@ class AnchorAdvisor:
         self.f_min, self.f_max = float(f_min), float(f_max)
         self._groups: deque[tuple[list[float | None], list[float | None]]] = deque(maxlen=self.max_groups)
         self._keys: deque[list[str | None]] = deque(maxlen=self.max_groups)  # action keys per rollout
+        self.added = 0
+        """Anchor groups ever added (held or dropped): the held group ``i`` (oldest first) is the
+        ``added - len(self) + i``-th added."""
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -666,6 +669,7 @@ class AnchorAdvisor:
                  for seq in (world_model, real)]
         self._groups.append((clean[0], clean[1]))
         self._keys.append([None] * len(real) if actions is None else [action_key(a) for a in actions])
+        self.added += 1
 
     def blind_spots(self, *, min_count: int = 2, min_share: float = 0.5, high_quantile: float = 0.75,
                     low_quantile: float = 0.25, max_examples: int = 5) -> dict[str, Any]:
@@ -826,9 +830,9 @@ class AnchorAdvisor:
                             use, verdict, self.blind_spots(), b, s_range, s_small)
 
     def state_dict(self) -> dict[str, Any]:
-        """Settings and the groups held (JSON-serialisable)."""
+        """Settings, the groups held and the count of groups ever added (JSON-serialisable)."""
         return {"max_groups": self.max_groups, "min_groups": self.min_groups, "f_min": self.f_min, "f_max": self.f_max,
-                "n_boot": self.n_boot, "seed": self.seed,
+                "n_boot": self.n_boot, "seed": self.seed, "added": self.added,
                 "groups": [[w, r, k] for (w, r), k in zip(self._groups, self._keys)]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -848,6 +852,11 @@ class AnchorAdvisor:
                 if len(g[2]) != len(g[1]):
                     raise ValueError(f"a saved anchor group has {len(g[2])} action keys for {len(g[1])} rollouts")
                 fresh._keys[-1] = [None if k is None else str(k) for k in g[2]]
+        added = state.get("added", len(fresh))  # absent before issue 25's change points: the groups held
+        if not (isinstance(added, numbers.Integral) and not isinstance(added, bool) and added >= len(fresh)):
+            raise ValueError(f"a saved count of anchor groups added must be an integer >= the {len(fresh)} held, "
+                             f"got {added!r}")
+        fresh.added = int(added)
         self.__dict__.update(fresh.__dict__)
 
     def replace_world_model_scores(self, scores: Mapping[int, Scores]) -> int:
@@ -927,6 +936,61 @@ steps (it raises it at once)."""
 _CALIBRATION_GROUPS = 256
 """``anchor_fraction="auto"`` cross-fits its isotonic map on the last this many anchor groups (a
 bounded cost per step; the correlation itself is taken over the last ``window``)."""
+
+
+_CHANGE_Z = 4.0
+"""``anchor_fraction="auto"`` declares a change point when r over the most recent anchor groups lies
+this many standard errors (Fisher z) below r over the groups before them."""
+
+
+def _change_point(wm: Sequence[Scores], real: Sequence[Scores], min_side: int, z_crit: float = _CHANGE_Z
+                  ) -> tuple[int, float] | None:
+    """Where the world model got worse: the split of the groups into older and recent ones at which
+    r over the recent ones lies furthest below r over the older ones, if that is significant.
+
+    For every split with at least ``min_side`` usable groups (2+ rollouts scored both ways) on each
+    side, the statistic is ``(atanh(r_old) − atanh(r_new)) / sqrt(1/(d_old − 2) + 1/(d_new − 2))``
+    (pooled within-group correlations, d = pairs − groups as in :func:`_r_bounds`).
+
+    Returns:
+        ``(k, z)``: the last ``k`` groups are the ones after the change point and ``z`` its
+        statistic (the largest over the splits, ``> z_crit``), or ``None`` (no significant drop).
+    """
+    st = []  # per group: usable, pairs, sxx, syy, sxy (within-group centred)
+    for w, x in zip(wm, real):
+        both = [(float(a), float(b)) for a, b in zip(w, x) if _finite(a) and _finite(b)]
+        if len(both) < 2:
+            st.append((0, 0, 0.0, 0.0, 0.0))
+            continue
+        v = np.array(both)
+        v -= v.mean(axis=0)
+        st.append((1, len(both), float(v[:, 0] @ v[:, 0]), float(v[:, 1] @ v[:, 1]), float(v[:, 0] @ v[:, 1])))
+    if sum(t[0] for t in st) < 2 * min_side:
+        return None
+    total = np.sum(np.array(st, dtype=float), axis=0)
+    suffix = np.cumsum(np.array(st[::-1], dtype=float), axis=0)  # suffix[k - 1]: the last k groups
+
+    def z_and_var(t: np.ndarray) -> tuple[float, float] | None:
+        used, pairs, sxx, syy, sxy = t
+        if sxx <= 1e-12 or syy <= 1e-12:
+            return None
+        r = max(-0.999999, min(0.999999, sxy / math.sqrt(sxx * syy)))
+        return math.atanh(r), 1.0 / max(1.0, pairs - used - 2.0)
+
+    best: tuple[int, float] | None = None
+    for k in range(1, len(st)):
+        new, old = suffix[k - 1], total - suffix[k - 1]
+        if new[0] < min_side:
+            continue
+        if old[0] < min_side:
+            break
+        a, b = z_and_var(old), z_and_var(new)
+        if a is None or b is None:
+            continue
+        z = (a[0] - b[0]) / math.sqrt(a[1] + b[1])
+        if z > z_crit and (best is None or z > best[1]):
+            best = (k, z)
+    return best
 
 
 class ExecutionBudgetSpent(RuntimeError):
@@ -1035,6 +1099,8 @@ class AdaptiveAnchorFraction:
         self.history: list[tuple[int, float, float]] = []
         self.budget_spent = False
         self._pending = [0, 0]  # [direction of the move called for (+1 up, -1 down, 0 none), consecutive steps]
+        self._since: int | None = None  # the advisor's count of groups added at the last change point
+        self.change_points: list[tuple[int, int]] = []
         # real executions of the closed training groups, per route: [executions, groups]
         self.group_executions: dict[str, list[int]] = {"anchor": [0, 0], "world_model": [0, 0]}
 
@@ -1063,26 +1129,39 @@ class AdaptiveAnchorFraction:
             calibrate: as in :meth:`AnchorAdvisor.advise` (``"crossfit"``: over the last 256
                 groups held; a map; ``None``: raw scores).
         """
+        return self._bounds(*self._held(advisor, calibrate), calibrate is not None)
+
+    def _held(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None
+              ) -> tuple[list[list[float | None]], list[list[float | None]], list[list[float | None]]]:
+        """``(calibrated, real, raw)`` of the groups the rule uses: the last 256 held, none from
+        before the last change point."""
         raw_all, real_all = advisor.groups()
-        raw_all, real_all = raw_all[-_CALIBRATION_GROUPS:], real_all[-_CALIBRATION_GROUPS:]
+        keep = min(len(raw_all), _CALIBRATION_GROUPS)
+        if self._since is not None:
+            keep = min(keep, max(0, advisor.added - self._since))
+        raw_all, real_all = raw_all[len(raw_all) - keep:], real_all[len(real_all) - keep:]
         if calibrate is None:
             cal_all = raw_all
         elif calibrate == "crossfit":
             cal_all = crossfit_calibrated(raw_all, real_all)
         else:
             cal_all = _map_groups(raw_all, calibrate)
+        return cal_all, real_all, raw_all
+
+    def _bounds(self, cal_all: list[list[float | None]], real_all: list[list[float | None]],
+                raw_all: list[list[float | None]], calibrated: bool) -> tuple[float, float, float] | None:
         w = self.window
         wm, real, raw = cal_all[-w:], real_all[-w:], raw_all[-w:]
         r, n = pooled_within_group_correlation(wm, real)
         if n < self.min_groups or self.gamma is None:
             return None
-        full = _r_bounds(wm, real, raw if calibrate is not None else None)
+        full = _r_bounds(wm, real, raw if calibrated else None)
         if full is None:
             return None
         if not math.isfinite(r):
             r = 0.0  # a flattening map: r <= 0
         recent = self.min_groups  # the short window that catches a break: as many groups as the warm-up's
-        short = _r_bounds(wm[-recent:], real[-recent:], raw[-recent:] if calibrate is not None else None)
+        short = _r_bounds(wm[-recent:], real[-recent:], raw[-recent:] if calibrated else None)
         return r, full[0], full[1] if short is None else min(full[1], short[1])
 
     def _clip(self, r: float) -> float:
@@ -1094,7 +1173,9 @@ class AdaptiveAnchorFraction:
         """``(fraction the rule sets now, r)``: ``clip(f*(L))`` when the fraction in force lies
         outside the range ``[clip(f*(U)), clip(f*(L))]`` by more than the hysteresis factor, else
         the fraction in force (``None`` and NaN in the warm-up)."""
-        b = self.bounds(advisor, calibrate)
+        return self._target(self.bounds(advisor, calibrate))
+
+    def _target(self, b: tuple[float, float, float] | None) -> tuple[float | None, float]:
         if b is None:
             return None, float("nan")
         r, lo, hi = b
@@ -1142,7 +1223,24 @@ class AdaptiveAnchorFraction:
                     self.gamma = CostRates.from_ledger(ledger).gamma
                 except ValueError:
                     pass  # no measured execution yet: measure later
-        target, r = self.target(advisor, calibrate)
+        held = None
+        if self.gamma is not None:
+            held = self._held(advisor, calibrate)
+            cp = _change_point(held[0], held[1], max(2, self.min_groups // 2))
+            if cp is not None:
+                # the world model got worse: forget the groups before the change point and the older
+                # half of those after it (the split found tends to include a few groups from before
+                # the change), and take at once the fraction the pessimistic r of the groups kept
+                # calls for (when higher)
+                k = (cp[0] + 1) // 2
+                self._since = advisor.added - k
+                self.change_points.append((int(step), cp[0]))
+                held = (held[0][-k:], held[1][-k:], held[2][-k:])
+                lo = _r_bounds(*held[:2], held[2] if calibrate is not None else None)
+                if lo is not None and self._clip(lo[0]) > self.fraction:
+                    self.fraction = self._clip(lo[0])
+                self._pending = [0, 0]
+        target, r = self._target(None if held is None else self._bounds(*held, calibrate is not None))
         if target is not None and target != self.fraction:
             # more anchors at once; fewer only once called for on _CONFIRM_STEPS consecutive steps
             way = 1 if target > self.fraction else -1
@@ -1195,6 +1293,7 @@ class AdaptiveAnchorFraction:
                 # strict JSON: an r not estimated yet (NaN) is written as null
                 "history": [[s, f, r if math.isfinite(r) else None] for s, f, r in self.history],
                 "budget_spent": self.budget_spent, "pending": list(self._pending),
+                "since": self._since, "change_points": [list(c) for c in self.change_points],
                 "group_executions": {k: list(v) for k, v in self.group_executions.items()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -1228,6 +1327,14 @@ class AdaptiveAnchorFraction:
                 and isinstance(pending[1], numbers.Integral) and pending[1] >= 0):
             raise ValueError(f"a saved pending move must be [direction -1/0/1, steps >= 0], got {pending!r}")
         fresh._pending = [int(pending[0]), int(pending[1])]
+        since = state.get("since")  # absent before change points: none detected
+        if since is not None and not (isinstance(since, numbers.Integral) and not isinstance(since, bool) and since >= 0):
+            raise ValueError(f"a saved change point must be None or a count of anchor groups >= 0, got {since!r}")
+        fresh._since = None if since is None else int(since)
+        cps = state.get("change_points") or []
+        if not all(isinstance(c, (list, tuple)) and len(c) == 2 for c in cps):
+            raise ValueError(f"saved change points must be [step, groups after it] entries, got {cps!r}")
+        fresh.change_points = [(int(a), int(b)) for a, b in cps]
         counts = state.get("group_executions") or {}  # absent before issue 25: nothing measured yet
         for route, v in counts.items():
             if route not in fresh.group_executions or not (
