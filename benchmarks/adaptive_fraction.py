@@ -55,12 +55,12 @@ def direction_changes(fractions: Sequence[float]) -> int:
 def _point_rule():
     """The rule before issue 25: the target is clip(f*(L)), followed whenever it differs from the
     fraction in force by more than the hysteresis factor."""
-    from wmrl_envs.core.advisor import AdaptiveAnchorFraction
+    import wmrl_envs.core.adaptive as adaptive_module
+    from wmrl_envs.core.adaptive import AdaptiveAnchorFraction
+    from wmrl_envs.core.advisor_model import r_confidence_bounds
 
-    import wmrl_envs.core.advisor as advisor_module
-    from wmrl_envs.core.advisor import _r_bounds
-
-    advisor_module._CONFIRM_STEPS = 1  # every move at once, as before (this process only)
+    adaptive_module._CONFIRM_STEPS = 1  # every move at once, as before (this process only)
+    adaptive_module._CHANGE_Z = math.inf  # and no change points (they came after it)
 
     class PointRule(AdaptiveAnchorFraction):
         def target(self, advisor, calibrate=None):
@@ -73,7 +73,8 @@ def _point_rule():
             wm = advisor._calibrated(calibrate)[-self.window:]
             real = advisor.groups()[1][-self.window:]
             k = max(2, self.min_groups // 2)
-            lo = min(x[0] for x in (_r_bounds(wm, real), _r_bounds(wm[-k:], real[-k:])) if x is not None)
+            lo = min(x[0] for x in (r_confidence_bounds(wm, real), r_confidence_bounds(wm[-k:], real[-k:]))
+                     if x is not None)
             t, f = self._clip(lo), self.fraction
             if f <= 0 or t <= 0 or max(t / f, f / t) > 1.0 + self.hysteresis:
                 return t, r
@@ -84,7 +85,9 @@ def _point_rule():
 
 def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, gamma: float,
             f_min: float, f_max: float, rule: str = "band") -> dict[str, Any]:
-    """One run of ``scenario`` (``"r=<value>"`` or ``"break=<value>"``); returns its figures."""
+    """One run of ``scenario`` (``"r=<value>"`` or ``"break=<value>"``, optionally followed by
+    ``",gamma=<γ>,b=<B_noise / B>"``, which replace ``gamma`` and give the loop a noise scale);
+    returns its figures."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
     from wmrl_envs.core.advisor import optimal_anchor_fraction
     from wmrl_envs.world_models.base import WorldModelPrediction
@@ -93,14 +96,20 @@ def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: in
         def predict(self, contexts, actions):
             return [WorldModelPrediction(score=0.0) for _ in actions]
 
-    kind, value = scenario.split("=")
+    head, *extra = scenario.split(",")
+    kind, value = head.split("=")
     r0 = float(value)
+    over = dict(kv.split("=") for kv in extra)
+    if set(over) - {"gamma", "b"}:
+        raise ValueError(f"scenario {scenario!r}: only gamma= and b= may follow the r")
+    gamma = float(over.get("gamma", gamma))
+    b = float(over["b"]) if "b" in over else None
     brk = steps // 2 if kind == "break" else None
 
     def r_at(step: int) -> float:
         return 0.0 if brk is not None and step >= brk else r0
 
-    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=gamma, f_min=f_min, f_max=f_max,
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=gamma, noise_batch_ratio=b, f_min=f_min, f_max=f_max,
                            min_pairs=10**6, buffer_size=10**6, warmup_groups=10**6)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "auto is experimental"
@@ -128,11 +137,12 @@ def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: in
     fr = np.asarray(fr)
 
     def model(r: float) -> float:
-        return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma)))
+        return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma, b)))
 
     out: dict[str, Any] = {"scenario": scenario, "seed": seed,
                            "direction_changes_per_100": 100.0 * direction_changes(fr) / (steps - 1),
-                           "moves": int(np.sum(np.diff(fr) != 0))}
+                           "moves": int(np.sum(np.diff(fr) != 0)),
+                           "change_points": len(getattr(loop.adaptive, "change_points", []))}
     if brk is None:
         out.update(mean_fraction=float(fr.mean()), model_fraction=model(r0),
                    mean_over_model=float(fr.mean()) / model(r0),
@@ -144,6 +154,9 @@ def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: in
                    direction_changes_per_100_before=100.0 * direction_changes(before) / (brk - 1),
                    steps_to_half_f_max=next((i for i, f in enumerate(after) if f >= f_max / 2), None),
                    steps_to_f_max=next((i for i, f in enumerate(after) if f >= f_max), None),
+                   # leaves the floor: reaches half the model's fraction for the broken world model
+                   steps_to_half_model=next((i for i, f in enumerate(after) if f >= model(0.0) / 2), None),
+                   min_fraction_over_model_from_10_steps_after=float(after[10:].min()) / model(0.0),
                    mean_fraction_after=float(after.mean()), model_fraction_after=model(0.0))
     return out
 
@@ -167,8 +180,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--gamma", type=float, default=0.05)
     ap.add_argument("--f-min", type=float, default=0.02)
     ap.add_argument("--f-max", type=float, default=0.5)
-    ap.add_argument("--rs", type=float, nargs="+", default=[0.0, 0.2, 0.45, 0.8, -0.6])
-    ap.add_argument("--break-from", type=float, default=0.45, help="r before the world model breaks (to 0)")
+    ap.add_argument("--rs", nargs="+", default=["0", "0.2", "0.45", "0.8", "-0.6"],
+                    help='constant r, each optionally with ",gamma=<γ>,b=<B_noise / B>" (e.g. "0.45,gamma=0.01,b=1")')
+    ap.add_argument("--breaks", nargs="+", default=["0.45", "0.45,gamma=0.01,b=1"],
+                    help="r before the world model breaks (to 0), optionally with gamma= and b= as in --rs")
     ap.add_argument("--no-break", action="store_true")
     ap.add_argument("--rule", choices=["band", "point"], default="band",
                     help="band: the library's rule; point: the rule before issue 25")
@@ -178,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.steps = 2, 40
-    scenarios = [f"r={r:g}" for r in args.rs] + ([] if args.no_break else [f"break={args.break_from:g}"])
+    scenarios = [f"r={r}" for r in args.rs] + ([] if args.no_break else [f"break={x}" for x in args.breaks])
     kw = dict(steps=args.steps, groups=args.groups, group_size=args.group_size, gamma=args.gamma,
               f_min=args.f_min, f_max=args.f_max, rule=args.rule)
     t0 = time.time()
@@ -194,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         keys = [k for k in rs[0] if k not in ("scenario", "seed")]
         table[sc] = {k: _summary([x[k] for x in rs]) for k in keys}
     print(f"anchor_fraction='auto' ({args.rule} rule): {args.seeds} seeds x {args.steps} steps of {args.groups} "
-          f"groups of {args.group_size}, gamma = {args.gamma}, b = inf, f in [{args.f_min}, {args.f_max}]; "
+          f"groups of {args.group_size}, gamma = {args.gamma} and b = inf unless the scenario says, "
+          f"f in [{args.f_min}, {args.f_max}]; "
           "median [5%, 95%] over seeds")
     for sc, t in table.items():
         print(f"  {sc}:")
