@@ -56,7 +56,7 @@ def test_config_json_round_trip_and_unknown_keys(tmp_path):
 @pytest.mark.parametrize("args", [["--anchor-fraction", "2"], ["--min-pairs", "0"], ["--rho-target", "9"],
                                   ["--disagreement-floor", "-1"], ["--num-iterations", "0"], ["--no-such-flag"],
                                   ["--clip-eps", "-1"], ["--clip-eps", "0"], ["--kl-coef", "-1"],
-                                  ["--max-grad-norm", "0"], ["--entropy-coef", "-1"]])
+                                  ["--max-grad-norm", "0"], ["--entropy-coef", "-1"], ["--dual-clip", "1"]])
 def test_bad_settings_fail_with_status_2_and_no_run_folder(tmp_path, args, capsys):
     from agents.cli import main
 
@@ -82,6 +82,24 @@ def test_update_config_follows_the_train_config():
     assert u.micro_batch_per_group and not u.scale and u.drop_zero_advantage
 
 
+def test_dual_clip_flag_reaches_the_grpo_step(monkeypatch):
+    """``wmrl train --dual-clip C`` sets GRPOUpdateConfig.dual_clip (default 3; 0 or None: off)."""
+    import agents.train.loop as loop
+    from agents.cli import main
+    from agents.train.config import update_config
+
+    assert update_config(TrainConfig()).dual_clip == 3.0
+    assert update_config(dataclasses.replace(TrainConfig(), dual_clip=5.0)).dual_clip == 5.0
+    assert update_config(dataclasses.replace(TrainConfig(), dual_clip=0)).dual_clip is None
+    assert update_config(dataclasses.replace(TrainConfig(), dual_clip=None)).dual_clip is None
+    seen = []
+    monkeypatch.setattr(loop, "build_components", lambda cfg: seen.append(cfg) or exec("raise KeyboardInterrupt"))
+    for flag, want in (("0", None), ("None", None), ("7.5", 7.5)):
+        with pytest.raises(KeyboardInterrupt):
+            main(["train", "--preset", "tiny", "--quiet", "--dual-clip", flag])
+        assert update_config(seen[-1]).dual_clip == want
+
+
 def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
     import gymnasium as gym
 
@@ -105,3 +123,20 @@ def test_resume_revalidates_the_saved_settings(tmp_path):
     write_json_atomic(tmp_path / "config.json", bad, indent=2, default=json_default)
     with pytest.raises(ValueError, match="clip_eps"):
         load_config(tmp_path)
+
+
+def test_summary_shows_the_flat_map_groups():
+    """summary.md names the world-model groups corrected while the fitted map was flat (the
+    corrector's ``flat_map_groups``; issue 25)."""
+    from agents.train.summary import summary_markdown
+
+    ev = {"k": 2, "overall": 10.0, "mean_score": 0.3, "ungraded": {}}
+    s = {
+        "rollouts": 16, "sandbox_backend": "bubblewrap", "real_executions": 4, "world_model_predictions": 16,
+        "world_model_calls": {}, "anchor_groups": 1, "groups": 4, "realised_anchor_fraction": 0.25,
+        "configured_anchor_fraction": 0.1, "seconds": dict.fromkeys(("execution", "world_model", "generation", "update"), 1.0),
+        "seconds_per_execution": 1.0, "seconds_per_world_model_prediction": 0.1, "rho": 1.0, "anchor_pairs": 3,
+        "debiaser_fitted": True, "flat_map_groups": 2, "calibration_mae_raw": 0.1, "calibration_mae_calibrated": 0.1,
+        "heldout_before": ev, "heldout_after": ev, "wall_clock_s": 5.0,
+    }
+    assert "| world-model groups corrected with a flat map | 2 |" in summary_markdown(s)

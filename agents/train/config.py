@@ -109,6 +109,10 @@ class TrainConfig:
     """Standardise advantages within groups (False: centring only)."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip."""
+    dual_clip: float | None = 3.0
+    """Dual clip c (> 1) of the surrogate for negative advantages: a token's gradient w.r.t. its
+    log-probability stays within ``max(1 + ε, c)·|A|`` whatever its ratio (it acts on late anchor
+    groups, ``--executor ray``, and from the second epoch); 0 or None: off (PPO's clip only)."""
     # --- world model (LLM judge on the agent's own frozen backbone)
     judge_max_new_tokens: int = 48
     """Token budget of the judge's structured prediction."""
@@ -267,7 +271,7 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"solution_mode must be 'line' or 'script', got {cfg.solution_mode!r}")
     if not isinstance(cfg.correction, CorrectionConfig):  # it validates itself when built
         raise ValueError(f"correction must be a CorrectionConfig, got {type(cfg.correction).__name__}")
-    update_config(cfg)  # the GRPO step's settings (clip_eps, kl_coef, entropy_coef, max_grad_norm) check themselves
+    update_config(cfg)  # the GRPO step's settings (clip_eps, kl_coef, entropy_coef, max_grad_norm, dual_clip) check themselves
 
 
 def update_config(cfg: TrainConfig) -> GRPOUpdateConfig:
@@ -277,7 +281,7 @@ def update_config(cfg: TrainConfig) -> GRPOUpdateConfig:
     return GRPOUpdateConfig(
         clip_eps=cfg.clip_eps, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef, num_iterations=cfg.num_iterations,
         micro_batch_per_group=True, max_grad_norm=cfg.max_grad_norm, scale=cfg.scale_advantages,
-        drop_zero_advantage=True,
+        drop_zero_advantage=True, dual_clip=cfg.dual_clip or None,  # 0: off
     )
 
 

@@ -61,6 +61,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "disagreement_ema": stats["disagreement_ema"],
         "anchor_pairs": stats["anchor_pairs"],
         "debiaser_fitted": stats["debiaser_fitted"],
+        # world-model groups corrected while the fitted map was flat (their calibrated scores are
+        # one constant: no advantage signal; the corrector warns)
+        "flat_map_groups": stats.get("flat_map_groups", 0),
         "calibration_mae_raw": stats["calibration_mae_raw"],
         "calibration_mae_calibrated": stats["calibration_mae_calibrated"],
         "calibration_mse_raw": stats["calibration_mse_raw"],
@@ -144,6 +147,7 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
         ("anchor weight rho", _fmt(s["rho"], 2)),
         ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
+        ("world-model groups corrected with a flat map", _fmt(s.get("flat_map_groups", 0))),
         ("calibration MAE before (raw WM)", _fmt(s["calibration_mae_raw"])),
         ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
         ("calibration MSE before / after (prequential)",
