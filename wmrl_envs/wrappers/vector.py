@@ -52,8 +52,6 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -63,15 +61,15 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
-from wmrl_envs.core.ledger import EXECUTION_CPU_KEY, Stopwatch, execution_cpu_seconds
-from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
-from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
+from wmrl_envs.core.ledger import Stopwatch
+from wmrl_envs.core.loop import CorrectionLoop, GroupTicket
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import STEP_SCORE_KEY, EpisodeTally, LoopViews, build_loop, check_episode_args, learning_inputs
+from .common import EpisodeTally, LoopViews, build_loop, check_episode_args
 from .rollout_streams import rollout_rng
-from .routed_sub_env import END_ATTR, EXEC_CPU_KEY, EXEC_SECONDS_KEY, MEMBER_ATTR, PLAN_ATTR
-from .vector_info import InfoBuilder, bool_array, copy_obs, info_get, withhold
+from .routed_sub_env import END_ATTR, MEMBER_ATTR, PLAN_ATTR
+from .vector_info import InfoBuilder, bool_array, copy_obs
+from .vector_steps import VectorStep, VectorSteps
 
 __all__ = ["AnchoredWorldModelVectorWrapper"]
 
@@ -103,19 +101,7 @@ class _Group:
         return not self.ticket.training
 
 
-def _own_info(d: Any, i: int) -> dict[str, Any] | None:
-    """Sub-env ``i``'s ``execution_cpu_s`` from a dict-of-arrays info, as a one-key info dict
-    (``None`` when sub-env ``i`` did not report it)."""
-    if not isinstance(d, dict) or EXECUTION_CPU_KEY not in d:
-        return None
-    mask = d.get("_" + EXECUTION_CPU_KEY)
-    if mask is not None and not bool(mask[i]):
-        return None
-    v = d[EXECUTION_CPU_KEY][i]
-    return {EXECUTION_CPU_KEY: v.item() if isinstance(v, np.generic) else v}
-
-
-class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews):
+class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews, VectorSteps):
     """Route whole groups of sub-env episodes to real execution (anchors) or a world model.
 
     Args:
@@ -531,238 +517,38 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         sw = Stopwatch()
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         wall, step_cpu = sw.read()
-        rewards = np.array(rewards, dtype=np.float64, copy=True)
         terms = np.asarray(terms, dtype=bool)
         truncs = np.asarray(truncs, dtype=bool)
-        done = terms | truncs
         infos = dict(infos)
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
-        final_info = infos.get("final_info") if same_step else None
-
-        # ---- execution cost: RoutedSubEnv reports each real step's seconds and CPU-seconds
-        # per sub-env: (seconds, CPU-seconds or NaN) of its real step, so that each execution is
-        # counted for the group of its lane (an execution budget reads what a group costs)
-        executed: dict[int, list[float]] = {}
-        for d in (infos, final_info):
-            if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
-                m = np.asarray(d.pop("_" + EXEC_SECONDS_KEY), dtype=bool)
-                secs = np.asarray(d.pop(EXEC_SECONDS_KEY), dtype=np.float64)
-                for i in np.flatnonzero(m):
-                    executed[int(i)] = [float(secs[i]), 0.0]
-            if isinstance(d, dict) and EXEC_CPU_KEY in d:
-                m = np.asarray(d.pop("_" + EXEC_CPU_KEY), dtype=bool)
-                cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)
-                for i in np.flatnonzero(m):
-                    executed.setdefault(int(i), [0.0, 0.0])[1] = float(cpus[i])  # NaN: not measured
-        if self._routed:
-            by_group: dict[int, tuple[GroupTicket | None, list[list[float]]]] = {}
-            for i, sec_cpu in executed.items():
-                rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
-                key = id(rec.ticket) if rec is not None else -1
-                by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(sec_cpu)
-            for ticket, rows in by_group.values():
-                measured = [(a, c) for a, c in rows if not np.isnan(c)]
-                if measured:
-                    self.loop.record_execution(float(sum(a for a, _ in measured)), len(measured),
-                                               cpu_seconds=float(sum(c for _, c in measured)), ticket=ticket)
-                if len(measured) < len(rows):  # the env could not measure their CPU
-                    self.loop.record_execution(float(sum(a for a, c in rows if np.isnan(c))),
-                                               len(rows) - len(measured), cpu_seconds=None, ticket=ticket)
-        elif stepped:
-            # every sub-env stepped for real: the env's own execution_cpu_s where it reports one,
-            # else an even share of the CPU this process measured over the vector step
-            share = step_cpu / len(stepped)
-            charged = [execution_cpu_seconds(_own_info(final_info if same_step and done[i] else infos, i),
-                                             share) for i in stepped]
-            measured = [c for c in charged if c is not None]
-            self.loop.record_execution(wall, len(measured), cpu_seconds=float(sum(measured)))
-            if len(measured) < len(stepped):
-                self.loop.record_execution(0.0, len(stepped) - len(measured), cpu_seconds=None)
-
-        obs_list = list(iterate(self.observation_space, obs))
-        final_obs = infos.get("final_obs") if same_step else None
-
-        def step_info(i: int) -> dict[str, Any] | None:
-            return final_info if (same_step and done[i] and isinstance(final_info, dict)) else infos
-
-        # ---- world model, reward mode: ONE batched predict over the episodes that ended in this step
-        batch_idx: list[int] = []
-        batch_ctx: list[Any] = []
-        batch_act: list[Any] = []
+        st = VectorStep(stepped, act_list, list(iterate(self.observation_space, obs)),
+                        np.array(rewards, dtype=np.float64, copy=True), terms | truncs, infos,
+                        infos.get("final_info") if same_step else None, infos.get("final_obs") if same_step else None,
+                        same_step, InfoBuilder(n))
+        self._record_executions(st, wall, step_cpu)  # each real step's cost, for its lane's group
+        preds.update(self._advance_episodes(st))  # reward mode: ONE batched predict over the ended episodes
         for i in stepped:
-            rec = self._group_of(i)
-            ep = self._episodes[i]
-            if ep.steps == 0 and self.mode == "outcome" and self.loop.learns:  # what a learning world model is taught with
-                ep.first_step = (copy_obs(self._ctx[i]), copy_obs(act_list[i]))
-            ep.steps += 1
-            use_wm = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
-            if self.mode != "outcome":
-                assert ep.traj is not None
-                last = final_obs[i] if (same_step and done[i] and final_obs is not None) else obs_list[i]
-                ep.traj.actions.append(copy_obs(act_list[i]))
-                ep.traj.observations.append(copy_obs(last))
-                if done[i] and use_wm:
-                    batch_idx.append(i)
-                    batch_ctx.append(ep.traj.observations[0])
-                    batch_act.append(Trajectory(list(ep.traj.observations), list(ep.traj.actions), True))
-        if batch_idx:
-            for i, p in zip(batch_idx, self.loop.predict(batch_ctx, batch_act)):
-                preds[i] = p
-
-        w = InfoBuilder(n)
-        replacements: dict[int, Any] = {}
-        completed: list[int] = []
-        ended: dict[int, list[tuple[int, float | None]]] = {}
+            self._fold_step(st, i, preds.get(i))
+        self._close_ended(st)
         for i in stepped:
-            rec = self._group_of(i)
-            ep = self._episodes[i]
-            route = rec.route
-            p = preds.get(i)
-            src = step_info(i)
-            real_r = float(rewards[i])
-            graded_flag = info_get(src, "graded", i)
-            cause = None
-            if graded_flag is False or not math.isfinite(real_r):
-                cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
-            step_score = info_get(src, STEP_SCORE_KEY, i) if self.mode == "outcome" else None
-            ep.add_real_step(real_r, cause, info_get(src, "error", i) or info_get(src, "message", i), self._messages,
-                             None if step_score is None else {STEP_SCORE_KEY: step_score})
-            raw_ep: float | None = None
-            if self.mode == "outcome":
-                if p is not None:
-                    ep.add_step_prediction(p, self._messages)
-                raw_ep = ep.raw_score(self.episode_score)
-                if route == WORLD_MODEL:
-                    rewards[i] = 0.0
-                    new_obs = None
-                    if p is not None and p.observation is not None:
-                        new_obs = copy.deepcopy(p.observation)
-                    elif self._ctx_predicted[i]:
-                        new_obs = copy.deepcopy(self._ctx[i])
-                    if new_obs is not None:
-                        if same_step and done[i]:
-                            if final_obs is not None:
-                                final_obs[i] = new_obs
-                        else:
-                            replacements[i] = new_obs
-                    self._ctx[i] = new_obs if new_obs is not None else self._ctx[i]
-                    self._ctx_predicted[i] = new_obs is not None
-                    w.set("feedback", i, p.feedback if p is not None else "", object)
-                    w.set("status", i, p.status if p is not None else None, object)
-                else:
-                    self._ctx[i] = copy_obs(obs_list[i]) if not (same_step and done[i]) else self._ctx[i]
-                if raw_ep is not None:
-                    w.set("raw_score", i, raw_ep, np.float64)
-            else:
-                if p is not None and p.score is not None:
-                    raw_ep = float(p.score)
-                elif p is not None:
-                    ep.note_wm_failure(p, self._messages)
-                if route == WORLD_MODEL:
-                    rewards[i] = 0.0  # the real reward is withheld
-                    withhold(src, self.withheld_info_keys, i)
-                if done[i] and raw_ep is not None:
-                    w.set("raw_score", i, raw_ep, np.float64)
-            if done[i]:
-                ended.setdefault(i // g, []).append((i, raw_ep))
-        # episode ends, group by group: ONE calibrate call per group, then its correction
-        # (a later group's scores see the map updated by an earlier group's pairs, as in score_group)
-        for k in sorted(ended):
-            members = ended[k]
-            cals = self.loop.calibrate([raw for _, raw in members])
-            for (i, raw_ep), cal in zip(members, cals):
-                rec = self._group_of(i)
-                ep = self._episodes[i]
-                route = rec.route
-                self.loop.count_episodes(1)
-                real_ep = None
-                if route == ANCHOR:  # outcome mode: the real steps' scores by the world model's rule
-                    real_ep = ep.real_episode_score(self.episode_score) if self.mode == "outcome" else ep.real_score
-                if route == WORLD_MODEL:
-                    rewards[i] = 0.0 if cal is None else float(cal)
-                    graded = cal is not None
-                else:
-                    graded = real_ep is not None
-                if cal is not None:
-                    w.set("calibrated_score", i, cal, np.float64)
-                if real_ep is not None:
-                    w.set("real_score", i, real_ep, np.float64)
-                w.set("graded", i, graded, bool)
-                wm_called = self.loop.calls_world_model(rec.ticket.route, rec.ticket.training)
-                cause = rollout_cause(route, real_ep if route == ANCHOR else cal, ep.wm_cause, ep.real_cause)
-                w.set(CAUSE_KEY, i, cause, object)
-                if rec.evaluating:
-                    self.loop.record_ungraded(
-                        [cause], score_failures=[score_failure(route, raw_ep, ep.wm_cause, wm_called)],
-                        messages=self._messages, where=f"evaluation episode (sub-env {i})",
-                    )
-                m = i - rec.lane * g
-                rec.raw[m] = raw_ep
-                rec.real[m] = real_ep
-                if not rec.wm_causes:
-                    rec.wm_causes, rec.exec_causes, rec.inputs = [None] * g, [None] * g, [None] * g
-                rec.wm_causes[m], rec.exec_causes[m] = ep.wm_cause, ep.real_cause
-                rec.inputs[m] = ep.learning_input()
-                rec.finished[m] = True
-                rec.members_left -= 1
-                if rec.members_left == 0 and not rec.abandoned:
-                    if not rec.evaluating:
-                        contexts, actions = learning_inputs(rec.inputs)
-                        corr = self.loop.close_group(
-                            rec.ticket, rec.raw, rec.real if route == ANCHOR else None,
-                            wm_causes=rec.wm_causes, exec_causes=rec.exec_causes, world_model_called=wm_called,
-                            messages=self._messages, contexts=contexts, actions=actions,
-                        )
-                        if corr.disagreement is not None:
-                            w.set("group_disagreement", i, corr.disagreement, np.float64)
-                    self.n_groups_completed += 1
-                    completed.append(i)
-                # info of the step that ended the episode describes the ended episode
-                self._fill_base(w, i, rec)
-                self._retire(rec)
-        for i in stepped:
-            if not done[i]:
-                self._fill_base(w, i, self._group_of(i))
-
-        # ---- next episodes (after this step's corrections, so new routes see the updated ρ)
-        for i in range(n):
-            k = i // g
-            if resetting[i]:
-                self._pending_reset[i] = False
-                self._running[i] = True
-                self._new_episode(i, copy_obs(obs_list[i]))
-                self._update_plan(i)
-                self._fill_base(w, i, self._group_of(i))
-                w.set("episode_start", i, True, bool)
-                continue
-            if not done[i]:
-                continue
-            self._ep_index[i] += 1
-            self._open_group(k, int(self._ep_index[i]))
-            if self.autoreset_mode == AutoresetMode.SAME_STEP:
-                self._running[i] = True
-                self._new_episode(i, copy_obs(obs_list[i]))
-            elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
-                self._running[i] = False
-                self._pending_reset[i] = True
-            else:
-                self._running[i] = False
-            self._update_plan(i)
+            if not st.done[i]:
+                self._fill_base(st.w, i, self._group_of(i))
+        self._start_next_episodes(st, resetting)  # after the corrections: new routes see the updated ρ
+        w = st.w
         for key in ("episode_start", "group_complete"):
             w.ensure(key, bool)
-        for i in completed:
+        for i in st.completed:
             w.set("group_complete", i, True, bool)
         w.fill("rho", self.loop.rho, np.float64)
-
-        if replacements:
-            items = [replacements.get(i, obs_list[i]) for i in range(n)]
+        if st.replacements:
+            items = [st.replacements.get(i, st.obs_list[i]) for i in range(n)]
             obs = concatenate(
                 self.single_observation_space, items, create_empty_array(self.single_observation_space, n)
             )
-        if same_step and final_obs is not None:
-            infos["final_obs"] = final_obs
+        if same_step and st.final_obs is not None:
+            infos["final_obs"] = st.final_obs
         infos["wmrl"] = w.build()
-        return obs, rewards, terms, truncs, infos
+        return obs, st.rewards, terms, truncs, infos
 
     def _predict_outcomes(self, stepped: list[int], act_list: list[Any]) -> dict[int, WorldModelPrediction]:
         """Outcome mode: the world model's predictions for the sub-envs about to step (one batched

@@ -11,7 +11,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["InfoBuilder", "bool_array", "info_get", "withhold", "copy_obs"]
+from wmrl_envs.core.ledger import EXECUTION_CPU_KEY
+
+__all__ = ["InfoBuilder", "bool_array", "info_get", "withhold", "copy_obs", "own_info"]
 
 
 class InfoBuilder:
@@ -92,3 +94,15 @@ def copy_obs(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.copy()
     return copy.deepcopy(x)
+
+
+def own_info(d: Any, i: int) -> dict[str, Any] | None:
+    """Sub-env ``i``'s ``execution_cpu_s`` from a dict-of-arrays info, as a one-key info dict
+    (``None`` when sub-env ``i`` did not report it)."""
+    if not isinstance(d, dict) or EXECUTION_CPU_KEY not in d:
+        return None
+    mask = d.get("_" + EXECUTION_CPU_KEY)
+    if mask is not None and not bool(mask[i]):
+        return None
+    v = d[EXECUTION_CPU_KEY][i]
+    return {EXECUTION_CPU_KEY: v.item() if isinstance(v, np.generic) else v}
