@@ -176,10 +176,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         if self.adaptive is not None:
             warnings.warn(
                 "anchor_fraction='auto' is experimental: its rule changed in issue 25 (a dead band on r's confidence "
-                "bounds, which stopped it chattering in simulation, benchmarks/adaptive_fraction.py, but reacts to a "
-                "world model that breaks only after about auto_min_groups anchor groups, and with a measured "
-                "noise_batch_ratio it may not leave the floor after a break at all: docs/method.md, 'Adaptive anchor "
-                "fraction'); the known-truth comparison "
+                "bounds, which stopped it chattering, and a change point that forgets the anchor groups from before a "
+                "world model breaks, both simulated in benchmarks/adaptive_fraction.py; it reacts to a break only "
+                "after a few anchor groups: docs/method.md, 'Adaptive anchor fraction'); the known-truth comparison "
                 "with fixed fractions in docs/advisor_check.md was made with the rule before, and it has not been run "
                 "on a live benchmark",
                 UserWarning, stacklevel=2)
