@@ -12,7 +12,7 @@ adds them to a :class:`~wmrl_envs.core.CostLedger` (pass the wrapper's ledger to
 account for everything in one place), and :meth:`RayExecutionPool.worker_ledger` merges the
 ledgers the actors keep themselves.
 
-:class:`AsyncAnchoredScorer` plugs the pool into the shared WMRL path of an
+:class:`~wmrl_envs.distributed.scorer.AsyncAnchoredScorer` (in :mod:`.scorer`) plugs the pool into the shared WMRL path of an
 :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (outcome mode): it routes
 each group with the wrapper's router and schedule, scores it with ONE batched world-model
 call when it is submitted, sends anchor groups to the pool, and closes each group on the
@@ -26,7 +26,7 @@ Failures of the machinery leave rollouts ungraded, never scored 0 (``docs/method
 and an execution past the pool's ``execution_timeout_s`` (``"execution_timeout"``: the task is
 cancelled and its actor replaced) are reported per rollout in ``GroupExecution.causes``, logged
 with ``logging.warning``, and counted (and subject to the stop rule) by the wrapper's
-:class:`~wmrl_envs.core.UngradedMonitor` when :class:`AsyncAnchoredScorer` completes the group.
+:class:`~wmrl_envs.core.UngradedMonitor` when the scorer completes the group.
 
 Ray is an optional dependency: importing this module works without it, building a pool
 raises ``ImportError`` with the install command.

@@ -28,7 +28,7 @@ class PendingGroup:
     """A group submitted to :class:`AsyncAnchoredScorer` (routed and world-model scored).
 
     Attributes:
-        ticket: the loop's :class:`~wmrl_envs.core.loop.GroupTicket` (id, route, ρ at routing).
+        ticket: the loop's :class:`~wmrl_envs.core.GroupTicket` (id, route, ρ at routing).
         raw_scores: world-model raw scores r̂ (G floats or ``None``).
         predictions: the G :class:`~wmrl_envs.world_models.WorldModelPrediction`.
         context: the reset observation the world model conditioned on.
@@ -178,7 +178,7 @@ class AsyncAnchoredScorer:
         """Correct and return the groups that can be completed now (never blocks).
 
         Returns:
-            :class:`~wmrl_envs.wrappers.anchored.GroupRollout` objects (submission order when
+            :class:`~wmrl_envs.core.GroupRollout` objects (submission order when
             ``ordered``; otherwise completion order).
         """
         out: list[Any] = []
@@ -207,7 +207,7 @@ class AsyncAnchoredScorer:
             timeout: seconds to wait at most (``None``: no limit).
 
         Returns:
-            A list of :class:`~wmrl_envs.wrappers.anchored.GroupRollout`.
+            A list of :class:`~wmrl_envs.core.GroupRollout`.
         """
         want = self.n_pending if n is None else min(n, self.n_pending)
         deadline = None if timeout is None else time.perf_counter() + timeout
