@@ -212,7 +212,7 @@ def test_bench_config_nests_one_correction_config_with_unprefixed_flags():
     from wmrl_envs.core.config import CorrectionConfig
 
     default = BenchConfig().correction
-    assert default == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=3, half_life=16.0)
+    assert default == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=64, half_life=16.0)
     cfg = tyro.cli(BenchConfig, args=["--anchor-fraction", "0.25", "--min-pairs", "4", "--disagreement-floor", "0.02",
                                       "--num-iterations", "2"])
     assert (cfg.correction.anchor_fraction, cfg.correction.min_pairs, cfg.correction.disagreement_floor) == (0.25, 4, 0.02)
