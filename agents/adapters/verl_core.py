@@ -294,6 +294,10 @@ class WMRLHub:
             metrics.write_text("".join(ln + "\n" for ln in keep))
 
     # ------------------------------------------------------------------ routing
+    # verl's rollouts, and their world-model predictions, arrive one at a time from the reward
+    # workers, after routing: the hub calls the loop's steps itself (open_group at a group's first
+    # route, record_execution and count_episodes per rollout, close_group once G rollouts are in)
+    # where the other group APIs call CorrectionLoop.score_group / begin_group + finish_group
     def route(self, uid: str, step: int | None = None, training: bool = True) -> dict[str, Any]:
         """The route of the group ``uid`` (opened on its first call).
 
