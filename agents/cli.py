@@ -113,7 +113,8 @@ def _sweep(argv: list[str]) -> int:
 
 
 def _advisor_check(argv: list[str]) -> int:
-    from agents.experiments.advisor_check import ADVISOR_CHECK_PRESETS, main_advisor_check
+    from agents.experiments.advisor_check import main_advisor_check
+    from agents.experiments.advisor_check_config import ADVISOR_CHECK_PRESETS
 
     cfg = _parse_preset(ADVISOR_CHECK_PRESETS, argv, prog="wmrl bench advisor",
                         description="The anchor-fraction advisor checked on the known-truth env: predicted against "

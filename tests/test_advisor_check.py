@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from agents.experiments.advisor_check import ADVISOR_CHECK_PRESETS, run_advisor_check
+from agents.experiments.advisor_check import run_advisor_check
+from agents.experiments.advisor_check_config import ADVISOR_CHECK_PRESETS
 from wmrl_envs.core import CostRates, predicted_speedup
 
 pytestmark = pytest.mark.filterwarnings("ignore:anchor_fraction='auto' is experimental")
@@ -67,7 +68,7 @@ def test_out_of_sample_check_predicts_from_a_pilot_and_keeps_the_fraction_only_b
     # a pilot of each cell (not from the cell's own runs); the fraction-only predictor 1/(f + γ) beside it
     from dataclasses import replace
 
-    from agents.experiments.advisor_check import parse_oos_error, parse_oos_setting
+    from agents.experiments.advisor_oos import parse_oos_error, parse_oos_setting
     from wmrl_envs.envs.known_truth import WORLD_MODEL_ERRORS
 
     cfg = replace(ADVISOR_CHECK_PRESETS["out_of_sample_quick"], out_dir=str(tmp_path))
