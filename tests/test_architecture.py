@@ -90,11 +90,11 @@ def test_wrappers_build_no_correction_objects_of_their_own() -> None:
 _OWN_ROOMS = ("wmrl_envs.envs", "wmrl_envs.sandbox", "wmrl_envs.world_models")
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """``module -> wmrl_envs modules it imports`` (at any depth of the file; a module's own
+def _import_graph(package: str = "wmrl_envs") -> dict[str, set[str]]:
+    """``module -> modules of package it imports`` (at any depth of the file; a module's own
     package ``__init__`` left out, as Python imports it anyway)."""
     trees = {}
-    for p in sorted((ROOT / "wmrl_envs").rglob("*.py")):
+    for p in sorted((ROOT / package).rglob("*.py")):
         parts = p.relative_to(ROOT).with_suffix("").parts
         trees[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = (p.name == "__init__.py", ast.parse(
             p.read_text(encoding="utf-8")))
@@ -141,3 +141,22 @@ def test_world_models_import_no_correction_core_wrapper_or_env() -> None:
            for t in sorted(ts) if t.startswith(("wmrl_envs.core", "wmrl_envs.wrappers", "wmrl_envs.distributed",
                                                 "wmrl_envs.envs"))]
     assert not bad, "world models sit below the correction core:\n" + "\n".join(bad)
+
+
+def test_no_import_cycle_in_agents() -> None:
+    """``agents/`` is a set of rooms without import cycles, lazy imports included (issue 26: the
+    VLA policy and its Prismatic loader imported each other)."""
+    graph = _import_graph("agents")
+    cycles = []
+    for start in (m for m in graph if m.startswith("agents")):
+        path, stack, seen = [start], [iter(sorted(graph[start]))], {start}
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop(), path.pop()
+            elif nxt == start:
+                cycles.append(" -> ".join(path + [start]))
+                break
+            elif nxt not in seen:
+                seen.add(nxt), path.append(nxt), stack.append(iter(sorted(graph[nxt])))
+    assert not cycles, "import cycles in agents/ (move the shared piece below both):\n" + "\n".join(cycles)
