@@ -21,6 +21,8 @@ import numpy as np
 
 from agents.train.config import TrainConfig
 from agents.train.rollout import rollout_episode, score_task, task_context
+from wmrl_envs.core import EXECUTION
+from wmrl_envs.core.ungraded import CAUSE_KEY, TooManyUngradedError
 
 if TYPE_CHECKING:
     from agents.train.build import Components
@@ -167,8 +169,6 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
     """
-    from wmrl_envs.core.ungraded import CAUSE_KEY
-
     if c.eval_wrapper is None:
         c.eval_wrapper = evaluation_wrapper(c.env, cfg)
     wrapper, policy = c.eval_wrapper, c.policy
@@ -208,8 +208,6 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     is the best valid one over its turns, its score the episode's real score (max over turns);
     ``statuses`` counts turns. ``generation_s`` and ``execution_s`` are then the two shares of the
     episodes' wall-clock (the evaluation wrapper's ledger gives the execution share)."""
-    from wmrl_envs.core import EXECUTION
-    from wmrl_envs.core.ungraded import CAUSE_KEY
 
     wrapper, policy = c.eval_wrapper, c.policy
     positions: dict[str, list[float | None]] = {}
@@ -247,8 +245,6 @@ def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[floa
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
     """
-    from wmrl_envs.core.ungraded import TooManyUngradedError
-
     n_traj, n_ungraded = len(c.heldout_tasks) * cfg.eval_k, sum(ungraded.values())
     if n_ungraded:
         logging.getLogger(__name__).warning(

@@ -30,11 +30,14 @@ import os
 import random
 import shutil
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agents.grpo import group_batch, group_step, grpo_update
 from agents.train import checkpoint
@@ -44,6 +47,8 @@ from agents.train.config import TrainConfig, auto_fraction_notes, load_config, u
 from agents.train.evaluation import evaluate, finite_mean
 from agents.train.rollout import async_groups, multi_turn_groups, score_task, task_context
 from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
+from agents.train.tracking import Tracker
+from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError, world_model_idle
 from wmrl_envs.utils import write_json_atomic
 
 __all__ = ["train"]
@@ -65,22 +70,16 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         TooManyUngradedError: the stop rule fired (the reason is in metrics.jsonl; the last
             checkpoint stays for a resume).
     """
-    from rich.console import Console
-
     run_dir = Path(run_dir)
     console = Console(quiet=quiet)
     cfg = _start(cfg, run_dir, resume, console)
     for note in auto_fraction_notes(cfg):
-        import warnings
-
         warnings.warn(note, UserWarning, stacklevel=2)
     t_start = time.perf_counter()
     c = build_components(cfg)
     if not resume:  # written only once everything is built, so a failed start leaves no folder
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run_dir / "config.json", asdict(cfg), indent=2, default=json_default)
-    from agents.train.tracking import Tracker
-
     if cfg.vllm_url is not None:  # the policy samples on the server with its adapter pushed
         from agents.llm.vllm_server import VLLMServerSampler
 
@@ -109,13 +108,9 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         tracker.close()
 
 
-def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Any, tracker: Any,
+def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Console, tracker: Tracker,
                 t_start: float) -> dict[str, Any]:
     """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError
-
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
     update_cfg = update_config(cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -227,7 +222,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     return summary
 
 
-def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Any) -> TrainConfig:
+def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Console) -> TrainConfig:
     """The run's configuration (validated, or the resumed run's), after the checks that need no
     model: a new run's folder must be free, a resumed run must be unfinished. Seeds Python's
     RNG and warns when the data come from the public reference secret.
@@ -268,8 +263,6 @@ def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:
     Raises:
         RuntimeError: such a call is still running after another wait of ``timeout_s``.
     """
-    from wmrl_envs.core import world_model_idle
-
     if judge is not None and not world_model_idle(judge, timeout_s):
         raise RuntimeError(
             f"a world-model (judge) call that exceeded world_model_timeout_s={timeout_s} s "

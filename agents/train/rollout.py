@@ -6,10 +6,12 @@ groups of them (:func:`multi_turn_groups`), and ``executor="ray"``'s asynchronou
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 from agents.train.build import Components, InFlight
 from agents.train.config import TrainConfig
+from wmrl_envs.core import ANCHOR, GENERATION, UPDATE
 
 __all__ = ["task_context", "score_task", "rollout_episode", "multi_turn_groups", "async_groups"]
 
@@ -43,10 +45,6 @@ def rollout_episode(wrapper: Any, policy: Any, task_id: str, spec: Any, ledger: 
         ``(turns, infos, obs)``: per turn ``(prompt_ids, completion_ids, text)``; per turn the
         step's ``info``; the last observation.
     """
-    from contextlib import nullcontext
-
-    from wmrl_envs.core import GENERATION
-
     obs, _ = wrapper.reset(options={"task_id": task_id})
     history: list[tuple[str, str]] = []
     turns, infos = [], []
@@ -123,8 +121,6 @@ def async_groups(c: Components, cfg: TrainConfig, step: int, task_ids: list[str]
     import torch
 
     from agents.llm.policy import PolicySamples
-    from wmrl_envs.core import ANCHOR, UPDATE
-
     policy, g_size = c.policy, cfg.group_size
     fresh: dict[int, tuple[list[int], list[list[int]], list[str]]] = {}
     n_anchor = 0
