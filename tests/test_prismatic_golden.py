@@ -125,7 +125,7 @@ def test_grpo_logprobs_match_the_authors_teacher_forced_logits(policy, golden, p
 
 
 def test_greedy_actions_match_predict_action(policy, golden, prompts):
-    samples = policy.act(_observations(golden, prompts), greedy=True)
+    samples = policy.sample(_observations(golden, prompts), greedy=True)
     np.testing.assert_array_equal(samples.tokens.numpy(), np.stack(golden["greedy_ids"]))
     stats = load_action_stats(policy.model.get_base_model(), "libero_10")  # libero_10_no_noops, as the authors' eval picks
     actions = unnormalize_actions(samples.actions[:, 0], stats["q01"], stats["q99"], stats["mask"])
@@ -151,7 +151,7 @@ def test_load_vla_reads_a_prismatic_run_with_its_tokenizer_folder(tmp_path, gold
     torch.save(state, run / "checkpoints" / "step-000002-epoch-00-loss=0.5000.pt")
     model, processor = load_vla(run, prismatic={"heads": HEADS})
     assert model.config.checkpoint == str(newest)
-    samples = VLAPolicy(model, processor, prompt_template=MINIVLA_QWEN_PROMPT).act(
+    samples = VLAPolicy(model, processor, prompt_template=MINIVLA_QWEN_PROMPT).sample(
         _observations(golden, prompts)[:1], greedy=True)
     np.testing.assert_array_equal(samples.tokens.numpy()[0], golden["greedy_ids"][0])
     older, _ = load_prismatic_vla(run, heads=HEADS, checkpoint="step-000002-epoch-00-loss=0.5000.pt")
@@ -344,7 +344,7 @@ def test_bad_inputs_are_refused(loaded, golden, policy):
         processor(images=[], text=[])
     for instruction in (None, "", "   "):
         with pytest.raises(ValueError, match="non-empty string"):
-            policy.act([{"agentview_image": im, "instruction": instruction}])
+            policy.sample([{"agentview_image": im, "instruction": instruction}])
 
 
 def test_a_vq_run_is_never_decoded_as_bins(tmp_path):
