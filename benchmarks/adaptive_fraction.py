@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--f-max", type=float, default=0.5)
     ap.add_argument("--rs", nargs="+", default=["0", "0.2", "0.45", "0.8", "-0.6"],
                     help='constant r, each optionally with ",gamma=<γ>,b=<B_noise / B>" (e.g. "0.45,gamma=0.01,b=1")')
-    ap.add_argument("--breaks", nargs="+", default=["0.45", "0.45,gamma=0.01,b=1"],
+    ap.add_argument("--breaks", nargs="+", default=["0.45", "0.8,gamma=0.01,b=1", "0.45,gamma=0.01,b=1"],
                     help="r before the world model breaks (to 0), optionally with gamma= and b= as in --rs")
     ap.add_argument("--no-break", action="store_true")
     ap.add_argument("--rule", choices=["band", "point"], default="band",

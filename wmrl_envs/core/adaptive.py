@@ -350,15 +350,13 @@ class AdaptiveAnchorFraction:
             if cp is not None:
                 # the world model got worse: forget the groups before the change point and the older
                 # half of those after it (the split found tends to include a few groups from before
-                # the change), and take at once the fraction the pessimistic r of the groups kept
-                # calls for (when higher)
+                # the change), and until the groups kept and those that follow show otherwise, take
+                # the fraction for a world model without signal, clip(f*(0)) (when higher)
                 k = (cp[0] + 1) // 2
                 self._since = advisor.added - k
                 self.change_points.append((int(step), cp[0]))
                 held = (held[0][-k:], held[1][-k:], held[2][-k:])
-                lo = r_confidence_bounds(*held[:2], held[2] if calibrate is not None else None)
-                if lo is not None and self._clip(lo[0]) > self.fraction:
-                    self.fraction = self._clip(lo[0])
+                self.fraction = max(self.fraction, self._clip(0.0))
                 self._pending = [0, 0]
         target, r = self._target(None if held is None else self._bounds(*held, calibrate is not None))
         if target is not None and target != self.fraction:
