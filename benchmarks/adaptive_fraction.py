@@ -6,24 +6,29 @@ A simulation on the library's own objects (issue 25, findings 2 and 3): a
 and ledger; the run debiases, so r is cross-fitted) plans ``--steps`` steps of ``--groups``
 groups of G rollouts; every anchor group closes with synthetic scores whose *within-group*
 correlation is the scenario's true r (real = task offset + 0.1 z, world model = 0.3 × task
-offset + 0.1 (r z + sqrt(1 − r²) e)). γ is given (``--gamma``), the noise scale is not
-(b = ∞, where f* is either f_min or f_max: the hardest case for chatter).
+offset + 0.1 (r z + sqrt(1 − r²) e)). γ is given (``--gamma``); the noise scale is not
+(b = ∞, where f* is either f_min or f_max: the hardest case for chatter) unless a scenario
+gives one.
 
 Scenarios: constant r (``--rs``; a negative r is an anti-correlated world model, whose
-increasing map is flat) and a world model that breaks (r = ``--break-from`` until the middle of
-the run, then 0). Per scenario and seed it measures the changes of direction of the fraction in
-force per 100 steps, the time-averaged fraction against the model's own answer for the true r
-(``clip(optimal_anchor_fraction(r, γ), f_min, f_max)``), and for the break the steps from the
-break until the fraction reaches ``f_max / 2`` and ``f_max``. It prints the median and the 5-95%
-range over seeds.
+increasing map is flat) and a world model that breaks (``--breaks``: r as given until the middle
+of the run, then 0); either may add ``,gamma=<γ>,b=<B_noise / B>`` (by default the breaks from
+r = 0.8 and 0.45 with b = 1 and γ = 0.01, where f*(0) = sqrt(γ b) = 0.1 and f*(r) = 0 for
+r >= 0.1: issue 25's regression). Per scenario and seed it measures the changes of direction of
+the fraction in force per 100 steps, the change points, the time-averaged fraction against the
+model's own answer for the true r (``clip(optimal_anchor_fraction(r, γ, b), f_min, f_max)``), and
+for a break the steps from the break until the fraction reaches ``f_max / 2``, ``f_max`` and
+half the model's answer for r = 0 (``steps_to_half_model``), and the lowest fraction from 10
+steps after the break on over the model's answer. It prints the median and the 5-95% range over
+seeds.
 
 ``--rule point`` runs the rule before issue 25 (the fraction follows ``clip(f*(L))`` with a
-25% hysteresis; reimplemented here as a subclass) for comparison.
+25% hysteresis and no change point; reimplemented here as a subclass) for comparison.
 
 Run (the figures in ``docs/method.md``, "Adaptive anchor fraction")::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 \\
-        --out results/adaptive_fraction.json
+        --out results/adaptive_fraction.json                       # about 20 minutes on 2 cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 --rule point \\
         --rs 0.45 --no-break --out results/adaptive_fraction_point.json
     .venv/bin/python benchmarks/adaptive_fraction.py --quick      # smoke run

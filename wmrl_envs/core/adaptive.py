@@ -138,8 +138,10 @@ class AdaptiveAnchorFraction:
        worse. The split with the largest such gap is taken; the groups before it and the older half
        of those after it (a split found that early tends to include a few groups from before the
        change) no longer count for r, its bounds or the cross-fitted map, and the fraction rises at
-       once to ``clip(f*(L))`` of the groups kept when that is higher. Until ``min_groups`` groups
-       count again the fraction stays (step 1's warm-up, without returning to ``start``). Without
+       once to ``clip(f*(0))``, the fraction for a world model without signal (``f_max`` without a
+       noise scale, ``sqrt(γ b)`` with one), when that is higher. Until ``min_groups`` groups count
+       again the fraction stays (step 1's warm-up, without returning to ``start``); then step 4
+       lowers it if the groups after the change point show enough signal. Without
        it a measured noise scale kept the fraction at the floor after a break: with b ≈ 1 and γ =
        0.01, f*(r) = 0 for r ≥ 0.1 and U over 8 groups of 8 of a useless world model is about 0.22,
        so step 4 never called for more anchors. :attr:`change_points` records
