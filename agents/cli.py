@@ -101,26 +101,38 @@ def _parse_preset(presets: dict, argv: list[str], *, prog: str, description: str
                   default=base)
 
 
-def _sweep(argv: list[str]) -> int:
-    from agents.experiments.sweep import main_sweep
-    from agents.experiments.sweep_config import SWEEP_PRESETS
+# The commands that parse a preset (the CI one with --quick) and run one entry point on it: the
+# program name -> ("module:entry point", "module:presets", description), imported only when run.
+_PRESET_COMMANDS = {
+    "wmrl bench": ("agents.experiments.bench:main_bench", "agents.experiments.bench_config:BENCH_PRESETS",
+                   "The method benchmark: compute-to-target speedup of WMRL and the other methods over "
+                   "real-execution GRPO, on AutoResearch (see benchmarks/README.md)."),
+    "wmrl bench sweep": ("agents.experiments.sweep:main_sweep", "agents.experiments.sweep_config:SWEEP_PRESETS",
+                         "The known-truth sweep: speedup over world-model quality x anchor fraction "
+                         "(see benchmarks/README.md)."),
+    "wmrl bench advisor": ("agents.experiments.advisor_check:main_advisor_check",
+                           "agents.experiments.advisor_check_config:ADVISOR_CHECK_PRESETS",
+                           "The anchor-fraction advisor checked on the known-truth env: predicted against measured "
+                           "speedups, the adaptive fraction against fixed ones, a breaking world model "
+                           "(see benchmarks/README.md)."),
+    "wmrl libero": ("agents.experiments.libero_protocol:main_libero",
+                    "agents.experiments.libero_protocol:LIBERO_PRESETS",
+                    "The paper's VLA protocol on LIBERO-Long: GRPO on sparse success, on the raw Robometer reward "
+                    "and WMRL from the SFT policy, held-out success per task (docs/method.md, 'Reward mode')."),
+}
 
-    cfg = _parse_preset(SWEEP_PRESETS, argv, prog="wmrl bench sweep",
-                        description="The known-truth sweep: speedup over world-model quality x anchor fraction "
-                                    "(see benchmarks/README.md).")
-    main_sweep(cfg)
-    return 0
 
+def _run_preset(prog: str, argv: list[str]) -> int:
+    """Run the command ``prog`` of :data:`_PRESET_COMMANDS`: parse ``argv`` on its preset
+    (:func:`_parse_preset`) and call its entry point on the config."""
+    import importlib
 
-def _advisor_check(argv: list[str]) -> int:
-    from agents.experiments.advisor_check import main_advisor_check
-    from agents.experiments.advisor_check_config import ADVISOR_CHECK_PRESETS
+    def load(ref: str):
+        module, name = ref.split(":")
+        return getattr(importlib.import_module(module), name)
 
-    cfg = _parse_preset(ADVISOR_CHECK_PRESETS, argv, prog="wmrl bench advisor",
-                        description="The anchor-fraction advisor checked on the known-truth env: predicted against "
-                                    "measured speedups, the adaptive fraction against fixed ones, a breaking world "
-                                    "model (see benchmarks/README.md).")
-    main_advisor_check(cfg)
+    entry, presets, description = _PRESET_COMMANDS[prog]
+    load(entry)(_parse_preset(load(presets), argv, prog=prog, description=description))
     return 0
 
 
@@ -152,17 +164,6 @@ def _bench_report(argv: list[str]) -> int:
     return 0
 
 
-def _bench(argv: list[str]) -> int:
-    from agents.experiments.bench import main_bench
-    from agents.experiments.bench_config import BENCH_PRESETS
-
-    cfg = _parse_preset(BENCH_PRESETS, argv, prog="wmrl bench",
-                        description="The method benchmark: compute-to-target speedup of WMRL and the other methods "
-                                    "over real-execution GRPO, on AutoResearch (see benchmarks/README.md).")
-    main_bench(cfg)
-    return 0
-
-
 def _advise(argv: list[str]) -> int:
     from agents.advise import AdviseConfig, main_advise
 
@@ -173,17 +174,6 @@ def _advise(argv: list[str]) -> int:
                              "speedup (a model that ignores bias; docs/method.md, 'Choosing the anchor fraction').",
                  default=AdviseConfig())
     main_advise(cfg)
-    return 0
-
-
-def _libero(argv: list[str]) -> int:
-    from agents.experiments.libero_protocol import LIBERO_PRESETS, main_libero
-
-    cfg = _parse_preset(LIBERO_PRESETS, argv, prog="wmrl libero",
-                        description="The paper's VLA protocol on LIBERO-Long: GRPO on sparse success, on the raw "
-                                    "Robometer reward and WMRL from the SFT policy, held-out success per task "
-                                    "(docs/method.md, 'Reward mode').")
-    main_libero(cfg)
     return 0
 
 
@@ -201,18 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if cmd == "train":
             return _train(rest)
-        if cmd == "bench" and rest[:1] == ["sweep"]:
-            return _sweep(rest[1:])
         if cmd == "bench" and rest[:1] == ["report"]:
             return _bench_report(rest[1:])
-        if cmd == "bench" and rest[:1] == ["advisor"]:
-            return _advisor_check(rest[1:])
-        if cmd == "bench":
-            return _bench(rest)
+        if cmd == "bench" and rest[:1] in (["sweep"], ["advisor"]):
+            return _run_preset(f"wmrl bench {rest[0]}", rest[1:])
+        if cmd in ("bench", "libero"):
+            return _run_preset(f"wmrl {cmd}", rest)
         if cmd == "advise":
             return _advise(rest)
-        if cmd == "libero":
-            return _libero(rest)
         if cmd == "presets":
             from agents.train.config import PRESETS
 

@@ -36,7 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .advisor_check_config import AdvisorCheckConfig
-from .advisor_oos import format_oos_table, run_out_of_sample, spearman, table_num
+from .advisor_oos import format_oos_table, md_table, run_out_of_sample, spearman, table_num
 from .sweep_config import BREAKING
 
 __all__ = ["run_advisor_check", "format_advisor_table", "main_advisor_check"]
@@ -202,12 +202,11 @@ def format_advisor_table(results: dict[str, Any]) -> str:
     and worst miss, adaptive against fixed fractions."""
 
     lines = [f"Target {results['target']:.3f}; budget {results['budget_s']:.0f} CPU-s; γ = {results['gamma']:.4g}.", "",
-             "| level | anchor fraction | measured speedup [95% CI] | predicted (measured b) | predicted (b = ∞) | "
-             "r (pooled, cross-fitted) | realised fraction |",
-             "|---|---|---|---|---|---|---|"]
-    for c in results["cells"]:
-        lines.append(f"| {c['level']} | {c['fraction']} | {c['formatted']} | {table_num(c['predicted_speedup'])} | "
-                     f"{table_num(c.get('predicted_noise_limited'))} | {table_num(c['r'])} | {table_num(c['realised_fraction'], 3)} |")
+             *md_table(["level", "anchor fraction", "measured speedup [95% CI]", "predicted (measured b)",
+                        "predicted (b = ∞)", "r (pooled, cross-fitted)", "realised fraction"],
+                       ((c["level"], c["fraction"], c["formatted"], table_num(c["predicted_speedup"]),
+                         table_num(c.get("predicted_noise_limited")), table_num(c["r"]),
+                         table_num(c["realised_fraction"], 3)) for c in results["cells"]))]
     p = results["prediction"]
 
     def agreement(q: dict[str, Any], what: str) -> str:

@@ -30,6 +30,13 @@ def table_num(x: Any, nd: int = 2) -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
 
 
+def md_table(header: list[str], rows: Any) -> list[str]:
+    """The lines of a Markdown table: ``header`` (column titles), its rule, then one line a row of
+    ``rows`` (each a sequence of cells, already formatted, one a column)."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(str(x) for x in row) + " |" for row in rows)]
+
+
 _OOS_SETTING_FIELDS = {"wm_cost_s": float, "group_size": int, "groups_per_step": int, "outcome_noise_std": float}
 
 
@@ -358,12 +365,11 @@ def format_oos_table(results: dict[str, Any]) -> str:
     the recommendations against the best measured fraction."""
 
     lines = [f"Measured seeds {results['seeds'][0]}..{results['seeds'][-1]}; pilot seeds {results['pilot_seeds']}.", "",
-             "| world model | setting | f | measured speedup [95% CI] | predicted (pilot r, pilot b) | fraction only 1/(f+γ) | "
-             "predicted (runs' own r) | r pilot | r runs |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for c in results["cells"]:
-        lines.append(f"| {c['error']} | {c['setting']} | {c['fraction']} | {c['formatted']} | {table_num(c['predicted_pilot'])} | "
-                     f"{table_num(c['fraction_only'])} | {table_num(c['predicted_own_r'])} | {table_num(c['r_pilot'])} | {table_num(c['r_runs'])} |")
+             *md_table(["world model", "setting", "f", "measured speedup [95% CI]", "predicted (pilot r, pilot b)",
+                        "fraction only 1/(f+γ)", "predicted (runs' own r)", "r pilot", "r runs"],
+                       ((c["error"], c["setting"], c["fraction"], c["formatted"], table_num(c["predicted_pilot"]),
+                         table_num(c["fraction_only"]), table_num(c["predicted_own_r"]), table_num(c["r_pilot"]),
+                         table_num(c["r_runs"])) for c in results["cells"]))]
     s = results["summary"]
     lines += ["", "| predictor | cells | Spearman | median measured / predicted | range of measured / predicted | worst miss |",
               "|---|---|---|---|---|---|"]

@@ -311,11 +311,14 @@ def _tree(estimator: str, extra: tuple[Option, ...]) -> Family:
 
 
 def _hgb(estimator: str, extra: tuple[Option, ...]) -> Family:
+    """Histogram gradient boosting; ``extra`` follows the options every estimator shares (the
+    default, no early stopping, L2)."""
+    shared = (_o("none", "", 2.0), _o("no_early_stop", "early_stopping=False"), _o("l2", "l2_regularization=1.0"))
     return Family("hist_gb", estimator, (
         Slot("learning_rate", (_o("lr0.05", "learning_rate=0.05"), _o("lr0.1", ""), _o("lr0.3", "learning_rate=0.3"))),
         Slot("max_iter", (_o("it50", "max_iter=50"), _o("it100", ""), _o("it200", "max_iter=200"))),
         Slot("max_leaf_nodes", (_o("m15", "max_leaf_nodes=15"), _o("m31", ""), _o("m63", "max_leaf_nodes=63"))),
-        Slot("extra", extra),
+        Slot("extra", (*shared, *extra)),
     ))
 
 
@@ -328,13 +331,27 @@ def _gb(estimator: str, extra: tuple[Option, ...]) -> Family:
     ), prior=0.7)
 
 
-def _et(estimator: str, extra: tuple[Option, ...], default_sqrt: bool) -> Family:
+def _forest(estimator: str, max_features: tuple[Option, ...], extra: tuple[Option, ...]) -> Family:
+    """A random forest: ``max_features`` and ``extra`` get the mistakes every estimator shares
+    (``max_features='auto'``; ``max_samples`` without bootstrap) appended."""
+    return Family("random_forest", estimator, (
+        Slot("n_estimators", (_o("n20", "n_estimators=20"), _o("n50", "n_estimators=50"), _o("n100", ""))),
+        Slot("max_depth", (_o("none", ""), _o("d10", "max_depth=10"), _o("d20", "max_depth=20"))),
+        Slot("max_features", (*max_features, _o("auto", "max_features='auto'", _MISTAKE, "always"))),
+        Slot("extra", (*extra, _o("nobootstrap_half", "bootstrap=False, max_samples=0.5", _MISTAKE, "always"))),
+    ))
+
+
+def _et(estimator: str, extra: Option, default_sqrt: bool) -> Family:
+    """Extra trees; ``extra`` is the one estimator-specific option of the extra slot, between
+    the shared ones (the default, bootstrap; the ``oob_score`` mistake)."""
     sqrt = _o("sqrt", "" if default_sqrt else "max_features='sqrt'")
     return Family("extra_trees", estimator, (
         Slot("n_estimators", (_o("n25", "n_estimators=25"), _o("n50", "n_estimators=50"), _o("n100", ""))),
         Slot("max_features", (sqrt, _o("f0.3", "max_features=0.3"), _o("f0.6", "max_features=0.6"))),
         Slot("min_samples_leaf", (_o("l1", ""), _o("l3", "min_samples_leaf=3"), _o("l10", "min_samples_leaf=10"))),
-        Slot("extra", extra),
+        Slot("extra", (_o("none", "", 2.0), _o("bootstrap", "bootstrap=True"), extra,
+                       _o("oob", "oob_score=True", _MISTAKE, "always"))),
     ), prior=0.8)
 
 
@@ -359,21 +376,12 @@ _CLASSIFICATION = Grammar("classification", PREPROCESS, (
         _o("mf_auto", "max_features='auto'", _MISTAKE, "always"),
         _o("mss1", "min_samples_split=1", _MISTAKE, "always"),
     )),
-    Family("random_forest", "RandomForestClassifier", (
-        Slot("n_estimators", (_o("n20", "n_estimators=20"), _o("n50", "n_estimators=50"), _o("n100", ""))),
-        Slot("max_depth", (_o("none", ""), _o("d10", "max_depth=10"), _o("d20", "max_depth=20"))),
-        Slot("max_features", (_o("sqrt", ""), _o("f0.3", "max_features=0.3"),
-                              _o("auto", "max_features='auto'", _MISTAKE, "always"))),
-        Slot("extra", (_o("none", "", 2.0), _o("leaf2", "min_samples_leaf=2"), _o("balanced", "class_weight='balanced'"),
-                       _o("half", "max_samples=0.5"),
-                       _o("nobootstrap_half", "bootstrap=False, max_samples=0.5", _MISTAKE, "always"))),
+    _forest("RandomForestClassifier", (_o("sqrt", ""), _o("f0.3", "max_features=0.3")), (
+        _o("none", "", 2.0), _o("leaf2", "min_samples_leaf=2"), _o("balanced", "class_weight='balanced'"),
+        _o("half", "max_samples=0.5"),
     )),
-    _et("ExtraTreesClassifier", (
-        _o("none", "", 2.0), _o("bootstrap", "bootstrap=True"), _o("balanced", "class_weight='balanced'"),
-        _o("oob", "oob_score=True", _MISTAKE, "always"),
-    ), default_sqrt=True),
+    _et("ExtraTreesClassifier", _o("balanced", "class_weight='balanced'"), default_sqrt=True),
     _hgb("HistGradientBoostingClassifier", (
-        _o("none", "", 2.0), _o("no_early_stop", "early_stopping=False"), _o("l2", "l2_regularization=1.0"),
         _o("balanced", "class_weight='balanced'"),
         _o("n_estimators", "n_estimators=200", _MISTAKE, "always"),
         _o("squared_loss", "loss='squared_error'", _MISTAKE, "always"),
@@ -406,22 +414,15 @@ _REGRESSION = Grammar("regression", PREPROCESS, (
         _o("mse", "criterion='mse'", _MISTAKE, "always"),
         _o("mf_auto", "max_features='auto'", _MISTAKE, "always"),
     )),
-    Family("random_forest", "RandomForestRegressor", (
-        Slot("n_estimators", (_o("n20", "n_estimators=20"), _o("n50", "n_estimators=50"), _o("n100", ""))),
-        Slot("max_depth", (_o("none", ""), _o("d10", "max_depth=10"), _o("d20", "max_depth=20"))),
-        Slot("max_features", (_o("sqrt", "max_features='sqrt'"), _o("f0.3", "max_features=0.3"),
-                              _o("all", "", 0.6),  # the default (all features): slow
-                              _o("auto", "max_features='auto'", _MISTAKE, "always"))),
-        Slot("extra", (_o("none", "", 2.0), _o("leaf2", "min_samples_leaf=2"), _o("half", "max_samples=0.5"),
-                       _o("mse", "criterion='mse'", _MISTAKE, "always"),
-                       _o("nobootstrap_half", "bootstrap=False, max_samples=0.5", _MISTAKE, "always"))),
+    _forest("RandomForestRegressor", (
+        _o("sqrt", "max_features='sqrt'"), _o("f0.3", "max_features=0.3"),
+        _o("all", "", 0.6),  # the default (all features): slow
+    ), (
+        _o("none", "", 2.0), _o("leaf2", "min_samples_leaf=2"), _o("half", "max_samples=0.5"),
+        _o("mse", "criterion='mse'", _MISTAKE, "always"),
     )),
-    _et("ExtraTreesRegressor", (
-        _o("none", "", 2.0), _o("bootstrap", "bootstrap=True"), _o("depth12", "max_depth=12"),
-        _o("oob", "oob_score=True", _MISTAKE, "always"),
-    ), default_sqrt=False),
+    _et("ExtraTreesRegressor", _o("depth12", "max_depth=12"), default_sqrt=False),
     _hgb("HistGradientBoostingRegressor", (
-        _o("none", "", 2.0), _o("no_early_stop", "early_stopping=False"), _o("l2", "l2_regularization=1.0"),
         _o("absolute", "loss='absolute_error'"),
         _o("poisson", "loss='poisson'", _MISTAKE, "data"),  # needs y >= 0
         _o("n_estimators", "n_estimators=200", _MISTAKE, "always"),
@@ -514,15 +515,11 @@ def task_context(task: Any) -> TaskContext:
         ValueError: unknown task id.
         TypeError: ``task`` is none of the above.
     """
+    from wmrl_envs.envs.autoresearch.embedding_world_model import task_id_of
+
     if isinstance(task, TaskContext):
         return task
-    if isinstance(task, str):
-        return _task_context_cached(task)
-    if isinstance(task, Mapping) and "task_id" in task:
-        return _task_context_cached(str(task["task_id"]))
-    if hasattr(task, "task_id"):
-        return _task_context_cached(str(task.task_id))
-    raise TypeError(f"expected a task id, TaskSpec, observation dict or TaskContext, got {type(task).__name__}")
+    return _task_context_cached(task_id_of(task))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ __all__ = [
     "load_execution_log",
     "describe_task",
     "action_text",
+    "task_id_of",
     "EmbeddingWorldModel",
     "DegradedWorldModel",
 ]
@@ -144,14 +145,21 @@ def action_text(code: Any, max_chars: int = 600) -> str:
     return " ".join(text.split())[:max_chars]
 
 
-def _task_id_of(context: Any) -> str:
+def task_id_of(context: Any) -> str:
+    """The task id of a context: an observation dict with ``"task_id"``, an object with a
+    ``task_id`` attribute (a ``TaskSpec``) or a task id itself.
+
+    Raises:
+        TypeError: ``context`` is none of these.
+    """
     if isinstance(context, str):
         return context
     if isinstance(context, Mapping) and "task_id" in context:
         return str(context["task_id"])
     if hasattr(context, "task_id"):
         return str(context.task_id)
-    raise TypeError(f"a context must be an observation dict with 'task_id', a TaskSpec or a task id, got {type(context).__name__}")
+    raise TypeError(f"a context must be an observation dict with 'task_id', a TaskSpec or a task id, got "
+                    f"{type(context).__name__}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -413,7 +421,7 @@ class EmbeddingWorldModel:
 
         if len(contexts) != len(actions):
             raise ValueError(f"{len(contexts)} contexts but {len(actions)} actions")
-        task_ids = [_task_id_of(c) for c in contexts]
+        task_ids = [task_id_of(c) for c in contexts]
         preds: list[WorldModelPrediction | None] = [None] * len(actions)
         todo = []
         for i, a in enumerate(actions):

@@ -12,9 +12,9 @@ model that learns from its anchors").
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from wmrl_envs.envs.autoresearch.embedding_world_model import action_text, describe_task
+from wmrl_envs.envs.autoresearch.embedding_world_model import action_text, describe_task, task_id_of
 from wmrl_envs.world_models.learned import LearnedWorldModel, SentenceEncoderFeaturizer
 
 __all__ = ["autoresearch_featurizer", "autoresearch_learned_world_model"]
@@ -22,14 +22,7 @@ __all__ = ["autoresearch_featurizer", "autoresearch_learned_world_model"]
 
 def _task_text(context: Any) -> str:
     """``describe_task`` of a context: an observation dict with ``"task_id"``, a ``TaskSpec`` or a task id."""
-    if isinstance(context, str):
-        return describe_task(context)
-    if isinstance(context, Mapping) and "task_id" in context:
-        return describe_task(str(context["task_id"]))
-    if hasattr(context, "task_id"):
-        return describe_task(str(context.task_id))
-    raise TypeError(f"a context must be an observation dict with 'task_id', a TaskSpec or a task id, got "
-                    f"{type(context).__name__}")
+    return describe_task(task_id_of(context))
 
 
 def autoresearch_featurizer(encoder: Any = None, *, context_weight: float = 0.3,
