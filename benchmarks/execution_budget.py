@@ -35,11 +35,73 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+import gymnasium as gym
 import numpy as np
 
-__all__ = ["main", "run_one"]
+from wmrl_envs.world_models import Trajectory
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+__all__ = ["main", "run_one", "Turns", "TurnWM", "NoisyTarget", "RandomWM"]
 
 G = 4
+
+
+class Turns(gym.Env):
+    """``turns`` turns an episode; each turn's reward (the real score) is its action, 0 or 1."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, turns: int = 4):
+        self.turns = turns
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return 0, {}
+
+    def step(self, action):
+        self.t += 1
+        return 0, float(action), self.t >= self.turns, False, {}
+
+
+class TurnWM:
+    """The world model of :class:`Turns`: a turn's action plus ``offset``; a whole trajectory
+    scores its length."""
+
+    def __init__(self, offset: float = 0.0):
+        self.offset = offset
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(len(a)) if isinstance(a, Trajectory) else float(a) + self.offset)
+                for a in actions]
+
+
+class NoisyTarget(gym.Env):
+    """Reward mode: a target in [-1, 1] drawn at reset; a step's reward is −(a − target)² plus
+    N(0, 0.3²) noise; never ends by itself (wrap it in a ``TimeLimit``)."""
+
+    observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.target = float(self.np_random.uniform(-1, 1))
+        return np.array([self.target], np.float32), {}
+
+    def step(self, a):
+        r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
+        return np.array([self.target], np.float32), r, False, False, {}
+
+
+class RandomWM:
+    """A world model without signal: uniform [0, 1) scores from its own ``seed``."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(self.rng.random())) for _ in actions]
 
 
 def _legacy(loop: Any) -> None:
@@ -55,35 +117,13 @@ def _legacy(loop: Any) -> None:
 
 
 def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
-    import gymnasium as gym
-
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.advisor import ExecutionBudgetSpent
-    from wmrl_envs.world_models import Trajectory
-    from wmrl_envs.world_models.base import WorldModelPrediction
-
-    class Turns(gym.Env):
-        observation_space = gym.spaces.Discrete(2)
-        action_space = gym.spaces.Discrete(2)
-
-        def reset(self, *, seed=None, options=None):
-            super().reset(seed=seed)
-            self.t = 0
-            return 0, {}
-
-        def step(self, action):
-            self.t += 1
-            return 0, float(action), self.t >= turns, False, {}
-
-    class WM:
-        def predict(self, contexts, actions):
-            return [WorldModelPrediction(score=float(len(a)) if isinstance(a, Trajectory) else float(a) + 0.1)
-                    for a in actions]
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
-    env = AnchoredWorldModelWrapper(Turns(), WM(), group_size=G, mode=mode, groups_per_step=groups,
+    env = AnchoredWorldModelWrapper(Turns(turns), TurnWM(0.1), group_size=G, mode=mode, groups_per_step=groups,
                                     episode_steps=turns, correction=cfg, seed=seed)
     if legacy:
         _legacy(env.loop)
@@ -104,37 +144,14 @@ def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, leg
 
 def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4) -> tuple[int, float]:
     """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit)."""
-    import gymnasium as gym
-
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.advisor import ExecutionBudgetSpent
-    from wmrl_envs.world_models.base import WorldModelPrediction
     from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
-
-    class Noisy(gym.Env):
-        observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
-        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
-
-        def reset(self, *, seed=None, options=None):
-            super().reset(seed=seed)
-            self.target = float(self.np_random.uniform(-1, 1))
-            return np.array([self.target], np.float32), {}
-
-        def step(self, a):
-            r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
-            return np.array([self.target], np.float32), r, False, False, {}
-
-    class WM:
-        def __init__(self):
-            self.rng = np.random.default_rng(seed)
-
-        def predict(self, contexts, actions):
-            return [WorldModelPrediction(score=float(self.rng.random())) for _ in actions]
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
-    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(Noisy(), turns), G * lanes)
-    w = AnchoredWorldModelVectorWrapper(venv, WM(), group_size=G, mode="reward", groups_per_step=groups,
+    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns), G * lanes)
+    w = AnchoredWorldModelVectorWrapper(venv, RandomWM(seed), group_size=G, mode="reward", groups_per_step=groups,
                                         task_fn=lambda lane, rnd: (1000 * lane + rnd, None), correction=cfg, seed=seed)
     if legacy:
         _legacy(w.loop)

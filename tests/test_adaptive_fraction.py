@@ -258,44 +258,16 @@ def test_an_anti_correlated_world_model_moves_auto_up_like_a_useless_one():
     assert loop.adaptive.history[-1][2] == 0.0  # r recorded as 0 (no usable signal), not NaN
 
 
-class _Turns:
-    """A 4-turn episode: each turn executes once; the real score is the turn's action (0 or 1)."""
-
-    def __new__(cls):
-        import gymnasium as gym
-
-        class Turns(gym.Env):
-            observation_space = gym.spaces.Discrete(2)
-            action_space = gym.spaces.Discrete(2)
-
-            def reset(self, *, seed=None, options=None):
-                super().reset(seed=seed)
-                self.t = 0
-                return 0, {}
-
-            def step(self, action):
-                self.t += 1
-                return 0, float(action), self.t >= 4, False, {}
-
-        return Turns()
-
-
-class _TurnWM:
-    def predict(self, contexts, actions):
-        from wmrl_envs.world_models import Trajectory
-
-        return [WorldModelPrediction(score=float(len(a)) if isinstance(a, Trajectory) else float(a)) for a in actions]
-
-
 def _budget_run(mode, budget, groups_per_step, steps=12):
     """Per-episode wrapper, G = 4, 4 turns per episode, auto with a budget and "stop": the real
     executions when training stops."""
+    from benchmarks.execution_budget import Turns, TurnWM
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core.advisor import ExecutionBudgetSpent
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
-    env = AnchoredWorldModelWrapper(_Turns(), _TurnWM(), group_size=4, mode=mode, groups_per_step=groups_per_step,
+    env = AnchoredWorldModelWrapper(Turns(4), TurnWM(), group_size=4, mode=mode, groups_per_step=groups_per_step,
                                     episode_steps=4, correction=cfg, seed=0)
     rng = np.random.default_rng(0)
     with pytest.raises(ExecutionBudgetSpent):
