@@ -461,44 +461,21 @@ def test_members_of_a_seeded_lane_share_the_task_not_the_stream(mode):
             assert np.array_equal(o1, o2) and np.array_equal(r1, r2), kw
 
 
-class _Steps4(gym.Env):
-    """Reward mode: 4 noisy steps per episode (the step limit is a TimeLimit's)."""
-
-    observation_space = spaces.Box(-10, 10, (1,), np.float32)
-    action_space = spaces.Box(-1, 1, (1,), np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.target = float(self.np_random.uniform(-1, 1))
-        return np.array([self.target], np.float32), {}
-
-    def step(self, a):
-        r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
-        return np.array([self.target], np.float32), r, False, False, {}
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_first_wave_of_lanes_counts_at_its_prior_cost_so_the_budget_holds(seed):
     """8 reward-mode lanes of 4 rollouts x 4 steps open their groups before any group closed: each
     open group counts at its prior cost (G x the TimeLimit's 4 steps), so the run stops within its
     budget plus one group (before: nothing was known, every lane ran and 128 executions went
     through for a budget of 100)."""
+    from benchmarks.execution_budget import NoisyTarget, RandomWM
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.advisor import ExecutionBudgetSpent
 
     g, lanes, turns, budget = 4, 8, 4, 100
-
-    class RandomWM:
-        def __init__(self):
-            self.rng = np.random.default_rng(0)
-
-        def predict(self, contexts, actions):
-            return [WorldModelPrediction(score=float(self.rng.random())) for _ in actions]
-
-    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(_Steps4(), turns), g * lanes)
+    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns), g * lanes)
     with pytest.warns(UserWarning, match="experimental"):
         w = AnchoredWorldModelVectorWrapper(
-            venv, RandomWM(), group_size=g, mode="reward", groups_per_step=2, seed=seed,
+            venv, RandomWM(0), group_size=g, mode="reward", groups_per_step=2, seed=seed,
             task_fn=lambda lane, rnd: (100 * lane + rnd, None),
             correction=CorrectionConfig(anchor_fraction="auto", cost_ratio=0.05, min_pairs=16,
                                         execution_budget=budget, on_budget_spent="stop"))
