@@ -120,12 +120,12 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     n_exec = 0
     for seed in res["methods"]["real"]["seeds"]:
         rec = seed["records"]
-        assert len(rec) == 4  # real runs exactly S steps
-        assert rec[-1]["executions"] == 4 * 5 * 4  # a real execution for every rollout
+        assert len(rec) == 12  # real runs to the step cap, 3 x S, like every method
+        assert rec[-1]["executions"] == 12 * 5 * 4  # a real execution for every rollout
         n_exec += rec[-1]["executions"]
         # compute = declared execution CPU-seconds: 20 rollouts x 20 s per step
-        assert [r["compute_cpu_s"] for r in rec] == pytest.approx([400, 800, 1200, 1600], abs=0.5)
-        assert [r["cpu_seconds"]["execution"] for r in rec] == [400.0, 800.0, 1200.0, 1600.0]
+        assert [r["compute_cpu_s"] for r in rec] == pytest.approx([400.0 * i for i in range(1, 13)], abs=0.5)
+        assert [r["cpu_seconds"]["execution"] for r in rec] == [400.0 * i for i in range(1, 13)]
         assert all(r["realised_anchor_fraction"] == 1.0 for r in rec)
         # at WMRL's budget (80 CPU-s) not even one real step fits: the initial policy
         assert seed["snapshot"] == {"steps": 4, "compute_real": 4, "compute_wmrl": 0}
@@ -137,7 +137,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
             assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
             assert rec[-1]["realised_anchor_fraction"] == pytest.approx(0.2)
             n_exec += rec[-1]["executions"]
-            # 4 executions = 80 CPU-s per step: 12 steps (the cap, 3 x S) cost 960 < 1600
+            # 4 executions = 80 CPU-s per step: 12 steps (the cap, 3 x S) cost 960 < 4800
             assert [r["compute_cpu_s"] for r in rec] == pytest.approx([80.0 * i for i in range(1, 13)], abs=0.5)
             assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 4, "compute_real": 12}
     for seed in res["methods"]["wm_only"]["seeds"]:
@@ -149,7 +149,7 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     sp = res["speedup"]
     real_curves = [s["curve"] for s in res["methods"]["real"]["seeds"]]
     for c in real_curves:
-        assert {0, 2, 4} <= set(c["step"]) and c["compute_cpu_s"][0] == 0.0
+        assert {0, 4, 6, 12} <= set(c["step"]) and c["compute_cpu_s"][0] == 0.0
     s0 = np.mean([c["score"][0] for c in real_curves])
     sS = np.mean([c["score"][c["step"].index(4)] for c in real_curves])
     assert sp["target"] == pytest.approx(s0 + 0.9 * (sS - s0))
@@ -164,7 +164,8 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     assert "Compute-to-target speedup" in table and "with world-model fitting (500 CPU-s)" in table
     for m in cfg.methods:
         assert METHODS[m].label in table
-    head, costs, steps_t, wmrl_t, real_t = table.split("### ")[0:5]
+    head, sens, costs, steps_t, wmrl_t, real_t = table.split("### ")[0:6]
+    assert sens.startswith("Sensitivity to the target")
     assert "| GRPO, real execution | 1.00 |" in steps_t and "| GRPO, real execution | 1.00 |" in real_t
     assert "realised anchor fraction" in costs
     assert (tmp_path / "score_vs_compute.png").exists() and (tmp_path / "rho_calibration.png").exists()
@@ -310,8 +311,8 @@ def test_curves_are_read_in_cpu_seconds_at_the_evaluated_steps(tmp_path):
 def test_unmeasured_execution_cpu_is_reported_not_counted_as_zero(tmp_path):
     res, table = _bench(tmp_path, env=UnmeasuredEnv)
     rec = res["methods"]["real"]["seeds"][0]["records"]
-    assert rec[-1]["cpu_unmeasured"] == 4 * 5 * 4 and rec[-1]["cpu_seconds"]["execution"] == 0.0
-    assert "Warning: compute understated" in table and "GRPO, real execution 80" in table
+    assert rec[-1]["cpu_unmeasured"] == 12 * 5 * 4 and rec[-1]["cpu_seconds"]["execution"] == 0.0
+    assert "Warning: compute understated" in table and "GRPO, real execution 240" in table
 
 
 def test_tables_without_their_budget_are_left_out(tmp_path):
@@ -443,7 +444,7 @@ def test_reuse_from_reads_real_and_wmrl_and_trains_only_the_others(tmp_path):
     runs = second["methods"]["anchors_raw"]["seeds"]
     assert FakeEnv.steps == sum(s["records"][-1]["executions"] for s in runs) > 0
     for s, r in zip(runs, first["methods"]["real"]["seeds"]):
-        assert s["budgets"]["compute_real"] == r["records"][-1]["compute_cpu_s"]
+        assert s["budgets"]["compute_real"] == r["records"][base.steps - 1]["compute_cpu_s"]  # real GRPO at S
     assert second["speedup"]["target"] == first["speedup"]["target"]
     assert "read from" in (tmp_path / "abl" / "table.md").read_text()
     assert json.loads((tmp_path / "abl" / "results.json").read_text())["reused_from"]["methods"] == ["real", "wmrl"]
@@ -631,3 +632,119 @@ def test_llm_settings_without_an_llm_are_refused():
     with pytest.raises(ValueError, match="device must be one of"):
         check_bench_config(BenchConfig(agent="llm", device="tpu"))
     check_bench_config(BenchConfig(agent="llm", device="cpu", dtype="float32"))
+
+
+def _learned_wm(seed):
+    from wmrl_envs.world_models.learned import CallableFeaturizer, LearnedWorldModel
+
+    return LearnedWorldModel(CallableFeaturizer(lambda c, a: [float(a), float(a) ** 2]), min_groups=1, refit_every=1)
+
+
+def test_every_method_has_the_same_step_cap_and_the_target_stays_at_real_grpos_step_s(tmp_path):
+    """Real GRPO trains to max_steps_factor x S like the others (no real seed is censored at S); the
+    target is still read from its curve at step S and the equal-steps point is step S."""
+    res, _ = _bench(tmp_path)
+    real = res["methods"]["real"]["seeds"]
+    for e in real:
+        assert len(e["records"]) == 12 and e["snapshot"]["steps"] == 4 and e["snapshot"]["compute_real"] == 4
+        assert e["compute_at"]["compute_real"] == pytest.approx(1600.0, abs=0.5)  # 4 steps x 20 rollouts x 20 CPU-s
+    s0 = np.mean([e["curve"]["score"][0] for e in real])
+    s_s = np.mean([e["curve"]["score"][e["curve"]["step"].index(4)] for e in real])
+    assert res["speedup"]["s_S"] == pytest.approx(s_s) and res["speedup"]["target"] == pytest.approx(s0 + 0.9 * (s_s - s0))
+
+
+def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_run(tmp_path):
+    """The pre-fitted world model's fitting executions cost this run's measured CPU-s per execution
+    (FakeEnv declares 20), not the logged figure; real GRPO at the anchor groups' batch samples
+    f x groups per step groups; the learned world model learns from its anchors on the ledger; the
+    headline gives total compute and the speedup over the best real-GRPO batch; the sensitivity
+    table reads 50/70/90/100% targets."""
+    from agents.experiments.speedup import compute_to_target, speedup
+
+    cfg = BenchConfig(methods=("real", "real_anchor_batch", "wm_only", "wmrl", "wmrl_learned"), seeds=3, steps=4,
+                      max_steps_factor=3, groups_per_step=5, group_size=4,
+                      correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=4,
+                      refine_evals=1, out_dir=str(tmp_path))
+    made = []
+
+    def make_learned(seed):
+        made.append(_learned_wm(seed))
+        return made[-1]
+
+    res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
+                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None, fitting_cpu_s=999.0,
+                    fitting_executions=10, make_learned_world_model=make_learned)
+    sp = res["speedup"]
+    assert sp["cpu_s_per_execution"] == pytest.approx(20.0) and sp["fitting_cpu_s"] == pytest.approx(200.0)
+    assert sp["fitting_cpu_s_logged"] == 999.0 and res["world_model_fitting_executions"] == 10
+    for name in ("wm_only", "wmrl"):
+        row = sp["methods"][name]
+        assert row["fitting_charged"] and row["total_ctt"] == pytest.approx([c + 200.0 for c in row["ctt"]])
+    for name in ("real", "real_anchor_batch", "wmrl_learned"):
+        row = sp["methods"][name]
+        assert not row["fitting_charged"] and row["total_ctt"] == row["ctt"]
+    # real GRPO at the anchor groups' batch: round(0.2 x 5) = 1 group of 4 rollouts per step
+    for e in res["methods"]["real_anchor_batch"]["seeds"]:
+        assert [r["executions"] for r in e["records"]] == [4 * r["step"] for r in e["records"]]
+        assert len(e["records"]) == 12
+    # a fresh learned world model per seed, taught by its own anchor groups, its refits on the ledger
+    assert len(made) == 3 and all(wm.n_observed_groups == 12 and wm.n_refits >= 11 for wm in made)
+    for e in res["methods"]["wmrl_learned"]["seeds"]:
+        assert e["records"][-1]["cpu_seconds"]["world_model"] > 0
+    best = min(("real", "real_anchor_batch"), key=lambda n: np.median(sp["methods"][n]["total_ctt"]))
+    assert sp["best_real"] == best
+    for name in ("wm_only", "wmrl", "wmrl_learned"):
+        row = sp["methods"][name]
+        want = speedup(sp["methods"][best]["total_ctt"], row["total_ctt"], n_boot=10_000)
+        assert row["speedup_over_best_real"]["point"] == want.point
+        assert row["speedup_total"]["point"] == speedup(sp["methods"]["real"]["total_ctt"], row["total_ctt"]).point
+    # sensitivity: the target at 50/70/90/100% of real GRPO's gain after S steps
+    sens = sp["sensitivity"]
+    assert list(sens) == ["0.5", "0.7", "0.9", "1"]
+    assert sens["1"]["target"] == pytest.approx(sp["s_S"]) and sens["0.9"]["target"] == pytest.approx(sp["target"])
+    assert sens["0.5"]["target"] == pytest.approx(sp["s0"] + 0.5 * (sp["s_S"] - sp["s0"]))
+    curves = [e["curve"] for e in res["methods"]["wmrl"]["seeds"]]
+    from agents.experiments.speedup import Curve
+
+    want = np.median([compute_to_target(Curve(np.array(c["compute_cpu_s"]), np.array(c["score"])), sens["0.5"]["target"])
+                      + 200.0 for c in curves])
+    assert sens["0.5"]["methods"]["wmrl"]["median_total_ctt"] == pytest.approx(want)
+    table = (tmp_path / "table.md").read_text()
+    assert "Sensitivity to the target" in table and "| 50% (" in table
+    assert "GRPO, real execution, anchor groups' batch" in table and "WMRL, world model learned from its anchors" in table
+    assert "10 executions × this run's own 20.00 CPU-s per execution = 200 CPU-s" in table
+
+
+def test_learned_method_needs_its_world_model_factory(tmp_path):
+    with pytest.raises(ValueError, match="make_learned_world_model"):
+        _bench(tmp_path, methods=("real", "wmrl_learned"))
+
+
+def test_results_json_is_strict_and_not_reached_is_null_listed_under_nonfinite(tmp_path):
+    """A seed that never reaches the target has ctt inf: results.json writes it as null, lists its
+    path under "nonfinite", passes json.dumps(allow_nan=False); the readers restore inf, and read
+    files written before (bare Infinity) too."""
+    from agents.experiments.bench_report import report_finished_seeds, restore_nonfinite
+
+    class AntiWM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=1.0 - float(a)) for a in actions]
+
+    cfg = BenchConfig(methods=("real", "wm_only"), seeds=2, steps=4, max_steps_factor=2, groups_per_step=5,
+                      group_size=4, eval_points=3, refine_evals=0, out_dir=str(tmp_path / "run"))
+    res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=AntiWM(), train_tasks=["t1"],
+                    heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
+    assert res["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2
+    text = (tmp_path / "run" / "results.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    data = json.loads(text)
+    json.dumps(data, allow_nan=False)
+    assert data["speedup"]["methods"]["wm_only"]["ctt"] == [None, None]
+    assert data["nonfinite"]["/speedup/methods/wm_only/ctt/0"] == "inf" and "not reached" in data["nonfinite_note"]
+    back = restore_nonfinite(json.loads(text))
+    assert back["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2 and "nonfinite" not in back
+    rep = report_finished_seeds(data, tmp_path / "rep")
+    assert rep["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2
+    # an older file (bare Infinity, no "nonfinite") still reads
+    old = json.loads(json.dumps(back))
+    assert report_finished_seeds(old, tmp_path / "rep2")["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2

@@ -42,6 +42,7 @@ seeds it finished; ``--reuse-from`` reads methods from an earlier finished run.
 from __future__ import annotations
 
 import functools
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -51,12 +52,12 @@ from typing import Any, Callable, Sequence
 from agents.protocol import BenchAgent
 from wmrl_envs.utils import write_json_atomic
 
-from .bench_agents import GrammarBenchAgent, LLMBenchAgent, build_world_model, world_model_fitting_cost
-from .bench_config import BenchConfig, check_bench_config
-from .bench_report import compute_speedups, cost_summary, real_target, write_report
+from .bench_agents import (GrammarBenchAgent, LLMBenchAgent, build_learned_world_model, build_world_model,
+                           world_model_fitting_cost, world_model_fitting_executions)
+from .bench_config import BENCH_METHODS, LEARNED_WM_METHODS, BenchConfig, check_bench_config, method_groups_per_step
+from .bench_report import compute_speedups, cost_summary, real_target, strict_results, write_report
 from .bench_resume import restore_seed, resumed_state, reused_entries, save_snapshots
 from .bench_run import MethodRun, coarse_eval_steps, evaluate_snapshot, refinement_step, run_method, select_snapshots
-from .methods import METHODS
 
 __all__ = ["run_bench", "headline_lines", "main_bench"]
 
@@ -89,12 +90,18 @@ def run_bench(
     log: Callable[[str], None] = print,
     fitting_cpu_s: float = 0.0,
     fitting_unit: str = "CPU-s",
+    fitting_executions: int = 0,
+    make_learned_world_model: Callable[[int], Any] | None = None,
 ) -> dict[str, Any]:
     """Run every method for every seed, evaluate their curves, compute the speedup, write the outputs.
 
-    Per seed, ``real`` runs first (S steps, fixing the budget ``compute_real`` in CPU-seconds),
-    then ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the others; every method
-    except ``real`` trains until it reaches ``compute_real`` or ``max_steps_factor × S`` steps.
+    Per seed, ``real`` runs first (``max_steps_factor × S`` steps, like every method; its compute at
+    that cap is the budget of the others, its compute at step S the equal-compute point
+    ``compute_real``), then ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the
+    others; every method except ``real`` trains until it reaches real GRPO's compute at the cap or
+    ``max_steps_factor × S`` steps. ``real_anchor_batch`` samples f × groups per step groups per step
+    (:func:`~agents.experiments.bench_config.method_groups_per_step`); ``wmrl_learned`` gets a fresh
+    world model per seed from ``make_learned_world_model(seed)``.
     Each run's curve is evaluated at ``eval_points`` snapshots spread over its steps plus the
     comparison points; once every seed has run, the target is fixed from real GRPO's mean curve
     and each curve gets up to ``refine_evals`` more evaluations inside the interval where it
@@ -107,6 +114,11 @@ def run_bench(
             a world model fitted on none), reported in its own column of the headline.
         fitting_unit: the unit of ``fitting_cpu_s`` as printed (``"CPU-s"``; another string when
             only a wall-clock figure exists, so the table never calls it CPU-seconds).
+        fitting_executions: how many real executions the pre-fitted world model was fitted on;
+            when > 0 the headline charges them at this run's own measured CPU-seconds per
+            execution (its ledger: execution CPU-s / executions, over every seed and method),
+            not at ``fitting_cpu_s`` (the logged figure, kept in ``results.json`` beside it).
+        make_learned_world_model: ``seed -> world model`` for ``wmrl_learned`` (required when it runs).
 
     Returns:
         The results dict (also written to ``out_dir/results.json``).
@@ -117,6 +129,9 @@ def run_bench(
         FileExistsError: ``out_dir`` already holds a run and ``resume`` is off.
     """
     check_bench_config(cfg)
+    if any(m in LEARNED_WM_METHODS for m in cfg.methods) and make_learned_world_model is None:
+        raise ValueError(f"--methods {' '.join(cfg.methods)} has a learned world model method but run_bench got no "
+                         "make_learned_world_model (pass seed -> LearnedWorldModel)")
     if not cfg.resume and (Path(cfg.out_dir) / "results.json").exists():
         raise FileExistsError(f"{cfg.out_dir} already holds a wmrl bench run (results.json): pass --resume to continue "
                               "it, or another --out-dir")
@@ -139,6 +154,7 @@ def run_bench(
         "methods": {m: {"seeds": []} for m in order},
         "world_model_fitting_cpu_s": fitting_cpu_s,
         "world_model_fitting_unit": fitting_unit,
+        "world_model_fitting_executions": int(fitting_executions),
     }
     if reused:
         results["reused_from"] = {"path": str(cfg.reuse_from), "methods": sorted(reused)}
@@ -182,7 +198,9 @@ def run_bench(
             for e in m["seeds"]:
                 if "reused_from" not in e:  # a reused entry keeps the earlier run's count
                     e["heldout_ungraded"] = entry_ungraded.get((name, e["seed"]), 0)
-        write_json_atomic(out_dir / "results.json", results, indent=1, default=float)  # a kill never truncates it
+        # strict JSON (non-finite numbers as null, listed under "nonfinite"); a kill never truncates it
+        write_json_atomic(out_dir / "results.json", strict_results(json.loads(json.dumps(results, default=float))),
+                          indent=1)
 
     progress.start()
     try:
@@ -194,17 +212,18 @@ def run_bench(
                     if name == "real":
                         budget_real = float(reused[name][seed]["records"][-1]["compute_cpu_s"])
                     continue
-                spec = METHODS[name]
-                steps_cap = cfg.steps if name == "real" else max_steps
+                spec = BENCH_METHODS[name]
+                steps_cap = max_steps  # the same step cap for every method, real GRPO included
                 t0 = time.perf_counter()
                 bar = progress.add_task(f"seed {seed} {name:12s}", total=steps_cap, info="")
 
                 def tick(msg: str, bar: Any = bar) -> None:
                     progress.update(bar, advance=1, info=msg.split(": ", 1)[-1])
 
-                runs[name] = run_method(spec, seed, cfg, make_agent, make_env, world_model, train_tasks,
+                wm = make_learned_world_model(seed) if name in LEARNED_WM_METHODS else world_model  # type: ignore[misc]
+                runs[name] = run_method(spec, seed, cfg, make_agent, make_env, wm, train_tasks,
                                         max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real,
-                                        progress=tick)
+                                        progress=tick, groups_per_step=method_groups_per_step(name, cfg))
                 progress.update(bar, total=len(runs[name].records))
                 last = runs[name].records[-1]
                 log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute {last.compute_cpu_s:.1f} CPU-s "
@@ -286,7 +305,8 @@ def run_bench(
         if "real" in results["methods"]:
             try:
                 results["speedup"] = compute_speedups(results, gain_fraction=cfg.target_gain, steps=cfg.steps,
-                                                      fitting_cpu_s=fitting_cpu_s if fitting_unit == "CPU-s" else 0.0)
+                                                      fitting_cpu_s=fitting_cpu_s if fitting_unit == "CPU-s" else 0.0,
+                                                      fitting_executions=fitting_executions)
             except ValueError as exc:  # real GRPO did not improve: there is no target to reach
                 results["speedup"] = {}
                 results["speedup_error"] = str(exc)
@@ -321,8 +341,12 @@ def headline_lines(results: dict[str, Any]) -> list[str]:
     out = [f"target {sp['target']:.1f} (real GRPO's {sp['gain_fraction']:.0%} gain from {sp['s0']:.1f} to {sp['s_S']:.1f})"]
     for name, m in sp.get("methods", {}).items():
         if name != "real":
-            out.append(f"{name}: {fmt(m.get('speedup'))} less compute than real GRPO to the target; "
-                       f"{fmt(m.get('speedup_with_fitting'))} with the world model's fitting cost")
+            line = (f"{name}: {fmt(m.get('speedup'))} less compute than real GRPO to the target; "
+                    f"{fmt(m.get('speedup_with_fitting'))} with the world model's fitting cost")
+            if m.get("speedup_total") is not None and m.get("speedup_over_best_real") is not None:
+                line += (f"; total CPU {fmt(m['speedup_total'])} vs real GRPO, {fmt(m['speedup_over_best_real'])} vs the "
+                         f"best real-GRPO batch ({sp.get('best_real')})")
+            out.append(line)
     return out
 
 
@@ -380,6 +404,8 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
             log=log,
             fitting_cpu_s=fitting_cpu_s,
             fitting_unit="CPU-s" if fitting_is_cpu else "wall-clock s (no CPU figure logged: not added to the speedup)",
+            fitting_executions=world_model_fitting_executions(cfg),
+            make_learned_world_model=build_learned_world_model,
         )
     finally:
         sandbox.close()

@@ -135,3 +135,28 @@ def world_model_fitting_cost(cfg: BenchConfig) -> tuple[float, str, bool]:
         return float(sum(float(r["cpu_s"]) for r in records)), f"{len(records)} logged executions, CPU-seconds", True
     return float(sum(float(r.get("runtime_s") or 0.0) for r in records)), (
         f"{len(records)} logged executions, wall-clock seconds (the log has no CPU-seconds)"), False
+
+
+def world_model_fitting_executions(cfg: BenchConfig) -> int:
+    """How many real executions the pre-fitted world model was fitted on: the shipped log's
+    training-task records for the embedding world model (and its degraded twin), 0 for the LLM
+    judge (frozen, fitted on none). The headline charges them at the run's own CPU-seconds per
+    execution (:func:`agents.experiments.bench_report.compute_speedups`)."""
+    if cfg.world_model == "llm":
+        return 0
+    from wmrl_envs.envs.autoresearch.embedding_world_model import load_execution_log
+
+    return len(load_execution_log(split="train"))
+
+
+def build_learned_world_model(seed: int) -> Any:
+    """The world model of ``wmrl_learned``: a fresh
+    :func:`wmrl_envs.envs.autoresearch.learned_features.autoresearch_learned_world_model` (the
+    AutoResearch featurizer on the shipped sentence encoder, a ridge head refitted every 4 anchor
+    groups on at most 2000 rollouts); nothing pre-fitted, it learns from the seed's anchor groups and
+    its refits are charged to the ledger's ``world_model`` source. ``seed`` is unused (the head is
+    deterministic); it is the factory's signature."""
+    from wmrl_envs.envs.autoresearch.learned_features import autoresearch_learned_world_model
+
+    return autoresearch_learned_world_model()
+

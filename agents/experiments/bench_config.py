@@ -11,10 +11,49 @@ import tyro
 
 from wmrl_envs.core import CorrectionConfig
 
-from .methods import METHODS
+from .methods import METHODS, MethodSpec
 
 
-__all__ = ["BenchConfig", "BENCH_PRESETS", "check_bench_config"]
+__all__ = ["BenchConfig", "BENCH_PRESETS", "BENCH_METHODS", "LEARNED_WM_METHODS", "REAL_METHODS",
+           "method_groups_per_step", "check_bench_config"]
+
+BENCH_METHODS: dict[str, MethodSpec] = {
+    **METHODS,
+    # real execution for every group, but only the anchor groups' batch: f x groups per step groups
+    "real_anchor_batch": MethodSpec("real_anchor_batch", "GRPO, real execution, anchor groups' batch", 1.0, False,
+                                    False, False),
+    # WMRL with a world model learned from its own anchor groups (LearnedWorldModel; nothing pre-fitted)
+    "wmrl_learned": MethodSpec("wmrl_learned", "WMRL, world model learned from its anchors", None, True, True, True),
+}
+"""The methods of ``wmrl bench``: the six of :data:`~agents.experiments.methods.METHODS` and two more,
+``real_anchor_batch`` (real-execution GRPO with f x groups per step groups per step,
+:func:`method_groups_per_step`) and ``wmrl_learned`` (WMRL whose world model starts empty and learns
+online from its anchor groups, its refits charged to the ledger's ``world_model`` source)."""
+
+LEARNED_WM_METHODS: frozenset[str] = frozenset({"wmrl_learned"})
+"""Methods whose world model is learned in the run (a fresh one per seed; no fitting cost outside the ledger)."""
+
+REAL_METHODS: tuple[str, ...] = ("real", "real_anchor_batch")
+"""The real-execution GRPO batch sizes: WMRL's speedup is also reported over the best of them."""
+
+
+def _numeric_fraction(cfg: "BenchConfig") -> float:
+    f = cfg.correction.anchor_fraction
+    return float(cfg.correction.auto_start_fraction if f == "auto" else f)
+
+
+def method_groups_per_step(name: str, cfg: "BenchConfig") -> int:
+    """Groups per step of one method: ``groups_per_step``, except ``real_anchor_batch``'s
+    ``max(1, round(f x groups_per_step))`` (f the anchored methods' --anchor-fraction; for
+    ``auto``, its --auto-start-fraction), the batch of WMRL's anchor groups.
+
+    Example:
+        >>> method_groups_per_step("real_anchor_batch", BenchConfig()), method_groups_per_step("real", BenchConfig())
+        (1, 10)
+    """
+    if name == "real_anchor_batch":
+        return max(1, int(round(_numeric_fraction(cfg) * cfg.groups_per_step)))
+    return int(cfg.groups_per_step)
 
 
 @dataclass
@@ -22,17 +61,19 @@ class BenchConfig:
     """Configuration of ``wmrl bench`` (each field is a CLI flag)."""
 
     methods: tuple[str, ...] = ("real", "wmrl")
-    """Methods to run (subset of real, wm_only, wmrl, debias_only, denoise_only, anchors_raw). The
+    """Methods to run (subset of real, real_anchor_batch, wm_only, wmrl, wmrl_learned, debias_only,
+    denoise_only, anchors_raw; :data:`BENCH_METHODS`). The
     default is the headline pair; world model only and the ablations are a second command
     (benchmarks/README.md), to keep the default run short (it still takes about 2.5 h on 2 cores:
     benchmarks/README.md, "Time")."""
     seeds: int = 5
     """Seeds per method (0..seeds-1); the speedup's bootstrap CI is over them."""
     steps: int = 10
-    """Equal-steps budget S: real-execution GRPO trains S steps (it is still improving at step 10,
-    docs/autoresearch.md), and the target is read from its curve at S."""
+    """Equal-steps budget S: the target is read from real-execution GRPO's curve at step S (it is
+    still improving at step 10, docs/autoresearch.md); the equal-steps table compares step S."""
     max_steps_factor: float = 3.0
-    """Other methods train up to this many times S steps (or until they reach real GRPO's compute)."""
+    """Every method, real GRPO included, trains up to this many times S steps (the others also stop
+    once they reach real GRPO's compute at that cap): no method is censored by a shorter budget."""
     groups_per_step: int = 10
     """Groups (tasks) per step: with 10, an anchor fraction of 0.1 is one anchor group per step, so
     the realised fraction is the configured one."""
@@ -143,9 +184,9 @@ def check_bench_config(cfg: BenchConfig) -> None:
     Raises:
         ValueError: naming the setting, what it must be, and what was given.
     """
-    unknown = [m for m in cfg.methods if m not in METHODS]
+    unknown = [m for m in cfg.methods if m not in BENCH_METHODS]
     if unknown:
-        raise ValueError(f"unknown methods {unknown}; choose from {list(METHODS)}")
+        raise ValueError(f"unknown methods {unknown}; choose from {list(BENCH_METHODS)}")
     if len(set(cfg.methods)) != len(cfg.methods):
         raise ValueError(f"--methods lists a method twice: {list(cfg.methods)}")
     if "real" not in cfg.methods:

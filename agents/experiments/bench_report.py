@@ -1,7 +1,17 @@
 """Reporting of ``wmrl bench``: the compute-to-target headline, the cost split, the paper's tables, the plots.
 
 Everything here reads the ``results.json`` structure that :func:`agents.experiments.bench.run_bench`
-writes, so a finished run can be re-reported (``write_report``) without training again. The
+writes, so a finished run can be re-reported (``write_report``) without training again.
+
+``results.json`` is strict JSON (``json.dumps(..., allow_nan=False)`` passes; :func:`strict_results`):
+every non-finite number is written as ``null`` and its path and value are listed in the field
+``"nonfinite"`` (``{"/speedup/methods/wmrl/ctt/2": "inf", ...}``, JSON-Pointer paths, values
+``"inf"``, ``"-inf"`` or ``"nan"``). ``inf`` means *not reached*: a compute-to-target (``ctt``,
+``total_ctt``, ``*_median``) of a seed that did not reach the target, or a speedup bound beyond
+every replicate; ``nan`` means no value (e.g. a CI with one seed). A ``null`` not listed there is a
+plain absent value (``None``). :func:`restore_nonfinite` puts the numbers back; it accepts files
+written before this scheme too (they held bare ``NaN``/``Infinity``, which Python's ``json`` reads).
+ The
 speedup's definition (target, interpolation, median over seeds, paired bootstrap CI) is in
 :mod:`agents.experiments.speedup` and ``docs/method.md`` ("Compute-to-target speedup").
 """
@@ -15,10 +25,81 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .methods import COST_SOURCES, METHODS
+from .bench_config import BENCH_METHODS as METHODS, LEARNED_WM_METHODS, REAL_METHODS
+from .methods import COST_SOURCES
 
-__all__ = ["format_table", "format_speedup_table", "format_cost_table", "compute_speedups", "cost_summary",
+__all__ = ["strict_results", "restore_nonfinite", "format_sensitivity_table", "format_table", "format_speedup_table", "format_cost_table", "compute_speedups", "cost_summary",
            "write_report", "curve_of", "real_target", "report_finished_seeds"]
+
+
+NONFINITE_NOTE = ("results.json is strict JSON: each non-finite number is written as null and listed here by its "
+                  "JSON-Pointer path: 'inf' = not reached (compute-to-target) or an unbounded speedup bound, "
+                  "'nan' = no value (e.g. no CI with one seed), '-inf' = minus infinity")
+
+
+def strict_results(results: Any) -> Any:
+    """A copy of a results structure that is strict JSON: non-finite floats become ``None`` and are
+    listed under ``"nonfinite"`` (path -> ``"inf"`` / ``"-inf"`` / ``"nan"``), with
+    ``"nonfinite_note"`` saying so (only when the structure is a dict).
+
+    Example:
+        >>> r = strict_results({"ctt": [1.0, float("inf")], "x": None})
+        >>> r["ctt"], r["nonfinite"]
+        ([1.0, None], {'/ctt/1': 'inf'})
+    """
+    found: dict[str, str] = {}
+
+    def walk(x: Any, path: str) -> Any:
+        if isinstance(x, dict):
+            return {k: walk(v, f"{path}/{str(k).replace('~', '~0').replace('/', '~1')}") for k, v in x.items()
+                    if k not in ("nonfinite", "nonfinite_note") or path}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, f"{path}/{i}") for i, v in enumerate(x)]
+        if isinstance(x, (float, np.floating)):
+            v = float(x)
+            if not math.isfinite(v):
+                found[path] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+                return None
+            return v
+        if isinstance(x, np.integer):
+            return int(x)
+        return x
+
+    out = walk(results, "")
+    if isinstance(out, dict):
+        out["nonfinite"] = found
+        out["nonfinite_note"] = NONFINITE_NOTE
+    return out
+
+
+def restore_nonfinite(results: dict[str, Any]) -> dict[str, Any]:
+    """Undo :func:`strict_results` in place: each path of ``results["nonfinite"]`` gets its float back
+    (the field and its note are removed). A file without the field (written before strict JSON,
+    with bare ``NaN``/``Infinity``) is returned as it is.
+
+    A listed path that is no longer there (an entry removed from the file since, e.g. a
+    truncated seed list) is skipped.
+
+    Returns:
+        ``results``.
+    """
+    listed = results.pop("nonfinite", None) or {}
+    results.pop("nonfinite_note", None)
+    for path, what in listed.items():
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in path.split("/")[1:]]
+        node: Any = results
+        try:
+            for k in keys[:-1]:
+                node = node[int(k)] if isinstance(node, list) else node[k]
+            last = keys[-1]
+            if isinstance(node, list):
+                if node[int(last)] is None:
+                    node[int(last)] = float(what)
+            elif node.get(last, 0) is None:
+                node[last] = float(what)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+            continue  # removed since it was written
+    return results
 
 
 def _agg(values: Sequence[float]) -> tuple[float, float]:
@@ -162,42 +243,129 @@ def real_target(results: dict[str, Any], *, steps: int | None = None, gain_fract
     return target_score(pts, steps_index=1, gain_fraction=gain_fraction), s0, sS
 
 
+SENSITIVITY_GAINS: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
+"""The targets of the sensitivity table: these shares of real GRPO's gain after S steps."""
+
+
+def run_cpu_s_per_execution(results: dict[str, Any]) -> float | None:
+    """This run's own CPU-seconds per real execution, from its ledger: execution CPU-seconds over
+    executions with a CPU figure, at each seed's last step, summed over every method and seed
+    (``None`` when the run executed nothing it could measure)."""
+    cpu, n = 0.0, 0
+    for m in results["methods"].values():
+        for e in m["seeds"]:
+            if e.get("records"):
+                r = e["records"][-1]
+                cpu += float(r["cpu_seconds"].get("execution", 0.0))
+                n += int(r["executions"]) - int(r.get("cpu_unmeasured", 0))
+    return cpu / n if n > 0 and cpu > 0 else None
+
+
+def _prefitted(name: str) -> bool:
+    """A method that uses the pre-fitted world model (its fitting is part of its total compute)."""
+    return METHODS[name].world_model and name not in LEARNED_WM_METHODS
+
+
 def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, steps: int | None = None,
-                     fitting_cpu_s: float = 0.0, n_boot: int = 10_000) -> dict[str, Any]:
-    """The headline: compute-to-target of every method and its speedup over real-execution GRPO.
+                     fitting_cpu_s: float = 0.0, fitting_executions: int | None = None,
+                     n_boot: int = 10_000, sensitivity_gains: Sequence[float] = SENSITIVITY_GAINS,
+                     n_boot_sensitivity: int = 2_000) -> dict[str, Any]:
+    """The headline: total compute-to-target of every method and its speedup over real-execution GRPO.
 
     The target is ``gain_fraction`` of real GRPO's gain from the untrained policy to its score
-    after ``steps`` steps, on its mean curve over seeds (:func:`agents.experiments.speedup.target_score`);
-    each seed's compute-to-target (CPU-seconds, interpolated between evaluated snapshots; ``inf``
-    when not reached within the method's budget) comes from its own curve; the speedup is the
-    ratio of medians over seeds with a paired 95% bootstrap CI
-    (:func:`agents.experiments.speedup.speedup`). Methods with a world model are also reported
-    with the world model's fitting cost (``fitting_cpu_s``, the real executions it was fitted on)
-    added to each seed's compute-to-target.
+    after ``steps`` steps, on its mean curve over seeds (:func:`agents.experiments.speedup.target_score`;
+    real GRPO trains past S, up to the step cap of every method, so its own seeds are not censored
+    at S); each seed's compute-to-target (CPU-seconds of training: executions, world model
+    including the learned model's refits, generation, update; interpolated between evaluated
+    snapshots; ``inf`` when not reached) comes from its own curve; the speedup is the ratio of
+    medians over seeds with a paired 95% bootstrap CI (:func:`agents.experiments.speedup.speedup`).
+
+    Total compute (``total_ctt``): a method on the pre-fitted world model also pays its fitting,
+    added to each seed's compute-to-target: ``fitting_executions`` executions charged at this
+    run's own CPU-seconds per execution (:func:`run_cpu_s_per_execution`); without
+    ``fitting_executions`` (or without a measured rate) the given ``fitting_cpu_s``. The learned
+    world model (``wmrl_learned``) is fitted in the run, on its ledger, and pays nothing more.
 
     Returns:
-        ``{"target", "s0", "s_S", "gain_fraction", "fitting_cpu_s", "methods": {name: {"ctt":
-        [per seed], "speedup": SpeedupEstimate fields, "speedup_with_fitting": ... or None}}}``;
-        ``{}`` without a ``real`` method.
+        ``{"target", "s0", "s_S", "gain_fraction", "fitting_cpu_s" (charged), "fitting_cpu_s_logged",
+        "fitting_executions", "cpu_s_per_execution", "best_real" (the real-GRPO batch size with the
+        lowest median compute-to-target), "methods": {name: {"ctt": [per seed], "total_ctt":
+        [per seed], "fitting_charged": bool, "speedup": SpeedupEstimate fields (training only),
+        "speedup_with_fitting": ... or None (pre-fitted methods), "speedup_total": over real GRPO,
+        "speedup_over_best_real": over ``best_real`` (methods that are not real GRPO)}},
+        "sensitivity": {share as str: {"target", "methods": {name: {"median_total_ctt", "n_reached",
+        "speedup_total", "speedup_over_best_real"}}}}}``; ``{}`` without a ``real`` method.
     """
     from agents.experiments.speedup import compute_to_target, speedup
 
     if "real" not in results["methods"]:
         return {}
-    real_curves = [curve_of(e) for e in results["methods"]["real"]["seeds"]]
+    rate = run_cpu_s_per_execution(results)
+    fit = float(fitting_cpu_s)
+    if fitting_executions and rate is not None:
+        fit = float(fitting_executions) * rate
     target, s0, sS = real_target(results, steps=steps, gain_fraction=gain_fraction)
-    real_ctt = [compute_to_target(c, target) for c in real_curves]
     out: dict[str, Any] = {"target": target, "s0": s0, "s_S": sS, "gain_fraction": gain_fraction,
-                           "fitting_cpu_s": fitting_cpu_s, "methods": {}}
-    for name, m in results["methods"].items():
-        ctt = [compute_to_target(curve_of(e), target) for e in m["seeds"]]
-        row: dict[str, Any] = {"ctt": ctt, "speedup": None, "speedup_with_fitting": None}
-        if name != "real" and len(ctt) == len(real_ctt):
-            row["speedup"] = asdict(speedup(real_ctt, ctt, n_boot=n_boot))
-            if METHODS[name].world_model and fitting_cpu_s > 0:
-                row["speedup_with_fitting"] = asdict(speedup(real_ctt, [c + fitting_cpu_s for c in ctt], n_boot=n_boot))
-        out["methods"][name] = row
+                           "fitting_cpu_s": fit, "fitting_cpu_s_logged": float(fitting_cpu_s),
+                           "fitting_executions": int(fitting_executions or 0), "cpu_s_per_execution": rate,
+                           "methods": {}}
+
+    def rows_at(tgt: float, nb: int) -> tuple[dict[str, Any], str]:
+        ctt = {name: [compute_to_target(curve_of(e), tgt) for e in m["seeds"]] for name, m in results["methods"].items()}
+        total = {name: [c + fit if _prefitted(name) else c for c in v] for name, v in ctt.items()}
+        reals = [n for n in REAL_METHODS if n in total and len(total[n]) == len(total["real"])]
+        best = min(reals, key=lambda n: (float(np.median(total[n])), REAL_METHODS.index(n)))
+        rows: dict[str, Any] = {}
+        for name in results["methods"]:
+            row: dict[str, Any] = {"ctt": ctt[name], "total_ctt": total[name], "fitting_charged": _prefitted(name),
+                                   "speedup": None, "speedup_with_fitting": None, "speedup_total": None,
+                                   "speedup_over_best_real": None}
+            if name != "real" and len(ctt[name]) == len(ctt["real"]):
+                row["speedup"] = asdict(speedup(ctt["real"], ctt[name], n_boot=nb))
+                row["speedup_total"] = asdict(speedup(total["real"], total[name], n_boot=nb))
+                if _prefitted(name) and fit > 0:
+                    row["speedup_with_fitting"] = row["speedup_total"]
+            if name not in REAL_METHODS and len(total[name]) == len(total[best]):
+                row["speedup_over_best_real"] = asdict(speedup(total[best], total[name], n_boot=nb))
+            rows[name] = row
+        return rows, best
+
+    out["methods"], out["best_real"] = rows_at(target, n_boot)
+    out["sensitivity"] = {}
+    for g in sensitivity_gains:
+        try:
+            tg = real_target(results, steps=steps, gain_fraction=float(g))[0]
+        except ValueError:
+            continue
+        rows, best = rows_at(tg, n_boot_sensitivity)
+        out["sensitivity"][f"{float(g):g}"] = {"target": tg, "best_real": best, "methods": {
+            n: {"median_total_ctt": float(np.median(r["total_ctt"])) if r["total_ctt"] else float("nan"),
+                "n_reached": int(np.isfinite(r["total_ctt"]).sum()),
+                "speedup_total": r["speedup_total"], "speedup_over_best_real": r["speedup_over_best_real"]}
+            for n, r in rows.items()}}
     return out
+
+
+def format_sensitivity_table(results: dict[str, Any]) -> str:
+    """Markdown table of the headline's sensitivity to the target (``results["speedup"]["sensitivity"]``):
+    per target share of real GRPO's gain, each method's median total compute-to-target (CPU-s,
+    fitting included for the pre-fitted world model) and its speedup over real GRPO and over the
+    best real-GRPO batch size, with 95% CIs. Empty string for results without it (older files)."""
+    sens = (results.get("speedup") or {}).get("sensitivity") or {}
+    if not sens:
+        return ""
+    lines = ["### Sensitivity to the target (total CPU-s to target, fitting included)\n",
+             "| target (share of real GRPO's gain) | method | median total CPU-s | seeds reached | speedup over real GRPO | "
+             "over the best real-GRPO batch |", "|---|---|---|---|---|---|"]
+    for g, block in sens.items():
+        for name, r in block["methods"].items():
+            med = r["median_total_ctt"]
+            med_s = "not reached" if med is None or not math.isfinite(med) else f"{med:.0f}"
+            n = len(results["methods"][name]["seeds"])
+            lines.append(f"| {float(g):.0%} ({block['target']:.1f}) | {METHODS[name].label} | {med_s} | {r['n_reached']}/{n} | "
+                         f"{'1 (reference)' if name == 'real' else _fmt_speedup(r['speedup_total'])} | "
+                         f"{_fmt_speedup(r['speedup_over_best_real'])} |")
+    return "\n".join(lines) + "\n"
 
 
 CAUSE_WORDS = {"steps": "end of its S steps", "compute budget": "compute budget (real GRPO's compute)",
@@ -223,12 +391,19 @@ def format_speedup_table(results: dict[str, Any]) -> str:
         return "(no compute-to-target: the run has no real-execution GRPO)\n"
     fit = sp["fitting_cpu_s"]
     unit = results.get("world_model_fitting_unit", "CPU-s")
+    how = ""
+    if sp.get("fitting_executions") and sp.get("cpu_s_per_execution"):
+        how = (f" The pre-fitted world model's fitting: {sp['fitting_executions']} executions × this run's own "
+               f"{sp['cpu_s_per_execution']:.2f} CPU-s per execution = {fit:.0f} CPU-s (the log's own figure: "
+               f"{sp.get('fitting_cpu_s_logged', 0.0):.0f}); the learned world model is fitted in the run, on its ledger.")
+    best = sp.get("best_real")
     lines = [
         f"Target: held-out {sp['target']:.1f} = {sp['s0']:.1f} + {sp['gain_fraction']:g} × ({sp['s_S']:.1f} − {sp['s0']:.1f}) "
-        f"(real-execution GRPO's mean curve: untrained → after S steps).",
+        f"(real-execution GRPO's mean curve: untrained → after S steps).{how}",
         "",
-        f"| method | compute-to-target, CPU-s (median [IQR]) | seeds reached | speedup [95% CI] | with world-model fitting ({fit:.0f} {unit}) |",
-        "|---|---|---|---|---|",
+        f"| method | compute-to-target, CPU-s (median [IQR]) | seeds reached | speedup [95% CI] | with world-model fitting ({fit:.0f} {unit}) | "
+        f"total CPU-s to target (median) | total speedup over the best real-GRPO batch ({METHODS[best].label if best else '—'}) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, row in sp["methods"].items():
         c = np.asarray(row["ctt"], dtype=float)
@@ -245,8 +420,18 @@ def format_speedup_table(results: dict[str, Any]) -> str:
         limit = "within budget" if set(causes) <= {"compute budget"} else "before its run stopped (" + why + ")"
         lines.append(f"| {METHODS[name].label} | {cell} | {fin.size}/{c.size}{f' (not reached: {why})' if why else ''} | "
                      f"{'1 (reference)' if name == 'real' else _fmt_speedup(row['speedup'], limit)} | "
-                     f"{_fmt_speedup(row['speedup_with_fitting'], limit) if name != 'real' else '—'} |")
+                     f"{_fmt_speedup(row['speedup_with_fitting'], limit) if name != 'real' else '—'} | "
+                     f"{_median_cell(row.get('total_ctt'))} | {_fmt_speedup(row.get('speedup_over_best_real'), limit)} |")
     return "\n".join(lines) + "\n"
+
+
+def _median_cell(values: Sequence[float] | None) -> str:
+    from agents.experiments.speedup import percentile_inf
+
+    if not values:
+        return "—"
+    med = percentile_inf(np.asarray(values, dtype=float), 50)
+    return "not reached" if not math.isfinite(med) else f"{med:.0f}"
 
 
 def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +475,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
         parts[0] += (f"\n{', '.join(METHODS[m].label for m in ru['methods'])}: read from `{ru['path']}` (trained, "
                      "evaluated and refined there on the same seeds; not run again; its CPU-seconds were measured "
                      "then). Its equal-compute points are those of its own run.\n")
+    sens = format_sensitivity_table(results)
+    if sens:
+        parts.append(sens)
     parts.append(format_cost_table(results))
     for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's")):
@@ -360,7 +548,7 @@ def report_finished_seeds(results: dict[str, Any], out_dir: Path) -> dict[str, A
     """
     import copy
 
-    res = copy.deepcopy(results)
+    res = restore_nonfinite(copy.deepcopy(results))  # strict JSON's nulls (and older files' NaN/Infinity)
     n = min(len(m["seeds"]) for m in res["methods"].values())
     if n == 0:
         raise ValueError("no seed was finished by every method: nothing to report yet")
@@ -373,7 +561,8 @@ def report_finished_seeds(results: dict[str, Any], out_dir: Path) -> dict[str, A
             res["speedup"] = compute_speedups(
                 res, gain_fraction=res["config"]["target_gain"], steps=res["config"]["steps"],
                 fitting_cpu_s=res.get("world_model_fitting_cpu_s", 0.0)
-                if res.get("world_model_fitting_unit", "CPU-s") == "CPU-s" else 0.0)
+                if res.get("world_model_fitting_unit", "CPU-s") == "CPU-s" else 0.0,
+                fitting_executions=res.get("world_model_fitting_executions", 0))
         except ValueError as exc:
             res["speedup"], res["speedup_error"] = {}, str(exc)
     res["costs"] = cost_summary(res)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .bench_config import BenchConfig
+from .bench_report import restore_nonfinite
 from .bench_run import MethodRun, StepRecord
 
 __all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ"]
@@ -63,7 +64,7 @@ def reused_entries(cfg: BenchConfig) -> dict[str, list[dict[str, Any]]]:
     path = Path(cfg.reuse_from)
     if not path.is_file():
         raise FileNotFoundError(f"--reuse-from {path}: no such file (give the results.json of an earlier wmrl bench run)")
-    ref = json.loads(path.read_text())
+    ref = restore_nonfinite(json.loads(path.read_text()))
     if not isinstance(ref, dict) or "config" not in ref or "methods" not in ref:
         raise ValueError(f"--reuse-from {path}: not a wmrl bench results.json (no 'config' and 'methods')")
     if "speedup" not in ref:
@@ -113,7 +114,7 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
     if not cfg.resume or not path.is_file():
         return 0, None
     try:
-        prior = json.loads(path.read_text())
+        prior = restore_nonfinite(json.loads(path.read_text()))
         prior["config"], prior["methods"]  # noqa: B018 - a wmrl bench results file has both
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"--resume {cfg.out_dir}: {path} is not a readable wmrl bench results.json "

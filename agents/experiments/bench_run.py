@@ -92,6 +92,7 @@ def run_method(
     compute_budget_s: float | None = None,
     progress: Callable[[str], None] | None = None,
     noise_scale: Any | None = None,
+    groups_per_step: int | None = None,
 ) -> MethodRun:
     """Train one method with one seed; snapshot the policy after every step.
 
@@ -100,6 +101,7 @@ def run_method(
     :class:`wmrl_envs.core.GradientNoiseScale`) every step's per-group policy gradients
     (:func:`agents.grpo.group_gradient_moments`, on the agent's ``policy``) are added to it before
     the update; that measurement is charged to no cost source and left out of the wall-clock.
+    ``groups_per_step`` (default ``cfg.groups_per_step``) is the groups sampled per step.
 
     Returns:
         A :class:`MethodRun` with per-step records (cumulative compute in seconds, ρ,
@@ -109,11 +111,12 @@ def run_method(
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
 
+    n_groups = int(cfg.groups_per_step if groups_per_step is None else groups_per_step)
     env = make_env()
     extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
     wrapper = AnchoredWorldModelWrapper(
         env, world_model if spec.world_model else None, group_size=cfg.group_size,
-        groups_per_step=cfg.groups_per_step, correction=method_correction(spec, cfg.correction), seed=seed,
+        groups_per_step=n_groups, correction=method_correction(spec, cfg.correction), seed=seed,
         execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
         world_model_timeout_s=cfg.world_model_timeout_s,
     )
@@ -125,9 +128,9 @@ def run_method(
     wall = 0.0
     for step in range(1, max_steps + 1):
         t0 = time.perf_counter()
-        wrapper.plan_step(cfg.groups_per_step)
-        tasks = [str(t) for t in rng.choice(list(train_tasks), size=cfg.groups_per_step, replace=cfg.groups_per_step > len(train_tasks))]
-        with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
+        wrapper.plan_step(n_groups)
+        tasks = [str(t) for t in rng.choice(list(train_tasks), size=n_groups, replace=n_groups > len(train_tasks))]
+        with ledger.timed(GENERATION, count=n_groups * cfg.group_size):
             actions, handle = agent.sample(tasks, cfg.group_size)
         groups = [wrapper.score_group(a, options={"task_id": t}) for t, a in zip(tasks, actions)]
         batch = group_batch([g.rewards for g in groups], [g.advantage_weight for g in groups], agent.update_config)
