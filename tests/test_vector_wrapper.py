@@ -11,6 +11,7 @@ and equality with the serial score_group path.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from toy_envs import Reach1D
 from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction
@@ -260,31 +262,6 @@ def test_vector_twin_equals_serial_score_group():
 
 
 # ---------------------------------------------------------------------- reward mode
-class Reach1D(gym.Env):
-    """x += 0.25·a; success (reward 1, terminated) when |x − 0.5| < 0.1; 8 steps max."""
-
-    metadata = {"render_modes": []}
-
-    def __init__(self):
-        self.observation_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
-        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.n_steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.x = float((options or {}).get("start", -0.5))
-        self.t = 0
-        return np.array([self.x], np.float32), {}
-
-    def step(self, action):
-        self.n_steps += 1
-        self.t += 1
-        self.x = float(np.clip(self.x + 0.25 * float(np.asarray(action).reshape(-1)[0]), -2, 2))
-        success = abs(self.x - 0.5) < 0.1
-        trunc = self.t >= 8 and not success
-        return np.array([self.x], np.float32), float(success), success, trunc, {"success": success}
-
-
 class ProgressWM:
     """Reward model on whole trajectories: 1 − |x_T − 0.5|; logs its batch sizes."""
 
@@ -301,7 +278,7 @@ class ProgressWM:
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
 def test_reward_mode_withholds_success_and_pays_world_model(mode):
     g, k = 2, 2
-    venv = make_vector_env(Reach1D, g * k, autoreset_mode=mode)
+    venv = make_vector_env(partial(Reach1D, max_steps=8), g * k, autoreset_mode=mode)
     wm = ProgressWM()
     env = AnchoredWorldModelVectorWrapper(
         venv, wm, anchor_fraction=0.5, group_size=g, groups_per_step=k, mode="reward",

@@ -10,32 +10,9 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
+from toy_envs import Reach1D
 from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction
-
-
-class Reach1D(gym.Env):
-    """x += 0.25·a; success (reward 1, terminated) when |x − 0.5| < 0.1; 12 steps max."""
-
-    metadata = {"render_modes": []}
-
-    def __init__(self):
-        self.observation_space = spaces.Box(-2.0, 2.0, (1,), np.float32)
-        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.steps = 0  # inner step calls (dynamics)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        start = float((options or {}).get("start", -0.5))
-        self.x, self.t = start, 0
-        return np.array([self.x], np.float32), {}
-
-    def step(self, action):
-        self.steps += 1
-        self.t += 1
-        self.x = float(np.clip(self.x + 0.25 * float(np.asarray(action).reshape(-1)[0]), -2, 2))
-        success = abs(self.x - 0.5) < 0.1
-        return np.array([self.x], np.float32), float(success), success, self.t >= 12 and not success, {"success": success}
 
 
 class ProgressWM:
@@ -80,7 +57,7 @@ def test_world_model_episodes_never_leak_success_and_still_step():
         assert len(rewards) == 4 and rewards[:-1] == [0.0, 0.0, 0.0]
         assert rewards[-1] == pytest.approx(1.0)  # f̂ is the identity before warm-up, r̂_T = 1
         assert infos[-1]["wmrl"]["real_score"] is None
-    assert inner.steps == 8  # dynamics ran in every world-model episode
+    assert inner.n_steps == 8  # dynamics ran in every world-model episode
     assert wm.calls == [(4, True), (4, True)]  # one world-model call per episode, on the whole episode
     assert env.corrector.debiaser.n_pairs == 0  # no anchor pairs from world-model groups
 
