@@ -143,10 +143,10 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
         progress: called with the number of groups done after each group.
 
     Returns:
-        The wrapper: ``wrapper.loop.advisor`` holds the pilot's groups, ``wrapper.ledger`` the
+        The wrapper: ``wrapper.loop.advisor`` holds the pilot's groups, ``wrapper.loop.ledger`` the
         costs. The advice ``wmrl advise`` gives (world-model scores calibrated out of sample, as
         training with debiasing uses them) is
-        ``wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.ledger), calibrate="crossfit")``;
+        ``wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.loop.ledger), calibrate="crossfit")``;
         ``wrapper.loop.advise()`` would correlate the *raw* scores, since the pilot's loop does
         not debias.
 
@@ -163,7 +163,7 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
                                         correction=CorrectionConfig(anchor_fraction=1.0, debias=False, denoise=False))
     for i in range(groups):
         obs, info = wrapper.begin_group(seed=seed + i)
-        with wrapper.ledger.timed(GENERATION, count=group_size):
+        with wrapper.loop.ledger.timed(GENERATION, count=group_size):
             actions = list(policy.sample(obs, info, group_size))
         if len(actions) != group_size:
             raise ValueError(f"the policy returned {len(actions)} actions for a group of {group_size}")

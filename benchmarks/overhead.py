@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any, Callable
 
 import numpy as np
+from wmrl_envs.core import CorrectionConfig
 
 
 class EchoWM:
@@ -78,7 +79,7 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
             bare.step(acts[k])
         return episodes
 
-    wrapped = AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), anchor_fraction=fraction, group_size=group_size)
+    wrapped = AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), correction=CorrectionConfig(anchor_fraction=fraction), group_size=group_size)
 
     def run_wrapped() -> int:
         for k in range(episodes):
@@ -113,7 +114,7 @@ def bench_wrappers(episodes: int, num_envs: int, group_size: int, fraction: floa
         for mode in ("outcome", "reward"):
             venv = make_vector_env(GuessEnv, num_envs, vectorization=name, autoreset_mode=AutoresetMode.NEXT_STEP)
             env = AnchoredWorldModelVectorWrapper(
-                venv, EchoWM(), anchor_fraction=fraction, group_size=group_size, mode=mode,
+                venv, EchoWM(), correction=CorrectionConfig(anchor_fraction=fraction), group_size=group_size, mode=mode,
                 task_fn=lambda k, n: (None, {"target": 0.5}),
             )
             env.reset(seed=0)

@@ -26,6 +26,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from wmrl_envs.core import CorrectionConfig
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -67,12 +68,10 @@ def main(argv: list[str] | None = None) -> dict:
     env = AnchoredWorldModelWrapper(
         LiberoEnv(args.task_id, image_size=args.image_size, multisample=False, max_steps=args.max_steps),
         world_model,
-        anchor_fraction=args.anchor_fraction,
+        correction=CorrectionConfig(anchor_fraction=args.anchor_fraction, min_pairs=2, refit_every=2, warmup_groups=1),
         group_size=args.group_size,
         mode="reward",
         groups_per_step=max(1, round(1 / max(args.anchor_fraction, 1e-9))),
-        debiaser_kwargs={"min_pairs": 2, "refit_every": 2},
-        denoiser_kwargs={"warmup_groups": 1},
         seed=args.seed,
     )
     build_s = time.perf_counter() - t_build
@@ -107,20 +106,20 @@ def main(argv: list[str] | None = None) -> dict:
         rec = {
             "group": gi, "init_state_id": state, "route": route, "rho": rho, "returns": returns,
             "success_seen_by_agent": successes_seen, "policy_steps": len(parts), "rows_trained": len(rows),
-            "loss": stats.get("loss"), "anchor_pairs": env.corrector.debiaser.n_pairs,
+            "loss": stats.get("loss"), "anchor_pairs": env.loop.corrector.debiaser.n_pairs,
             "seconds": round(time.perf_counter() - t0, 2),
         }
         records.append(rec)
         print(json.dumps(rec))
-    ledger = env.ledger
+    ledger = env.loop.ledger
     summary = {
         "task_id": args.task_id, "groups": args.groups, "group_size": args.group_size, "max_steps": args.max_steps,
         "image_size": args.image_size, "models": {"vla": args.vla or "tiny-random", "robometer": args.robometer or "tiny-random"},
         "build_seconds": round(build_s, 1), "wall_seconds": round(time.perf_counter() - t_all, 1),
         "simulator_steps": ledger.count("execution"), "simulator_seconds": round(ledger.seconds("execution"), 1),
         "world_model_calls": ledger.count("world_model"), "world_model_seconds": round(ledger.seconds("world_model"), 2),
-        "anchor_groups": env.router.n_anchor_groups, "realised_anchor_fraction": env.router.realised_fraction,
-        "anchor_pairs": env.corrector.debiaser.n_pairs, "rho": env.rho, "records": records,
+        "anchor_groups": env.loop.router.n_anchor_groups, "realised_anchor_fraction": env.loop.router.realised_fraction,
+        "anchor_pairs": env.loop.corrector.debiaser.n_pairs, "rho": env.loop.rho, "records": records,
     }
     env.close()
     print(json.dumps({k: v for k, v in summary.items() if k != "records"}, indent=1))

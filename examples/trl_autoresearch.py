@@ -155,16 +155,17 @@ def build(args: Args) -> dict[str, Any]:
 
 def summary(wrapper: Any, seconds: float) -> dict[str, Any]:
     """Routing counts, corrections and costs of a run (JSON-serialisable)."""
+    stats = wrapper.loop.stats()
     return {
         "seconds": seconds,
-        "groups": wrapper.router.n_groups_routed,
-        "anchor_groups": wrapper.router.n_anchor_groups,
-        "realised_anchor_fraction": wrapper.router.realised_fraction,
-        "real_executions": wrapper.ledger.count("execution"),
-        "world_model_predictions": wrapper.ledger.count("world_model"),
-        "execution_seconds": wrapper.ledger.seconds("execution"),
-        "world_model_seconds": wrapper.ledger.seconds("world_model"),
-        **wrapper.corrector.stats(),
+        "groups": stats["groups_routed"],
+        "anchor_groups": stats["anchor_groups_routed"],
+        "realised_anchor_fraction": stats["realised_anchor_fraction"],
+        "real_executions": stats["executions"],
+        "world_model_predictions": stats["world_model_predictions"],
+        "execution_seconds": wrapper.loop.ledger.seconds("execution"),
+        "world_model_seconds": wrapper.loop.ledger.seconds("world_model"),
+        **{k: stats[k] for k in wrapper.loop.corrector.stats()},
     }
 
 

@@ -25,6 +25,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 from agents.adapters.sb3 import AnchoredVecEnv, AnchorWeightCallback, make_anchored_vec_env  # noqa: E402
 from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector  # noqa: E402
+from wmrl_envs.core import CorrectionConfig  # noqa: E402
 from wmrl_envs.envs.guess import GuessEnv, guess_score  # noqa: E402
 from wmrl_envs.world_models.synthetic import SyntheticWorldModel  # noqa: E402
 
@@ -47,7 +48,7 @@ def make_venv(n_envs: int = 2, seed: int = 0, corrector: WMRLCorrector | None = 
     wm = SyntheticWorldModel(guess_score, bias=lambda s: s**3, noise_std=0.02, seed=seed)
     if corrector is None:
         corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), InverseVarianceDenoiser(warmup_groups=2))
-    args = dict(anchor_fraction=0.25, group_size=4)
+    args = dict(correction=CorrectionConfig(anchor_fraction=0.25), group_size=4)
     args.update(kw)
     return make_anchored_vec_env(GuessEnv, wm, n_envs=n_envs, seed=seed, corrector=corrector, **args)
 
@@ -87,7 +88,7 @@ class Tally(BaseCallback):
 # ---------------------------------------------------------------------------------- check_env
 @pytest.mark.parametrize("eval_route", ["anchor", "world_model"])
 def test_sb3_check_env_passes_in_evaluation_mode(eval_route):
-    env = AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), anchor_fraction=0.5, group_size=2,
+    env = AnchoredWorldModelWrapper(GuessEnv(), SyntheticWorldModel(guess_score), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2,
                                     eval_route=eval_route)
     env.training = False
     check_env(env, warn=True)
@@ -95,9 +96,9 @@ def test_sb3_check_env_passes_in_evaluation_mode(eval_route):
 
 def test_vec_env_training_flag_reaches_every_sub_env_and_the_shared_corrector():
     venv = make_venv(n_envs=3)
-    correctors = venv.venv.get_attr("corrector")
+    correctors = [lp.corrector for lp in venv.venv.get_attr("loop")]
     assert len({id(c) for c in correctors}) == 1  # one corrector shared by all sub-envs
-    assert len({id(r) for r in venv.venv.get_attr("router")}) == 3  # each sub-env routes with its own seed
+    assert len({id(r) for r in [lp.router for lp in venv.venv.get_attr("loop")]}) == 3  # each sub-env routes with its own seed
     venv.training = False
     assert venv.training is False and venv.venv.get_attr("training") == [False] * 3
     assert correctors[0].debiaser.training is False and correctors[0].denoiser.training is False
@@ -110,14 +111,16 @@ def test_anchored_vec_env_rejects_plain_sub_envs_and_bad_arguments():
         AnchoredVecEnv(DummyVecEnv([GuessEnv]))
     with pytest.raises(ValueError, match="n_envs"):
         make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), n_envs=0)
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(TypeError, match=r"debiaser_kwargs=.* -> correction=CorrectionConfig"):
         make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), corrector=WMRLCorrector(),
                               debiaser_kwargs={"min_pairs": 2})
+    with pytest.raises(TypeError, match=r"anchor_fraction=0\.25 -> correction=CorrectionConfig\(anchor_fraction=0\.25\)"):
+        make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), anchor_fraction=0.25)
 
 
 # ---------------------------------------------------------------------------------- PPO
 def test_ppo_trains_with_routing_counts_and_calibration_pairs():
-    venv = make_venv(n_envs=2, anchor_fraction=0.25, group_size=4)
+    venv = make_venv(n_envs=2, correction=CorrectionConfig(anchor_fraction=0.25), group_size=4)
     tally = Tally()
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
     before = [p.detach().clone() for p in model.policy.parameters()]
@@ -129,12 +132,12 @@ def test_ppo_trains_with_routing_counts_and_calibration_pairs():
     assert stats["ledger"]["world_model"]["count"] == 384 == sum(tally.steps.values())
     assert stats["ledger"]["execution"]["count"] == tally.steps["anchor"] == stats["real_steps"]
     # routes are drawn per block of 1/f = 4 groups with exactly one anchor group each
-    for router in venv.venv.get_attr("router"):
+    for router in [lp.router for lp in venv.venv.get_attr("loop")]:
         assert router.n_anchor_groups == router.n_steps and router.n_groups_routed == 4 * router.n_steps
     assert stats["realised_anchor_fraction"] == 0.25
     assert tally.steps["anchor"] >= 4 * 20  # >= 20 anchor groups of 4 episodes
     # pairs are recorded when an anchor group completes: 4 per completed anchor group
-    corrector = venv.venv.get_attr("corrector")[0]
+    corrector = [lp.corrector for lp in venv.venv.get_attr("loop")][0]
     assert corrector.debiaser.n_pairs == 4 * corrector.groups_corrected["anchor"] == stats["anchor_pairs"]
     assert corrector.debiaser.fitted and corrector.denoiser.warmed_up
     err = corrector.calibration_error()
@@ -147,7 +150,7 @@ def test_anchor_weight_callback_multiplies_gae_advantages_of_anchor_steps(normal
     denoiser = InverseVarianceDenoiser(warmup_groups=1)
     denoiser.load_state_dict({**denoiser.state_dict(), **RHO_25})
     corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=8, refit_every=8), denoiser)
-    venv = make_venv(n_envs=2, corrector=corrector, anchor_fraction=0.5, group_size=2)
+    venv = make_venv(n_envs=2, corrector=corrector, correction=CorrectionConfig(anchor_fraction=0.5), group_size=2)
     before, after = Tally(), Tally()
     model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu",
                 normalize_advantage=normalize_advantage)
@@ -183,12 +186,12 @@ def test_save_and_load_round_trip_the_correction_state_beside_the_model(tmp_path
 
     loaded = AnchoredVecEnv.load(tmp_path / "wmrl_state.json", make_venv(n_envs=2).venv)  # a plain VecEnv: wrapped
     assert json.dumps(loaded.state_dicts()) == json.dumps(venv.state_dicts())  # exact, pairs and RNG states included
-    old_c, new_c = venv.venv.get_attr("corrector")[0], loaded.venv.get_attr("corrector")[0]
-    assert new_c is loaded.venv.get_attr("corrector")[1]  # still shared after loading
+    old_c, new_c = [lp.corrector for lp in venv.venv.get_attr("loop")][0], [lp.corrector for lp in loaded.venv.get_attr("loop")][0]
+    assert new_c is [lp.corrector for lp in loaded.venv.get_attr("loop")][1]  # still shared after loading
     grid = np.linspace(0.0, 1.0, 21).tolist()
     assert new_c.calibrate(grid) == old_c.calibrate(grid) and new_c.rho == old_c.rho
     assert new_c.calibration_error() == old_c.calibration_error()
-    for r_old, r_new in zip(venv.venv.get_attr("router"), loaded.venv.get_attr("router")):
+    for r_old, r_new in zip([lp.router for lp in venv.venv.get_attr("loop")], [lp.router for lp in loaded.venv.get_attr("loop")]):
         assert r_new.route_step(16) == r_old.route_step(16)  # the generators continue identically
 
     # evaluation on the reloaded pair: frozen corrections, real execution only

@@ -33,6 +33,7 @@ from agents.adapters.trl import (  # noqa: E402
     completion_text,
 )
 from wmrl_envs import AnchoredWorldModelWrapper, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector  # noqa: E402
+from wmrl_envs.core import CorrectionConfig, CorrectionLoop  # noqa: E402
 from wmrl_envs.world_models import WorldModelPrediction  # noqa: E402
 
 torch.set_num_threads(1)
@@ -88,8 +89,9 @@ def make_wrapper(anchor_fraction: float = 0.5, group_size: int = 4, rho_state: d
     if rho_state is not None:
         denoiser.load_state_dict({**denoiser.state_dict(), **rho_state})
     corrector = WMRLCorrector(IsotonicDebiaser(min_pairs=min_pairs, refit_every=4), denoiser)
-    return AnchoredWorldModelWrapper(TextTaskEnv(), SquareWM(), anchor_fraction=anchor_fraction,
-                                     group_size=group_size, corrector=corrector, **kw)
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=anchor_fraction), world_model=SquareWM(),
+                          corrector=corrector, **kw)
+    return AnchoredWorldModelWrapper(TextTaskEnv(), None, group_size=group_size, loop=loop)
 
 
 RHO_25 = {"ema": 0.75, "c": 2.0, "n_scored_groups": 5}  # ρ = 1 + c·s̄² = 2.5 from the first group on
@@ -158,8 +160,8 @@ def test_reward_function_routes_whole_groups_and_records_pairs():
     assert len(rewards) == 16 and b.rewards == rewards
     assert [g.route for g in b.groups].count("anchor") == 2  # 0.5 × 4 groups, drawn as one step
     env = w.env.unwrapped
-    assert w.ledger.count("execution") == 8  # only the anchor groups ran for real
-    assert w.ledger.count("world_model") == 16  # the world model scores every rollout
+    assert w.loop.ledger.count("execution") == 8  # only the anchor groups ran for real
+    assert w.loop.ledger.count("world_model") == 16  # the world model scores every rollout
     expected_steps, n_pairs = [], 0
     for k, (task, comps) in enumerate(GROUPS):
         g = b.groups[k]
@@ -174,7 +176,7 @@ def test_reward_function_routes_whole_groups_and_records_pairs():
             assert rewards[rows] == [None if c == "FAIL" else real_score(c) ** 2 for c in comps]
             assert b.advantage_weights[rows] == [1.0] * 4
     assert env.steps == expected_steps
-    assert w.corrector.debiaser.n_pairs == n_pairs
+    assert w.loop.corrector.debiaser.n_pairs == n_pairs
     assert metrics["wmrl/anchor_groups"] == 2 and metrics["wmrl/executions"] == 8
     assert fn.n_calls == 1 and fn.__name__ == "wmrl"
 
@@ -182,13 +184,13 @@ def test_reward_function_routes_whole_groups_and_records_pairs():
 def test_world_model_groups_get_the_calibrated_score():
     w = make_wrapper(anchor_fraction=0.0, group_size=4, min_pairs=4)
     raw_grid = [i / 10 for i in range(11)]
-    w.corrector.debiaser.add_pairs(raw_grid, [r ** 0.5 for r in raw_grid])  # undoes SquareWM's bias
-    assert w.corrector.debiaser.fitted
+    w.loop.corrector.debiaser.add_pairs(raw_grid, [r ** 0.5 for r in raw_grid])  # undoes SquareWM's bias
+    assert w.loop.corrector.debiaser.fitted
     prompts, completions, cols = batch(GROUPS[:2])
     rewards = WMRLRewardFunction(w, num_generations=4)(prompts, completions, **cols)
     raw = [real_score(c) ** 2 for c in completions]
-    assert rewards == w.corrector.calibrate(raw) and rewards != raw
-    assert w.ledger.count("execution") == 0
+    assert rewards == w.loop.corrector.calibrate(raw) and rewards != raw
+    assert w.loop.ledger.count("execution") == 0
 
 
 def test_ungraded_rows_are_none_not_zero():
@@ -217,7 +219,7 @@ def test_reward_function_rejects_bad_batches(prompts, completions, num_generatio
 def test_constructor_errors():
     with pytest.raises(TypeError):
         WMRLRewardFunction(TextTaskEnv(), num_generations=2)  # type: ignore[arg-type]
-    reward_mode = AnchoredWorldModelWrapper(TextTaskEnv(), SquareWM(), anchor_fraction=0.5, group_size=2, mode="reward")
+    reward_mode = AnchoredWorldModelWrapper(TextTaskEnv(), SquareWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, mode="reward")
     with pytest.raises(ValueError, match="outcome mode"):
         WMRLRewardFunction(reward_mode, num_generations=2)
     with pytest.raises(ValueError, match="num_generations"):
@@ -346,11 +348,11 @@ def test_grpo_steps_train_lora_execute_anchors_and_checkpoint_state(tokenizer, t
     changed = [n for n, p in trainer.model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     assert changed, "no LoRA parameter changed"
     # 2 steps × 4 groups, at least one anchor group per step, only anchors executed
-    assert w.router.n_groups_routed == 8 and w.router.n_steps == 2
-    assert w.router.n_anchor_groups >= 2
-    assert w.ledger.count("execution") == 4 * w.router.n_anchor_groups == len(w.env.unwrapped.steps)
-    assert w.corrector.debiaser.n_pairs == 4 * w.router.n_anchor_groups
-    assert w.corrector.groups_corrected == {"anchor": w.router.n_anchor_groups, "world_model": 8 - w.router.n_anchor_groups}
+    assert w.loop.router.n_groups_routed == 8 and w.loop.router.n_steps == 2
+    assert w.loop.router.n_anchor_groups >= 2
+    assert w.loop.ledger.count("execution") == 4 * w.loop.router.n_anchor_groups == len(w.env.unwrapped.steps)
+    assert w.loop.corrector.debiaser.n_pairs == 4 * w.loop.router.n_anchor_groups
+    assert w.loop.corrector.groups_corrected == {"anchor": w.loop.router.n_anchor_groups, "world_model": 8 - w.loop.router.n_anchor_groups}
     logged = {k for rec in trainer.state.log_history for k in rec}
     assert {"wmrl/rho", "wmrl/anchor_pairs", "rewards/wmrl/mean"} <= logged
     # the correction state is saved in every checkpoint and restored on resume
@@ -363,8 +365,8 @@ def test_grpo_steps_train_lora_execute_anchors_and_checkpoint_state(tokenizer, t
                               args=grpo_config(tmp_path, max_steps=3, save_strategy="no"), train_dataset=dataset(8),
                               processing_class=tokenizer, peft_config=lora)
     resumed.train(resume_from_checkpoint=str(ckpt))
-    assert w2.router.n_groups_routed == 12 and w2.router.n_steps == 3  # continued from the saved 8 groups / 2 steps
-    assert w2.corrector.debiaser.n_pairs >= saved["corrector"]["debiaser"]["n_seen"] + 4
+    assert w2.loop.router.n_groups_routed == 12 and w2.loop.router.n_steps == 3  # continued from the saved 8 groups / 2 steps
+    assert w2.loop.corrector.debiaser.n_pairs >= saved["corrector"]["debiaser"]["n_seen"] + 4
 
 
 # ---------------------------------------------------------------------------------- the real path
@@ -406,12 +408,12 @@ def test_real_smollm2_autoresearch_bubblewrap_grpo_steps(tmp_path):
     trainer.train()
     changed = [n for n, p in trainer.model.named_parameters() if "lora_" in n and not torch.equal(p, before[n])]
     assert changed, "no LoRA parameter changed"
-    anchors = wrapper.router.n_anchor_groups
+    anchors = wrapper.loop.router.n_anchor_groups
     assert parts["reward"].n_calls == 2 == trainer.state.global_step  # one generation batch per optimizer step
-    assert wrapper.router.n_groups_routed == 4 and anchors == 2  # 0.5 × 2 groups per step, 2 steps
-    assert wrapper.ledger.count("execution") == 4 * anchors  # every anchor rollout executed in the sandbox
-    assert wrapper.corrector.debiaser.n_pairs == 4 * anchors  # AutoResearch grades every execution
-    assert wrapper.ledger.count("world_model") == 16
+    assert wrapper.loop.router.n_groups_routed == 4 and anchors == 2  # 0.5 × 2 groups per step, 2 steps
+    assert wrapper.loop.ledger.count("execution") == 4 * anchors  # every anchor rollout executed in the sandbox
+    assert wrapper.loop.corrector.debiaser.n_pairs == 4 * anchors  # AutoResearch grades every execution
+    assert wrapper.loop.ledger.count("world_model") == 16
     statuses = {i.get("status") for g in parts["reward"].last_batch.groups if g.route == "anchor" for i in g.infos}
     assert statuses <= {"malformed", "syntax_err", "runtime_err", "ran_no_sub", "valid"}
     out = ex.summary(wrapper, 0.0)
@@ -429,7 +431,7 @@ def test_warns_once_when_the_anchor_floor_lifts_the_realised_fraction():
         fn(prompts, completions, **cols)
     msg = str([r.message for r in rec if "realised anchor fraction" in str(r.message)][0])
     assert "per_device_train_batch_size" in msg and "anchor_window=2" in msg and "min_anchor_groups" in msg
-    assert w.router.realised_fraction == 0.5
+    assert w.loop.router.realised_fraction == 0.5
     import warnings as _w
 
     with _w.catch_warnings():
@@ -443,10 +445,10 @@ def test_warns_once_when_the_anchor_floor_lifts_the_realised_fraction():
         _w.simplefilter("error")
         for _ in range(3):
             fn4(prompts, completions, **cols)
-    assert w4.router.realised_fraction == 0.25
+    assert w4.loop.router.realised_fraction == 0.25
     # a window of 4 calls of 1 group keeps the floor below the target: no warning
     w1 = make_wrapper(anchor_fraction=0.25, group_size=4, min_pairs=1000)
-    w1.router.anchor_window = 4
+    w1.loop.router.anchor_window = 4
     fn1 = WMRLRewardFunction(w1, num_generations=4)
     prompts, completions, cols = batch(GROUPS[:1])
     with _w.catch_warnings():

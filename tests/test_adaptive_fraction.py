@@ -359,6 +359,6 @@ def test_the_vector_wrapper_counts_each_lanes_executions_for_its_group_so_the_bu
     with pytest.raises(ExecutionBudgetSpent):
         for _ in range(500):
             w.step(rng.uniform(-1, 1, (g * lanes, 1)).astype(np.float32))
-    assert w.ledger.count("execution") <= budget + g * turns
+    assert w.loop.ledger.count("execution") <= budget + g * turns
     counted = w.loop.adaptive.group_executions
     assert counted["world_model"][0] > 0 and counted["anchor"][0] + counted["world_model"][0] > 0

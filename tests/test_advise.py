@@ -243,7 +243,7 @@ def test_run_pilot_docstring_names_the_advice_wmrl_advise_gives(tmp_path):
     advice = main_advise(cfg, log=lambda s: None)
     wrapper = run_pilot(KnownEnv(), NoisyWM(), GaussianPolicy(), groups=16, group_size=4, seed=0)
     wrapper.loop.advisor.load_state_dict({**wrapper.loop.advisor.state_dict(), "n_boot": 0})
-    documented = wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.ledger), calibrate="crossfit")
+    documented = wrapper.loop.advisor.advise(CostRates.from_ledger(wrapper.loop.ledger), calibrate="crossfit")
     assert documented.r == pytest.approx(advice.r)
     assert wrapper.loop.advise().r != pytest.approx(advice.r)  # the raw-score advice differs
 

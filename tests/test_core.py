@@ -704,7 +704,7 @@ def test_loading_a_state_saved_with_other_settings_warns_once_and_uses_the_saved
         assert same not in msg  # equal settings are not listed
     # the saved settings are the ones in use, and the run continues the saved one
     assert w.loop.config == saved_cfg and w.loop.groups_per_step == 4
-    assert w.corrector.denoiser.mode == "calibrated"
+    assert w.loop.corrector.denoiser.mode == "calibrated"
     assert [w.loop.next_route() for _ in range(12)] == [src.loop.next_route() for _ in range(12)]
 
 

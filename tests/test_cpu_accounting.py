@@ -49,6 +49,7 @@ from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 from wmrl_envs.sandbox.cgroup import CgroupSupport, ExecutionCgroup, _detect, cgroup_support
 from wmrl_envs.world_models.base import WorldModelPrediction
 from wmrl_envs.wrappers import AnchoredWorldModelWrapper
+from wmrl_envs.core import CorrectionConfig
 
 __all__: list[str] = []
 
@@ -340,7 +341,7 @@ class ConstantWorldModel:
 
 
 def _real_wrapper(env: gym.Env, **kw: Any) -> AnchoredWorldModelWrapper:
-    return AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=2, **kw)
+    return AnchoredWorldModelWrapper(env, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, **kw)
 
 
 def _episodes(w: AnchoredWorldModelWrapper, n: int) -> None:
@@ -352,31 +353,31 @@ def _episodes(w: AnchoredWorldModelWrapper, n: int) -> None:
 def test_per_episode_wrapper_charges_the_envs_declared_cpu_exactly() -> None:
     w = _real_wrapper(DeclaredCostEnv(2.5))
     _episodes(w, 6)
-    assert w.ledger.count(EXECUTION) == 6
-    assert w.ledger.cpu_seconds(EXECUTION) == 6 * 2.5 and w.ledger.cpu_unmeasured(EXECUTION) == 0
-    assert w.ledger.seconds(EXECUTION) < 6 * 2.5  # the declared cost is charged, not waited for
+    assert w.loop.ledger.count(EXECUTION) == 6
+    assert w.loop.ledger.cpu_seconds(EXECUTION) == 6 * 2.5 and w.loop.ledger.cpu_unmeasured(EXECUTION) == 0
+    assert w.loop.ledger.seconds(EXECUTION) < 6 * 2.5  # the declared cost is charged, not waited for
 
 
 def test_group_apis_charge_declared_cpu_exactly_also_on_threads() -> None:
     acts = [np.array([a], np.float32) for a in (0.1, 0.4, 0.7, 0.9)]
-    serial = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), None, anchor_fraction=1.0, group_size=4)
-    threaded = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), None, anchor_fraction=1.0, group_size=4,
+    serial = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=4)
+    threaded = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=4,
                                          execution_envs=[DeclaredCostEnv(2.5)])
     for w in (serial, threaded):
         for k in range(3):
             w.score_group(acts, seed=k)
-        assert w.ledger.count(EXECUTION) == 12 and w.ledger.cpu_seconds(EXECUTION) == 12 * 2.5
+        assert w.loop.ledger.count(EXECUTION) == 12 and w.loop.ledger.cpu_seconds(EXECUTION) == 12 * 2.5
 
 
 def test_an_env_without_the_key_is_charged_the_measured_cpu_and_none_counts_as_unmeasured() -> None:
     burner = _real_wrapper(DeclaredCostEnv("omit", burn_s=0.15))
     _episodes(burner, 4)
-    assert burner.ledger.cpu_unmeasured(EXECUTION) == 0
-    assert 4 * 0.15 <= burner.ledger.cpu_seconds(EXECUTION) <= 4 * 0.15 + 0.5
+    assert burner.loop.ledger.cpu_unmeasured(EXECUTION) == 0
+    assert 4 * 0.15 <= burner.loop.ledger.cpu_seconds(EXECUTION) <= 4 * 0.15 + 0.5
     unknown = _real_wrapper(DeclaredCostEnv(None))
     _episodes(unknown, 4)
-    assert unknown.ledger.count(EXECUTION) == unknown.ledger.cpu_unmeasured(EXECUTION) == 4
-    assert unknown.ledger.cpu_seconds(EXECUTION) == 0.0
+    assert unknown.loop.ledger.count(EXECUTION) == unknown.loop.ledger.cpu_unmeasured(EXECUTION) == 4
+    assert unknown.loop.ledger.cpu_seconds(EXECUTION) == 0.0
     bad = _real_wrapper(DeclaredCostEnv(-1.0))
     bad.reset(seed=0)
     with pytest.raises(ValueError, match="execution_cpu_s"):
@@ -387,10 +388,10 @@ def test_threaded_group_without_the_key_is_charged_the_groups_cpu_once() -> None
     """Four rollouts burning 0.1 CPU-s each on two threads: about 0.4 CPU-s in all, not the
     sum of per-rollout process-CPU differences (each would include the other thread's)."""
     acts = [np.array([0.5], np.float32)] * 4
-    w = AnchoredWorldModelWrapper(DeclaredCostEnv("omit", burn_s=0.1), None, anchor_fraction=1.0, group_size=4,
+    w = AnchoredWorldModelWrapper(DeclaredCostEnv("omit", burn_s=0.1), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=4,
                                   execution_envs=[DeclaredCostEnv("omit", burn_s=0.1)])
     w.score_group(acts, seed=0)
-    assert 0.4 <= w.ledger.cpu_seconds(EXECUTION) <= 0.4 + 0.3
+    assert 0.4 <= w.loop.ledger.cpu_seconds(EXECUTION) <= 0.4 + 0.3
 
 
 @pytest.mark.parametrize(("vectorization", "autoreset"), [("sync", "NextStep"), ("sync", "SameStep"), ("async", "SameStep")])
@@ -402,7 +403,7 @@ def test_vector_wrapper_charges_declared_cpu_exactly(vectorization: str, autores
 
     mode = AutoresetMode(autoreset)
     venv = make_vector_env(lambda: DeclaredCostEnv(2.5), 4, vectorization=vectorization, autoreset_mode=mode)
-    w = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=2, seed=0)
+    w = AnchoredWorldModelVectorWrapper(venv, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, seed=0)
     w.reset(seed=0)
     n_steps = 3
     for _ in range(n_steps):
@@ -410,8 +411,8 @@ def test_vector_wrapper_charges_declared_cpu_exactly(vectorization: str, autores
         assert "wmrl_exec_cpu_seconds" not in infos  # moved into the ledger
         if mode == AutoresetMode.NEXT_STEP:
             w.step(np.full((4, 1), 0.5, np.float32))  # the reset step: no execution
-    assert w.ledger.count(EXECUTION) == 4 * n_steps
-    assert w.ledger.cpu_seconds(EXECUTION) == 4 * n_steps * 2.5 and w.ledger.cpu_unmeasured(EXECUTION) == 0
+    assert w.loop.ledger.count(EXECUTION) == 4 * n_steps
+    assert w.loop.ledger.cpu_seconds(EXECUTION) == 4 * n_steps * 2.5 and w.loop.ledger.cpu_unmeasured(EXECUTION) == 0
     w.close()
 
 
@@ -434,14 +435,14 @@ def test_ray_worker_reports_the_envs_cpu_and_failed_rollouts_are_unmeasured() ->
 
 def test_declared_world_model_cost_is_charged_per_prediction() -> None:
     wm = ConstantWorldModel(declared=0.01)
-    w = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), wm, anchor_fraction=0.25, group_size=4, seed=0)
+    w = AnchoredWorldModelWrapper(DeclaredCostEnv(2.5), wm, correction=CorrectionConfig(anchor_fraction=0.25), group_size=4, seed=0)
     acts = [np.array([0.5], np.float32)] * 4
     for k in range(5):
         w.score_group(acts, seed=k)
-    n = w.ledger.count(WORLD_MODEL_SOURCE)
+    n = w.loop.ledger.count(WORLD_MODEL_SOURCE)
     assert n == 20 and wm.calls == 5  # training: the world model scores every group
-    assert w.ledger.cpu_seconds(WORLD_MODEL_SOURCE) == pytest.approx(0.01 * n, abs=1e-12)
-    assert w.ledger.cpu_seconds(EXECUTION) == 2.5 * w.ledger.count(EXECUTION)
+    assert w.loop.ledger.cpu_seconds(WORLD_MODEL_SOURCE) == pytest.approx(0.01 * n, abs=1e-12)
+    assert w.loop.ledger.cpu_seconds(EXECUTION) == 2.5 * w.loop.ledger.count(EXECUTION)
 
 
 def test_measured_world_model_cpu_and_a_bad_declared_cost() -> None:
@@ -545,9 +546,9 @@ def test_correction_loop_resumes_an_old_state_without_cpu_seconds() -> None:
         entry.pop("cpu_unmeasured")
     resumed = _real_wrapper(DeclaredCostEnv(2.5))
     resumed.loop.load_state_dict(state)
-    assert resumed.ledger.count(EXECUTION) == 2 and resumed.ledger.cpu_unmeasured(EXECUTION) == 2
+    assert resumed.loop.ledger.count(EXECUTION) == 2 and resumed.loop.ledger.cpu_unmeasured(EXECUTION) == 2
     _episodes(resumed, 2)
-    assert resumed.ledger.cpu_seconds(EXECUTION) == 2 * 2.5 and resumed.ledger.count(EXECUTION) == 4
+    assert resumed.loop.ledger.cpu_seconds(EXECUTION) == 2 * 2.5 and resumed.loop.ledger.count(EXECUTION) == 4
 
 
 def test_timed_and_stopwatch_measure_this_process_and_its_waited_children() -> None:

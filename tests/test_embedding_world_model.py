@@ -26,6 +26,7 @@ from wmrl_envs.envs.autoresearch.embedding_world_model import (  # noqa: E402
     load_execution_log,
 )
 from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder  # noqa: E402
+from wmrl_envs.core import CorrectionConfig
 
 torch.set_num_threads(1)
 
@@ -281,9 +282,9 @@ def test_plugs_into_the_anchored_wrapper(loto, log):
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
 
     env = AutoResearchEnv(tasks=["house-prices"], sandbox="subprocess")
-    w = AnchoredWorldModelWrapper(env, loto, anchor_fraction=0.1, group_size=4)
+    w = AnchoredWorldModelWrapper(env, loto, correction=CorrectionConfig(anchor_fraction=0.1), group_size=4)
     codes = [r["code"] for r in log if r["task_id"] == "house-prices"][:4]
     out = w.score_group(codes, options={"task_id": "house-prices"}, route="world_model")
     assert len(out.rewards) == 4 and all(0.0 <= r <= 1.0 for r in out.rewards)
-    assert w.inner_step_calls == 0 and loto.n_model_calls >= 4
+    assert w.loop.ledger.count("execution") == 0 and loto.n_model_calls >= 4
     w.close()

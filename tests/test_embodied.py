@@ -157,7 +157,7 @@ def test_tiny_wmrl_grpo_through_wrapper(envs):
         assert r.correction.real_scores == [None] * 4
         assert r.rewards == r.correction.calibrated_scores
         assert r.advantage_weight == 1.0
-    raw, real = wrapper.corrector.debiaser.pairs()
+    raw, real = wrapper.loop.corrector.debiaser.pairs()
     assert len(raw) == 12 and sorted(real.tolist()) == sorted(x for _, rr in anchors for x in rr)
     assert out["real_labels"] == 12 and out["anchor_groups"] == 3
     assert [p["step"] for p in out["curve"]] == [0, 3]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from wmrl_envs import AnchoredWorldModelWrapper
-from wmrl_envs.core import CostLedger, TooManyUngradedError, UngradedMonitor
+from wmrl_envs.core import CorrectionConfig, CostLedger, TooManyUngradedError, UngradedMonitor
 from wmrl_envs.core.ungraded import (
     EXECUTION_UNGRADED,
     SANDBOX_UNAVAILABLE,
@@ -148,59 +148,58 @@ def test_monitor_plan_resizes_the_step_and_evaluation_never_stops():
 @pytest.mark.parametrize("bad", [0.0, 1.5, -0.1, "0.5"])
 def test_bad_max_ungraded_share(bad):
     with pytest.raises(ValueError, match="max_ungraded_share"):
-        AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), anchor_fraction=0.5, group_size=2, max_ungraded_share=bad)
+        AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, max_ungraded_share=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, "10"])
 def test_bad_world_model_timeout(bad):
     with pytest.raises(ValueError, match="world_model_timeout_s"):
-        AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), anchor_fraction=0.5, group_size=2, world_model_timeout_s=bad)
+        AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, world_model_timeout_s=bad)
 
 
 # ---------------------------------------------------------------------- world-model failures
 def test_world_model_that_raises_leaves_the_group_ungraded_counts_and_warns(caplog):
-    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=4)
+    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=4)
     with caplog.at_level(logging.WARNING):
         out = w.score_group([A, A], options={"target": 0.5})
     assert out.route == "world_model" and out.rewards == [None, None]
     assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [WORLD_MODEL_ERROR] * 2
     assert [i["wmrl"]["graded"] for i in out.infos] == [False, False]
-    assert w.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}
-    assert w.ledger.count("world_model") == 2  # the failed call's time is accounted
-    assert w.ungraded.stats()["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}
+    assert w.loop.ledger.count("world_model") == 2  # the failed call's time is accounted
+    assert w.loop.ungraded.stats()["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("CUDA error" in r.getMessage() for r in warned)
 
 
 def test_world_model_failure_on_an_anchor_group_keeps_the_real_reward_but_no_pair():
-    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=1.0, group_size=2,
-                                  debiaser_kwargs={"min_pairs": 2})
+    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=2), group_size=2)
     out = w.score_group([A, np.array([0.25], np.float32)], options={"target": 0.5})
     assert out.route == "anchor" and out.rewards == [1.0, 0.75]
     assert out.correction.raw_scores == [None, None]
-    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.calibration_error()["n"] == 0
-    assert w.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}  # failed scores, counted
-    assert w.ungraded.n_ungraded == 0  # no rollout lost its reward: no step to stop
+    assert w.loop.corrector.debiaser.n_pairs == 0 and w.loop.corrector.calibration_error()["n"] == 0
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}  # failed scores, counted
+    assert w.loop.ungraded.n_ungraded == 0  # no rollout lost its reward: no step to stop
 
 
 def test_stop_rule_counts_a_whole_step():
-    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=3)
+    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=3)
     w.plan_step(3)  # 6 rollouts: 2 failures are 33%, 4 are 67%
     w.score_group([A, A], options={"target": 0.5})
     with pytest.raises(TooManyUngradedError, match="world_model_error") as e:
         w.score_group([A, A], options={"target": 0.5})
     assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (4, 6, {WORLD_MODEL_ERROR: 4})
     assert "CUDA error" in str(e.value)
-    off = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=1,
+    off = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=1,
                                     max_ungraded_share=None)
     for _ in range(3):
         assert off.score_group([A, A], options={"target": 0.5}).rewards == [None, None]
-    assert off.ungraded.n_ungraded == 6
+    assert off.loop.ungraded.n_ungraded == 6
 
 
 def test_hung_world_model_times_out_and_later_calls_wait_for_it():
     wm = HangingWM()
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.0, group_size=2, groups_per_step=10,
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=10,
                                   world_model_timeout_s=0.2)
     try:
         out = w.score_group([A, A], options={"target": 0.5})
@@ -211,12 +210,12 @@ def test_hung_world_model_times_out_and_later_calls_wait_for_it():
         assert out2.rewards == [None, None] and wm.calls == 1
     finally:
         wm.release.set()
-    w.world_model_timeout_s = 60.0  # generous: this call returns at once
+    w.loop.world_model_timeout_s = 60.0  # generous: this call returns at once
     for _ in range(100):  # wait until the released thread let go of the model
         out3 = w.score_group([A, A], options={"target": 0.5})
         if out3.rewards[0] is not None:
             break
-    assert out3.rewards == [0.5, 0.5] and w.ledger.ungraded_counts()[WORLD_MODEL_TIMEOUT] >= 4
+    assert out3.rewards == [0.5, 0.5] and w.loop.ledger.ungraded_counts()[WORLD_MODEL_TIMEOUT] >= 4
 
 
 @pytest.mark.parametrize("how", ["max", "last", "sum"])
@@ -238,7 +237,7 @@ def test_aggregation_of_finite_turns(scores, how, expected):
 @pytest.mark.parametrize("scores", [[0.5, float("nan")], [float("nan"), 0.5], [float("inf"), 0.5]])
 def test_non_finite_world_model_score_is_ungraded_in_any_turn(scores):
     """Item 11: a NaN never enters the per-turn scores; max-over-turns is order-independent."""
-    w = AnchoredWorldModelWrapper(GuessEnv(), ScriptedWM(scores), anchor_fraction=0.0, group_size=1,
+    w = AnchoredWorldModelWrapper(GuessEnv(), ScriptedWM(scores), correction=CorrectionConfig(anchor_fraction=0.0), group_size=1,
                                   episode_steps=2, groups_per_step=1, max_ungraded_share=None)
     w.reset(options={"target": 0.5})
     _, r1, term1, _, i1 = w.step(A)
@@ -247,7 +246,7 @@ def test_non_finite_world_model_score_is_ungraded_in_any_turn(scores):
     assert (r1, r2) == (0.0, 0.0)
     assert i2["wmrl"]["graded"] is False and i2["wmrl"]["raw_score"] is None
     assert i2["wmrl"]["ungraded_cause"] == WORLD_MODEL_INVALID
-    assert w.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 1}
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 1}
 
 
 def test_nan_scores_never_reach_the_anchor_pairs():
@@ -255,11 +254,11 @@ def test_nan_scores_never_reach_the_anchor_pairs():
         def predict(self, contexts, actions):
             return [WorldModelPrediction(score=float("nan")), WorldModelPrediction(score=0.5)]
 
-    w = AnchoredWorldModelWrapper(GuessEnv(), NanWM(), anchor_fraction=1.0, group_size=2)
+    w = AnchoredWorldModelWrapper(GuessEnv(), NanWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     out = w.score_group([A, A], options={"target": 0.5})
     assert out.correction.raw_scores == [None, 0.5] and out.rewards == [1.0, 1.0]
-    assert w.corrector.debiaser.n_pairs == 1
-    assert w.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 1}
+    assert w.loop.corrector.debiaser.n_pairs == 1
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 1}
 
 
 def test_unscorable_inputs_are_counted_silently(caplog):
@@ -267,22 +266,22 @@ def test_unscorable_inputs_are_counted_silently(caplog):
         def predict(self, contexts, actions):
             return [WorldModelPrediction(score=None, ungraded_cause=UNSCORABLE) for _ in actions]
 
-    w = AnchoredWorldModelWrapper(GuessEnv(), NoFrames(), anchor_fraction=0.0, group_size=2, groups_per_step=1)
+    w = AnchoredWorldModelWrapper(GuessEnv(), NoFrames(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=1)
     with caplog.at_level(logging.WARNING):
         for _ in range(3):  # every rollout of every step: never stops
             assert w.score_group([A, A], options={"target": 0.5}).rewards == [None, None]
-    assert w.ledger.ungraded_counts() == {UNSCORABLE: 6}
+    assert w.loop.ledger.ungraded_counts() == {UNSCORABLE: 6}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 # ---------------------------------------------------------------------- item 10
 def test_score_group_skips_the_world_model_in_evaluation():
     wm = EchoWM()
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2)
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.5), group_size=2)
     w.training = False
     out = w.score_group([A, A], options={"target": 0.5})
     assert out.route == "anchor" and out.rewards == [1.0, 1.0] and wm.calls == 0
-    assert w.ledger.count("world_model") == 0
+    assert w.loop.ledger.count("world_model") == 0
     # the per-episode API agrees
     w.reset(options={"target": 0.5})
     w.step(A)
@@ -290,7 +289,7 @@ def test_score_group_skips_the_world_model_in_evaluation():
     # evaluation on the world-model route, or with eval_with_world_model, does call it
     assert w.score_group([A, A], options={"target": 0.5}, route="world_model").rewards == [1.0, 1.0]
     assert wm.calls == 1
-    w2 = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2, eval_with_world_model=True)
+    w2 = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, eval_with_world_model=True)
     w2.training = False
     assert w2.score_group([A, A], options={"target": 0.5}).correction.raw_scores == [1.0, 1.0]
     assert wm.calls == 2
@@ -307,7 +306,7 @@ def test_score_trajectories_skips_the_world_model_in_evaluation():
             return [WorldModelPrediction(score=0.3) for _ in actions]
 
     wm = CountingRewardModel()
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2, mode="reward")
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, mode="reward")
     w.training = False
     out = w.score_trajectories([A, A], [Trajectory([A, A], [A], True)] * 2, [1.0, 0.0])
     assert out.route == "anchor" and out.rewards == [1.0, 0.0] and wm.calls == 0
@@ -334,13 +333,13 @@ class BrokenEnv(GuessEnv):
 
 
 def test_a_step_that_raises_sandbox_unavailable_is_ungraded_not_a_crash():
-    w = AnchoredWorldModelWrapper(BrokenEnv({1}), EchoWM(), anchor_fraction=1.0, group_size=2,
+    w = AnchoredWorldModelWrapper(BrokenEnv({1}), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2,
                                   groups_per_step=4, max_ungraded_share=None)
     out = w.score_group([A, A], options={"target": 0.5})
     assert out.rewards == [None, 1.0]
     assert out.infos[0]["wmrl"]["ungraded_cause"] == SANDBOX_UNAVAILABLE
-    assert w.corrector.debiaser.n_pairs == 1  # only the graded rollout is a pair
-    assert w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
+    assert w.loop.corrector.debiaser.n_pairs == 1  # only the graded rollout is a pair
+    assert w.loop.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
     # per-episode API: the episode ends ungraded, reward 0.0
     w.reset(options={"target": 0.5})
     w.env.broken_calls.add(w.env.calls + 1)
@@ -351,7 +350,7 @@ def test_a_step_that_raises_sandbox_unavailable_is_ungraded_not_a_crash():
 def test_a_dead_sandbox_stops_the_run_although_anchors_are_a_minority_of_the_step():
     """1 anchor group of 4: all its executions fail (25% of the step's rollouts, 100% of its
     real executions) -> stop at once, not world-model-only training with warnings."""
-    w = AnchoredWorldModelWrapper(BrokenEnv(range(1, 100)), EchoWM(), anchor_fraction=0.25, group_size=2,
+    w = AnchoredWorldModelWrapper(BrokenEnv(range(1, 100)), EchoWM(), correction=CorrectionConfig(anchor_fraction=0.25), group_size=2,
                                   groups_per_step=4)
     routes = w.plan_step(4)
     assert routes.count("anchor") == 1
@@ -363,7 +362,7 @@ def test_a_dead_sandbox_stops_the_run_although_anchors_are_a_minority_of_the_ste
     assert (e.value.scope, e.value.n_ungraded, e.value.n_rollouts) == ("real executions", 2, 2)
     assert e.value.causes == {SANDBOX_UNAVAILABLE: 2} and "Docker daemon unreachable" in str(e.value)
     # one flaky execution of a group of 4 (25% of the executions) does not stop it
-    w2 = AnchoredWorldModelWrapper(BrokenEnv({2}), EchoWM(), anchor_fraction=1.0, group_size=4, groups_per_step=1)
+    w2 = AnchoredWorldModelWrapper(BrokenEnv({2}), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=4, groups_per_step=1)
     assert w2.score_group([A] * 4, options={"target": 0.5}).rewards == [1.0, None, 1.0, 1.0]
 
 
@@ -487,19 +486,19 @@ def test_a_load_restores_the_monitors_step_size():
 
 
 def test_state_dict_keeps_the_ungraded_counts():
-    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2, max_ungraded_share=None)
+    w = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, max_ungraded_share=None)
     w.score_group([A, A], options={"target": 0.5})
     state = w.state_dict()
-    w2 = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), anchor_fraction=0.0, group_size=2)
+    w2 = AnchoredWorldModelWrapper(GuessEnv(), RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2)
     w2.load_state_dict(state)
-    assert w2.ungraded.stats() == w.ungraded.stats() and w2.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}
+    assert w2.loop.ungraded.stats() == w.loop.ungraded.stats() and w2.loop.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 2}
 
 
 def test_world_model_idle_reports_a_call_that_is_still_running():
     from wmrl_envs.core import world_model_idle
 
     wm = HangingWM()
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.0, group_size=2, groups_per_step=10,
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=10,
                                   world_model_timeout_s=0.1)
     assert world_model_idle(wm, 0.0)
     try:

@@ -19,6 +19,7 @@ from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
 from wmrl_envs.envs.autoresearch.tasks import get_task
 from wmrl_envs.sandbox.base import Sandbox, SandboxLimits, SandboxUnavailableError
 from wmrl_envs.world_models.base import WorldModelPrediction
+from wmrl_envs.core import CorrectionConfig
 
 TASK = "house-prices"  # the cheapest task to execute
 LIMITS = SandboxLimits(wall_time_s=60.0, cpu_time_s=60.0, memory_mb=2048)
@@ -103,8 +104,8 @@ def test_the_agents_own_failures_stay_graded(real_sandbox, tmp_path, source, lim
 def test_broken_sandbox_through_the_wrapper_ungraded_rollouts_then_the_stop_rule(real_sandbox, tmp_path, caplog):
     box = BreakingSandbox(real_sandbox, broken={1, 3, 4})
     env = AutoResearchEnv(tasks=[TASK], sandbox=box, workdir_root=str(tmp_path))
-    w = AnchoredWorldModelWrapper(env, ConstantWM(), anchor_fraction=1.0, group_size=2, groups_per_step=2,
-                                  debiaser_kwargs={"min_pairs": 2}, max_ungraded_share=0.75)
+    w = AnchoredWorldModelWrapper(env, ConstantWM(), correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=2), group_size=2, groups_per_step=2,
+                                  max_ungraded_share=0.75)
     w.plan_step(2)  # one step of 2 groups x 2 rollouts
     starter = get_task(TASK).starter_code
     out = w.score_group([starter, starter], options={"task_id": TASK})
@@ -112,12 +113,12 @@ def test_broken_sandbox_through_the_wrapper_ungraded_rollouts_then_the_stop_rule
     assert out.rewards[0] is None and out.rewards[1] is not None and out.rewards[1] >= 0.5  # the starter is valid
     assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [SANDBOX_UNAVAILABLE, None]
     assert out.infos[0]["status"] == "ungraded"
-    assert w.corrector.debiaser.n_pairs == 1  # the ungraded rollout is no anchor pair
-    assert w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
+    assert w.loop.corrector.debiaser.n_pairs == 1  # the ungraded rollout is no anchor pair
+    assert w.loop.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
     assert any("sandbox_unavailable" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     with pytest.raises(TooManyUngradedError) as e:  # 3 of the step's 4 rollouts: 75%
         w.score_group([starter, starter], options={"task_id": TASK})
     assert (e.value.n_ungraded, e.value.n_rollouts, e.value.causes) == (3, 4, {SANDBOX_UNAVAILABLE: 3})
     assert "daemon died" in str(e.value)
-    assert w.corrector.debiaser.n_pairs == 1 and box.calls == 4
+    assert w.loop.corrector.debiaser.n_pairs == 1 and box.calls == 4
     env.close()

@@ -21,6 +21,7 @@ from wmrl_envs.core import TooManyUngradedError
 from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, UNSCORABLE, WORLD_MODEL_ERROR
 from wmrl_envs.envs.guess import GuessEnv
 from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
+from wmrl_envs.core import CorrectionConfig
 
 torch.set_num_threads(1)
 
@@ -62,11 +63,11 @@ def test_robometer_unscorable_input_is_silent_but_a_model_exception_warns(tiny_r
 def test_robometer_exceptions_count_toward_the_stop_rule_unscorable_inputs_do_not(tiny_robometer, monkeypatch):
     wm = tiny_robometer
     ctx = {"instruction": "open the drawer"}
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.0, group_size=2, mode="reward", groups_per_step=1)
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, mode="reward", groups_per_step=1)
     for _ in range(2):  # un-scorable every time: counted, never stops
         out = w.score_trajectories([ctx, ctx], [Trajectory([], [], True)] * 2, [None, None])
         assert out.rewards == [None, None]
-    assert w.ledger.ungraded_counts() == {UNSCORABLE: 4}
+    assert w.loop.ledger.ungraded_counts() == {UNSCORABLE: 4}
 
     def broken(queries, **kwargs):
         raise RuntimeError("CUDA out of memory")
@@ -200,7 +201,7 @@ def test_train_stops_with_a_clear_error_and_records_it(tmp_path, monkeypatch):
 
     def build(cfg):
         c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", tasks + list_tasks("train")[:2])
-        wrapper = AnchoredWorldModelWrapper(c.env, RaisingJudge(), anchor_fraction=cfg.correction.anchor_fraction,
+        wrapper = AnchoredWorldModelWrapper(c.env, RaisingJudge(), correction=CorrectionConfig(anchor_fraction=cfg.correction.anchor_fraction),
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
@@ -250,7 +251,7 @@ def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
 
     def build(cfg):
         c = _components(_BrokenSandbox(broken_every=10**6), tmp_path / "jobs", heldout + train_tasks)
-        wrapper = AnchoredWorldModelWrapper(c.env, FlakyJudge(), anchor_fraction=cfg.correction.anchor_fraction,
+        wrapper = AnchoredWorldModelWrapper(c.env, FlakyJudge(), correction=CorrectionConfig(anchor_fraction=cfg.correction.anchor_fraction),
                                             group_size=cfg.group_size, groups_per_step=cfg.groups_per_step,
                                             max_ungraded_share=cfg.max_ungraded_share, seed=cfg.seed)
         opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)

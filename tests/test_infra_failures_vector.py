@@ -11,6 +11,7 @@ from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, WORLD_MODEL_ERROR, WORL
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models.base import WorldModelPrediction
 from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+from wmrl_envs.core import CorrectionConfig
 
 torch.set_num_threads(1)
 
@@ -39,7 +40,7 @@ def _actions(n):
 
 def test_vector_world_model_failure_is_ungraded_with_its_cause_and_stops_the_run():
     venv = make_vector_env(GuessEnv, 4)
-    w = AnchoredWorldModelVectorWrapper(venv, RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=2)
+    w = AnchoredWorldModelVectorWrapper(venv, RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=2)
     w.reset(seed=0)
     with pytest.raises(TooManyUngradedError) as e:  # 2 groups of 2: all 4 fail
         w.step(_actions(4))
@@ -47,25 +48,25 @@ def test_vector_world_model_failure_is_ungraded_with_its_cause_and_stops_the_run
     assert "inference server gone" in str(e.value)
     venv.close()
     venv = make_vector_env(GuessEnv, 4)
-    w = AnchoredWorldModelVectorWrapper(venv, RaisingWM(), anchor_fraction=0.0, group_size=2, groups_per_step=2,
+    w = AnchoredWorldModelVectorWrapper(venv, RaisingWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, groups_per_step=2,
                                         max_ungraded_share=None)
     w.reset(seed=0)
     _, rew, _, _, info = w.step(_actions(4))
     assert rew.tolist() == [0.0] * 4 and info["wmrl"]["graded"].tolist() == [False] * 4
     assert info["wmrl"]["ungraded_cause"].tolist() == [WORLD_MODEL_ERROR] * 4
-    assert w.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 4} and w.ungraded.n_ungraded == 4
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_ERROR: 4} and w.loop.ungraded.n_ungraded == 4
     venv.close()
 
 
 def test_vector_sandbox_failure_on_anchors_keeps_it_out_of_the_pairs():
     venv = make_vector_env(BrokenSandboxGuessEnv, 2)
-    w = AnchoredWorldModelVectorWrapper(venv, EchoWM(), anchor_fraction=1.0, group_size=2, groups_per_step=4,
+    w = AnchoredWorldModelVectorWrapper(venv, EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, groups_per_step=4,
                                         max_ungraded_share=None)
     w.reset(seed=0)
     _, _, _, _, info = w.step(_actions(2))
     assert info["wmrl"]["graded"].tolist() == [False, False]
     assert info["wmrl"]["ungraded_cause"].tolist() == [SANDBOX_UNAVAILABLE] * 2
-    assert w.corrector.debiaser.n_pairs == 0 and w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 2}
+    assert w.loop.corrector.debiaser.n_pairs == 0 and w.loop.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 2}
     venv.close()
 
 
@@ -75,7 +76,7 @@ def test_vector_nan_score_is_invalid_not_a_score():
             return [WorldModelPrediction(score=float("nan")) for _ in actions]
 
     venv = make_vector_env(GuessEnv, 2)
-    w = AnchoredWorldModelVectorWrapper(venv, NanWM(), anchor_fraction=0.0, group_size=2, max_ungraded_share=None)
+    w = AnchoredWorldModelVectorWrapper(venv, NanWM(), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2, max_ungraded_share=None)
     w.reset(seed=0)
     _, rew, _, _, info = w.step(_actions(2))
     assert rew.tolist() == [0.0, 0.0] and info["wmrl"]["ungraded_cause"].tolist() == [WORLD_MODEL_INVALID] * 2
@@ -88,7 +89,7 @@ def test_sb3_callback_gives_ungraded_steps_no_weight():
 
     from agents.adapters.sb3 import AnchorWeightCallback, make_anchored_vec_env
 
-    venv = make_anchored_vec_env(GuessEnv, RaisingWM(), n_envs=2, anchor_fraction=0.0, group_size=2,
+    venv = make_anchored_vec_env(GuessEnv, RaisingWM(), n_envs=2, correction=CorrectionConfig(anchor_fraction=0.0), group_size=2,
                                  max_ungraded_share=None)
     model = PPO("MlpPolicy", venv, n_steps=16, batch_size=32, n_epochs=1, seed=0)
     cb = AnchorWeightCallback()

@@ -19,6 +19,7 @@ from wmrl_envs.envs.known_truth import (
     measured_correlation,
     within_group_correlation,
 )
+from wmrl_envs.core import CorrectionConfig
 
 
 def test_check_env_passes_and_id_is_registered():
@@ -242,11 +243,11 @@ def test_seeded_groups_keep_the_outcome_noise_in_every_api():
     opts = {"task": task}
 
     def by_score_group():
-        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, anchor_fraction=1.0, group_size=g)
+        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=g)
         return w.score_group([mid] * g, seed=0, options=opts).rewards
 
     def by_episodes():
-        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, anchor_fraction=1.0, group_size=g)
+        w = AnchoredWorldModelWrapper(gym.make("wmrl/KnownTruth-v0"), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=g)
         out = []
         for _ in range(g):
             w.reset(seed=0, options=opts)
@@ -255,7 +256,7 @@ def test_seeded_groups_keep_the_outcome_noise_in_every_api():
 
     def by_vector():
         venv = make_vector_env(lambda: gym.make("wmrl/KnownTruth-v0"), g)
-        env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=g)
+        env = AnchoredWorldModelVectorWrapper(venv, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=g)
         env.reset(seed=0, options=opts)
         rew = env.step(np.full(g, mid))[1]
         venv.close()

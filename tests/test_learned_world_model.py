@@ -325,7 +325,7 @@ def _kt_learned(env):
 def test_learned_model_through_the_per_episode_wrapper():
     base = KnownTruthEnv(n_tasks=2, n_actions=6, outcome_noise_std=0.0)
     wm = _kt_learned(base)
-    w = AnchoredWorldModelWrapper(base, wm, anchor_fraction=1.0, group_size=4,
+    w = AnchoredWorldModelWrapper(base, wm, group_size=4,
                                   correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16))
     rng = np.random.default_rng(0)
     for k in range(12):
@@ -349,7 +349,7 @@ def test_learned_model_through_the_vector_wrapper():
     wm = _kt_learned(base)
     venv = make_vector_env(lambda: KnownTruthEnv(n_tasks=2, n_actions=6, outcome_noise_std=0.0), 2 * g,
                            autoreset_mode=AutoresetMode.SAME_STEP)
-    env = AnchoredWorldModelVectorWrapper(venv, wm, anchor_fraction=1.0, group_size=g,
+    env = AnchoredWorldModelVectorWrapper(venv, wm, group_size=g,
                                           correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=16,
                                                                       refit_every=16),
                                           task_fn=lambda lane, rnd: (None, {"task": (lane + rnd) % 2}))
@@ -535,7 +535,7 @@ def test_learned_model_through_the_async_scorer():
                                         causes=[None] * n, cpu_seconds=[1.0] * n))
 
     wm = _kt_learned(base)
-    w = AnchoredWorldModelWrapper(base, wm, anchor_fraction=1.0, group_size=4,
+    w = AnchoredWorldModelWrapper(base, wm, group_size=4,
                                   correction=CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16))
     scorer = AsyncAnchoredScorer(w, _Pool(), ordered=False)
     rng = np.random.default_rng(2)

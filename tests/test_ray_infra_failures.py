@@ -22,6 +22,7 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel
 ray = pytest.importorskip("ray", exc_type=ImportError)
 
 from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
+from wmrl_envs.core import CorrectionConfig
 
 A = np.array([0.5], np.float32)
 
@@ -85,7 +86,7 @@ def test_lost_worker_and_broken_sandbox_are_ungraded_with_their_causes(pool):
 
 def test_async_scorer_counts_ray_failures_and_applies_the_stop_rule(pool):
     wm = SyntheticWorldModel(guess_score)
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=1.0, group_size=2, groups_per_step=2,
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, groups_per_step=2,
                                   max_ungraded_share=0.75)
     scorer = AsyncAnchoredScorer(w, pool)
     w.plan_step(2)
@@ -93,7 +94,7 @@ def test_async_scorer_counts_ray_failures_and_applies_the_stop_rule(pool):
     (out,) = scorer.collect(timeout=120)
     assert out.rewards == [None, 1.0]
     assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [SANDBOX_UNAVAILABLE, None]
-    assert w.corrector.debiaser.n_pairs == 1 and w.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
+    assert w.loop.corrector.debiaser.n_pairs == 1 and w.loop.ledger.ungraded_counts() == {SANDBOX_UNAVAILABLE: 1}
     scorer.submit([np.array([0.7], np.float32)] * 2, options={"target": 0.5})
     with pytest.raises(TooManyUngradedError) as e:  # 3 of the step's 4 rollouts
         scorer.collect(timeout=120)
@@ -109,7 +110,7 @@ def test_async_scorer_skips_the_world_model_in_evaluation(pool):
             return super().predict(contexts, actions)
 
     wm = Counting(guess_score)
-    w = AnchoredWorldModelWrapper(GuessEnv(), wm, anchor_fraction=0.5, group_size=2)
+    w = AnchoredWorldModelWrapper(GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.5), group_size=2)
     w.training = False
     scorer = AsyncAnchoredScorer(w, pool)
     scorer.submit([A, A], options={"target": 0.5})

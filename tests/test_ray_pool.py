@@ -25,6 +25,7 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel
 ray = pytest.importorskip("ray", exc_type=ImportError)  # also a broken install
 
 from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool  # noqa: E402
+from wmrl_envs.core import CorrectionConfig
 
 torch.set_num_threads(1)
 
@@ -100,9 +101,8 @@ def pool(gate):
 def make_wrapper(seed=0):
     wm = SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
     return AnchoredWorldModelWrapper(
-        GuessEnv(), wm, anchor_fraction=0.5, group_size=G, seed=seed,
-        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2},
-    )
+        GuessEnv(), wm, correction=CorrectionConfig(anchor_fraction=0.5, min_pairs=8, refit_every=4, warmup_groups=2), group_size=G, seed=seed,
+        )
 
 
 def groups(n, seed=7):
@@ -138,14 +138,14 @@ def test_async_scorer_equals_serial_score_group_and_ledgers_add_up(pool, gate):
         assert a.correction.calibrated_scores == pytest.approx(b.correction.calibrated_scores)
         assert a.correction.disagreement == b.correction.disagreement
         assert [i["wmrl"]["route"] for i in a.infos] == [a.route] * G
-    assert w.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen == n_anchor * G
-    assert w.corrector.calibration_error() == serial.corrector.calibration_error()
-    assert w.rho == serial.rho and w.router.realised_fraction == serial.router.realised_fraction
+    assert w.loop.corrector.debiaser.n_seen == serial.loop.corrector.debiaser.n_seen == n_anchor * G
+    assert w.loop.corrector.calibration_error() == serial.loop.corrector.calibration_error()
+    assert w.loop.rho == serial.loop.rho and w.loop.router.realised_fraction == serial.loop.router.realised_fraction
     # cost ledger: one execution per anchor rollout, seconds measured in the workers
-    assert w.ledger.count("execution") == serial.ledger.count("execution") == n_anchor * G
-    assert w.ledger.count("world_model") == serial.ledger.count("world_model") == len(data) * G
+    assert w.loop.ledger.count("execution") == serial.loop.ledger.count("execution") == n_anchor * G
+    assert w.loop.ledger.count("world_model") == serial.loop.ledger.count("world_model") == len(data) * G
     per_rollout = sum(a.execution_seconds for a in got)
-    assert w.ledger.seconds("execution") == pytest.approx(per_rollout)
+    assert w.loop.ledger.seconds("execution") == pytest.approx(per_rollout)
     assert per_rollout >= n_anchor * G * STEP_SECONDS
     after = pool.ledger.to_dict()["execution"]
     assert after["count"] - before["count"] == n_anchor * G
@@ -184,7 +184,7 @@ def test_unordered_scorer_returns_world_model_groups_while_anchors_run(pool, gat
     rest = scorer.collect(timeout=30)
     assert [r.group_id for r in rest] == [anchor.group_id]
     assert rest[0].rewards == pytest.approx([0.7] * G, abs=1e-6)
-    assert w.corrector.groups_corrected == {"anchor": 1, "world_model": 1}
+    assert w.loop.corrector.groups_corrected == {"anchor": 1, "world_model": 1}
 
 
 def test_failed_execution_is_ungraded_and_the_pool_survives(pool):
@@ -211,5 +211,5 @@ def test_worker_executions_of_a_seeded_group_draw_the_rollouts_own_streams():
     outs = [worker.execute(a, 11, None, i) for i in range(G)]
     rewards = [o["reward"] for o in outs]
     assert len({float(o["observation"][0]) for o in outs}) == 1 and len(set(rewards)) == G
-    serial = AnchoredWorldModelWrapper(NoisyGuess(), None, anchor_fraction=1.0, group_size=G)
+    serial = AnchoredWorldModelWrapper(NoisyGuess(), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=G)
     assert serial.score_group([a] * G, seed=11).rewards == rewards

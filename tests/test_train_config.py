@@ -107,11 +107,11 @@ def test_evaluation_wrapper_is_frozen_real_execution_with_its_own_ledger():
 
     env = gym.make("wmrl/Guess-v0")
     w = evaluation_wrapper(env, dataclasses.replace(TrainConfig(), eval_k=3, max_ungraded_share=0.25))
-    assert w.training is False and w.world_model is None and w.ungraded.max_share == 0.25
+    assert w.training is False and w.loop.world_model is None and w.loop.ungraded.max_share == 0.25
     out = w.score_group([[0.2], [0.5], [0.9]], options={"target": 0.5})
     assert out.route == "anchor" and all(r is not None for r in out.rewards)
-    assert w.ledger.count("execution") == 3  # its own ledger: training's is never charged
-    assert w.corrector.debiaser.n_pairs == 0 and w.corrector.stats()["anchor_pairs"] == 0  # nothing learned
+    assert w.loop.ledger.count("execution") == 3  # its own ledger: training's is never charged
+    assert w.loop.corrector.debiaser.n_pairs == 0 and w.loop.corrector.stats()["anchor_pairs"] == 0  # nothing learned
 
 
 def test_resume_revalidates_the_saved_settings(tmp_path):

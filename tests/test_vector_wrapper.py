@@ -22,6 +22,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from toy_envs import Reach1D
 from wmrl_envs import AnchoredWorldModelWrapper
+from wmrl_envs.core import CorrectionConfig
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction
 from wmrl_envs.world_models.synthetic import SyntheticWorldModel
@@ -75,10 +76,9 @@ def task_fn(k, n):
 
 def make_outcome(venv, group_size, **kw):
     wm = SyntheticWorldModel(two_step_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
-    kw.setdefault("debiaser_kwargs", {"min_pairs": 8, "refit_every": 4})
-    kw.setdefault("denoiser_kwargs", {"warmup_groups": 2})
+    kw.setdefault("correction", CorrectionConfig(anchor_fraction=0.5, min_pairs=8, refit_every=4, warmup_groups=2))
     env = AnchoredWorldModelVectorWrapper(
-        venv, wm, anchor_fraction=0.5, group_size=group_size, groups_per_step=venv.num_envs // group_size,
+        venv, wm, group_size=group_size, groups_per_step=venv.num_envs // group_size,
         task_fn=task_fn, **kw,
     )
     return env, wm
@@ -158,14 +158,14 @@ def check_outcome_log(env, log, inner_steps, episode_len):
         by_gen[gen].append(next(iter(r)))
     full = [gen for gen, rs in by_gen.items() if len(rs) == env.n_lanes]
     assert full and all(by_gen[gen].count("anchor") == env.n_lanes // 2 for gen in full)
-    assert env.router.n_groups_routed == env.n_groups_started == env.n_groups_completed + env.n_groups_open
+    assert env.loop.router.n_groups_routed == env.loop.n_groups_started == env.n_groups_completed + env.n_groups_open
     # corrections: one close_group per completed group, pairs from every anchor episode
-    assert env.corrector.groups_corrected["anchor"] == sum(r == "anchor" for _, r in complete)
-    assert env.corrector.groups_corrected["world_model"] == sum(r == "world_model" for _, r in complete)
-    assert env.corrector.debiaser.n_seen == g * env.corrector.groups_corrected["anchor"]
-    assert env.ledger.count("execution") == anchor_steps.sum()
+    assert env.loop.corrector.groups_corrected["anchor"] == sum(r == "anchor" for _, r in complete)
+    assert env.loop.corrector.groups_corrected["world_model"] == sum(r == "world_model" for _, r in complete)
+    assert env.loop.corrector.debiaser.n_seen == g * env.loop.corrector.groups_corrected["anchor"]
+    assert env.loop.ledger.count("execution") == anchor_steps.sum()
     # ρ: after the warm-up (2 anchor groups) it leaves 1 and anchors carry it
-    assert env.corrector.denoiser.warmed_up
+    assert env.loop.corrector.denoiser.warmed_up
     weights = [float(info["wmrl"]["advantage_weight"][i]) for kind, *_r, info in log if kind == "step"
                for i in range(n) if info["wmrl"]["route"][i] == "anchor"]
     assert max(weights) > 1.0
@@ -185,7 +185,7 @@ def test_outcome_mode_sync_all_autoreset_modes(mode):
     assert list(venv.get_attr("inner_step_calls")) == inner.tolist()
     assert sum(venv.get_attr("skipped_steps")) > 0
     # one batched predict per vector step that stepped a sub-env (all sub-envs, both routes)
-    assert env.ledger.count("world_model") == wm.n_calls
+    assert env.loop.ledger.count("world_model") == wm.n_calls
     env.close()
 
 
@@ -219,14 +219,14 @@ def test_group_members_start_from_the_group_task():
 def test_vector_twin_equals_serial_score_group():
     """Sync + next-step autoreset on one-step episodes reproduces score_group exactly, ρ ≠ 1 included."""
     g, k, gens = 4, 2, 6
-    kw = dict(debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2}, seed=3)
+    kw = dict(correction=CorrectionConfig(anchor_fraction=0.5, min_pairs=8, refit_every=4, warmup_groups=2), seed=3)
 
     def wm():
         return SyntheticWorldModel(guess_score, bias=lambda x: x**3, noise_std=0.05, seed=0)
 
     rng = np.random.default_rng(5)
     actions = rng.random((gens, k * g, 1)).astype(np.float32)
-    serial = AnchoredWorldModelWrapper(GuessEnv(), wm(), anchor_fraction=0.5, group_size=g, **kw)
+    serial = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=g, **kw)
     serial_out = []
     for n in range(gens):
         for kk in range(k):
@@ -234,7 +234,7 @@ def test_vector_twin_equals_serial_score_group():
             serial_out.append((out.route, [round(r, 9) for r in out.rewards], out.advantage_weight))
 
     venv = make_vector_env(GuessEnv, k * g, autoreset_mode=AutoresetMode.NEXT_STEP)
-    vec = AnchoredWorldModelVectorWrapper(venv, wm(), anchor_fraction=0.5, group_size=g, task_fn=task_fn, **kw)
+    vec = AnchoredWorldModelVectorWrapper(venv, wm(), group_size=g, task_fn=task_fn, **kw)
     vec.reset()
     vec_out = []
     for n in range(gens):
@@ -250,14 +250,14 @@ def test_vector_twin_equals_serial_score_group():
     # the comparison covers anchor groups weighted by a ρ other than 1 (after the 2-group warm-up)
     anchor_weights = [wt for route, _, wt in serial_out if route == "anchor"]
     assert sum(wt != 1.0 for wt in anchor_weights) >= 2, anchor_weights
-    assert vec.corrector.denoiser.state_dict() == serial.corrector.denoiser.state_dict()
-    assert vec.rho == serial.rho != 1.0
-    assert vec.corrector.debiaser.n_seen == serial.corrector.debiaser.n_seen > 0
-    assert vec.corrector.debiaser.n_fits == serial.corrector.debiaser.n_fits > 0
-    assert vec.corrector.calibration_error() == serial.corrector.calibration_error()
-    assert vec.router.realised_fraction == serial.router.realised_fraction
-    assert vec.ledger.count("execution") == serial.ledger.count("execution")
-    assert vec.ledger.count("world_model") == serial.ledger.count("world_model")
+    assert vec.loop.corrector.denoiser.state_dict() == serial.loop.corrector.denoiser.state_dict()
+    assert vec.loop.rho == serial.loop.rho != 1.0
+    assert vec.loop.corrector.debiaser.n_seen == serial.loop.corrector.debiaser.n_seen > 0
+    assert vec.loop.corrector.debiaser.n_fits == serial.loop.corrector.debiaser.n_fits > 0
+    assert vec.loop.corrector.calibration_error() == serial.loop.corrector.calibration_error()
+    assert vec.loop.router.realised_fraction == serial.loop.router.realised_fraction
+    assert vec.loop.ledger.count("execution") == serial.loop.ledger.count("execution")
+    assert vec.loop.ledger.count("world_model") == serial.loop.ledger.count("world_model")
     vec.close()
 
 
@@ -281,10 +281,9 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
     venv = make_vector_env(partial(Reach1D, max_steps=8), g * k, autoreset_mode=mode)
     wm = ProgressWM()
     env = AnchoredWorldModelVectorWrapper(
-        venv, wm, anchor_fraction=0.5, group_size=g, groups_per_step=k, mode="reward",
+        venv, wm, correction=CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=2, warmup_groups=1), group_size=g, groups_per_step=k, mode="reward",
         task_fn=lambda kk, n: (None, {"start": -0.5 + 0.1 * kk}),
-        debiaser_kwargs={"min_pairs": 4, "refit_every": 2}, denoiser_kwargs={"warmup_groups": 1},
-    )
+        )
     rng = np.random.default_rng(0)
     obs, info = env.reset(seed=0)
     stepped = np.zeros(4, int)
@@ -326,8 +325,8 @@ def test_reward_mode_withholds_success_and_pays_world_model(mode):
     assert anchor_success_seen > 0 and len(wm_returns) > 0
     # one batched predict per step with finished episodes, covering all of them
     assert wm.batches == [e for e in ends_per_step if e > 0] and max(wm.batches) > 1
-    assert env.corrector.debiaser.n_seen == g * env.corrector.groups_corrected["anchor"] > 0
-    assert env.ledger.count("execution") == stepped.sum()
+    assert env.loop.corrector.debiaser.n_seen == g * env.loop.corrector.groups_corrected["anchor"] > 0
+    assert env.loop.ledger.count("execution") == stepped.sum()
     env.close()
 
 
@@ -341,18 +340,18 @@ def test_full_reset_abandons_the_group_and_requeues_its_route():
     _o, info = env.reset()
     assert info["wmrl"]["route"].tolist() == first  # unused routes are given back, in order
     assert info["wmrl"]["round"].tolist() == [1, 1, 1, 1]
-    assert env.router.n_groups_routed == 2 and env.n_groups_abandoned == 2
-    assert env.corrector.groups_corrected == {"anchor": 0, "world_model": 0}
+    assert env.loop.router.n_groups_routed == 2 and env.n_groups_abandoned == 2
+    assert env.loop.corrector.groups_corrected == {"anchor": 0, "world_model": 0}
 
 
 def test_invalid_configurations_raise():
     venv = make_vector_env(GuessEnv, 3)
     with pytest.raises(ValueError, match="multiple of group_size"):
-        AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=2)
+        AnchoredWorldModelVectorWrapper(venv, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     plain = SyncVectorEnv([GuessEnv] * 2)
     with pytest.raises(ValueError, match="RoutedSubEnv"):
-        AnchoredWorldModelVectorWrapper(plain, None, anchor_fraction=1.0, group_size=2)
-    env = AnchoredWorldModelVectorWrapper(make_vector_env(GuessEnv, 2), None, anchor_fraction=1.0, group_size=2)
+        AnchoredWorldModelVectorWrapper(plain, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
+    env = AnchoredWorldModelVectorWrapper(make_vector_env(GuessEnv, 2), None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     with pytest.raises(RuntimeError, match="reset"):
         env.step(np.zeros((2, 1), np.float32))
     assert isinstance(RoutedSubEnv(GuessEnv()).reset(options={"target": 0.5})[0], np.ndarray)
@@ -360,7 +359,7 @@ def test_invalid_configurations_raise():
 
 def test_disabled_mode_requires_masked_reset():
     venv = make_vector_env(GuessEnv, 2, autoreset_mode=AutoresetMode.DISABLED)
-    env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=2)
+    env = AnchoredWorldModelVectorWrapper(venv, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     env.reset(seed=0)
     env.step(np.zeros((2, 1), np.float32))
     with pytest.raises(RuntimeError, match="reset_mask"):
@@ -377,7 +376,7 @@ def test_reward_mode_on_plain_async_vector_env():
 
     venv = AsyncVectorEnv([GuessEnv] * 4, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
-        env = AnchoredWorldModelVectorWrapper(venv, ConstWM(), anchor_fraction=0.5, group_size=2, mode="reward")
+        env = AnchoredWorldModelVectorWrapper(venv, ConstWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, mode="reward")
         obs, _ = env.reset(seed=3)
         assert obs[0, 0] == obs[1, 0] and obs[2, 0] == obs[3, 0] and obs[0, 0] != obs[2, 0]
         for _ in range(4):
@@ -386,7 +385,7 @@ def test_reward_mode_on_plain_async_vector_env():
             wm_rows = w["route"] == "world_model"
             assert term.all() and np.allclose(rew[wm_rows], 0.5)
             assert not present(w, "real_score", int(np.flatnonzero(wm_rows)[0]))
-        assert env.ledger.count("execution") == 16  # every sub-env stepped (vector step wall-clock)
+        assert env.loop.ledger.count("execution") == 16  # every sub-env stepped (vector step wall-clock)
     finally:
         venv.close()
 
@@ -414,7 +413,7 @@ def test_members_of_a_seeded_lane_share_the_task_not_the_stream(mode):
 
     def run(task_fn=None, routed=True):
         venv = make_vector_env(NoisyGuess, 2 * g) if routed else SyncVectorEnv([NoisyGuess] * (2 * g))
-        env = AnchoredWorldModelVectorWrapper(venv, None, anchor_fraction=1.0, group_size=g, mode=mode, task_fn=task_fn)
+        env = AnchoredWorldModelVectorWrapper(venv, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=g, mode=mode, task_fn=task_fn)
         obs, _ = env.reset(seed=3)
         out = [(obs[:, 0].copy(), env.step(np.full((2 * g, 1), 0.5, np.float32))[1])]
         if task_fn is not None:  # next-step autoreset with the round's seed, then a step
@@ -461,4 +460,4 @@ def test_the_first_wave_of_lanes_counts_at_its_prior_cost_so_the_budget_holds(se
         w.reset(seed=seed)
         for _ in range(200):
             w.step(rng.uniform(-1, 1, (g * lanes, 1)).astype(np.float32))
-    assert w.ledger.count("execution") <= budget + g * turns
+    assert w.loop.ledger.count("execution") <= budget + g * turns

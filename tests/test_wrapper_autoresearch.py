@@ -16,6 +16,7 @@ from wmrl_envs.envs.autoresearch.tasks import get_task
 from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
 from wmrl_envs.sandbox import SandboxLimits, available_backends, make_sandbox
 from wmrl_envs.world_models.base import WorldModelPrediction
+from wmrl_envs.core import CorrectionConfig
 
 import os
 import shutil
@@ -65,7 +66,7 @@ def sandbox():
 
 def test_world_model_groups_never_execute_and_anchors_execute_all(sandbox):
     env = AutoResearchEnv(tasks=["house-prices"], sandbox=sandbox)
-    w = AnchoredWorldModelWrapper(env, ConstantJudge(), anchor_fraction=0.5, group_size=3, groups_per_step=2)
+    w = AnchoredWorldModelWrapper(env, ConstantJudge(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=3, groups_per_step=2)
     spec = get_task("house-prices")
     actions = [
         spec.starter_code_with("model = RandomForestRegressor(n_estimators=5, random_state=0)"),
@@ -90,14 +91,14 @@ def test_world_model_groups_never_execute_and_anchors_execute_all(sandbox):
             assert g.infos[0]["wmrl"]["raw_score"] == pytest.approx(0.725)
             assert g.infos[0]["wmrl"]["real_score"] == pytest.approx(g.rewards[0])
     assert sorted(routes) == ["anchor", "world_model"]  # 1 anchor per block of 2 groups
-    assert w.corrector.debiaser.n_pairs == 3
+    assert w.loop.corrector.debiaser.n_pairs == 3
     env.close()
 
 
 def test_check_env_on_wrapped_autoresearch(sandbox):
     env = AutoResearchEnv(tasks=["house-prices"], sandbox=sandbox)
     check_env(env, skip_render_check=True)
-    w = AnchoredWorldModelWrapper(env, ConstantJudge(), anchor_fraction=0.5, group_size=2, eval_route="world_model")
+    w = AnchoredWorldModelWrapper(env, ConstantJudge(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, eval_route="world_model")
     w.training = False
     check_env(w, skip_render_check=True)
     env.close()

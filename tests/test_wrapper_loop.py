@@ -52,30 +52,55 @@ def test_one_loop_shared_by_two_wrappers_adds_up_like_one_wrapper():
     b = AnchoredWorldModelWrapper(GuessEnv(), loop.world_model, group_size=G, loop=loop)
     got = [(a if k % 2 == 0 else b).score_group(acts, options={"target": t}) for k, (t, acts) in enumerate(groups)]
     assert summary(got) == summary(expected)
-    assert a.router is b.router is loop.router and a.corrector is b.corrector and a.ledger is b.ledger
-    assert a.n_groups_started == b.n_groups_started == loop.n_groups_started == 12
-    assert a.n_episodes == loop.n_episodes == 12 * G
+    assert a.loop.router is b.loop.router is loop.router and a.loop.corrector is b.loop.corrector and a.loop.ledger is b.loop.ledger
+    assert a.loop.n_groups_started == b.loop.n_groups_started == loop.n_groups_started == 12
+    assert a.loop.n_episodes == loop.n_episodes == 12 * G
     n_anchor = sum(r.route == "anchor" for r in got)
-    assert loop.corrector.debiaser.n_seen == n_anchor * G == single.corrector.debiaser.n_seen
+    assert loop.corrector.debiaser.n_seen == n_anchor * G == single.loop.corrector.debiaser.n_seen
     assert loop.ledger.count("execution") == n_anchor * G and loop.ledger.count("world_model") == 12 * G
-    assert a.rho == b.rho == single.rho
+    assert a.loop.rho == b.loop.rho == single.loop.rho
     assert a.state_dict() == b.state_dict() == loop.state_dict()
 
 
-def test_wrapper_correction_config_equals_the_keyword_arguments():
+@pytest.mark.parametrize("vector", [False, True])
+def test_loose_correction_keywords_raise_with_their_correction_config_spelling(vector):
+    """The correction settings come one way (issue 26, item 3): a former keyword argument is a
+    TypeError whose message is the CorrectionConfig (or CorrectionLoop) spelling to write."""
+    make = ((lambda **kw: AnchoredWorldModelVectorWrapper(make_vector_env(GuessEnv, 2), wm(), group_size=2, **kw))
+            if vector else (lambda **kw: AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=2, **kw)))
+    with pytest.raises(TypeError, match=r"anchor_fraction=0\.1 -> correction=CorrectionConfig\(anchor_fraction=0\.1\)"):
+        make(anchor_fraction=0.1)
+    with pytest.raises(TypeError, match=r"min_anchor_groups=0 -> correction=CorrectionConfig\(min_anchor_groups=0\)"):
+        make(min_anchor_groups=0)
+    with pytest.raises(TypeError, match=r"debiaser_kwargs=.* -> correction=CorrectionConfig\(\*\*\{'min_pairs': 2\}\)"):
+        make(debiaser_kwargs={"min_pairs": 2})
+    with pytest.raises(TypeError, match=r"denoiser_kwargs=.*rho_mode"):
+        make(denoiser_kwargs={"mode": "parameter_free"})
+    with pytest.raises(TypeError, match=r"corrector=.* -> loop=CorrectionLoop\("):
+        make(corrector=CFG.build_corrector())
+    with pytest.raises(TypeError, match="group_sise: not an argument"):
+        make(group_sise=2)
+    with pytest.raises(TypeError, match="correction must be a CorrectionConfig"):
+        make(correction={"anchor_fraction": 0.1})
+    # the loop's state is read on the loop: the views the wrappers once forwarded say so
+    w = make(correction=CFG)
+    assert w.loop.rho == 1.0 and w.training is True
+    with pytest.raises(AttributeError, match=r"wrapper\.loop\.router"):
+        w.router  # noqa: B018
+    with pytest.raises(AttributeError, match=r'wrapper\.loop\.ledger\.count\("execution"\)'):
+        w.inner_step_calls  # noqa: B018
+    # the spelling it gives builds the same wrapper: equal groups score alike
     groups = data(8)
-    by_kwargs = AnchoredWorldModelWrapper(
-        GuessEnv(), wm(), anchor_fraction=0.5, group_size=G, seed=1,
-        debiaser_kwargs={"min_pairs": 8, "refit_every": 4}, denoiser_kwargs={"warmup_groups": 2},
-    )
     by_config = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=G, seed=1, correction=CFG)
-    assert summary([by_kwargs.score_group(x, options={"target": t}) for t, x in groups]) == summary(
+    same = AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=G, seed=1, correction=CorrectionConfig(
+        anchor_fraction=0.5, min_pairs=8, refit_every=4, warmup_groups=2))
+    assert summary([same.score_group(x, options={"target": t}) for t, x in groups]) == summary(
         [by_config.score_group(x, options={"target": t}) for t, x in groups])
 
 
 def test_wrapper_rejects_conflicting_correction_arguments():
     loop = CorrectionLoop(CFG, world_model=wm())
-    with pytest.raises(ValueError, match="correction= or corrector="):
+    with pytest.raises(TypeError, match="debiaser_kwargs"):
         AnchoredWorldModelWrapper(GuessEnv(), wm(), correction=CFG, debiaser_kwargs={"min_pairs": 2})
     with pytest.raises(ValueError, match="pass loop= alone"):
         AnchoredWorldModelWrapper(GuessEnv(), None, loop=loop, correction=CFG)
@@ -165,12 +190,12 @@ def test_wrapper_set_anchor_fraction_takes_effect_at_the_next_planned_step():
                                   groups_per_step=3)
     acts = [np.array([0.5], np.float32)] * 2
     assert w.plan_step() == ["world_model"] * 3
-    w.set_anchor_fraction(1.0)
+    w.loop.set_anchor_fraction(1.0)
     routes = [w.score_group(acts, options={"target": 0.5}).route for _ in range(3)]
     assert routes == ["world_model"] * 3  # the step planned before the change keeps its routes
     assert w.plan_step() == ["anchor"] * 3
     assert [w.score_group(acts, options={"target": 0.5}).route for _ in range(3)] == ["anchor"] * 3
-    assert w.inner_step_calls == w.ledger.count("execution") == 6
+    assert w.loop.ledger.count("execution") == w.loop.ledger.count("execution") == 6
 
 
 def test_context_without_its_reset_arguments_is_refused_not_executed_on_another_task():
@@ -183,7 +208,7 @@ def test_context_without_its_reset_arguments_is_refused_not_executed_on_another_
     ctx_b, _ = w.begin_group(options={"target": 0.9})
     with pytest.raises(ValueError, match="seed=/options= that begin_group"):
         w.score_group(acts, context=ctx_a, route="anchor")
-    assert w.corrector.debiaser.n_pairs == 0 and w.loop.n_groups_started == 0
+    assert w.loop.corrector.debiaser.n_pairs == 0 and w.loop.n_groups_started == 0
     # the latest begun context needs no arguments: its task is known
     ctx_c, _ = w.begin_group(options={"target": 0.3})
     out = w.score_group(acts, context=ctx_c, route="anchor")

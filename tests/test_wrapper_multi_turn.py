@@ -21,6 +21,7 @@ from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.world_models import WorldModelPrediction
 from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 from wmrl_envs.wrappers.common import STEP_SCORE_KEY, aggregate_episode_score
+from wmrl_envs.core import CorrectionConfig
 
 TURNS = 3
 SOLVED = 0.99  # a turn scoring at least this answers the task: the real env terminates
@@ -95,7 +96,7 @@ def run_episode(env, actions, target=0.5):
 
 def per_episode_wrapper(how, reward="score", wm=None):
     # f = 0.5, one anchor per block of 2 groups of 1 episode: both routes within each block
-    return AnchoredWorldModelWrapper(MultiTurnGuess(reward), wm or PerfectWM(), anchor_fraction=0.5, group_size=1,
+    return AnchoredWorldModelWrapper(MultiTurnGuess(reward), wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=1,
                                      groups_per_step=2, episode_steps=TURNS, episode_score=how,
                                      max_ungraded_share=None)
 
@@ -157,7 +158,7 @@ def vector_episodes(how, reward, actions_by_turn, wm=None, mode=AutoresetMode.NE
     """Two lanes of one sub-env (groups of 1), f = 0.5: per finished episode (route, length, wmrl info)."""
     venv = make_vector_env(lambda: MultiTurnGuess(reward), 2, autoreset_mode=mode, episode_steps=TURNS)
     env = AnchoredWorldModelVectorWrapper(
-        venv, wm or PerfectWM(), anchor_fraction=0.5, group_size=1, groups_per_step=2, episode_steps=TURNS,
+        venv, wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=1, groups_per_step=2, episode_steps=TURNS,
         episode_score=how, task_fn=lambda k, n: (None, {"target": 0.5}), max_ungraded_share=None,
     )
     env.reset(seed=0)
@@ -210,9 +211,9 @@ def test_a_step_score_that_is_not_a_number_leaves_the_anchor_episode_ungraded():
             info[STEP_SCORE_KEY] = float("nan")
             return obs, r, term, trunc, info
 
-    env = AnchoredWorldModelWrapper(BrokenScore(), PerfectWM(), anchor_fraction=1.0, group_size=1, episode_steps=TURNS,
+    env = AnchoredWorldModelWrapper(BrokenScore(), PerfectWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=1, episode_steps=TURNS,
                                     max_ungraded_share=None)
     steps, w = run_episode(env, ACTIONS)
     assert steps == TURNS and w["real_score"] is None and w["graded"] is False
     assert w["ungraded_cause"] == "execution_ungraded"
-    assert env.ledger.count("ungraded:execution_ungraded") == 1
+    assert env.loop.ledger.count("ungraded:execution_ungraded") == 1

@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 from toy_envs import Reach1D
 from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.world_models import Trajectory, WorldModelPrediction
+from wmrl_envs.core import CorrectionConfig
 
 
 class ProgressWM:
@@ -48,7 +49,7 @@ def forward(obs):
 def test_world_model_episodes_never_leak_success_and_still_step():
     inner = Reach1D()
     wm = ProgressWM()
-    env = AnchoredWorldModelWrapper(inner, wm, anchor_fraction=0.0, group_size=2, mode="reward", min_anchor_groups=0)
+    env = AnchoredWorldModelWrapper(inner, wm, correction=CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0), group_size=2, mode="reward")
     for _ in range(2):
         rewards, infos = run_episode(env, forward)
         assert all(i["wmrl"]["route"] == "world_model" for i in infos)
@@ -59,12 +60,12 @@ def test_world_model_episodes_never_leak_success_and_still_step():
         assert infos[-1]["wmrl"]["real_score"] is None
     assert inner.n_steps == 8  # dynamics ran in every world-model episode
     assert wm.calls == [(4, True), (4, True)]  # one world-model call per episode, on the whole episode
-    assert env.corrector.debiaser.n_pairs == 0  # no anchor pairs from world-model groups
+    assert env.loop.corrector.debiaser.n_pairs == 0  # no anchor pairs from world-model groups
 
 
 def test_anchor_episodes_pay_real_success_and_feed_pairs():
     inner = Reach1D()
-    env = AnchoredWorldModelWrapper(inner, ProgressWM(), anchor_fraction=1.0, group_size=3, mode="reward")
+    env = AnchoredWorldModelWrapper(inner, ProgressWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=3, mode="reward")
     outcomes = []
     for start in (-0.5, -0.5, -0.5):
         rewards, infos = run_episode(env, lambda o: np.array([0.5], np.float32), options={"start": start})
@@ -73,7 +74,7 @@ def test_anchor_episodes_pay_real_success_and_feed_pairs():
         assert infos[-1]["success"] is True and rewards[-1] == 1.0 and sum(rewards) == 1.0
         assert infos[-1]["wmrl"]["route"] == "anchor" and infos[-1]["wmrl"]["real_score"] == 1.0
         assert infos[-1]["wmrl"]["raw_score"] == pytest.approx(1.0 - abs(0.5 - 0.5))
-    assert env.corrector.debiaser.n_pairs == 3  # the group's (r̂, success) pairs
+    assert env.loop.corrector.debiaser.n_pairs == 3  # the group's (r̂, success) pairs
     # a failing anchor episode: real 0, truncated at 12 steps
     rewards, infos = run_episode(env, lambda o: np.array([-1.0], np.float32))
     assert len(rewards) == 12 and sum(rewards) == 0.0 and infos[-1]["wmrl"]["real_score"] == 0.0
@@ -81,7 +82,7 @@ def test_anchor_episodes_pay_real_success_and_feed_pairs():
 
 def test_dense_rewards_are_increments_of_the_calibrated_score():
     wm = ProgressWM()
-    env = AnchoredWorldModelWrapper(Reach1D(), wm, anchor_fraction=0.0, min_anchor_groups=0, group_size=1,
+    env = AnchoredWorldModelWrapper(Reach1D(), wm, correction=CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0), group_size=1,
                                     mode="reward", reward_timing="dense", dense_every=2)
     rewards, infos = run_episode(env, lambda o: np.array([0.34], np.float32))  # x_k = -0.5 + 0.085k, success at k = 11
     assert wm.calls == [(2, False), (4, False), (6, False), (8, False), (10, False), (11, True)]
@@ -96,7 +97,7 @@ def test_dense_rewards_are_increments_of_the_calibrated_score():
 
 
 def test_score_trajectories_withholds_real_returns_on_world_model_groups():
-    env = AnchoredWorldModelWrapper(Reach1D(), ProgressWM(), anchor_fraction=0.5, group_size=2, mode="reward",
+    env = AnchoredWorldModelWrapper(Reach1D(), ProgressWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, mode="reward",
                                     groups_per_step=2, seed=3)
     routes = env.plan_step(2)
     assert sorted(routes) == ["anchor", "world_model"]
@@ -110,8 +111,8 @@ def test_score_trajectories_withholds_real_returns_on_world_model_groups():
             assert all(i["wmrl"]["real_score"] is None for i in g.infos)
         else:
             assert g.rewards == [123.0, -7.0]
-            assert g.advantage_weight == env.corrector.rho
-    assert env.corrector.debiaser.n_pairs == 2  # only the anchor group's pairs
+            assert g.advantage_weight == env.loop.corrector.rho
+    assert env.loop.corrector.debiaser.n_pairs == 2  # only the anchor group's pairs
     with pytest.raises(ValueError, match="one of each"):
         env.score_trajectories(ctx, trajs, [1.0])
     with pytest.raises(ValueError, match="score_trajectories"):

@@ -76,12 +76,12 @@ def main(out_dir: str) -> None:
                                processing_class=tok)
     trainer.train()
     rank = trainer.accelerator.process_index
-    stats = w.corrector.stats()
+    stats = w.loop.corrector.stats()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps({
         "rank": rank, "world_size": trainer.accelerator.num_processes, "calls": trainer.calls,
         "scored": fn.scored, "env_steps": w.env.unwrapped.steps, "anchor_pairs": stats["anchor_pairs"],
-        "executions": w.ledger.count("execution"), "groups_routed": w.router.n_groups_routed,
-        "anchor_groups": w.router.n_anchor_groups,
+        "executions": w.loop.ledger.count("execution"), "groups_routed": w.loop.router.n_groups_routed,
+        "anchor_groups": w.loop.router.n_anchor_groups,
     }))
 
 

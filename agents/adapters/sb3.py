@@ -28,10 +28,11 @@ Contents:
 
 Example:
     >>> from stable_baselines3 import PPO
+    >>> from wmrl_envs.core import CorrectionConfig
     >>> from wmrl_envs.envs.guess import GuessEnv, guess_score
     >>> from wmrl_envs.world_models.synthetic import SyntheticWorldModel
     >>> venv = make_anchored_vec_env(GuessEnv, SyntheticWorldModel(guess_score), n_envs=2,
-    ...                              anchor_fraction=0.25, group_size=4)
+    ...                              group_size=4, correction=CorrectionConfig(anchor_fraction=0.25))
     >>> model = PPO("MlpPolicy", venv, n_steps=32, batch_size=64, n_epochs=1, seed=0)
     >>> _ = model.learn(64, callback=AnchorWeightCallback())
     >>> venv.stats()["groups_routed"] > 0
@@ -52,10 +53,12 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from wmrl_envs.core import EXECUTION, CorrectionConfig, CostLedger, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.core import EXECUTION, CorrectionConfig, CostLedger, WMRLCorrector
+from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
 from wmrl_envs.utils import write_json_atomic
 from wmrl_envs.world_models.base import WorldModel
 from wmrl_envs.wrappers import AnchoredWorldModelWrapper
+from wmrl_envs.wrappers.common import REMOVED_CORRECTION_KWARGS, reject_removed_kwargs
 
 __all__ = ["STATE_FORMAT", "AnchoredVecEnv", "AnchorWeightCallback", "make_anchored_vec_env"]
 
@@ -170,9 +173,10 @@ class AnchoredVecEnv(VecEnvWrapper):
             distinct ledgers; ungraded scores under ``"ungraded:<cause>"``), ``ungraded_rollouts`` and ``ungraded_by_cause``
             (summed over sub-envs; each sub-env applies the stop rule to its own groups).
         """
-        routers = self.venv.get_attr("router")
-        correctors = {id(c): c for c in self.venv.get_attr("corrector")}
-        ledgers = {id(lg): lg for lg in self.venv.get_attr("ledger")}
+        loops = self.venv.get_attr("loop")  # each sub-env's CorrectionLoop (DummyVecEnv: the objects themselves)
+        routers = [lp.router for lp in loops]
+        correctors = {id(lp.corrector): lp.corrector for lp in loops}
+        ledgers = {id(lp.ledger): lp.ledger for lp in loops}
         ledger = CostLedger()
         for lg in ledgers.values():
             ledger.merge(lg)
@@ -182,12 +186,12 @@ class AnchoredVecEnv(VecEnvWrapper):
             "groups_routed": n,
             "anchor_groups": k,
             "realised_anchor_fraction": k / n if n else 0.0,
-            "episodes": int(sum(self.venv.get_attr("n_episodes"))),
+            "episodes": int(sum(lp.n_episodes for lp in loops)),
             "real_steps": ledger.count(EXECUTION),
             "n_correctors": len(correctors),
             **next(iter(correctors.values())).stats(),
             "ledger": ledger.to_dict(),
-            **_ungraded_totals(self.venv.get_attr("ungraded")),
+            **_ungraded_totals([lp.ungraded for lp in loops]),
         }
 
 
@@ -205,10 +209,8 @@ def make_anchored_vec_env(
     n_envs: int = 1,
     *,
     seed: int = 0,
-    corrector: WMRLCorrector | None = None,
-    debiaser_kwargs: dict[str, Any] | None = None,
-    denoiser_kwargs: dict[str, Any] | None = None,
     correction: CorrectionConfig | None = None,
+    corrector: WMRLCorrector | None = None,
     ledger: CostLedger | None = None,
     monitor: bool = True,
     vec_env_cls: type[VecEnv] = DummyVecEnv,
@@ -217,62 +219,60 @@ def make_anchored_vec_env(
 ) -> AnchoredVecEnv:
     """Build ``n_envs`` anchored sub-envs sharing one corrector and ledger, as an :class:`AnchoredVecEnv`.
 
-    Sub-env ``i`` is ``Monitor(AnchoredWorldModelWrapper(env_fn(), world_model,
-    seed=seed + i, corrector=<shared>, ledger=<shared>, **wrapper_kwargs))`` (``Monitor``
-    logs the training reward: real on anchor episodes, ``f̂(r̂)`` on world-model episodes).
+    Sub-env ``i`` is ``Monitor(AnchoredWorldModelWrapper(env_fn(), loop=CorrectionLoop(correction,
+    world_model=world_model, seed=seed + i, corrector=<shared>, ledger=<shared>, ...), **wrapper_kwargs))``
+    (``Monitor`` logs the training reward: real on anchor episodes, ``f̂(r̂)`` on world-model
+    episodes): each sub-env routes with its own seeded router and shares the corrections and costs.
 
     Args:
         env_fn: builds one expensive env (e.g. ``GuessEnv`` or ``lambda: gym.make(...)``).
         world_model: shared by all sub-envs (any object with ``predict(contexts, actions)``).
         n_envs: number of sub-envs (>= 1).
         seed: sub-env ``i``'s router gets ``seed + i``.
-        corrector: the shared corrector (default: one built from ``debiaser_kwargs`` and
-            ``denoiser_kwargs``, reference settings otherwise).
-        debiaser_kwargs, denoiser_kwargs: keyword arguments of
-            :class:`~wmrl_envs.core.IsotonicDebiaser` / :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
-        correction: a :class:`~wmrl_envs.core.CorrectionConfig`: the shared corrector is built
-            from it and every sub-env's router takes its ``anchor_fraction``,
-            ``min_anchor_groups`` and ``anchor_window`` (excludes ``corrector`` and the ``*_kwargs``).
+        correction: the correction settings, a :class:`~wmrl_envs.core.CorrectionConfig` (default
+            ``CorrectionConfig()``): every sub-env's router follows its anchor schedule, and the
+            shared corrector is built from it. The former ``debiaser_kwargs``/``denoiser_kwargs``
+            and ``anchor_fraction``/``min_anchor_groups`` keyword arguments raise a ``TypeError``
+            that says how to write them.
+        corrector: a custom shared corrector instead of ``correction.build_corrector()``.
         ledger: the shared cost ledger (default: a new one).
         monitor: wrap each sub-env in SB3's ``Monitor`` (default ``True``).
         vec_env_cls: ``DummyVecEnv`` (default; corrector and ledger truly shared) or
             ``SubprocVecEnv`` (each worker process gets its own copy).
         vec_env_kwargs: keyword arguments of ``vec_env_cls``.
-        **wrapper_kwargs: ``AnchoredWorldModelWrapper`` arguments (``anchor_fraction``,
-            ``group_size``, ``groups_per_step``, ``mode``, ``eval_route``, ...).
+        **wrapper_kwargs: ``AnchoredWorldModelWrapper`` arguments (``group_size``, ``mode``,
+            ``episode_steps``, ...) and the loop's (``groups_per_step``, ``eval_route``,
+            ``world_model_timeout_s``, ``max_ungraded_share``).
 
     Returns:
         The :class:`AnchoredVecEnv`.
 
     Raises:
-        ValueError: ``n_envs < 1``; both ``corrector`` and ``debiaser_kwargs``/``denoiser_kwargs``;
-            ``correction`` with any of them;
-            any error of ``AnchoredWorldModelWrapper``'s constructor.
+        ValueError: ``n_envs < 1``; any error of ``AnchoredWorldModelWrapper``'s or
+            ``CorrectionLoop``'s constructor.
+        TypeError: a removed correction keyword argument (the message gives its new spelling).
     """
     if n_envs < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-    if correction is not None:
-        if corrector is not None or debiaser_kwargs or denoiser_kwargs:
-            raise ValueError("pass either correction= or corrector=/debiaser_kwargs/denoiser_kwargs, not both")
-        corrector = correction.build_corrector()
-        wrapper_kwargs = {**wrapper_kwargs, "anchor_fraction": correction.anchor_fraction,
-                          "min_anchor_groups": correction.min_anchor_groups}
-    if corrector is not None and (debiaser_kwargs or denoiser_kwargs):
-        raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
-    if corrector is None:
-        corrector = WMRLCorrector(IsotonicDebiaser(**(debiaser_kwargs or {})), InverseVarianceDenoiser(**(denoiser_kwargs or {})))
+    reject_removed_kwargs("make_anchored_vec_env", {
+        k: wrapper_kwargs.pop(k) for k in list(wrapper_kwargs) if k in REMOVED_CORRECTION_KWARGS})
+    correction = correction if correction is not None else CorrectionConfig()
+    corrector = corrector if corrector is not None else correction.build_corrector()
     shared_ledger = ledger if ledger is not None else CostLedger()
+    loop_kwargs = {k: wrapper_kwargs.pop(k) for k in ("groups_per_step", "eval_route", "world_model_timeout_s",
+                                                       "max_ungraded_share") if k in wrapper_kwargs}
+    if loop_kwargs.get("groups_per_step") is None:
+        loop_kwargs["groups_per_step"] = default_groups_per_step(
+            correction.auto_start_fraction if correction.adaptive else correction.anchor_fraction)
+    if world_model is None and correction.anchor_fraction != 1.0:
+        raise ValueError("world_model=None is only valid with correction=CorrectionConfig(anchor_fraction=1.0) "
+                         f"(every group executed for real); got anchor_fraction={correction.anchor_fraction}")
 
     def thunk(i: int) -> Callable[[], gym.Env]:
         def make() -> gym.Env:
-            env: gym.Env = AnchoredWorldModelWrapper(
-                env_fn(), world_model, seed=seed + i, corrector=corrector, ledger=shared_ledger, **wrapper_kwargs
-            )
-            if correction is not None:  # the floor's window of steps, set before any routing
-                env.loop.router.anchor_window = int(correction.anchor_window)
-                if correction.adaptive:  # anchor_fraction="auto" with its settings; per sub-env loop
-                    env.loop.adaptive = correction.build_adaptive()
-                    env.loop.router.anchor_fraction = env.loop.adaptive.fraction
+            loop = CorrectionLoop(correction, world_model=world_model, seed=seed + i, corrector=corrector,
+                                  ledger=shared_ledger, **loop_kwargs)
+            env: gym.Env = AnchoredWorldModelWrapper(env_fn(), None, loop=loop, **wrapper_kwargs)
             return Monitor(env) if monitor else env
 
         return make

@@ -239,7 +239,8 @@ class WMRLRewardFunction:
         ...         return "write", {}
         ...     def step(self, action):
         ...         return "done", action.count("a") / max(len(action), 1), True, False, {}
-        >>> w = wmrl_envs.AnchoredWorldModelWrapper(TextEnv(), LenWM(), anchor_fraction=0.5, group_size=2)
+        >>> w = wmrl_envs.AnchoredWorldModelWrapper(TextEnv(), LenWM(), group_size=2,
+        ...                                         correction=wmrl_envs.CorrectionConfig(anchor_fraction=0.5))
         >>> reward = WMRLRewardFunction(w, num_generations=2)
         >>> r = reward(["p", "p", "q", "q"], ["aa", "ab", "b", "bbbb"])
         >>> len(r), reward.last_batch.n_anchor_groups
@@ -399,13 +400,13 @@ class WMRLRewardFunction:
             self._warn_if_floor_lifts(n_groups)
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and self.wrapper.training:
-            stats = self.wrapper.corrector.stats()
-            log_metric("wmrl/rho", float(self.wrapper.rho))
+            stats = self.wrapper.loop.stats()
+            log_metric("wmrl/rho", float(stats["rho"]))
             log_metric("wmrl/anchor_groups", float(batch.n_anchor_groups))
-            log_metric("wmrl/realised_anchor_fraction", float(self.wrapper.router.realised_fraction))
+            log_metric("wmrl/realised_anchor_fraction", float(stats["realised_anchor_fraction"]))
             log_metric("wmrl/anchor_pairs", float(stats["anchor_pairs"]))
-            log_metric("wmrl/executions", float(self.wrapper.ledger.count("execution")))
-            log_metric("wmrl/ungraded_rollouts", float(self.wrapper.ungraded.n_ungraded))
+            log_metric("wmrl/executions", float(stats["executions"]))
+            log_metric("wmrl/ungraded_rollouts", float(stats["ungraded_rollouts"]))
         return list(batch.rewards)
 
 
@@ -419,7 +420,7 @@ class WMRLRewardFunction:
         """
         if self._floor_warned:
             return
-        router = self.wrapper.router
+        router = self.wrapper.loop.router
         f, m, w = float(router.anchor_fraction), int(router.min_anchor_groups), int(router.anchor_window)
         if self.wrapper.loop.adaptive is not None or f <= 0 or m <= f * n_groups * w + 1e-9:
             return

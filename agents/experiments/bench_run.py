@@ -120,11 +120,10 @@ def run_method(
         execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
         world_model_timeout_s=cfg.world_model_timeout_s,
     )
-    corrector = wrapper.corrector
     agent = make_agent(seed)
     rng = np.random.default_rng(10_000 + seed)
     run = MethodRun(spec.name, seed, snapshots=[agent.snapshot()])
-    ledger = wrapper.ledger
+    ledger = wrapper.loop.ledger
     wall = 0.0
     for step in range(1, max_steps + 1):
         t0 = time.perf_counter()
@@ -146,25 +145,25 @@ def run_method(
             group_step(agent.policy, agent.optimizer, handle, batch, config=agent.update_config)
         wall += time.perf_counter() - t0 - measured_s
         cpu = float(sum(ledger.cpu_seconds(s) for s in COST_SOURCES))
-        stats = corrector.stats()
+        stats = wrapper.loop.stats()  # one snapshot: ρ, corrections, routing, ungraded counts
         run.records.append(StepRecord(
             step=step,
             compute_cpu_s=cpu,
             compute_wall_s=wall,
             seconds={s: ledger.seconds(s) for s in COST_SOURCES},
             cpu_seconds={s: ledger.cpu_seconds(s) for s in COST_SOURCES},
-            rho=stats["rho"] if spec.denoise else corrector.denoiser.rho,
+            rho=stats["rho"] if spec.denoise else stats["denoiser_rho"],
             disagreement_ema=stats["disagreement_ema"],
             calibration_mae_raw=stats["calibration_mae_raw"],
             calibration_mae_calibrated=stats["calibration_mae_calibrated"],
             reward_mean=_mean([r for g in groups for r in g.rewards]),
-            executions=ledger.count("execution"),
-            anchor_groups=wrapper.router.n_anchor_groups,
-            realised_anchor_fraction=wrapper.router.realised_fraction,
-            anchor_fraction=wrapper.router.anchor_fraction,
+            executions=stats["executions"],
+            anchor_groups=stats["anchor_groups_routed"],
+            realised_anchor_fraction=stats["realised_anchor_fraction"],
+            anchor_fraction=stats["anchor_fraction"],
             cpu_unmeasured=ledger.cpu_unmeasured("execution"),
-            ungraded=wrapper.ungraded.n_ungraded,
-            ungraded_by_cause=dict(wrapper.ungraded.causes),
+            ungraded=stats["ungraded_rollouts"],
+            ungraded_by_cause=stats["ungraded_by_cause"],
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
@@ -179,7 +178,7 @@ def run_method(
             run.stopped = "step cap"
     for e in (env, *extra_envs):
         e.close()
-    run.ungraded = wrapper.ungraded.stats()
+    run.ungraded = wrapper.loop.ungraded.stats()
     return run
 
 

@@ -214,7 +214,7 @@ def run_sweep_method(
     optimizer = torch.optim.Adam(policy.trainable_parameters(), lr=cfg.lr)
     update_config = GRPOUpdateConfig(max_grad_norm=None)
     rng = np.random.default_rng([seed, 5])
-    ledger, corrector = wrapper.ledger, wrapper.corrector
+    ledger, corrector = wrapper.loop.ledger, wrapper.loop.corrector
     run = SweepRun(method, level, fraction if spec.anchor_fraction is None or method == REAL_AT_F else None, seed,
                    compute=[0.0], score=[env.expected_score(policy.probs())])
     run.max_steps = int(max_steps)
@@ -228,7 +228,7 @@ def run_sweep_method(
         run.blind_spot_mass.append(float((policy.probs() * blind).sum(axis=1).mean()))
     for _step in range(1, max_steps + 1):
         wrapper.plan_step(cfg.groups_per_step)
-        run.anchor_fraction.append(float(wrapper.router.anchor_fraction))
+        run.anchor_fraction.append(float(wrapper.loop.router.anchor_fraction))
         tasks = rng.integers(cfg.n_tasks, size=cfg.groups_per_step)
         with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
             actions, handle = policy.sample(tasks, cfg.group_size)
@@ -262,7 +262,7 @@ def run_sweep_method(
             run.stop_reason = "compute budget"
             break
     run.executions = ledger.count("execution")
-    run.anchor_groups = wrapper.router.n_anchor_groups
+    run.anchor_groups = wrapper.loop.router.n_anchor_groups
     run.predictions = ledger.count("world_model")
     run.cpu_by_source = {s: ledger.cpu_seconds(s) for s in COST_SOURCES}
     if pairs_raw:

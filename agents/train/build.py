@@ -140,7 +140,7 @@ def build_components(cfg: TrainConfig) -> Components:
 
         # each actor builds its own env and sandbox of the same backend (hidden paths included)
         pool = RayExecutionPool(partial(AutoResearchEnv, tasks="all", sandbox=sandbox.name, limits=limits),
-                                num_workers=cfg.ray_workers, ledger=wrapper.ledger,
+                                num_workers=cfg.ray_workers, ledger=wrapper.loop.ledger,
                                 execution_timeout_s=cfg.exec_wall_time_s + 120.0)
         comps.scorer = AsyncAnchoredScorer(wrapper, pool, ordered=False)
     return comps

@@ -21,7 +21,7 @@ import numpy as np
 
 from agents.train.config import TrainConfig
 from agents.train.rollout import rollout_episode, score_task, task_context
-from wmrl_envs.core import EXECUTION
+from wmrl_envs.core import EXECUTION, CorrectionConfig
 from wmrl_envs.core.ungraded import CAUSE_KEY, TooManyUngradedError
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def evaluation_wrapper(env: Any, cfg: TrainConfig) -> Any:
     ledger (evaluation is never counted in the training compute)."""
     from wmrl_envs import AnchoredWorldModelWrapper
 
-    wrapper = AnchoredWorldModelWrapper(env, None, anchor_fraction=1.0, group_size=cfg.eval_k,
+    wrapper = AnchoredWorldModelWrapper(env, None, correction=CorrectionConfig(anchor_fraction=1.0), group_size=cfg.eval_k,
                                         max_ungraded_share=cfg.max_ungraded_share, episode_steps=cfg.max_turns)
     wrapper.training = False
     return wrapper
@@ -215,7 +215,7 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
-    t0, exec0 = time.perf_counter(), wrapper.ledger.seconds(EXECUTION)
+    t0, exec0 = time.perf_counter(), wrapper.loop.ledger.seconds(EXECUTION)
     for t in c.heldout_tasks:
         spec = c.get_task(t)
         positions[t] = []
@@ -232,7 +232,7 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
             valid = [i.get("position") for i in infos if i.get("status") == "valid" and i.get("position") is not None]
             positions[t].append(max(valid) if valid else None)
             scores.append(float(final["wmrl"]["real_score"]))
-    exec_s = wrapper.ledger.seconds(EXECUTION) - exec0
+    exec_s = wrapper.loop.ledger.seconds(EXECUTION) - exec0
     return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages,
                         max(0.0, time.perf_counter() - t0 - exec_s), exec_s)
 

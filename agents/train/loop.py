@@ -111,7 +111,7 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
 def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Console, tracker: Tracker,
                 t_start: float) -> dict[str, Any]:
     """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
-    policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.ledger
+    policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.loop.ledger
     update_cfg = update_config(cfg)
     rng = np.random.default_rng(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
@@ -122,7 +122,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     if resume and getattr(policy, "sampler", None) is not None:
         policy.sampler.sync(policy)  # the server samples with the adapter of the restored policy
     if resume:
-        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.corrector.debiaser.n_pairs} anchor pairs")
+        console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.loop.stats()['anchor_pairs']} anchor pairs")
     else:
         console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
         start_step, eval_before, prior_wall = 0, evaluate(c, cfg), 0.0
@@ -161,7 +161,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                             groups.append(score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
             except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
                 _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
-                                             "ungraded_step": exc.causes, **wrapper.ungraded.stats(),
+                                             "ungraded_step": exc.causes,
+                                             **_pick(wrapper.loop.stats(), UNGRADED_KEYS),
                                              "ledger": ledger.to_dict()})
                 console.print(f"[bold red]stopped at step {step}[/bold red]: {exc}")
                 raise
@@ -275,6 +276,7 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
                  wrapper: Any, step_s: float) -> dict[str, Any]:
     """One line of metrics.jsonl: routes, rewards, scores, the update, ρ and the corrections, the ledger."""
     anchors = [g for g in groups if g.route == "anchor"]
+    st = wrapper.loop.stats()  # one snapshot of the loop: ρ, corrections, routing, ungraded counts
     statuses: dict[str, int] = {}
     for g in anchors:
         for info in g.infos:
@@ -292,28 +294,40 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
         "groups_skipped": int(update["n_groups_skipped"]),
         "ungraded_rows": int(update["n_ungraded"]),
         "ungraded_by_cause_step": _step_causes(groups),
-        **wrapper.ungraded.stats(),
+        **_pick(st, UNGRADED_KEYS),
         "loss": update["loss"], "kl": update["kl"], "entropy": update["entropy"],
         "new_tokens": samples.new_tokens,
-        "realised_anchor_fraction": wrapper.router.realised_fraction,
-        **_fraction_in_force(wrapper),
-        **wrapper.corrector.stats(),
-        "ledger": wrapper.ledger.to_dict(),
+        "realised_anchor_fraction": st["realised_anchor_fraction"],
+        **_fraction_in_force(st),
+        **_pick(st, CORRECTION_KEYS),
+        "ledger": wrapper.loop.ledger.to_dict(),
         "step_s": step_s,
         "sample_completions": samples.texts[0][:2],
     }
 
 
-def _fraction_in_force(wrapper: Any) -> dict[str, Any]:
-    """The step's anchor fraction: ``anchor_fraction`` (the configured one, or with
-    ``anchor_fraction="auto"`` the one the adaptive rule set for this step) and, with ``auto``, the
-    within-group correlation ``auto_r`` it was estimated from (``None`` while warming up) and the
-    cost ratio ``auto_gamma`` (``None`` until fixed)."""
-    a = wrapper.loop.adaptive
+#: The keys of :meth:`CorrectionLoop.stats <wmrl_envs.core.CorrectionLoop.stats>` a metrics line
+#: takes from the ungraded monitor and from the corrector.
+UNGRADED_KEYS = ("ungraded_rollouts", "rollouts", "ungraded_share", "ungraded_by_cause")
+CORRECTION_KEYS = ("rho", "disagreement_ema", "anchor_pairs", "debiaser_fitted", "debiaser_fits", "calibration_mae_raw",
+                   "calibration_mae_calibrated", "calibration_mse_raw", "calibration_mse_calibrated", "anchor_groups",
+                   "world_model_groups", "flat_map_groups")
+
+
+def _pick(stats: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: stats[k] for k in keys}
+
+
+def _fraction_in_force(st: dict[str, Any]) -> dict[str, Any]:
+    """The step's anchor fraction from the loop's ``stats()``: ``anchor_fraction`` (the configured
+    one, or with ``anchor_fraction="auto"`` the one the adaptive rule set for this step) and, with
+    ``auto``, the within-group correlation ``auto_r`` it was estimated from (``None`` while warming
+    up) and the cost ratio ``auto_gamma`` (``None`` until fixed)."""
+    a = st["adaptive"]
     if a is None:
-        return {"anchor_fraction": wrapper.router.anchor_fraction}
-    _, fraction, r = a.history[-1] if a.history else (None, a.fraction, float("nan"))
-    return {"anchor_fraction": fraction, "auto_r": r if math.isfinite(r) else None, "auto_gamma": a.gamma}
+        return {"anchor_fraction": st["anchor_fraction"]}
+    _, fraction, r = a["history"][-1] if a["history"] else (None, a["fraction"], float("nan"))
+    return {"anchor_fraction": fraction, "auto_r": r if math.isfinite(r) else None, "auto_gamma": a["gamma"]}
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:

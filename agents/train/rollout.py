@@ -81,7 +81,7 @@ def multi_turn_groups(c: Components, cfg: TrainConfig, task_ids: list[str], spec
     for gi, (t, spec) in enumerate(zip(task_ids, specs)):
         last_infos, last_obs = [], []
         for j in range(cfg.group_size):
-            turns, infos, obs = rollout_episode(c.wrapper, c.policy, t, spec, c.wrapper.ledger)
+            turns, infos, obs = rollout_episode(c.wrapper, c.policy, t, spec, c.wrapper.loop.ledger)
             for p, comp, text in turns:
                 prompt_ids.append(list(p))
                 completion_ids.append([list(comp)])
@@ -130,7 +130,7 @@ def async_groups(c: Components, cfg: TrainConfig, step: int, task_ids: list[str]
         part = (samples.prompt_ids[gi], samples.completion_ids[gi], samples.texts[gi])
         if pending.route == ANCHOR:
             n_anchor += 1
-            with c.wrapper.ledger.timed(UPDATE, count=0), torch.no_grad():  # one forward pass, charged to the update
+            with c.wrapper.loop.ledger.timed(UPDATE, count=0), torch.no_grad():  # one forward pass, charged to the update
                 lp, _, _ = policy.grpo_logprobs(samples, list(range(gi * g_size, (gi + 1) * g_size)))
             c.in_flight[pending.group_id] = InFlight(step, *part, lp.detach().cpu())
         else:

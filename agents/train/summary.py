@@ -38,21 +38,21 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         groups, anchor groups), seconds per cost source, ρ, anchor pairs, calibration errors,
         ungraded counts by cause, the held-out results and the task secret's fingerprint.
     """
-    led = c.wrapper.ledger
-    stats = c.wrapper.corrector.stats()
+    led = c.wrapper.loop.ledger
+    stats = c.wrapper.loop.stats()  # one snapshot: corrections, routing, ungraded counts
     judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
     return {
         "preset": cfg.preset,
         "steps": cfg.steps,
         "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
         "task_secret": secret_record(),
-        "rollouts": c.wrapper.n_episodes,
+        "rollouts": stats["episodes"],
         "real_executions": led.count("execution"),
         "world_model_predictions": led.count("world_model"),
         "world_model_calls": judge_stats,
-        "anchor_groups": c.wrapper.router.n_anchor_groups,
-        "groups": c.wrapper.router.n_groups_routed,
-        "realised_anchor_fraction": c.wrapper.router.realised_fraction,
+        "anchor_groups": stats["anchor_groups_routed"],
+        "groups": stats["groups_routed"],
+        "realised_anchor_fraction": stats["realised_anchor_fraction"],
         "configured_anchor_fraction": cfg.correction.anchor_fraction,
         "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
         "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
@@ -69,9 +69,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "calibration_mse_raw": stats["calibration_mse_raw"],
         "calibration_mse_calibrated": stats["calibration_mse_calibrated"],
         # failures of the machinery (docs/method.md, "Ungraded rollouts")
-        "ungraded_rollouts": c.wrapper.ungraded.n_ungraded,
-        "ungraded_share": c.wrapper.ungraded.stats()["ungraded_share"],
-        "ungraded_by_cause": c.wrapper.ungraded.stats()["ungraded_by_cause"],
+        "ungraded_rollouts": stats["ungraded_rollouts"],
+        "ungraded_share": stats["ungraded_share"],
+        "ungraded_by_cause": stats["ungraded_by_cause"],
         "ungraded_scores_by_cause": led.ungraded_counts(),
         "max_ungraded_share": cfg.max_ungraded_share,
         "heldout_before": before,
@@ -79,7 +79,7 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "wall_clock_s": wall,
         # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
         # always take all of them)
-        "cost_vs_real_grpo": cost_vs_real_grpo(led, c.wrapper.n_episodes * int(getattr(cfg, "max_turns", 1))),
+        "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1))),
         "anchor_advice": anchor_advice(c.wrapper.loop),
     }
 
@@ -209,13 +209,13 @@ def print_summary(console: Any, s: dict[str, Any]) -> None:
 
 def plot_calibration(c: Any, path: Path) -> None:
     """``calibration.png``: the anchor pairs (raw world-model score against real score) and the
-    debiaser's fitted isotonic map, from ``c.wrapper.corrector.debiaser``."""
+    debiaser's fitted isotonic map, from ``c.wrapper.loop.corrector.debiaser``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    deb = c.wrapper.corrector.debiaser
+    deb = c.wrapper.loop.corrector.debiaser
     raw, real = deb.pairs()
     fig, ax = plt.subplots(figsize=(5, 4.2))
     if raw.size:

@@ -642,6 +642,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ``groups_started``, ``groups_closed``, ``groups_open``, ``episodes``; the ledger's
             ``executions`` and ``world_model_predictions`` (counts); and the adaptive fraction's
             ``adaptive`` (``anchor_fraction="auto"``: ``{"history": [[step, fraction, r], ...],
+            "fraction": the fraction in force, "gamma": the cost ratio (``None`` until fixed),
             "budget_spent": bool, "group_executions": {route: [executions, groups]}}``; ``None``
             with a fixed fraction).
         """
@@ -663,7 +664,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "executions": self.ledger.count(EXECUTION),
                 "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
                 "adaptive": None if a is None else {
-                    "history": [list(h) for h in a.history], "budget_spent": bool(a.budget_spent),
+                    "history": [list(h) for h in a.history], "fraction": a.fraction, "gamma": a.gamma,
+                    "budget_spent": bool(a.budget_spent),
                     "group_executions": {k: list(v) for k, v in a.group_executions.items()}},
             }
 

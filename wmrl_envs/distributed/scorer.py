@@ -78,8 +78,8 @@ class AsyncAnchoredScorer:
 
     Args:
         wrapper: an outcome-mode :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`.
-        pool: the execution pool (its ledger should be ``wrapper.ledger``; otherwise the
-            execution seconds are added to ``wrapper.ledger`` as well).
+        pool: the execution pool (its ledger should be ``wrapper.loop.ledger``; otherwise the
+            execution seconds are added to ``wrapper.loop.ledger`` as well).
         ordered: ``True`` (default): groups are corrected strictly in submission order (a
             finished group waits for earlier anchor groups), so results equal the serial
             ``score_group`` ones (an anchor group's weight is ρ at its correction, which is ρ at

@@ -9,7 +9,8 @@ Contents:
       run one group at a time, sharing its route.
     - :class:`RoutedSubEnv`, :func:`make_vector_env` (:mod:`.routed_sub_env`) — the per-sub-env
       switch that skips the inner step on world-model routes, and the vector env built of them.
-    - :mod:`.common` — what both wrappers share (the loop's views, ``build_loop``).
+    - :mod:`.common` — what both wrappers share (``build_loop``, ``LoopState``: ``training``,
+      ``plan_step`` and the state; everything else is read on ``wrapper.loop``).
     - :func:`rollout_rng`, :func:`seed_rollout` (:mod:`.rollout_streams`) — each rollout of a
       seeded group its own random stream (the group shares only its task).
 """

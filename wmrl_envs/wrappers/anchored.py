@@ -18,7 +18,7 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 
 import gymnasium as gym
 
-from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route, WMRLCorrector
+from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, execution_cause
@@ -27,8 +27,9 @@ from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPredic
 from .common import (
     EpisodeTally,
     GroupRollout,
-    LoopViews,
+    LoopState,
     build_loop,
+    reject_removed_kwargs,
     check_episode_args,
     learning_inputs,
 )
@@ -42,7 +43,7 @@ ActType = TypeVar("ActType")
 
 
 class AnchoredWorldModelWrapper(
-    gym.Wrapper[ObsType, ActType, ObsType, ActType], gym.utils.RecordConstructorArgs, LoopViews, GroupAPI,
+    gym.Wrapper[ObsType, ActType, ObsType, ActType], gym.utils.RecordConstructorArgs, LoopState, GroupAPI,
     Generic[ObsType, ActType],
 ):
     """Route whole groups of episodes to real execution (anchors) or to a world model.
@@ -51,8 +52,8 @@ class AnchoredWorldModelWrapper(
         env: the expensive env. Its ``step`` is the real execution.
         world_model: a :class:`~wmrl_envs.world_models.WorldModel` (batched
             ``predict(contexts, actions)``). ``None`` is allowed only with
-            ``anchor_fraction=1`` (plain real-execution GRPO, no world-model calls).
-        anchor_fraction: target share of groups routed to real execution (default 0.1).
+            ``correction=CorrectionConfig(anchor_fraction=1.0)`` (plain real-execution GRPO, no
+            world-model calls).
         group_size: G, consecutive episodes per group (they share reset arguments).
         mode: ``"outcome"`` (world-model episodes never call the inner ``step``; the world
             model predicts the outcome of each action) or ``"reward"`` (the inner env steps for
@@ -68,10 +69,9 @@ class AnchoredWorldModelWrapper(
         withheld_info_keys: reward mode: ``info`` keys removed on world-model episodes (they
             reveal the real outcome; default ``("success", "is_success")``).
         groups_per_step: groups per training step for the anchor schedule (at least
-            ``min_anchor_groups`` anchors among each window of ``correction.anchor_window``
+            ``correction.min_anchor_groups`` anchors among each window of ``correction.anchor_window``
             blocks of this many groups; default window 1 block). Default:
-            ``ceil(1 / anchor_fraction)`` (one anchor group per block at f = 0.1).
-        min_anchor_groups: anchors per window of blocks at least (default 1).
+            ``ceil(1 / correction.anchor_fraction)`` (one anchor group per block at f = 0.1).
         episode_steps: steps after which a world-model episode terminates (outcome mode;
             AutoResearch: its ``max_turns``, default 1); it ends earlier at a step whose
             prediction has ``terminated=True`` (the real env's own ending, predicted).
@@ -82,10 +82,6 @@ class AnchoredWorldModelWrapper(
             (:data:`~wmrl_envs.wrappers.common.STEP_SCORE_KEY`) where the env reports one
             (AutoResearch does: its reward is the improvement of the best score), else its reward.
             (Reward mode: the real score is the return, the world model scores the trajectory.)
-        corrector: the correction object (default: reference debiaser and denoiser, or one
-            built from ``debiaser_kwargs``/``denoiser_kwargs``).
-        debiaser_kwargs: keyword arguments of :class:`~wmrl_envs.core.IsotonicDebiaser`.
-        denoiser_kwargs: keyword arguments of :class:`~wmrl_envs.core.InverseVarianceDenoiser`.
         seed: seed of the anchor router.
         ledger: a :class:`~wmrl_envs.core.CostLedger` to record into (default: a new one).
             Each real step is charged its wall-clock seconds and CPU-seconds to
@@ -111,21 +107,23 @@ class AnchoredWorldModelWrapper(
             ``groups_in_step`` of :meth:`plan_step`) is ungraded because the machinery failed,
             :class:`~wmrl_envs.core.TooManyUngradedError` is raised (default 0.5; ``None``:
             never stop).
-        correction: a :class:`~wmrl_envs.core.CorrectionConfig`; it wins over
-            ``anchor_fraction`` and ``min_anchor_groups`` and excludes ``corrector``,
-            ``debiaser_kwargs`` and ``denoiser_kwargs``.
-        loop: a :class:`~wmrl_envs.core.CorrectionLoop` to use (e.g. one shared by several
-            wrappers, whose routes, counts and corrections then add up); it wins over every
-            correction argument (``anchor_fraction``, ``min_anchor_groups``, ``groups_per_step``,
-            ``seed``, ``eval_route``, ``world_model_timeout_s``, ``max_ungraded_share``: the loop's
-            own are used) and excludes ``correction``, ``corrector``, the ``*_kwargs`` and
-            ``ledger``; ``world_model`` must be ``None`` or the loop's.
+        correction: the correction settings, a :class:`~wmrl_envs.core.CorrectionConfig`
+            (anchor fraction and schedule, debiaser, denoiser; default ``CorrectionConfig()``).
+            The settings come this one way: the former keyword arguments ``anchor_fraction``,
+            ``min_anchor_groups``, ``debiaser_kwargs``, ``denoiser_kwargs`` and ``corrector``
+            raise a ``TypeError`` that says how to write them.
+        loop: a :class:`~wmrl_envs.core.CorrectionLoop` to use instead (e.g. one shared by several
+            wrappers, whose routes, counts and corrections then add up, or one built with a custom
+            ``corrector``); the loop's own settings are used (``groups_per_step``, ``seed``,
+            ``eval_route``, ``world_model_timeout_s``, ``max_ungraded_share`` are ignored);
+            excludes ``correction`` and ``ledger``; ``world_model`` must be ``None`` or the loop's.
 
     Attributes:
-        loop: the :class:`~wmrl_envs.core.CorrectionLoop`; ``router``, ``corrector``,
-            ``ledger``, ``ungraded``, ``rho``, ``training``, ``world_model``, ``eval_route``,
-            ``groups_per_step``, ``n_groups_started``, ``n_episodes`` and ``inner_step_calls``
-            (the ledger's execution count) are views of it.
+        loop: the :class:`~wmrl_envs.core.CorrectionLoop`, the one place to read the method's
+            state: ``loop.router``, ``loop.corrector``, ``loop.ledger``, ``loop.ungraded``,
+            ``loop.rho``, ``loop.world_model``, and :meth:`CorrectionLoop.stats
+            <wmrl_envs.core.CorrectionLoop.stats>` (the flat dict a trainer logs). The wrapper
+            keeps two shortcuts, ``training`` (read/write) and :meth:`plan_step`.
         last_group: the :class:`~wmrl_envs.core.GroupCorrection` of the last training group the
             per-episode API closed (``None`` before): its ``rewards`` are the group's training
             rewards as :meth:`score_group` would return them (calibrated at the group's close),
@@ -145,7 +143,7 @@ class AnchoredWorldModelWrapper(
         ungraded: reward ``None`` in the group APIs (``0.0`` with ``info["wmrl"]["graded"] =
         False`` in the per-episode API), cause in ``info["wmrl"]["ungraded_cause"]``, out of
         the anchor pairs and ρ, counted in ``ledger`` (``"ungraded:<cause>"``) and in
-        :attr:`ungraded` (an :class:`~wmrl_envs.core.UngradedMonitor`), warned about.
+        ``loop.ungraded`` (an :class:`~wmrl_envs.core.UngradedMonitor`), warned about.
 
     One task, G random streams (``docs/method.md``, "Randomness"):
         Every rollout of a group is reset with the group's ``seed``/``options``: what the
@@ -166,16 +164,18 @@ class AnchoredWorldModelWrapper(
 
     Raises:
         ValueError: invalid arguments (each message says which and how to fix it).
+        TypeError: a removed correction keyword argument (the message gives its ``CorrectionConfig`` spelling).
 
     Example:
         >>> import gymnasium as gym
         >>> from wmrl_envs import AnchoredWorldModelWrapper
+        >>> from wmrl_envs.core import CorrectionConfig
         >>> from wmrl_envs.world_models import WorldModelPrediction
         >>> class EchoWM:  # predicts the action itself as the score
         ...     def predict(self, contexts, actions):
         ...         return [WorldModelPrediction(score=float(a[0])) for a in actions]
         >>> env = AnchoredWorldModelWrapper(gym.make("wmrl/Guess-v0"), EchoWM(),
-        ...                                 anchor_fraction=0.5, group_size=2)
+        ...                                 group_size=2, correction=CorrectionConfig(anchor_fraction=0.5))
         >>> obs, info = env.reset(seed=0)
         >>> info["wmrl"]["route"] in ("anchor", "world_model")
         True
@@ -185,17 +185,12 @@ class AnchoredWorldModelWrapper(
         self,
         env: gym.Env[ObsType, ActType],
         world_model: WorldModel | None,
-        anchor_fraction: float = 0.1,
-        group_size: int = 8,
         *,
+        group_size: int = 8,
         mode: Literal["outcome", "reward"] = "outcome",
         groups_per_step: int | None = None,
-        min_anchor_groups: int = 1,
         episode_steps: int = 1,
         episode_score: Literal["max", "last", "sum"] = "max",
-        corrector: WMRLCorrector | None = None,
-        debiaser_kwargs: dict[str, Any] | None = None,
-        denoiser_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
@@ -208,14 +203,14 @@ class AnchoredWorldModelWrapper(
         max_ungraded_share: float | None = 0.5,
         correction: CorrectionConfig | None = None,
         loop: CorrectionLoop | None = None,
+        **removed: Any,
     ) -> None:
+        reject_removed_kwargs("AnchoredWorldModelWrapper", removed)
         gym.utils.RecordConstructorArgs.__init__(
             self,
-            anchor_fraction=anchor_fraction,
             group_size=group_size,
             mode=mode,
             groups_per_step=groups_per_step,
-            min_anchor_groups=min_anchor_groups,
             episode_steps=episode_steps,
             episode_score=episode_score,
             seed=seed,
@@ -235,9 +230,7 @@ class AnchoredWorldModelWrapper(
         if dense_every < 1:
             raise ValueError(f"dense_every must be >= 1 (steps between world-model calls), got {dense_every}")
         self.loop = build_loop(
-            world_model=world_model, anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups,
-            groups_per_step=groups_per_step, corrector=corrector, debiaser_kwargs=debiaser_kwargs,
-            denoiser_kwargs=denoiser_kwargs, seed=seed, ledger=ledger, eval_route=eval_route,
+            world_model=world_model, groups_per_step=groups_per_step, seed=seed, ledger=ledger, eval_route=eval_route,
             world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
             correction=correction, loop=loop,
         )

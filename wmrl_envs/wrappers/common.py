@@ -1,6 +1,7 @@
 """What the per-episode wrapper and its vector twin share: the one way to build their
-:class:`~wmrl_envs.core.CorrectionLoop` from their constructor arguments, the views of it they
-both expose (router, corrector, ledger, ρ, ``training``, ``plan_step``, state) and a running
+:class:`~wmrl_envs.core.CorrectionLoop` from their constructor arguments (a ``CorrectionConfig``
+or a shared loop; :func:`reject_removed_kwargs` says how to write the former keyword arguments),
+what they keep of it besides ``wrapper.loop`` (``training``, ``plan_step``, state) and a running
 episode's tally (:class:`EpisodeTally`: its scores and failure causes). The group result of the
 group APIs, :class:`~wmrl_envs.core.GroupRollout`, lives in :mod:`wmrl_envs.core.group`
 (imported here under its old path).
@@ -13,20 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from wmrl_envs.core import (
-    EXECUTION,
-    AnchorRouter,
-    CorrectionConfig,
-    CostLedger,
-    Route,
-    WMRLCorrector,
-)
+from wmrl_envs.core import CorrectionConfig, CostLedger, Route
 from wmrl_envs.core.group import STEP_SCORE_KEY, GroupRollout, group_rollout, wm_causes_of
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
-from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, UngradedMonitor
+from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-__all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopViews", "wm_causes_of", "group_rollout"]
+__all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopState", "reject_removed_kwargs", "wm_causes_of", "group_rollout"]
 
 
 def aggregate_episode_score(scores: Sequence[float | None], how: str) -> float | None:
@@ -171,15 +165,42 @@ def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_s
         raise ValueError(f"episode_score must be 'max', 'last' or 'sum', got {episode_score!r}")
 
 
+#: The correction settings the wrappers once took as keyword arguments, with how to write each now.
+REMOVED_CORRECTION_KWARGS: dict[str, str] = {
+    "anchor_fraction": "correction=CorrectionConfig(anchor_fraction={value!r})",
+    "min_anchor_groups": "correction=CorrectionConfig(min_anchor_groups={value!r})",
+    "debiaser_kwargs": "correction=CorrectionConfig(**{value!r}) (buffer_size, min_pairs, refit_every are its fields)",
+    "denoiser_kwargs": "correction=CorrectionConfig(**{value!r}) (warmup_groups, half_life, rho_target, rho_max, "
+                       "disagreement_floor are its fields; 'mode' is rho_mode)",
+    "corrector": "loop=CorrectionLoop(CorrectionConfig(...), world_model=world_model, corrector={value!r})",
+}
+
+
+def reject_removed_kwargs(owner: str, kwargs: Mapping[str, Any]) -> None:
+    """Raise for keyword arguments a wrapper does not take, saying how to write the removed
+    correction settings (:data:`REMOVED_CORRECTION_KWARGS`) with a
+    :class:`~wmrl_envs.core.CorrectionConfig` or a :class:`~wmrl_envs.core.CorrectionLoop`.
+
+    Raises:
+        TypeError: ``kwargs`` is not empty (the message names each argument and its new spelling).
+    """
+    if not kwargs:
+        return
+    lines = []
+    for k, v in kwargs.items():
+        how = REMOVED_CORRECTION_KWARGS.get(k)
+        lines.append(f"  {k}={v!r} -> {how.format(value=v)}" if how is not None
+                     else f"  {k}: not an argument of {owner}")
+    raise TypeError(
+        f"{owner} takes the correction settings one way, correction=CorrectionConfig(...) or a shared "
+        f"loop=CorrectionLoop(...) (from wmrl_envs.core); write:\n" + "\n".join(lines)
+    )
+
+
 def build_loop(
     *,
     world_model: WorldModel | None,
-    anchor_fraction: float,
-    min_anchor_groups: int,
     groups_per_step: int | None,
-    corrector: WMRLCorrector | None,
-    debiaser_kwargs: Mapping[str, Any] | None,
-    denoiser_kwargs: Mapping[str, Any] | None,
     seed: int,
     ledger: CostLedger | None,
     eval_route: Route,
@@ -189,116 +210,50 @@ def build_loop(
     loop: CorrectionLoop | None,
 ) -> CorrectionLoop:
     """The wrappers' :class:`~wmrl_envs.core.CorrectionLoop`: ``loop`` itself when given;
-    otherwise one built from ``correction`` (which wins over ``anchor_fraction``,
-    ``min_anchor_groups`` and the ``*_kwargs``) or from the individual arguments.
+    otherwise one built from ``correction`` (default ``CorrectionConfig()``) and the loop's
+    own arguments.
 
     Raises:
+        TypeError: ``correction`` is not a :class:`~wmrl_envs.core.CorrectionConfig`, or ``loop``
+            not a :class:`~wmrl_envs.core.CorrectionLoop`.
         ValueError: invalid or conflicting arguments (the message says which).
     """
     if loop is not None:
-        if correction is not None or corrector is not None or debiaser_kwargs or denoiser_kwargs or ledger is not None:
-            raise ValueError("pass loop= alone: the loop holds the correction settings, the corrector and the ledger")
+        if not isinstance(loop, CorrectionLoop):
+            raise TypeError(f"loop must be a CorrectionLoop (wmrl_envs.core), got {type(loop).__name__}")
+        if correction is not None or ledger is not None:
+            raise ValueError("pass loop= alone: the loop holds the correction settings and the ledger "
+                             "(build it with CorrectionLoop(CorrectionConfig(...), ledger=...))")
         if world_model is not None and world_model is not loop.world_model:
             raise ValueError("world_model differs from loop.world_model: pass world_model=None or the loop's own")
         return loop
-    if correction is not None:
-        if corrector is not None or debiaser_kwargs or denoiser_kwargs:
-            raise ValueError("pass either correction= or corrector=/debiaser_kwargs/denoiser_kwargs, not both")
-    else:
-        if corrector is not None and (debiaser_kwargs or denoiser_kwargs):
-            raise ValueError("pass either corrector= or debiaser_kwargs/denoiser_kwargs, not both")
-        correction = correction_from_kwargs(anchor_fraction, min_anchor_groups, debiaser_kwargs, denoiser_kwargs)
+    if correction is None:
+        correction = CorrectionConfig()
+    elif not isinstance(correction, CorrectionConfig):
+        raise TypeError(f"correction must be a CorrectionConfig (wmrl_envs.core), got {type(correction).__name__}")
     if world_model is None and correction.anchor_fraction != 1.0:
         raise ValueError(
             "world_model=None is only valid with anchor_fraction=1.0 (every group executed "
-            f"for real); got anchor_fraction={correction.anchor_fraction}. Pass a world model."
+            f"for real); got anchor_fraction={correction.anchor_fraction}. Pass a world model, "
+            "or correction=CorrectionConfig(anchor_fraction=1.0)."
         )
     if groups_per_step is None:
         groups_per_step = default_groups_per_step(
             correction.auto_start_fraction if correction.adaptive else correction.anchor_fraction)
     return CorrectionLoop(
         correction, world_model=world_model, seed=seed, groups_per_step=groups_per_step, eval_route=eval_route,
-        world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
-        corrector=corrector, ledger=ledger,
+        world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share, ledger=ledger,
     )
 
 
-def correction_from_kwargs(
-    anchor_fraction: float,
-    min_anchor_groups: int,
-    debiaser_kwargs: Mapping[str, Any] | None,
-    denoiser_kwargs: Mapping[str, Any] | None,
-) -> CorrectionConfig:
-    """The :class:`~wmrl_envs.core.CorrectionConfig` that the wrappers' individual keyword
-    arguments spell out (``denoiser_kwargs["mode"]`` is the config's ``rho_mode``), so that a
-    wrapper built either way is validated once, by the config.
-
-    Raises:
-        ValueError: a value out of range, or a key that is no setting of the debiaser / denoiser.
-    """
-    den = dict(denoiser_kwargs or {})
-    if "mode" in den:
-        den["rho_mode"] = den.pop("mode")
-    deb = dict(debiaser_kwargs or {})
-    for where, keys, allowed in (
-        ("debiaser_kwargs", deb, ("buffer_size", "min_pairs", "refit_every")),
-        ("denoiser_kwargs", den, ("warmup_groups", "half_life", "rho_target", "rho_max", "rho_mode",
-                                  "disagreement_floor")),
-    ):
-        unknown = sorted(set(keys) - set(allowed))
-        if unknown:
-            raise ValueError(f"{where} has unknown key(s) {unknown}; allowed: {list(allowed)}")
-    return CorrectionConfig(anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups, **deb, **den)
-
-
-class LoopViews:
-    """The wrappers' views of their :class:`~wmrl_envs.core.CorrectionLoop` (``self.loop``)."""
+class LoopState:
+    """What the wrappers keep of their :class:`~wmrl_envs.core.CorrectionLoop` (``self.loop``,
+    where everything else is read: ``loop.router``, ``loop.corrector``, ``loop.ledger``,
+    ``loop.rho``, ``loop.stats()``): the ``training`` switch, :meth:`plan_step` (the two calls a
+    training loop makes on the wrapper every step) and the state of the loop plus the wrapper's
+    own counters (:meth:`state_dict`, :meth:`save`)."""
 
     loop: CorrectionLoop
-
-    @property
-    def world_model(self) -> WorldModel | None:
-        """The loop's world model."""
-        return self.loop.world_model
-
-    @property
-    def world_model_timeout_s(self) -> float | None:
-        """Seconds one batched ``predict`` may take (``None``: no limit)."""
-        return self.loop.world_model_timeout_s
-
-    @world_model_timeout_s.setter
-    def world_model_timeout_s(self, value: float | None) -> None:
-        self.loop.world_model_timeout_s = None if value is None else float(value)
-
-    @property
-    def router(self) -> AnchorRouter:
-        """The loop's :class:`~wmrl_envs.core.AnchorRouter`."""
-        return self.loop.router
-
-    @property
-    def corrector(self) -> WMRLCorrector:
-        """The loop's :class:`~wmrl_envs.core.WMRLCorrector` (debiaser + denoiser)."""
-        return self.loop.corrector
-
-    @property
-    def ledger(self) -> CostLedger:
-        """The loop's :class:`~wmrl_envs.core.CostLedger`."""
-        return self.loop.ledger
-
-    @property
-    def ungraded(self) -> UngradedMonitor:
-        """The loop's :class:`~wmrl_envs.core.UngradedMonitor` (counts by cause, stop rule)."""
-        return self.loop.ungraded
-
-    @property
-    def eval_route(self) -> Route:
-        """Route of every group while ``training`` is ``False``."""
-        return self.loop.eval_route
-
-    @property
-    def groups_per_step(self) -> int:
-        """Groups per training step of the schedule and the stop rule."""
-        return self.loop.groups_per_step
 
     @property
     def training(self) -> bool:
@@ -308,27 +263,6 @@ class LoopViews:
     @training.setter
     def training(self, value: bool) -> None:
         self.loop.training = value
-
-    @property
-    def rho(self) -> float:
-        """Current anchor weight ρ (float)."""
-        return self.loop.rho
-
-    @property
-    def n_groups_started(self) -> int:
-        """Groups routed so far (the next group id; shared by every wrapper of the loop)."""
-        return self.loop.n_groups_started
-
-    @property
-    def n_episodes(self) -> int:
-        """Rollouts counted so far (shared by every wrapper of the loop)."""
-        return self.loop.n_episodes
-
-    @property
-    def inner_step_calls(self) -> int:
-        """Real executions recorded in the ledger (``ledger.count("execution")``; a shared
-        ledger counts every wrapper's)."""
-        return self.loop.ledger.count(EXECUTION)
 
     def plan_step(self, groups_in_step: int | None = None, free_slots: int | None = None) -> list[Route]:
         """Draw the routes of the next training step now (replacing any unused ones).
@@ -346,10 +280,6 @@ class LoopViews:
             The planned routes.
         """
         return self.loop.plan_step(groups_in_step, free_slots)
-
-    def set_anchor_fraction(self, fraction: float) -> None:
-        """Change the anchor fraction from the next drawn step on (:meth:`CorrectionLoop.set_anchor_fraction`)."""
-        self.loop.set_anchor_fraction(fraction)
 
     def _extra_state(self) -> dict[str, Any]:
         return {}
@@ -386,3 +316,18 @@ class LoopViews:
         import json
 
         self.load_state_dict(json.loads(Path(path).read_text()))
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for a missing attribute: say where the views the wrappers once had are read now
+        if name in LOOP_ATTRIBUTES:
+            new = 'loop.ledger.count("execution")' if name == "inner_step_calls" else f"loop.{name}"
+            raise AttributeError(f"{type(self).__name__}.{name} is read on its CorrectionLoop now: "
+                                 f"wrapper.{new} (or wrapper.loop.stats() for the logged figures)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+#: The loop's attributes the wrappers forwarded before issue 26 (read them as ``wrapper.loop.<name>``).
+LOOP_ATTRIBUTES = frozenset({
+    "world_model", "world_model_timeout_s", "router", "corrector", "ledger", "ungraded", "eval_route",
+    "groups_per_step", "rho", "n_groups_started", "n_episodes", "inner_step_calls", "set_anchor_fraction",
+})

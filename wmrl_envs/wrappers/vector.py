@@ -60,12 +60,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route, WMRLCorrector
+from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route
 from wmrl_envs.core.ledger import Stopwatch
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
-from .common import EpisodeTally, LoopViews, build_loop, check_episode_args
+from .common import EpisodeTally, LoopState, build_loop, check_episode_args, reject_removed_kwargs
 from .rollout_streams import rollout_rng
 from .routed_sub_env import END_ATTR, MEMBER_ATTR, PLAN_ATTR
 from .vector_info import InfoBuilder, bool_array, copy_obs
@@ -101,7 +101,7 @@ class _Group:
         return not self.ticket.training
 
 
-class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopViews, VectorSteps):
+class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructorArgs, LoopState, VectorSteps):
     """Route whole groups of sub-env episodes to real execution (anchors) or a world model.
 
     Args:
@@ -110,14 +110,11 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             mode needs it only with ``task_fn`` (otherwise plain sub-envs work, and execution
             seconds are the vector step's wall-clock).
         world_model: batched ``predict(contexts, actions)``; ``None`` only with
-            ``anchor_fraction=1``.
-        anchor_fraction: target share of groups routed to real execution.
+            ``correction=CorrectionConfig(anchor_fraction=1.0)``.
         group_size: G, sub-envs per lane (rollouts per group).
         mode: ``"outcome"`` or ``"reward"`` (see the module docstring).
         groups_per_step: groups per block of the anchor schedule (default
-            ``ceil(1 / anchor_fraction)``, as in the per-episode wrapper).
-        min_anchor_groups: anchors per window of ``correction.anchor_window`` blocks at least
-            (default 1; default window 1 block).
+            ``ceil(1 / correction.anchor_fraction)``, as in the per-episode wrapper).
         episode_steps: outcome mode: steps after which a world-model episode terminates (earlier
             at a step whose prediction has ``terminated=True``: the world model predicts each
             step before the sub-envs step, and tells a ``RoutedSubEnv`` to end its placeholder
@@ -128,10 +125,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             (``"max"``, ``"last"`` or ``"sum"``).
         task_fn: ``task_fn(lane, round) -> (seed, options)``: the reset arguments shared by the
             G episodes of a group (called once per group, cached).
-        corrector, debiaser_kwargs, denoiser_kwargs, seed, ledger, correction, loop: as in
-            :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper` (``loop`` wins over
-            every correction argument; ``correction`` over ``anchor_fraction`` and
-            ``min_anchor_groups``).
+        seed, ledger, correction, loop: as in
+            :class:`~wmrl_envs.wrappers.anchored.AnchoredWorldModelWrapper`: the correction
+            settings come one way, ``correction=CorrectionConfig(...)`` or a shared
+            ``loop=CorrectionLoop(...)`` (the former ``anchor_fraction``, ``min_anchor_groups``,
+            ``corrector``, ``debiaser_kwargs``, ``denoiser_kwargs`` raise a ``TypeError`` that
+            says how to write them).
         eval_route: route of every group started while ``training`` is ``False``.
         withheld_info_keys: reward mode: info keys withheld on world-model routes.
         world_model_timeout_s, max_ungraded_share: the per-call world-model time-out and the
@@ -139,10 +138,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             rollouts"); a step is ``groups_per_step`` groups (or :meth:`plan_step`'s).
 
     Attributes:
-        loop: the :class:`~wmrl_envs.core.CorrectionLoop`; ``router``, ``corrector``,
-            ``ledger``, ``ungraded``, ``rho``, ``training``, ``n_groups_started`` (groups
-            routed: the ``group_id`` counter) and ``n_episodes`` (episodes finished) are views
-            of it.
+        loop: the :class:`~wmrl_envs.core.CorrectionLoop`, the one place to read the method's
+            state (``loop.router``, ``loop.corrector``, ``loop.ledger``, ``loop.rho``,
+            ``loop.n_groups_started``, ``loop.stats()``); the wrapper keeps ``training``
+            (read/write) and :meth:`plan_step` as shortcuts.
         autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
         n_lanes: ``num_envs // group_size`` (int).
         n_groups_completed: groups closed (their correction ran; int).
@@ -153,7 +152,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     Raises:
         ValueError: invalid arguments, ``num_envs`` not a multiple of ``group_size``, or (outcome
             mode / ``task_fn``) sub-envs without :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv`.
-        TypeError: ``env`` is not a ``gymnasium.vector.VectorEnv``.
+        TypeError: ``env`` is not a ``gymnasium.vector.VectorEnv``, or a removed correction
+            keyword argument was passed (the message gives its ``CorrectionConfig`` spelling).
 
     Example:
         >>> import numpy as np
@@ -164,7 +164,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         ...     def predict(self, contexts, actions):
         ...         return [WorldModelPrediction(score=float(a[0])) for a in actions]
         >>> venv = make_vector_env(GuessEnv, 4)
-        >>> env = AnchoredWorldModelVectorWrapper(venv, EchoWM(), anchor_fraction=0.5, group_size=2)
+        >>> from wmrl_envs.core import CorrectionConfig
+        >>> env = AnchoredWorldModelVectorWrapper(venv, EchoWM(), group_size=2,
+        ...                                       correction=CorrectionConfig(anchor_fraction=0.5))
         >>> obs, info = env.reset(seed=0)
         >>> obs, rew, term, trunc, info = env.step(np.full((4, 1), 0.5, np.float32))
         >>> info["wmrl"]["route"].tolist()[:2] == [info["wmrl"]["route"][0]] * 2
@@ -175,18 +177,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self,
         env: VectorEnv,
         world_model: WorldModel | None,
-        anchor_fraction: float = 0.1,
-        group_size: int = 8,
         *,
+        group_size: int = 8,
         mode: Literal["outcome", "reward"] = "outcome",
         groups_per_step: int | None = None,
-        min_anchor_groups: int = 1,
         episode_steps: int = 1,
         episode_score: Literal["max", "last", "sum"] = "max",
         task_fn: TaskFn | None = None,
-        corrector: WMRLCorrector | None = None,
-        debiaser_kwargs: dict[str, Any] | None = None,
-        denoiser_kwargs: dict[str, Any] | None = None,
         seed: int = 0,
         ledger: CostLedger | None = None,
         eval_route: Route = ANCHOR,
@@ -195,10 +192,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         max_ungraded_share: float | None = 0.5,
         correction: CorrectionConfig | None = None,
         loop: CorrectionLoop | None = None,
+        **removed: Any,
     ) -> None:
+        reject_removed_kwargs("AnchoredWorldModelVectorWrapper", removed)
         gym.utils.RecordConstructorArgs.__init__(
-            self, anchor_fraction=anchor_fraction, group_size=group_size, mode=mode, groups_per_step=groups_per_step,
-            min_anchor_groups=min_anchor_groups, episode_steps=episode_steps, episode_score=episode_score,
+            self, group_size=group_size, mode=mode, groups_per_step=groups_per_step,
+            episode_steps=episode_steps, episode_score=episode_score,
             seed=seed, eval_route=eval_route, withheld_info_keys=tuple(withheld_info_keys),
             world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share, correction=correction,
         )
@@ -210,9 +209,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 "[k*G, (k+1)*G) form lane k — use num_envs = (groups at a time) * group_size"
             )
         self.loop = build_loop(
-            world_model=world_model, anchor_fraction=anchor_fraction, min_anchor_groups=min_anchor_groups,
-            groups_per_step=groups_per_step, corrector=corrector, debiaser_kwargs=debiaser_kwargs,
-            denoiser_kwargs=denoiser_kwargs, seed=seed, ledger=ledger, eval_route=eval_route,
+            world_model=world_model, groups_per_step=groups_per_step, seed=seed, ledger=ledger, eval_route=eval_route,
             world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share,
             correction=correction, loop=loop,
         )
