@@ -709,6 +709,11 @@ def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_ru
     want = np.median([compute_to_target(Curve(np.array(c["compute_cpu_s"]), np.array(c["score"])), sens["0.5"]["target"])
                       + 200.0 for c in curves])
     assert sens["0.5"]["methods"]["wmrl"]["median_total_ctt"] == pytest.approx(want)
+    from agents.experiments.bench import headline_lines
+
+    lines = {ln.split(":")[0]: ln for ln in headline_lines(res)}
+    assert "fitting cost" not in lines["wmrl_learned"] and "fitting cost" in lines["wmrl"]
+    assert f"vs the best real-GRPO batch ({best})" in lines["wmrl_learned"]
     table = (tmp_path / "table.md").read_text()
     assert "Sensitivity to the target" in table and "| 50% (" in table
     assert "GRPO, real execution, anchor groups' batch" in table and "WMRL, world model learned from its anchors" in table

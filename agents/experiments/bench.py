@@ -1,6 +1,6 @@
 """The method benchmark (``wmrl bench``): the paper's comparison at CPU scale, side by side.
 
-Trains the same agent on the AutoResearch training tasks under six methods, with the same
+Trains the same agent on the AutoResearch training tasks under up to eight methods, with the same
 seeds, and evaluates every trained policy on the held-out tasks (avg@k leaderboard
 percentile per category and overall; ``docs/method.md``, "Evaluation"):
 
@@ -8,7 +8,15 @@ percentile per category and overall; ``docs/method.md``, "Evaluation"):
 2. ``wm_only`` — GRPO on raw world-model scores only (no anchors, no corrections);
 3. ``wmrl`` — anchors + online debiasing + inverse-variance denoising;
 4. ``debias_only``; 5. ``denoise_only``; 6. ``anchors_raw`` — anchors, raw world model,
-   no correction.
+   no correction;
+7. ``real_anchor_batch`` — real execution for every group, with only the anchor groups' batch
+   (f × groups per step groups per step): the part of a speedup that is the batch size alone;
+8. ``wmrl_learned`` — WMRL whose world model starts empty and learns online from its anchor
+   groups (:class:`~wmrl_envs.world_models.learned.LearnedWorldModel` on the AutoResearch
+   featurizer; nothing pre-fitted; its refits are on the ledger's ``world_model`` source).
+
+Every method trains up to the same step cap, ``max_steps_factor × S`` (real GRPO included; the
+others also stop at real GRPO's compute at that cap), so no method is censored by a shorter budget.
 
 Compute is charged per cost source in CPU-seconds (:data:`COST_SOURCES`: the sandboxed process
 trees of the executions, world-model inference, generation and policy update; held-out
@@ -21,7 +29,11 @@ The headline is the compute-to-target speedup (``docs/method.md``, "Compute-to-t
 speedup"): the CPU-seconds real-execution GRPO needs to reach ``target_gain`` of its own gain
 after S steps, divided by the CPU-seconds each other method needs to reach the same held-out
 score, read from per-step snapshots (interpolated between evaluated ones), median over seeds
-with a paired bootstrap 95% CI, with and without the world model's own fitting cost.
+with a paired bootstrap 95% CI. The total (``total_ctt``) adds, for the methods on the pre-fitted
+world model, its fitting: the logged executions it was fitted on, charged at this run's own
+measured CPU-seconds per execution (``speedup.cpu_s_per_execution``); WMRL's speedup is also given
+over the best of the real-GRPO batch sizes (``speedup_over_best_real``), and a sensitivity table
+reads the target at 50/70/90/100% of real GRPO's gain.
 
 Comparisons kept beside it: at equal steps (``steps``), and at equal compute — the held-out
 score each method reaches within the compute WMRL used for ``steps`` steps and within the
@@ -31,7 +43,10 @@ cumulative compute; snapshots are evaluated afterwards, sparsely (``eval_points`
 ``refine_evals`` near where a curve crosses the target), with held-out results cached by
 (task, program).
 
-Outputs (in ``out_dir``): ``results.json`` (everything), ``table.md`` (headline, cost split,
+Outputs (in ``out_dir``): ``results.json`` (everything; strict JSON: a non-finite number, e.g. the
+compute-to-target ``inf`` of a seed that did not reach the target, is written as ``null`` and
+listed by path under ``"nonfinite"``; :func:`agents.experiments.bench_report.restore_nonfinite`
+reads it back), ``table.md`` (headline, cost split,
 the paper's layout: method, compute ratio, held-out score per category and overall, mean ±
 spread over seeds), ``score_vs_compute.png``, ``rho_calibration.png``, and ``snapshots/seed<k>.pt``
 (every step's policy per method, for ``--resume``). ``--resume`` continues a stopped run from the
@@ -334,15 +349,18 @@ def headline_lines(results: dict[str, Any]) -> list[str]:
         return [f"no compute-to-target headline: {results.get('speedup_error', 'the run has no real-execution GRPO')}"]
 
     def fmt(x: Any) -> str:
-        if not x:
+        if not x or not x["method_median"] < float("inf"):
             return "not reached"
+        if x["n_seeds"] < 2:
+            return f"{x['point']:.1f}x (1 seed, no CI)"
         return f"{x['point']:.1f}x [{x['low']:.1f}, {x['high']:.1f}]".replace("inf", "∞")
 
     out = [f"target {sp['target']:.1f} (real GRPO's {sp['gain_fraction']:.0%} gain from {sp['s0']:.1f} to {sp['s_S']:.1f})"]
     for name, m in sp.get("methods", {}).items():
         if name != "real":
-            line = (f"{name}: {fmt(m.get('speedup'))} less compute than real GRPO to the target; "
-                    f"{fmt(m.get('speedup_with_fitting'))} with the world model's fitting cost")
+            line = f"{name}: {fmt(m.get('speedup'))} less compute than real GRPO to the target"
+            if m.get("fitting_charged", True):  # files before the total: every method was given the column
+                line += f"; {fmt(m.get('speedup_with_fitting'))} with the world model's fitting cost"
             if m.get("speedup_total") is not None and m.get("speedup_over_best_real") is not None:
                 line += (f"; total CPU {fmt(m['speedup_total'])} vs real GRPO, {fmt(m['speedup_over_best_real'])} vs the "
                          f"best real-GRPO batch ({sp.get('best_real')})")

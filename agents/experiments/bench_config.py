@@ -169,8 +169,10 @@ class BenchConfig:
 
 BENCH_PRESETS: dict[str, BenchConfig] = {
     "default": BenchConfig(),
-    # CI: one seed, two methods, a few steps and one held-out draw per task (minutes, not hours)
-    "quick": BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2.0, groups_per_step=4,
+    # CI: one seed, three methods (WMRL on the pre-fitted and on the learned world model), a few
+    # steps and one held-out draw per task (minutes, not hours); every method trains 3 steps
+    "quick": BenchConfig(methods=("real", "wmrl", "wmrl_learned"), seeds=1, steps=2, max_steps_factor=1.5,
+                         groups_per_step=4,
                          group_size=3, eval_k=1, eval_draws=1, eval_points=3, refine_evals=1,
                          out_dir="runs/bench-quick"),
 }
