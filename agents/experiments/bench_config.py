@@ -64,8 +64,10 @@ class BenchConfig:
     """Methods to run (subset of real, real_anchor_batch, wm_only, wmrl, wmrl_learned, debias_only,
     denoise_only, anchors_raw; :data:`BENCH_METHODS`). The
     default is the headline pair; world model only and the ablations are a second command
-    (benchmarks/README.md), to keep the default run short (it still takes about 2.5 h on 2 cores:
-    benchmarks/README.md, "Time")."""
+    (benchmarks/README.md). A default run took 2.5 h on 2 shared cores when real GRPO stopped at S
+    steps (benchmarks/README.md, "Time"); real GRPO now trains the step cap (3 × S) like the other
+    methods, about 40 more minutes of executions per seed on those cores (an estimate from the
+    measured per-step cost, not a measured run)."""
     seeds: int = 5
     """Seeds per method (0..seeds-1); the speedup's bootstrap CI is over them."""
     steps: int = 10
