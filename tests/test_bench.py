@@ -753,3 +753,21 @@ def test_results_json_is_strict_and_not_reached_is_null_listed_under_nonfinite(t
     # an older file (bare Infinity, no "nonfinite") still reads
     old = json.loads(json.dumps(back))
     assert report_finished_seeds(old, tmp_path / "rep2")["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2
+
+
+def test_reusing_a_real_grpo_that_stopped_at_s_steps_is_warned_about(tmp_path):
+    """A results.json from before real GRPO trained the step cap (its real seeds stopped at S) can
+    still be reused, but the log says that the others' budget is then its shorter run."""
+    res, _ = _bench(tmp_path / "new", methods=("real",), seeds=1)
+    old = json.loads((tmp_path / "new" / "results.json").read_text())
+    e = old["methods"]["real"]["seeds"][0]
+    e["records"], e["stopped"] = e["records"][:4], "steps"
+    old.pop("nonfinite", None)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    logs = []
+    cfg = BenchConfig(methods=("real", "wm_only"), seeds=1, steps=4, max_steps_factor=3, groups_per_step=5,
+                      group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3,
+                      refine_evals=0, out_dir=str(tmp_path / "b"), reuse_from=str(tmp_path / "old.json"))
+    run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
+              heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=logs.append)
+    assert any("trained 4 steps, not the step cap 12" in line for line in logs)

@@ -226,6 +226,11 @@ def run_bench(
                 if name in reused:  # measured in the earlier run: its budget stands for this seed
                     if name == "real":
                         budget_real = float(reused[name][seed]["records"][-1]["compute_cpu_s"])
+                        if len(reused[name][seed]["records"]) < max_steps and reused[name][seed].get("stopped") == "steps":
+                            log(f"[bench] WARNING seed {seed}: the reused real GRPO trained {len(reused[name][seed]['records'])} "
+                                f"steps, not the step cap {max_steps} (a run from before real GRPO trained the cap): the "
+                                "other methods' compute budget is its shorter run, and its seeds that miss the target "
+                                "by then are censored")
                     continue
                 spec = BENCH_METHODS[name]
                 steps_cap = max_steps  # the same step cap for every method, real GRPO included
