@@ -6,7 +6,7 @@ in the paper. This script times ``sample`` and ``log_probs`` + ``backward`` on 4
 programs (one thread) and prints each in milliseconds and as a ratio to the median seconds of
 one real execution in the shipped execution log (``runtime_s`` of
 ``wmrl_envs/envs/autoresearch/data/autoresearch_executions.jsonl``). It replaces the wall-clock
-threshold that used to sit in ``tests/test_grammar_policy.py`` (the unit test now checks the
+threshold that used to sit in ``tests/agents/grammar/test_grammar_policy.py`` (the unit test now checks the
 batching that makes these calls cheap).
 
     .venv/bin/python benchmarks/grammar_policy_speed.py            # a few seconds

@@ -31,7 +31,7 @@ from which lines of openvla-mini (commit ``0822b36``):
   input size, scale to [0, 1], normalise with ImageNet mean/std (DINOv2) and 0.5/0.5 (SigLIP); the
   two tensors are stacked on the channel axis (``pixel_values``: (B, 6, H, W)).
 
-Equality with the authors' code is tested, not assumed: ``tests/test_prismatic_golden.py`` compares
+Equality with the authors' code is tested, not assumed: ``tests/agents/vla/test_prismatic_golden.py`` compares
 pixels, prompt ids, logits and greedy actions with what openvla-mini's own ``load_vla`` /
 ``predict_action`` compute on a tiny run folder (``tests/golden/make_prismatic_golden.py``). The
 math of the policy's GRPO update is in ``docs/method.md``.

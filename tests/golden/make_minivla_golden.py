@@ -33,7 +33,7 @@ with the two repositories checked out at the commits above::
     python tests/golden/make_minivla_golden.py --vq-bet vq_bet_official \\
         --openvla-mini openvla-mini --out tests/golden/minivla
 
-``tests/test_minivla_golden.py`` compares wmrl's tokenizers with these files.
+``tests/agents/vla/test_minivla_golden.py`` compares wmrl's tokenizers with these files.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ operator registrations were disabled), ``draccus==0.8.0``, ``einops``, ``rich``,
     python tests/golden/make_prismatic_golden.py --openvla-mini openvla-mini \\
         --qwen-tokenizer qwen25-tokenizer --out tests/golden/prismatic
 
-``tests/test_prismatic_golden.py`` loads the folder with wmrl and compares.
+``tests/agents/vla/test_prismatic_golden.py`` loads the folder with wmrl and compares.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ out at the commit above::
     python tests/golden/make_robometer_golden.py --robometer robometer --out tests/golden/robometer \\
         --chat-template Qwen3-VL-4B-Instruct/chat_template.json
 
-``tests/test_robometer_golden.py`` compares wmrl's Robometer pieces with these files.
+``tests/envs/libero/test_robometer_golden.py`` compares wmrl's Robometer pieces with these files.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   backbone (bins, progress token or pooling) is :class:`RobometerHeadConfig`.
 
 The heads follow robometer/robometer's ``PredictionHeadsMixin`` (``robometer/models/heads.py``),
-the progress decoding its ``convert_bins_to_continuous``; ``tests/test_robometer_golden.py``
+the progress decoding its ``convert_bins_to_continuous``; ``tests/envs/libero/test_robometer_golden.py``
 checks the heads' parameter names and shapes and their outputs on fixed hidden states against
 the authors' code (:mod:`.loading` has the checkpoint files). The backbone is transformers'
 ``Qwen3VLModel`` itself; the numbers the real checkpoint gives have not been checked (its
@@ -281,7 +281,7 @@ class RobometerModel(nn.Module):
         Progress: :meth:`decode_progress` of the progress head (Robometer's
         ``convert_bins_to_continuous``, ``robometer/models/utils.py``); success: the sigmoid of
         the success head's logit (``robometer/evals/eval_server.py`` l.588-590). Checked against
-        the authors' heads in ``tests/test_robometer_golden.py``.
+        the authors' heads in ``tests/envs/libero/test_robometer_golden.py``.
         """
         progress = self.decode_progress(self.progress_head(frame_embeddings))
         success = torch.sigmoid(self.success_head(frame_embeddings).float().reshape(-1))

@@ -1,7 +1,7 @@
 """Frames + instruction -> Robometer's model inputs (:class:`RobometerProcessor`), and the input format.
 
 The format follows the authors' code (robometer/robometer ``RBMBatchCollator`` and
-``qwen_vl_utils.process_vision_info``); ``tests/test_robometer_golden.py`` checks the prompt
+``qwen_vl_utils.process_vision_info``); ``tests/envs/libero/test_robometer_golden.py`` checks the prompt
 text, the order of frames and progress tokens, the chat-template arguments, the frame sizes and
 the resized pixels against golden files written by that code (``tests/golden/robometer``), and
 the chat text written without a template against Qwen3-VL-4B-Instruct's own template. The token
@@ -239,7 +239,7 @@ class RobometerProcessor:
         """The conversation of one progress query: one user turn holding the prompt, then each
         frame (``{"type": "image"}``) followed by ``<|prog_token|>`` — the multi-image,
         per-frame-progress-token query of Robometer's ``RBMBatchCollator._process_progress_batch``
-        (checked against its output in ``tests/test_robometer_golden.py``)."""
+        (checked against its output in ``tests/envs/libero/test_robometer_golden.py``)."""
         content: list[dict[str, Any]] = [{"type": "text", "text": self.prompt_template.format(task=instruction)}]
         for _ in range(n_frames):
             content.append({"type": "image"})

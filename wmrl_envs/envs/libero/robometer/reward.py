@@ -34,7 +34,7 @@ def uniform_frame_indices(T_plus_1: int, n: int = 8) -> np.ndarray:
     and the last is ``T``. ``n = 1`` gives ``[T]``. With at least ``n`` frames these are the
     indices of Robometer's own ``linspace_subsample_frames`` (robometer/robometer
     ``robometer/data/datasets/helpers.py``; checked against its output in
-    ``tests/test_robometer_golden.py``). With fewer than ``n`` frames the authors use every
+    ``tests/envs/libero/test_robometer_golden.py``). With fewer than ``n`` frames the authors use every
     frame once (so does :class:`RobometerWorldModel`); here the indices repeat frames instead,
     so the result always has ``n`` entries — :func:`robometer_reward` uses that to spread fewer
     progress values over its ``n`` positions. Reference: ``docs/method.md``, "Reward mode"

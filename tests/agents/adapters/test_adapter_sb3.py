@@ -31,7 +31,7 @@ from wmrl_envs.world_models.synthetic import SyntheticWorldModel  # noqa: E402
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

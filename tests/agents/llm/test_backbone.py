@@ -391,7 +391,7 @@ def test_the_throughput_script_runs_on_a_tiny_shape(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput.py"
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "train_throughput.py"
     spec = importlib.util.spec_from_file_location("train_throughput", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -1,5 +1,5 @@
 """The benchmark harness's logic on fake, instant components (the real run is in
-tests/test_bench_e2e.py): routing per method, compute budgets, snapshot selection, the table."""
+tests/agents/experiments/test_bench_e2e.py): routing per method, compute budgets, snapshot selection, the table."""
 
 from __future__ import annotations
 
@@ -601,7 +601,7 @@ def test_bench_report_refuses_what_is_not_a_bench_results_file(tmp_path, capsys)
 def test_the_run_ends_with_its_headline():
     from agents.experiments.bench import headline_lines
 
-    ref = json.loads((Path(__file__).parent.parent / "results" / "bench_reference_run" / "results.json").read_text())
+    ref = json.loads((Path(__file__).resolve().parents[3] / "results" / "bench_reference_run" / "results.json").read_text())
     assert headline_lines(ref) == [
         "target 59.0 (real GRPO's 90% gain from 27.9 to 62.5)",
         "wmrl: 6.7x [4.0, ∞] less compute than real GRPO to the target; 2.0x [1.6, ∞] with the world model's "
@@ -613,7 +613,7 @@ def test_the_run_ends_with_its_headline():
 def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
     import importlib.util
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     spec = importlib.util.spec_from_file_location("compare_runs", root / "benchmarks" / "compare_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

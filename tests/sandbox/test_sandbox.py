@@ -715,7 +715,7 @@ def test_step_filling_its_folder_with_small_files_ends_within_the_limit(tmp_path
 # --------------------------------------------------------------------------- host paths and hidden paths
 def test_no_host_job_or_checkout_path_visible_inside_bubblewrap(tmp_path: Path) -> None:
     sb = _make_isolating("bubblewrap")
-    checkout = str(Path(__file__).resolve().parent.parent)
+    checkout = str(Path(__file__).resolve().parents[2])
     with JobFolder(tmp_path / "jobs", FAST) as job:
         src = _program("""
             texts = []
@@ -792,7 +792,7 @@ def test_hidden_paths_are_masked(tmp_path: Path) -> None:
     assert rep["read"][str(pkg / "labels.txt")] in ("", "PermissionError")
     assert rep["listdir"] in ([], "PermissionError")
     assert rep["wmrl_envs"] == "ImportError" and rep["sklearn"]
-    checkout = str(Path(__file__).resolve().parent.parent)
+    checkout = str(Path(__file__).resolve().parents[2])
     for p in editable:  # the editable install's .pth / finder (they name the checkout)
         assert checkout not in rep["read"][p], p
     assert "SECRET" not in res.stdout + res.stderr
@@ -921,7 +921,7 @@ def test_project_package_is_not_importable_by_default(isolating: Sandbox, job: P
     assert res.ok, res.stderr[-2000:]
     rep = _report(res)
     assert rep["import"] == "ImportError"
-    checkout = str(Path(__file__).resolve().parent.parent)
+    checkout = str(Path(__file__).resolve().parents[2])
     assert all(checkout not in text for text in rep["read"].values()), rep["read"]
 
 

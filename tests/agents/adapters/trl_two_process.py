@@ -1,8 +1,8 @@
-"""Worker of ``tests/test_adapter_trl.py::test_two_processes_*``: two CPU processes (gloo), two
+"""Worker of ``tests/agents/adapters/test_adapter_trl.py::test_two_processes_*``: two CPU processes (gloo), two
 GRPO steps of ``WMRLGRPOTrainer`` with a tiny model; each process writes what it saw to
 ``<out>/rank<r>.json``.
 
-Usage: ``torchrun --standalone --nproc_per_node 2 tests/trl_two_process.py OUT_DIR``
+Usage: ``torchrun --standalone --nproc_per_node 2 tests/agents/adapters/trl_two_process.py OUT_DIR``
 (``accelerate launch --cpu --num_processes 2`` runs several CPU processes through mpirun
 (``--mpirun_hostfile``), which is not installed here; torchrun starts the same processes and
 TRL's ``Accelerator`` joins them with gloo.)

@@ -207,7 +207,7 @@ def test_act_with_minivla_vq_tokenizer(observations):
 
     from agents.vla.action_tokenizer import VQActionTokenizer
 
-    vq = VQActionTokenizer(N_VOCAB, Path(__file__).parent / "golden" / "minivla" / "vq")
+    vq = VQActionTokenizer(N_VOCAB, Path(__file__).resolve().parents[2] / "golden" / "minivla" / "vq")
     pol = make_policy(action_tokenizer=vq, seed=2)
     s = pol.sample(observations, group_size=4)
     assert pol.tokens_per_sample == 3 and s.tokens.shape == (12, 3)

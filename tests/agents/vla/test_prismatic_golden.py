@@ -32,7 +32,7 @@ from agents.vla.load import (
 from agents.vla.prismatic import PRISMATIC_BASE_VLMS, PrismaticFormatError
 from agents.vla.policy import MINIVLA_QWEN_PROMPT, VLAPolicy, VLASamples
 
-GOLDEN = Path(__file__).parent / "golden" / "prismatic"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "prismatic"
 META = json.loads((GOLDEN / "meta.json").read_text())
 HEADS = {"dino": META["tiny"]["dino"]["num_heads"], "siglip": META["tiny"]["siglip"]["num_heads"],
          "llm": META["tiny"]["llm"]["num_attention_heads"]}

@@ -19,7 +19,7 @@ import torch
 
 from agents.vla.action_tokenizer import ActionTokenizer, VQActionTokenizer
 
-GOLDEN = Path(__file__).parent / "golden" / "minivla"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "minivla"
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from wmrl_envs.world_models import WorldModelPrediction  # noqa: E402
 
 torch.set_num_threads(1)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 # ---------------------------------------------------------------------------------- fixtures
@@ -472,7 +472,7 @@ def test_two_processes_score_whole_groups_once_with_every_anchor_pair_in_one_cor
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     assert torchrun, "torchrun (PyTorch's launcher) is missing from the environment"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "trl_two_process.py"),
+    proc = subprocess.run([torchrun, "--standalone", "--nproc_per_node", "2", str(ROOT / "tests" / "agents/adapters" / "trl_two_process.py"),
                            str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))

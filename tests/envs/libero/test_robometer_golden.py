@@ -32,7 +32,7 @@ from wmrl_envs.envs.libero.robometer import (
 )
 from wmrl_envs.envs.libero.robometer.processor import CHAT_TEMPLATE_KWARGS
 
-GOLDEN = Path(__file__).parent / "golden" / "robometer"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "robometer"
 sys.path.insert(0, str(GOLDEN.parent))
 from make_robometer_golden import FRAME_SIZES, INSTRUCTION, pattern_frame  # noqa: E402  (numpy only)
 

@@ -102,7 +102,7 @@ def test_noise_scale_script_quick_run_on_autoresearch(tmp_path):
 
     from wmrl_envs.core import CostRates, predicted_speedup
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "noise_scale.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "noise_scale.py"
     spec = importlib.util.spec_from_file_location("noise_scale", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

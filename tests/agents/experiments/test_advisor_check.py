@@ -121,7 +121,7 @@ def test_the_live_recommendation_run_is_compared_on_five_seeds_like_with_like():
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     spec = importlib.util.spec_from_file_location("compare_runs", root / "benchmarks" / "compare_runs.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

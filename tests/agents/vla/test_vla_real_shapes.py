@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "vla_real_shapes.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "vla_real_shapes.py"
 
 
 def test_tiny_shape_run_writes_every_figure(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("libero")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def load_example():

@@ -80,7 +80,7 @@ def test_a_vq_checkpoint_gets_its_vq_tokenizer_and_is_never_read_as_bins(tmp_pat
     from agents.vla.action_tokenizer import VQActionTokenizer
     from agents.experiments.libero_protocol import _action_tokenizer
 
-    golden_vq = Path(__file__).parent / "golden" / "minivla" / "vq"
+    golden_vq = Path(__file__).resolve().parents[2] / "golden" / "minivla" / "vq"
     processor = SimpleNamespace(tokenizer=list(range(600)))  # len() = 600 action-vocabulary end
     model = SimpleNamespace(config=SimpleNamespace())
     assert _action_tokenizer(LiberoProtocolConfig(), model, processor) is None  # tiny VLA: bins
@@ -159,7 +159,7 @@ def test_quick_preset_runs_the_three_methods_on_the_real_simulator_and_resumes(t
 @pytest.mark.slow
 def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_path, monkeypatch):
     """``wmrl libero --vla RUN`` with a MiniVLA run in the authors' Prismatic format (the toy-width
-    golden run of tests/test_prismatic_golden.py, its tokenizer copied to RUN/tokenizer): loaded
+    golden run of tests/agents/vla/test_prismatic_golden.py, its tokenizer copied to RUN/tokenizer): loaded
     through load_vla, MiniVLA's prompt and the run's action statistics, GRPO steps on LIBERO."""
     import shutil
     from pathlib import Path
@@ -168,7 +168,7 @@ def test_quick_preset_trains_a_prismatic_minivla_run_on_the_real_simulator(tmp_p
     import agents.vla.prismatic as prismatic
 
     pytest.importorskip("libero.libero", reason="LIBERO not installed (pip install -e '.[libero]')")
-    golden = Path(__file__).parent / "golden" / "prismatic"
+    golden = Path(__file__).resolve().parents[2] / "golden" / "prismatic"
     tiny = json.loads((golden / "meta.json").read_text())["tiny"]
     # the toy run's head counts (MiniVLA's are 16/16/14; a checkpoint does not store them)
     monkeypatch.setitem(vla_load._VISION_HEADS, "dinosiglip-vit-so-224px",

@@ -3,7 +3,7 @@
 A scripted HTTP server on localhost stands in for ``vllm serve`` here (no vLLM on these machines):
 it answers vLLM's three endpoints the way vLLM documents them and records every request, so
 what is checked is what the trainer sends and how it reads the answers. The same client against
-a real server: ``WMRL_VLLM_URL=http://HOST:PORT/v1 WMRL_VLLM_MODEL=NAME pytest tests/test_vllm_server.py``
+a real server: ``WMRL_VLLM_URL=http://HOST:PORT/v1 WMRL_VLLM_MODEL=NAME pytest tests/agents/llm/test_vllm_server.py``
 (opt-in; the server started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``).
 """
 

@@ -20,7 +20,7 @@ import pytest
 from wmrl_envs.envs.libero import ENV_ID, LiberoEnv, register_envs
 from wmrl_envs.envs.libero.env import INSTRUCTION_CHARSET, WAIT_ACTION, quat_to_axis_angle
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 SIZE = 64
 
 

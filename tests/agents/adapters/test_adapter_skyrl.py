@@ -341,7 +341,7 @@ def test_the_pages_local_run_prints_what_it_says():
     import re
     from pathlib import Path
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "skyrl.md").read_text()
+    page = (Path(__file__).resolve().parents[3] / "docs" / "skyrl.md").read_text()
     (code, prose), = re.findall(r"```python\n(.*?)```(.*?)(?=```|\Z)", page, re.S)
     ns: dict = {"__name__": "skyrl_doc"}
     out = io.StringIO()

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_design.py"
+_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_design.py"
 _spec = importlib.util.spec_from_file_location("bench_design", _PATH)
 bd = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bd)
