@@ -45,7 +45,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from agents.experiments.bench_report import curve_of, real_target
     from agents.experiments.speedup import Curve, compute_to_target, speedup
 
-    a, b = (json.loads(open(p).read()) for p in (args.first, args.second))
+    from agents.experiments.bench_report import restore_nonfinite  # strict JSON: null + 'nonfinite' paths
+
+    a, b = (restore_nonfinite(json.loads(open(p).read())) for p in (args.first, args.second))
     target, s0, s_S = real_target(a, steps=int(a["config"]["steps"]))
     n = min(len(a["methods"][args.method]["seeds"]), len(b["methods"][args.method]["seeds"]),
             len(a["methods"]["real"]["seeds"]))

@@ -71,3 +71,26 @@ print(json.dumps({{"added": added, "loaded": loaded, "imported": sorted(m for m 
     assert set(MODULES) <= set(result["imported"])
     assert result["added"] == [], f"importing wmrl_envs.world_models loaded env modules {result['added']}"
     assert result["loaded"] == [], f"env world models were imported: {result['loaded']}"
+
+
+# ---- tests laid out like the packages (issue 26, item 6) -----------------------------------------
+
+_TEST_ONLY_FOLDERS = {"golden", "verl_adapter", "__pycache__"}
+
+
+def test_every_test_folder_mirrors_a_package_folder():
+    """``tests/<a>/<b>/test_x.py`` tests ``wmrl_envs/<a>/<b>/`` or ``agents/<b>/`` (``tests/agents/...``),
+    so that the test of a module is found from its path; only the cross-cutting checks sit at the top."""
+    tests = ROOT / "tests"
+    stray = []
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        rel = folder.relative_to(tests)
+        if _TEST_ONLY_FOLDERS & set(rel.parts):
+            continue
+        home = ROOT / rel if rel.parts[0] == "agents" else ROOT / "wmrl_envs" / rel
+        if not home.is_dir():
+            stray.append(f"tests/{rel} (no {home.relative_to(ROOT)})")
+    assert not stray, f"test folders without a package folder of the same path: {stray}"
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert top == ["test_architecture.py", "test_layout.py", "test_readme.py", "test_text_envs_doc.py"], (
+        f"only the cross-cutting checks belong at tests/'s top; move the others beside their package: {top}")
