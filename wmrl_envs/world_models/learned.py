@@ -44,15 +44,8 @@ import numpy as np
 from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
 
-__all__ = [
-    "Featurizer",
-    "CallableFeaturizer",
-    "SentenceEncoderFeaturizer",
-    "PolicyHiddenStateFeaturizer",
-    "CrossfitScores",
-    "LearnedWorldModel",
-    "default_head",
-]
+__all__ = ["Featurizer", "CallableFeaturizer", "SentenceEncoderFeaturizer", "PolicyHiddenStateFeaturizer",
+           "CrossfitScores", "LearnedWorldModel", "default_head"]
 
 
 # ----------------------------------------------------------------------------------------------

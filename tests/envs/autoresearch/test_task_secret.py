@@ -252,9 +252,12 @@ def _regenerate_attack(task_id: str, seeds: list[int]) -> str:
     """A solution that re-runs the task generator (the public tasks.py, pasted in) with the given
     seeds inside the sandbox and looks every test row up in the regenerated data."""
     src = Path(T.__file__).read_text()
+    gen_src = (Path(T.__file__).parent / "generators.py").read_text()
     return f'''
 import sys, types
 import numpy as np, pandas as pd
+gen = types.ModuleType("stolen_generators"); sys.modules["wmrl_envs.envs.autoresearch.generators"] = gen
+exec(compile({gen_src!r}, "stolen_generators.py", "exec"), gen.__dict__)
 mod = types.ModuleType("stolen_tasks"); sys.modules["stolen_tasks"] = mod
 exec(compile({src!r}, "stolen_tasks.py", "exec"), mod.__dict__)
 task = mod._TASKS[{task_id!r}]
