@@ -118,12 +118,13 @@ def _import_graph(package: str = "wmrl_envs") -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycle_through_the_envs_the_sandbox_or_the_world_models() -> None:
-    graph = _import_graph()
+def _cycles(graph: dict[str, set[str]], prefix: str | tuple[str, ...]) -> list[str]:
+    """Every import cycle through a module whose name starts with ``prefix`` (depth-first from each
+    such module: a path back to it is a cycle), as ``a -> b -> a``."""
     cycles = []
-    for start in (m for m in graph if m.startswith(_OWN_ROOMS)):
+    for start in (m for m in graph if m.startswith(prefix)):
         path, stack, seen = [start], [iter(sorted(graph[start]))], {start}
-        while stack:  # depth-first: a path back to ``start`` is a cycle
+        while stack:
             nxt = next(stack[-1], None)
             if nxt is None:
                 stack.pop(), path.pop()
@@ -132,6 +133,12 @@ def test_no_import_cycle_through_the_envs_the_sandbox_or_the_world_models() -> N
                 break
             elif nxt not in seen:
                 seen.add(nxt), path.append(nxt), stack.append(iter(sorted(graph[nxt])))
+    return cycles
+
+
+def test_no_import_cycle_through_the_envs_the_sandbox_or_the_world_models() -> None:
+    graph = _import_graph()
+    cycles = _cycles(graph, _OWN_ROOMS)
     assert not cycles, "import cycles (move the shared piece below both):\n" + "\n".join(cycles)
 
 
@@ -147,16 +154,5 @@ def test_no_import_cycle_in_agents() -> None:
     """``agents/`` is a set of rooms without import cycles, lazy imports included (issue 26: the
     VLA policy and its Prismatic loader imported each other)."""
     graph = _import_graph("agents")
-    cycles = []
-    for start in (m for m in graph if m.startswith("agents")):
-        path, stack, seen = [start], [iter(sorted(graph[start]))], {start}
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                stack.pop(), path.pop()
-            elif nxt == start:
-                cycles.append(" -> ".join(path + [start]))
-                break
-            elif nxt not in seen:
-                seen.add(nxt), path.append(nxt), stack.append(iter(sorted(graph[nxt])))
+    cycles = _cycles(graph, "agents")
     assert not cycles, "import cycles in agents/ (move the shared piece below both):\n" + "\n".join(cycles)

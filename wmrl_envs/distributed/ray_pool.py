@@ -55,14 +55,8 @@ from wmrl_envs.core.ungraded import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RayExecutionPool",
-    "GroupExecution",
-    "GroupExecutionFuture",
-    "AsyncAnchoredScorer",
-    "PendingGroup",
-    "ExecutionWorker",
-]
+__all__ = ["RayExecutionPool", "GroupExecution", "GroupExecutionFuture", "ExecutionWorker"]
+# AsyncAnchoredScorer and PendingGroup (re-exported at the end, their old path) live in .scorer
 
 
 def _import_ray() -> Any:

@@ -64,6 +64,8 @@ def bool_array(n: int, idx: Sequence[int]) -> np.ndarray:
 
 
 def info_get(d: dict[str, Any] | None, key: str, i: int) -> Any:
+    """Sub-env ``i``'s value of ``key`` in a dict-of-arrays info (a numpy scalar as a Python one);
+    ``None`` when the key is absent or its ``_key`` mask leaves sub-env ``i`` out."""
     if not isinstance(d, dict) or key not in d:
         return None
     mask = d.get("_" + key)
@@ -99,10 +101,5 @@ def copy_obs(x: Any) -> Any:
 def own_info(d: Any, i: int) -> dict[str, Any] | None:
     """Sub-env ``i``'s ``execution_cpu_s`` from a dict-of-arrays info, as a one-key info dict
     (``None`` when sub-env ``i`` did not report it)."""
-    if not isinstance(d, dict) or EXECUTION_CPU_KEY not in d:
-        return None
-    mask = d.get("_" + EXECUTION_CPU_KEY)
-    if mask is not None and not bool(mask[i]):
-        return None
-    v = d[EXECUTION_CPU_KEY][i]
-    return {EXECUTION_CPU_KEY: v.item() if isinstance(v, np.generic) else v}
+    v = info_get(d, EXECUTION_CPU_KEY, i)
+    return None if v is None else {EXECUTION_CPU_KEY: v}
