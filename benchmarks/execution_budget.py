@@ -119,7 +119,7 @@ def _legacy(loop: Any) -> None:
 def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import CorrectionConfig
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
@@ -145,7 +145,7 @@ def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, leg
 def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4) -> tuple[int, float]:
     """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit)."""
     from wmrl_envs.core import CorrectionConfig
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
     from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
@@ -168,7 +168,7 @@ def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, t
 def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
     """Anchor groups close one step after they were opened (executions recorded at close)."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
     from wmrl_envs.world_models.base import WorldModelPrediction
 
     class WM:

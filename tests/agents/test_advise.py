@@ -233,7 +233,7 @@ def test_run_pilot_docstring_names_the_advice_wmrl_advise_gives(tmp_path):
     # issue 25, finding 9: run_pilot's docstring pointed to wrapper.loop.advise(), which correlates the
     # raw scores (the pilot's loop does not debias); wmrl advise calibrates out of sample
     from wmrl_envs.core import CostRates
-    from wmrl_envs.core.advisor import AdaptiveAnchorFraction
+    from wmrl_envs.core.adaptive import AdaptiveAnchorFraction
 
     doc = run_pilot.__doc__
     assert 'calibrate="crossfit"' in doc and "raw" in doc

@@ -1,4 +1,4 @@
-"""anchor_fraction="auto" (wmrl_envs.core.advisor.AdaptiveAnchorFraction through CorrectionLoop):
+"""anchor_fraction="auto" (wmrl_envs.core.adaptive.AdaptiveAnchorFraction through CorrectionLoop):
 it follows the advisor's f*, within [f_min, f_max], with hysteresis, whole groups only,
 reproducible from the seed, saved and restored, and bounded by an execution budget that never
 removes the floor."""
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from wmrl_envs.core import CorrectionConfig, CorrectionLoop
-from wmrl_envs.core.advisor import ExecutionBudgetSpent, optimal_anchor_fraction
+from wmrl_envs.core.adaptive import ExecutionBudgetSpent
+from wmrl_envs.core.advisor import optimal_anchor_fraction
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 pytestmark = pytest.mark.filterwarnings("ignore:anchor_fraction='auto' is experimental")
@@ -263,7 +264,7 @@ def _budget_run(mode, budget, groups_per_step, steps=12):
     executions when training stops."""
     from benchmarks.execution_budget import Turns, TurnWM
     from wmrl_envs import AnchoredWorldModelWrapper
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
@@ -324,7 +325,7 @@ def test_the_vector_wrapper_counts_each_lanes_executions_for_its_group_so_the_bu
     free and 4 lanes spent 320 executions for a budget of 200)."""
     import gymnasium as gym
 
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
     from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
     class Noisy(gym.Env):

@@ -511,7 +511,7 @@ def test_autoresearch_featurizer_reads_the_task_description_and_the_estimator_li
 
 def test_learned_model_through_the_async_scorer():
     """The Ray scorer's groups teach the model too (a stand-in pool that executes at once; no Ray)."""
-    from wmrl_envs.distributed.ray_pool import AsyncAnchoredScorer, GroupExecution
+    from wmrl_envs.distributed import AsyncAnchoredScorer, GroupExecution
 
     base = KnownTruthEnv(n_tasks=2, n_actions=6, outcome_noise_std=0.0)
 

@@ -445,7 +445,7 @@ def test_the_first_wave_of_lanes_counts_at_its_prior_cost_so_the_budget_holds(se
     through for a budget of 100)."""
     from benchmarks.execution_budget import NoisyTarget, RandomWM
     from wmrl_envs.core import CorrectionConfig
-    from wmrl_envs.core.advisor import ExecutionBudgetSpent
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
 
     g, lanes, turns, budget = 4, 8, 4, 100
     venv = make_vector_env(lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns), g * lanes)

@@ -25,6 +25,7 @@ the adapters are plumbing around the loop.
 
 from __future__ import annotations
 
+from .adaptive import AdaptiveAnchorFraction, ExecutionBudgetSpent
 from .advisor import (
     AnchorAdvice,
     AnchorAdvisor,
@@ -56,6 +57,8 @@ from .group import AnchorExecution, GroupRollout, OpenGroup
 from .loop import CorrectionLoop, GroupTicket
 
 __all__ = [
+    "AdaptiveAnchorFraction",
+    "ExecutionBudgetSpent",
     "ANCHOR",
     "WORLD_MODEL",
     "Route",

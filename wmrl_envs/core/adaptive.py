@@ -3,7 +3,7 @@
 
 :class:`AdaptiveAnchorFraction` (built by :class:`~wmrl_envs.core.CorrectionConfig`, run once per
 training step by :class:`~wmrl_envs.core.CorrectionLoop`) and :class:`ExecutionBudgetSpent`; both are
-importable from :mod:`wmrl_envs.core.advisor` as well. The formulas it uses:
+exported by :mod:`wmrl_envs.core`. The formulas it uses:
 :mod:`wmrl_envs.core.advisor_model`. Its behaviour over many seeds: ``benchmarks/adaptive_fraction.py``.
 """
 

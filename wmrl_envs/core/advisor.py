@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from .adaptive import AdaptiveAnchorFraction, ExecutionBudgetSpent
 from .advisor_model import (
     CostRates,
     GradientNoiseScale,
@@ -50,11 +49,9 @@ from .advisor_model import (
 )
 
 __all__ = [
-    "AdaptiveAnchorFraction",
     "AnchorAdvice",
     "AnchorAdvisor",
     "CostRates",
-    "ExecutionBudgetSpent",
     "GradientNoiseScale",
     "action_key",
     "crossfit_calibrated",

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from .advisor import AdaptiveAnchorFraction
+from .adaptive import AdaptiveAnchorFraction
 from .corrector import WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser

@@ -51,7 +51,8 @@ import numpy as np
 
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
 
-from .advisor import AdaptiveAnchorFraction, AnchorAdvice, AnchorAdvisor, CostRates
+from .adaptive import AdaptiveAnchorFraction
+from .advisor import AnchorAdvice, AnchorAdvisor, CostRates
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .group import GroupScoring, GroupTicket, failure_messages, rollout_cause, score_failure
@@ -344,7 +345,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
     def _check_budget_at_open(self, route: Route) -> None:
         """``on_budget_spent="stop"``: refuse a training group that executes once the budget is
         reached by the executions made and in flight (see :meth:`open_group`)."""
-        from .advisor import ExecutionBudgetSpent
+        from .adaptive import ExecutionBudgetSpent
 
         a = self.adaptive
         if a is None or a.execution_budget is None or a.on_budget_spent != "stop":

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from wmrl_envs.utils import write_json_atomic
 
-from .advisor import AdaptiveAnchorFraction, AnchorAdvisor
+from .adaptive import AdaptiveAnchorFraction
+from .advisor import AnchorAdvisor
 from .routing import warn_saved_settings
 
 __all__ = ["LoopState"]

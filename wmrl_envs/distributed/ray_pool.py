@@ -56,7 +56,7 @@ from wmrl_envs.core.ungraded import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["RayExecutionPool", "GroupExecution", "GroupExecutionFuture", "ExecutionWorker"]
-# AsyncAnchoredScorer and PendingGroup (re-exported at the end, their old path) live in .scorer
+# AsyncAnchoredScorer and PendingGroup live in .scorer (wmrl_envs.distributed exports both)
 
 
 def _import_ray() -> Any:
@@ -508,5 +508,3 @@ class RayExecutionPool:
         self.close()
 
 
-# the WMRL group path on the pool lives in .scorer (imported here under its old path)
-from .scorer import AsyncAnchoredScorer, PendingGroup  # noqa: E402
