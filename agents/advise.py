@@ -342,14 +342,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
     out.mkdir(parents=True, exist_ok=True)
 
-    def finite_or_none(x: Any) -> Any:  # strict JSON: NaN and infinities become null
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, dict):
-            return {k: finite_or_none(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [finite_or_none(v) for v in x]
-        return x
+    from wmrl_envs.utils import finite_or_none  # strict JSON: NaN and infinities become null
 
     (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": asdict(cfg),
                                                                 **advice.to_dict()}), indent=1))

@@ -15,9 +15,9 @@ def test_readme_example_runs():
     ns: dict = {}
     exec(compile(blocks[0], "README.md", "exec"), ns)
     env = ns["env"]
-    assert env.loop.router.n_groups_routed == 100
+    assert env.loop.router.n_groups_routed == 300
     assert env.loop.router.realised_fraction == 0.1  # one anchor group per block of 10
-    assert env.loop.corrector.debiaser.n_pairs == 80
+    assert env.loop.corrector.debiaser.n_pairs == 240
 
 
 def test_readme_opens_with_the_two_commands():

@@ -5,18 +5,21 @@
     * :func:`write_json_atomic` — write a JSON file so that a reader (or a run killed
       mid-write) never sees half of it: the wrapper's and the trainer's saved state, the
       adapters' checkpoints and the leaderboards all go through it.
+    * :func:`finite_or_none` — a JSON-ready copy with NaN and infinities as ``null`` (strict JSON:
+      ``summary.json``, ``advice.json``).
     * :func:`check_arg` — the one form of a setting's error: what it must be, what it got.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["write_json_atomic", "check_arg"]
+__all__ = ["write_json_atomic", "finite_or_none", "check_arg"]
 
 
 def check_arg(ok: bool, name: str, requirement: str, value: Any) -> None:
@@ -31,6 +34,19 @@ def check_arg(ok: bool, name: str, requirement: str, value: Any) -> None:
     """
     if not ok:
         raise ValueError(f"{name} must be {requirement}, got {value!r}")
+
+
+def finite_or_none(x: Any) -> Any:
+    """``x`` with every non-finite float (NaN, ±inf) replaced by ``None``, through dicts, lists and
+    tuples (tuples become lists), so that ``json.dumps(..., allow_nan=False)`` accepts it: strict
+    JSON, which other languages' parsers read. Other values are returned as they are."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_or_none(v) for v in x]
+    return x
 
 
 def write_json_atomic(

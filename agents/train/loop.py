@@ -49,7 +49,7 @@ from agents.train.rollout import async_groups, multi_turn_groups, score_task, ta
 from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
 from agents.train.tracking import Tracker
 from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError, world_model_idle
-from wmrl_envs.utils import write_json_atomic
+from wmrl_envs.utils import finite_or_none, write_json_atomic
 
 __all__ = ["train"]
 
@@ -211,7 +211,9 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     eval_after = evaluate(c, cfg)
     tracker.log(eval_after, cfg.steps, prefix="eval/")
     summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
-    write_json_atomic(run_dir / "summary.json", summary, indent=2, default=json_default)
+    # strict JSON: a figure that does not exist yet (NaN: e.g. advice from too few anchor groups) is null
+    write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
+                      indent=2)
     plot_calibration(c, run_dir / "calibration.png")
     tracker.log_image("calibration", run_dir / "calibration.png", cfg.steps)
     (run_dir / "summary.md").write_text(summary_markdown(summary))

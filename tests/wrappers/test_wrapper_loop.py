@@ -80,6 +80,13 @@ def test_loose_correction_keywords_raise_with_their_correction_config_spelling(v
         make(corrector=CFG.build_corrector())
     with pytest.raises(TypeError, match="group_sise: not an argument"):
         make(group_sise=2)
+    # every CorrectionConfig field passed to the wrapper gets its spelling, a near-miss a suggestion
+    for field, value in (("min_pairs", 8), ("warmup_groups", 2), ("execution_budget", 100), ("anchor_window", 10)):
+        with pytest.raises(TypeError, match=rf"{field}={value} -> correction=CorrectionConfig\({field}={value}\)"):
+            make(**{field: value})
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments:\n  anchor_fracton: not an argument of "
+                                        r"\w+ \(did you mean anchor_fraction\?\)"):
+        make(anchor_fracton=0.1)
     with pytest.raises(TypeError, match="correction must be a CorrectionConfig"):
         make(correction={"anchor_fraction": 0.1})
     # the loop's state is read on the loop: the views the wrappers once forwarded say so

@@ -391,7 +391,9 @@ class AdaptiveAnchorFraction:
                             "would go on with the anchor floor only)")
                     warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
                                   f"{in_flight:.0f} more in flight): from now on only the floor of min_anchor_groups "
-                                  "anchor groups per window is executed"
+                                  "anchor groups per window is executed, PAST the budget (the default on_budget_spent="
+                                  "'floor' keeps the corrections fed); to end training at the budget set "
+                                  "on_budget_spent='stop', or thin the floor with a larger anchor_window"
                                   + (" (world-model groups execute too here, e.g. reward mode: only "
                                      "on_budget_spent='stop' keeps the budget)" if wm_cost > 0 else ""),
                                   UserWarning, stacklevel=3)

@@ -186,15 +186,26 @@ def reject_removed_kwargs(owner: str, kwargs: Mapping[str, Any]) -> None:
     """
     if not kwargs:
         return
-    lines = []
+    import dataclasses
+    import difflib
+
+    fields = [f.name for f in dataclasses.fields(CorrectionConfig)]
+    lines, correction_related = [], False
     for k, v in kwargs.items():
         how = REMOVED_CORRECTION_KWARGS.get(k)
-        lines.append(f"  {k}={v!r} -> {how.format(value=v)}" if how is not None
-                     else f"  {k}: not an argument of {owner}")
-    raise TypeError(
-        f"{owner} takes the correction settings one way, correction=CorrectionConfig(...) or a shared "
-        f"loop=CorrectionLoop(...) (from wmrl_envs.core); write:\n" + "\n".join(lines)
-    )
+        if how is None and k in fields:  # a correction setting passed to the wrapper
+            how = f"correction=CorrectionConfig({k}={{value!r}})"
+        if how is not None:
+            correction_related = True
+            lines.append(f"  {k}={v!r} -> {how.format(value=v)}")
+            continue
+        near = difflib.get_close_matches(k, fields + list(REMOVED_CORRECTION_KWARGS), n=1)
+        lines.append(f"  {k}: not an argument of {owner}"
+                     + (f" (did you mean {near[0]}?)" if near else f"; see help({owner})"))
+    head = (f"{owner} takes the correction settings one way, correction=CorrectionConfig(...) or a shared "
+            f"loop=CorrectionLoop(...) (from wmrl_envs.core); write:\n" if correction_related
+            else f"{owner} got unexpected keyword arguments:\n")
+    raise TypeError(head + "\n".join(lines))
 
 
 def build_loop(

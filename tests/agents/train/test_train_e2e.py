@@ -10,6 +10,10 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+def _no_nan(name: str):
+    raise AssertionError(f"summary.json holds {name}: not strict JSON (write null)")
+
+
 def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     import agents.train.checkpoint as checkpoint
     from agents.cli import main
@@ -38,7 +42,7 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert main(["train", "--resume", str(tmp_path / "nope"), "--quiet"]) == 2  # not a run folder
 
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
-    summary = json.loads((run / "summary.json").read_text())
+    summary = json.loads((run / "summary.json").read_text(), parse_constant=_no_nan)  # strict JSON
     final = json.loads((run / "checkpoint" / "state.json").read_text())
     deb = final["wrapper"]["corrector"]["debiaser"]
     # the anchor pairs from before the kill are intact, in order, at the head of the buffer
