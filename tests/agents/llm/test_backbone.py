@@ -266,7 +266,7 @@ def test_late_anchor_groups_train_with_their_recorded_logprobs_or_are_dropped_wh
     tasks = list_tasks("train")[:2]
     specs = [get_task(t) for t in tasks]
     cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=1)
-    c = Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, tasks, [], get_task,
+    c = Components(policy, None, None, types.SimpleNamespace(loop=types.SimpleNamespace(ledger=CostLedger())), None, tasks, [], get_task,
                     scorer=_ScriptedScorer(tasks[0]))
     s0 = policy.sample([policy.build_prompt({}, sp) for sp in specs], 2)
     recorded, _, _ = policy.grpo_logprobs(s0, [0, 1])
@@ -420,7 +420,7 @@ def test_anchor_groups_that_complete_out_of_order_each_train_with_their_own_logp
     task = list_tasks("train")[0]
     spec = get_task(task)
     cfg = dataclasses.replace(PRESETS["tiny"], group_size=2, max_staleness=9)
-    c = Components(policy, None, None, types.SimpleNamespace(ledger=CostLedger()), None, [task], [], get_task,
+    c = Components(policy, None, None, types.SimpleNamespace(loop=types.SimpleNamespace(ledger=CostLedger())), None, [task], [], get_task,
                     scorer=_ScriptedScorer(task))
     recorded = []
     for step in (0, 1):  # anchor group 0 at step 0, anchor group 1 at step 1, the policy moving between
