@@ -30,6 +30,8 @@ import importlib
 import json
 import math
 import numbers
+import os
+import sys
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,19 +104,29 @@ class AdviseConfig:
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
-    """The callable named by ``"module:function"``.
+    """The callable named by ``"module:function"``. The working folder is importable, as it is for
+    ``python -m`` (appended to ``sys.path``, after the installed packages, so it shadows none), so
+    ``wmrl advise --env my_pkg.factories:make_env`` works from the folder that holds ``my_pkg``.
 
     Raises:
-        ValueError: ``spec`` is not of that form, the module cannot be imported or has no such
+        ValueError: ``spec`` is not of that form, the module cannot be imported (the message says
+            to run from the folder that holds the package or to set ``PYTHONPATH``) or has no such
             callable (the message says which).
     """
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
         raise ValueError(f"a factory is given as 'module:function', got {spec!r}")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ValueError(f"factory {spec!r}: cannot import {module!r} ({exc})") from exc
+        top = module.split(".")[0]
+        raise ValueError(
+            f"factory {spec!r}: cannot import {module!r} ({exc}); run wmrl advise from the folder that holds "
+            f"{top!r} (now {cwd}), or put that folder on the import path: PYTHONPATH=/path/to/folder wmrl advise ..."
+        ) from exc
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise ValueError(f"factory {spec!r}: {module!r} has no callable {name!r}")

@@ -171,7 +171,15 @@ def _advise(argv: list[str]) -> int:
                  description="Whether a world model pays, and the anchor fraction to use: a pilot of N groups executed "
                              "for real and scored by the world model (or a wmrl train run folder's anchor groups), the "
                              "within-group correlation, costs per rollout, recommended anchor fraction and predicted "
-                             "speedup (a model that ignores bias; docs/method.md, 'Choosing the anchor fraction').",
+                             "speedup (a model that ignores bias; docs/method.md, 'Choosing the anchor fraction'). "
+                             "Your own setup: --env/--world-model/--policy take 'module:function' factories called with "
+                             "no arguments, importable from the working folder or PYTHONPATH. The env: a Gymnasium env "
+                             "whose step(action) executes the action for real and returns its score as the reward. The "
+                             "world model: predict(contexts, actions) -> list[WorldModelPrediction] (one per action; "
+                             "contexts are the env's observations). The policy: sample(observation, info, group_size) -> "
+                             "list of group_size actions for the task the env's reset returned. Example: cd my_project && "
+                             "wmrl advise --env my_pkg.advise:make_env --world-model my_pkg.advise:make_wm --policy "
+                             "my_pkg.advise:make_policy --groups 16 --groups-per-step 10.",
                  default=AdviseConfig())
     main_advise(cfg)
     return 0

@@ -116,6 +116,22 @@ def test_load_factory_errors(spec, message):
         load_factory(spec)
 
 
+def test_a_factory_in_the_users_working_folder_is_found_and_a_missing_one_says_how_to_fix(tmp_path, monkeypatch):
+    """`wmrl advise --env my_pkg.factories:make_env` from the user's project folder (issue 29: the
+    console script did not put the working folder on the import path)."""
+    import sys
+
+    pkg = tmp_path / "my_wmrl_user_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "factories.py").write_text("def make_env():\n    return 'the env'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert load_factory("my_wmrl_user_pkg.factories:make_env")() == "the env"
+    with pytest.raises(ValueError, match=r"cannot import 'no_such_pkg_xyz.f'.*PYTHONPATH=/path/to/folder"):
+        load_factory("no_such_pkg_xyz.f:make")
+
+
 def test_advise_from_a_folder_without_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         main_advise(AdviseConfig(run_dir=str(tmp_path), out_dir=str(tmp_path / "o")))
