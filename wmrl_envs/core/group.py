@@ -407,13 +407,36 @@ class GroupScoring:
     ) -> GroupRollout:
         """Score one group: predict, route, execute an anchor group (``execute(ticket)``), close.
 
-        :meth:`begin_group` then :meth:`finish_group` (see them for the arguments); ``execute`` is
-        called only when the group is routed to ``"anchor"``, after routing, and returns its
-        :class:`AnchorExecution` (an anchor group without ``execute`` raises ``ValueError``, the
-        ticket staying open).
+        The method's one call sequence (``docs/method.md``): :meth:`begin_group` (the world model
+        scores the G actions in one batched call, then the group is routed and its ticket opened)
+        then :meth:`finish_group` (corrected, counted, closed). Every wrapper, the Ray scorer and the
+        LIBERO protocol score a group through it.
+
+        Args:
+            contexts: G contexts the world model conditions on (a wrapper passes the observation
+                the group's reset returned, once per rollout).
+            actions: G actions (outcome mode) or G trajectories (reward mode).
+            execute: called as ``execute(ticket)`` only when the group is routed to ``"anchor"``,
+                after routing; it runs the G rollouts for real and returns their
+                :class:`AnchorExecution` (real scores, ``None`` = ungraded, with causes). Charge
+                its executions with ``ledger.record_execution(..., ticket=ticket)``.
+            route: force ``"anchor"``/``"world_model"`` (``None``: the schedule).
+            on_eval_anchors: the world model also scores evaluation anchor groups.
+            prior_cost: executions per route a group of this kind costs before one has closed
+                (the execution budget counts open groups at it; see :meth:`open_group`).
+            observations, rho_from, keep_actions, where: see :meth:`finish_group`.
 
         Returns:
-            The :class:`GroupRollout`.
+            The :class:`GroupRollout`: ``route``, ``rewards`` (real on anchor groups, calibrated
+            world-model scores otherwise, ``None`` = ungraded), ``advantage_weight`` (ρ on anchor
+            groups, 1.0 otherwise), ``group_id``, and the ``correction`` with the raw scores.
+
+        Raises:
+            ValueError: lengths that are not G, an unknown route, or an anchor group without
+                ``execute`` (the ticket stays open).
+            RuntimeError: the world model broke its protocol (nothing was routed).
+            ExecutionBudgetSpent: ``on_budget_spent="stop"`` and the execution budget is spent.
+            TooManyUngradedError: the stop rule fired (the group is corrected and counted first).
         """
         group = self.begin_group(contexts, actions, route=route, on_eval_anchors=on_eval_anchors,
                                  prior_cost=prior_cost)
