@@ -3,6 +3,7 @@ readers (finding 7). The simulations behind the figures are in benchmarks/rho_ca
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import warnings
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from agents.train.config import PRESETS
-from wmrl_envs.core import CorrectionConfig, CorrectionLoop, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector
+from wmrl_envs.core import (CorrectionConfig, CorrectionLoop, InverseVarianceDenoiser, IsotonicDebiaser, WMRLCorrector,
+                            group_disagreement)
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 ALPHA64 = 1.0 - 0.5 ** (1.0 / 64)
@@ -223,3 +225,124 @@ def test_a_watcher_thread_never_sees_training_while_evaluating():
         watcher.join()
         sys.setswitchinterval(old_interval)
     assert reads[0] > 0 and seen_true[0] == 0, (reads[0], seen_true[0])
+
+
+# ---------------------------------------------------------------- InverseVarianceDenoiser and group_disagreement
+@pytest.mark.parametrize(
+    "cal,real,expected",
+    [
+        ([0.0, 1.0], [0.0, 1.0], 0.0),  # perfect (shifts cancel)
+        ([0.5, 1.5], [0.0, 1.0], 0.0),
+        ([0.0, 0.5], [0.0, 1.0], 0.25),  # d = 0.5·r: a scale does not cancel, (a − 1)²
+        ([1.0, 0.0], [0.0, 1.0], 4.0),  # inverted: resid = ±1, var 0.25 -> 1/0.25
+        ([0.3, 0.3], [0.0, 1.0], 1.0),  # constant prediction: resid = r - mean r
+        ([0.0, 1.0], [0.5, 0.5], None),  # no real variance
+        ([0.0, None, 1.0], [0.0, 1.0, None], None),  # fewer than 2 graded
+    ],
+)
+def test_group_disagreement_values(cal, real, expected):
+    s2 = group_disagreement(cal, real)
+    if expected is None:
+        assert s2 is None
+    else:
+        assert s2 == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("a", [0.5, 2.0, 1.5, -1.0, 0.0, 3.0])
+@pytest.mark.parametrize("b", [0.0, -0.3, 7.0])
+def test_group_disagreement_of_an_affine_map_is_a_minus_1_squared(a, b):
+    """d = a·r + b with a perfect ranking: only the shift b cancels, s² = (a − 1)² for any Var(r)."""
+    r = np.array([0.0, 0.1, 0.35, 0.4, 0.9, 1.0, 0.2, 0.65])
+    for scale in (1.0, 0.01):  # s² is a share of Var(r): independent of the score scale
+        assert group_disagreement(list(a * scale * r + b), list(scale * r)) == pytest.approx((a - 1.0) ** 2)
+    # with an independent error e: s² = (a − 1)² + Var(e)/Var(r) + 2(a − 1)·Cov(r, e)/Var(r)
+    e = np.array([0.05, -0.02, 0.0, 0.03, -0.04, 0.01, -0.03, 0.0])
+    expected = (a - 1.0) ** 2 + np.var(e) / np.var(r) + 2 * (a - 1.0) * np.cov(r, e, bias=True)[0, 1] / np.var(r)
+    assert group_disagreement(list(a * r + b + e), list(r)) == pytest.approx(expected)
+
+
+def test_denoiser_warmup_calibration_and_clip():
+    w = InverseVarianceDenoiser(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+    for _ in range(2):
+        w.update([0.3, 0.3], [0.0, 1.0])  # s2 = 1
+        assert w.rho == 1.0
+    w.update([0.3, 0.3], [0.0, 1.0])
+    assert w.c == pytest.approx(1.0)  # 1 + c * 1 = 2
+    assert w.rho == pytest.approx(2.0)
+    w.update([1.0, 0.0], [0.0, 1.0])  # s2 = 4, half-life 1 -> ema = 0.5*1 + 0.5*4 = 2.5
+    assert w.ema == pytest.approx(2.5)
+    assert w.rho == pytest.approx(3.5)
+    for _ in range(10):
+        w.update([1.0, 0.0], [0.0, 1.0])
+    assert w.rho == pytest.approx(4.0)  # clipped at rho_max
+    for _ in range(30):
+        w.update([0.0, 1.0], [0.0, 1.0])
+    # perfect world model: back to the lowest calibrated weight, 1 + c·ε (ε: disagreement floor)
+    assert w.rho == pytest.approx(1.0 + w.c * InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR)
+
+
+def test_denoiser_near_perfect_warmup_gives_rho_target_then_moves_by_a_computed_amount():
+    """A warm-up with zero disagreement: c comes from the floor ε, so ρ = ρ_target exactly at
+    calibration, and a small disagreement afterwards moves ρ by (ρ_target − 1)·(s̄² − ε)/ε at most,
+    not to the clip (before the floor, c was 10⁶: ρ was 1 at calibration, then 4)."""
+    eps = InverseVarianceDenoiser.DEFAULT_DISAGREEMENT_FLOOR
+    assert eps == 0.01
+    w = InverseVarianceDenoiser(warmup_groups=3, half_life=1.0, rho_target=2.0, rho_max=4.0)
+    for _ in range(3):
+        assert w.update([0.0, 1.0], [0.0, 1.0]) == 0.0  # perfect ranking: s² = 0
+    assert w.ema == 0.0 and w.c == 1.0 / eps
+    assert w.rho == 2.0  # exactly rho_target at calibration
+    # s² = 0.01 (residual ±0.05 on Var(r) = 0.25); half-life 1: s̄² = 0.005 < ε -> ρ unchanged
+    assert w.update([0.05, 0.95], [0.0, 1.0]) == pytest.approx(0.01)
+    assert w.ema == pytest.approx(0.005)
+    assert w.rho == 2.0
+    # s² = 0.04: s̄² = 0.5·0.005 + 0.5·0.04 = 0.0225 -> ρ = 1 + 0.0225/ε = 3.25 (below the clip 4)
+    assert w.update([0.1, 0.9], [0.0, 1.0]) == pytest.approx(0.04)
+    assert w.rho == pytest.approx(1.0 + 0.0225 / eps)
+    # reference half-life 64: one constant-prediction group (s² = 1) after a perfect warm-up
+    v = InverseVarianceDenoiser(warmup_groups=2)
+    for _ in range(2):
+        v.update([0.0, 1.0], [0.0, 1.0])
+    assert v.rho == 2.0
+    v.update([0.3, 0.3], [0.0, 1.0])
+    alpha = 1.0 - 0.5 ** (1.0 / 64)
+    assert v.ema == pytest.approx(alpha) and v.rho == pytest.approx(1.0 + alpha / eps)  # 2.077
+    # the floor survives a state round trip; states saved before it existed keep the 1e-6
+    # floor their c was computed with
+    u = InverseVarianceDenoiser()
+    u.load_state_dict(json.loads(json.dumps(v.state_dict())))
+    assert u.rho == v.rho and u.disagreement_floor == eps
+    old = {k: val for k, val in v.state_dict().items() if k != "disagreement_floor"}
+    u.load_state_dict(old)
+    assert u.disagreement_floor == 1e-6
+    with pytest.raises(ValueError, match="disagreement_floor"):
+        InverseVarianceDenoiser(disagreement_floor=0.0)
+
+
+def test_denoiser_floor_is_continuous_and_only_in_calibrated_mode():
+    """ρ = 1 + (ρ_target − 1)·max(s̄², ε)/max(η̂²_cal, ε): the usual 1 + η̂²/η̂²_cal once both
+    exceed ε; parameter-free ρ = 1 + s̄² has no division, so no floor."""
+    eps = 0.05
+    w = InverseVarianceDenoiser(warmup_groups=1, half_life=1.0, rho_target=3.0, rho_max=10.0, disagreement_floor=eps)
+    w.update([0.3, 0.3], [0.0, 1.0])  # s² = 1 > ε
+    assert w.c == pytest.approx(2.0) and w.rho == pytest.approx(3.0)
+    for _ in range(40):
+        w.update([0.0, 1.0], [0.0, 1.0])
+    assert w.ema < eps and w.rho == pytest.approx(1.0 + 2.0 * eps)  # the lowest calibrated ρ
+    p = InverseVarianceDenoiser(warmup_groups=1, mode="parameter_free", disagreement_floor=eps)
+    p.update([0.0, 1.0], [0.0, 1.0])
+    assert p.rho == 1.0
+
+
+def test_denoiser_parameter_free_and_state():
+    w = InverseVarianceDenoiser(warmup_groups=1, half_life=64, mode="parameter_free")
+    w.update([0.3, 0.3], [0.0, 1.0])
+    assert w.rho == pytest.approx(2.0)
+    v = InverseVarianceDenoiser()
+    v.load_state_dict(json.loads(json.dumps(w.state_dict())))
+    assert v.rho == w.rho and v.mode == "parameter_free"
+    w.training = False
+    assert w.update([1.0, 0.0], [0.0, 1.0]) is None
+    assert w.rho == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        InverseVarianceDenoiser(mode="nope")

@@ -213,3 +213,43 @@ def test_router_load_names_the_settings_it_replaces_and_is_silent_when_equal():
         warnings.simplefilter("error")
         quiet.load_state_dict(state, warn=False)  # the loop's call: it warns once for all settings
     assert quiet.anchor_fraction == 0.25
+
+
+# ---------------------------------------------------------------- AnchorRouter: fraction, floor, arguments, state
+@pytest.mark.parametrize("fraction,n_groups", [(0.1, 8), (0.1, 10), (0.25, 16), (0.5, 4), (0.3, 7)])
+def test_router_fraction_and_minimum(fraction, n_groups):
+    router = AnchorRouter(anchor_fraction=fraction, seed=1)
+    counts = []
+    for _ in range(2000):
+        routes = router.route_step(n_groups)
+        assert len(routes) == n_groups
+        k = routes.count("anchor")
+        assert k >= 1  # at least one anchor group per step
+        counts.append(k)
+    expected = max(fraction, 1.0 / n_groups) if fraction * n_groups < 1 else fraction
+    assert router.realised_fraction == pytest.approx(expected, abs=0.02)
+    assert router.n_anchor_groups == sum(counts)
+
+
+def test_router_zero_fraction_has_no_anchors_and_cap():
+    assert AnchorRouter(0.0).route_step(8).count("anchor") == 0
+    assert AnchorRouter(1.0).route_step(8).count("anchor") == 8
+    assert AnchorRouter(1.0).route_step(8, free_slots=3).count("anchor") == 3
+    assert AnchorRouter(0.1).route_step(8, free_slots=0).count("anchor") == 0
+
+
+@pytest.mark.parametrize("kwargs", [{"anchor_fraction": -0.1}, {"anchor_fraction": 1.5}, {"min_anchor_groups": -1}])
+def test_router_rejects_bad_args(kwargs):
+    with pytest.raises(ValueError):
+        AnchorRouter(**kwargs)
+
+
+def test_router_state_roundtrip():
+    a = AnchorRouter(0.3, seed=5)
+    for _ in range(7):
+        a.route_step(5)
+    b = AnchorRouter(0.9, seed=0)
+    with pytest.warns(UserWarning, match="anchor_fraction: configured 0.9, saved 0.3"):
+        b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert [a.route_step(5) for _ in range(10)] == [b.route_step(5) for _ in range(10)]
+    assert a.realised_fraction == b.realised_fraction
