@@ -48,7 +48,7 @@ from agents.train.evaluation import evaluate, finite_mean
 from agents.train.rollout import async_groups, multi_turn_groups, score_task, task_context
 from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
 from agents.train.tracking import Tracker
-from wmrl_envs.core import GENERATION, UPDATE, TooManyUngradedError, world_model_idle
+from wmrl_envs.core import GENERATION, UPDATE, ExecutionBudgetSpent, TooManyUngradedError, world_model_idle
 from wmrl_envs.utils import finite_or_none, write_json_atomic
 
 __all__ = ["train"]
@@ -139,7 +139,11 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         for step in range(start_step, cfg.steps):
             t_step = time.perf_counter()
             # sample the step's tasks and take each one's context from the wrapper
-            wrapper.plan_step(cfg.groups_per_step)
+            try:
+                wrapper.plan_step(cfg.groups_per_step)
+            except ExecutionBudgetSpent as exc:  # --execution-budget spent: training ends here
+                _budget_stop(metrics_path, step, exc, wrapper, ledger, console)
+                break
             task_ids = [str(t) for t in rng.choice(c.train_tasks, size=cfg.groups_per_step,
                                                    replace=cfg.groups_per_step > len(c.train_tasks))]
             specs = [c.get_task(t) for t in task_ids]
@@ -159,6 +163,9 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                         # score every group: world model, real execution on anchors, corrections
                         for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
                             groups.append(score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
+            except ExecutionBudgetSpent as exc:  # a group refused at the budget: this step is not trained
+                _budget_stop(metrics_path, step, exc, wrapper, ledger, console)
+                break
             except TooManyUngradedError as exc:  # the stop rule: record why, keep the last checkpoint
                 _append_jsonl(metrics_path, {"step": step, "stopped": "too_many_ungraded", "error": str(exc),
                                              "ungraded_step": exc.causes,
@@ -257,6 +264,15 @@ def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Console) -> T
             "with --run-dir, nothing to resume"
         )
     return cfg
+
+
+def _budget_stop(metrics_path: Path, step: int, exc: ExecutionBudgetSpent, wrapper: Any, ledger: Any,
+                 console: Console) -> None:
+    """Record that ``--execution-budget`` ended training at ``step`` (that step is not trained; the
+    run goes on to the held-out evaluation and the summary, from the last checkpoint's policy)."""
+    _append_jsonl(metrics_path, {"step": step, "stopped": "execution_budget_spent", "error": str(exc),
+                                 "executions": wrapper.loop.stats()["executions"], "ledger": ledger.to_dict()})
+    console.print(f"[bold]execution budget spent at step {step}[/bold]: {exc}; training ends here")
 
 
 def _check_judge_idle(judge: Any, timeout_s: float | None) -> None:

@@ -175,7 +175,7 @@ def test_cost_ratio_is_measured_at_the_end_of_the_warm_up_then_fixed():
 
 
 def test_execution_budget_caps_then_keeps_only_the_floor():
-    loop = _loop(execution_budget=40, auto_start_fraction=0.5)  # 10 anchor groups of 4
+    loop = _loop(execution_budget=40, auto_start_fraction=0.5, on_budget_spent="floor")  # 10 anchor groups of 4
     with pytest.warns(UserWarning, match="execution budget is spent"):
         fr, routes = _run(loop, 8, lambda s: 0.5)
     used = loop.ledger.count("execution")
@@ -226,7 +226,7 @@ def test_the_floor_survives_a_target_of_zero():
 
 
 def test_the_budget_holds_from_the_first_step():
-    loop = _loop(execution_budget=8, auto_start_fraction=0.5)  # 5 of 10 groups would be 20 executions
+    loop = _loop(execution_budget=8, auto_start_fraction=0.5, on_budget_spent="floor")  # 5 of 10 groups: 20 executions
     with pytest.warns(UserWarning, match="budget is spent"):
         _, routes = _run(loop, 3, lambda s: 0.5)
     assert routes[0].count("anchor") == 1  # group size unknown before the first anchor group: one at most

@@ -185,7 +185,7 @@ class AdaptiveAnchorFraction:
 
     def __init__(self, *, start: float = 0.1, f_min: float = 0.02, f_max: float = 0.5, cost_ratio: float | None = None,
                  noise_batch_ratio: float | None = None, window: int = 16, min_groups: int = 8, hysteresis: float = 0.25, execution_budget: int | None = None,
-                 on_budget_spent: str = "floor") -> None:
+                 on_budget_spent: str = "stop") -> None:
         if not (is_finite_number(f_min) and is_finite_number(f_max) and 0.0 <= f_min <= f_max <= 1.0):
             raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
         if not (is_finite_number(start) and 0.0 <= start <= 1.0):

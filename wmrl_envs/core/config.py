@@ -99,9 +99,11 @@ class CorrectionConfig:
     execution_budget: int | None = None
     """anchor_fraction="auto": real executions allowed in all (None: no budget); the floor of
     min_anchor_groups is never removed (see on_budget_spent)."""
-    on_budget_spent: Literal["floor", "stop"] = "floor"
-    """anchor_fraction="auto", once execution_budget is spent: "floor" (only the min_anchor_groups floor
-    is executed, with a warning) or "stop" (ExecutionBudgetSpent ends training)."""
+    on_budget_spent: Literal["floor", "stop"] = "stop"
+    """anchor_fraction="auto", once execution_budget is spent: "stop" (default: ExecutionBudgetSpent ends
+    training within one group of the budget; ``wmrl train`` then evaluates and writes its summary) or
+    "floor" (the min_anchor_groups floor keeps executing, past the budget, with a warning: the
+    corrections keep getting fresh pairs, the budget is no longer a cap)."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, what: str) -> None:

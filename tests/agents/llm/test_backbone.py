@@ -229,6 +229,24 @@ def test_wmrl_train_multi_turn_episodes(tiny_folder, tmp_path):
     assert main(["train", "--preset", "tiny", "--max-turns", "0", "--run-dir", str(tmp_path / "bad")]) == 2
 
 
+def test_wmrl_train_ends_cleanly_when_its_execution_budget_is_spent(tiny_folder, tmp_path):
+    """--execution-budget is a cap by default (on_budget_spent='stop', issue 25): training ends within
+    one group of the budget, then the run evaluates and writes its summary (before: the floor kept
+    executing one anchor group per step past the budget)."""
+    from agents.cli import main
+
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning):  # auto cannot adapt in so short a run: said at the start
+        assert main(["train", "--preset", "tiny", "--model", str(tiny_folder), "--device", "cpu", "--steps", "5",
+                     "--anchor-fraction", "auto", "--execution-budget", "2", "--run-dir", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    stop = [r for r in lines if r.get("stopped") == "execution_budget_spent"]
+    assert len(stop) == 1 and stop[0]["step"] < 5
+    assert summary["real_executions"] <= 2 + 2  # the budget plus one group of G = 2
+    assert summary["heldout_after"] is not None
+
+
 class _ScriptedScorer:
     """An AsyncAnchoredScorer stand-in: groups of ``anchor_task`` are anchors that arrive when
     their ids are released (in any order); the others are world-model groups, ready at once."""
