@@ -8,6 +8,8 @@
     * :func:`finite_or_none` — a JSON-ready copy with NaN and infinities as ``null`` (strict JSON:
       ``summary.json``, ``advice.json``).
     * :func:`check_arg` — the one form of a setting's error: what it must be, what it got.
+    * :func:`user_stacklevel` — the ``stacklevel`` that makes a warning point at the user's line
+      (the first caller outside ``wmrl_envs``), however deep in the package it is raised.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["write_json_atomic", "finite_or_none", "check_arg"]
+__all__ = ["write_json_atomic", "finite_or_none", "check_arg", "user_stacklevel"]
 
 
 def check_arg(ok: bool, name: str, requirement: str, value: Any) -> None:
@@ -34,6 +37,26 @@ def check_arg(ok: bool, name: str, requirement: str, value: Any) -> None:
     """
     if not ok:
         raise ValueError(f"{name} must be {requirement}, got {value!r}")
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for :func:`warnings.warn`, called from the function that warns, that
+    names the first frame outside the ``wmrl_envs`` package: the user's line that built the
+    wrapper (or loop), not the package's own call to the loop's constructor. Returns 2 (the
+    direct caller) or more; where every frame is inside the package, the outermost one.
+
+    Example:
+        ``warnings.warn("...", UserWarning, stacklevel=user_stacklevel())``
+    """
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return max(level, 2)
 
 
 def finite_or_none(x: Any) -> Any:

@@ -3,6 +3,8 @@ inner-env reset per group), ``correction=`` / ``loop=`` arguments, the vector tw
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -233,3 +235,66 @@ def test_anchor_group_without_reset_arguments_warns_once():
         warnings.simplefilter("error")
         w.score_group(acts, route="anchor")  # once per wrapper
         w.score_group(acts, options={"target": 0.2}, route="anchor")
+
+
+def test_the_auto_fraction_warning_points_at_the_line_that_built_the_wrapper():
+    """anchor_fraction='auto' warns that it is experimental, at the user's line that built the
+    wrapper or the loop (it pointed into wmrl_envs/wrappers/common.py for a wrapper)."""
+    auto = CorrectionConfig(anchor_fraction="auto", min_pairs=8, warmup_groups=2)
+    builders = {
+        "wrapper": lambda: AnchoredWorldModelWrapper(GuessEnv(), wm(), group_size=G, correction=auto),
+        "vector wrapper": lambda: AnchoredWorldModelVectorWrapper(
+            make_vector_env(GuessEnv, G), wm(), group_size=G, correction=auto),
+        "loop": lambda: CorrectionLoop(auto, world_model=wm()),
+    }
+    for what, build in builders.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            line = build.__code__.co_firstlineno
+            build()
+        experimental = [w for w in caught if "is experimental" in str(w.message)]
+        assert len(experimental) == 1, (what, [str(w.message) for w in caught])
+        assert (experimental[0].filename, experimental[0].lineno) == (__file__, line), what
+
+
+def test_loops_of_wrappers_in_async_worker_processes_can_be_read():
+    """get_attr("loop") on per-episode wrappers in the worker processes of an AsyncVectorEnv sends
+    each loop back pickled: it failed with "cannot pickle '_thread.RLock' object" (and killed the
+    worker). Now each comes back as an independent copy with its own lock, its stats those of
+    the worker's loop; pickle and deepcopy give the same stats and state."""
+    import copy
+    import pickle
+
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode
+
+    from wmrl_envs.envs.known_truth import KnownTruthEnv, KnownTruthWorldModel
+
+    def make():
+        env = KnownTruthEnv(n_tasks=2, n_actions=8)
+        return AnchoredWorldModelWrapper(env, KnownTruthWorldModel(env), group_size=G, correction=CFG, seed=1)
+
+    venv = AsyncVectorEnv([make, make], autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        venv.reset(seed=0)
+        for _ in range(3 * G):  # one-step episodes: 3 groups per sub-env
+            venv.step(np.array([1, 2]))
+        loops = venv.get_attr("loop")
+        assert [type(lp).__name__ for lp in loops] == ["CorrectionLoop", "CorrectionLoop"]
+        stats = [lp.stats() for lp in loops]
+        # 12 episodes ended (3 groups closed) and the 13th, autoreset, opened the 4th group
+        assert [(s["episodes"], s["groups_started"], s["groups_closed"]) for s in stats] == [(3 * G + 1, 4, 3)] * 2
+        assert [s["world_model_predictions"] for s in stats] == [3 * G] * 2  # a prediction per rollout
+        assert [s["executions"] for s in stats] == [G * s["anchor_groups"] for s in stats] == [4, 4]  # closed anchor groups
+        assert venv.call("plan_step") is not None  # the workers survived the transfer
+    finally:
+        venv.close()
+
+    here = make()
+    for _ in range(2 * G):
+        here.reset()
+        here.step(3)
+    for twin in (pickle.loads(pickle.dumps(here.loop)), copy.deepcopy(here.loop)):
+        assert twin.stats() == here.loop.stats() and twin.state_dict() == here.loop.state_dict()
+        assert twin._lock is not here.loop._lock
+        twin.plan_step()  # the copy's lock works; the original does not see what the copy records
+        assert twin.stats()["steps"] == here.loop.stats()["steps"] + 1

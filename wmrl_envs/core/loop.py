@@ -50,6 +50,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from wmrl_envs.world_models.base import WorldModel, WorldModelPrediction
+from wmrl_envs.utils import user_stacklevel
 
 from .adaptive import AdaptiveAnchorFraction
 from .advisor import AnchorAdvice, AnchorAdvisor, CostRates
@@ -182,7 +183,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "after a few anchor groups: docs/method.md, 'Adaptive anchor fraction'); the known-truth comparison "
                 "with fixed fractions in docs/advisor_check.md was made with the rule before, and it has not been run "
                 "on a live benchmark",
-                UserWarning, stacklevel=2)
+                UserWarning, stacklevel=user_stacklevel())
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0

@@ -1,10 +1,12 @@
 """Saving and loading a :class:`~wmrl_envs.core.CorrectionLoop`'s state (router, route queue,
-corrections, ledger, monitor, counters, advisor, adaptive fraction, a learning world model)."""
+corrections, ledger, monitor, counters, advisor, adaptive fraction, a learning world model), and
+pickling it (a worker process of an ``AsyncVectorEnv`` sends it back; ``copy.deepcopy``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 import warnings
 from collections import deque
 from pathlib import Path
@@ -24,6 +26,23 @@ _STATE_KEYS = ("router", "route_queue", "corrector", "ledger", "n_groups_started
 
 class LoopState:
     """Mixed into :class:`~wmrl_envs.core.CorrectionLoop` (its state and checkpoints)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The loop's attributes for :mod:`pickle` and :func:`copy.deepcopy`, without its lock (a
+        ``threading.RLock`` cannot be pickled): ``AsyncVectorEnv.get_attr("loop")`` on per-episode
+        wrappers in worker processes, or a loop sent to another process, gets a copy with its own
+        lock (:meth:`__setstate__`). The copy is independent: what either records afterwards the
+        other does not see, so a loop captured by the ``env_fns`` of an ``AsyncVectorEnv`` is one
+        loop per worker, not a shared one (share a loop within one process, or use
+        :class:`~wmrl_envs.wrappers.AnchoredWorldModelVectorWrapper`, whose loop stays in it)."""
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`__getstate__`'s attributes with a new lock."""
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def state_dict(self) -> dict[str, Any]:
         """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
