@@ -119,7 +119,7 @@ class CachedEvaluator:
         self.hits = 0
 
     def _run(self, task: str, code: str) -> Any:
-        from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
+        from wmrl_envs.envs.autoresearch.env import evaluate as run_solution
         from wmrl_envs.sandbox.base import SandboxUnavailableError
 
         try:
@@ -170,7 +170,7 @@ def measure_execution_costs(sandbox: Any, programs: Sequence[tuple[str, str]],
         are re-parented away, as bubblewrap's are), ``cpu_source`` (``"grade"`` or ``"rusage"``) and
         ``wall_s`` (the sandbox's wall-clock seconds of the program, Python start-up included).
     """
-    from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
+    from wmrl_envs.envs.autoresearch.env import evaluate as run_solution
 
     out = []
     for task, code in programs:

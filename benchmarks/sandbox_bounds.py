@@ -130,7 +130,7 @@ def measure(sb) -> None:
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 2**20
     print(f"largest job folder (plain folder, watchdog): {size:.0f} MiB; killed for {r.extras.get('workdir_limit_exceeded')!r}")
 
-    from wmrl_envs.envs.autoresearch.grading import evaluate
+    from wmrl_envs.envs.autoresearch.env import evaluate
 
     for max_files in (SandboxLimits().workdir_max_files, 200_001):
         lim = SandboxLimits(wall_time_s=120, cpu_time_s=120, workdir_max_files=max_files)

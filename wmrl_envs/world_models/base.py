@@ -34,7 +34,7 @@ class WorldModelPrediction:
             ``None`` when the world model could not grade this action (it is then dropped
             from the group, not counted as zero).
         status: predicted outcome label (AutoResearch: one of
-            :data:`wmrl_envs.envs.autoresearch.scale.STATUSES`), or ``None``.
+            :data:`wmrl_envs.envs.autoresearch.grading.STATUSES`), or ``None``.
         feedback: predicted feedback text (imitates a sandbox log), possibly empty.
         observation: predicted next observation for outcome mode, or ``None`` if the world
             model does not predict one (the wrapper then returns the reset observation).

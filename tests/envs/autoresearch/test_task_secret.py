@@ -39,7 +39,8 @@ from wmrl_envs.envs.autoresearch.observation import (
     layout_feedback,
     next_observation,
 )
-from wmrl_envs.envs.autoresearch.grading import Grade, evaluate
+from wmrl_envs.envs.autoresearch.env import evaluate
+from wmrl_envs.envs.autoresearch.grading import Grade
 from wmrl_envs.envs.autoresearch.leaderboards import get_leaderboard
 from wmrl_envs.envs.autoresearch.taskdata import task_data
 from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks

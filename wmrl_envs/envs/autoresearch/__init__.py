@@ -12,19 +12,18 @@ hidden labels) and what is public (the task code, the reference secret ``wmrl-re
 its shipped leaderboards) is in ``docs/autoresearch.md``.
 
 Modules:
-    * :mod:`~wmrl_envs.envs.autoresearch.scale` — reward scale (statuses, position score).
     * :mod:`~wmrl_envs.envs.autoresearch.tasks` — task registry (:class:`TaskSpec`,
       :func:`list_tasks`, :func:`get_task`).
     * :mod:`~wmrl_envs.envs.autoresearch.secret` — the task secret (:func:`task_secret`,
       :func:`derive_seed`, :func:`sandbox_hidden_paths`, :data:`REFERENCE_SECRET`).
     * :mod:`~wmrl_envs.envs.autoresearch.taskdata` — a task's data on the host
       (:func:`task_data`) and the public files of a job folder (:func:`write_public_files`).
-    * :mod:`~wmrl_envs.envs.autoresearch.submission` — reading ``submission.csv``
-      (:func:`read_submission`) and the task metrics (:func:`compute_metric`).
-    * :mod:`~wmrl_envs.envs.autoresearch.running` — one run of a solution graded against a
-      leaderboard the caller gives (:class:`Grade`, :func:`check_source`); used to build the boards.
-    * :mod:`~wmrl_envs.envs.autoresearch.grading` — grading one solution on the task's
-      leaderboard (:func:`grade`, :func:`evaluate`).
+    * :mod:`~wmrl_envs.envs.autoresearch.grading` — from an execution's output to a score:
+      the reward scale (:data:`STATUSES`, :func:`score_from_status`, :func:`position_score`),
+      the host pre-check (:func:`check_source`), reading ``submission.csv`` and the task metrics,
+      and the :class:`Grade` of one execution on a leaderboard the caller gives.
+    * :mod:`~wmrl_envs.envs.autoresearch.running` — one run of a solution in a sandbox, graded
+      against a leaderboard the caller gives; used to build the boards.
     * :mod:`~wmrl_envs.envs.autoresearch.leaderboards` — the reference leaderboards
       (:func:`get_leaderboard`, :func:`build_leaderboards`, shipped as ``leaderboards.json``
       for the reference secret; :func:`ensure_leaderboard` for any other).
@@ -32,7 +31,8 @@ Modules:
       and predicted observations: :func:`build_prompt`, :func:`format_feedback` (the grader's
       report first, the program's output quoted with ``| ``, :func:`layout_feedback`),
       :func:`next_observation`, :func:`sanitize_text`.
-    * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`.
+    * :mod:`~wmrl_envs.envs.autoresearch.env` — :class:`AutoResearchEnv`, and one solution graded
+      on the task's leaderboard outside an episode (:func:`evaluate`, :func:`grade`).
     * :mod:`~wmrl_envs.envs.autoresearch.llm_judge` — this env's world model of the WMRL method:
       the agent's backbone prompted as a judge (:class:`LLMJudgeWorldModel`, the strict parser
       :func:`parse_judge_output`).
@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING
 
 from wmrl_envs.utils import lazy_exports
 
-if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light to import)
-    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+if TYPE_CHECKING:  # the submodules are imported lazily
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv, evaluate, grade
     from wmrl_envs.envs.autoresearch.observation import (
         build_prompt,
         format_feedback,
@@ -64,15 +64,13 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
         next_observation,
         sanitize_text,
     )
-    from wmrl_envs.envs.autoresearch.grading import evaluate, grade
-    from wmrl_envs.envs.autoresearch.running import Grade, check_source
+    from wmrl_envs.envs.autoresearch.grading import STATUSES, Grade, check_source, position_score, score_from_status
     from wmrl_envs.envs.autoresearch.leaderboards import (
         build_leaderboards,
         ensure_leaderboard,
         get_leaderboard,
         load_leaderboards,
     )
-    from wmrl_envs.envs.autoresearch.scale import STATUSES, position_score, score_from_status
     from wmrl_envs.envs.autoresearch.secret import (
         REFERENCE_SECRET,
         derive_seed,
@@ -92,18 +90,16 @@ if TYPE_CHECKING:  # the submodules are imported lazily (``scale`` stays light t
     from wmrl_envs.envs.autoresearch.learned_features import autoresearch_featurizer, autoresearch_learned_world_model
 
 _LAZY: dict[str, str] = {
-    "AutoResearchEnv": "env",
+    **dict.fromkeys(["AutoResearchEnv", "evaluate", "grade"], "env"),
     **dict.fromkeys(
         ["build_prompt", "format_feedback", "layout_feedback", "next_observation", "sanitize_text"], "observation"
     ),
-    **dict.fromkeys(["Grade", "check_source"], "running"),
-    **dict.fromkeys(["evaluate", "grade"], "grading"),
+    **dict.fromkeys(["Grade", "check_source", "STATUSES", "position_score", "score_from_status"], "grading"),
     **dict.fromkeys(["build_leaderboards", "ensure_leaderboard", "get_leaderboard", "load_leaderboards"],
                     "leaderboards"),
     **dict.fromkeys(["write_public_files"], "taskdata"),
     **dict.fromkeys(["REFERENCE_SECRET", "derive_seed", "sandbox_hidden_paths", "secret_path", "task_secret"],
                     "secret"),
-    **dict.fromkeys(["STATUSES", "position_score", "score_from_status"], "scale"),
     **dict.fromkeys(["TaskSpec", "get_task", "list_tasks"], "tasks"),
     **dict.fromkeys(["LLMJudgeWorldModel", "ParsedJudgement", "parse_judge_output"], "llm_judge"),
     **dict.fromkeys(["EmbeddingWorldModel", "DegradedWorldModel", "load_execution_log"], "embedding_world_model"),

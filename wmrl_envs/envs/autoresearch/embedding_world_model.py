@@ -416,8 +416,7 @@ class EmbeddingWorldModel:
             ValueError: the sequences differ in length.
             RuntimeError: the model is not fitted.
         """
-        from wmrl_envs.envs.autoresearch.running import check_source
-        from wmrl_envs.envs.autoresearch.scale import score_from_status
+        from wmrl_envs.envs.autoresearch.grading import check_source, score_from_status
 
         if len(contexts) != len(actions):
             raise ValueError(f"{len(contexts)} contexts but {len(actions)} actions")

@@ -1,7 +1,8 @@
 """The per-task reference leaderboards a valid submission is ranked on.
 
-A leaderboard is the metric values of the task's :data:`REFERENCE_SOLUTIONS`, run like an
-agent's solution (:func:`~.running.run_solution`) on the task's data, so it belongs to one task
+A leaderboard is the metric values of the task's :data:`REFERENCE_SOLUTIONS`, each the task's
+full starter script with its model line, run on the task's data and graded like an agent's
+solution (:func:`~.grading.grade_execution`), so it belongs to one task
 secret (``docs/autoresearch.md``, "Leaderboards"): for the reference secret it is shipped as
 ``leaderboards.json`` next to this module (:data:`LEADERBOARD_PATH`, rebuilt with
 ``WMRL_TASK_SECRET=wmrl-reference python -m wmrl_envs.envs.autoresearch.leaderboards``); for
@@ -28,7 +29,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from wmrl_envs.envs.autoresearch.running import EXEC_ENV, SOLUTION_FILE, run_solution
+from wmrl_envs.envs.autoresearch.grading import SOLUTION_FILE
+from wmrl_envs.envs.autoresearch.running import EXEC_ENV
 from wmrl_envs.envs.autoresearch.secret import (
     REFERENCE_SECRET,
     SECRET_ENV_VAR,
@@ -279,7 +281,7 @@ def ensure_leaderboard(task_id: str, *, n_jobs: int | None = None, verbose: bool
         if verbose:
             print(
                 f"[leaderboard] task {task.task_id!r}: no reference leaderboard yet for this installation's "
-                f"task secret; running its {n} reference solutions once (tens of seconds), cached in {folder}",
+                f"task secret; running its {n} reference solutions once (a few to tens of seconds), cached in {folder}",
                 file=sys.stderr, flush=True,
             )
         t0 = time.perf_counter()
@@ -291,6 +293,95 @@ def ensure_leaderboard(task_id: str, *, n_jobs: int | None = None, verbose: bool
     if values is None:  # pragma: no cover - build_leaderboards wrote the file just now
         raise RuntimeError(f"the leaderboard of task {task.task_id!r} could not be read back from {path}")
     return values
+
+
+REFERENCE_DRIVER_FILE = "reference_solutions.py"
+"""The file name of the program that runs one batch of a task's reference solutions."""
+
+_MARK = "@@wmrl-reference "
+_DRIVER = '''"""Runs reference solutions one after another in this interpreter (imports paid once)."""
+import gc, json, os, sys, time, traceback
+for _i, _name, _source in json.loads({batch!r}):
+    _ns = {{"__name__": "__main__", "__file__": os.path.abspath("solution.py"), "__builtins__": __builtins__}}
+    _t0 = time.perf_counter()
+    try:
+        exec(compile(_source, "solution.py", "exec", dont_inherit=True), _ns)
+    except BaseException:
+        traceback.print_exc()
+        print(f"{mark}" + json.dumps({{"index": _i, "failed": True}}), flush=True)
+        sys.exit(1)
+    _wall = time.perf_counter() - _t0
+    os.makedirs(f"ref-{{_i}}")
+    if os.path.exists("submission.csv"):
+        os.replace("submission.csv", os.path.join(f"ref-{{_i}}", "submission.csv"))
+    print(f"{mark}" + json.dumps({{"index": _i, "wall_s": _wall}}), flush=True)
+    del _ns
+    gc.collect()
+'''
+
+
+def _expected_runtime(task_id: str, name: str) -> float:
+    """Seconds one reference solution took in the shipped board (the data's size and the model
+    do not depend on the secret, so this ranks the costs of any secret's build); 1.0 if unknown."""
+    try:
+        entries = load_leaderboards()["tasks"][task_id]["entries"]
+    except (OSError, KeyError, json.JSONDecodeError):
+        return 1.0
+    return next((float(e.get("runtime_s") or 1.0) for e in entries if e["name"] == name), 1.0)
+
+
+def _split_references(task: TaskSpec, n: int) -> list[list[tuple[int, str, str]]]:
+    """The task's reference solutions ``(index, name, model_line)`` in at most ``n`` batches of
+    about equal expected runtime (longest first onto the least loaded batch), each in index order."""
+    refs = list(enumerate(REFERENCE_SOLUTIONS[task.problem_type]))
+    bins: list[tuple[float, list[tuple[int, str, str]]]] = [(0.0, []) for _ in range(max(1, min(n, len(refs))))]
+    for i, (name, line) in sorted(refs, key=lambda r: -_expected_runtime(task.task_id, r[1][0])):
+        k = min(range(len(bins)), key=lambda j: bins[j][0])
+        bins[k] = (bins[k][0] + _expected_runtime(task.task_id, name), bins[k][1] + [(i, name, line)])
+    return [sorted(b) for _, b in bins if b]
+
+
+def _run_reference_batch(task: TaskSpec, batch: list[tuple[int, str, str]], runner: Sandbox, root: Path,
+                         limits: SandboxLimits, cache: Path) -> list[tuple[int, dict]]:
+    """Run a batch of the task's reference solutions in one process (one job folder; each is the
+    full script ``task.starter_code_with(model_line)``, executed in a fresh namespace, its
+    ``submission.csv`` graded like an agent's with :func:`grade_execution`).
+
+    The limits apply to the whole batch, with ``wall_time_s`` and ``cpu_time_s`` multiplied by
+    its length. Returns ``[(index, entry)]``; raises RuntimeError when a solution fails."""
+    import dataclasses
+
+    from wmrl_envs.envs.autoresearch.grading import grade_execution
+    from wmrl_envs.sandbox.jobdirs import JobFolder
+
+    root.mkdir(parents=True, exist_ok=True)
+    payload = json.dumps([[i, name, task.starter_code_with(line)] for i, name, line in batch])
+    source = _DRIVER.format(batch=payload, mark=_MARK)
+    scaled = dataclasses.replace(limits, wall_time_s=limits.wall_time_s * len(batch),
+                                 cpu_time_s=limits.cpu_time_s * len(batch))
+    names = {i: name for i, name, _ in batch}
+    with JobFolder(root, scaled, prefix=f"{task.task_id}-") as job:
+        write_public_files(task, job.path, cache_dir=cache)
+        r = runner.run_python(source, job.path, limits=scaled, env=dict(EXEC_ENV), filename=REFERENCE_DRIVER_FILE)
+        marks = [json.loads(line[len(_MARK):]) for line in (r.stdout or "").splitlines() if line.startswith(_MARK)]
+        out = []
+        for m in marks:
+            if m.get("failed"):
+                break
+            res = ExecutionResult(0, r.stdout, "", float(m["wall_s"]), backend=r.backend, cpu_time_s=None)
+            g = grade_execution(task, job.path / f"ref-{m['index']}", res, leaderboard=[0.0])
+            if g.status != "valid":
+                raise RuntimeError(f"reference solution {names[m['index']]!r} failed on task {task.task_id!r}: "
+                                   f"{g.status}: {g.message}")
+            out.append((m["index"], {"name": names[m["index"]], "model_line": REFERENCE_SOLUTIONS[task.problem_type][m["index"]][1],
+                                     "metric_value": g.metric_value, "runtime_s": round(float(m["wall_s"]), 3)}))
+        if len(out) < len(batch) or not r.ok:
+            failed = names[batch[len(out)][0]] if len(out) < len(batch) else names[batch[-1][0]]
+            why = ("killed: wall-clock time limit exceeded" if r.timed_out
+                   else f"the program exited with status {r.exit_code}")
+            raise RuntimeError(f"reference solution {failed!r} failed on task {task.task_id!r}: runtime_err: {why}\n"
+                               f"{(r.stderr or '')[-2000:]}")
+    return out
 
 
 def build_leaderboards(
@@ -305,8 +396,15 @@ def build_leaderboards(
     """(Re)compute the reference leaderboards by executing every reference solution.
 
     Each entry of :data:`REFERENCE_SOLUTIONS` for the task's problem type is run as a full
-    script (``task.starter_code_with(model_line)``) in a fresh job folder and graded with
-    :func:`read_submission` / :func:`compute_metric`, exactly like an agent's solution.
+    script (``task.starter_code_with(model_line)``) and its ``submission.csv`` graded with
+    :func:`~.grading.grade_execution` (:func:`read_submission` / :func:`compute_metric`), like an
+    agent's solution. A task's entries run in ``n_jobs`` batches of about equal expected runtime
+    (from the shipped board's ``runtime_s``); a batch is one Python process in one job folder
+    that runs its scripts one after another, each in a fresh namespace
+    (:data:`REFERENCE_DRIVER_FILE`), so Python's start-up and the imports (about 1.8
+    CPU-seconds) are paid once per batch rather than once per entry. The scripts are
+    deterministic (``random_state=0``), so the values are those of one process per script
+    (``tests/envs/autoresearch/test_leaderboard_build.py`` checks it against the shipped board).
 
     The data are those of the active task secret
     (:mod:`~wmrl_envs.envs.autoresearch.secret`); the file records the secret's fingerprint and
@@ -319,9 +417,11 @@ def build_leaderboards(
         path: output JSON file (``None``: do not write). The shipped :data:`LEADERBOARD_PATH`
             may only be written under the reference secret.
         sandbox: executor; ``None`` runs the trusted reference scripts with the host Python.
-        limits: per-run limits (default: 600 s wall time).
-        n_jobs: executions run in parallel (each single-threaded, see :data:`EXEC_ENV`).
-        verbose: print one line per execution to stderr.
+        limits: limits per reference solution (default: 600 s wall time); a batch runs under
+            them with ``wall_time_s`` and ``cpu_time_s`` multiplied by its length.
+        n_jobs: processes run in parallel (each single-threaded, see :data:`EXEC_ENV`), and
+            batches per task; the batches of all tasks share the ``n_jobs`` workers, longest first.
+        verbose: print one line per reference solution to stderr (when its batch ends).
 
     The work folder is a :class:`~wmrl_envs.sandbox.jobdirs.OwnedFolder`
     ``wmrl-leaderboards-*`` in the system temporary folder: removed at the end, and swept by
@@ -348,7 +448,9 @@ def build_leaderboards(
     fingerprint = secret_fingerprint()
     runner = sandbox or _HostRunner(SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192))
     limits = limits or SandboxLimits(wall_time_s=600.0, cpu_time_s=600.0, memory_mb=8192)
-    jobs = [(t, name, line) for t in tasks for name, line in REFERENCE_SOLUTIONS[t.problem_type]]
+    n_proc = max(1, int(n_jobs))
+    chunks = [(t, chunk) for t in tasks for chunk in _split_references(t, n_proc)]
+    chunks.sort(key=lambda c: -sum(_expected_runtime(c[0].task_id, name) for _, name, _ in c[1]))  # longest first
     # an owned folder: the next build (or job folder) in the temporary folder sweeps it if this
     # process is killed, where a TemporaryDirectory would stay forever
     with OwnedFolder(prefix="wmrl-leaderboards-") as owned:
@@ -357,22 +459,20 @@ def build_leaderboards(
         for t in tasks:  # render the CSVs once, sequentially
             write_public_files(t, Path(tmp) / "warm" / t.task_id, cache_dir=cache)
 
-        def run_one(job: tuple[TaskSpec, str, str]) -> dict:
-            t, name, line = job
-            src = t.starter_code_with(line)
-            g, _ = run_solution(t, src, runner, workdir_root=Path(tmp) / "jobs", limits=limits, cache_dir=cache,
-                                leaderboard=[0.0])
-            if g.status != "valid":
-                raise RuntimeError(
-                    f"reference solution {name!r} failed on task {t.task_id!r}: {g.status}: {g.message}\n{g.stderr_tail}"
-                )
+        def run_chunk(job: tuple[TaskSpec, list[tuple[int, str, str]]]) -> list[tuple[str, int, dict]]:
+            t, chunk = job
+            got = _run_reference_batch(t, chunk, runner, Path(tmp) / "jobs", limits, cache)
             if verbose:
-                print(f"[leaderboard] {t.task_id:18s} {name:18s} {t.metric}={g.metric_value:.5f} "
-                      f"({g.runtime_s:.2f} s)", file=sys.stderr, flush=True)
-            return {"name": name, "model_line": line, "metric_value": g.metric_value, "runtime_s": round(g.runtime_s, 3)}
+                for i, entry in got:
+                    print(f"[leaderboard] {t.task_id:18s} {entry['name']:18s} {t.metric}={entry['metric_value']:.5f} "
+                          f"({entry['runtime_s']:.2f} s)", file=sys.stderr, flush=True)
+            return [(t.task_id, i, entry) for i, entry in got]
 
-        with ThreadPoolExecutor(max_workers=max(1, int(n_jobs))) as pool:
-            results = list(pool.map(run_one, jobs))
+        with ThreadPoolExecutor(max_workers=n_proc) as pool:
+            done = [r for rs in pool.map(run_chunk, chunks) for r in rs]
+    by_task: dict[str, dict[int, dict]] = {}
+    for tid, i, entry in done:
+        by_task.setdefault(tid, {})[i] = entry
 
     out: dict = {"version": 2, "tasks": {}}
     if path is not None and Path(path).is_file():
@@ -387,13 +487,14 @@ def build_leaderboards(
     out["environment"] = {
         "python": sys.version.split()[0], "numpy": np.__version__, "pandas": pd.__version__,
         "scikit-learn": sklearn.__version__, "exec_env": dict(EXEC_ENV),
-        "note": "runtime_s: wall-clock seconds of the whole script (Python start-up included) on the build machine",
+        "note": "runtime_s: wall-clock seconds of the reference script on the build machine, run after the "
+                "task's other reference scripts in one Python process (imports and start-up not included)",
     }
     for t in tasks:
         out["tasks"][t.task_id] = {
             "metric": t.metric, "higher_is_better": t.higher_is_better, "category": t.category,
             "data_digest": task_data(t.task_id).digest,
-            "entries": [r for (jt, _, _), r in zip(jobs, results) if jt.task_id == t.task_id],
+            "entries": [by_task[t.task_id][i] for i in sorted(by_task[t.task_id])],
         }
     out["tasks"] = {tid: out["tasks"][tid] for tid in list_tasks() if tid in out["tasks"]}
     if path is not None:

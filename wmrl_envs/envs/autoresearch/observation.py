@@ -14,8 +14,7 @@ import re
 import string
 from typing import Any, Sequence
 
-from wmrl_envs.envs.autoresearch.running import SOLUTION_FILE, Grade
-from wmrl_envs.envs.autoresearch.submission import SUBMISSION_FILE
+from wmrl_envs.envs.autoresearch.grading import SOLUTION_FILE, SUBMISSION_FILE, Grade
 from wmrl_envs.envs.autoresearch.taskdata import task_data
 from wmrl_envs.envs.autoresearch.tasks import ID_COLUMN, TaskSpec, get_task
 
@@ -220,7 +219,7 @@ def layout_feedback(
     (:func:`wmrl_envs.envs.autoresearch.llm_judge.format_predicted_feedback`) share this layout.
 
     Args:
-        status: the status (one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`).
+        status: the status (one of :data:`~wmrl_envs.envs.autoresearch.grading.STATUSES`).
         score: the score (reward scale, [0, 1]).
         details: further fields of the report line (metric, position, the grader's message).
         run: the second grader line's text after ``$ python solution.py | `` (exit code,
@@ -274,7 +273,7 @@ def format_feedback(grade: Grade) -> str:
     run line ``exit code 1`` and the error as Python prints it.
 
     Args:
-        grade: the :class:`~wmrl_envs.envs.autoresearch.running.Grade`.
+        grade: the :class:`~wmrl_envs.envs.autoresearch.grading.Grade`.
 
     Returns:
         Text within :data:`CHARSET` and at most :data:`FEEDBACK_MAX_CHARS` characters

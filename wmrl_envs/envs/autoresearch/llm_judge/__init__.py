@@ -5,8 +5,8 @@ Split where its concerns part:
     * :mod:`.parser` — the answer format: :func:`judge_json_schema`, the strict
       :func:`parse_judge_output` (:func:`parse_judge_output_with_reason`: and why not) and
       :class:`ParsedJudgement`.
-    * :mod:`.prompt` — :class:`JudgePrompt` (chat template, token budget), the model-free
-      :func:`precheck_code` and :func:`format_predicted_feedback` (the real feedback's layout).
+    * :mod:`.prompt` — :class:`JudgePrompt` (chat template, token budget) and
+      :func:`format_predicted_feedback` (the real feedback's layout).
     * :mod:`.decoding` — the JSON-schema constraint on transformers (llguidance) and the
       frozen-backbone context.
     * :mod:`.judge` — :class:`LLMJudgeWorldModel`: generation on transformers, vLLM or an
@@ -26,12 +26,10 @@ from .parser import (
     parse_judge_output_with_reason,
 )
 from .prompt import (
-    SOLUTION_FILENAME,
     SYSTEM_PROMPT,
     USER_TEMPLATE,
     JudgePrompt,
     format_predicted_feedback,
-    precheck_code,
 )
 
 __all__ = [
@@ -41,12 +39,10 @@ __all__ = [
     "judge_json_schema",
     "JUDGE_STATUSES",
     "FEEDBACK_MAX_CHARS",
-    "precheck_code",
     "format_predicted_feedback",
     "LLMJudgeWorldModel",
     "JudgePrompt",
     "SYSTEM_PROMPT",
     "USER_TEMPLATE",
     "PREFILL",
-    "SOLUTION_FILENAME",
 ]

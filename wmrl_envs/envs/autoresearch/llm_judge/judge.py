@@ -3,8 +3,9 @@
 A frozen instruction-tuned LLM reads the task text and the agent's code and predicts the
 structured outcome real execution would give (status, quality bucket, feedback), scored on the
 real grader's scale (``docs/method.md``, "World model"). This module holds the world model and
-its generation; the answer format is :mod:`.parser`, the prompt and the model-free pre-check
-:mod:`.prompt`, the JSON constraint for transformers :mod:`.decoding`.
+its generation; the answer format is :mod:`.parser`, the prompt :mod:`.prompt`, the JSON
+constraint for transformers :mod:`.decoding`; the model-free pre-check is the real grader's own
+(:func:`~wmrl_envs.envs.autoresearch.grading.check_source`).
 
 Decoding under the constraint, per backend: transformers masks the logits with one llguidance
 matcher per sequence (it first consumes the prefill :data:`~.parser.PREFILL`; within
@@ -24,13 +25,19 @@ import time
 import warnings
 from typing import Any, Sequence
 
-from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, STATUSES, score_from_status
+from wmrl_envs.envs.autoresearch.grading import (
+    BUCKET_POSITIONS,
+    QUALITY_BUCKETS,
+    STATUSES,
+    check_source,
+    score_from_status,
+)
 from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .decoding import CLOSE_RESERVE, JsonConstraint, brace_stopping, constraint_processor, frozen_backbone, judge_grammar
 from .parser import FEEDBACK_MAX_CHARS, PREFILL, full_answer, judge_json_schema, parse_judge_output_with_reason
-from .prompt import SYSTEM_PROMPT, JudgePrompt, format_predicted_feedback, precheck_code
+from .prompt import SYSTEM_PROMPT, JudgePrompt, format_predicted_feedback
 
 __all__ = ["LLMJudgeWorldModel"]
 
@@ -522,7 +529,7 @@ class LLMJudgeWorldModel:
 
         todo: list[int] = []
         for i, code in enumerate(actions):
-            decided = precheck_code(code)
+            decided = check_source(code)  # the real grader's host pre-check: both decide these alike
             if decided is None:
                 todo.append(i)
                 continue

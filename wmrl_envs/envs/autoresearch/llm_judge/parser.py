@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS, QUALITY_BUCKETS, score_from_status
+from wmrl_envs.envs.autoresearch.grading import BUCKET_POSITIONS, QUALITY_BUCKETS, score_from_status
 
 __all__ = [
     "PREFILL",
@@ -30,7 +30,7 @@ PREFILL = '{"status": "'
 
 JUDGE_STATUSES: tuple[str, ...] = ("runtime_err", "ran_no_sub", "valid")
 """Statuses the model may predict. ``malformed`` and ``syntax_err`` are never the model's to
-decide: the pre-check (:func:`~.prompt.precheck_code`, the real grader's own host-side check) settles
+decide: the pre-check (the real grader's own host-side check, :func:`~wmrl_envs.envs.autoresearch.grading.check_source`) settles
 them exactly before the model is asked, so code that reaches the model compiles."""
 
 FEEDBACK_MAX_CHARS = 400
@@ -76,7 +76,7 @@ class ParsedJudgement:
 
     Attributes:
         status: one of :data:`JUDGE_STATUSES`.
-        bucket: one of :data:`~wmrl_envs.envs.autoresearch.scale.QUALITY_BUCKETS` (it counts
+        bucket: one of :data:`~wmrl_envs.envs.autoresearch.grading.QUALITY_BUCKETS` (it counts
             only when ``status == "valid"``).
         feedback: predicted program output (at most the parser's ``max_feedback_chars``).
     """

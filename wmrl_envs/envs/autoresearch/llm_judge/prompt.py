@@ -1,9 +1,7 @@
-"""The judge's prompt, and the two things decided or written without the model.
+"""The judge's prompt, and the feedback written without the model.
 
 * :class:`JudgePrompt` — system and user messages (:data:`SYSTEM_PROMPT`,
   :data:`USER_TEMPLATE`) in the chat template, task text and code cut to a token budget.
-* :func:`precheck_code` — empty or non-compiling code is decided without the model, by the
-  real grader's own host-side check (``docs/method.md``, "World model").
 * :func:`format_predicted_feedback` — predicted feedback in the layout of the real feedback
   (:func:`~wmrl_envs.envs.autoresearch.observation.layout_feedback`), so that a predicted
   observation has the form of a real one.
@@ -14,21 +12,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from wmrl_envs.envs.autoresearch.scale import BUCKET_POSITIONS
+from wmrl_envs.envs.autoresearch.grading import BUCKET_POSITIONS, SOLUTION_FILE
 
 from .parser import PREFILL
 
 __all__ = [
-    "SOLUTION_FILENAME",
     "SYSTEM_PROMPT",
     "USER_TEMPLATE",
     "JudgePrompt",
-    "precheck_code",
     "format_predicted_feedback",
 ]
-
-SOLUTION_FILENAME = "solution.py"
-"""File name the sandbox runs the code under (used in pre-check SyntaxError messages)."""
 
 SYSTEM_PROMPT = (
     "You simulate a Python sandbox. You read a machine-learning task and a solution script, "
@@ -48,29 +41,6 @@ USER_TEMPLATE = (
 """User message; ``{task}`` is the observation's prompt text, ``{code}`` the action."""
 
 _TRUNC_MARK = "\n... [{n} tokens omitted] ...\n"
-
-
-def precheck_code(code: Any, filename: str = SOLUTION_FILENAME) -> tuple[str, str, str] | None:
-    """Decide an action without the model when that is certain.
-
-    The rules and messages are those of the real grader's host-side check
-    (:func:`wmrl_envs.envs.autoresearch.running.check_source`), so that predicted and real
-    grades agree on these cases.
-
-    Args:
-        code: the action (Python source, str).
-        filename: script name used in the SyntaxError message.
-
-    Returns:
-        ``None`` when the model must decide; otherwise ``(status, message, stderr)``:
-        ``"malformed"`` for a non-string, empty/whitespace-only or NUL-containing action
-        (``stderr`` empty), ``"syntax_err"`` when :func:`compile` fails (``message`` like
-        ``"SyntaxError: '(' was never closed (line 3)"``, ``stderr`` the error as Python prints
-        it when running the file).
-    """
-    from wmrl_envs.envs.autoresearch.running import check_source
-
-    return check_source(code, filename)  # one implementation: the real grader's
 
 
 _GRADER_MESSAGES = {
@@ -100,7 +70,7 @@ def format_predicted_feedback(
         | <predicted log lines>
 
     Args:
-        status: one of :data:`~wmrl_envs.envs.autoresearch.scale.STATUSES`.
+        status: one of :data:`~wmrl_envs.envs.autoresearch.grading.STATUSES`.
         log: the predicted program output (may be empty).
         score: the (predicted) score.
         bucket: the quality bucket of a valid prediction.
@@ -184,7 +154,7 @@ class JudgePrompt:
 
     def render(self, task: str, code: str) -> str:
         """The prompt of ``task`` text and ``code`` as given (no cutting), ending with :data:`PREFILL`."""
-        user = USER_TEMPLATE.format(task=task.strip(), code=code.rstrip(), filename=SOLUTION_FILENAME)
+        user = USER_TEMPLATE.format(task=task.strip(), code=code.rstrip(), filename=SOLUTION_FILE)
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
