@@ -44,3 +44,23 @@ def tiny_llama_folder(tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(str(folder))
     tok.save_pretrained(str(folder))
     return folder
+
+
+@pytest.fixture
+def make_summary():
+    """``make_summary(**fields)``: a :func:`agents.train.summary.summarise`-shaped dict of a
+    4-group run (16 rollouts, one anchor group) with ``fields`` set, for the summary's renderers."""
+    def build(**fields):
+        s = {
+            "rollouts": 16, "sandbox_backend": "bubblewrap", "real_executions": 4, "world_model_predictions": 16,
+            "world_model_calls": {}, "anchor_groups": 1, "groups": 4, "realised_anchor_fraction": 0.25,
+            "configured_anchor_fraction": 0.25,
+            "seconds": dict.fromkeys(("execution", "world_model", "generation", "update"), 1.0),
+            "seconds_per_execution": 1.0, "seconds_per_world_model_prediction": 0.1, "rho": 1.0, "anchor_pairs": 3,
+            "debiaser_fitted": True, "calibration_mae_raw": 0.1, "calibration_mae_calibrated": 0.1,
+            "wall_clock_s": 5.0,
+        }
+        s.update(fields)
+        return s
+
+    return build

@@ -153,7 +153,7 @@ def test_stale_tmpfs_job_folders_anywhere_are_unmounted(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not ROOT, reason="tmpfs job folders need root")
 def test_bounds_too_small_for_the_public_files_say_so(tmp_path: Path) -> None:
-    from wmrl_envs.envs.autoresearch.grading import evaluate
+    from wmrl_envs.envs.autoresearch.env import evaluate
     from wmrl_envs.sandbox import Sandbox
 
     class NeverRuns(Sandbox):
