@@ -25,6 +25,7 @@ with no arguments):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -32,10 +33,11 @@ import math
 import numbers
 import os
 import sys
+import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol, TextIO
 
 import numpy as np
 
@@ -184,6 +186,44 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
         if progress:
             progress(i + 1)
     return wrapper
+
+
+@contextlib.contextmanager
+def pilot_progress(total: int, stream: TextIO | None = None, min_interval_s: float = 10.0
+                   ) -> Iterator[Callable[[int], None]]:
+    """The pilot's progress on ``stream`` (default: ``sys.stderr``), as :func:`run_pilot`'s
+    ``progress`` callable (called with the number of groups done).
+
+    On a terminal it is a progress bar (rich, cleared at the end). Elsewhere (a log file, CI),
+    where a bar draws nothing, it is plain lines ``[advise] pilot group n/total done (t s
+    elapsed)``: the first and the last group always, the others at most one per
+    ``min_interval_s`` seconds (a pilot of slow groups gets a line per group; one of instant
+    groups does not fill the log).
+
+    Args:
+        total: the pilot's number of groups.
+        stream: where to write; its ``isatty()`` chooses the bar or the lines.
+        min_interval_s: the least time between two lines (seconds; 0: a line per group).
+    """
+    stream = sys.stderr if stream is None else stream
+    if getattr(stream, "isatty", lambda: False)():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(file=stream), transient=True) as bar:
+            task = bar.add_task("pilot groups (real execution + world model)", total=total)
+            yield lambda n: bar.update(task, completed=n)
+        return
+    start = time.monotonic()
+    last = [-math.inf]
+
+    def line(n: int) -> None:
+        now = time.monotonic()
+        if n in (1, total) or now - last[0] >= min_interval_s:
+            last[0] = now
+            print(f"[advise] pilot group {n}/{total} done ({now - start:.0f} s elapsed)", file=stream, flush=True)
+
+    yield line
 
 
 def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, **advisor_settings: Any
@@ -335,13 +375,10 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
             if not callable(getattr(obj, method, None)):
                 raise ValueError(f"{what} factory returned a {type(obj).__name__} without a {method}() method "
                                  "(see `wmrl advise --help` and agents/advise.py for what each factory must return)")
-        from rich.progress import Progress
-
         try:
-            with Progress(transient=True) as bar:
-                task = bar.add_task("pilot groups (real execution + world model)", total=cfg.groups)
+            with pilot_progress(cfg.groups) as progress:
                 wrapper = run_pilot(env, wm, policy, groups=cfg.groups, group_size=cfg.group_size, seed=cfg.seed,
-                                    progress=lambda n: bar.update(task, completed=n))
+                                    progress=progress)
         finally:
             getattr(env, "close", lambda: None)()
         loop = wrapper.loop

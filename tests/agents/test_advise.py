@@ -3,6 +3,7 @@ the real wrapper and loop), the factories, the outputs, and one real pilot on Au
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -273,3 +274,34 @@ def test_a_long_pilot_measures_r_without_weighting_anchors():
         warnings.simplefilter("error")
         wrapper = run_pilot(KnownEnv(), NoisyWM(noise=0.75), GaussianPolicy(), groups=48, group_size=4, seed=1)
     assert wrapper.loop.corrector.denoise is False and wrapper.loop.rho == 1.0
+
+
+def test_pilot_progress_is_shown_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    """In a log file or CI (stderr not a TTY) the pilot's progress bar drew nothing: a pilot whose
+    groups take minutes looked hung. It now writes plain lines to stderr: the first and the last
+    group always, and one at most every ``min_interval_s`` in between."""
+    cfg = AdviseConfig(groups=5, group_size=3, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=20, out_dir=str(tmp_path))
+    main_advise(cfg, log=lambda s: None)
+    err = capsys.readouterr().err.splitlines()
+    progress = [ln for ln in err if ln.startswith("[advise] pilot group")]
+    assert progress[0].startswith("[advise] pilot group 1/5 done") and progress[-1].startswith("[advise] pilot group 5/5 done")
+    assert len(progress) <= 5
+    from agents.advise import pilot_progress
+
+    with pilot_progress(4, min_interval_s=0.0) as step:  # every group when the interval allows it
+        for n in range(1, 5):
+            step(n)
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split(" done")[0] for ln in lines] == [f"[advise] pilot group {n}/4" for n in range(1, 5)]
+    assert all(ln.endswith(" s elapsed)") for ln in lines)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    with pilot_progress(4, stream=term, min_interval_s=0.0) as step:  # a terminal: the bar, no lines
+        for n in range(1, 5):
+            step(n)
+    assert "pilot groups (real execution + world model)" in term.getvalue() and "[advise]" not in term.getvalue()
