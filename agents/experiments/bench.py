@@ -40,8 +40,9 @@ score each method reaches within the compute WMRL used for ``steps`` steps and w
 compute method 1 used (cheap methods train for more steps, up to ``max_steps_factor × steps``,
 to fill those budgets). The policy is snapshotted after every step together with its
 cumulative compute; snapshots are evaluated afterwards, sparsely (``eval_points``, plus
-``refine_evals`` near where a curve crosses the target), with held-out results cached by
-(task, program).
+up to ``refine_evals`` near where a curve crosses the target, until the interpolation bracket
+is within ``max_bracket_share`` of the compute-to-target or one step wide), with held-out results
+cached by (task, program).
 
 Outputs (in ``out_dir``): ``results.json`` (everything; strict JSON: a non-finite number, e.g. the
 compute-to-target ``inf`` of a seed that did not reach the target, is written as ``null`` and
@@ -72,7 +73,8 @@ from .bench_agents import (GrammarBenchAgent, LLMBenchAgent, build_learned_world
 from .bench_config import BENCH_METHODS, LEARNED_WM_METHODS, BenchConfig, check_bench_config, method_groups_per_step
 from .bench_report import compute_speedups, cost_summary, real_target, strict_results, write_report
 from .bench_resume import restore_seed, resumed_state, reused_entries, save_snapshots
-from .bench_run import MethodRun, coarse_eval_steps, evaluate_snapshot, refinement_step, run_method, select_snapshots
+from .bench_run import (MethodRun, bracket_refinement_step, coarse_eval_steps, evaluate_snapshot, run_method,
+                        select_snapshots)
 
 __all__ = ["run_bench", "headline_lines", "main_bench"]
 
@@ -120,8 +122,11 @@ def run_bench(
     Each run's curve is evaluated at ``eval_points`` snapshots spread over its steps plus the
     comparison points; once every seed has run, the target is fixed from real GRPO's mean curve
     and each curve gets up to ``refine_evals`` more evaluations inside the interval where it
-    first crosses the target (:func:`refinement_step`), so its compute-to-target is read from
-    closer snapshots. With the default ``evaluate``, held-out results are cached by (task,
+    first crosses the target (:func:`~agents.experiments.bench_run.bracket_refinement_step`),
+    until that bracket is at most ``max_bracket_share`` of its compute-to-target or one step
+    wide, so its compute-to-target is read from close snapshots. ``--resume`` on a finished run
+    runs this refinement again over every seed whose snapshots were saved (e.g. with a larger
+    ``refine_evals``). With the default ``evaluate``, held-out results are cached by (task,
     program) across the whole run (``eval_cache``); training executions never are.
 
     Args:
@@ -178,6 +183,8 @@ def run_bench(
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         TextColumn("{task.fields[info]}"), transient=False)
+    # a bar draws nothing in a log file or CI: there, each step and each evaluation is a plain line
+    plain = not progress.console.is_terminal
     t_all = time.perf_counter()
     kept: list[tuple[Any, dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]]] | None] = []
     first_seed, prior = resumed_state(cfg, order)
@@ -239,6 +246,8 @@ def run_bench(
 
                 def tick(msg: str, bar: Any = bar) -> None:
                     progress.update(bar, advance=1, info=msg.split(": ", 1)[-1])
+                    if plain:
+                        log(f"[bench] {msg}")
 
                 wm = make_learned_world_model(seed) if name in LEARNED_WM_METHODS else world_model  # type: ignore[misc]
                 runs[name] = run_method(spec, seed, cfg, make_agent, make_env, wm, train_tasks,
@@ -274,6 +283,8 @@ def run_bench(
                 for idx in todo:
                     evals[idx] = evaluate_at(agent, run, idx, seed)
                     progress.update(bar, advance=1, info=f"step {idx}: {evals[idx]['overall']:.1f}")
+                    if plain:
+                        log(f"[bench] {name} seed {seed} held-out evaluation of step {idx}: {evals[idx]['overall']:.1f}")
                 evaluated[name] = evals
                 entry = {
                     "seed": seed,
@@ -315,8 +326,10 @@ def run_bench(
                         if name in reused:  # its curve was refined in the earlier run
                             continue
                         entry = results["methods"][name]["seeds"][seed]
-                        for _ in range(cfg.refine_evals):
-                            idx = refinement_step(entry["curve"]["step"], entry["curve"]["score"], target)
+                        compute = [runs[name].compute_at(k) for k in range(len(runs[name].records) + 1)]
+                        for _ in range(cfg.refine_evals):  # until the bracket is within max_bracket_share
+                            idx = bracket_refinement_step(entry["curve"]["step"], entry["curve"]["score"], compute,
+                                                          target, cfg.max_bracket_share)
                             progress.update(bar, advance=1)
                             if idx is None or idx in evaluated[name]:
                                 break

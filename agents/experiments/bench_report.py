@@ -28,7 +28,7 @@ import numpy as np
 from .bench_config import BENCH_METHODS as METHODS, LEARNED_WM_METHODS, REAL_METHODS
 from .methods import COST_SOURCES
 
-__all__ = ["strict_results", "restore_nonfinite", "format_sensitivity_table", "format_table", "format_speedup_table", "format_cost_table", "compute_speedups", "cost_summary",
+__all__ = ["strict_results", "restore_nonfinite", "format_sensitivity_table", "format_table", "format_speedup_table", "format_cost_table", "format_bracket_table", "brackets_of", "compute_speedups", "cost_summary",
            "write_report", "curve_of", "real_target", "report_finished_seeds"]
 
 
@@ -243,6 +243,77 @@ def real_target(results: dict[str, Any], *, steps: int | None = None, gain_fract
     return target_score(pts, steps_index=1, gain_fraction=gain_fraction), s0, sS
 
 
+MAX_BRACKET_SHARE = 0.1
+"""The largest interpolation bracket, as a share of the compute-to-target, that the report does not
+flag (issue 27); a run's own limit is its ``config["max_bracket_share"]`` (``--max-bracket-share``)."""
+
+
+def brackets_of(results: dict[str, Any], name: str, target: float) -> dict[str, list[Any]]:
+    """Per seed of method ``name``, the interpolation bracket of its compute-to-target at ``target``
+    (:func:`agents.experiments.speedup.bracket_share`).
+
+    Returns:
+        ``{"bracket_share": [float per seed], "bracket_steps": [[step below, step at or above] per
+        seed]}``: the compute between the two evaluated snapshots the crossing is interpolated
+        between, over the seed's compute-to-target (``0.0`` when the untrained policy already
+        reaches the target, ``nan`` — written ``null`` and listed as ``"nan"`` in results.json —
+        when the seed does not reach it); the steps of those two snapshots (``[s, s]`` when no
+        interpolation, ``None`` when not reached). A bracket one step wide is the finest the
+        per-step snapshots allow: evaluating more snapshots cannot narrow it.
+    """
+    from agents.experiments.speedup import bracket_share, interpolation_bracket
+
+    shares, steps = [], []
+    for e in results["methods"][name]["seeds"]:
+        c = curve_of(e)
+        b = interpolation_bracket(c, target)
+        shares.append(bracket_share(c, target))
+        steps.append(None if b is None else [int(e["curve"]["step"][b[0]]), int(e["curve"]["step"][b[1]])])
+    return {"bracket_share": shares, "bracket_steps": steps}
+
+
+def format_bracket_table(results: dict[str, Any]) -> str:
+    """Markdown table of the interpolation brackets of the headline's compute-to-target: per method,
+    the median and largest bracket share over the seeds that reached the target, and the seeds whose
+    bracket exceeds the run's limit (``max_bracket_share``, default :data:`MAX_BRACKET_SHARE`), each
+    named with its share and steps; a bracket one step wide is marked as at step resolution
+    (evaluating more snapshots cannot narrow it). Results written before the field existed get
+    their brackets computed from their curves. Empty string without a headline."""
+    sp = results.get("speedup") or {}
+    if not sp or "target" not in sp:
+        return ""
+    limit = float(sp.get("max_bracket_share", results["config"].get("max_bracket_share", MAX_BRACKET_SHARE)))
+    lines = [f"### Interpolation brackets (compute between the evaluated snapshots around each seed's crossing, "
+             f"as a share of its compute-to-target; flagged above {limit:.0%})\n",
+             "| method | seeds reached | median share | largest share | seeds above the limit |", "|---|---|---|---|---|"]
+    wide = 0
+    for name, row in sp["methods"].items():
+        if name not in results["methods"]:
+            continue
+        br = row if "bracket_share" in row else brackets_of(results, name, sp["target"])
+        pairs = [(e["seed"], float(v), st) for e, v, st in zip(results["methods"][name]["seeds"],
+                                                                br["bracket_share"], br["bracket_steps"])
+                 if v is not None and math.isfinite(float(v))]
+        if not pairs:
+            lines.append(f"| {METHODS[name].label} | 0/{len(results['methods'][name]['seeds'])} | — | — | — |")
+            continue
+        vals = np.array([v for _, v, _ in pairs])
+        over = []
+        for seed, v, st in pairs:
+            if v > limit:
+                one = st is not None and st[1] - st[0] <= 1
+                wide += not one
+                over.append(f"**seed {seed}: {v:.1%}** (steps {st[0]}–{st[1]}{', one step: the finest the snapshots allow' if one else ''})")
+        lines.append(f"| {METHODS[name].label} | {len(pairs)}/{len(results['methods'][name]['seeds'])} | "
+                     f"{np.median(vals):.0%} | {vals.max():.0%} | "
+                     f"{'; '.join(over) if over else 'none'} |")
+    if wide:
+        lines.append(f"\n**{wide} bracket(s) above {limit:.0%} span more than one step**: evaluating the saved "
+                     "snapshots inside them narrows them (`wmrl bench --resume` on the finished run, with its settings, "
+                     "runs the refinement again up to `--refine-evals` per curve).")
+    return "\n".join(lines) + "\n"
+
+
 SENSITIVITY_GAINS: tuple[float, ...] = (0.5, 0.7, 0.9, 1.0)
 """The targets of the sensitivity table: these shares of real GRPO's gain after S steps."""
 
@@ -289,8 +360,9 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
     Returns:
         ``{"target", "s0", "s_S", "gain_fraction", "fitting_cpu_s" (charged), "fitting_cpu_s_logged",
         "fitting_executions", "cpu_s_per_execution", "best_real" (the real-GRPO batch size with the
-        lowest median compute-to-target), "methods": {name: {"ctt": [per seed], "total_ctt":
-        [per seed], "fitting_charged": bool, "speedup": SpeedupEstimate fields (training only),
+        lowest median compute-to-target), "max_bracket_share" (the run's limit, flagged in the report),
+        "methods": {name: {"ctt": [per seed], "total_ctt": [per seed], "bracket_share": [per seed],
+        "bracket_steps": [per seed] (:func:`brackets_of`), "fitting_charged": bool, "speedup": SpeedupEstimate fields (training only),
         "speedup_with_fitting": ... or None (pre-fitted methods), "speedup_total": over real GRPO,
         "speedup_over_best_real": over ``best_real`` (methods that are not real GRPO)}},
         "sensitivity": {share as str: {"target", "methods": {name: {"median_total_ctt", "n_reached",
@@ -317,7 +389,8 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
         best = min(reals, key=lambda n: (float(np.median(total[n])), REAL_METHODS.index(n)))
         rows: dict[str, Any] = {}
         for name in results["methods"]:
-            row: dict[str, Any] = {"ctt": ctt[name], "total_ctt": total[name], "fitting_charged": _prefitted(name),
+            row: dict[str, Any] = {"ctt": ctt[name], "total_ctt": total[name], **brackets_of(results, name, tgt),
+                                   "fitting_charged": _prefitted(name),
                                    "speedup": None, "speedup_with_fitting": None, "speedup_total": None,
                                    "speedup_over_best_real": None}
             if name != "real" and len(ctt[name]) == len(ctt["real"]):
@@ -330,6 +403,7 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
             rows[name] = row
         return rows, best
 
+    out["max_bracket_share"] = float(results["config"].get("max_bracket_share", MAX_BRACKET_SHARE))
     out["methods"], out["best_real"] = rows_at(target, n_boot)
     out["sensitivity"] = {}
     for g in sensitivity_gains:
@@ -436,8 +510,9 @@ def _median_cell(values: Sequence[float] | None) -> str:
 
 def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
     """Per method, mean over seeds at its last step: CPU-seconds per source, executions, realised
-    anchor fraction, and the world-model : execution cost per rollout (CPU-seconds per prediction
-    over CPU-seconds per execution), which bounds the attainable speedup."""
+    anchor fraction, and under ``"_ratio"`` each world-model method's world-model : execution cost per
+    rollout (its CPU-seconds per prediction over the run's CPU-seconds per execution), which bounds
+    the attainable speedup."""
     out: dict[str, Any] = {}
     for name, m in results["methods"].items():
         last = [e["records"][-1] for e in m["seeds"] if e["records"]]
@@ -453,19 +528,22 @@ def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
     per_exec = [v["cpu_s_per_execution"] for v in out.values() if v["cpu_s_per_execution"]]
     wm = [(v["cpu_seconds"]["world_model"], n) for n, v in out.items()
           if METHODS[n].world_model and v["cpu_seconds"]["world_model"] > 0]
-    if per_exec and wm:
-        name = wm[0][1]
+    ratios = {}
+    for cpu_wm, name in wm if per_exec else []:  # each world-model method: its own cost per prediction
         m = results["methods"][name]["seeds"]
         n_pred = np.mean([len(e["records"]) for e in m]) * results["config"]["groups_per_step"] * results["config"]["group_size"]
-        c_wm = wm[0][0] / n_pred
-        out["_ratio"] = {"cpu_s_per_prediction": c_wm, "cpu_s_per_execution": float(np.mean(per_exec)),
-                         "wm_to_execution": c_wm / float(np.mean(per_exec))}
+        c_wm = cpu_wm / n_pred
+        ratios[name] = {"cpu_s_per_prediction": c_wm, "cpu_s_per_execution": float(np.mean(per_exec)),
+                        "wm_to_execution": c_wm / float(np.mean(per_exec))}
+    if ratios:
+        out["_ratio"] = ratios
     return out
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> None:
-    """``table.md`` (headline, cost split, the three comparison tables, ungraded counts) and the
-    plots, from a ``results.json`` structure."""
+    """``table.md`` (headline, cost split, the three comparison tables, ungraded counts, evaluation
+    counts, the interpolation brackets of :func:`format_bracket_table`) and the plots, from a
+    ``results.json`` structure."""
     cfg = results["config"]
     parts = ["## Compute-to-target speedup (headline; CPU-seconds of training, evaluation excluded)\n\n"
              + (format_speedup_table(results) if results.get("speedup") else
@@ -490,6 +568,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
     if ev:
         parts.append(f"Held-out evaluation: {ev['evaluations']} snapshot evaluations, {ev['executed']} programs executed, "
                      f"{ev['cached']} taken from the (task, program) cache.\n")
+    brackets = format_bracket_table(results)  # last: how far each compute-to-target is interpolated
+    if brackets:
+        parts.append(brackets)
     (out_dir / "table.md").write_text("\n".join(parts))
     _plot(results, out_dir)
 
@@ -514,9 +595,12 @@ def format_cost_table(results: dict[str, Any]) -> str:
         lines.append("\n**Warning: compute understated.** Executions whose CPU-seconds the sandbox could not measure "
                      "(mean per seed, not in the figures above): " + ", ".join(f"{METHODS[n].label} {v:.0f}" for n, v in unmeasured.items())
                      + ". Run with a sandbox that measures CPU (bubblewrap or subprocess with a writable cgroup).")
-    r = costs.get("_ratio")
-    if r:
-        lines.append(f"\nWorld model : execution cost per rollout = 1 : {1 / r['wm_to_execution']:.3g} "
+    ratios = costs.get("_ratio") or {}
+    if "wm_to_execution" in ratios:  # a results.json from before the per-method ratios: its first world-model method
+        ratios = {"": ratios}
+    for name, r in ratios.items():
+        who = f" of {METHODS[name].label}" if name in METHODS else ""
+        lines.append(f"\nWorld model{who} : execution cost per rollout = 1 : {1 / r['wm_to_execution']:.3g} "
                      f"({r['cpu_s_per_prediction'] * 1e3:.1f} CPU-ms per prediction vs {r['cpu_s_per_execution']:.2f} CPU-s per execution); the speedup at "
                      f"equal steps is 1 / (f + {r['wm_to_execution']:.3f}) for anchor fraction f (the speedup of a method "
                      f"that needs as many steps as real GRPO; not a bound: fewer or more steps move it).")

@@ -105,6 +105,9 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
 
     A seed is finished when every method of ``order`` has its entry in ``out_dir/results.json``
     (seeds finish in order). Without ``cfg.resume`` or without a results file: ``(0, None)``.
+    Every setting must be the earlier run's except ``refine_evals`` and ``max_bracket_share``:
+    on a finished run, ``--resume`` with them only evaluates more saved snapshots near each
+    curve's target crossing (the refinement) and rewrites the report.
 
     Raises:
         ValueError: the earlier run was made with other settings (each named with both values),
@@ -119,8 +122,10 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"--resume {cfg.out_dir}: {path} is not a readable wmrl bench results.json "
                          f"({type(exc).__name__}: {exc})") from None
-    keys = (*_REUSE_MUST_MATCH, "eval_points", "refine_evals", "reuse_from", "reuse_methods", "eval_cache",
-            "max_ungraded_share")
+    # refine_evals and max_bracket_share may differ: the refinement runs at the end of every
+    # invocation over every seed with saved snapshots, so a resumed (or finished) run is refined
+    # with the new settings throughout
+    keys = (*_REUSE_MUST_MATCH, "eval_points", "reuse_from", "reuse_methods", "eval_cache", "max_ungraded_share")
     diff = settings_differ(cfg, prior["config"], keys)
     if sorted(prior["methods"]) != sorted(order):
         diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")

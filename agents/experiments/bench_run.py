@@ -18,7 +18,8 @@ from agents.protocol import BenchAgent
 from .bench_config import BenchConfig
 from .methods import COST_SOURCES, MethodSpec, method_correction
 
-__all__ = ["StepRecord", "MethodRun", "run_method", "select_snapshots", "evaluate_snapshot", "coarse_eval_steps", "refinement_step"]
+__all__ = ["StepRecord", "MethodRun", "run_method", "select_snapshots", "evaluate_snapshot", "coarse_eval_steps", "refinement_step",
+           "bracket_refinement_step"]
 
 
 @dataclass
@@ -251,7 +252,7 @@ def evaluate_snapshot(
 
     from agents.train.evaluation import avg_at_k_estimate
     from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, TooManyUngradedError
-    from wmrl_envs.envs.autoresearch.grading import evaluate as run_solution
+    from wmrl_envs.envs.autoresearch.env import evaluate as run_solution
     from wmrl_envs.envs.autoresearch.tasks import get_task
     from wmrl_envs.sandbox.base import SandboxUnavailableError
 
@@ -345,4 +346,62 @@ def refinement_step(steps: Sequence[int], scores: Sequence[float], target: float
     for (a, b), (sa, sb) in zip(zip(st, st[1:]), zip(sc, sc[1:])):
         if sa < target <= sb:
             return (a + b) // 2 if b - a > 1 else None
+    return None
+
+
+def bracket_refinement_step(steps: Sequence[int], scores: Sequence[float], compute: Sequence[float], target: float,
+                            max_share: float) -> int | None:
+    """The next snapshot to evaluate so that the interpolation bracket of a curve's
+    compute-to-target shrinks to at most ``max_share`` of it (issue 27), or ``None`` when it
+    already has, is one step wide (the finest per-step snapshots allow), or the curve never
+    crosses.
+
+    The bracket is the first evaluated interval ``(a, b)`` with ``scores[a] < target <= scores[b]``
+    (the one :func:`agents.experiments.speedup.compute_to_target` interpolates in); its share is
+    ``(compute[b] - compute[a]) / ctt`` with ``ctt`` the interpolated compute-to-target
+    (:func:`agents.experiments.speedup.bracket_share`). The step proposed is the one whose compute
+    is nearest ``ctt`` (where the crossing is expected), kept in the middle half of the bracket
+    (``[a + w//4, b - w//4]``, at least one step from each end, ``w = b - a``), so each evaluation
+    leaves at most about three quarters of the bracket: a 30-step bracket is one step wide after at
+    most 10 evaluations, usually 2–4 on a smooth curve.
+
+    Args:
+        steps: evaluated step indices (any order); scores: their held-out scores, in that order.
+        compute: cumulative training CPU-seconds after every step ``0..last`` (``compute[k]`` is
+            that of step ``k``; length at least ``max(steps) + 1``).
+        target: the score to reach.
+        max_share: the largest bracket share left alone, ``> 0``.
+
+    Raises:
+        ValueError: ``max_share <= 0`` or ``compute`` shorter than the steps need.
+
+    Example:
+        >>> c = [10.0 * k for k in range(31)]
+        >>> bracket_refinement_step([0, 15, 30], [20.0, 50.0, 60.0], c, 40.0, 0.1)   # ctt 100 CPU-s: step 10
+        10
+        >>> bracket_refinement_step([0, 10, 11, 30], [20.0, 39.0, 41.0, 60.0], c, 40.0, 0.1) is None   # one step
+        True
+    """
+    if not max_share > 0:
+        raise ValueError(f"max_share must be a share > 0 of the compute-to-target (e.g. 0.1), got {max_share!r}")
+    order = np.argsort(steps)
+    st = [int(steps[i]) for i in order]
+    sc = [float(scores[i]) for i in order]
+    if st and len(compute) <= st[-1]:
+        raise ValueError(f"compute has {len(compute)} values but the curve has step {st[-1]}: give the "
+                         "compute after every step 0..last")
+    if not sc or sc[0] >= target:
+        return None
+    for (a, b), (sa, sb) in zip(zip(st, st[1:]), zip(sc, sc[1:])):
+        if sa < target <= sb:
+            if b - a <= 1:
+                return None
+            ca, cb = float(compute[a]), float(compute[b])
+            ctt = ca + (target - sa) / (sb - sa) * (cb - ca)
+            if cb - ca <= max_share * ctt:
+                return None
+            w = b - a
+            lo, hi = a + max(1, w // 4), b - max(1, w // 4)
+            guess = min(range(a + 1, b), key=lambda k: (abs(float(compute[k]) - ctt), k))
+            return min(max(guess, lo), hi)
     return None

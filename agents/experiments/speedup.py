@@ -18,6 +18,9 @@ to reach the same held-out score (issue 11, item 1; the definition is in ``docs/
    (``"3.1× [2.2, 4.5]"``, ``"3.1× [n.r., 4.5]"`` when the method is not reached in some
    resamples, ``"3.0× (1 seed, no CI)"`` or ``"not reached within budget (3/10 seeds reached)"``).
 4. :func:`speedup_table` — markdown rows of several methods against real GRPO.
+5. :func:`interpolation_bracket` / :func:`bracket_share` — the two evaluated snapshots step 2
+   interpolates between, and the compute between them as a share of the compute-to-target (how
+   much of the figure is interpolation rather than measurement; issue 27 asks for at most 10%).
 
 Scores are higher-is-better. The module is pure numpy (no gymnasium or torch import), so a
 notebook or a report script can use it on saved curves. ``scipy.stats.bootstrap`` is not used:
@@ -38,6 +41,8 @@ __all__ = [
     "Curve",
     "target_score",
     "compute_to_target",
+    "interpolation_bracket",
+    "bracket_share",
     "SpeedupEstimate",
     "speedup",
     "speedup_table",
@@ -299,6 +304,63 @@ def compute_to_target(curve: Curve, target: float) -> float:
         return float(c[0])
     i = j - 1
     return float(c[i] + (float(target) - s[i]) / (s[j] - s[i]) * (c[j] - c[i]))
+
+
+def interpolation_bracket(curve: Curve, target: float) -> tuple[int, int] | None:
+    """The two snapshots :func:`compute_to_target` interpolates between: ``(i, j)``, indices into
+    ``curve.compute`` / ``curve.score`` (NaN snapshots count in the indexing, never as ``i`` or
+    ``j``), with ``j`` the first evaluated snapshot whose score reaches ``target`` and ``i`` the
+    evaluated snapshot before it (its score is below the target).
+
+    Returns:
+        ``(i, j)``; ``(j, j)`` when the first evaluated snapshot already reaches the target (no
+        interpolation); ``None`` when no evaluated snapshot reaches it (not reached).
+
+    Raises:
+        ValueError: as :func:`compute_to_target`.
+
+    Example:
+        >>> c = Curve([0, 10, 20, 30], [0.2, 0.4, float("nan"), 0.8])
+        >>> interpolation_bracket(c, 0.6), interpolation_bracket(c, 0.1), interpolation_bracket(c, 0.9)
+        ((1, 3), (0, 0), None)
+    """
+    compute_to_target(curve, target)  # the same checks
+    idx = np.flatnonzero(~np.isnan(curve.score))
+    hit = np.flatnonzero(curve.score[idx] >= float(target))
+    if hit.size == 0:
+        return None
+    j = int(hit[0])
+    return (int(idx[j]), int(idx[j])) if j == 0 else (int(idx[j - 1]), int(idx[j]))
+
+
+def bracket_share(curve: Curve, target: float) -> float:
+    """The interpolation bracket of :func:`compute_to_target` as a share of it:
+    ``(c_j - c_i) / compute_to_target`` for the bracket ``(i, j)`` of :func:`interpolation_bracket`
+    — the compute between the last evaluated snapshot below the target and the first at or above
+    it, over the compute to the target. 0.1 means the crossing is located to within 10% of the
+    figure; a larger share means more of the figure is linear interpolation between snapshots
+    rather than an evaluated policy.
+
+    Returns:
+        The share (float, ``>= 0``; it can exceed 1 when the crossing lies early in a wide
+        bracket); ``0.0`` when the first evaluated snapshot already reaches the target, or the
+        bracket has no width; ``math.nan`` when the curve never reaches the target (no bracket:
+        the seed is "not reached").
+
+    Raises:
+        ValueError: as :func:`compute_to_target`.
+
+    Example:
+        >>> bracket_share(Curve([0, 10, 20], [0.2, 0.4, 0.8]), 0.6)   # bracket 10..20, reached at 15
+        0.6666666666666666
+    """
+    b = interpolation_bracket(curve, target)
+    if b is None:
+        return math.nan
+    width = float(curve.compute[b[1]] - curve.compute[b[0]])
+    if width == 0.0:
+        return 0.0
+    return width / compute_to_target(curve, target)  # > 0: the score at i is below the target
 
 
 # ---------------------------------------------------------------------------------- statistics

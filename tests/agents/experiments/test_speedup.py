@@ -342,3 +342,22 @@ def test_ratio_edge_cases():
         assert median_ratio(real, method) == expected
     vec = _median_ratios(np.array([c[0] for c in cases]), np.array([c[1] for c in cases]))
     assert vec.tolist() == [c[2] for c in cases]
+
+
+# ------------------------------------------------------------------ interpolation bracket (issue 27)
+def test_bracket_is_the_compute_between_the_snapshots_around_the_crossing_over_the_compute_to_target():
+    from agents.experiments.speedup import bracket_share, interpolation_bracket
+
+    # evaluated at 0, 10, (30 not evaluated), 40: the crossing of 0.6 lies between 10 and 40
+    c = Curve([0.0, 10.0, 30.0, 40.0], [0.2, 0.4, float("nan"), 0.8])
+    assert interpolation_bracket(c, 0.6) == (1, 3)
+    assert compute_to_target(c, 0.6) == pytest.approx(25.0)
+    assert bracket_share(c, 0.6) == pytest.approx(30.0 / 25.0)  # wider than the figure itself
+    # the initial policy reaches it: no interpolation, share 0; never reached: no bracket, NaN
+    assert interpolation_bracket(c, 0.1) == (0, 0) and bracket_share(c, 0.1) == 0.0
+    assert interpolation_bracket(c, 0.9) is None and math.isnan(bracket_share(c, 0.9))
+    # a later dip below the target does not move the bracket (the first crossing counts)
+    d = Curve([0.0, 10.0, 20.0, 30.0], [0.2, 0.7, 0.3, 0.9])
+    assert interpolation_bracket(d, 0.6) == (0, 1) and bracket_share(d, 0.6) == pytest.approx(10.0 / (0.4 / 0.5 * 10.0))
+    with pytest.raises(ValueError, match="finite score"):
+        bracket_share(c, float("nan"))
