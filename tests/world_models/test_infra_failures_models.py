@@ -136,6 +136,9 @@ def test_trainer_evaluation_leaves_ungraded_trajectories_out(tmp_path):
     assert res["statuses"] == {"runtime_err": 3, "ungraded": 1}
     assert res["mean_score"] == pytest.approx(0.1)  # the three graded runtime errors, not a 0 among them
     assert res["overall"] == 0.0 and res["n_tasks_ungraded"] == 0
+    # the graded trajectories, per task, for the held-out spread (issue 28): 2 + 1 of them
+    assert sorted(len(v["positions"]) for v in res["trajectories"].values()) == [1, 2]
+    assert all(len(v["scores"]) == len(v["positions"]) for v in res["trajectories"].values())
     c2 = _components(_BrokenSandbox(broken_every=2), tmp_path, tasks)  # half of them break: stop
     with pytest.raises(TooManyUngradedError, match="Permission denied"):
         evaluate(c2, cfg)
@@ -143,20 +146,16 @@ def test_trainer_evaluation_leaves_ungraded_trajectories_out(tmp_path):
     assert evaluate(c3, dataclasses.replace(cfg, max_ungraded_share=None))["ungraded"] == {SANDBOX_UNAVAILABLE: 2}
 
 
-def test_trainer_summary_reports_ungraded_counts():
+def test_trainer_summary_reports_ungraded_counts(make_summary):
     from agents.train.summary import summary_markdown
 
     ev = {"k": 2, "overall": 10.0, "mean_score": 0.3, "ungraded": {SANDBOX_UNAVAILABLE: 1}}
-    s = {
-        "rollouts": 16, "sandbox_backend": "bubblewrap", "real_executions": 4, "world_model_predictions": 16,
-        "world_model_calls": {}, "anchor_groups": 1, "groups": 4, "realised_anchor_fraction": 0.25,
-        "configured_anchor_fraction": 0.1, "seconds": dict.fromkeys(("execution", "world_model", "generation", "update"), 1.0),
-        "seconds_per_execution": 1.0, "seconds_per_world_model_prediction": 0.1, "rho": 1.0, "anchor_pairs": 3,
-        "debiaser_fitted": False, "calibration_mae_raw": 0.1, "calibration_mae_calibrated": 0.1,
-        "ungraded_rollouts": 3, "ungraded_by_cause": {"world_model_timeout": 2, SANDBOX_UNAVAILABLE: 1},
-        "ungraded_scores_by_cause": {"world_model_timeout": 2, SANDBOX_UNAVAILABLE: 1},
-        "heldout_before": ev, "heldout_after": {**ev, "ungraded": {}}, "wall_clock_s": 5.0,
-    }
+    s = make_summary(
+        configured_anchor_fraction=0.1, debiaser_fitted=False, ungraded_rollouts=3,
+        ungraded_by_cause={"world_model_timeout": 2, SANDBOX_UNAVAILABLE: 1},
+        ungraded_scores_by_cause={"world_model_timeout": 2, SANDBOX_UNAVAILABLE: 1},
+        heldout_before=ev, heldout_after={**ev, "ungraded": {}},
+    )
     md = summary_markdown(s)
     assert "| ungraded rollouts (training; by cause) | 3 (sandbox_unavailable: 1, world_model_timeout: 2) |" in md
     assert "| ungraded held-out trajectories before / after | 1 / 0 |" in md

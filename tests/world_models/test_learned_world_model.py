@@ -463,16 +463,11 @@ def test_policy_hidden_state_featurizer_on_a_tiny_random_causal_lm():
                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
     model = LlamaForCausalLM(cfg)
 
-    class _Tok:  # a byte-level tokenizer (no download), padding on the right
-        pad_token, eos_token, truncation_side = None, "\0", "right"
+    class _Tok:  # a byte-level tokenizer (no download)
+        pad_token, eos_token, pad_token_id, eos_token_id = None, "\0", None, 0
 
-        def __call__(self, texts, return_tensors, padding, truncation, max_length):
-            ids = [list(t.encode())[-max_length:] or [0] for t in texts]
-            n = max(len(i) for i in ids)
-            batch = transformers.BatchEncoding({
-                "input_ids": torch.tensor([i + [0] * (n - len(i)) for i in ids]),
-                "attention_mask": torch.tensor([[1] * len(i) + [0] * (n - len(i)) for i in ids])})
-            return batch
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": list(text.encode())}
 
     f = PolicyHiddenStateFeaturizer(model, _Tok(), max_length=32, batch_size=2)
     model.train()
@@ -486,6 +481,30 @@ def test_policy_hidden_state_featurizer_on_a_tiny_random_causal_lm():
     wm = LearnedWorldModel(f, min_groups=1)
     wm.observe(["Q: 1+1?", "Q: 1+1?"], [" 2", " 3"], [1.0, 0.0], group_id=0)
     assert wm.fitted and len(wm.predict(["Q: 1+1?"], [" 2"])) == 1
+
+    # the prompt's pass is kept: the features are one forward pass over prompt + completion ids,
+    # mean-pooled, and a prompt seen before costs no pass
+    def whole(text):
+        with torch.no_grad():
+            h = model(input_ids=torch.tensor([list(text.encode())[-32:]]), output_hidden_states=True).hidden_states[-1]
+        return h[0].mean(0).numpy()
+
+    passes = f.prompt_passes
+    y = f(["Q: 1+1?", "Q: 1+1?", "Q: 9+9?"], [" 2", " eleven", ""])
+    assert f.prompt_passes == passes + 1  # only "Q: 9+9?" is new
+    for row, text in zip(y, ["Q: 1+1? 2", "Q: 1+1? eleven", "Q: 9+9?"]):
+        np.testing.assert_allclose(row, whole(text), rtol=1e-4, atol=1e-5)
+    long = "Q: " + "x" * 40  # over max_length=32 tokens: its last 32, run whole
+    np.testing.assert_allclose(f([long], [" 1"])[0], whole(long + " 1"), rtol=1e-4, atol=1e-5)
+    g = PolicyHiddenStateFeaturizer(model, _Tok(), prompt_cache=1)
+    g(["a", "b"], ["1", "2"])
+    assert list(g._prompts) == ["b"] and g.prompt_passes == 2  # one prompt kept, least recently used dropped
+    with pytest.raises(ValueError, match="3 contexts but 1 actions: pass one context per action"):
+        g(["a", "b", "c"], ["1"])
+    with pytest.raises(ValueError, match="got a bare string: wrap one rollout as featurizer"):
+        g("abc", "xyz")
+    with pytest.raises(ValueError, match="prompt_cache must be an integer >= 0, got -1"):
+        PolicyHiddenStateFeaturizer(model, _Tok(), prompt_cache=-1)
 
 
 def test_autoresearch_featurizer_reads_the_task_description_and_the_estimator_line():

@@ -23,8 +23,8 @@ Out of sample, by construction:
 Featurizers (``(contexts, actions) -> float32 (B, D)``): :class:`CallableFeaturizer` wraps a
 user function (numeric actions, an env's own features); :class:`SentenceEncoderFeaturizer`
 embeds text contexts and actions with a frozen sentence encoder (the shipped all-MiniLM-L6-v2);
-:class:`PolicyHiddenStateFeaturizer` mean-pools a causal LM's last hidden state over
-prompt + completion (one forward pass, no generation). The AutoResearch featurizer lives beside
+:class:`PolicyHiddenStateFeaturizer` (:mod:`~wmrl_envs.world_models.policy_features`) mean-pools a
+causal LM's last hidden state over prompt + completion (no generation; a prompt's pass is kept). The AutoResearch featurizer lives beside
 its env (:func:`wmrl_envs.envs.autoresearch.autoresearch_featurizer`).
 """
 
@@ -43,14 +43,13 @@ import numpy as np
 
 from wmrl_envs.utils import check_arg
 from wmrl_envs.world_models.base import WorldModelPrediction
+from wmrl_envs.world_models.policy_features import PolicyHiddenStateFeaturizer
 
 __all__ = ["Featurizer", "CallableFeaturizer", "SentenceEncoderFeaturizer", "PolicyHiddenStateFeaturizer",
            "CrossfitScores", "LearnedWorldModel", "default_head"]
 
 
-# ----------------------------------------------------------------------------------------------
-# Featurizers
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------- featurizers
 
 
 @runtime_checkable
@@ -192,89 +191,7 @@ class SentenceEncoderFeaturizer:
         return np.hstack(parts).astype(np.float32)
 
 
-class PolicyHiddenStateFeaturizer:
-    """A causal LM's own representation of prompt + completion as features (for LLM policies):
-    the last layer's hidden state mean-pooled over the tokens of ``prompt + completion``, from one
-    forward pass (no generation), in float32.
-
-    For an LLM policy this is the policy's backbone (its hidden state over the prompt and the
-    completion is computed during sampling anyway). The head is refitted on stored features, so
-    the features must not drift while the policy trains: pass a frozen copy (or the reference
-    model), not the weights being updated.
-
-    Args:
-        model: a ``transformers`` causal LM (``output_hidden_states`` is requested per call).
-        tokenizer: its tokenizer.
-        max_length: tokens per text (longer texts keep their last ``max_length`` tokens, where
-            the completion is).
-        batch_size: texts per forward pass.
-        prompt_text, completion_text: turn a context / an action into text (default ``str``).
-
-    Returns (call): float32 (B, hidden_size).
-
-    Attributes:
-        dim: D = ``model.config.hidden_size``.
-
-    Raises:
-        TypeError: ``model`` has no ``config.hidden_size`` or ``tokenizer`` is not callable.
-        ValueError: ``max_length`` or ``batch_size`` < 1; at call, a tokenizer with neither a pad
-            nor an eos token.
-    """
-
-    def __init__(self, model: Any, tokenizer: Any, *, max_length: int = 512, batch_size: int = 8,
-                 prompt_text: Callable[[Any], str] = _as_text, completion_text: Callable[[Any], str] = _as_text) -> None:
-        if not isinstance(getattr(getattr(model, "config", None), "hidden_size", None), (int, np.integer)):
-            raise TypeError(f"model must be a transformers causal LM with config.hidden_size, got {type(model).__name__}: "
-                            "pass e.g. AutoModelForCausalLM.from_pretrained(...) (a frozen copy of the policy)")
-        if not callable(tokenizer):
-            raise TypeError(f"tokenizer must be callable like a transformers tokenizer, got {type(tokenizer).__name__}: "
-                            "pass the model's AutoTokenizer.from_pretrained(...)")
-        for name, v in (("max_length", max_length), ("batch_size", batch_size)):
-            check_arg(_is_int(v, 1), name, "an integer >= 1", v)
-        self.model, self.tokenizer = model, tokenizer
-        self.max_length, self.batch_size = int(max_length), int(batch_size)
-        self.prompt_text, self.completion_text = prompt_text, completion_text
-
-    def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
-        import torch
-
-        texts = [self.prompt_text(c) + self.completion_text(a) for c, a in zip(contexts, actions)]
-        hidden = int(self.model.config.hidden_size)
-        out = []
-        side = getattr(self.tokenizer, "truncation_side", "right")
-        pad = getattr(self.tokenizer, "pad_token", None)
-        was_training = bool(getattr(self.model, "training", False))
-        try:
-            self.tokenizer.truncation_side = "left"  # keep the completion
-            if pad is None:
-                if getattr(self.tokenizer, "eos_token", None) is None:
-                    raise ValueError("the tokenizer has neither a pad token nor an eos token to pad a batch with: "
-                                     "set tokenizer.pad_token before featurizing")
-                self.tokenizer.pad_token = self.tokenizer.eos_token
-            device = next(self.model.parameters()).device
-            self.model.eval()
-            with torch.inference_mode():
-                for i in range(0, len(texts), self.batch_size):
-                    enc = self.tokenizer(texts[i:i + self.batch_size], return_tensors="pt", padding=True,
-                                         truncation=True, max_length=self.max_length).to(device)
-                    h = self.model(**enc, output_hidden_states=True).hidden_states[-1]  # (b, T, H)
-                    m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
-                    out.append(((h * m).sum(1) / m.sum(1).clamp_min(1.0)).float().cpu().numpy())
-        finally:
-            self.model.train(was_training)
-            self.tokenizer.truncation_side = side
-            if pad is None:
-                self.tokenizer.pad_token = pad
-        return np.concatenate(out).astype(np.float32) if out else np.zeros((0, hidden), np.float32)
-
-    @property
-    def dim(self) -> int:
-        return int(self.model.config.hidden_size)
-
-
-# ----------------------------------------------------------------------------------------------
-# The head
-# ----------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------- the head
 
 
 def default_head() -> Any:
