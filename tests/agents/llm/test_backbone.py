@@ -342,7 +342,7 @@ def test_auto_fraction_says_when_it_cannot_adapt():
     from wmrl_envs.core import CorrectionConfig
 
     assert auto_fraction_notes(PRESETS["default"]) == []  # a fixed fraction: nothing to say
-    short = TrainConfig(correction=CorrectionConfig(anchor_fraction="auto"))  # 7 steps x 4 groups
+    short = TrainConfig(steps=7, correction=CorrectionConfig(anchor_fraction="auto"))  # 7 steps x 4 groups
     notes = auto_fraction_notes(short)
     assert len(notes) == 2 and "keeps the start fraction throughout" in notes[0] and "about 7" in notes[0]
     assert "realises at least 0.25" in notes[1] and "--anchor-window 13" in notes[1]
@@ -373,8 +373,8 @@ def test_the_update_builds_every_tensor_on_the_models_device(tiny_folder):
     """With torch's default device set to ``meta``, any tensor made without an explicit device has
     no data, so one that reaches the computation fails it: the whole GRPO update (log-probs of
     policy and reference, loss, backward, step) runs on the model's device with the default
-    elsewhere. Sampling calls transformers' ``generate``, which builds default-device tensors of
-    its own; there the test checks that what the policy hands it is on the model's device."""
+    elsewhere. For sampling the test checks that every tensor the sampler hands the model is on the
+    model's device."""
     from agents.grpo import GRPOUpdateConfig, grpo_update
     from agents.llm.policy import LLMPolicy
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
@@ -382,13 +382,13 @@ def test_the_update_builds_every_tensor_on_the_models_device(tiny_folder):
     model, tok = load_backbone(str(tiny_folder), device="cpu")
     policy = LLMPolicy(model, tok, max_new_tokens=4, seed=0)
     seen = []
-    generate = policy.model.generate
+    forward = policy.model.forward  # the sampler (agents/llm/sampling.py) calls the model itself
 
-    def spy(**kw):
-        seen.extend(v.device for v in kw.values() if isinstance(v, torch.Tensor))
-        return generate(**kw)
+    def spy(*args, **kw):
+        seen.extend(v.device for v in (*args, *kw.values()) if isinstance(v, torch.Tensor))
+        return forward(*args, **kw)
 
-    policy.model.generate = spy
+    policy.model.forward = spy
     prompts = [policy.build_prompt({}, get_task(t)) for t in list_tasks("train")[:2]]
     samples = policy.sample(prompts, 2)
     assert seen and set(seen) == {policy.device}

@@ -20,7 +20,6 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from wmrl_envs.envs.autoresearch import ENV_ID, register_envs
-from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
 from wmrl_envs.envs.autoresearch.observation import (
     CHARSET,
     FEEDBACK_MAX_CHARS,
@@ -30,12 +29,11 @@ from wmrl_envs.envs.autoresearch.observation import (
     next_observation,
     sanitize_text,
 )
-from wmrl_envs.envs.autoresearch.grading import check_source, evaluate
+from wmrl_envs.envs.autoresearch.env import AutoResearchEnv, evaluate
+from wmrl_envs.envs.autoresearch.grading import check_source, position_score, read_submission, score_from_status
 from wmrl_envs.envs.autoresearch.leaderboards import REFERENCE_SOLUTIONS, get_leaderboard, load_leaderboards
-from wmrl_envs.envs.autoresearch.submission import read_submission
 from wmrl_envs.envs.autoresearch.taskdata import PUBLIC_FILES, task_data, write_public_files
-from wmrl_envs.envs.autoresearch.scale import position_score, score_from_status
-from wmrl_envs.envs.autoresearch.tasks import CATEGORIES, METRICS, get_task, list_tasks
+from wmrl_envs.envs.autoresearch.tasks import CATEGORIES, METRICS, MODEL_LINE_MARKER, get_task, list_tasks
 from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 
 TASK = "house-prices"  # the cheapest task to execute (about 1 s for the starter)
@@ -144,6 +142,22 @@ def test_starter_code_has_one_swappable_model_line():
         t.starter_code_with("   ")
     for tid in list_tasks():
         compile(get_task(tid).starter_code, "solution.py", "exec")
+
+
+def test_baseline_model_lines_swap_into_every_starter():
+    from wmrl_envs.envs.autoresearch.tasks import BASELINE_MODELS
+
+    for tid in list_tasks():
+        t = get_task(tid)
+        assert t.baseline_model_line() == t.baseline_model_line("starter") == t.starter_model_line
+        line = t.baseline_model_line("boosting")
+        kind = "Classifier" if t.problem_type == "classification" else "Regressor"
+        assert line == f"model = HistGradientBoosting{kind}(max_iter=200, learning_rate=0.1)"
+        assert f"HistGradientBoosting{kind}" in t.starter_code.split(MODEL_LINE_MARKER)[0]  # imported by the starter
+        assert line in t.starter_code_with(line).split("\n")
+    assert set(BASELINE_MODELS) == {"boosting"}
+    with pytest.raises(ValueError, match="unknown baseline 'xgboost'; expected 'starter' or one of"):
+        get_task(TASK).baseline_model_line("xgboost")
 
 
 def test_task_data_is_deterministic_and_realistic_in_size():
@@ -460,7 +474,7 @@ def test_registration_and_gym_make(sandbox):
     ],
 )
 def test_grade_names_the_sandbox_limit_that_stopped_the_program(tmp_path, extras, exit_code, signal, expected):
-    from wmrl_envs.envs.autoresearch.grading import grade
+    from wmrl_envs.envs.autoresearch.env import grade
     from wmrl_envs.sandbox import ExecutionResult
 
     res = ExecutionResult(exit_code, "", "", 1.0, signal=signal, backend="fake", extras=extras)
@@ -480,7 +494,7 @@ def _churn_rows(value=lambda y: str(y)) -> str:
 
 
 def _grade_file(job: Path, content: bytes, task: str = CHURN):
-    from wmrl_envs.envs.autoresearch.grading import grade
+    from wmrl_envs.envs.autoresearch.env import grade
 
     job.mkdir(exist_ok=True)
     (job / "submission.csv").write_bytes(content)
@@ -548,7 +562,7 @@ def test_a_duplicate_column_after_strip_is_graded_not_raised_by_step(sandbox, tm
 
 
 def test_submission_size_is_bounded_by_the_test_set(tmp_path):
-    from wmrl_envs.envs.autoresearch.submission import submission_max_bytes
+    from wmrl_envs.envs.autoresearch.grading import submission_max_bytes
 
     d = task_data(CHURN)
     limit = submission_max_bytes(CHURN)

@@ -7,8 +7,8 @@ The action is the full Python source of a solution. :meth:`AutoResearchEnv.step`
 the source on the host (empty / syntax errors are graded without executing anything), writes
 the public files into a fresh job folder, runs the program in a sandbox
 (:class:`~wmrl_envs.sandbox.base.Sandbox`) and grades ``submission.csv`` against hidden labels
-(:mod:`~wmrl_envs.envs.autoresearch.grading`). The reward is the episode score on the WMRL
-reward scale (:mod:`~wmrl_envs.envs.autoresearch.scale`).
+(:mod:`~wmrl_envs.envs.autoresearch.running`, :mod:`~wmrl_envs.envs.autoresearch.grading`). The
+reward is the episode score on the WMRL reward scale (:func:`~.grading.score_from_status`).
 
 By default an episode is a single turn. With ``max_turns=K > 1`` the feedback of each turn
 (the grader's report and the tail of the program's output, see :func:`~.observation.format_feedback`) is part of the next
@@ -19,6 +19,9 @@ The observation's text — the task prompt, the feedback layout, :func:`next_obs
 text space — is :mod:`~wmrl_envs.envs.autoresearch.observation`, shared with the world models
 that predict observations. The environment is registered as ``wmrl/AutoResearch-v0`` by
 :func:`wmrl_envs.envs.autoresearch.register_envs`.
+
+Outside an episode, :func:`evaluate` runs and grades one solution on the task's leaderboard
+(what a step does) and :func:`grade` grades one execution there.
 """
 
 from __future__ import annotations
@@ -29,13 +32,12 @@ import time
 import warnings
 import weakref
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 from gymnasium import spaces
 
-from wmrl_envs.envs.autoresearch.grading import EXEC_ENV, Grade, check_source, evaluate
-from wmrl_envs.envs.autoresearch.grading import grade as grade_solution
+from wmrl_envs.envs.autoresearch.grading import Grade, Leaderboard, check_source, grade_execution
 from wmrl_envs.envs.autoresearch.leaderboards import get_leaderboard
 from wmrl_envs.envs.autoresearch.observation import (
     ACTION_MAX_CHARS,
@@ -49,10 +51,11 @@ from wmrl_envs.envs.autoresearch.observation import (
     next_observation,
     sanitize_text,
 )
+from wmrl_envs.envs.autoresearch.running import EXEC_ENV, run_solution
 from wmrl_envs.envs.autoresearch.tasks import TaskSpec, get_task, list_tasks
-from wmrl_envs.sandbox.base import Sandbox, SandboxLimits
+from wmrl_envs.sandbox.base import ExecutionResult, Sandbox, SandboxLimits
 
-__all__ = ["AutoResearchEnv"]
+__all__ = ["AutoResearchEnv", "evaluate", "grade"]
 
 # ----------------------------------------------------------------------------------------------
 # The environment
@@ -98,9 +101,9 @@ class AutoResearchEnv(gym.Env):
     executed as given).
 
     Reward: the increase of the episode's running maximum score (the first step: its score),
-    so the return equals the best score over the episode's turns. Scores follow
-    :mod:`~wmrl_envs.envs.autoresearch.scale`: malformed / syntax error 0.0, runtime error
-    0.1, ran without a valid submission 0.2, valid ``0.5 + 0.5 * position``.
+    so the return equals the best score over the episode's turns. Scores follow the reward scale
+    (:func:`~wmrl_envs.envs.autoresearch.grading.score_from_status`): malformed / syntax error
+    0.0, runtime error 0.1, ran without a valid submission 0.2, valid ``0.5 + 0.5 * position``.
 
     Step info: ``status``, ``score`` and ``step_score`` (the turn's own score; ``step_score``,
     :data:`wmrl_envs.wrappers.common.STEP_SCORE_KEY`, tells the wrappers that the reward is not
@@ -211,7 +214,7 @@ class AutoResearchEnv(gym.Env):
 
     @property
     def last_grade(self) -> Grade | None:
-        """The :class:`~wmrl_envs.envs.autoresearch.running.Grade` of the last step (``None`` after reset)."""
+        """The :class:`~wmrl_envs.envs.autoresearch.grading.Grade` of the last step (``None`` after reset)."""
         return self._last_grade
 
     @property
@@ -380,12 +383,12 @@ class AutoResearchEnv(gym.Env):
         task = self._task
         host_cpu0 = time.thread_time()  # this thread's CPU: the host's share of the execution
         if check_source(action) is not None:  # decided on the host: no sandbox, no job folder
-            grade, job_dir = grade_solution(task, None, None, source=action), None
+            grade, job_dir = grade_execution(task, None, None, source=action, leaderboard=get_leaderboard), None
         else:
             root = self._workdir_root()
             sandbox = self.sandbox  # a backend that cannot be built here raises: configuration error
             try:
-                grade, job_dir = evaluate(
+                grade, job_dir = run_solution(
                     task, action, sandbox, workdir_root=root / "jobs", limits=self.limits,
                     cache_dir=root / "public-cache", keep_job_dir=self.keep_job_dirs,
                     leaderboard=get_leaderboard(task.task_id), env=EXEC_ENV,
@@ -474,3 +477,39 @@ class AutoResearchEnv(gym.Env):
                 shutil.rmtree(self._root / "public-cache", ignore_errors=True)
             self._root = None
         super().close()
+
+
+# ----------------------------------------------------------------------------------------------
+# One solution graded on the task's leaderboard, outside an episode
+# ----------------------------------------------------------------------------------------------
+
+
+def grade(
+    task: TaskSpec | str,
+    job_dir: str | Path | None,
+    execution_result: ExecutionResult | None,
+    *,
+    source: str | None = None,
+    leaderboard: Leaderboard | None = None,
+) -> Grade:
+    """Grade one execution of a solution: :func:`~.grading.grade_execution` (arguments,
+    returns and errors there) with ``leaderboard`` defaulting to the task's
+    (:func:`~.leaderboards.get_leaderboard`, looked up only for a valid submission)."""
+    return grade_execution(task, job_dir, execution_result, source=source,
+                           leaderboard=get_leaderboard if leaderboard is None else leaderboard)
+
+
+def evaluate(task: TaskSpec | str, source: str, sandbox: Sandbox, *, workdir_root: str | Path | None = None,
+             limits: SandboxLimits | None = None, cache_dir: str | Path | None = None, keep_job_dir: bool = False,
+             leaderboard: Leaderboard | None = None, env: Mapping[str, str] | None = None) -> tuple[Grade, Path | None]:
+    """Pre-check, materialise, execute in a sandbox and grade one solution:
+    :func:`~.running.run_solution` (arguments, returns and errors there) with ``leaderboard``
+    defaulting to the task's (:func:`~.leaderboards.get_leaderboard`, looked up only for a
+    valid submission).
+
+    Returns:
+        ``(grade, job_dir)``; ``job_dir`` is ``None`` when no folder was created or it was deleted.
+    """
+    return run_solution(task, source, sandbox, workdir_root=workdir_root, limits=limits, cache_dir=cache_dir,
+                        keep_job_dir=keep_job_dir, env=env,
+                        leaderboard=get_leaderboard if leaderboard is None else leaderboard)

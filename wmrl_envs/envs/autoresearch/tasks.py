@@ -80,6 +80,7 @@ __all__ = [
     "list_tasks",
     "get_task",
     "render_starter_code",
+    "BASELINE_MODELS",
 ]
 
 CATEGORIES: tuple[str, ...] = (
@@ -215,6 +216,30 @@ class TaskSpec:
         """The starter's own ``model = ...`` line (str)."""
         return _find_model_line(self.starter_code)[1]
 
+    def baseline_model_line(self, baseline: str = "starter") -> str:
+        """A ``model = ...`` line to start an agent from (its script's current model).
+
+        Args:
+            baseline: one of :data:`BASELINE_MODELS`: ``"starter"`` is :attr:`starter_model_line`
+                (a scaled linear model: fits in well under 0.1 CPU-s, so an execution is mostly
+                the interpreter's imports, ~1.8 CPU-s); ``"boosting"`` is histogram gradient
+                boosting (200 iterations), the usual strong tabular baseline, whose fit takes
+                seconds as real ML work does (~2–6 CPU-s here, more with more classes).
+
+        Returns:
+            The line (str); both use only names the starter imports, so
+            :meth:`starter_code_with` accepts it.
+
+        Raises:
+            ValueError: an unknown ``baseline``.
+        """
+        if baseline == "starter":
+            return self.starter_model_line
+        lines = BASELINE_MODELS.get(baseline)
+        if lines is None:
+            raise ValueError(f"unknown baseline {baseline!r}; expected 'starter' or one of {sorted(BASELINE_MODELS)}")
+        return lines[self.problem_type]
+
 
 def _find_model_line(source: str) -> tuple[int, str]:
     lines = source.split("\n")
@@ -265,6 +290,16 @@ _DEFAULT_MODEL_LINES: dict[str, str] = {
     "classification": "model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300))",
     "regression": "model = make_pipeline(StandardScaler(), Ridge(alpha=1.0))",
 }
+
+
+BASELINE_MODELS: dict[str, dict[str, str]] = {
+    "boosting": {
+        "classification": "model = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.1)",
+        "regression": "model = HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1)",
+    },
+}
+"""The baselines besides the starter's own model (:meth:`TaskSpec.baseline_model_line`), per
+``problem_type``: a line-mode agent is shown one as its script's current model."""
 
 
 def render_starter_code(
