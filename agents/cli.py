@@ -34,8 +34,8 @@ from pathlib import Path
 __all__ = ["main"]
 
 _TRAIN_HELP = (
-    "GRPO with WMRL rewards on AutoResearch: a frozen LLM judge scores most groups, anchor groups "
-    "are also executed for real in a sandbox (see README and docs/method.md).\n\n"
+    "GRPO with WMRL rewards on AutoResearch: a world model (--world-model; default: one that learns from "
+    "the anchor groups on the policy's frozen backbone) scores most groups, anchor groups are also executed for real in a sandbox (see README and docs/method.md).\n\n"
     "Run options (besides the settings below): --preset NAME (default | tiny) picks the base "
     "settings; --run-dir DIR (default runs/<preset>-<time>); --resume RUN_DIR continues a killed "
     "run from its last checkpoint (no other settings allowed); --quiet hides progress and the table."

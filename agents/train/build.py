@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from wmrl_envs.envs.autoresearch.tasks import TaskSpec
 
-__all__ = ["Components", "InFlight", "build_components"]
+__all__ = ["Components", "InFlight", "build_components", "build_world_model"]
 
 
 @dataclass
@@ -28,7 +28,9 @@ class Components:
     """What one run is made of (built by :func:`build_components`)."""
 
     policy: LLMPolicy
-    judge: LLMJudgeWorldModel
+    judge: Any
+    """The world model (``cfg.world_model``: an :class:`LLMJudgeWorldModel`, or a
+    :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`; :func:`build_world_model`)."""
     env: AutoResearchEnv
     wrapper: AnchoredWorldModelWrapper
     optimizer: torch.optim.Optimizer
@@ -56,9 +58,58 @@ class InFlight:
     """float32 (G, T) log-probabilities of its completions under the sampling policy."""
 
 
+def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> Any:
+    """The run's world model (``cfg.world_model``), on the policy's frozen backbone where it uses one.
+
+    - ``"judge"``: :class:`~wmrl_envs.envs.autoresearch.llm_judge.LLMJudgeWorldModel` on
+      ``cfg.judge_model``, else on the policy's backbone with its LoRA adapters disabled (the
+      frozen reference copy with ``--finetune full``; the served base model with ``--vllm-url``).
+    - ``"learned-policy"``: :func:`~wmrl_envs.envs.autoresearch.learned_features.autoresearch_policy_world_model`
+      on the same frozen backbone (adapters disabled during featurization, or the reference copy),
+      refitted after every anchor group.
+    - ``"learned-encoder"``: :func:`~wmrl_envs.envs.autoresearch.learned_features.autoresearch_learned_world_model`
+      (the shipped MiniLM sentence encoder), refitted after every anchor group.
+
+    A learned world model is taught by the wrapper's loop at each anchor group's close (after the
+    group was predicted and corrected: out of sample), its refits are charged to the ledger's
+    ``world_model`` source, and its state is part of the wrapper's (so of the checkpoint).
+
+    Raises:
+        ValueError: an unknown ``cfg.world_model``.
+    """
+    from agents.llm.backbone import load_backbone
+
+    if cfg.world_model == "learned-encoder":
+        from wmrl_envs.envs.autoresearch.learned_features import autoresearch_learned_world_model
+
+        return autoresearch_learned_world_model(refit_every=1)
+    if cfg.world_model == "learned-policy":
+        from wmrl_envs.envs.autoresearch.learned_features import autoresearch_policy_world_model
+
+        frozen = policy.reference_model  # full fine-tuning: the frozen copy of the initial weights
+        return autoresearch_policy_world_model(frozen if frozen is not None else policy.model, tokenizer,
+                                               disable_adapters=frozen is None, refit_every=1)
+    if cfg.world_model != "judge":
+        raise ValueError(f"world_model must be one of judge, learned-policy, learned-encoder, got {cfg.world_model!r}")
+    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
+
+    if cfg.judge_model is not None:  # another backbone, frozen as loaded
+        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype,
+                                                              flag="--judge-model"), False
+    elif policy.reference_model is not None:  # full fine-tuning: the frozen copy of the initial weights
+        judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
+    else:  # the agent's own backbone, frozen: the same weights, adapters off
+        judge_backbone, judge_tokenizer, off = policy.model, tokenizer, True
+    judge_kwargs = dict(max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
+                        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, decoding=cfg.judge_decoding)
+    if cfg.vllm_url is not None and cfg.judge_model is None:  # the served base model is the frozen backbone
+        return LLMJudgeWorldModel.from_server(cfg.vllm_url, cfg.vllm_served_model or cfg.model, tokenizer, **judge_kwargs)
+    return LLMJudgeWorldModel(judge_backbone, judge_tokenizer, disable_adapters=off, **judge_kwargs)
+
+
 def build_components(cfg: TrainConfig) -> Components:
-    """Load the policy (``cfg.model`` + LoRA, on ``cfg.device``) and the judge (its frozen
-    backbone, or ``cfg.judge_model``), start the sandbox
+    """Load the policy (``cfg.model`` + LoRA, on ``cfg.device``) and the world model
+    (:func:`build_world_model`), start the sandbox
     and the env (leaderboards prepared), wrap the env with the correction settings.
 
     Raises:
@@ -72,7 +123,6 @@ def build_components(cfg: TrainConfig) -> Components:
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
-    from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel
     from agents.llm.backbone import load_backbone, resolve_device
 
     if resolve_device(cfg.device).type == "cpu":
@@ -95,21 +145,9 @@ def build_components(cfg: TrainConfig) -> Components:
     policy = LLMPolicy(
         model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
-        finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing,
+        finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing, baseline=cfg.baseline,
     )
-    if cfg.judge_model is not None:  # another backbone, frozen as loaded
-        judge_backbone, judge_tokenizer, off = *load_backbone(cfg.judge_model, device=cfg.device, dtype=cfg.dtype,
-                                                              flag="--judge-model"), False
-    elif policy.reference_model is not None:  # full fine-tuning: the frozen copy of the initial weights
-        judge_backbone, judge_tokenizer, off = policy.reference_model, tokenizer, False
-    else:  # the agent's own backbone, frozen: the same weights, adapters off
-        judge_backbone, judge_tokenizer, off = policy.model, tokenizer, True
-    judge_kwargs = dict(max_new_tokens=cfg.judge_max_new_tokens, batch_size=cfg.judge_batch_size,
-                        max_prompt_tokens=cfg.judge_max_prompt_tokens, seed=cfg.seed, decoding=cfg.judge_decoding)
-    if cfg.vllm_url is not None and cfg.judge_model is None:  # the served base model is the frozen backbone
-        judge = LLMJudgeWorldModel.from_server(cfg.vllm_url, cfg.vllm_served_model or cfg.model, tokenizer, **judge_kwargs)
-    else:
-        judge = LLMJudgeWorldModel(judge_backbone, judge_tokenizer, disable_adapters=off, **judge_kwargs)
+    judge = build_world_model(cfg, policy, tokenizer)
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
     sandbox = make_sandbox(cfg.sandbox, limits, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from agents.train.config import TrainConfig
-from agents.train.rollout import rollout_episode, score_task, task_context
+from agents.train.rollout import rollout_episode
 from wmrl_envs.core import EXECUTION, CorrectionConfig
 from wmrl_envs.core.ungraded import CAUSE_KEY, TooManyUngradedError
 
 if TYPE_CHECKING:
     from agents.train.build import Components
 
-__all__ = ["avg_at_k", "expected_best_of_k", "avg_at_k_estimate", "evaluate", "evaluation_wrapper", "finite_mean"]
+__all__ = ["avg_at_k", "expected_best_of_k", "avg_at_k_estimate", "evaluate", "evaluation_wrapper", "finite_mean",
+           "heldout_spread"]
 
 
 def avg_at_k(
@@ -94,8 +95,8 @@ def expected_best_of_k(positions: Sequence[float | None], k: int) -> float:
         ValueError: ``k < 1`` or ``k > n``.
 
     Example:
-        >>> expected_best_of_k([0.0, 0.5, 1.0], 2)  # best of the pairs (0, .5), (0, 1), (.5, 1)
-        0.8333333333333334
+        >>> round(expected_best_of_k([0.0, 0.5, 1.0], 2), 6)  # best of the pairs (0, .5), (0, 1), (.5, 1)
+        0.833333
     """
     from math import comb
 
@@ -135,6 +136,108 @@ def avg_at_k_estimate(positions: Mapping[str, Sequence[float | None]], categorie
     return (statistics.fmean(per_cat.values()) if per_cat else float("nan")), per_cat, per_task
 
 
+def _task_arrays(ev: Mapping[str, Any], tasks: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per task (in ``tasks`` order): its avg@k term (percent), the sum and the count of its finite scores."""
+    k, traj = int(ev["k"]), ev["trajectories"]
+    best = [100.0 * max((0.0 if p is None else float(p)) for p in traj[t]["positions"][:k]) for t in tasks]
+    fin = [[float(x) for x in traj[t]["scores"] if x is not None and math.isfinite(x)] for t in tasks]
+    return np.asarray(best), np.asarray([sum(f) for f in fin]), np.asarray([len(f) for f in fin], dtype=float)
+
+
+def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, n_boot: int = 2000,
+                   seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """The spread of the held-out figures over evaluation draws: percentile bootstrap CIs of avg@k
+    (``overall``) and ``mean_score`` before and after training, and of their paired difference
+    after − before.
+
+    Each replicate resamples the held-out tasks with replacement within each category (so
+    ``overall`` stays the mean over the same categories), each task with all of its graded
+    trajectories: avg@k takes the best of the task's k trajectories, the mean score pools the
+    resampled tasks' trajectories. A task's figures come from its own k draws, so resampling
+    tasks carries the noise of those draws too; the k trajectories are not resampled again
+    inside a task (a second stage would count that noise twice, and resampling k draws with
+    replacement biases their best down). The difference resamples the same tasks before and
+    after (the tasks graded both times). Seeded: the same evaluations give the same CIs.
+
+    Args:
+        before, after: :func:`evaluate`'s results (their ``trajectories``, ``k``); ``None`` or a
+            result without ``trajectories`` (a run resumed from an older checkpoint) gives
+            ``None`` for its part.
+        n_boot: bootstrap replicates (>= 1).
+        seed: seed of the resampling (``numpy.random.default_rng``).
+        level: coverage of the intervals, in (0, 1).
+
+    Returns:
+        ``{"method", "n_boot", "seed", "level", "before", "after", "difference"}``;
+        ``before``/``after`` are ``{"overall", "overall_ci": [lo, hi], "mean_score",
+        "mean_score_ci", "n_tasks"}`` (percent for avg@k, reward scale for the score),
+        ``difference`` the same for after − before on the tasks graded both times. A part is
+        ``None`` when it has no trajectories; a CI is ``None`` when there is nothing to resample
+        (no category with 2 tasks) or no finite score. No NaN.
+
+    Raises:
+        ValueError: ``n_boot < 1`` or ``level`` not in (0, 1).
+
+    Example:
+        >>> ev = {"k": 1, "trajectories": {"a": {"category": "x", "positions": [0.2], "scores": [0.2]},
+        ...                                "b": {"category": "x", "positions": [0.6], "scores": [0.6]}}}
+        >>> heldout_spread(ev, None)["before"]["overall"]
+        40.0
+    """
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+
+    def usable(ev: Mapping[str, Any] | None) -> dict[str, Any]:
+        return dict(ev["trajectories"]) if ev and ev.get("trajectories") else {}
+
+    tb, ta = usable(before), usable(after)
+    q = [(1.0 - level) / 2, (1.0 + level) / 2]
+
+    def ci(reps: np.ndarray, resampled: bool) -> list[float] | None:
+        reps = reps[np.isfinite(reps)]
+        return [float(v) for v in np.quantile(reps, q)] if resampled and reps.size else None
+
+    def part(evs: list[Mapping[str, Any]], tasks: list[str]) -> dict[str, Any] | None:
+        if not tasks:
+            return None
+        cat = evs[-1]["trajectories"]
+        by_cat: dict[str, list[int]] = defaultdict(list)
+        for i, t in enumerate(tasks):
+            by_cat[cat[t]["category"]].append(i)
+        groups = [np.asarray(v) for _, v in sorted(by_cat.items())]
+        resampled = any(g.size >= 2 for g in groups)
+        rng = np.random.default_rng(seed)  # each part its own draws: a part does not depend on the others
+        idx = [g[rng.integers(0, g.size, size=(n_boot, g.size))] for g in groups]  # (n_boot, n_c) per category
+        arrays = [_task_arrays(ev, tasks) for ev in evs]
+        best = arrays[-1][0] - (arrays[0][0] if len(evs) == 2 else 0.0)
+
+        def overall(ix: list[np.ndarray]) -> np.ndarray:
+            return np.mean([best[i].mean(axis=-1) for i in ix], axis=0)
+
+        def score(ix: list[np.ndarray]) -> np.ndarray:
+            out = []
+            for s_sum, n in (a[1:] for a in arrays):
+                tot, cnt = sum(s_sum[i].sum(axis=-1) for i in ix), sum(n[i].sum(axis=-1) for i in ix)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out.append(np.where(cnt > 0, tot / np.where(cnt > 0, cnt, 1), np.nan))
+            return out[-1] - (out[0] if len(evs) == 2 else 0.0)
+
+        point_s = float(score([g for g in groups]))
+        return {"overall": float(overall(groups)), "overall_ci": ci(overall(idx), resampled),
+                "mean_score": point_s if math.isfinite(point_s) else None,
+                "mean_score_ci": ci(score(idx), resampled), "n_tasks": len(tasks)}
+
+    common = [t for t in tb if t in ta]
+    return {"method": "percentile bootstrap over the held-out tasks within each category, each task with its "
+                      "k trajectories; the difference pairs the same tasks",
+            "n_boot": n_boot, "seed": seed, "level": level,
+            "before": part([before], list(tb)) if tb else None,
+            "after": part([after], list(ta)) if ta else None,
+            "difference": part([before, after], common) if common else None}
+
+
 def finite_mean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return float(np.mean(xs)) if xs else None
@@ -163,8 +266,10 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     Returns:
         :func:`agents.train.evaluation.avg_at_k`'s dict (percent) plus ``mean_score`` (reward scale),
         ``statuses`` (trajectories by grading status), ``generation_s`` and ``execution_s``
-        (seconds), ``n_tasks``, ``k``, ``ungraded`` (``{cause: trajectories}``) and
-        ``n_tasks_ungraded``.
+        (seconds), ``n_tasks``, ``k``, ``ungraded`` (``{cause: trajectories}``),
+        ``n_tasks_ungraded`` and ``trajectories``: per task with a graded trajectory,
+        ``{"category": str, "positions": [pos in [0, 1] or None], "scores": [reward]}`` in draw
+        order, one entry per graded trajectory (what :func:`heldout_spread` resamples).
 
     Raises:
         TooManyUngradedError: at least ``cfg.max_ungraded_share`` of the trajectories are ungraded.
@@ -175,20 +280,21 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     if cfg.max_turns > 1:
         return _evaluate_multi_turn(c, cfg)
     specs = [c.get_task(t) for t in c.heldout_tasks]
-    contexts = [task_context(wrapper, t) for t in c.heldout_tasks]
+    contexts = [wrapper.begin_group(options={"task_id": t})[0] for t in c.heldout_tasks]
     prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
     t0 = time.perf_counter()
     samples = policy.sample(prompts, cfg.eval_k)
     gen_s = time.perf_counter() - t0
     positions: dict[str, list[float | None]] = {}
-    scores: list[float] = []
+    scores: dict[str, list[float]] = {}
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
     t0 = time.perf_counter()
     for t, ctx, spec, texts in zip(c.heldout_tasks, contexts, specs, samples.texts):
-        group = score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts])
-        positions[t] = []
+        group = wrapper.score_group([policy.completion_to_action(x, spec) for x in texts], options={"task_id": t},
+                                    context=ctx)
+        positions[t], scores[t] = [], []
         for reward, info in zip(group.rewards, group.infos):
             statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
             cause = info["wmrl"][CAUSE_KEY]
@@ -197,7 +303,7 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
                 messages[cause] = str(info.get("message") or info.get("error") or "")
                 continue
             positions[t].append(info.get("position") if info.get("status") == "valid" else None)
-            scores.append(float(reward))
+            scores[t].append(float(reward))
     exec_s = time.perf_counter() - t0
     return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages, gen_s, exec_s)
 
@@ -211,14 +317,14 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
 
     wrapper, policy = c.eval_wrapper, c.policy
     positions: dict[str, list[float | None]] = {}
-    scores: list[float] = []
+    scores: dict[str, list[float]] = {}
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
     t0, exec0 = time.perf_counter(), wrapper.loop.ledger.seconds(EXECUTION)
     for t in c.heldout_tasks:
         spec = c.get_task(t)
-        positions[t] = []
+        positions[t], scores[t] = [], []
         for _ in range(cfg.eval_k):
             _, infos, _ = rollout_episode(wrapper, policy, t, spec)
             for info in infos:
@@ -231,13 +337,13 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
                 continue
             valid = [i.get("position") for i in infos if i.get("status") == "valid" and i.get("position") is not None]
             positions[t].append(max(valid) if valid else None)
-            scores.append(float(final["wmrl"]["real_score"]))
+            scores[t].append(float(final["wmrl"]["real_score"]))
     exec_s = wrapper.loop.ledger.seconds(EXECUTION) - exec0
     return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages,
                         max(0.0, time.perf_counter() - t0 - exec_s), exec_s)
 
 
-def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[float | None]], scores: list[float],
+def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[float | None]], scores: dict[str, list[float]],
                  statuses: dict[str, int], ungraded: dict[str, int], messages: dict[str, str], gen_s: float,
                  exec_s: float) -> dict[str, Any]:
     """The result dict of :func:`evaluate` (avg@k over graded trajectories) after the stop rule.
@@ -254,7 +360,9 @@ def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[floa
             raise TooManyUngradedError(n_ungraded, n_traj, cfg.max_ungraded_share, ungraded, messages)
     graded_positions = {t: p for t, p in positions.items() if p}
     res = avg_at_k(graded_positions, {t: c.get_task(t).category for t in c.heldout_tasks}, k=cfg.eval_k)
-    res.update(mean_score=finite_mean(scores), statuses=statuses, generation_s=gen_s, execution_s=exec_s,
-               n_tasks=len(c.heldout_tasks), k=cfg.eval_k, ungraded=ungraded,
-               n_tasks_ungraded=len(positions) - len(graded_positions))
+    res.update(mean_score=finite_mean([x for t in positions for x in scores[t]]), statuses=statuses,
+               generation_s=gen_s, execution_s=exec_s, n_tasks=len(c.heldout_tasks), k=cfg.eval_k, ungraded=ungraded,
+               n_tasks_ungraded=len(positions) - len(graded_positions),
+               trajectories={t: {"category": c.get_task(t).category, "positions": p, "scores": scores[t]}
+                             for t, p in graded_positions.items()})
     return res

@@ -45,7 +45,7 @@ from agents.train.checkpoint import json_default
 from agents.train.build import Components, build_components
 from agents.train.config import TrainConfig, auto_fraction_notes, load_config, update_config, validate
 from agents.train.evaluation import evaluate, finite_mean
-from agents.train.rollout import async_groups, multi_turn_groups, score_task, task_context
+from agents.train.rollout import async_groups, multi_turn_groups
 from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
 from agents.train.tracking import Tracker
 from wmrl_envs.core import GENERATION, UPDATE, ExecutionBudgetSpent, TooManyUngradedError, world_model_idle
@@ -76,6 +76,10 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     for note in auto_fraction_notes(cfg):
         warnings.warn(note, UserWarning, stacklevel=2)
     t_start = time.perf_counter()
+    if not console.is_terminal:  # a log file gets the step lines, not transformers' loading bars
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     c = build_components(cfg)
     if not resume:  # written only once everything is built, so a failed start leaves no folder
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -130,12 +134,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         tracker.log(eval_before, 0, prefix="eval/")
 
     # 2. GRPO steps
-    progress = Progress(
-        TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[info]}"), console=console, disable=console.quiet,
-    )
-    with progress:
-        bar = progress.add_task("steps", total=cfg.steps, completed=start_step, info="")
+    with StepProgress(console, cfg.steps, start_step) as progress:
         for step in range(start_step, cfg.steps):
             t_step = time.perf_counter()
             # sample the step's tasks and take each one's context from the wrapper
@@ -152,7 +151,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                 if cfg.max_turns > 1:  # episodes one by one, each turn's feedback in the next prompt
                     samples, turn_rollout = multi_turn_groups(c, cfg, task_ids, specs, groups)
                 else:
-                    contexts = [task_context(wrapper, t) for t in task_ids]
+                    contexts = [wrapper.begin_group(options={"task_id": t})[0] for t in task_ids]
                     prompts = [policy.build_prompt(ctx, spec) for ctx, spec in zip(contexts, specs)]
                     # G completions per task
                     with ledger.timed(GENERATION, count=cfg.groups_per_step * cfg.group_size):
@@ -160,9 +159,11 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                     if c.scorer is not None:  # anchors on the Ray pool; train what has arrived
                         groups, train_samples, old_lp, async_rec = async_groups(c, cfg, step, task_ids, specs, samples)
                     else:
-                        # score every group: world model, real execution on anchors, corrections
+                        # score every group: world model, real execution on anchors, corrections; each
+                        # with its begun context (an anchor group resets the inner env again to execute)
                         for t, ctx, spec, texts in zip(task_ids, contexts, specs, samples.texts):
-                            groups.append(score_task(wrapper, t, ctx, [policy.completion_to_action(x, spec) for x in texts]))
+                            groups.append(wrapper.score_group([policy.completion_to_action(x, spec) for x in texts],
+                                                              options={"task_id": t}, context=ctx))
             except ExecutionBudgetSpent as exc:  # a group refused at the budget: this step is not trained
                 _budget_stop(metrics_path, step, exc, wrapper, ledger, console)
                 break
@@ -198,9 +199,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                                                      "anchors_in_flight": len(c.in_flight)})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
-            progress.update(bar, advance=1, info=info)
-            if not console.is_terminal and not console.quiet:  # a log file gets one line per step instead of a bar
-                console.print(f"step {step + 1}/{cfg.steps} ({rec['step_s']:.0f} s): {info}")
+            progress.advance(rec["step_s"], info)
 
     if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
         console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
@@ -230,6 +229,63 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     if c.scorer is not None:
         c.scorer.pool.close()
     return summary
+
+
+class StepProgress:
+    """Progress over the GRPO steps on ``console``.
+
+    In a terminal: a bar (``GRPO ━━━━ 3/7 0:11:32 ~0:15:20 left reward ...``: steps done of all,
+    elapsed time, the time left estimated from this process's mean step time, and ``info``,
+    the last step's reward, ρ and anchor pairs), redrawn in place. Elsewhere (a log file, CI):
+    no bar, one plain line per finished step,
+    ``step 3/7 (231 s, elapsed 0:11:32, ~0:15:20 left): reward ...``. Nothing when the console
+    is quiet.
+
+    Args:
+        console: where to show it (``console.is_terminal`` picks the bar or the lines).
+        total: the run's steps.
+        start: steps already done (a resumed run); the estimate uses only this process's steps.
+        clock: seconds now (default ``time.perf_counter``; read on entry and at each step).
+
+    Use as a context manager; call :meth:`advance` once per finished step.
+    """
+
+    def __init__(self, console: Console, total: int, start: int = 0, clock: Any = time.perf_counter) -> None:
+        self.console, self.total, self.done, self._clock = console, int(total), int(start), clock
+        self._steps_here, self._t0 = 0, 0.0
+        self.live = console.is_terminal and not console.quiet
+        self._progress = Progress(
+            TextColumn("[bold]GRPO"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[left]}"), TextColumn("{task.fields[info]}"), console=console,
+            disable=not self.live,
+        )
+        self._bar = None
+
+    def __enter__(self) -> StepProgress:
+        self._t0 = self._clock()
+        self._progress.__enter__()
+        self._bar = self._progress.add_task("steps", total=self.total, completed=self.done, info="", left="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._progress.__exit__(*exc)
+
+    def advance(self, step_s: float, info: str) -> None:
+        """One step finished in ``step_s`` seconds; ``info``: what to show beside it (one line)."""
+        self.done += 1
+        self._steps_here += 1
+        elapsed = self._clock() - self._t0
+        left = f"~{_clock(elapsed / self._steps_here * max(0, self.total - self.done))} left"
+        self._progress.update(self._bar, advance=1, info=info, left=left)
+        if not self.live and not self.console.quiet:  # a log file gets one plain line per step, no bar
+            self.console.print(f"step {self.done}/{self.total} ({step_s:.0f} s, elapsed {_clock(elapsed)}, {left}): {info}",
+                               markup=False, highlight=False, soft_wrap=True)
+
+
+def _clock(seconds: float) -> str:
+    """``H:MM:SS`` of a duration in seconds (rounded)."""
+    s = int(round(max(0.0, seconds)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Console) -> TrainConfig:

@@ -1,7 +1,8 @@
-"""Rollouts of the training loop and of the evaluation: a task's context from the wrapper, a
-group scored (:func:`score_task`), a multi-turn episode (:func:`rollout_episode`) and a step's
-groups of them (:func:`multi_turn_groups`), and ``executor="ray"``'s asynchronous anchor groups
-(:func:`async_groups`).
+"""Rollouts of the training loop and of the evaluation beyond one call of the wrapper: a
+multi-turn episode (:func:`rollout_episode`) and a step's groups of them
+(:func:`multi_turn_groups`), and ``executor="ray"``'s asynchronous anchor groups
+(:func:`async_groups`). A single-turn group is the wrapper's ``begin_group`` / ``score_group``,
+called by :mod:`agents.train.loop` and :mod:`agents.train.evaluation` themselves.
 """
 
 from __future__ import annotations
@@ -13,24 +14,7 @@ from agents.train.build import Components, InFlight
 from agents.train.config import TrainConfig
 from wmrl_envs.core import ANCHOR, GENERATION, UPDATE
 
-__all__ = ["task_context", "score_task", "rollout_episode", "multi_turn_groups", "async_groups"]
-
-
-def task_context(wrapper: Any, task_id: str) -> Any:
-    """The observation of ``task_id`` from the wrapper (``begin_group``: the inner env reset for
-    that task), what the policy is prompted with."""
-    obs, _ = wrapper.begin_group(options={"task_id": task_id})
-    return obs
-
-
-def score_task(wrapper: Any, task_id: str, context: Any, actions: list[str]) -> Any:
-    """``wrapper.score_group`` of one task's G actions (a :class:`~wmrl_envs.wrappers.GroupRollout`).
-
-    Every group of a step was begun (its prompt built) before the policy sampled them all in one
-    batch, so each group is scored with its begun ``context``: the inner env is reset again only
-    for an anchor group, to execute it; a world-model group does not touch it.
-    """
-    return wrapper.score_group(actions, options={"task_id": task_id}, context=context)
+__all__ = ["rollout_episode", "multi_turn_groups", "async_groups"]
 
 
 def rollout_episode(wrapper: Any, policy: Any, task_id: str, spec: Any, ledger: Any = None) -> tuple[list[Any], list[Any], Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["secret_record", "summarise", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
+__all__ = ["secret_record", "summarise", "world_model_record", "anchor_group_r", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
 
 
 def secret_record() -> dict[str, Any]:
@@ -35,9 +35,16 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
 
     Returns:
         A JSON-serialisable dict: counts (rollouts, real executions, world-model predictions,
-        groups, anchor groups), seconds per cost source, ρ, anchor pairs, calibration errors,
-        ungraded counts by cause, the held-out results and the task secret's fingerprint.
+        groups, anchor groups), the world model (:func:`world_model_record`: its name and kind,
+        its within-group r on the anchor groups with a 95% CI), wall-clock and CPU-seconds per cost
+        source, ρ, anchor pairs, calibration errors, ungraded counts by cause, the held-out
+        results with their spread over evaluation draws (``heldout_spread``:
+        :func:`agents.train.evaluation.heldout_spread`, seeded bootstrap 95% CIs before, after and of
+        the paired difference), what real-execution GRPO would have cost (:func:`cost_vs_real_grpo`), the
+        advisor's verdict (:func:`anchor_advice`) and the task secret's fingerprint.
     """
+    from agents.train.evaluation import heldout_spread
+
     led = c.wrapper.loop.ledger
     stats = c.wrapper.loop.stats()  # one snapshot: corrections, routing, ungraded counts
     judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
@@ -54,7 +61,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "groups": stats["groups_routed"],
         "realised_anchor_fraction": stats["realised_anchor_fraction"],
         "configured_anchor_fraction": cfg.correction.anchor_fraction,
+        "world_model": world_model_record(cfg, c),
         "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
+        "cpu_seconds": {s: led.cpu_seconds(s) for s in ("execution", "world_model", "generation", "update")},
         "seconds_per_execution": led.seconds("execution") / max(1, led.count("execution")),
         "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
         "rho": stats["rho"],
@@ -76,12 +85,54 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "max_ungraded_share": cfg.max_ungraded_share,
         "heldout_before": before,
         "heldout_after": after,
+        "heldout_spread": heldout_spread(before, after),
         "wall_clock_s": wall,
         # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
         # always take all of them)
         "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1))),
         "anchor_advice": anchor_advice(c.wrapper.loop),
     }
+
+
+def world_model_record(cfg: Any, c: Any) -> dict[str, Any]:
+    """The run's world model: ``name`` (``cfg.world_model``), ``kind`` (its class), ``learns``
+    (it learns from the anchor groups), ``within_group_r`` (:func:`anchor_group_r`) and, for a
+    learned one, ``observed_groups``, ``train_rollouts``, ``refits``, ``fitted`` and ``fit_cpu_s``
+    (CPU-seconds of its refits with their out-of-fold rescoring, inside the ledger's
+    ``world_model`` source)."""
+    wm, loop = c.judge, c.wrapper.loop
+    out: dict[str, Any] = {"name": getattr(cfg, "world_model", "judge"), "kind": type(wm).__name__,
+                           "learns": bool(loop.learns), "within_group_r": anchor_group_r(loop)}
+    if loop.learns:
+        out.update(observed_groups=int(getattr(wm, "n_observed_groups", 0)), train_rollouts=int(getattr(wm, "n_rollouts", 0)),
+                   refits=int(getattr(wm, "n_refits", 0)), fitted=bool(getattr(wm, "fitted", False)),
+                   fit_cpu_s=float(getattr(wm, "fit_cpu_s", 0.0)))
+    return out
+
+
+def anchor_group_r(loop: Any, n_boot: int = 1000) -> dict[str, Any]:
+    """The world model's pooled within-group correlation r with the real scores on the run's
+    training anchor groups, with its 95% bootstrap CI over groups, from 2 groups on (the
+    advisor's verdict needs ``min_groups``; this figure does not).
+
+    The scores are those the advisor holds (a learned world model's are out of fold after each
+    refit, so no group's outcome enters its own score), calibrated as the advisor calibrates them
+    (``"crossfit"``, an isotonic map fitted out of sample, when the run debiases; raw otherwise).
+
+    Returns:
+        ``{"r", "r_ci": [lo, hi], "n_groups", "calibration"}`` (NaN where not defined: fewer
+        than 2 groups with 2 rollouts scored both ways, or no within-group spread).
+    """
+    from wmrl_envs.core import CostRates
+    from wmrl_envs.core.advisor import AnchorAdvisor
+
+    wm_scores, real = loop.advisor.groups()
+    adv = AnchorAdvisor(min_groups=2, n_boot=n_boot, seed=getattr(loop.advisor, "seed", 0))
+    for w, r in zip(wm_scores, real):
+        adv.add_group(w, r)
+    calibration = "crossfit" if loop.corrector.debias else None
+    a = adv.advise(CostRates(execution_s=1.0, world_model_s=0.0), calibrate=calibration)
+    return {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups, "calibration": calibration or "raw"}
 
 
 def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
@@ -95,9 +146,12 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
             episodes × turns per episode).
 
     Returns:
-        ``{"cpu_s": {...}, "wall_s": {...}}``, each with ``spent`` (execution + world model +
-        generation + update, seconds), ``real_grpo`` (rollouts × seconds per execution + generation
-        + update) and ``saving`` (``real_grpo / spent``; NaN without a measured execution).
+        ``{"cpu_s": {...}, "wall_s": {...}, "verdict": str}``; each of the first two with
+        ``spent`` (execution + world model + generation + update, seconds), ``real_grpo`` (rollouts
+        × seconds per execution + generation + update), ``saving`` (``real_grpo / spent``; NaN
+        without a measured execution), ``execution_share_of_real_grpo`` (its executions' share of
+        ``real_grpo``: the most any world model could save) and ``spent_by_source``. ``verdict``
+        says in CPU-seconds whether this run cost less than real-execution GRPO would have.
     """
     out: dict[str, Any] = {}
     for key, sec in (("cpu_s", ledger.cpu_seconds), ("wall_s", ledger.seconds)):
@@ -107,7 +161,19 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
         spent = sec("execution") + sec("world_model") + common
         real = rollouts * per_exec + common
         out[key] = {"spent": spent, "real_grpo": real, "seconds_per_execution": per_exec,
-                    "saving": real / spent if spent > 0 and math.isfinite(real) else float("nan")}
+                    "saving": real / spent if spent > 0 and math.isfinite(real) else float("nan"),
+                    "execution_share_of_real_grpo": rollouts * per_exec / real if real > 0 else float("nan"),
+                    "spent_by_source": {s: sec(s) for s in ("execution", "world_model", "generation", "update")}}
+    c = out["cpu_s"]
+    if not math.isfinite(c["saving"]):
+        out["verdict"] = "no measured execution: the cost of real-execution GRPO is unknown"
+    elif c["saving"] < 1.0:
+        out["verdict"] = (f"do not use WMRL in this configuration: it spent {c['spent']:.0f} CPU-s, more than the "
+                          f"{c['real_grpo']:.0f} real-execution GRPO would have spent on the same rollouts "
+                          f"({c['saving']:.2f}x; executions are {c['execution_share_of_real_grpo']:.0%} of real GRPO's cost)")
+    else:
+        out["verdict"] = (f"WMRL spent {c['spent']:.0f} CPU-s against {c['real_grpo']:.0f} for real-execution GRPO on "
+                          f"the same rollouts ({c['saving']:.2f}x less)")
     return out
 
 
@@ -136,7 +202,9 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("sandbox", _fmt(s.get("sandbox_backend"))),
         ("real executions (training; one per turn)", _fmt(s["real_executions"])),
         ("world-model predictions (one per turn)", _fmt(s["world_model_predictions"])),
-        ("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / {_fmt(s['world_model_calls'].get('n_precheck'))}"),
+        ("world model", _fmt_world_model(s.get("world_model"))),
+        *([("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / "
+            f"{_fmt(s['world_model_calls'].get('n_precheck'))}")] if s.get("world_model_calls") else []),
         ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
         ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
         ("seconds executing", _fmt(sec["execution"], 1)),
@@ -157,12 +225,49 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("ungraded scores incl. world model on anchors (by cause)", _fmt_causes(s.get("ungraded_scores_by_cause", {}))),
         ("ungraded held-out trajectories before / after",
          f"{sum(s['heldout_before'].get('ungraded', {}).values())} / {sum(s['heldout_after'].get('ungraded', {}).values())}"),
-        (f"held-out avg@{s['heldout_before']['k']} before (percentile)", _fmt(s["heldout_before"]["overall"], 1)),
-        (f"held-out avg@{s['heldout_after']['k']} after (percentile)", _fmt(s["heldout_after"]["overall"], 1)),
-        ("held-out mean score before / after", f"{_fmt(s['heldout_before']['mean_score'])} / {_fmt(s['heldout_after']['mean_score'])}"),
+        *_heldout_rows(s),
         ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
         *_advice_rows(s),
     ]
+
+
+def _signed(v: Any, nd: int) -> str:
+    return f"{v:+.{nd}f}" if isinstance(v, float) and math.isfinite(v) else _fmt(v, nd)
+
+
+def _ci(part: dict[str, Any] | None, key: str, nd: int) -> str:
+    """`` [95% CI lo, hi]`` of ``part[key + "_ci"]``, or nothing where there is none."""
+    ci = (part or {}).get(f"{key}_ci")
+    return f" [95% CI {_fmt(ci[0], nd)}, {_fmt(ci[1], nd)}]" if ci else ""
+
+
+def _heldout_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """Held-out avg@k and mean score before and after, each with its bootstrap CI over evaluation
+    draws where the summary has one (``heldout_spread``), and their paired difference."""
+    b, a, sp = s["heldout_before"], s["heldout_after"], s.get("heldout_spread") or {}
+    sb, sa, d = sp.get("before"), sp.get("after"), sp.get("difference")
+    rows = [
+        (f"held-out avg@{b['k']} before (percentile)", _fmt(b["overall"], 1) + _ci(sb, "overall", 1)),
+        (f"held-out avg@{a['k']} after (percentile)", _fmt(a["overall"], 1) + _ci(sa, "overall", 1)),
+        ("held-out mean score before / after", f"{_fmt(b['mean_score'])}{_ci(sb, 'mean_score', 3)} / "
+                                               f"{_fmt(a['mean_score'])}{_ci(sa, 'mean_score', 3)}"),
+    ]
+    if d:
+        rows.append((f"held-out after - before, paired on {d['n_tasks']} tasks: avg@{a['k']} / mean score",
+                     f"{_signed(d['overall'], 1)}{_ci(d, 'overall', 1)} / {_signed(d['mean_score'], 3)}"
+                     f"{_ci(d, 'mean_score', 3)}"))
+    return rows
+
+
+def _fmt_world_model(w: dict[str, Any] | None) -> str:
+    if not w:
+        return "n/a"
+    r = w.get("within_group_r") or {}
+    ci = r.get("r_ci") or [None, None]
+    learned = (f"; learned from {w.get('observed_groups')} anchor groups (refits: {w.get('refits')}, "
+               f"{_fmt(w.get('fit_cpu_s'), 2)} CPU-s)" if w.get("learns") else "")
+    return (f"{w.get('name')} ({w.get('kind')}){learned}; within-group r on {r.get('n_groups')} anchor groups "
+            f"({r.get('calibration')}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]")
 
 
 def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
@@ -172,10 +277,17 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         c = cv["cpu_s"]
         rows.append(("CPU-s spent / same rollouts under real-execution GRPO",
                      f"{_fmt(c['spent'], 1)} / {_fmt(c['real_grpo'], 1)} ({_fmt(c['saving'], 2)}x)"))
+        by = c.get("spent_by_source")
+        if by:
+            rows.append(("CPU-s by source: execution / world model / generation / update",
+                         " / ".join(_fmt(by[k], 1) for k in ("execution", "world_model", "generation", "update"))))
+            rows.append(("executions' share of real-execution GRPO's CPU-s", _fmt(c.get("execution_share_of_real_grpo"), 2)))
+        if cv.get("verdict"):
+            rows.append(("measured cost verdict", str(cv["verdict"])))
     adv = s.get("anchor_advice")
     if adv:
         if "r" in adv:
-            rows.append(("within-group correlation WM vs real (95% CI)",
+            rows.append(("advisor's within-group r (95% CI; n/a below its 8 anchor groups)",
                          f"{_fmt(adv['r'])} [{_fmt(adv['r_ci'][0])}, {_fmt(adv['r_ci'][1])}]"))
             finite = isinstance(adv.get("predicted_speedup"), float) and math.isfinite(adv["predicted_speedup"])
             rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
@@ -197,13 +309,14 @@ def summary_markdown(s: dict[str, Any]) -> str:
 
 def print_summary(console: Any, s: dict[str, Any]) -> None:
     """Print the :func:`summarise` dict as a table on a ``rich`` console."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="wmrl train — summary")
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    for k, v in _rows(s):
-        table.add_row(k, v)
+    for k, v in _rows(s):  # a value such as "[n/a, n/a]" is text, not rich markup
+        table.add_row(escape(k), escape(v))
     console.print(table)
 
 

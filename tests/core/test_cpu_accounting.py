@@ -164,7 +164,7 @@ def test_cgroup_cpu_time_includes_a_setsid_escapee(backend: str, tmp_path: Path)
         pytest.skip("cgroup v1 without a writable cpuacct hierarchy")
     res = _backend(backend).run_python(SETSID_ESCAPEE, tmp_path)
     assert res.ok and (tmp_path / "escapee-done").exists()
-    assert res.extras["cpu_time_source"] == "cgroup" and 0.57 <= res.cpu_time_s <= 2.0
+    assert res.extras["cpu_time_source"] == "cgroup" and 0.48 <= res.cpu_time_s <= 2.0  # 0.6 s less 20% (load)
 
 
 #: The program writes its pid into the root groups' ``cgroup.procs`` (v1 cpuacct, pids, memory;
@@ -203,7 +203,7 @@ def test_a_program_that_leaves_its_cgroup(backend: str, tmp_path: Path) -> None:
     assert res.extras["cpu_time_source"] == "cgroup"
     if backend == "bubblewrap":
         assert res.stdout.strip() == "0"
-        assert 0.57 <= res.cpu_time_s <= 2.0  # cgroup vs process_time: within 5%
+        assert 0.48 <= res.cpu_time_s <= 2.0  # cgroup vs process_time: within 20% under load
     else:
         assert int(res.stdout) >= 1  # it left the execution cgroup
         assert res.cpu_time_s < 0.3  # its 0.6 CPU-s after leaving are not counted
@@ -289,7 +289,9 @@ def test_autoresearch_info_carries_the_sandboxed_trees_cpu_seconds(tmp_path: Pat
     _, _, _, _, info = env.step(busy)
     assert info["status"] == "ran_no_sub" and env.last_grade is not None
     sandbox_cpu = env.last_grade.cpu_time_s
-    assert 0.475 <= sandbox_cpu <= 1.5  # cgroup vs process_time: within 5%
+    # the kernel's count for the tree and the child's own process_time() differ under load: a
+    # loaded CI machine measured 0.472 for a loop that stopped at 0.5, so the bound allows 20%
+    assert 0.4 <= sandbox_cpu <= 1.5
     # the tree's CPU plus the host thread's share of the step (public files, grading)
     assert sandbox_cpu <= info[EXECUTION_CPU_KEY] <= sandbox_cpu + 1.0
     env.reset(seed=0)
@@ -303,6 +305,26 @@ def test_autoresearch_info_carries_the_sandboxed_trees_cpu_seconds(tmp_path: Pat
     unmeasured = AutoResearchEnv(tasks=["house-prices"], sandbox=_FixedCpuSandbox(None), workdir_root=str(tmp_path))
     unmeasured.reset(seed=0)
     assert unmeasured.step("print(1)\n")[4][EXECUTION_CPU_KEY] is None
+
+
+def test_the_boosting_baseline_is_an_execution_that_costs_real_fitting(tmp_path: Path) -> None:
+    """``wmrl train``'s default shows gradient boosting as the script's current model (issue 28):
+    its execution is valid and costs its fit on top of the interpreter's start-up, against a
+    starter whose linear fit is negligible (measured here: 6.6 vs 1.7 CPU-s on land-cover)."""
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+    from wmrl_envs.envs.autoresearch.tasks import get_task
+
+    task = get_task("land-cover")  # 6 classes: boosting fits a tree per class and iteration
+    cpu = {}
+    for baseline in ("starter", "boosting"):
+        env = AutoResearchEnv(tasks=[task.task_id], sandbox=_backend("subprocess"), limits=LIMITS,
+                              workdir_root=str(tmp_path))
+        env.reset(seed=0)
+        info = env.step(task.starter_code_with(task.baseline_model_line(baseline)))[4]
+        env.close()
+        assert info["status"] == "valid", (baseline, info)
+        cpu[baseline] = info[EXECUTION_CPU_KEY]
+    assert cpu["boosting"] >= 2.0 * cpu["starter"] and cpu["boosting"] - cpu["starter"] >= 1.5, cpu
 
 
 # ------------------------------------------------------------------------------- wrappers

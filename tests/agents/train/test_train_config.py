@@ -15,10 +15,11 @@ from wmrl_envs.core import CorrectionConfig
 
 
 def test_train_config_nests_one_correction_config():
-    assert TrainConfig().correction == CorrectionConfig(min_pairs=16, refit_every=8, warmup_groups=64)  # ρ warm-up: 64 groups of G = 4 (issue 25, finding 1)
+    assert TrainConfig().correction == CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=32)  # ρ warm-up: 256 rollouts, 32 groups of G = 8 (issue 25, finding 1; G = 8 since issue 28)
     tiny = PRESETS["tiny"].correction
     assert (tiny.min_pairs, tiny.refit_every, tiny.warmup_groups, tiny.anchor_fraction) == (2, 2, 1, 0.1)
     assert TrainConfig().num_iterations == 1 and TrainConfig().clip_eps == 0.2
+    assert (TrainConfig().group_size, TrainConfig().groups_per_step, TrainConfig().steps) == (8, 4, 8)
 
 
 def test_correction_flags_keep_their_names_on_top_of_a_preset():
@@ -125,6 +126,22 @@ def test_resume_revalidates_the_saved_settings(tmp_path):
         load_config(tmp_path)
 
 
+def test_the_default_shows_boosting_and_an_older_run_folder_keeps_the_starter(tmp_path):
+    """Issue 28: the main job's executions fit gradient boosting; the tiny preset and run folders
+    written before the setting existed keep the starter's line (so --resume does not change the prompt)."""
+    from agents.train.checkpoint import json_default
+    from agents.train.config import validate
+    from wmrl_envs.utils import write_json_atomic
+
+    assert TrainConfig().baseline == "boosting" and PRESETS["tiny"].baseline == "starter"
+    with pytest.raises(ValueError, match="baseline must be 'starter' or 'boosting', got 'xgboost'"):
+        validate(dataclasses.replace(TrainConfig(), baseline="xgboost"))
+    old = dataclasses.asdict(TrainConfig())
+    del old["baseline"]
+    write_json_atomic(tmp_path / "config.json", old, indent=2, default=json_default)
+    assert load_config(tmp_path).baseline == "starter"
+
+
 def test_summary_shows_the_flat_map_groups():
     """summary.md names the world-model groups corrected while the fitted map was flat (the
     corrector's ``flat_map_groups``; issue 25)."""
@@ -140,3 +157,16 @@ def test_summary_shows_the_flat_map_groups():
         "heldout_before": ev, "heldout_after": ev, "wall_clock_s": 5.0,
     }
     assert "| world-model groups corrected with a flat map | 2 |" in summary_markdown(s)
+
+
+def test_the_default_run_realises_its_configured_fraction_and_gives_the_advisor_its_groups():
+    """Issue 28: with 4 groups per step the one-anchor floor made a configured 0.1 realise 0.25, and
+    7 steps left the advisor 7 of the 8 anchor groups it needs for a verdict."""
+    from wmrl_envs.core import ANCHOR, AnchorAdvisor
+
+    cfg = TrainConfig()
+    router = cfg.correction.build_router(seed=cfg.seed)
+    routes = [r for _ in range(cfg.steps) for r in router.route_step(cfg.groups_per_step)]
+    n_anchor = sum(r == ANCHOR for r in routes)
+    assert n_anchor / len(routes) == cfg.correction.anchor_fraction
+    assert n_anchor >= AnchorAdvisor().min_groups

@@ -1,4 +1,4 @@
-"""End to end: `wmrl train --preset tiny` with real sandboxed execution and the real SmolLM2
+"""End to end: `wmrl train --preset tiny --world-model judge` with real sandboxed execution and the real SmolLM2
 judge, killed after its first step and resumed from the checkpoint with its anchor pairs."""
 
 from __future__ import annotations
@@ -7,42 +7,30 @@ import json
 
 import pytest
 
+from train_crash import no_nan, train_killed_after_step_0
+
 pytestmark = pytest.mark.slow
 
 
-def _no_nan(name: str):
-    raise AssertionError(f"summary.json holds {name}: not strict JSON (write null)")
-
-
 def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
-    import agents.train.checkpoint as checkpoint
     from agents.cli import main
 
     run = tmp_path / "run"
-    original_save = checkpoint.save_checkpoint
-
-    def crashing_save(run_dir, c, step, rng, extra):
-        original_save(run_dir, c, step, rng, extra)
-        if step == 0:
-            raise KeyboardInterrupt("simulated kill after step 0's checkpoint")
-
-    monkeypatch.setattr(checkpoint, "save_checkpoint", crashing_save)
-    with pytest.raises(KeyboardInterrupt):
-        main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
+    train_killed_after_step_0(monkeypatch, ["train", "--preset", "tiny", "--run-dir", str(run), "--quiet",
+                                            "--world-model", "judge"])
     state0 = json.loads((run / "checkpoint" / "state.json").read_text())
     assert state0["step"] == 0
     pairs0 = state0["wrapper"]["corrector"]["debiaser"]["raw"], state0["wrapper"]["corrector"]["debiaser"]["real"]
     n_exec0 = state0["wrapper"]["ledger"]["execution"]["count"]
     assert n_exec0 >= 2  # at least one anchor group of G=2 was executed for real
     assert len(pairs0[0]) >= 1
-    monkeypatch.setattr(checkpoint, "save_checkpoint", original_save)
 
     # a bad resume target fails clearly
     assert main(["train", "--resume", str(run), "--steps", "9"]) == 2
     assert main(["train", "--resume", str(tmp_path / "nope"), "--quiet"]) == 2  # not a run folder
 
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
-    summary = json.loads((run / "summary.json").read_text(), parse_constant=_no_nan)  # strict JSON
+    summary = json.loads((run / "summary.json").read_text(), parse_constant=no_nan)  # strict JSON
     final = json.loads((run / "checkpoint" / "state.json").read_text())
     deb = final["wrapper"]["corrector"]["debiaser"]
     # the anchor pairs from before the kill are intact, in order, at the head of the buffer
