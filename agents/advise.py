@@ -117,7 +117,11 @@ def load_factory(spec: str) -> Callable[[], Any]:
     """
     module, sep, name = spec.partition(":")
     if not sep or not module or not name:
-        raise ValueError(f"a factory is given as 'module:function', got {spec!r}")
+        hint = ""
+        if spec in ("judge", "learned-policy", "learned-encoder"):
+            hint = (f" ('{spec}' is a `wmrl train --world-model` choice: for advice on a training run's anchor "
+                    "groups, whatever its world model, use `wmrl advise --run-dir RUN_DIR`)")
+        raise ValueError(f"a factory is given as 'module:function', got {spec!r}{hint}")
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
         sys.path.append(cwd)

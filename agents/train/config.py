@@ -254,6 +254,7 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.max_staleness >= 0, f"max_staleness must be >= 0 steps, got {cfg.max_staleness}"),
         (cfg.eval_k >= 1, f"eval_k must be >= 1, got {cfg.eval_k}"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.lora_r >= 1, f"lora_r must be >= 1 (--lora-r, the LoRA rank; 16 by default), got {cfg.lora_r}"),
         (cfg.num_iterations >= 1, f"num_iterations must be >= 1 (optimisation epochs per step), got {cfg.num_iterations}"),
         (cfg.threads >= 1, f"threads must be >= 1, got {cfg.threads}"),
         (cfg.max_ungraded_share is None or 0.0 < cfg.max_ungraded_share <= 1.0,

@@ -111,6 +111,7 @@ def test_main_advise_with_factories_writes_json_and_plot(tmp_path):
     ("no_colon", "module:function"),
     ("not_a_module_xyz:f", "cannot import"),
     ("json:not_there", "no callable"),
+    ("learned-policy", "--run-dir RUN_DIR"),
 ])
 def test_load_factory_errors(spec, message):
     with pytest.raises(ValueError, match=message):
