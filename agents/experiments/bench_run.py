@@ -97,6 +97,9 @@ def run_method(
 ) -> MethodRun:
     """Train one method with one seed; snapshot the policy after every step.
 
+    Every call starts with cold world-model caches (:meth:`SentenceEncoder.clear_shared_caches`):
+    its world-model CPU does not depend on which methods or seeds ran before it in the process.
+
     Stops after ``max_steps`` steps or once the cumulative compute reaches
     ``compute_budget_s`` (seconds; ``None`` = no compute stop). With ``noise_scale`` (a
     :class:`wmrl_envs.core.GradientNoiseScale`) every step's per-group policy gradients
@@ -112,7 +115,12 @@ def run_method(
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import GENERATION, UPDATE
 
+    from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
+
     n_groups = int(cfg.groups_per_step if groups_per_step is None else groups_per_step)
+    # every method and seed pays cold: no embedding computed (and charged) by an earlier method or
+    # seed of this process is reused (issue 35, item 2)
+    SentenceEncoder.clear_shared_caches()
     env = make_env()
     extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
     wrapper = AnchoredWorldModelWrapper(

@@ -119,3 +119,37 @@ def test_evaluate_snapshot_cache_draws_and_what_is_never_cached(monkeypatch):
     assert executed.count("broken") == 2 and executed.count("p 0.4") == 1  # the ungraded one is retried
     with pytest.raises(ValueError, match="draws must be >= k"):
         bench.evaluate_snapshot(Agent(codes), None, [task], 2, None, draws=1)
+
+
+def test_every_method_and_seed_pays_its_world_models_embeddings_cold(monkeypatch):
+    """Issue 35, item 2: the shared sentence encoder's cache is emptied before each run_method, so the
+    second of two identical runs embeds (and is charged for) as many texts as the first; before,
+    it took every embedding from the first run's cache and paid almost nothing."""
+    import numpy as np
+
+    from agents.experiments.bench_run import run_method
+    from wmrl_envs.envs.autoresearch.sentence_encoder import SentenceEncoder
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class TinyEncoder(SentenceEncoder):
+        def __init__(self):  # no model: a deterministic 2-d embedding per text
+            import threading
+            self._cache, self._lock, self.n_encoded, self.n_cache_hits, self.batch_size, self.dim = {}, threading.Lock(), 0, 0, 64, 2
+
+        def _forward(self, texts):
+            return np.array([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+    enc = TinyEncoder()
+    monkeypatch.setitem(SentenceEncoder._shared, "tiny", enc)
+
+    class EmbeddingWM:
+        def predict(self, contexts, actions):
+            e = SentenceEncoder.shared("tiny").encode([str(a) for a in actions])
+            return [WorldModelPrediction(score=float(x[0]) / 10) for x in e]
+
+    cfg = BenchConfig(groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2))
+    encoded = []
+    for _ in range(2):
+        run_method(METHODS["wm_only"], 0, cfg, FakeAgent, FakeEnv, EmbeddingWM(), ["t1"], max_steps=3)
+        encoded.append(enc.n_encoded - sum(encoded))
+    assert encoded[0] > 0 and encoded[1] == encoded[0]

@@ -133,3 +133,23 @@ class SentenceEncoder:
         """Drop all cached embeddings."""
         with self._lock:
             self._cache.clear()
+
+    @classmethod
+    def clear_shared_caches(cls) -> int:
+        """Drop the embedding cache of every shared encoder (:meth:`shared`), keeping the loaded models.
+
+        A comparison of methods in one process calls it before each method and seed, so that each
+        pays for its own embeddings: the shared cache would otherwise let a method run later reuse
+        the embeddings of the earlier ones and be charged less CPU for the same predictions.
+
+        Returns:
+            The number of embeddings dropped.
+        """
+        with cls._shared_lock:
+            encoders = list(cls._shared.values())
+        dropped = 0
+        for enc in encoders:
+            with enc._lock:
+                dropped += len(enc._cache)
+                enc._cache.clear()
+        return dropped
