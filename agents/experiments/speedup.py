@@ -17,6 +17,8 @@ to reach the same held-out score (issue 11, item 1; the definition is in ``docs/
    (paired by seed). :class:`SpeedupEstimate` holds the result and formats it
    (``"3.1× [2.2, 4.5]"``, ``"3.1× [n.r., 4.5]"`` when the method is not reached in some
    resamples, ``"3.0× (1 seed, no CI)"`` or ``"not reached within budget (3/10 seeds reached)"``).
+   :func:`speedup_over_best` — the same against the best of several references (e.g. real GRPO at
+   several batch sizes), the best one chosen inside every bootstrap replicate.
 4. :func:`speedup_table` — markdown rows of several methods against real GRPO.
 5. :func:`interpolation_bracket` / :func:`bracket_share` — the two evaluated snapshots step 2
    interpolates between, and the compute between them as a share of the compute-to-target (how
@@ -45,6 +47,7 @@ __all__ = [
     "bracket_share",
     "SpeedupEstimate",
     "speedup",
+    "speedup_over_best",
     "speedup_table",
     "median_ratio",
     "percentile_inf",
@@ -578,6 +581,70 @@ def speedup(
         n_reached=int(np.isfinite(method).sum()), real_median=real_med, method_median=method_med,
         confidence=float(confidence), n_boot=drawn, n_boot_dropped=0,
     )
+
+
+def speedup_over_best(
+    references: Mapping[str, Sequence[float]],
+    method_ctt: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 10_000,
+    seed: int = 0,
+) -> tuple[SpeedupEstimate, str]:
+    """Speedup of a method over the *best* of several references (e.g. real GRPO at several batch
+    sizes), the best chosen inside every bootstrap replicate (issue 35, item 4).
+
+    The point is ``min_j median(references[j]) / median(method_ctt)`` (:func:`median_ratio` on the
+    lowest reference median). Each replicate draws one set of seed indices, the same for every
+    reference and the method (paired by seed), takes each reference's median on it, keeps the
+    lowest, and divides it by the method's median on the same indices. Choosing the best once
+    from the point estimates and bootstrapping against it would leave out the uncertainty of that
+    choice: when two references are close, the interval must include the replicates where the other
+    one is best. A reference tie keeps the first in ``references``' order.
+
+    Args:
+        references: name -> compute-to-target per seed (CPU-seconds, ``>= 0`` or ``inf``); every
+            sequence the method's length, seeds in the same order; at least one reference.
+        method_ctt: the method's compute-to-target per seed.
+        confidence, n_boot, seed: as in :func:`speedup`.
+
+    Returns:
+        ``(estimate, best)``: a :class:`SpeedupEstimate` whose ``real_median`` is the best
+        reference's median, and the name of the reference best on the point estimates.
+
+    Raises:
+        ValueError: no reference, lengths that differ, or any input :func:`speedup` refuses.
+
+    Example:
+        >>> est, best = speedup_over_best({"full": [40.0, 50.0, 60.0], "small": [30.0, 20.0, 25.0]},
+        ...                               [10.0, 10.0, 10.0], n_boot=500)
+        >>> best, est.point
+        ('small', 2.5)
+    """
+    if not references:
+        raise ValueError("speedup_over_best needs at least one reference (name -> compute-to-target per seed)")
+    names = list(references)
+    refs = [_check_ctt(references[n], f"references[{n!r}]") for n in names]
+    method = _check_ctt(method_ctt, "method_ctt")
+    for n, r in zip(names, refs):
+        if r.size != method.size:
+            raise ValueError(f"references[{n!r}] has {r.size} seeds but method_ctt has {method.size}: they must be "
+                             "paired by seed (same length, same order)")
+    # the point estimate (and its bookkeeping) is speedup() against the best reference
+    meds = [float(np.median(r)) for r in refs]
+    best = int(np.argmin(meds))
+    est = speedup(refs[best], method, confidence=confidence, n_boot=n_boot, seed=seed)
+    if method.size < 2:
+        return est, names[best]
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, method.size, size=(int(n_boot), method.size))
+    ref_meds = np.min(np.stack([np.median(r[idx], axis=1) for r in refs]), axis=0)
+    ratios = _median_ratios(ref_meds, np.median(method[idx], axis=1))
+    alpha = (1.0 - float(confidence)) / 2.0
+    low, high = percentile_inf(ratios, 100.0 * alpha), percentile_inf(ratios, 100.0 * (1.0 - alpha))
+    from dataclasses import replace as _replace
+
+    return _replace(est, low=float(low), high=float(high), n_boot=int(ratios.size)), names[best]
 
 
 def _median_iqr(x: np.ndarray) -> str:

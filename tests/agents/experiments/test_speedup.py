@@ -361,3 +361,55 @@ def test_bracket_is_the_compute_between_the_snapshots_around_the_crossing_over_t
     assert interpolation_bracket(d, 0.6) == (0, 1) and bracket_share(d, 0.6) == pytest.approx(10.0 / (0.4 / 0.5 * 10.0))
     with pytest.raises(ValueError, match="finite score"):
         bracket_share(c, float("nan"))
+
+
+def test_speedup_over_best_chooses_the_best_reference_inside_every_replicate():
+    """Issue 35, item 4: against several real-GRPO batch sizes, the best is chosen inside each bootstrap
+    replicate. With two close references, fixing the best from the point estimates gives an interval that
+    ignores the replicates where the other is cheaper: it is wider-open upwards than the honest one."""
+    import numpy as np
+
+    from agents.experiments.speedup import speedup, speedup_over_best
+
+    full = [100.0, 90.0, 120.0, 80.0, 300.0, 95.0, 110.0, 85.0]
+    small = [60.0, 200.0, 70.0, 180.0, 75.0, 190.0, 65.0, 170.0]  # median 122.5 vs full's 97.5: full is best
+    method = [30.0, 40.0, 35.0, 45.0, 38.0, 42.0, 33.0, 36.0]
+    est, best = speedup_over_best({"full": full, "small": small}, method, n_boot=4000)
+    fixed = speedup(full, method, n_boot=4000)
+    assert best == "full" and est.point == fixed.point == np.median(full) / np.median(method)
+    # in every replicate min(median full, median small) <= median full: the bounds can only move down,
+    # and here they do (replicates with small's good seeds make small the best)
+    assert est.high <= fixed.high and est.low < fixed.low
+    # a reference that is best on every seed gives exactly speedup() against it
+    dominant, _ = speedup_over_best({"a": [10.0 * x for x in full], "b": full}, method, n_boot=4000)
+    assert (dominant.low, dominant.high) == (fixed.low, fixed.high)
+    with pytest.raises(ValueError, match="paired by seed"):
+        speedup_over_best({"full": full[:-1]}, method)
+    with pytest.raises(ValueError, match="at least one reference"):
+        speedup_over_best({}, method)
+
+
+def test_compute_speedups_reports_the_best_real_batch_chosen_per_replicate():
+    """The bench's headline over the best real batch is speedup_over_best over every real batch size."""
+    from agents.experiments.bench_report import compute_speedups
+    from agents.experiments.speedup import speedup_over_best
+
+    def entry(seed, ctt_scale):  # a straight curve from 20 to 80 over 4 evaluated steps
+        c = [0.0, ctt_scale, 2 * ctt_scale, 3 * ctt_scale]
+        return {"seed": seed, "curve": {"step": [0, 1, 2, 3], "compute_cpu_s": c, "score": [20.0, 40.0, 60.0, 80.0]},
+                "records": [{"cpu_seconds": {"execution": 10.0}, "executions": 1, "cpu_unmeasured": 0}]}
+
+    full = [100.0, 90.0, 120.0, 80.0, 300.0, 95.0]
+    small = [60.0, 200.0, 70.0, 180.0, 75.0, 190.0]
+    wmrl = [30.0, 40.0, 35.0, 45.0, 38.0, 42.0]
+    results = {"config": {"max_bracket_share": 0.1}, "methods": {
+        "real": {"seeds": [entry(k, v) for k, v in enumerate(full)]},
+        "real_anchor_batch": {"seeds": [entry(k, v) for k, v in enumerate(small)]},
+        "wmrl_learned": {"seeds": [entry(k, v) for k, v in enumerate(wmrl)]}}}
+    sp = compute_speedups(results, steps=3, gain_fraction=0.9, n_boot=2000, sensitivity_gains=())
+    m = sp["methods"]
+    want, best = speedup_over_best({"real": m["real"]["total_ctt"], "real_anchor_batch": m["real_anchor_batch"]["total_ctt"]},
+                                   m["wmrl_learned"]["total_ctt"], n_boot=2000)
+    got = m["wmrl_learned"]["speedup_over_best_real"]
+    assert sp["best_real"] == best == "real"
+    assert (got["point"], got["low"], got["high"]) == (want.point, want.low, want.high)
