@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     def curve(e: dict[str, Any], run: dict[str, Any]) -> Any:
         if not args.same_steps:
             return curve_of(e)
-        keep = set(coarse_eval_steps(len(e["records"]), int(run["config"]["eval_points"])))
+        keep = set(coarse_eval_steps(len(e["records"]), int(run["config"].get("eval_points", 2))))
         keep |= {int(v) for v in e["snapshot"].values()}
         idx = [i for i, st in enumerate(e["curve"]["step"]) if int(st) in keep]
         return Curve(np.asarray(e["curve"]["compute_cpu_s"], dtype=float)[idx],

@@ -15,8 +15,14 @@ percentile per category and overall; ``docs/method.md``, "Evaluation"):
    groups (:class:`~wmrl_envs.world_models.learned.LearnedWorldModel` on the AutoResearch
    featurizer; nothing pre-fitted; its refits are on the ledger's ``world_model`` source).
 
-Every method trains up to the same step cap, ``max_steps_factor × S`` (real GRPO included; the
-others also stop at real GRPO's compute at that cap), so no method is censored by a shorter budget.
+One budget in compute, not in steps (issue 35, item 1): per seed real GRPO trains first, at least S
+steps; its held-out scores untrained and at step S, averaged with the real seeds run before, set the
+seed's stop target s0 + ``stop_gain`` × (s_S − s0) (:func:`provisional_stop_target`; ``stop_gain``
+1.2 keeps it above the report's highest target, 100% of the gain on the mean over all seeds). Every
+method then trains until an evaluated snapshot reaches that target — snapshots are evaluated at
+step 1 and whenever the compute has grown ``check_factor``-fold since the last evaluation — or, for
+every method but real GRPO, until it has spent real GRPO's compute to the target on the same seed
+(past it a method cannot be cheaper); ``max_steps_factor`` × S steps is only a safeguard.
 
 Compute is charged per cost source in CPU-seconds (:data:`COST_SOURCES`: the sandboxed process
 trees of the executions, world-model inference, generation and policy update; held-out
@@ -35,14 +41,12 @@ measured CPU-seconds per execution (``speedup.cpu_s_per_execution``); WMRL's spe
 over the best of the real-GRPO batch sizes (``speedup_over_best_real``), and a sensitivity table
 reads the target at 50/70/90/100% of real GRPO's gain.
 
-Comparisons kept beside it: at equal steps (``steps``), and at equal compute — the held-out
-score each method reaches within the compute WMRL used for ``steps`` steps and within the
-compute method 1 used (cheap methods train for more steps, up to ``max_steps_factor × steps``,
-to fill those budgets). The policy is snapshotted after every step together with its
-cumulative compute; snapshots are evaluated afterwards, sparsely (``eval_points``, plus
-up to ``refine_evals`` near where a curve crosses the target, until the interpolation bracket
-is within ``max_bracket_share`` of the compute-to-target or one step wide), with held-out results
-cached by (task, program).
+The policy is snapshotted after every step together with its cumulative compute; after all
+seeds, each curve gets up to ``refine_evals`` more evaluations inside the interval where it crosses
+the target, until the interpolation bracket is within ``max_bracket_share`` of the
+compute-to-target or one step wide. Held-out results are cached by (task, program) across the
+whole run and across its ``--resume`` parts (``eval_cache.pkl``); no equal-compute point is
+evaluated (no figure of this headline uses one). The table also gives each method's last step.
 
 Outputs (in ``out_dir``): ``results.json`` (everything; strict JSON: a non-finite number, e.g. the
 compute-to-target ``inf`` of a seed that did not reach the target, is written as ``null`` and
@@ -72,11 +76,31 @@ from .bench_agents import (GrammarBenchAgent, LLMBenchAgent, build_learned_world
                            world_model_fitting_cost, world_model_fitting_executions)
 from .bench_config import BENCH_METHODS, LEARNED_WM_METHODS, BenchConfig, check_bench_config, method_groups_per_step
 from .bench_report import compute_speedups, cost_summary, real_target, strict_results, write_report
-from .bench_resume import restore_seed, resumed_state, reused_entries, save_snapshots
-from .bench_run import (MethodRun, bracket_refinement_step, coarse_eval_steps, evaluate_snapshot, run_method,
-                        select_snapshots)
+from .bench_resume import (load_eval_cache, restore_seed, resumed_state, reused_entries, save_eval_cache,
+                           save_snapshots)
+from .bench_run import MethodRun, bracket_refinement_step, evaluate_snapshot, run_method
 
-__all__ = ["run_bench", "headline_lines", "main_bench"]
+__all__ = ["run_bench", "headline_lines", "main_bench", "provisional_stop_target"]
+
+
+def provisional_stop_target(results: dict[str, Any], cfg: BenchConfig, s0: float, s_S: float) -> float | None:
+    """The stop target of the seed being run: ``s0 + stop_gain x (s_S - s0)`` on real GRPO's mean
+    held-out scores untrained and at step S over the real seeds already in ``results`` and this
+    seed's (``s0``, ``s_S``); ``None`` when real GRPO has not improved on that mean (there is no
+    target to reach: every method then trains to its compute budget or the step cap).
+
+    Example:
+        >>> provisional_stop_target({"methods": {"real": {"seeds": []}}}, BenchConfig(stop_gain=1.2), 20.0, 50.0)
+        56.0
+    """
+    pairs = [(s0, s_S)]
+    for e in results["methods"].get("real", {}).get("seeds", []):
+        c = e["curve"]
+        if 0 in c["step"] and cfg.steps in c["step"]:
+            pairs.append((c["score"][c["step"].index(0)], c["score"][c["step"].index(cfg.steps)]))
+    m0 = sum(p[0] for p in pairs) / len(pairs)
+    mS = sum(p[1] for p in pairs) / len(pairs)
+    return m0 + cfg.stop_gain * (mS - m0) if mS > m0 else None
 
 
 def _set_curve(entry: dict[str, Any], run: MethodRun, evaluated: dict[int, dict[str, Any]]) -> None:
@@ -112,22 +136,21 @@ def run_bench(
 ) -> dict[str, Any]:
     """Run every method for every seed, evaluate their curves, compute the speedup, write the outputs.
 
-    Per seed, ``real`` runs first (``max_steps_factor × S`` steps, like every method; its compute at
-    that cap is the budget of the others, its compute at step S the equal-compute point
-    ``compute_real``), then ``wmrl`` (whose compute at step S fixes ``compute_wmrl``), then the
-    others; every method except ``real`` trains until it reaches real GRPO's compute at the cap or
-    ``max_steps_factor × S`` steps. ``real_anchor_batch`` samples f × groups per step groups per step
+    Per seed, ``real`` runs first: at least S steps, then until an evaluated snapshot reaches the
+    seed's stop target (:func:`provisional_stop_target`) or the step cap; its compute then is the
+    budget of the others, which train until they reach the same target or that budget (module
+    docstring). ``real_anchor_batch`` samples f × groups per step groups per step
     (:func:`~agents.experiments.bench_config.method_groups_per_step`); ``wmrl_learned`` gets a fresh
     world model per seed from ``make_learned_world_model(seed)``.
-    Each run's curve is evaluated at ``eval_points`` snapshots spread over its steps plus the
-    comparison points; once every seed has run, the target is fixed from real GRPO's mean curve
+    Each run's curve is evaluated at its checkpoints (step 1, every ``check_factor``-fold growth of
+    its compute, real GRPO's step S, its last step); once every seed has run, the target is fixed from real GRPO's mean curve
     and each curve gets up to ``refine_evals`` more evaluations inside the interval where it
     first crosses the target (:func:`~agents.experiments.bench_run.bracket_refinement_step`),
     until that bracket is at most ``max_bracket_share`` of its compute-to-target or one step
     wide, so its compute-to-target is read from close snapshots. ``--resume`` on a finished run
     runs this refinement again over every seed whose snapshots were saved (e.g. with a larger
     ``refine_evals``). With the default ``evaluate``, held-out results are cached by (task,
-    program) across the whole run (``eval_cache``); training executions never are.
+    program) across the whole run and its ``--resume`` parts (``eval_cache``); training executions never are.
 
     Args:
         fitting_cpu_s: CPU-seconds of the real executions the world model was fitted on (0 for
@@ -160,9 +183,11 @@ def run_bench(
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     max_steps = max(cfg.steps, int(round(cfg.max_steps_factor * cfg.steps)))
+    eval_cache: dict[tuple[str, str], Any] | None = None
     if evaluate is evaluate_snapshot:  # the stop rule and the cache of held-out evaluation follow the config
+        eval_cache = load_eval_cache(out_dir) if cfg.eval_cache and cfg.resume else {} if cfg.eval_cache else None
         evaluate = functools.partial(evaluate_snapshot, max_ungraded_share=cfg.max_ungraded_share,
-                                     cache={} if cfg.eval_cache else None, draws=cfg.eval_draws)
+                                     cache=eval_cache, draws=cfg.eval_draws)
     eval_counts = {"executed": 0, "cached": 0, "evaluations": 0}
     entry_ungraded: dict[tuple[str, int], int] = {}  # held-out ungraded trajectories per (method, seed)
     from wmrl_envs.envs.autoresearch.secret import is_reference_secret, secret_fingerprint
@@ -223,89 +248,102 @@ def run_bench(
         # strict JSON (non-finite numbers as null, listed under "nonfinite"); a kill never truncates it
         write_json_atomic(out_dir / "results.json", strict_results(json.loads(json.dumps(results, default=float))),
                           indent=1)
+        if eval_cache is not None:  # the next --resume part reads it: no held-out program is executed twice
+            save_eval_cache(out_dir, eval_cache)
 
     progress.start()
     try:
         for seed in range(first_seed, cfg.seeds):
             runs: dict[str, MethodRun] = {}
+            evaluated: dict[str, dict[int, dict[str, Any]]] = {}
+            agent = make_agent(seed)  # evaluates every snapshot of this seed (restored into it)
             budget_real: float | None = None
+            stop_target: float | None = None
             for name in order:
-                if name in reused:  # measured in the earlier run: its budget stands for this seed
+                if name in reused:  # measured in the earlier run: its budget and target stand for this seed
                     if name == "real":
                         budget_real = float(reused[name][seed]["records"][-1]["compute_cpu_s"])
-                        if len(reused[name][seed]["records"]) < max_steps and reused[name][seed].get("stopped") == "steps":
-                            log(f"[bench] WARNING seed {seed}: the reused real GRPO trained {len(reused[name][seed]['records'])} "
-                                f"steps, not the step cap {max_steps} (a run from before real GRPO trained the cap): the "
-                                "other methods' compute budget is its shorter run, and its seeds that miss the target "
-                                "by then are censored")
+                        stop_target = reused[name][seed].get("stop_target")
+                        if "stop_target" not in reused[name][seed]:
+                            log(f"[bench] WARNING seed {seed}: the reused real GRPO is from a run without a stop target "
+                                f"(before issue 35; it trained {len(reused[name][seed]['records'])} steps): the other "
+                                "methods train until its compute or the step cap, and are not stopped at a target")
                     continue
                 spec = BENCH_METHODS[name]
-                steps_cap = max_steps  # the same step cap for every method, real GRPO included
                 t0 = time.perf_counter()
-                bar = progress.add_task(f"seed {seed} {name:12s}", total=steps_cap, info="")
+                bar = progress.add_task(f"seed {seed} {name:12s}", total=max_steps, info="")
+                evals: dict[int, dict[str, Any]] = {}
+                evaluated[name] = evals
 
                 def tick(msg: str, bar: Any = bar) -> None:
                     progress.update(bar, advance=1, info=msg.split(": ", 1)[-1])
                     if plain:
                         log(f"[bench] {msg}")
 
+                def check(run: MethodRun, name: str = name, evals: dict[int, dict[str, Any]] = evals) -> bool:
+                    """Evaluate at the checkpoints (step 1, compute grown by check_factor, real GRPO's
+                    step S) and stop once an evaluated snapshot reaches the stop target."""
+                    nonlocal stop_target
+                    idx = len(run.records)
+                    last_c = run.compute_at(max(evals)) if evals else 0.0
+                    # (1% slack: a step that reaches the factor up to measurement noise is due, so that the
+                    # schedule of a run with exactly repeating step costs does not hang on the last digit)
+                    due = idx == 1 or run.compute_at(idx) >= 0.99 * cfg.check_factor * last_c
+                    if name == "real" and idx == cfg.steps:
+                        for i in (0, idx):
+                            if i not in evals:
+                                evals[i] = evaluate_at(agent, run, i, seed)
+                        stop_target = provisional_stop_target(results, cfg, evals[0]["overall"], evals[idx]["overall"])
+                        log(f"[bench] seed {seed}: stop target {stop_target if stop_target is None else round(stop_target, 2)}"
+                            f" (real GRPO's scores untrained and at step {cfg.steps} over the seeds so far, x {cfg.stop_gain})")
+                    elif due:
+                        evals[idx] = evaluate_at(agent, run, idx, seed)
+                        if plain:
+                            log(f"[bench] {name} seed {seed} held-out evaluation of step {idx}: {evals[idx]['overall']:.1f}")
+                    else:
+                        return False
+                    return stop_target is not None and idx in evals and evals[idx]["overall"] >= stop_target
+
                 wm = make_learned_world_model(seed) if name in LEARNED_WM_METHODS else world_model  # type: ignore[misc]
                 runs[name] = run_method(spec, seed, cfg, make_agent, make_env, wm, train_tasks,
-                                        max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real,
-                                        progress=tick, groups_per_step=method_groups_per_step(name, cfg))
-                progress.update(bar, total=len(runs[name].records))
-                last = runs[name].records[-1]
-                log(f"[bench] seed {seed} {name}: {len(runs[name].records)} steps, compute {last.compute_cpu_s:.1f} CPU-s "
-                    f"({last.compute_wall_s:.1f} s wall-clock; whole method {time.perf_counter() - t0:.1f} s)")
+                                        max_steps=max_steps, compute_budget_s=None if name == "real" else budget_real,
+                                        progress=tick, groups_per_step=method_groups_per_step(name, cfg),
+                                        checkpoint=check)
+                run = runs[name]
+                progress.update(bar, total=len(run.records))
+                for i in (0, len(run.records)):  # the curve's two ends are always evaluated
+                    if i not in evals:
+                        evals[i] = evaluate_at(agent, run, i, seed)
+                last = run.records[-1]
+                log(f"[bench] seed {seed} {name}: {len(run.records)} steps, stopped by {run.stopped}, compute "
+                    f"{last.compute_cpu_s:.1f} CPU-s ({last.compute_wall_s:.1f} s wall-clock; whole method with its "
+                    f"evaluations {time.perf_counter() - t0:.1f} s); held-out {evals[len(run.records)]['overall']:.1f}")
                 if last.cpu_unmeasured:
                     log(f"[bench] WARNING seed {seed} {name}: {last.cpu_unmeasured} executions without a CPU figure "
                         "(the sandbox could not measure it): their compute is missing from every figure")
                 if name == "real":
                     budget_real = last.compute_cpu_s
-            budgets = {}
-            for point, owner in (("compute_real", "real"), ("compute_wmrl", "wmrl")):
-                if owner in runs:
-                    budgets[point] = runs[owner].compute_at(min(cfg.steps, len(runs[owner].records)))
-                elif owner in reused:
-                    e = reused[owner][seed]
-                    budgets[point] = _entry_compute_at(e, min(cfg.steps, len(e["records"])))
-            agent = make_agent(seed)
-            evaluated: dict[str, dict[int, dict[str, Any]]] = {}
             for name in order:
                 if name in reused:
                     results["methods"][name]["seeds"].append(dict(reused[name][seed], reused_from=str(cfg.reuse_from)))
                     continue
-                run = runs[name]
-                sel = select_snapshots(run, cfg.steps, budgets)
-                todo = sorted(set(sel.values()) | set(coarse_eval_steps(len(run.records), cfg.eval_points)))
-                bar = progress.add_task(f"seed {seed} {name:12s} eval", total=len(todo), info="")
-                evals: dict[int, dict[str, Any]] = {}
-                for idx in todo:
-                    evals[idx] = evaluate_at(agent, run, idx, seed)
-                    progress.update(bar, advance=1, info=f"step {idx}: {evals[idx]['overall']:.1f}")
-                    if plain:
-                        log(f"[bench] {name} seed {seed} held-out evaluation of step {idx}: {evals[idx]['overall']:.1f}")
-                evaluated[name] = evals
+                run, evals = runs[name], evaluated[name]
+                n = len(run.records)
+                points = {"last": n, **({"steps": cfg.steps} if cfg.steps in evals else {})}
                 entry = {
                     "seed": seed,
-                    "snapshot": sel,
-                    "compute_at": {p: run.compute_at(i) for p, i in sel.items()},
-                    "wall_at": {p: run.wall_at(i) for p, i in sel.items()},
-                    "eval": {p: evals[i] for p, i in sel.items()},
+                    "snapshot": points,
+                    "compute_at": {p: run.compute_at(i) for p, i in points.items()},
+                    "wall_at": {p: run.wall_at(i) for p, i in points.items()},
+                    "eval": {p: evals[i] for p, i in points.items()},
                     "records": [asdict(r) for r in run.records],
-                    "budgets": budgets,
+                    "budgets": {"compute_real_to_stop_target": budget_real},
+                    "stop_target": stop_target,
                     "stopped": run.stopped,
                     "ungraded": run.ungraded,
                 }
                 _set_curve(entry, run, evals)
-                for p in ("steps", "compute_wmrl", "compute_real"):  # table needs every point
-                    entry["snapshot"].setdefault(p, sel["steps"])
-                    entry["compute_at"].setdefault(p, entry["compute_at"]["steps"])
-                    entry["wall_at"].setdefault(p, entry["wall_at"]["steps"])
-                    entry["eval"].setdefault(p, entry["eval"]["steps"])
                 results["methods"][name]["seeds"].append(entry)
-                log(f"[bench] seed {seed} {name}: held-out " + ", ".join(
-                    f"{p}={entry['eval'][p]['overall']:.1f} (step {entry['snapshot'][p]})" for p in sel))
             kept.append((agent, runs, evaluated))
             save_snapshots(out_dir, seed, runs)
             save()
@@ -441,7 +479,8 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
             fitting_cpu_s=fitting_cpu_s,
             fitting_unit="CPU-s" if fitting_is_cpu else "wall-clock s (no CPU figure logged: not added to the speedup)",
             fitting_executions=world_model_fitting_executions(cfg),
-            make_learned_world_model=build_learned_world_model,
+            make_learned_world_model=functools.partial(build_learned_world_model,
+                                                       refit_every=cfg.learned_refit_every),
         )
     finally:
         sandbox.close()

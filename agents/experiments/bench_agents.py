@@ -149,14 +149,14 @@ def world_model_fitting_executions(cfg: BenchConfig) -> int:
     return len(load_execution_log(split="train"))
 
 
-def build_learned_world_model(seed: int) -> Any:
+def build_learned_world_model(seed: int, *, refit_every: int = 4) -> Any:
     """The world model of ``wmrl_learned``: a fresh
     :func:`wmrl_envs.envs.autoresearch.learned_features.autoresearch_learned_world_model` (the
-    AutoResearch featurizer on the shipped sentence encoder, a ridge head refitted every 4 anchor
-    groups on at most 2000 rollouts); nothing pre-fitted, it learns from the seed's anchor groups and
+    AutoResearch featurizer on the shipped sentence encoder, refitted every ``refit_every`` anchor
+    groups, ``--learned-refit-every``); nothing pre-fitted, it learns from the seed's anchor groups and
     its refits are charged to the ledger's ``world_model`` source. ``seed`` is unused (the head is
     deterministic); it is the factory's signature."""
     from wmrl_envs.envs.autoresearch.learned_features import autoresearch_learned_world_model
 
-    return autoresearch_learned_world_model()
+    return autoresearch_learned_world_model(refit_every=refit_every)
 

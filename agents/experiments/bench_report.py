@@ -114,7 +114,8 @@ def format_table(results: dict[str, Any], point: str) -> str:
 
     Args:
         results: the ``results.json`` structure of :func:`run_bench`.
-        point: ``"steps"``, ``"compute_wmrl"`` or ``"compute_real"``.
+        point: ``"steps"``, ``"compute_wmrl"``, ``"compute_real"`` (runs from before issue 35) or
+            ``"last"`` (each method's last step).
 
     Returns:
         The table (str): method, compute used at that point as a ratio to method 1's compute
@@ -125,7 +126,8 @@ def format_table(results: dict[str, Any], point: str) -> str:
     head = "| method | compute ratio | steps | " + " | ".join(cats) + " | overall |"
     lines = [head, "|" + "---|" * (4 + len(cats))]
     # the unit of compute is method 1's compute at S steps, in every table
-    real_c = _agg([s["compute_at"]["steps"] for s in results["methods"]["real"]["seeds"]])[0] if "real" in results["methods"] else float("nan")
+    unit = "steps" if all("steps" in s["compute_at"] for s in results["methods"].get("real", {}).get("seeds", [])) else point
+    real_c = _agg([s["compute_at"][unit] for s in results["methods"]["real"]["seeds"]])[0] if "real" in results["methods"] else float("nan")
     for name, m in results["methods"].items():
         comp = _agg([s["compute_at"][point] for s in m["seeds"]])[0]
         ratio = comp / real_c if real_c and math.isfinite(real_c) and real_c > 0 else float("nan")
@@ -446,6 +448,7 @@ def format_sensitivity_table(results: dict[str, Any]) -> str:
 
 
 CAUSE_WORDS = {"steps": "end of its S steps", "compute budget": "compute budget (real GRPO's compute)",
+               "target": "provisional stop target (set from the seeds run before it)",
                "step cap": "step cap (max_steps_factor × S)"}
 """How a seed that did not reach the target is described, by why its training stopped."""
 
@@ -561,10 +564,13 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
         parts.append(sens)
     parts.append(format_cost_table(results))
     for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
-                         ("compute_real", "Equal compute: real-execution GRPO's")):
+                         ("compute_real", "Equal compute: real-execution GRPO's"),
+                         ("last", "Each method's last step (where its training stopped)")):
         owner = {"compute_wmrl": "wmrl", "compute_real": "real"}.get(point)
         if owner is not None and owner not in results["methods"]:
             continue  # no budget to compare at: that method did not run
+        if not all(point in e["eval"] for m in results["methods"].values() for e in m["seeds"]):
+            continue  # a run that stops each method at the target evaluates no equal-compute point
         parts.append(f"### {title}\n\n" + format_table(results, point))
     parts.append(_ungraded_note(results))
     ev = results.get("evaluation", {})

@@ -13,17 +13,23 @@ from .bench_config import BenchConfig
 from .bench_report import restore_nonfinite
 from .bench_run import MethodRun, StepRecord
 
-__all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ"]
+__all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ", "load_eval_cache",
+           "save_eval_cache", "EVAL_CACHE_FILE"]
+
+EVAL_CACHE_FILE = "eval_cache.pkl"
+"""The held-out evaluation cache of a run, in its ``out_dir``: ``{(task id, program source): grade}``."""
 
 
 # settings that must be equal for a method's earlier run to stand in for a new one (what it
-# learns, how it is charged, how it is evaluated); eval_points / refine_evals / out_dir may differ
-_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "groups_per_step", "group_size", "agent", "model", "world_model",
+# learns, how it is charged, how it is evaluated, when it stops); refine_evals / out_dir may differ
+_REUSE_MUST_MATCH = ("steps", "max_steps_factor", "stop_gain", "check_factor", "groups_per_step", "group_size", "agent", "model", "world_model",
                      "wm_information", "world_model_timeout_s", "eval_k", "eval_draws", "exec_parallel", "lr",
-                     "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain")
+                     "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain",
+                     "learned_refit_every")
 
 
-_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "world_model_timeout_s", "correction", "max_steps_factor")
+_WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "world_model_timeout_s", "correction", "max_steps_factor",
+                         "learned_refit_every")
 """Settings that change no real-GRPO run (so --reuse-from of real GRPO alone may differ in them)."""
 
 
@@ -125,7 +131,7 @@ def resumed_state(cfg: BenchConfig, order: Sequence[str]) -> tuple[int, dict[str
     # refine_evals and max_bracket_share may differ: the refinement runs at the end of every
     # invocation over every seed with saved snapshots, so a resumed (or finished) run is refined
     # with the new settings throughout
-    keys = (*_REUSE_MUST_MATCH, "eval_points", "reuse_from", "reuse_methods", "eval_cache", "max_ungraded_share")
+    keys = (*_REUSE_MUST_MATCH, "reuse_from", "reuse_methods", "eval_cache", "max_ungraded_share")
     diff = settings_differ(cfg, prior["config"], keys)
     if sorted(prior["methods"]) != sorted(order):
         diff.append(f"methods: here {sorted(order)}, there {sorted(prior['methods'])}")
@@ -174,3 +180,28 @@ def save_snapshots(out_dir: Path, seed: int, runs: dict[str, MethodRun]) -> None
     tmp = folder / f"seed{seed}.pt.tmp"
     torch.save({name: list(run.snapshots) for name, run in runs.items()}, tmp)
     tmp.replace(folder / f"seed{seed}.pt")
+
+
+def save_eval_cache(out_dir: Path, cache: dict[tuple[str, str], Any]) -> None:
+    """Write the held-out evaluation cache to ``out_dir/eval_cache.pkl`` (atomically), so that a
+    ``--resume`` part does not execute again a (task, program) an earlier part executed (issue 35,
+    item 5). Only graded outcomes that are not time-outs are in it (:func:`evaluate_snapshot`)."""
+    import pickle
+
+    tmp = out_dir / (EVAL_CACHE_FILE + ".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(dict(cache), fh, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(out_dir / EVAL_CACHE_FILE)
+
+
+def load_eval_cache(out_dir: Path) -> dict[tuple[str, str], Any]:
+    """The held-out evaluation cache an earlier part of this run saved (:func:`save_eval_cache`);
+    an empty dict when there is none (a run from before the cache was kept, or a new run). The
+    file is this run's own output, read back by the same code that wrote it."""
+    import pickle
+
+    path = Path(out_dir) / EVAL_CACHE_FILE
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as fh:
+        return dict(pickle.load(fh))

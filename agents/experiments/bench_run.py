@@ -53,6 +53,8 @@ class StepRecord:
     ungraded: int = 0
     """Ungraded rollouts so far (training; the machinery failed), cumulative."""
     ungraded_by_cause: dict[str, int] = field(default_factory=dict)
+    world_model_refits: int = 0
+    """Refits so far of a world model that learns in the run (its ``n_refits``; 0 for a frozen one)."""
 
 
 @dataclass
@@ -62,8 +64,9 @@ class MethodRun:
     records: list[StepRecord] = field(default_factory=list)
     snapshots: list[Any] = field(default_factory=list)  # snapshots[i] = policy after step i (0 = initial)
     stopped: str = "steps"
-    """Why training stopped: ``"steps"`` (its step budget: S for real GRPO), ``"compute budget"``
-    (it reached real GRPO's compute) or ``"step cap"`` (``max_steps_factor × S`` came first)."""
+    """Why training stopped: ``"target"`` (an evaluated snapshot reached the stop target),
+    ``"compute budget"`` (it reached real GRPO's compute to that target), ``"step cap"``
+    (``max_steps``, the safeguard, came first); ``"steps"`` in runs from before issue 35."""
     ungraded: dict[str, Any] = field(default_factory=dict)  # the wrapper's UngradedMonitor.stats()
 
     def compute_at(self, step: int) -> float:
@@ -94,6 +97,7 @@ def run_method(
     progress: Callable[[str], None] | None = None,
     noise_scale: Any | None = None,
     groups_per_step: int | None = None,
+    checkpoint: Callable[[MethodRun], bool] | None = None,
 ) -> MethodRun:
     """Train one method with one seed; snapshot the policy after every step.
 
@@ -106,6 +110,10 @@ def run_method(
     (:func:`agents.grpo.group_gradient_moments`, on the agent's ``policy``) are added to it before
     the update; that measurement is charged to no cost source and left out of the wall-clock.
     ``groups_per_step`` (default ``cfg.groups_per_step``) is the groups sampled per step.
+    ``checkpoint`` (``run -> stop?``) is called after every step, once its record and snapshot are
+    in ``run``; ``True`` stops training there (``run.stopped = "target"``: ``wmrl bench`` evaluates
+    the snapshot and stops a method once it reaches the target, issue 35, item 1). Its own time is
+    not training compute and is left out of the wall-clock.
 
     Returns:
         A :class:`MethodRun` with per-step records (cumulative compute in seconds, ρ,
@@ -173,18 +181,21 @@ def run_method(
             cpu_unmeasured=ledger.cpu_unmeasured("execution"),
             ungraded=stats["ungraded_rollouts"],
             ungraded_by_cause=stats["ungraded_by_cause"],
+            world_model_refits=int(getattr(world_model, "n_refits", 0) or 0) if spec.world_model else 0,
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
             rm = run.records[-1].reward_mean
             progress(f"{spec.name} seed {seed} step {step}: compute {cpu:.0f} CPU-s reward "
                      f"{rm if rm is None else round(rm, 3)} rho {run.records[-1].rho:.2f}")
+        if checkpoint is not None and checkpoint(run):
+            run.stopped = "target"
+            break
         if compute_budget_s is not None and cpu >= compute_budget_s:
             run.stopped = "compute budget"
             break
     else:
-        if compute_budget_s is not None:
-            run.stopped = "step cap"
+        run.stopped = "step cap"
     for e in (env, *extra_envs):
         e.close()
     run.ungraded = wrapper.loop.ungraded.stats()

@@ -131,7 +131,7 @@ def fake_config(**kw):
     """The ``BenchConfig`` of a fake run: real GRPO and WMRL, 2 seeds, 5 groups of 4 rollouts a step,
     anchor fraction 0.2, 3 evaluation points; ``kw`` overrides or adds any field."""
     settings = dict(methods=("real", "wmrl"), seeds=2, groups_per_step=5, group_size=4,
-                    correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3)
+                    correction=replace(BenchConfig().correction, anchor_fraction=0.2))
     return BenchConfig(**{**settings, **kw})
 
 

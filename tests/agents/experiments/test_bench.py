@@ -19,14 +19,15 @@ from agents.experiments.bench_report import format_table
 from agents.experiments.bench_config import BENCH_METHODS as METHODS
 from wmrl_envs.world_models.base import WorldModelPrediction
 
-from bench_fakes import FakeEnv, FakeWM, FakeAgent, EVAL_SEEDS, fake_eval, UnmeasuredEnv, _bench, _learned_wm
+from bench_fakes import (FakeEnv, FakeWM, FakeAgent, EVAL_SEEDS, fake_eval, UnmeasuredEnv, _bench, _learned_wm, fake_config,
+                         run_kw)
 
 __all__: list[str] = []
 
 def test_run_bench_routing_budgets_and_table(tmp_path):
     cfg = BenchConfig(methods=("real", "wmrl", "wm_only", "anchors_raw"), seeds=2, steps=4, max_steps_factor=3,
                       groups_per_step=5, group_size=4, correction=replace(BenchConfig().correction, anchor_fraction=0.2),
-                      eval_points=3, refine_evals=2, out_dir=str(tmp_path))
+                      refine_evals=2, out_dir=str(tmp_path))
     FakeEnv.steps = 0
     EVAL_SEEDS.clear()
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1", "t2"],
@@ -34,38 +35,47 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
     assert res["task_secret"] == {"fingerprint": secret_fingerprint(), "reference": True}  # conftest's
     n_exec = 0
-    for seed in res["methods"]["real"]["seeds"]:
-        rec = seed["records"]
-        assert len(rec) == 12  # real runs to the step cap, 3 x S, like every method
-        assert rec[-1]["executions"] == 12 * 5 * 4  # a real execution for every rollout
+    reals = res["methods"]["real"]["seeds"]
+    for k, seed in enumerate(reals):
+        rec, c = seed["records"], seed["curve"]
+        assert len(rec) >= 4  # real GRPO always trains its S steps (the target is read there)
+        assert rec[-1]["executions"] == len(rec) * 5 * 4  # a real execution for every rollout
         n_exec += rec[-1]["executions"]
         # compute = declared execution CPU-seconds: 20 rollouts x 20 s per step
-        assert [r["compute_cpu_s"] for r in rec] == pytest.approx([400.0 * i for i in range(1, 13)], abs=0.5)
-        assert [r["cpu_seconds"]["execution"] for r in rec] == [400.0 * i for i in range(1, 13)]
+        assert [r["compute_cpu_s"] for r in rec] == pytest.approx([400.0 * i for i in range(1, len(rec) + 1)], abs=0.5)
         assert all(r["realised_anchor_fraction"] == 1.0 for r in rec)
-        # at WMRL's budget (80 CPU-s) not even one real step fits: the initial policy
-        assert seed["snapshot"] == {"steps": 4, "compute_real": 4, "compute_wmrl": 0}
-    for name in ("wmrl", "anchors_raw"):
-        for seed in res["methods"][name]["seeds"]:
-            rec = seed["records"]
-            # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
-            assert all(r["anchor_groups"] == r["step"] for r in rec)
-            assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
-            assert rec[-1]["realised_anchor_fraction"] == pytest.approx(0.2)
+        # the stop target: real GRPO's mean scores untrained and at step S over the seeds so far, x 1.2
+        pairs = [(e["curve"]["score"][0], e["curve"]["score"][e["curve"]["step"].index(4)]) for e in reals[:k + 1]]
+        s0, sS = np.mean([p[0] for p in pairs]), np.mean([p[1] for p in pairs])
+        assert seed["stop_target"] == pytest.approx(s0 + 1.2 * (sS - s0))
+        # one budget in compute: it stopped at the first evaluated snapshot at or above it, not at the cap (12)
+        assert seed["stopped"] == "target" and len(rec) < 12 and c["score"][-1] >= seed["stop_target"]
+        assert all(sc < seed["stop_target"] for st, sc in zip(c["step"], c["score"]) if 4 <= st < c["step"][-1])
+        assert seed["snapshot"] == {"last": len(rec), "steps": 4}
+    for name in ("wmrl", "anchors_raw", "wm_only"):
+        for seed, real in zip(res["methods"][name]["seeds"], reals):
+            rec, c = seed["records"], seed["curve"]
+            if name != "wm_only":  # one anchor group of 5 per step (0.2 * 5 = 1): executions = anchor groups * G
+                assert all(r["anchor_groups"] == r["step"] for r in rec)
+                assert rec[-1]["executions"] == 4 * rec[-1]["anchor_groups"]
+                assert rec[-1]["realised_anchor_fraction"] == pytest.approx(0.2)
+                assert [r["compute_cpu_s"] for r in rec] == pytest.approx([80.0 * i for i in range(1, len(rec) + 1)], abs=0.5)
+            else:
+                assert rec[-1]["executions"] == 0 and rec[-1]["cpu_seconds"]["execution"] == 0.0
             n_exec += rec[-1]["executions"]
-            # 4 executions = 80 CPU-s per step: 12 steps (the cap, 3 x S) cost 960 < 4800
-            assert [r["compute_cpu_s"] for r in rec] == pytest.approx([80.0 * i for i in range(1, 13)], abs=0.5)
-            assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 4, "compute_real": 12}
-    for seed in res["methods"]["wm_only"]["seeds"]:
-        assert seed["records"][-1]["executions"] == 0 and len(seed["records"]) == 12  # capped at 3 x S
-        assert seed["records"][-1]["cpu_seconds"]["execution"] == 0.0
-        assert seed["snapshot"] == {"steps": 4, "compute_wmrl": 12, "compute_real": 12}
+            # its budget is real GRPO's compute to the same seed's stop target; it stopped at that target
+            assert seed["budgets"] == {"compute_real_to_stop_target": real["records"][-1]["compute_cpu_s"]}
+            assert seed["stop_target"] == real["stop_target"]
+            assert seed["stopped"] == "target" and c["score"][-1] >= seed["stop_target"] > max(c["score"][:-1])
+            # evaluated at step 1 and its last step, and whenever its compute grew 1.5-fold since the last
+            # evaluation: between two evaluated steps a < b, the step before b had not yet grown 1.5-fold
+            comp = [0.0] + [r["compute_cpu_s"] for r in rec]
+            assert {0, 1, len(rec)} <= set(c["step"])
+            if name != "wm_only":  # (the fake world model's compute is ~0: it is evaluated at almost every step)
+                assert all(comp[b - 1] < 1.5 * comp[a] * 0.99 for a, b in zip(c["step"][1:], c["step"][2:]))
     assert FakeEnv.steps == n_exec  # every execution charged is one real env step
-    # curves: coarse points (3 over each run's steps) + the comparison points + refinement near the target
     sp = res["speedup"]
     real_curves = [s["curve"] for s in res["methods"]["real"]["seeds"]]
-    for c in real_curves:
-        assert {0, 4, 6, 12} <= set(c["step"]) and c["compute_cpu_s"][0] == 0.0
     s0 = np.mean([c["score"][0] for c in real_curves])
     sS = np.mean([c["score"][c["step"].index(4)] for c in real_curves])
     assert sp["target"] == pytest.approx(s0 + 0.9 * (sS - s0))
@@ -80,12 +90,13 @@ def test_run_bench_routing_budgets_and_table(tmp_path):
     assert "Compute-to-target speedup" in table and "with world-model fitting (500 CPU-s)" in table
     for m in cfg.methods:
         assert METHODS[m].label in table
-    head, sens, costs, steps_t, wmrl_t, real_t = table.split("### ")[0:6]
+    head, sens, costs, last_t = table.split("### ")[0:4]
     assert sens.startswith("Sensitivity to the target")
-    assert "| GRPO, real execution | 1.00 |" in steps_t and "| GRPO, real execution | 1.00 |" in real_t
+    # no equal-compute table: a method stopped at the target has no snapshot at another method's budget
+    assert "Equal compute" not in table and last_t.startswith("Each method's last step")
     assert "realised anchor fraction" in costs
     assert (tmp_path / "score_vs_compute.png").exists() and (tmp_path / "rho_calibration.png").exists()
-    assert format_table(res, "steps").count("\n") == 2 + len(cfg.methods)
+    assert format_table(res, "last").count("\n") == 2 + len(cfg.methods)
     # every evaluation of one bench seed draws the same random numbers, seeds differ
     assert len(set(EVAL_SEEDS)) == 2 and None not in EVAL_SEEDS
 
@@ -109,13 +120,15 @@ def test_curves_are_read_in_cpu_seconds_at_the_evaluated_steps(tmp_path):
 def test_unmeasured_execution_cpu_is_reported_not_counted_as_zero(tmp_path):
     res, table = _bench(tmp_path, env=UnmeasuredEnv)
     rec = res["methods"]["real"]["seeds"][0]["records"]
-    assert rec[-1]["cpu_unmeasured"] == 12 * 5 * 4 and rec[-1]["cpu_seconds"]["execution"] == 0.0
-    assert "Warning: compute understated" in table and "GRPO, real execution 240" in table
+    assert rec[-1]["cpu_unmeasured"] == len(rec) * 5 * 4 and rec[-1]["cpu_seconds"]["execution"] == 0.0
+    n = np.mean([e["records"][-1]["cpu_unmeasured"] for e in res["methods"]["real"]["seeds"]])  # mean per seed
+    assert "Warning: compute understated" in table and f"GRPO, real execution {n:.0f}" in table
 
 
 def test_tables_without_their_budget_are_left_out(tmp_path):
     _, table = _bench(tmp_path, methods=("real", "anchors_raw"))
-    assert "Equal compute: WMRL's" not in table and "Equal compute: real-execution GRPO's" in table
+    # methods stopped at the target have no equal-compute snapshots; the last step's table is there
+    assert "Equal compute" not in table and "Each method's last step" in table
     with pytest.raises(ValueError, match="has no real-execution GRPO.*add real"):  # nothing to measure against
         _bench(tmp_path / "b", methods=("wmrl", "wm_only"))
 
@@ -126,7 +139,7 @@ def test_a_seed_stopped_by_the_step_cap_is_not_said_to_be_beyond_the_budget(tmp_
             return [WorldModelPrediction(score=1.0 - float(a)) for a in actions]
 
     cfg = BenchConfig(methods=("real", "wm_only"), seeds=2, steps=4, max_steps_factor=2, groups_per_step=5,
-                      group_size=4, eval_points=3, refine_evals=0, out_dir=str(tmp_path))
+                      group_size=4, refine_evals=0, out_dir=str(tmp_path))
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=AntiWM(), train_tasks=["t1"],
                     heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
     assert [e["stopped"] for e in res["methods"]["wm_only"]["seeds"]] == ["step cap", "step cap"]
@@ -151,7 +164,7 @@ def test_report_of_a_stopped_run_keeps_the_seeds_every_method_finished(tmp_path)
     from agents.cli import main
 
     cfg = BenchConfig(methods=("real", "wmrl"), seeds=2, steps=3, max_steps_factor=2, groups_per_step=5, group_size=4,
-                      correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=3,
+                      correction=replace(BenchConfig().correction, anchor_fraction=0.2),
                       refine_evals=0, out_dir=str(tmp_path / "run"))
     full = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"],
                      heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
@@ -204,14 +217,30 @@ def test_compare_runs_measures_two_runs_against_the_first_runs_target(capsys):
     assert out["paired_ratio_first_over_second"] == [1.0] * 5 and round(out["first_speedup"]["point"], 1) == 6.7
 
 
-def test_every_method_has_the_same_step_cap_and_the_target_stays_at_real_grpos_step_s(tmp_path):
-    """Real GRPO trains to max_steps_factor x S like the others (no real seed is censored at S); the
-    target is still read from its curve at step S and the equal-steps point is step S."""
-    res, _ = _bench(tmp_path)
+def test_out_of_reach_real_grpo_trains_to_the_cap_and_the_others_to_its_compute(tmp_path):
+    """The step cap is a safeguard: with a stop target out of reach real GRPO trains to it (12 = 3 x S),
+    the others until they have spent real GRPO's compute on the same seed (past it they cannot be
+    cheaper); the target is still read from real GRPO's curve at step S."""
+    res, table = _bench(tmp_path, stop_gain=50.0, methods=("real", "wmrl", "anchors_raw"))
     real = res["methods"]["real"]["seeds"]
     for e in real:
-        assert len(e["records"]) == 12 and e["snapshot"]["steps"] == 4 and e["snapshot"]["compute_real"] == 4
-        assert e["compute_at"]["compute_real"] == pytest.approx(1600.0, abs=0.5)  # 4 steps x 20 rollouts x 20 CPU-s
+        assert len(e["records"]) == 12 and e["stopped"] == "step cap" and e["snapshot"]["steps"] == 4
+        assert e["compute_at"]["steps"] == pytest.approx(1600.0, abs=0.5)  # 4 steps x 20 rollouts x 20 CPU-s
+    for name in ("wmrl", "anchors_raw"):
+        for e, r in zip(res["methods"][name]["seeds"], real):
+            budget = r["records"][-1]["compute_cpu_s"]  # 4800 CPU-s: 60 steps of one anchor group, past the cap
+            assert e["stopped"] == "step cap" and len(e["records"]) == 12 and e["budgets"]["compute_real_to_stop_target"] == budget
+    class AntiWM:  # ranks actions backwards: its 4 groups a step outweigh the one anchor group
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=1.0 - float(a)) for a in actions]
+
+    cfg = fake_config(methods=("real", "anchors_raw"), seeds=1, steps=4, max_steps_factor=200, refine_evals=0,
+                      out_dir=str(tmp_path / "b"))
+    res2 = run_bench(cfg, **run_kw(world_model=AntiWM()))
+    e, r = res2["methods"]["anchors_raw"]["seeds"][0], res2["methods"]["real"]["seeds"][0]
+    assert r["stopped"] == "target"
+    assert e["stopped"] == "compute budget" and e["records"][-1]["compute_cpu_s"] >= r["records"][-1]["compute_cpu_s"]
+    assert e["records"][-2]["compute_cpu_s"] < r["records"][-1]["compute_cpu_s"]
     s0 = np.mean([e["curve"]["score"][0] for e in real])
     s_s = np.mean([e["curve"]["score"][e["curve"]["step"].index(4)] for e in real])
     assert res["speedup"]["s_S"] == pytest.approx(s_s) and res["speedup"]["target"] == pytest.approx(s0 + 0.9 * (s_s - s0))
@@ -225,9 +254,9 @@ def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_ru
     table reads 50/70/90/100% targets."""
     from agents.experiments.speedup import compute_to_target, speedup
 
-    cfg = BenchConfig(methods=("real", "real_anchor_batch", "wm_only", "wmrl", "wmrl_learned"), seeds=3, steps=4,
-                      max_steps_factor=3, groups_per_step=5, group_size=4,
-                      correction=replace(BenchConfig().correction, anchor_fraction=0.2), eval_points=4,
+    cfg = BenchConfig(methods=("real", "real_mid_batch", "real_anchor_batch", "wm_only", "wmrl", "wmrl_learned"), seeds=3,
+                      steps=4, max_steps_factor=3, groups_per_step=5, group_size=4,
+                      correction=replace(BenchConfig().correction, anchor_fraction=0.2),
                       refine_evals=1, out_dir=str(tmp_path))
     made = []
 
@@ -244,18 +273,25 @@ def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_ru
     for name in ("wm_only", "wmrl"):
         row = sp["methods"][name]
         assert row["fitting_charged"] and row["total_ctt"] == pytest.approx([c + 200.0 for c in row["ctt"]])
-    for name in ("real", "real_anchor_batch", "wmrl_learned"):
+    for name in ("real", "real_mid_batch", "real_anchor_batch", "wmrl_learned"):
         row = sp["methods"][name]
         assert not row["fitting_charged"] and row["total_ctt"] == row["ctt"]
     # real GRPO at the anchor groups' batch: round(0.2 x 5) = 1 group of 4 rollouts per step
-    for e in res["methods"]["real_anchor_batch"]["seeds"]:
-        assert [r["executions"] for r in e["records"]] == [4 * r["step"] for r in e["records"]]
-        assert len(e["records"]) == 12
-    # a fresh learned world model per seed, taught by its own anchor groups, its refits on the ledger
-    assert len(made) == 3 and all(wm.n_observed_groups == 12 and wm.n_refits >= 11 for wm in made)
+    # and at the middle batch, round(sqrt(1 x 5)) = 2 groups
+    for name, groups in (("real_anchor_batch", 1), ("real_mid_batch", 2)):
+        for e in res["methods"][name]["seeds"]:
+            assert [r["executions"] for r in e["records"]] == [groups * 4 * r["step"] for r in e["records"]]
+    # a fresh learned world model per seed, taught by its own anchor groups (one a step), its refits on the
+    # ledger and in the step records
+    n_steps = [len(e["records"]) for e in res["methods"]["wmrl_learned"]["seeds"]]
+    assert len(made) == 3 and [wm.n_observed_groups for wm in made] == n_steps
+    assert all(wm.n_refits >= n - 1 for wm, n in zip(made, n_steps))
+    for e, wm in zip(res["methods"]["wmrl_learned"]["seeds"], made):
+        assert e["records"][-1]["world_model_refits"] == wm.n_refits
     for e in res["methods"]["wmrl_learned"]["seeds"]:
         assert e["records"][-1]["cpu_seconds"]["world_model"] > 0
-    best = min(("real", "real_anchor_batch"), key=lambda n: np.median(sp["methods"][n]["total_ctt"]))
+    reals = ("real", "real_mid_batch", "real_anchor_batch")
+    best = min(reals, key=lambda n: (np.median(sp["methods"][n]["total_ctt"]), reals.index(n)))
     assert sp["best_real"] == best
     for name in ("wm_only", "wmrl", "wmrl_learned"):
         row = sp["methods"][name]
@@ -281,6 +317,7 @@ def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_ru
     table = (tmp_path / "table.md").read_text()
     assert "Sensitivity to the target" in table and "| 50% (" in table
     assert "GRPO, real execution, anchor groups' batch" in table and "WMRL, world model learned from its anchors" in table
+    assert "GRPO, real execution, middle batch" in table
     assert "10 executions × this run's own 20.00 CPU-s per execution = 200 CPU-s" in table
     # each world-model method's own cost per prediction: the learned model's refits are its own
     ratios = res["costs"]["_ratio"] if "costs" in res else __import__("agents.experiments.bench_report",
@@ -307,7 +344,7 @@ def test_results_json_is_strict_and_not_reached_is_null_listed_under_nonfinite(t
             return [WorldModelPrediction(score=1.0 - float(a)) for a in actions]
 
     cfg = BenchConfig(methods=("real", "wm_only"), seeds=2, steps=4, max_steps_factor=2, groups_per_step=5,
-                      group_size=4, eval_points=3, refine_evals=0, out_dir=str(tmp_path / "run"))
+                      group_size=4, refine_evals=0, out_dir=str(tmp_path / "run"))
     res = run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=AntiWM(), train_tasks=["t1"],
                     heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lambda s: None)
     assert res["speedup"]["methods"]["wm_only"]["ctt"] == [float("inf")] * 2
@@ -330,10 +367,14 @@ def test_a_run_logged_to_a_file_shows_each_step_and_evaluation(tmp_path):
     """A rich bar draws nothing outside a terminal (pytest's capture is not one): a long run
     logged to a file must still show its progress, one line per training step and evaluation."""
     cfg = BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2, groups_per_step=5,
-                      group_size=4, eval_points=2, refine_evals=0, out_dir=str(tmp_path))
+                      group_size=4, refine_evals=0, out_dir=str(tmp_path))
     lines: list[str] = []
     run_bench(cfg, make_agent=FakeAgent, make_env=FakeEnv, world_model=FakeWM(), train_tasks=["t1"],
               heldout_tasks=["h"], sandbox=None, evaluate=fake_eval, log=lines.append)
     steps = [s for s in lines if s.startswith("[bench] ") and " step " in s and "CPU-s" in s]
-    assert [s.split(": ")[0] for s in steps] == [f"[bench] {m} seed 0 step {k}" for m in ("real", "wmrl") for k in range(1, 5)]
-    assert any(s.startswith("[bench] real seed 0 held-out evaluation of step ") for s in lines)
+    n = {m: len(r["records"]) for m, r in ((m, json.loads((tmp_path / "results.json").read_text())["methods"][m]["seeds"][0])
+                                          for m in ("real", "wmrl"))}
+    assert [s.split(": ")[0] for s in steps] == [f"[bench] {m} seed 0 step {k}" for m in ("real", "wmrl")
+                                                  for k in range(1, n[m] + 1)]
+    assert any(s.startswith("[bench] wmrl seed 0 held-out evaluation of step ") for s in lines)
+    assert any(s.startswith("[bench] seed 0: stop target ") for s in lines)

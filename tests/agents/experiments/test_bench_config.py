@@ -63,7 +63,7 @@ def test_world_model_fitting_cost_is_the_logged_executions_cpu_seconds():
     assert world_model_fitting_cost(BenchConfig(world_model="llm"))[0] == 0.0
 
 
-@pytest.mark.parametrize("field,value", [("eval_points", 1), ("eval_draws", 0), ("target_gain", 1.5),
+@pytest.mark.parametrize("field,value", [("eval_draws", 0), ("target_gain", 1.5),
                                          ("refine_evals", -1), ("methods", ("real", "real")), ("group_size", 1)])
 def test_bad_settings_are_refused_before_anything_trains(tmp_path, field, value):
     FakeEnv.steps = 0

@@ -40,7 +40,9 @@ def test_reuse_from_reads_real_and_wmrl_and_trains_only_the_others(tmp_path):
     runs = second["methods"]["anchors_raw"]["seeds"]
     assert FakeEnv.steps == sum(s["records"][-1]["executions"] for s in runs) > 0
     for s, r in zip(runs, first["methods"]["real"]["seeds"]):
-        assert s["budgets"]["compute_real"] == r["records"][base.steps - 1]["compute_cpu_s"]  # real GRPO at S
+        # real GRPO's compute to its stop target, and that target
+        assert s["budgets"]["compute_real_to_stop_target"] == r["records"][-1]["compute_cpu_s"]
+        assert s["stop_target"] == r["stop_target"] is not None
     assert second["speedup"]["target"] == first["speedup"]["target"]
     assert "read from" in (tmp_path / "abl" / "table.md").read_text()
     assert json.loads((tmp_path / "abl" / "results.json").read_text())["reused_from"]["methods"] == ["real", "wmrl"]
@@ -52,7 +54,7 @@ def test_reuse_from_reads_real_and_wmrl_and_trains_only_the_others(tmp_path):
     (dict(methods=("real", "anchors_raw"), reuse_methods=("anchors_raw",)), "none of the methods"),
 ])
 def test_reuse_from_refuses_a_run_that_cannot_stand_in(tmp_path, change, message):
-    base = BenchConfig(methods=("real",), seeds=2, steps=3, groups_per_step=2, group_size=2, eval_points=2,
+    base = BenchConfig(methods=("real",), seeds=2, steps=3, groups_per_step=2, group_size=2,
                        refine_evals=0, out_dir=str(tmp_path / "head"))
     run_bench(base, **run_kw())
     bad = replace(base, reuse_from=str(tmp_path / "head" / "results.json"), out_dir=str(tmp_path / "b"), **change)
@@ -112,7 +114,7 @@ def test_settings_added_since_an_earlier_run_count_as_equal_at_their_default():
 
 def test_reusing_real_grpo_alone_allows_another_anchor_fraction(tmp_path):
     base = BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2, groups_per_step=5, group_size=2,
-                       eval_points=2, refine_evals=0, out_dir=str(tmp_path / "head"))
+                       refine_evals=0, out_dir=str(tmp_path / "head"))
     kw = run_kw()
     run_bench(base, **kw)
     other_f = replace(base, correction=replace(base.correction, anchor_fraction=0.4),
@@ -129,7 +131,7 @@ def test_guards_of_resume_and_reuse(tmp_path):
     """From a review: a finished run is not overwritten by a fresh one, an unfinished run cannot be
     reused, an unreadable results.json is named, and resume compares --reuse-methods too."""
     cfg = BenchConfig(methods=("real", "wmrl"), seeds=1, steps=2, max_steps_factor=2, groups_per_step=5, group_size=2,
-                      eval_points=2, refine_evals=0, out_dir=str(tmp_path / "run"))
+                      refine_evals=0, out_dir=str(tmp_path / "run"))
     kw = run_kw()
     run_bench(cfg, **kw)
     with pytest.raises(FileExistsError, match="pass --resume"):
@@ -146,17 +148,46 @@ def test_guards_of_resume_and_reuse(tmp_path):
         run_bench(replace(cfg, resume=True), **kw)
 
 
-def test_reusing_a_real_grpo_that_stopped_at_s_steps_is_warned_about(tmp_path):
-    """A results.json from before real GRPO trained the step cap (its real seeds stopped at S) can
-    still be reused, but the log says that the others' budget is then its shorter run."""
+def test_reusing_a_real_grpo_from_before_the_stop_target_is_warned_about(tmp_path):
+    """A results.json from before issue 35 (no stop target) can still be reused, but the log says that
+    the other methods then train to its compute or the step cap, without a target stop."""
     res, _ = _bench(tmp_path / "new", methods=("real",), seeds=1)
     old = json.loads((tmp_path / "new" / "results.json").read_text())
     e = old["methods"]["real"]["seeds"][0]
     e["records"], e["stopped"] = e["records"][:4], "steps"
+    del e["stop_target"]
     old.pop("nonfinite", None)
     (tmp_path / "old.json").write_text(json.dumps(old))
     logs = []
     cfg = fake_config(methods=("real", "wm_only"), seeds=1, steps=4, max_steps_factor=3, refine_evals=0,
                       out_dir=str(tmp_path / "b"), reuse_from=str(tmp_path / "old.json"))
-    run_bench(cfg, **run_kw(train_tasks=["t1", "t2"], log=logs.append))
-    assert any("trained 4 steps, not the step cap 12" in line for line in logs)
+    res = run_bench(cfg, **run_kw(train_tasks=["t1", "t2"], log=logs.append))
+    assert any("without a stop target (before issue 35; it trained 4 steps)" in line for line in logs)
+    assert res["methods"]["wm_only"]["seeds"][0]["stopped"] in ("step cap", "compute budget")
+
+
+def test_the_heldout_evaluation_cache_is_kept_across_resume_parts(tmp_path, monkeypatch):
+    """Issue 35, item 5: a --resume part reads the (task, program) grades an earlier part executed, so
+    no held-out program is executed twice over the parts of one run."""
+    import agents.experiments.bench as bench_mod
+    from agents.experiments.bench_resume import EVAL_CACHE_FILE, load_eval_cache, save_eval_cache
+
+    assert load_eval_cache(tmp_path) == {}
+    save_eval_cache(tmp_path, {("t", "print(1)"): {"score": 0.5}})
+    assert load_eval_cache(tmp_path) == {("t", "print(1)"): {"score": 0.5}}
+    # run_bench hands the saved cache to the default evaluation on --resume, and saves it after each seed
+    seen = []
+
+    def fake_evaluate_snapshot(agent, snap, tasks, k, sandbox, parallel, eval_seed=None, cache=None, **kw):
+        seen.append(dict(cache))
+        cache[("h", f"prog{snap:.3f}")] = {"score": snap}
+        return {"overall": 100 * snap, "per_category": {"a": 100 * snap}, "per_task": {}}
+
+    monkeypatch.setattr(bench_mod, "evaluate_snapshot", fake_evaluate_snapshot)
+    cfg = fake_config(methods=("real",), seeds=1, steps=2, max_steps_factor=2, refine_evals=0, out_dir=str(tmp_path / "r"))
+    run_bench(cfg, **run_kw(evaluate=fake_evaluate_snapshot))
+    first = load_eval_cache(tmp_path / "r")
+    assert first and (tmp_path / "r" / EVAL_CACHE_FILE).is_file()
+    seen.clear()
+    run_bench(replace(cfg, seeds=2, resume=True), **run_kw(evaluate=fake_evaluate_snapshot))
+    assert seen and set(first) <= set(seen[0])  # the second part's first evaluation already holds the first's

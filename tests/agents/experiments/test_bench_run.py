@@ -63,7 +63,11 @@ def test_run_method_records_why_it_stopped():
                      max_steps=2, compute_budget_s=200.0)
     assert (len(run.records), run.stopped) == (2, "step cap")
     run = run_method(METHODS["real"], 0, cfg, kw["make_agent"], kw["make_env"], None, kw["train_tasks"], max_steps=2)
-    assert run.stopped == "steps" and run.records[-1].cpu_seconds["execution"] == 2 * 20 * 20.0
+    assert run.stopped == "step cap" and run.records[-1].cpu_seconds["execution"] == 2 * 20 * 20.0
+    # a checkpoint that says stop ends training after that step: "target"
+    run = run_method(METHODS["wmrl"], 0, cfg, kw["make_agent"], kw["make_env"], kw["world_model"], kw["train_tasks"],
+                     max_steps=10, compute_budget_s=200.0, checkpoint=lambda r: len(r.records) == 2)
+    assert (len(run.records), run.stopped, len(run.snapshots)) == (2, "target", 3)
 
 
 def test_evaluate_snapshot_cache_draws_and_what_is_never_cached(monkeypatch):
