@@ -123,6 +123,8 @@ class AnchoredWorldModelWrapper(
             excludes ``correction`` and ``ledger``; ``world_model`` must be ``None`` or the loop's.
 
     Attributes:
+        n_groups_abandoned: training groups dropped by a reset with other arguments in their
+            middle (:meth:`reset`; int).
         loop: the :class:`~wmrl_envs.core.CorrectionLoop`, the one place to read the method's
             state: ``loop.router``, ``loop.corrector``, ``loop.ledger``, ``loop.ungraded``,
             ``loop.rho``, ``loop.world_model``, and :meth:`CorrectionLoop.stats
@@ -163,8 +165,12 @@ class AnchoredWorldModelWrapper(
         the router draws routes and the corrections learn. With ``training=False`` it is
         frozen: every episode is routed to ``eval_route``, nothing is updated, the per-episode
         API does no group bookkeeping (``group_id`` is ``None``; the group APIs still number the
-        groups they score), so equal seeds and actions give equal results — this is the mode in
-        which ``gymnasium.utils.env_checker.check_env`` passes.
+        groups they score), so equal seeds and actions give equal results.
+        ``gymnasium.utils.env_checker.check_env`` passes in both: while training the spec says
+        ``nondeterministic=True`` (so its step-determinism check is skipped; see :attr:`spec`) and
+        its seeded resets in the middle of a group abandon that group (:meth:`reset`); frozen, it
+        checks determinism too. ``env.spec.make()`` rebuilds the wrapper (the spec records the
+        world model).
 
     Raises:
         ValueError: invalid arguments (each message says which and how to fix it).
