@@ -156,3 +156,15 @@ def test_abandon_group_forgets_it_in_the_stop_rules_step():
     assert step.opened == opened  # one forgotten (group 0), one opened (group 1)
     assert w.loop.abandon_group(w._ticket) is True and w.loop.abandon_group(w._ticket) is False
     assert step.opened == opened - 1 and w.loop.stats()["groups_open"] == 0
+
+
+def test_abandon_group_forgets_it_in_the_step_it_was_opened_in():
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5), world_model=FirstActionWM(), groups_per_step=2)
+    t = loop.open_group()
+    loop.plan_step(2)  # a new step begins before the group is dropped
+    steps = loop.ungraded._steps
+    assert (steps[t.step].opened, steps[max(steps)].opened) == (1, 0)
+    assert loop.abandon_group(t)
+    assert t.step not in steps or steps[t.step].opened == 0
+    assert steps[max(steps)].opened == 0 and loop.stats()["groups_open"] == 0
+    assert not loop.abandon_group(loop.eval_ticket())  # an evaluation ticket has nothing open

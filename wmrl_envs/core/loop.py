@@ -371,8 +371,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
     def abandon_group(self, ticket: GroupTicket, episodes: int = 0) -> bool:
         """Drop an open group that will never close (e.g. a reset with other arguments in its
         middle): it leaves no open state and nothing is credited (no correction, anchor pairs,
-        advisor or learning data, no stop-rule record; the stop rule's step forgets it when it is
-        the current one); its ``episodes`` counted rollouts leave :attr:`n_episodes`. What it
+        advisor or learning data, no stop-rule record; the stop rule's step it was opened in
+        forgets it); its ``episodes`` counted rollouts leave :attr:`n_episodes`. What it
         spent (executions, world-model calls) stays in the ledger. Its id is not given again.
 
         Returns:
@@ -385,8 +385,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 return False
             self._open_ids.discard(gid)
             self._open_training.pop(gid, None)
-            if ticket.training and ticket.step == self.ungraded._step_id:
-                self.ungraded.abandon_groups(1, int(ticket.route == ANCHOR))
+            if ticket.training and ticket.step is not None:
+                self.ungraded.abandon_groups(1, int(ticket.route == ANCHOR), step=ticket.step)
             self.n_episodes -= int(episodes)
             return True
 
