@@ -168,3 +168,19 @@ def test_abandon_group_forgets_it_in_the_step_it_was_opened_in():
     assert t.step not in steps or steps[t.step].opened == 0
     assert steps[max(steps)].opened == 0 and loop.stats()["groups_open"] == 0
     assert not loop.abandon_group(loop.eval_ticket())  # an evaluation ticket has nothing open
+
+
+def test_options_holding_arrays_are_compared_by_value():
+    _, w = guess(group_size=2, fraction=0.5)
+    w.reset(options={"target": np.float64(0.4), "extra": np.array([1.0, 2.0])})
+    w.step(np.array([0.5], np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # equal options (a new but equal array): the group goes on
+        _, info = w.reset(options={"target": np.float64(0.4), "extra": np.array([1.0, 2.0])})
+    assert info["wmrl"]["episode_in_group"] == 1
+    w.step(np.array([0.5], np.float32))
+    w.reset(options={"target": np.float64(0.4), "extra": np.array([1.0, 2.0])})  # group 1
+    w.step(np.array([0.5], np.float32))
+    with pytest.warns(UserWarning, match="abandoned"):
+        _, info = w.reset(options={"target": np.float64(0.4), "extra": np.array([1.0, 3.0])})
+    assert (info["wmrl"]["group_id"], info["wmrl"]["episode_in_group"]) == (2, 0)

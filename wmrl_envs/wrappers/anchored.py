@@ -20,6 +20,7 @@ from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, Type
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
+from gymnasium.utils.env_checker import data_equivalence
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
@@ -298,7 +299,8 @@ class AnchoredWorldModelWrapper(
         equal episodes by design (the G episodes of a group draw their own streams; groups get
         new ids and routes, and the corrections learn), so ``check_env`` skips its
         step-determinism check; with ``training=False`` the wrapper is frozen and the spec says
-        what the inner env's does.
+        what the inner env's does (Gymnasium's ``make`` copies the flag into the rebuilt inner
+        env's own spec: rebuild from a spec read with ``training=False`` to keep the inner env's).
         """
         spec = super().spec
         if spec is None or not self.training or spec.nondeterministic:
@@ -359,7 +361,8 @@ class AnchoredWorldModelWrapper(
             self.loop.count_episodes(-1)
         if not new_group and in_group > 0:
             g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
-            if (seed is not None and seed != g_seed) or (options is not None and options != g_opts):
+            if (seed is not None and seed != g_seed) or (
+                    options is not None and not data_equivalence(options, g_opts, exact=True)):
                 self._abandon_group(in_group, seed, options)
                 new_group = True
             else:
