@@ -345,8 +345,9 @@ class AnchoredWorldModelWrapper(
         pairs, no stop-rule record; what it executed stays in the ledger), no open state left in
         the loop (:meth:`CorrectionLoop.abandon_group <wmrl_envs.core.CorrectionLoop.abandon_group>`);
         its route is used up, as the vector wrapper's is for a group some of whose episodes ended
-        (the schedule's fraction holds over the groups opened) — counted in :attr:`n_groups_abandoned` and warned about (``UserWarning``: the first
-        time, then at 2, 4, 8, ... abandoned groups).
+        (the schedule's fraction holds over the groups opened) — counted in
+        :attr:`n_groups_abandoned` and warned about (``UserWarning``: the first time, then at 2,
+        4, 8, ... abandoned groups).
 
         An episode reset before it ends is abandoned: it does not count toward its group.
         """
