@@ -28,14 +28,21 @@ instance of the run shares:
   group's first env is made; all its envs get the same route and ρ.
 * **routes** — anchor: the inner env's ``step`` runs (the real execution, timed into the ledger)
   and, while training, the world model scores every step too (anchor pairs). World model: the
-  inner env's ``step`` is never called; the world model predicts each turn's score, observation
-  (``WorldModelPrediction.observation``: a str or a list of chat messages) and whether the
-  episode ends (``terminated``, else after the inner env's ``max_turns``). The inner env's
-  constructor and ``init`` run on both routes (they give the model its task and prompt).
+  inner env's ``step`` is never called; the world model predicts each turn's score (the turn's
+  own score, as the inner env's turn reward: not a running or episode total) and whether the
+  episode ends (``terminated``: a prediction can end it, as the real env ends on a solved task;
+  else it ends after the inner env's ``max_turns``). A turn that does not end the episode sends
+  the model the next observation, as the real env would: the prediction's ``observation`` (a str
+  or a list of chat messages), else ``next_observation(inner_env, action, turn)`` when the hub
+  has one (what the real env would send, computed without executing), else a stand-in: the last
+  message the env sent, repeated (the prompt's last message on the first turn; the gym
+  wrappers' outcome mode likewise repeats the observation). The inner env's constructor and
+  ``init`` run on both routes (they give the model its task and prompt).
 * **rewards** — an episode's score aggregates its turns (``episode_score``: ``"sum"``, the
-  default, as SkyRL's GRPO sums a trajectory's turn rewards; ``"max"``; ``"last"``) on both
-  routes; its training reward is the real score on anchors and ``f̂(r̂)`` on world-model
-  episodes. Each step pays what the running training reward gained, so the turn rewards of an
+  default, as SkyRL's GRPO sums a trajectory's turn rewards; ``"max"``; ``"last"``) by one rule
+  on both routes: the inner env's turn rewards on anchors, the world model's turn scores on
+  world-model episodes; its training reward is the real score on anchors and ``f̂(r̂)`` on
+  world-model episodes. Each step pays what the running training reward gained, so the turn rewards of an
   episode sum to its training reward (on anchors with ``"sum"``: the inner env's own turn
   rewards, unchanged). When the G episodes of a group have ended (``done`` or ``close``),
   :meth:`~wmrl_envs.core.CorrectionLoop.close_group` feeds the anchor pairs to the debiaser and
@@ -193,17 +200,22 @@ class WMRLSkyRLHub:
             scores make its score, on both routes.
         ungraded_reward: what an ungraded episode's turn rewards sum to (float, default 0.0).
         rho_in_rewards: multiply anchor episodes' rewards by ρ (see the module docstring).
+        next_observation: what the real env would send after a world-model turn that does not end
+            the episode, computed without executing: ``f(inner_env, action, turn) -> str | list
+            of chat messages | None`` (``turn``: turns taken, 1 after the first). Used when the
+            prediction has no ``observation``; ``None`` (default) or a ``None`` return: the
+            stand-in (the last message the env sent, repeated; module docstring).
         world_model_timeout_s, max_ungraded_share, eval_route: as in
             :class:`~wmrl_envs.core.CorrectionLoop`.
 
     Attributes:
         loop: the :class:`~wmrl_envs.core.CorrectionLoop` (router, corrector, ledger).
-        group_size, episode_score, ungraded_reward, rho_in_rewards: as given.
+        group_size, episode_score, ungraded_reward, rho_in_rewards, next_observation: as given.
         closed_groups: ``(key, GroupCorrection)`` of the latest 256 closed groups (list).
 
     Raises:
         ValueError: ``group_size`` not an integer >= 1; unknown ``episode_score``.
-        TypeError: see :func:`as_world_model`.
+        TypeError: see :func:`as_world_model`; ``next_observation`` not callable.
     """
 
     def __init__(
@@ -217,6 +229,7 @@ class WMRLSkyRLHub:
         episode_score: EpisodeScore = "sum",
         ungraded_reward: float = 0.0,
         rho_in_rewards: bool = False,
+        next_observation: Callable[[BaseTextEnv, str, int], Any] | None = None,
         world_model_timeout_s: float | None = None,
         max_ungraded_share: float | None = 0.5,
         eval_route: str = ANCHOR,
@@ -225,6 +238,9 @@ class WMRLSkyRLHub:
             raise ValueError(f"group_size must be an integer >= 1 (generator.n_samples_per_prompt), got {group_size!r}")
         if episode_score not in ("sum", "max", "last"):
             raise ValueError(f"episode_score must be 'sum', 'max' or 'last', got {episode_score!r}")
+        if next_observation is not None and not callable(next_observation):
+            raise TypeError("next_observation must be a function f(inner_env, action, turn) -> the next message(s), "
+                            f"or None; got {type(next_observation).__name__}")
         wm = None if world_model is None else as_world_model(world_model)
         self.loop = CorrectionLoop(correction, world_model=wm, seed=int(seed), groups_per_step=groups_per_step,
                                    eval_route=eval_route,  # type: ignore[arg-type]
@@ -233,6 +249,7 @@ class WMRLSkyRLHub:
         self.episode_score = episode_score
         self.ungraded_reward = float(ungraded_reward)
         self.rho_in_rewards = bool(rho_in_rewards)
+        self.next_observation = next_observation
         self.closed_groups: list[tuple[str, Any]] = []
         self._filling: dict[tuple[str, bool], _Group] = {}
         self._open: list[_Group] = []
@@ -415,8 +432,11 @@ class WMRLTextEnv(BaseTextEnv):
 
         Returns:
             SkyRL's step output; ``reward`` (float) is what the episode's training reward gained
-            with this turn; ``metadata["wmrl"]`` holds ``route``, ``group_id``, ``raw`` (r̂ of the
-            turn), ``ungraded_cause``.
+            with this turn; ``observations`` on a world-model turn that does not end the episode:
+            the next observation (module docstring: the prediction's, ``next_observation``'s or
+            the stand-in); ``metadata["wmrl"]`` holds ``route``, ``group_id``, ``raw`` (r̂ of the
+            turn), ``ungraded_cause`` and, on world-model turns, ``observation_source``
+            (``"world_model"``, ``"next_observation"``, ``"stand_in"``; ``None`` at the end).
 
         Raises:
             RuntimeError: ``step`` after the episode ended.
@@ -459,10 +479,8 @@ class WMRLTextEnv(BaseTextEnv):
             done = done or cause is not None
         else:
             assert pred is not None
-            obs = _as_messages(pred.observation)
             done = bool(pred.terminated) or self.turns >= self.max_turns or self._wm_cause is not None
-            if done:
-                obs = []
+            obs, obs_source = ([], None) if done else self._next_observation(pred, action)
         target = self._target()
         if target is not None and self.route == ANCHOR and hub.episode_score == "sum":
             # the inner env's own turn reward (times ρ): exact, no running difference
@@ -475,12 +493,29 @@ class WMRLTextEnv(BaseTextEnv):
         cause = self._exec_cause if self.route == ANCHOR else self._wm_cause
         meta = {**out_meta, "wmrl": {"route": self.route, "group_id": self.group_id,
                                      "raw": None if pred is None else pred.score, "ungraded_cause": cause}}
+        if self.route != ANCHOR:
+            meta["wmrl"]["observation_source"] = obs_source
         if done:
             self._end()
         result = BaseTextEnvStepOutput(observations=obs, reward=float(reward), done=done, metadata=meta)
         if post is not None:
             result["postprocessed_action"] = post
         return result
+
+    def _next_observation(self, pred: WorldModelPrediction, action: str) -> tuple[list[dict[str, str]], str]:
+        """The observation of a world-model turn that does not end the episode, and where it came
+        from: ``"world_model"`` (the prediction's), ``"next_observation"`` (the hub's function) or
+        ``"stand_in"`` (the last message the env sent, repeated)."""
+        obs = _as_messages(pred.observation)
+        if obs:
+            return obs, "world_model"
+        fn = self.hub.next_observation
+        if fn is not None:
+            obs = _as_messages(fn(self.inner, action, self.turns))
+            if obs:
+                return obs, "next_observation"
+        last = next((m for m in reversed(self._history) if m.get("role") != "assistant"), None)
+        return ([copy.deepcopy(dict(last))] if last is not None else []), "stand_in"
 
     def _end(self) -> None:
         if self._ended:

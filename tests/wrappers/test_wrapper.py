@@ -121,14 +121,16 @@ def test_realised_fraction_with_steps_of_groups():
     assert w2.loop.router.realised_fraction == pytest.approx(0.1, abs=0.015)
 
 
-def test_group_reset_arguments_must_match():
-    _, _, w = make(group_size=2)
+def test_group_reset_arguments_are_reused_and_other_ones_start_a_new_group():
+    _, _, w = make(group_size=3)
     w.reset(seed=1, options={"target": 0.2})
     w.step(np.array([0.1], dtype=np.float32))
-    with pytest.raises(ValueError, match="share one"):
-        w.reset(options={"target": 0.9})
-    obs, _ = w.reset()  # omitted -> the group's arguments are reused
-    assert obs[0] == pytest.approx(0.2)
+    obs, info = w.reset()  # omitted -> the group's arguments are reused
+    assert obs[0] == pytest.approx(0.2) and info["wmrl"]["episode_in_group"] == 1
+    w.step(np.array([0.1], dtype=np.float32))
+    with pytest.warns(UserWarning, match="abandoned after 2 of its 3 episodes"):
+        obs, info = w.reset(options={"target": 0.9})  # other arguments mid-group: a new group
+    assert obs[0] == pytest.approx(0.9) and (info["wmrl"]["group_id"], info["wmrl"]["episode_in_group"]) == (1, 0)
 
 
 def test_reset_before_episode_end_abandons_it_and_step_without_episode_raises():
@@ -163,16 +165,20 @@ def test_reset_before_episode_end_abandons_it_and_step_without_episode_raises():
     assert (info["wmrl"]["group_id"], info["wmrl"]["episode_in_group"]) == (1, 0)  # a new group
 
 
-def test_rejected_reset_leaves_the_running_episode_as_it_was():
+def test_reset_with_other_arguments_abandons_the_running_episode_and_its_group():
     env, wm, w = make(correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     w.reset(options={"target": 0.3})
     w.step(np.array([0.1], dtype=np.float32))
     w.reset()  # episode 1 of group 0 is running
-    with pytest.raises(ValueError, match="share one"):
-        w.reset(options={"target": 0.5})  # a later episode cannot change the group's task
-    assert w.loop.n_episodes == 2
+    with pytest.warns(UserWarning, match="group 0 was abandoned after 1 of its 2 episodes"):
+        w.reset(options={"target": 0.5})  # a new task: group 0 is dropped, group 1 starts
+    assert w.loop.n_episodes == 1 and w.n_groups_abandoned == 1
     w.step(np.array([0.5], dtype=np.float32))
-    assert w.loop.corrector.groups_corrected["anchor"] == 1 and w.loop.corrector.debiaser.n_seen == 2  # the group completed
+    w.reset()
+    w.step(np.array([0.5], dtype=np.float32))
+    # only group 1 completed and was credited
+    assert w.loop.corrector.groups_corrected["anchor"] == 1 and w.loop.corrector.debiaser.n_seen == 2
+    assert w.last_group.group_id == 1 and w.last_group.real_scores == pytest.approx([1.0, 1.0])
 
 
 def test_state_roundtrip_continues_identically(tmp_path):

@@ -368,6 +368,28 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             self._route_queue = list(routes) + self._route_queue
             self.ungraded.abandon_groups(len(routes), list(routes).count(ANCHOR))
 
+    def abandon_group(self, ticket: GroupTicket, episodes: int = 0) -> bool:
+        """Drop an open group that will never close (e.g. a reset with other arguments in its
+        middle): it leaves no open state and nothing is credited (no correction, anchor pairs,
+        advisor or learning data, no stop-rule record; the stop rule's step it was opened in
+        forgets it); its ``episodes`` counted rollouts leave :attr:`n_episodes`. What it
+        spent (executions, world-model calls) stays in the ledger. Its id is not given again.
+
+        Returns:
+            ``True`` when the group was open and is dropped now; ``False`` for an evaluation
+            ticket, one closed or dropped already, or one of another epoch (nothing changes).
+        """
+        with self._lock:
+            gid = ticket.group_id
+            if gid is None or gid not in self._open_ids or ticket.epoch != self._epoch:
+                return False
+            self._open_ids.discard(gid)
+            self._open_training.pop(gid, None)
+            if ticket.training and ticket.step is not None:
+                self.ungraded.abandon_groups(1, int(ticket.route == ANCHOR), step=ticket.step)
+            self.n_episodes -= int(episodes)
+            return True
+
     def open_group(self, route: Route | None = None, *, prior_cost: Mapping[str, float] | None = None) -> GroupTicket:
         """Route the next group: its route (``route`` forces one; default: the schedule while
         training, ``eval_route`` while evaluating), a new group id and ρ as of now.

@@ -290,11 +290,15 @@ class UngradedMonitor:
         st.opened_anchors += int(bool(anchor))
         return self._step_id
 
-    def abandon_groups(self, n: int, anchors: int = 0) -> None:
-        """Forget ``n`` groups opened in the current step that will never be recorded (their
-        routes were given back, :meth:`CorrectionLoop.requeue_routes`), ``anchors`` of them
-        anchor groups."""
-        st = self._steps[self._step_id]
+    def abandon_groups(self, n: int, anchors: int = 0, step: int | None = None) -> None:
+        """Forget ``n`` groups opened in the current step (or in ``step``, :meth:`open_group`'s id)
+        that will never be recorded (their routes were given back,
+        :meth:`CorrectionLoop.requeue_routes`, or the group was dropped,
+        :meth:`CorrectionLoop.abandon_group`), ``anchors`` of them anchor groups. A step no
+        longer kept: nothing to forget."""
+        st = self._steps.get(self._step_id if step is None else step)
+        if st is None:
+            return
         st.opened = max(st.groups, st.opened - int(n))
         st.opened_anchors = max(0, st.opened_anchors - int(anchors))
 

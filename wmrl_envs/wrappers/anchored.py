@@ -14,14 +14,19 @@ elsewhere. The method itself is in ``docs/method.md``.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import warnings
 from typing import Any, Generic, Literal, Mapping, Sequence, SupportsFloat, TypeVar
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+from gymnasium.utils.env_checker import data_equivalence
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, execution_cause
+from wmrl_envs.utils import user_stacklevel
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 from .common import (
@@ -119,6 +124,8 @@ class AnchoredWorldModelWrapper(
             excludes ``correction`` and ``ledger``; ``world_model`` must be ``None`` or the loop's.
 
     Attributes:
+        n_groups_abandoned: training groups dropped by a reset with other arguments in their
+            middle (:meth:`reset`; int).
         loop: the :class:`~wmrl_envs.core.CorrectionLoop`, the one place to read the method's
             state: ``loop.router``, ``loop.corrector``, ``loop.ledger``, ``loop.ungraded``,
             ``loop.rho``, ``loop.world_model``, and :meth:`CorrectionLoop.stats
@@ -159,8 +166,12 @@ class AnchoredWorldModelWrapper(
         the router draws routes and the corrections learn. With ``training=False`` it is
         frozen: every episode is routed to ``eval_route``, nothing is updated, the per-episode
         API does no group bookkeeping (``group_id`` is ``None``; the group APIs still number the
-        groups they score), so equal seeds and actions give equal results — this is the mode in
-        which ``gymnasium.utils.env_checker.check_env`` passes.
+        groups they score), so equal seeds and actions give equal results.
+        ``gymnasium.utils.env_checker.check_env`` passes in both: while training the spec says
+        ``nondeterministic=True`` (so its step-determinism check is skipped; see :attr:`spec`) and
+        its seeded resets in the middle of a group abandon that group (:meth:`reset`); frozen, it
+        checks determinism too. ``env.spec.make()`` rebuilds the wrapper (the spec records the
+        world model).
 
     Raises:
         ValueError: invalid arguments (each message says which and how to fix it).
@@ -206,8 +217,12 @@ class AnchoredWorldModelWrapper(
         **removed: Any,
     ) -> None:
         reject_removed_kwargs("AnchoredWorldModelWrapper", removed)
+        # the spec records the world model and a shared loop themselves, not copies (as Gymnasium's
+        # wrappers that take a callable record it): env.spec.make() rebuilds this wrapper on them
         gym.utils.RecordConstructorArgs.__init__(
             self,
+            _disable_deepcopy=True,
+            world_model=world_model,
             group_size=group_size,
             mode=mode,
             groups_per_step=groups_per_step,
@@ -222,6 +237,7 @@ class AnchoredWorldModelWrapper(
             world_model_timeout_s=world_model_timeout_s,
             max_ungraded_share=max_ungraded_share,
             correction=correction,
+            loop=loop,
         )
         gym.Wrapper.__init__(self, env)
         check_episode_args(mode, group_size, episode_steps, episode_score)
@@ -246,6 +262,7 @@ class AnchoredWorldModelWrapper(
         self._begun: tuple[Any, Any, Any] | None = None  # begin_group(): (seed, options, context)
         self._warned_unfixed_task = False  # warned once: an anchor group executed without reset arguments
         self.last_group: GroupCorrection | None = None
+        self.n_groups_abandoned = 0  # groups dropped by a reset with other arguments in their middle
         self._reset_group_state()
 
     # ------------------------------------------------------------------ helpers
@@ -267,6 +284,28 @@ class AnchoredWorldModelWrapper(
     def _load_extra_state(self, state: Mapping[str, Any]) -> None:
         self._reset_group_state()
         self._begun = None
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        """The inner env's spec with this wrapper appended (``None`` when the inner env has none).
+
+        The wrapper's entry records its constructor arguments with the ``world_model`` and a
+        shared ``loop`` themselves (not copies), so ``env.spec.make()`` rebuilds the wrapper around
+        a new inner env: same world model, same settings, a new loop (or the same shared ``loop``)
+        and a new ledger; ``ledger`` and ``execution_envs`` are not recorded (the rebuilt wrapper
+        records its own costs and executes on its own env).
+
+        While ``training``, ``nondeterministic`` is ``True``: equal seeds and actions do not give
+        equal episodes by design (the G episodes of a group draw their own streams; groups get
+        new ids and routes, and the corrections learn), so ``check_env`` skips its
+        step-determinism check; with ``training=False`` the wrapper is frozen and the spec says
+        what the inner env's does (Gymnasium's ``make`` copies the flag into the rebuilt inner
+        env's own spec: rebuild from a spec read with ``training=False`` to keep the inner env's).
+        """
+        spec = super().spec
+        if spec is None or not self.training or spec.nondeterministic:
+            return spec
+        return dataclasses.replace(spec, nondeterministic=True)
 
     @property
     def _evaluating(self) -> bool:
@@ -294,37 +333,42 @@ class AnchoredWorldModelWrapper(
         """Start the next episode of the current group, or a new group after G episodes.
 
         The G episodes of a group share their reset arguments: give ``seed``/``options`` to
-        the group's first reset (later resets may omit them and get the same ones). With a
-        seed, episode ``i`` of the group then draws from its own stream (``np_random`` =
-        :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(seed, i)``, class docstring);
-        an evaluation reset (``training`` False) is a plain seeded reset.
+        the group's first reset (later resets may omit them, or repeat them, and get the same
+        ones). With a seed, episode ``i`` of the group then draws from its own stream
+        (``np_random`` = :func:`~wmrl_envs.wrappers.rollout_streams.rollout_rng` ``(seed, i)``,
+        class docstring); an evaluation reset (``training`` False) is a plain seeded reset.
 
-        Raises:
-            ValueError: a later episode of a group passes different ``seed``/``options``.
+        A reset with *other* arguments in the middle of a group (after some of its episodes
+        ended; e.g. ``check_env``'s seeded resets) starts a new group with them, as Gymnasium
+        expects a reset with a new seed to do: the partial group is abandoned — not counted
+        (its episodes leave ``loop.n_episodes``), nothing of it credited (no correction, no anchor
+        pairs, no stop-rule record; what it executed stays in the ledger), no open state left in
+        the loop (:meth:`CorrectionLoop.abandon_group <wmrl_envs.core.CorrectionLoop.abandon_group>`);
+        its route is used up, as the vector wrapper's is for a group some of whose episodes ended
+        (the schedule's fraction holds over the groups opened) — counted in
+        :attr:`n_groups_abandoned` and warned about (``UserWarning``: the first time, then at 2,
+        4, 8, ... abandoned groups).
 
         An episode reset before it ends is abandoned: it does not count toward its group.
         """
         self._begun = None
         if not self.training:
             return self._reset_eval(seed, options)
-        # The running episode (reset before it ended) is abandoned: it does not count toward
-        # its group. Check the arguments first, so that a rejected reset changes nothing.
+        # The running episode (reset before it ended) is abandoned: it does not count toward its group.
         abandon = not self._ep_done and self._episode_in_group > 0
-        in_group = self._episode_in_group - int(abandon)
+        in_group = self._episode_in_group - int(abandon)  # the group's episodes that ended
         new_group = self._ticket is None or not self._ticket.training or in_group >= self.group_size
-        if not new_group and in_group > 0:
-            g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
-            if (seed is not None and seed != g_seed) or (options is not None and options != g_opts):
-                raise ValueError(
-                    f"episode {in_group} of group {self._ticket.group_id} was reset with "  # type: ignore[union-attr]
-                    f"seed={seed!r}, options={options!r}, but its group started with seed={g_seed!r}, "
-                    f"options={g_opts!r}; all {self.group_size} episodes of a group share one "
-                    "task — pass the same arguments, or omit them after the first reset"
-                )
-            seed, options = g_seed, g_opts
         if abandon:
             self._episode_in_group -= 1
             self.loop.count_episodes(-1)
+        if not new_group and in_group > 0:
+            g_seed, g_opts = self._group_reset_args  # type: ignore[misc]
+            if (seed is not None and seed != g_seed) or (
+                    options is not None and not data_equivalence(options, g_opts, exact=True)):
+                self._abandon_group(in_group, seed, options)
+                new_group = True
+            else:
+                seed, options = g_seed, g_opts
         if new_group:
             self._reset_group_state()
             self._ticket = self.loop.open_group()
@@ -339,6 +383,26 @@ class AnchoredWorldModelWrapper(
         info = dict(info)
         info["wmrl"] = self._info()
         return obs, info
+
+    def _abandon_group(self, ended: int, seed: Any, options: Any) -> None:
+        """A reset with other arguments after ``ended`` episodes of the group: drop the group
+        (uncounted, nothing credited, nothing left open in the loop) and warn."""
+        ticket = self._ticket
+        assert ticket is not None and self._group_reset_args is not None
+        g_seed, g_opts = self._group_reset_args
+        self.loop.abandon_group(ticket, episodes=ended)
+        self.n_groups_abandoned += 1
+        n = self.n_groups_abandoned
+        if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a loop that resets every episode with a new task is told, not flooded
+            warnings.warn(
+                f"group {ticket.group_id} was abandoned after {ended} of its {self.group_size} episodes: reset with "
+                f"seed={seed!r}, options={options!r} while it started with seed={g_seed!r}, options={g_opts!r}. "
+                f"It is not counted and nothing of it is credited (no correction, no anchor pairs; what it executed "
+                f"stays in the ledger); a new group starts with the new arguments ({n} group(s) abandoned so far: "
+                "wrapper.n_groups_abandoned). The episodes of a group share one task: to train, pass the group's "
+                "arguments again, or none, until its last episode",
+                UserWarning, stacklevel=user_stacklevel(),
+            )
 
     def _start_episode(self, obs: Any) -> None:
         self._ep_ctx = obs

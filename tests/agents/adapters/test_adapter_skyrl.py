@@ -244,6 +244,97 @@ def test_multi_turn_anchor_turns_are_real_and_world_model_turns_never_step(env_i
     assert hub.stats()["anchor_pairs"] == 4 and hub.stats()["open_groups"] == 0
 
 
+# ------------------------------------------------------------ multi-turn: one rule on both routes (issue 38)
+MULTI_TURNS = 3
+
+
+def multi_turn_policy(row: int, rep: int, turn: int) -> str:
+    """Rollout 0 answers right at once; 1 is formatted but wrong, then right (the issue's 0.067 + 1.0);
+    2 is formatted but wrong on every turn; 3 never formats."""
+    truth = ANSWERS[row % len(ANSWERS)]
+    return [f"#### {truth}", "#### 1" if turn == 0 else f"#### {truth}", "#### 1", "no idea"][rep % 4]
+
+
+def gsm8k_turn_score(context, action) -> WorldModelPrediction:
+    """A perfect world model of skyrl-gym's multi-turn GSM8K, as a plain function: the turn's own score
+    (the env's turn reward) and the env's end on a right answer."""
+    i = int(context[0]["content"].split(":")[0].split()[1])
+    s = gsm8k_utils.compute_score(solution_str=action, ground_truth=ANSWERS[i % len(ANSWERS)], method="strict",
+                                  format_score=0.2 / MULTI_TURNS, score=1.0)
+    return WorldModelPrediction(score=s, terminated=s == 1.0)
+
+
+def gsm8k_next_message(inner, action, turn):
+    """What GSM8kMultiTurnEnv sends after ``turn`` turns (it depends on the turn only): its own message."""
+    inner.turns = turn
+    return inner._make_observation()
+
+
+def real_episode(row: int, rep: int) -> list[dict[str, Any]]:
+    ref = GSM8kMultiTurnEnv(extras={"reward_spec": {"ground_truth": ANSWERS[row]}, "max_turns": MULTI_TURNS})
+    ref.init([])
+    out = []
+    for t in range(MULTI_TURNS):
+        out.append(ref.step(multi_turn_policy(row, rep, t)))
+        if out[-1]["done"]:
+            return out
+    return out
+
+
+def test_multi_turn_world_model_episodes_follow_the_real_env_turn_for_turn(env_id, spy_steps):
+    """skyrl-gym's gsm8k_multi_turn, 3 turns: with a world model that predicts each turn's score and the
+    env's end, and the env's next message, a world-model episode gets the same observations, ends on the
+    same turn and scores the same turn rewards (same sum) as the real env: one rule on both routes."""
+    hub = register_wmrl_env(env_id, "gsm8k_multi_turn", gsm8k_turn_score, group_size=4, groups_per_step=4, seed=0,
+                            correction=CorrectionConfig(anchor_fraction=0.5, min_pairs=1000),
+                            next_observation=gsm8k_next_message)
+    out = generate(env_id, rows(4), 4, policy=multi_turn_policy, max_turns=MULTI_TURNS)
+    real_steps = list(spy_steps)  # (the reference episodes below step GSM8kMultiTurnEnv too)
+    routes = sorted({(o["env"].group_id, o["env"].route) for o in out})
+    assert [r for _, r in routes].count("anchor") == 2 and [r for _, r in routes].count("world_model") == 2
+    for o in out:
+        ref = real_episode(o["row"], o["rep"])
+        assert o["observations"] == [r["observations"] for r in ref]  # the real env's next messages, [] at the end
+        assert o["rewards"] == pytest.approx([r["reward"] for r in ref], abs=1e-12)  # same turns, same rewards
+        assert len(o["rewards"]) == [1, 2, 3, 3][o["rep"]]  # a predicted right answer ends the episode
+    rep1 = next(o for o in out if o["rep"] == 1 and o["env"].route == "world_model")
+    assert rep1["rewards"] == pytest.approx([0.2 / 3, 1.0])  # not 0.9 + 0.9 + 0.9
+    # world-model turns never executed: the real steps are the anchor episodes' turns, one each
+    assert sorted(a for _, a in real_steps) == sorted(multi_turn_policy(o["row"], o["rep"], t) for o in out
+                                                      if o["env"].route == "anchor" for t in range(len(o["rewards"])))
+    assert all(o["env"].real_steps == 0 for o in out if o["env"].route == "world_model")
+    # anchor groups: the world model's episode score by the same rule equals the real one (perfect model)
+    for _, corr in hub.closed_groups:
+        if corr.route == "anchor":
+            assert corr.raw_scores == pytest.approx(corr.real_scores, abs=1e-12)
+    assert len(hub.closed_groups) == 4 and hub.stats()["open_groups"] == 0
+
+
+def test_multi_turn_world_model_turn_without_a_predicted_observation_gets_the_stand_in(env_id):
+    """A world model that returns only a score (a float): the turns that do not end the episode send the
+    last message the env sent again (the prompt's question), never an empty observation."""
+    seen = []
+
+    def world_model(context, action):  # a float: no observation, no end
+        seen.append(copy.deepcopy(context))
+        return 0.9 if "####" in action else 0.1
+
+    hub = register_wmrl_env(env_id, "gsm8k_multi_turn", world_model, group_size=4, groups_per_step=1, seed=0,
+                            correction=CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0, min_pairs=1000))
+    batch = rows(1)
+    out = generate(env_id, batch, 4, policy=multi_turn_policy, max_turns=MULTI_TURNS)
+    question = batch[0]["prompt"][-1]
+    for o in out:
+        assert o["env"].route == "world_model" and len(o["rewards"]) == MULTI_TURNS  # nothing ends it early
+        assert o["observations"] == [[question], [question], []]
+        # per-turn scores summed (episode_score="sum"): 3 formatted turns score 0.9 + 0.9 + 0.9
+        expected = 0.9 * 3 if o["rep"] != 3 else 0.1 * 3
+        assert sum(o["rewards"]) == pytest.approx(expected)
+    # the world model's context on turn 3: prompt, answer, stand-in, answer, stand-in
+    assert any(len(c) == 5 and c[2] == question and c[4] == question for c in seen)
+    assert hub.stats()["open_groups"] == 0
+
+
 # ---------------------------------------------------------------------------------- ungraded
 class FlakyGSM8K(GSM8kEnv):
     """skyrl-gym's GSM8K whose grader fails (NaN reward, ``graded=False``) on the text ``"FAIL"``."""
@@ -335,25 +426,29 @@ def test_a_world_model_that_learns_is_taught_with_one_turn_anchor_groups(env_id)
     assert sorted(real) == sorted(float(gsm8k_utils.compute_score(completion(0, k), ANSWERS[0])) for k in range(4))
 
 
-def test_the_pages_local_run_prints_what_it_says():
+def test_the_pages_examples_print_what_it_says():
+    """docs/skyrl.md's two runnable examples (one-turn GSM8K; multi-turn GSM8K on both routes)."""
     import contextlib
     import io
     import re
     from pathlib import Path
 
     page = (Path(__file__).resolve().parents[3] / "docs" / "skyrl.md").read_text()
-    (code, prose), = re.findall(r"```python\n(.*?)```(.*?)(?=```|\Z)", page, re.S)
-    ns: dict = {"__name__": "skyrl_doc"}
-    out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, "docs/skyrl.md", "exec"), ns)  # noqa: S102 - the page's own example
-    finally:
-        for n in ("wmrl_gsm8k_demo", "wmrl_gsm8k_demo_eval"):
-            if n in skyrl_gym.registry:
-                deregister(n)
-    claimed = re.search(r"This prints `([^`]*)`", prose).group(1)
-    assert out.getvalue().strip() == claimed
+    blocks = re.findall(r"```python\n(.*?)```(.*?)(?=```|\Z)", page, re.S)
+    assert len(blocks) == 2
+    for code, prose in blocks:
+        ns: dict = {"__name__": "skyrl_doc"}
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, "docs/skyrl.md", "exec"), ns)  # noqa: S102 - the page's own example
+        finally:
+            for n in ("wmrl_gsm8k_demo", "wmrl_gsm8k_mt_demo"):
+                for name in (n, n + "_eval"):
+                    if name in skyrl_gym.registry:
+                        deregister(name)
+        claimed = re.search(r"This prints `([^`]*)`", prose).group(1)
+        assert out.getvalue().strip() == claimed
 
 
 def test_flush_closes_a_group_whose_samples_never_all_ended(env_id):
