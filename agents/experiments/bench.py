@@ -459,6 +459,16 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
     sandbox = make_sandbox(cfg.sandbox, hidden_paths=sandbox_hidden_paths())  # task secret, bundled data
     if cfg.sandbox == "auto" and not sandbox.isolates:
         raise ValueError("no isolating sandbox works here; install bubblewrap or pass --sandbox subprocess")
+    cost_model = None
+    if cfg.execution_cost_model is not None:
+        from .bench_costs import ExecutionCostModel, ModelledCostEnv
+
+        cost_model = ExecutionCostModel.load(cfg.execution_cost_model)
+
+    def make_env() -> Any:
+        env = AutoResearchEnv(tasks="train", sandbox=sandbox)
+        return env if cost_model is None else ModelledCostEnv(env, cost_model)
+
     wm = build_world_model(cfg)
     fitting_cpu_s, fitting_what, fitting_is_cpu = world_model_fitting_cost(cfg)
     log(f"[bench] sandbox={sandbox.name} world model={cfg.world_model} agent={cfg.agent} methods={list(cfg.methods)} "
@@ -470,7 +480,7 @@ def main_bench(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict[str
         return run_bench(
             cfg,
             make_agent=make_agent,
-            make_env=lambda: AutoResearchEnv(tasks="train", sandbox=sandbox),
+            make_env=make_env,
             world_model=wm,
             train_tasks=list_tasks("train"),
             heldout_tasks=list_tasks("heldout"),

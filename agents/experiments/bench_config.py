@@ -153,6 +153,13 @@ class BenchConfig:
     (``benchmarks/rho_calibration.py``, ``results/rho_calibration.json``). A default run (about one
     anchor group per step) ends before that warm-up: ρ stays 1 and the anchored methods are
     debiased and denoised with an unweighted anchor advantage."""
+    execution_cost_model: str | None = None
+    """A JSON cost model of CPU-seconds per execution measured on an idle machine
+    (:class:`agents.experiments.bench_costs.ExecutionCostModel`, written by
+    ``benchmarks/execution_load.py``): training executions are charged from it, per task, program
+    family and outcome, so that no method's bill moves with what else shares the cores; the measured
+    CPU-seconds are kept beside it (``execution_cpu_s_live`` in every step record). None: charge the
+    measured CPU-seconds."""
     learned_refit_every: int = 4
     """``wmrl_learned``'s world model refits after this many anchor groups (its first fit once it holds
     2 groups)."""
@@ -233,6 +240,9 @@ def check_bench_config(cfg: BenchConfig) -> None:
     if cfg.reuse_from is not None and not Path(cfg.reuse_from).is_file():
         raise FileNotFoundError(f"--reuse-from {cfg.reuse_from}: no such file (give the results.json of an earlier "
                                 "wmrl bench run)")
+    if cfg.execution_cost_model is not None and not Path(cfg.execution_cost_model).is_file():
+        raise FileNotFoundError(f"--execution-cost-model {cfg.execution_cost_model}: no such file (measure one with "
+                                "benchmarks/execution_load.py on an idle machine)")
     if cfg.resume and not Path(cfg.out_dir).is_dir():
         raise ValueError(f"--resume --out-dir {cfg.out_dir}: no such folder, so there is nothing to resume (is the "
                          "path right? without --resume a new run starts there)")

@@ -531,6 +531,9 @@ def cost_summary(results: dict[str, Any]) -> dict[str, Any]:
                      "cpu_unmeasured": float(np.mean([r.get("cpu_unmeasured", 0) for r in last])),
                      "realised_anchor_fraction": float(np.mean([r["realised_anchor_fraction"] for r in last])),
                      "cpu_s_per_execution": cpu["execution"] / n_exec if n_exec else None}
+        live = [r.get("execution_cpu_s_live") for r in last]
+        if live and all(v is not None for v in live):  # charged from a cost model: the measured figure beside it
+            out[name]["execution_cpu_s_live"] = float(np.mean(live))
     per_exec = [v["cpu_s_per_execution"] for v in out.values() if v["cpu_s_per_execution"]]
     wm = [(v["cpu_seconds"]["world_model"], n) for n, v in out.items()
           if METHODS[n].world_model and v["cpu_seconds"]["world_model"] > 0]
@@ -599,6 +602,12 @@ def format_cost_table(results: dict[str, Any]) -> str:
         lines.append(f"| {METHODS[name].label} | {cs['execution']:.1f} | {cs['world_model']:.1f} | {cs['generation']:.1f} | "
                      f"{cs['update']:.1f} | {sum(cs.values()):.1f} | {c['wall_s']:.1f} | {c['executions']:.0f} | "
                      f"{c['realised_anchor_fraction']:.3f} |")
+    live = {n: c for n, c in costs.items() if not n.startswith("_") and c.get("execution_cpu_s_live") is not None}
+    if live:
+        lines.append("\nExecutions are charged from the idle-machine cost model (`" + str(results["config"].get(
+            "execution_cost_model")) + "`); measured CPU-s of the same executions beside it (charged / measured): "
+                     + ", ".join(f"{METHODS[n].label} {c['cpu_seconds']['execution']:.0f} / {c['execution_cpu_s_live']:.0f}"
+                                 for n, c in live.items()) + ".")
     unmeasured = {n: c["cpu_unmeasured"] for n, c in costs.items() if not n.startswith("_") and c.get("cpu_unmeasured")}
     if unmeasured:
         lines.append("\n**Warning: compute understated.** Executions whose CPU-seconds the sandbox could not measure "

@@ -25,7 +25,7 @@ EVAL_CACHE_FILE = "eval_cache.pkl"
 _REUSE_MUST_MATCH = ("steps", "max_steps_factor", "stop_gain", "check_factor", "groups_per_step", "group_size", "agent", "model", "world_model",
                      "wm_information", "world_model_timeout_s", "eval_k", "eval_draws", "exec_parallel", "lr",
                      "kl_coef", "clip_eps", "num_iterations", "correction", "sandbox", "target_gain",
-                     "learned_refit_every")
+                     "learned_refit_every", "execution_cost_model")
 
 
 _WORLD_MODEL_SETTINGS = ("world_model", "wm_information", "world_model_timeout_s", "correction", "max_steps_factor",

@@ -53,6 +53,9 @@ class StepRecord:
     ungraded: int = 0
     """Ungraded rollouts so far (training; the machinery failed), cumulative."""
     ungraded_by_cause: dict[str, int] = field(default_factory=dict)
+    execution_cpu_s_live: float | None = None
+    """With an execution cost model (``--execution-cost-model``): the measured CPU-seconds of the
+    executions it charged so far (``cpu_seconds["execution"]`` holds what was charged); None without one."""
     world_model_refits: int = 0
     """Refits so far of a world model that learns in the run (its ``n_refits``; 0 for a frozen one)."""
 
@@ -182,6 +185,8 @@ def run_method(
             ungraded=stats["ungraded_rollouts"],
             ungraded_by_cause=stats["ungraded_by_cause"],
             world_model_refits=int(getattr(world_model, "n_refits", 0) or 0) if spec.world_model else 0,
+            execution_cpu_s_live=(float(sum(getattr(e, "live_cpu_s", 0.0) for e in (env, *extra_envs)))
+                                  if any(hasattr(e, "live_cpu_s") for e in (env, *extra_envs)) else None),
         ))
         run.snapshots.append(agent.snapshot())
         if progress:
