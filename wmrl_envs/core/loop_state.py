@@ -106,7 +106,7 @@ class LoopState:
                 self._load(before)  # a malformed nested part: back to the state before the call
                 raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
             self._open_ids.clear()
-            self._open_training.clear()
+            self._costs.clear_open()
             self._past_epochs.add(self._epoch)
             self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
             saved = self._settings()
