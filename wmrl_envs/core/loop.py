@@ -173,6 +173,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         # the group id of each advisor group (a learned world model rescores them by id)
         self._advisor_ids: deque[int | None] = deque(maxlen=self.advisor.max_groups)
         self._learn_warned = False
+        self._wm_state_warned = False  # saving without the world model's state was warned about
         # anchor_fraction="auto": the fraction follows the advisor's f* (None: a fixed fraction)
         self.adaptive: AdaptiveAnchorFraction | None = (
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
