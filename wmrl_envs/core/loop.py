@@ -370,10 +370,12 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ValueError: unknown ``route``, a world-model route without a world model, or a
                 ``prior_cost`` that maps something else than a route to a number >= 0.
             ExecutionBudgetSpent: ``anchor_fraction="auto"`` with ``on_budget_spent="stop"``, a
-                training group whose route executes (as measured so far) and the budget already
-                reached by the executions made and in flight: a run stops within one group of its
-                budget even where a step's executions were not known when it was planned (reward
-                mode's first step).
+                training group whose price (what a group of its route executes, as measured so far
+                or the prior) does not fit in the budget once the executions made and in flight
+                are paid (:meth:`GroupCosts.fits <wmrl_envs.core.budget.GroupCosts.fits>`): a run
+                stops at the last group that fits, within its budget wherever the price is known,
+                even where a step's executions were not known when it was planned (reward mode's
+                first step).
         """
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
