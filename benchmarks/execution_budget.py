@@ -13,11 +13,20 @@ anchor group executes). Scenarios:
 * ``vector-<lanes>``: :class:`~wmrl_envs.AnchoredWorldModelVectorWrapper` in reward mode with
   ``<lanes>`` lanes of G rollouts × 4 steps (a ``TimeLimit``): every lane opens its group before
   any group has closed, so the budget counts them at their prior cost (G × the step limit);
+* ``plain-<lanes>``: the same on a plain ``SyncVectorEnv`` (no RoutedSubEnv; issue 37: its
+  executions were recorded without a ticket, and with 2+ lanes no group was credited any);
+* ``shared-<n>``: ``n`` per-episode wrappers in reward mode (4 steps) sharing one loop, their
+  episodes interleaved (a group open in each at once);
 * ``late``: a bare :class:`~wmrl_envs.core.CorrectionLoop` whose anchor groups close one step
   after they were opened (the Ray scorer's late anchors: executions in flight at the next plan).
 
+Each row also gives ``credited``: the share of the executions that the closed groups were
+credited with (what the budget prices a group from; 1.0 when every execution names its group).
+
 ``--accounting legacy`` replays the accounting before issue 25 (an anchor group costs G
-executions, world-model groups nothing, groups in flight nothing) for comparison.
+executions, world-model groups nothing, groups in flight nothing) for comparison. The figures
+before issue 37 come from the same script run on the code before it (``PYTHONPATH`` pointing
+at a checkout of that commit): ``results/execution_budget_before_37.json``.
 
 Run (figures in ``docs/method.md``, "Adaptive anchor fraction")::
 
@@ -116,7 +125,14 @@ def _legacy(loop: Any) -> None:
     loop._check_budget_at_open = lambda route: None  # nor did opening a group check the budget
 
 
-def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
+def _credited(loop: Any) -> float:
+    """Executions credited to the closed training groups (what the budget prices a group from)."""
+    ge = loop.adaptive.group_executions
+    return float(sum(v[0] for v in ge.values()))
+
+
+def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, legacy: bool
+                 ) -> tuple[int, float, float]:
     from wmrl_envs import AnchoredWorldModelWrapper
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.adaptive import ExecutionBudgetSpent
@@ -139,20 +155,49 @@ def _wrapper_run(mode: str, turns: int, budget: int, groups: int, seed: int, leg
                     done = term or trunc
     except ExecutionBudgetSpent:
         pass
-    return env.loop.ledger.count("execution"), float(G * turns)
+    return env.loop.ledger.count("execution"), float(G * turns), _credited(env.loop)
 
 
-def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4) -> tuple[int, float]:
-    """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit)."""
+def _shared_run(n: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4) -> tuple[int, float, float]:
+    """``n`` per-episode wrappers in reward mode sharing one loop, their episodes interleaved."""
+    from wmrl_envs import AnchoredWorldModelWrapper
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.core.adaptive import ExecutionBudgetSpent
+
+    cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
+                           execution_budget=budget, on_budget_spent="stop")
+    loop = CorrectionLoop(cfg, world_model=TurnWM(0.1), groups_per_step=groups, seed=seed)
+    if legacy:
+        _legacy(loop)
+    envs = [AnchoredWorldModelWrapper(Turns(turns), None, group_size=G, mode="reward", loop=loop) for _ in range(n)]
+    rng = np.random.default_rng(seed)
+    try:
+        for _ in range(10_000):
+            for e in envs:
+                e.reset()
+            for _ in range(turns):
+                for e in envs:
+                    e.step(int(rng.integers(0, 2)))
+    except ExecutionBudgetSpent:
+        pass
+    return loop.ledger.count("execution"), float(G * turns), _credited(loop)
+
+
+def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4,
+                plain: bool = False) -> tuple[int, float, float]:
+    """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit);
+    ``plain``: a ``SyncVectorEnv`` without RoutedSubEnv (and without ``task_fn``, which needs it)."""
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.adaptive import ExecutionBudgetSpent
     from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
-    venv = make_vector_env(lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns), G * lanes)
+    fn = lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns)  # noqa: E731
+    venv = gym.vector.SyncVectorEnv([fn] * (G * lanes)) if plain else make_vector_env(fn, G * lanes)
+    kw: dict[str, Any] = {} if plain else {"task_fn": lambda lane, rnd: (1000 * lane + rnd, None)}
     w = AnchoredWorldModelVectorWrapper(venv, RandomWM(seed), group_size=G, mode="reward", groups_per_step=groups,
-                                        task_fn=lambda lane, rnd: (1000 * lane + rnd, None), correction=cfg, seed=seed)
+                                        correction=cfg, seed=seed, **kw)
     if legacy:
         _legacy(w.loop)
     rng = np.random.default_rng(seed)
@@ -162,10 +207,10 @@ def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, t
             w.step(rng.uniform(-1, 1, (G * lanes, 1)).astype(np.float32))
     except ExecutionBudgetSpent:
         pass
-    return w.loop.ledger.count("execution"), float(G * turns)
+    return w.loop.ledger.count("execution"), float(G * turns), _credited(w.loop)
 
 
-def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float]:
+def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float, float]:
     """Anchor groups close one step after they were opened (executions recorded at close)."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
     from wmrl_envs.core.adaptive import ExecutionBudgetSpent
@@ -204,22 +249,25 @@ def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, f
     except ExecutionBudgetSpent:
         for t in running:  # what was submitted still executes
             finish(t)
-    return loop.ledger.count("execution"), float(G)
+    return loop.ledger.count("execution"), float(G), _credited(loop)
 
 
 def run_one(scenario: str, budget: int, groups: int, seed: int, legacy: bool) -> dict[str, Any]:
-    """One run; returns the executions, the budget and the overrun in groups."""
+    """One run; returns the executions, the budget, the overrun in groups and the share of the
+    executions credited to the closed groups."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
+        kind, _, arg = scenario.partition("-")
         if scenario == "late":
-            used, group = _late_run(budget, groups, seed, legacy)
-        elif scenario.startswith("vector-"):
-            used, group = _vector_run(int(scenario.split("-")[1]), budget, groups, seed, legacy)
+            used, group, credited = _late_run(budget, groups, seed, legacy)
+        elif kind in ("vector", "plain"):
+            used, group, credited = _vector_run(int(arg), budget, groups, seed, legacy, plain=kind == "plain")
+        elif kind == "shared":
+            used, group, credited = _shared_run(int(arg), budget, groups, seed, legacy)
         else:
-            mode, turns = scenario.split("-")
-            used, group = _wrapper_run(mode, int(turns), budget, groups, seed, legacy)
+            used, group, credited = _wrapper_run(kind, int(arg), budget, groups, seed, legacy)
     return {"scenario": scenario, "budget": budget, "groups": groups, "seed": seed, "executions": used,
-            "over_budget_groups": (used - budget) / group}
+            "over_budget_groups": (used - budget) / group, "credited": credited / used if used else float("nan")}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -228,7 +276,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--budgets", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--groups", type=int, nargs="+", default=[10, 20], help="groups per step")
-    ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late", "vector-4", "vector-8"])
+    ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late", "vector-4", "vector-8",
+                                                        "vector-16", "plain-4", "plain-8", "plain-16", "shared-2"])
     ap.add_argument("--accounting", choices=["current", "legacy"], default="current")
     ap.add_argument("--out", default="results/execution_budget.json")
     args = ap.parse_args(argv)
@@ -241,12 +290,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             for n in args.groups:
                 runs = [run_one(sc, b, n, s, args.accounting == "legacy") for s in range(args.seeds)]
                 over = [r["over_budget_groups"] for r in runs]
+                credited = [r["credited"] for r in runs]
                 rows.append({"scenario": sc, "budget": b, "groups_per_step": n, "median_over_groups": float(np.median(over)),
                              "max_over_groups": float(np.max(over)),
-                             "median_executions": float(np.median([r["executions"] for r in runs]))})
+                             "median_executions": float(np.median([r["executions"] for r in runs])),
+                             "min_executions": float(np.min([r["executions"] for r in runs])),
+                             "max_executions": float(np.max([r["executions"] for r in runs])),
+                             "median_credited": float(np.nanmedian(credited)) if not np.all(np.isnan(credited)) else None})
+                cr = rows[-1]["median_credited"]
                 print(f"  {sc:10s} budget {b:4d}, {n:2d} groups/step: executions {rows[-1]['median_executions']:.0f} "
-                      f"(median); over budget {rows[-1]['median_over_groups']:+.2f} groups (median), "
-                      f"{rows[-1]['max_over_groups']:+.2f} (max)")
+                      f"(median; {rows[-1]['min_executions']:.0f}-{rows[-1]['max_executions']:.0f}); over budget "
+                      f"{rows[-1]['median_over_groups']:+.2f} groups (median), {rows[-1]['max_over_groups']:+.2f} (max); "
+                      f"credited {'-' if cr is None else f'{cr:.2f}'}")
     worst = max(r["max_over_groups"] for r in rows)
     print(f"worst overrun: {worst:+.2f} groups; {time.time() - t0:.0f} s")
     result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows, "worst_over_groups": worst}

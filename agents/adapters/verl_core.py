@@ -366,8 +366,10 @@ class WMRLHub:
             uid = str(uid)
             if world_model_called:
                 self.loop.ledger.add(WORLD_MODEL_SOURCE, float(wm_seconds), 1, cpu_seconds=wm_cpu_seconds)
-            if exec_seconds is not None:
-                self.loop.record_execution(float(exec_seconds), 1, cpu_seconds=exec_cpu_seconds)
+            if exec_seconds is not None:  # credited to its group (an execution budget prices groups by it)
+                open_group = self._groups.get(uid) if training else None
+                self.loop.record_execution(float(exec_seconds), 1, cpu_seconds=exec_cpu_seconds,
+                                           ticket=open_group.ticket if open_group is not None else None)
             if route == ANCHOR:
                 reward = None if (real is None or exec_cause) else float(real)
                 if reward is None and not exec_cause:

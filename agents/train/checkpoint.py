@@ -1,7 +1,7 @@
 """Checkpoints of a ``wmrl train`` run: ``RUN_DIR/checkpoint/`` holds ``weights.pt`` (LoRA weights,
 optimiser, torch RNG states) and ``state.json`` (step, the wrapper's routing/correction state
 including every anchor pair and, with ``--world-model learned-*``, the learned world model's stored
-anchor rollouts and counters under ``wrapper.learned_world_model`` (its head is refitted on them at
+anchor rollouts and counters under ``wrapper.world_model`` (its head is refitted on them at
 load), numpy RNG, counters); written atomically (``checkpoint.tmp`` renamed).
 """
 

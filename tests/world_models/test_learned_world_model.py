@@ -195,7 +195,7 @@ def test_state_round_trip_mid_run_gives_identical_next_predictions():
     _run(loop, np.random.default_rng(5), 0, 9, w)  # 9 groups: mid refit interval (refit_every=2)
     assert loop.world_model.n_observed_groups >= 3
     state = json.loads(json.dumps(loop.state_dict()))  # strict JSON
-    assert state["learned_world_model"]["n_observed_groups"] == loop.world_model.n_observed_groups
+    assert state["world_model"]["n_observed_groups"] == loop.world_model.n_observed_groups
     resumed = make()
     resumed.load_state_dict(state)
     assert resumed.world_model.n_rollouts == loop.world_model.n_rollouts
@@ -206,11 +206,11 @@ def test_state_round_trip_mid_run_gives_identical_next_predictions():
     np.testing.assert_array_equal(loop.corrector.debiaser.pairs()[0], resumed.corrector.debiaser.pairs()[0])
     assert loop.advisor.groups() == resumed.advisor.groups()
     # a state saved before a world model could learn loads (no learned part, no advisor ids)
-    old = {k: v for k, v in state.items() if k not in ("learned_world_model", "advisor_group_ids")}
+    old = {k: v for k, v in state.items() if k not in ("world_model", "advisor_group_ids")}
     make().load_state_dict(old)
     # a malformed learned part changes nothing
     bad = json.loads(json.dumps(state))
-    bad["learned_world_model"]["real"] = bad["learned_world_model"]["real"][:-1]
+    bad["world_model"]["real"] = bad["world_model"]["real"][:-1]
     n, probe = resumed.world_model.n_rollouts, resumed.world_model.predict_scores([0], [np.ones(4)])
     with pytest.raises(ValueError, match="malformed"):
         resumed.load_state_dict(bad)
@@ -575,6 +575,6 @@ def test_a_learned_state_loaded_by_a_loop_whose_world_model_does_not_learn_is_wa
 
     loop = CorrectionLoop(world_model=Frozen())
     state = loop.state_dict()
-    state["learned_world_model"] = {"anything": 1}
-    with pytest.warns(UserWarning, match="does not learn: the learned state is ignored"):
+    state["world_model"] = {"anything": 1}
+    with pytest.warns(UserWarning, match="has no load_state_dict: the saved state is ignored"):
         CorrectionLoop(world_model=Frozen()).load_state_dict(state)

@@ -101,7 +101,7 @@ class CorrectionConfig:
     min_anchor_groups is never removed (see on_budget_spent)."""
     on_budget_spent: Literal["floor", "stop"] = "stop"
     """anchor_fraction="auto", once execution_budget is spent: "stop" (default: ExecutionBudgetSpent ends
-    training within one group of the budget; ``wmrl train`` then evaluates and writes its summary) or
+    training at the last group that fits in the budget; ``wmrl train`` then evaluates and writes its summary) or
     "floor" (the min_anchor_groups floor keeps executing, past the budget, with a warning: the
     corrections keep getting fresh pairs, the budget is no longer a cap)."""
 

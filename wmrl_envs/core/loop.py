@@ -54,6 +54,7 @@ from wmrl_envs.utils import user_stacklevel
 
 from .adaptive import AdaptiveAnchorFraction
 from .advisor import AnchorAdvice, AnchorAdvisor, CostRates
+from .budget import BudgetCosts, GroupCosts
 from .config import CorrectionConfig
 from .corrector import GroupCorrection, WMRLCorrector
 from .group import GroupScoring, GroupTicket, failure_messages, rollout_cause, score_failure
@@ -172,6 +173,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         # the group id of each advisor group (a learned world model rescores them by id)
         self._advisor_ids: deque[int | None] = deque(maxlen=self.advisor.max_groups)
         self._learn_warned = False
+        self._wm_state_warned = False  # saving without the world model's state was warned about
         # anchor_fraction="auto": the fraction follows the advisor's f* (None: a fixed fraction)
         self.adaptive: AdaptiveAnchorFraction | None = (
             self._config.build_adaptive() if self._config.adaptive and router is None else None)
@@ -191,11 +193,10 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         self.n_episodes = 0
         # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
         self._open_ids: set[int] = set()
-        # the open training groups (runtime only, like _open_ids): id -> [route, executions recorded for
-        # it, its prior cost in executions (None: none given)]
-        self._open_training: dict[int, list[Any]] = {}
-        # the latest prior cost per route given to open_group (executions of one group, before any closed)
-        self._prior_cost: dict[str, float] = {}
+        # the open training groups' executions and the prices of a group (open groups: runtime only,
+        # like _open_ids; the priors given to open_group stay)
+        self._costs = GroupCosts()
+        self._unticketed_warned = False
         # the tickets' epoch: drawn again by every load, so a ticket from before it is refused
         # even when the loaded counter gives its group id again (earlier epochs: for the error)
         self._epoch = secrets.token_hex(8)
@@ -304,62 +305,47 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         anchors by what is left of the execution budget)."""
         if self.adaptive is not None and self.training:
             a = self.adaptive
-            anchor_cost, wm_cost, in_flight = self._budget_costs()
+            costs = self._budget_costs()
+            # the step's world-model groups are not charged up front (groups_in_step not given): each
+            # group is checked when it opens (_check_budget_at_open), so a step spends what fits
             fraction, budget_slots = a.step(self.router.n_steps, self.advisor, self.ledger,
-                                            self._advice_calibration(), anchor_cost=anchor_cost,
-                                            world_model_cost=wm_cost, in_flight=in_flight,
-                                            groups_in_step=groups_in_step)
+                                            self._advice_calibration(), anchor_cost=costs.anchor,
+                                            world_model_cost=costs.world_model, in_flight=costs.in_flight)
             self.router.anchor_fraction = fraction
             self.router.keep_floor = True  # an adaptive fraction never removes the floor (even at 0)
+            if a.execution_budget is not None and not a.budget_spent:
+                fit = GroupCosts.anchor_slots(costs, self.ledger.count(EXECUTION), a.execution_budget, groups_in_step)
+                if fit is not None:
+                    budget_slots = fit if budget_slots is None else min(budget_slots, fit)
             if budget_slots is not None:  # the budget never removes the floor
                 budget_slots = max(budget_slots, self.router.min_anchor_groups)
                 free_slots = budget_slots if free_slots is None else min(free_slots, budget_slots)
         return list(self.router.route_step(groups_in_step, free_slots=free_slots))
 
-    def _budget_costs(self) -> tuple[float | None, float, float]:
-        """``(anchor_cost, world_model_cost, in_flight)`` in real executions for the adaptive
-        fraction's budget: a training group's executions per route as measured so far (an anchor
-        group at least its size, one execution per rollout, and at least a world-model group's),
-        before any group of a route has closed its prior cost (the latest ``prior_cost`` given to
-        :meth:`open_group`; ``None``/0 without one), and what the training groups opened and not
-        closed will still execute (their route's cost, or before one is measured their own prior
-        cost, less what they recorded: lanes of a vector env, groups submitted to Ray)."""
-        a = self.adaptive
-        assert a is not None
-        wm_measured = a.executions_per_group(WORLD_MODEL)
-        wm_cost = (wm_measured if wm_measured is not None else self._prior_cost.get(WORLD_MODEL)) or 0.0
-        measured = a.executions_per_group(ANCHOR)
-        if measured is None:
-            measured = self._prior_cost.get(ANCHOR)
+    def _budget_costs(self) -> BudgetCosts:
+        """The prices of a training group per route and the executions in flight, in real executions
+        (:meth:`GroupCosts.price <wmrl_envs.core.budget.GroupCosts.price>`: measured per closed group
+        and route; before a route's first group closed, the latest ``prior_cost`` given to
+        :meth:`open_group`)."""
         size = len(self.advisor.groups()[1][-1]) if len(self.advisor) else None
-        # an anchor group executes at least what a world-model group does (reward mode: the same)
-        anchor_cost = (None if measured is None and size is None and not wm_cost
-                       else max(measured or 0.0, size or 0.0, wm_cost))
-        known = {ANCHOR: None if a.executions_per_group(ANCHOR) is None and size is None and wm_measured is None
-                 else anchor_cost, WORLD_MODEL: wm_measured}
-        in_flight = 0.0
-        for route, n, prior in self._open_training.values():
-            cost = known[route] if known[route] is not None else prior
-            in_flight += max(0.0, (cost or 0.0) - n)
-        return anchor_cost, wm_cost, in_flight
+        return self._costs.price(self.adaptive, size)
 
     def _check_budget_at_open(self, route: Route) -> None:
-        """``on_budget_spent="stop"``: refuse a training group that executes once the budget is
-        reached by the executions made and in flight (see :meth:`open_group`)."""
+        """``on_budget_spent="stop"``: refuse a training group that does not fit in what is left of
+        the budget once the executions made and in flight are paid (see :meth:`open_group`)."""
         from .adaptive import ExecutionBudgetSpent
 
         a = self.adaptive
         if a is None or a.execution_budget is None or a.on_budget_spent != "stop":
             return
-        anchor_cost, wm_cost, in_flight = self._budget_costs()
-        cost = (anchor_cost or 0.0) if route == ANCHOR else wm_cost
+        costs = self._budget_costs()
         used = self.ledger.count(EXECUTION)
-        if cost > 0 and used + in_flight >= a.execution_budget:
+        if not GroupCosts.fits(costs, route, used, a.execution_budget):
             a.budget_spent = True
             raise ExecutionBudgetSpent(
-                f"the execution budget is spent ({used} of {a.execution_budget} real executions, {in_flight:.0f} more "
-                "in flight); training stops here (on_budget_spent='stop'; 'floor' would go on with the anchor floor "
-                "only)")
+                f"the execution budget is spent ({used} of {a.execution_budget} real executions, "
+                f"{costs.in_flight:.0f} more in flight; a {route} group costs {costs.of(route):.0f}); training stops "
+                "here (on_budget_spent='stop'; 'floor' would go on with the anchor floor only)")
 
     def requeue_routes(self, routes: Sequence[Route]) -> None:
         """Give back routes of groups that were opened but never used (they lead the queue again;
@@ -406,20 +392,19 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ValueError: unknown ``route``, a world-model route without a world model, or a
                 ``prior_cost`` that maps something else than a route to a number >= 0.
             ExecutionBudgetSpent: ``anchor_fraction="auto"`` with ``on_budget_spent="stop"``, a
-                training group whose route executes (as measured so far) and the budget already
-                reached by the executions made and in flight: a run stops within one group of its
-                budget even where a step's executions were not known when it was planned (reward
-                mode's first step).
+                training group whose price (what a group of its route executes, as measured so far
+                or the prior) does not fit in the budget once the executions made and in flight
+                are paid (:meth:`GroupCosts.fits <wmrl_envs.core.budget.GroupCosts.fits>`): a run
+                stops at the last group that fits, within its budget wherever the price is known,
+                even where a step's executions were not known when it was planned (reward mode's
+                first step).
         """
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
         with self._lock:
             training = self.training
             if prior_cost is not None:
-                for k, v in prior_cost.items():
-                    if k not in (ANCHOR, WORLD_MODEL) or not (isinstance(v, numbers.Real) and v >= 0):
-                        raise ValueError(f"prior_cost maps 'anchor'/'world_model' to executions >= 0, got {k!r}: {v!r}")
-                self._prior_cost.update({k: float(v) for k, v in prior_cost.items()})
+                self._costs.set_prior(prior_cost)
             if route is None:
                 route = self.next_route() if training else self.eval_route
             self._check_route(route)
@@ -429,7 +414,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)
             if training:
-                self._open_training[ticket.group_id] = [route, 0, self._prior_cost.get(route)]
+                self._costs.open(ticket.group_id, route)
             self.n_groups_started += 1
             return ticket
 
@@ -498,10 +483,11 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         (:func:`~wmrl_envs.core.ledger.execution_cpu_seconds`); ``None``: not measured (the
         ledger counts such executions in ``cpu_unmeasured``).
 
-        The executions are also counted for their group (what a group of each route costs in
-        executions, for an ``execution_budget``): ``ticket``'s, or without one the only training
-        group open (one wrapper running one group at a time); with several open and no ticket
-        they are in the ledger only.
+        The executions are also credited to their group, ``ticket``'s (what a group of each route
+        costs in executions, for an ``execution_budget``; the wrappers, the group calls and the
+        adapters pass it). Without a ticket they go to the only training group open (one
+        group at a time); with several open they are in the ledger only, and with an execution
+        budget a warning (once) asks for the ticket: the budget would price groups too low.
 
         Raises:
             ValueError: negative or non-finite seconds, a bad count.
@@ -511,15 +497,25 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             self.attribute_executions(ticket, count)
 
     def attribute_executions(self, ticket: GroupTicket | None, count: int) -> None:
-        """Count ``count`` executions already in the ledger (e.g. added by a Ray pool that shares
-        it) for ``ticket``'s group (``None``: the only training group open, if exactly one is)."""
+        """Credit ``count`` executions already in the ledger (e.g. added by a Ray pool that shares
+        it) to ``ticket``'s group (``None``: the only training group open, if exactly one is; an
+        evaluation ticket, a closed group or a ticket from before a load: nothing)."""
         with self._lock:
             if ticket is not None:
-                entry = self._open_training.get(ticket.group_id) if ticket.group_id is not None else None
-            else:
-                entry = next(iter(self._open_training.values())) if len(self._open_training) == 1 else None
-            if entry is not None:
-                entry[1] += int(count)
+                if ticket.epoch == self._epoch:
+                    self._costs.credit(ticket.group_id, count)
+                return
+            only = self._costs.only_open()
+            if only is not None:
+                self._costs.credit(only, count)
+            elif (self._costs.n_open > 1 and not self._unticketed_warned and self.adaptive is not None
+                  and self.adaptive.execution_budget is not None):
+                self._unticketed_warned = True
+                warnings.warn(
+                    f"{count} real execution(s) recorded without a ticket while {self._costs.n_open} training groups "
+                    "are open: they count in the ledger but for no group, so the execution budget prices a group too "
+                    "low; pass record_execution(..., ticket=the group's ticket)", UserWarning,
+                    stacklevel=user_stacklevel())
 
     def count_episodes(self, n: int) -> None:
         """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""
@@ -615,9 +611,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             corr = self.corrector.correct_group(ticket.route, raw, real, ticket.group_id, rho=rho,
                                                 training=ticket.training)
             self._open_ids.discard(ticket.group_id)
-            done = self._open_training.pop(ticket.group_id, None) if ticket.group_id is not None else None
+            done = self._costs.close(ticket.group_id)
             if done is not None and self.adaptive is not None:
-                self.adaptive.note_group(done[0], done[1])  # [route, executions, prior]
+                self.adaptive.note_group(*done)  # (route, executions credited to the group)
             if ticket.training and corr.route == ANCHOR and world_model_called:
                 self.advisor.add_group(corr.raw_scores, corr.real_scores,
                                        actions if actions is not None and len(actions) == g else None)

@@ -1,6 +1,14 @@
 """Saving and loading a :class:`~wmrl_envs.core.CorrectionLoop`'s state (router, route queue,
-corrections, ledger, monitor, counters, advisor, adaptive fraction, a learning world model), and
-pickling it (a worker process of an ``AsyncVectorEnv`` sends it back; ``copy.deepcopy``)."""
+corrections, ledger, monitor, counters, advisor, adaptive fraction, the world model's own state),
+and pickling it (a worker process of an ``AsyncVectorEnv`` sends it back; ``copy.deepcopy``).
+
+The world model's state is saved whenever it has ``state_dict()`` and ``load_state_dict(state)``
+(JSON-serialisable), frozen or learning: the random stream of a sampled judge or of a noisy
+simulated world model (:class:`~wmrl_envs.envs.known_truth.KnownTruthWorldModel`) is part of what
+a resumed run must repeat. A world model without them (or a ``torch.nn.Module``, whose weights
+belong in the model checkpoint) is not saved, and saving the state warns once per loop: a resumed
+run then repeats the uninterrupted one only if the world model's predictions depend on nothing
+but their inputs."""
 
 from __future__ import annotations
 
@@ -19,6 +27,16 @@ from .advisor import AnchorAdvisor
 from .routing import warn_saved_settings
 
 __all__ = ["LoopState"]
+
+
+def _saves_state(world_model: Any) -> bool:
+    """Whether the loop saves ``world_model``'s state: it has ``state_dict`` and ``load_state_dict``
+    and is not a ``torch.nn.Module`` (tensors, and weights that belong in the model checkpoint)."""
+    if world_model is None or not (callable(getattr(world_model, "state_dict", None))
+                                   and callable(getattr(world_model, "load_state_dict", None))):
+        return False
+    return not any(c.__module__ == "torch.nn.modules.module" and c.__name__ == "Module"
+                   for c in type(world_model).__mro__)
 
 _STATE_KEYS = ("router", "route_queue", "corrector", "ledger", "n_groups_started", "n_groups_closed",
                "n_episodes", "groups_per_step", "ungraded")
@@ -46,10 +64,25 @@ class LoopState:
 
     def state_dict(self) -> dict[str, Any]:
         """Router, route queue, corrections, ledger, monitor and counters (JSON-serialisable,
-        with a ``"version"``), and a learning world model's state (``"learned_world_model"``: its
-        stored anchor rollouts and counters, :meth:`LearnedWorldModel.state_dict
-        <wmrl_envs.world_models.learned.LearnedWorldModel.state_dict>`; ``None`` for a frozen one). Save at a group boundary: open tickets are not part of the state
-        (after a :meth:`load_state_dict` no ticket from before it can be closed)."""
+        with a ``"version"``), and the world model's state (``"world_model"``: its ``state_dict()``
+        where it has ``state_dict``/``load_state_dict``, frozen or learning — e.g. a noisy world
+        model's random stream, :meth:`LearnedWorldModel.state_dict
+        <wmrl_envs.world_models.learned.LearnedWorldModel.state_dict>`'s anchor rollouts — else
+        ``None``, with a ``UserWarning`` once per loop: see the module docstring). Save at a group
+        boundary: open tickets are not part of the state (after a :meth:`load_state_dict` no ticket
+        from before it can be closed)."""
+        if self.world_model is not None and not _saves_state(self.world_model) and not self._wm_state_warned:
+            self._wm_state_warned = True
+            warnings.warn(
+                f"the world model ({type(self.world_model).__name__}) has no state_dict()/load_state_dict() (or is a "
+                "torch module): its state is not saved with the correction state, so a resumed run repeats the "
+                "uninterrupted one only if its predictions depend on nothing but their inputs (no random stream, "
+                "no counter, no learning); give it state_dict()/load_state_dict() (JSON-serialisable; {} for a "
+                "world model without state) to save it", UserWarning, stacklevel=3)
+        return self._state()
+
+    def _state(self) -> dict[str, Any]:
+        """:meth:`state_dict` without its warning (the snapshot a failed load goes back to)."""
         with self._lock:
             return {
                 "version": self.STATE_VERSION,
@@ -65,9 +98,7 @@ class LoopState:
                 "advisor": self.advisor.state_dict(),
                 "adaptive": None if self.adaptive is None else self.adaptive.state_dict(),
                 "advisor_group_ids": list(self._advisor_ids),
-                "learned_world_model": (self.world_model.state_dict()  # type: ignore[union-attr]
-                                        if self.learns and callable(getattr(self.world_model, "state_dict", None))
-                                        else None),
+                "world_model": self.world_model.state_dict() if _saves_state(self.world_model) else None,  # type: ignore[union-attr]
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -99,14 +130,14 @@ class LoopState:
             raise ValueError(f"correction state (version {version}) lacks the keys {missing}; it is incomplete")
         with self._lock:
             configured = self._settings()
-            before = self.state_dict()
+            before = self._state()
             try:
                 self._load(state)
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 self._load(before)  # a malformed nested part: back to the state before the call
                 raise ValueError(f"correction state is malformed ({type(e).__name__}: {e}); nothing was loaded") from e
             self._open_ids.clear()
-            self._open_training.clear()
+            self._costs.clear_open()
             self._past_epochs.add(self._epoch)
             self._epoch = secrets.token_hex(8)  # every ticket opened before the load is refused
             saved = self._settings()
@@ -135,14 +166,16 @@ class LoopState:
         ids = [None] * len(advisor) if ids is None or len(ids) != len(advisor) else [
             None if i is None else int(i) for i in ids]
         self._advisor_ids = deque(ids, maxlen=advisor.max_groups)
-        learned = state.get("learned_world_model")
-        if learned is not None and self.learns and callable(getattr(self.world_model, "load_state_dict", None)):
-            self.world_model.load_state_dict(learned)  # type: ignore[union-attr]
-        elif learned is not None:
+        # "learned_world_model": a state saved before issue 37 (only a learning world model's was saved)
+        saved_wm = state.get("world_model", state.get("learned_world_model"))
+        if saved_wm is not None and _saves_state(self.world_model):
+            self.world_model.load_state_dict(saved_wm)  # type: ignore[union-attr]
+        elif saved_wm is not None:
             warnings.warn(
-                "the loaded state holds a learned world model's state, but this loop's world model "
-                f"({type(self.world_model).__name__}) does not learn: the learned state is ignored. Build the "
-                "loop with the same LearnedWorldModel (same featurizer) to continue the saved run",
+                "the loaded state holds a world model's state, but this loop's world model "
+                f"({type(self.world_model).__name__}) has no load_state_dict: the saved state is ignored and the "
+                "run does not continue the saved one exactly. Build the loop with the same kind of world model "
+                "(e.g. the same LearnedWorldModel and featurizer) to continue the saved run",
                 UserWarning, stacklevel=4)
         adaptive = state.get("adaptive")
         if adaptive is None:

@@ -454,7 +454,7 @@ class AnchoredWorldModelWrapper(
             sw = Stopwatch()
             obs, reward, terminated, truncated, info = real_step(self.env, action, ctx)
             wall, cpu = sw.read()
-            self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
+            self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu), ticket=ticket)
             reward = self._note_real_step(reward, info, step_score=True)
         else:
             if pred is not None and pred.observation is not None:
@@ -530,7 +530,7 @@ class AnchoredWorldModelWrapper(
         sw = Stopwatch()
         obs, real_reward, terminated, truncated, info = real_step(self.env, action, ep.traj.observations[-1])
         wall, cpu = sw.read()
-        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu))
+        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu), ticket=ticket)
         real_reward = self._note_real_step(real_reward, info)
         ep.traj.actions.append(action)
         ep.traj.observations.append(obs)

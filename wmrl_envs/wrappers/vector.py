@@ -107,8 +107,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     Args:
         env: the vector env (``num_envs`` a multiple of ``group_size``). Outcome mode needs a
             :class:`~wmrl_envs.wrappers.routed_sub_env.RoutedSubEnv` outermost on every sub-env (:func:`~wmrl_envs.wrappers.routed_sub_env.make_vector_env`); reward
-            mode needs it only with ``task_fn`` (otherwise plain sub-envs work, and execution
-            seconds are the vector step's wall-clock).
+            mode needs it only with ``task_fn`` (otherwise plain sub-envs work: each stepped
+            sub-env is one execution for its lane's group, at an even share of the vector step's
+            wall-clock).
         world_model: batched ``predict(contexts, actions)``; ``None`` only with
             ``correction=CorrectionConfig(anchor_fraction=1.0)``.
         group_size: G, sub-envs per lane (rollouts per group).

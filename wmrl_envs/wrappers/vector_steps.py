@@ -74,44 +74,43 @@ class VectorSteps:
     loop, lanes, open groups and episode tallies)."""
 
     def _record_executions(self, st: VectorStep, wall: float, step_cpu: float) -> None:
-        """Count the real steps' cost into the ledger: with RoutedSubEnvs each real step's (seconds,
-        CPU-seconds or NaN) for the group of its lane (an execution budget reads what a group
-        costs); on plain sub-envs every stepped sub-env, the env's own ``execution_cpu_s`` where it
-        reports one, else an even share of the CPU measured over the vector step."""
-        executed: dict[int, list[float]] = {}
-        for d in (st.infos, st.final_info):
-            if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
-                m = np.asarray(d.pop("_" + EXEC_SECONDS_KEY), dtype=bool)
-                secs = np.asarray(d.pop(EXEC_SECONDS_KEY), dtype=np.float64)
-                for i in np.flatnonzero(m):
-                    executed[int(i)] = [float(secs[i]), 0.0]
-            if isinstance(d, dict) and EXEC_CPU_KEY in d:
-                m = np.asarray(d.pop("_" + EXEC_CPU_KEY), dtype=bool)
-                cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)
-                for i in np.flatnonzero(m):
-                    executed.setdefault(int(i), [0.0, 0.0])[1] = float(cpus[i])  # NaN: not measured
+        """Count the real steps' cost into the ledger, each for the group of its lane (its ticket: an
+        execution budget reads what a group costs): with RoutedSubEnvs each real step's (seconds,
+        CPU-seconds or NaN); on plain sub-envs every stepped sub-env, at an even share of the vector
+        step's wall-clock and the env's own ``execution_cpu_s`` where it reports one, else an even
+        share of the CPU measured over the vector step."""
+        executed: dict[int, list[float]] = {}  # sub-env -> [seconds, CPU-seconds (NaN: not measured)]
         if self._routed:
-            by_group: dict[int, tuple[GroupTicket | None, list[list[float]]]] = {}
-            for i, sec_cpu in executed.items():
-                rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
-                key = id(rec.ticket) if rec is not None else -1
-                by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(sec_cpu)
-            for ticket, rows in by_group.values():
-                measured = [(a, c) for a, c in rows if not np.isnan(c)]
-                if measured:
-                    self.loop.record_execution(float(sum(a for a, _ in measured)), len(measured),
-                                               cpu_seconds=float(sum(c for _, c in measured)), ticket=ticket)
-                if len(measured) < len(rows):  # the env could not measure their CPU
-                    self.loop.record_execution(float(sum(a for a, c in rows if np.isnan(c))),
-                                               len(rows) - len(measured), cpu_seconds=None, ticket=ticket)
+            for d in (st.infos, st.final_info):
+                if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
+                    m = np.asarray(d.pop("_" + EXEC_SECONDS_KEY), dtype=bool)
+                    secs = np.asarray(d.pop(EXEC_SECONDS_KEY), dtype=np.float64)
+                    for i in np.flatnonzero(m):
+                        executed[int(i)] = [float(secs[i]), 0.0]
+                if isinstance(d, dict) and EXEC_CPU_KEY in d:
+                    m = np.asarray(d.pop("_" + EXEC_CPU_KEY), dtype=bool)
+                    cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)
+                    for i in np.flatnonzero(m):
+                        executed.setdefault(int(i), [0.0, 0.0])[1] = float(cpus[i])  # NaN: not measured
         elif st.stepped:
-            share = step_cpu / len(st.stepped)
-            charged = [execution_cpu_seconds(own_info(st.final_info if st.same_step and st.done[i] else st.infos, i),
-                                             share) for i in st.stepped]
-            measured_cpu = [c for c in charged if c is not None]
-            self.loop.record_execution(wall, len(measured_cpu), cpu_seconds=float(sum(measured_cpu)))
-            if len(measured_cpu) < len(st.stepped):
-                self.loop.record_execution(0.0, len(st.stepped) - len(measured_cpu), cpu_seconds=None)
+            wall_share, cpu_share = wall / len(st.stepped), step_cpu / len(st.stepped)
+            for i in st.stepped:
+                cpu = execution_cpu_seconds(own_info(st.final_info if st.same_step and st.done[i] else st.infos, i),
+                                            cpu_share)
+                executed[i] = [wall_share, math.nan if cpu is None else cpu]
+        by_group: dict[int, tuple[GroupTicket | None, list[list[float]]]] = {}
+        for i, sec_cpu in executed.items():
+            rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
+            key = id(rec.ticket) if rec is not None else -1
+            by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(sec_cpu)
+        for ticket, rows in by_group.values():
+            measured = [(a, c) for a, c in rows if not np.isnan(c)]
+            if measured:
+                self.loop.record_execution(float(sum(a for a, _ in measured)), len(measured),
+                                           cpu_seconds=float(sum(c for _, c in measured)), ticket=ticket)
+            if len(measured) < len(rows):  # the env could not measure their CPU
+                self.loop.record_execution(float(sum(a for a, c in rows if np.isnan(c))),
+                                           len(rows) - len(measured), cpu_seconds=None, ticket=ticket)
 
     def _advance_episodes(self, st: VectorStep) -> dict[int, WorldModelPrediction]:
         """Count the step in each stepped episode; reward mode: extend its trajectory and score the

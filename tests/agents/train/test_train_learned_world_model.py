@@ -60,13 +60,13 @@ def test_tiny_train_with_the_learned_policy_world_model(tmp_path, monkeypatch):
     train_killed_after_step_0(monkeypatch, ["train", "--preset", "tiny", "--run-dir", str(run), "--quiet",
                                             "--world-model", "learned-policy"])
     state0 = json.loads((run / "checkpoint" / "state.json").read_text())
-    learned0 = state0["wrapper"]["learned_world_model"]
+    learned0 = state0["wrapper"]["world_model"]
     assert learned0 is not None and learned0["n_observed_groups"] >= 1  # step 0's anchor group(s)
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
 
     summary = json.loads((run / "summary.json").read_text(), parse_constant=no_nan)  # strict JSON
     final = json.loads((run / "checkpoint" / "state.json").read_text())["wrapper"]
-    learned = final["learned_world_model"]
+    learned = final["world_model"]
     n_anchor = summary["anchor_groups"]
     assert n_anchor >= 2
 
