@@ -370,7 +370,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             if gid is None or gid not in self._open_ids or ticket.epoch != self._epoch:
                 return False
             self._open_ids.discard(gid)
-            self._open_training.pop(gid, None)
+            self._costs.close(gid)  # out of the budget's open groups; a partial group prices no route
             if ticket.training and ticket.step is not None:
                 self.ungraded.abandon_groups(1, int(ticket.route == ANCHOR), step=ticket.step)
             self.n_episodes -= int(episodes)
