@@ -150,22 +150,29 @@ def main(argv: list[str] | None = None) -> dict:
     half = [jobs[0::2], jobs[1::2]]
     load_avg0 = os.getloadavg()
     results: dict[str, list[list[dict]]] = {"alone": [[], []], "beside": [[], []]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     stop = Path(args.out).with_suffix(".stop")
-    for cond, h in (("alone", 0), ("beside", 0), ("beside", 1), ("alone", 1)):
-        proc = None
-        if cond == "beside":
-            stop.unlink(missing_ok=True)
-            proc = subprocess.Popen([sys.executable, __file__, "--role", "load", "--stop-file", str(stop),
-                                     "--programs-per-task", str(args.programs_per_task), "--seed", str(args.seed),
-                                     "--parallel", str(args.parallel)], cwd=ROOT)
-            time.sleep(20)  # its imports and first executions are under way
-        t0 = time.perf_counter()
-        results[cond][h] = execute(half[h], args.parallel, sandbox)
-        print(f"[execution_load] {cond} half {h}: {len(half[h])} executions in {time.perf_counter() - t0:.0f} s", flush=True)
-        if proc is not None:
-            stop.touch()
-            proc.wait(timeout=600)
-            stop.unlink(missing_ok=True)
+    proc: subprocess.Popen | None = None
+    try:
+        for cond, h in (("alone", 0), ("beside", 0), ("beside", 1), ("alone", 1)):
+            if cond == "beside":
+                stop.unlink(missing_ok=True)
+                proc = subprocess.Popen([sys.executable, __file__, "--role", "load", "--stop-file", str(stop),
+                                         "--programs-per-task", str(args.programs_per_task), "--seed", str(args.seed),
+                                         "--parallel", str(args.parallel)], cwd=ROOT)
+                time.sleep(20)  # its imports and first executions are under way
+            t0 = time.perf_counter()
+            results[cond][h] = execute(half[h], args.parallel, sandbox)
+            print(f"[execution_load] {cond} half {h}: {len(half[h])} executions in {time.perf_counter() - t0:.0f} s",
+                  flush=True)
+            if proc is not None:
+                stop.touch()
+                proc.wait(timeout=600)
+                proc = None
+    finally:  # never leave the second process running
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        stop.unlink(missing_ok=True)
     sandbox.close()
     alone = [r for h in (0, 1) for r in results["alone"][h]]
     beside = [r for h in (0, 1) for r in results["beside"][h]]

@@ -271,7 +271,10 @@ def run_bench(
                     continue
                 spec = BENCH_METHODS[name]
                 t0 = time.perf_counter()
-                bar = progress.add_task(f"seed {seed} {name:12s}", total=max_steps, info="")
+                # the safeguard: real GRPO's cap; every other method is bounded by real GRPO's compute
+                # first, and may need many more (cheaper) steps to spend it
+                steps_cap = max_steps if name == "real" else max_steps * int(cfg.groups_per_step)
+                bar = progress.add_task(f"seed {seed} {name:12s}", total=steps_cap, info="")
                 evals: dict[int, dict[str, Any]] = {}
                 evaluated[name] = evals
 
@@ -306,7 +309,7 @@ def run_bench(
 
                 wm = make_learned_world_model(seed) if name in LEARNED_WM_METHODS else world_model  # type: ignore[misc]
                 runs[name] = run_method(spec, seed, cfg, make_agent, make_env, wm, train_tasks,
-                                        max_steps=max_steps, compute_budget_s=None if name == "real" else budget_real,
+                                        max_steps=steps_cap, compute_budget_s=None if name == "real" else budget_real,
                                         progress=tick, groups_per_step=method_groups_per_step(name, cfg),
                                         checkpoint=check)
                 run = runs[name]

@@ -82,9 +82,11 @@ class BenchConfig:
     steps: int = 10
     """S: the target is read from real-execution GRPO's curve at step S (it is still improving at
     step 10, docs/autoresearch.md)."""
-    max_steps_factor: float = 20.0
-    """A safeguard only: no method trains more than this many times S steps. What stops a method is
-    the stop target or, for every method but real GRPO, real GRPO's compute to it (``stop_gain``)."""
+    max_steps_factor: float = 5.0
+    """A safeguard only: real GRPO trains at most this many times S steps, every other method at most
+    ``groups_per_step`` times as many (a method cheaper per step needs more steps to spend real
+    GRPO's compute). What stops a method is the stop target or, for every method but real GRPO,
+    real GRPO's compute to it (``stop_gain``)."""
     stop_gain: float = 1.2
     """One budget in compute (issue 35, item 1): every method trains until an evaluated snapshot
     reaches the stop target s0 + stop_gain x (s_S - s0), or (all but real GRPO) until it has spent
