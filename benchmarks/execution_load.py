@@ -13,7 +13,7 @@ over two halves of the set so that a drift of the machine cancels. Printed and w
 bootstrap 95% CI over programs, and wall-clock per execution.
 
 With ``--model-out`` the alone executions fit :class:`agents.experiments.bench_costs.ExecutionCostModel`
-(log CPU-s additive in task, program family and outcome), with its error measured out of sample
+(log CPU-s additive in task, program family, its size argument and outcome), with its error measured out of sample
 (5-fold: the relative error of each fold's total CPU-s and the median relative error per execution).
 
     .venv/bin/python benchmarks/execution_load.py --out results/execution_load.json \
@@ -51,7 +51,7 @@ def programs(per_task: int, seed: int) -> list[tuple[str, str]]:
 def execute(jobs: list[tuple[str, str]], parallel: int, sandbox) -> list[dict]:
     """Execute each job through its own AutoResearch env (``parallel`` at a time); per job its task,
     family, status, charged CPU-s and wall-clock seconds."""
-    from agents.experiments.bench_costs import program_family
+    from agents.experiments.bench_costs import program_family, program_size
     from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
 
     envs = [AutoResearchEnv(tasks="all", sandbox=sandbox) for _ in range(parallel)]
@@ -62,7 +62,7 @@ def execute(jobs: list[tuple[str, str]], parallel: int, sandbox) -> list[dict]:
         env.reset(options={"task_id": t})
         t0 = time.perf_counter()
         info = env.step(src)[-1]
-        return {"task_id": t, "family": program_family(src), "status": info.get("status"),
+        return {"task_id": t, "family": program_family(src), "size": program_size(src), "status": info.get("status"),
                 "executed": bool(info.get("executed")), "cpu_s": info.get("execution_cpu_s"),
                 "wall_s": time.perf_counter() - t0}
 
@@ -119,7 +119,7 @@ def model_out_of_sample(records: list[dict], folds: int = 5, seed: int = 0) -> d
         m = ExecutionCostModel.fit(train)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            pred = np.array([m.cost(r["task_id"], r["family"], r["status"]) for r in test])
+            pred = np.array([m.cost(r["task_id"], r["family"], r["status"], r["size"]) for r in test])
         real = np.array([r["cpu_s"] for r in test])
         total_err.append(float(pred.sum() / real.sum() - 1))
         per_exec.extend(np.abs(pred / real - 1).tolist())

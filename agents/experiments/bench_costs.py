@@ -8,7 +8,7 @@ from a model measured once on the idle machine instead, with the live CPU-second
 - :func:`program_family` — the estimator family of an AutoResearch solution (the scikit-learn
   model class its source fits);
 - :class:`ExecutionCostModel` — CPU-seconds per execution as an additive model in log space,
-  ``log(cpu + offset) = intercept + task effect + family effect + outcome effect``, fitted by
+  ``log(cpu + offset) = intercept + task + family + size + outcome effects``, fitted by
   ridge regression on executions measured on an idle machine (``benchmarks/execution_load.py``
   measures them and writes the model); saved and read as JSON;
 - :class:`ModelledCostEnv` — a Gymnasium wrapper that charges each execution the model's
@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["program_family", "ExecutionCostModel", "ModelledCostEnv", "LIVE_CPU_KEY"]
+__all__ = ["program_family", "program_size", "ExecutionCostModel", "ModelledCostEnv", "LIVE_CPU_KEY"]
 
 LIVE_CPU_KEY = "execution_cpu_s_live"
 """Step-info key of the measured CPU-seconds of an execution charged from a cost model."""
@@ -58,17 +58,29 @@ def program_family(source: str) -> str:
     return max(found)[1] if found else "other"
 
 
+def program_size(source: str) -> str:
+    """The size argument of an ensemble or iterative model in a solution, the hyper-parameter that moves its
+    CPU most: ``"n_estimators=50"``, ``"max_iter=200"``, or ``"default"`` when the source sets neither.
+
+    Example:
+        >>> program_size("RandomForestRegressor(n_estimators=50, random_state=1)"), program_size("Ridge()")
+        ('n_estimators=50', 'default')
+    """
+    m = re.findall(r"\b(n_estimators|max_iter)\s*=\s*(\d+)", source)
+    return f"{m[-1][0]}={m[-1][1]}" if m else "default"
+
+
 @dataclass
 class ExecutionCostModel:
     """CPU-seconds of one execution from its task, program family and outcome, measured on an idle machine.
 
-    ``cost = exp(intercept + task[t] + family[f] + outcome[s]) - offset`` (at least 0); an effect not
-    in the model (a task, family or outcome never measured) is 0, the mean level, and is warned
-    about once. Fitted by :meth:`fit`.
+    ``cost = exp(intercept + task[t] + family[f] + size[z] + outcome[s]) - offset`` (at least 0), with
+    ``z`` the :func:`program_size`; an effect not in the model (a task, family, size or outcome never
+    measured) is 0, the mean level, and is warned about once. Fitted by :meth:`fit`.
 
     Attributes:
         intercept: float, log CPU-seconds of the mean execution.
-        task, family, outcome: name -> additive effect in log space.
+        task, family, outcome, size: name -> additive effect in log space.
         offset: CPU-seconds added before the log (so that near-zero costs stay finite), default 0.05.
         meta: how and where it was measured (free-form; saved with it).
     """
@@ -77,6 +89,7 @@ class ExecutionCostModel:
     task: dict[str, float]
     family: dict[str, float]
     outcome: dict[str, float]
+    size: dict[str, float] = field(default_factory=dict)
     offset: float = 0.05
     meta: dict[str, Any] = field(default_factory=dict)
     _warned: set = field(default_factory=set, repr=False, compare=False)
@@ -84,11 +97,11 @@ class ExecutionCostModel:
     @classmethod
     def fit(cls, records: Iterable[Mapping[str, Any]], *, alpha: float = 1.0, offset: float = 0.05,
             meta: Mapping[str, Any] | None = None) -> "ExecutionCostModel":
-        """Fit the additive log model by ridge regression on one-hot task, family and outcome columns.
+        """Fit the additive log model by ridge regression on one-hot task, family, size and outcome columns.
 
         Args:
-            records: measured executions, each with ``task_id``, ``family``, ``status`` and
-                ``cpu_s`` (CPU-seconds > 0; records of 0 or ``None`` are not real executions and
+            records: measured executions, each with ``task_id``, ``family``, ``status``, ``size``
+                (optional, default ``"default"``) and ``cpu_s`` (CPU-seconds > 0; records of 0 or ``None`` are not real executions and
                 are left out).
             alpha: ridge penalty (shrinks the effect of a rarely seen level toward the mean).
             offset: see the class.
@@ -102,27 +115,30 @@ class ExecutionCostModel:
         for r in records:
             try:
                 cpu = r["cpu_s"]
-                key = (str(r["task_id"]), str(r["family"]), str(r["status"]))
+                key = (str(r["task_id"]), str(r["family"]), str(r["status"]), str(r.get("size", "default")))
             except KeyError as exc:
                 raise ValueError(f"a cost record needs task_id, family, status and cpu_s; missing {exc}") from None
             if cpu is not None and float(cpu) > 0:
                 recs.append((*key, float(cpu)))
         if len(recs) < 3:
             raise ValueError(f"a cost model needs at least 3 measured executions (cpu_s > 0), got {len(recs)}")
-        levels = [sorted({r[i] for r in recs}) for i in range(3)]
-        cols = [(i, v) for i in range(3) for v in levels[i]]
+        levels = [sorted({r[i] for r in recs}) for i in range(4)]
+        cols = [(i, v) for i in range(4) for v in levels[i]]
         x = np.array([[1.0 if r[i] == v else 0.0 for i, v in cols] for r in recs])
-        y = np.log(np.array([r[3] for r in recs]) + offset)
+        y = np.log(np.array([r[4] for r in recs]) + offset)
         reg = Ridge(alpha=alpha).fit(x, y)
-        eff: list[dict[str, float]] = [{}, {}, {}]
+        eff: list[dict[str, float]] = [{}, {}, {}, {}]
         for (i, v), c in zip(cols, reg.coef_):
             eff[i][v] = float(c)
-        return cls(float(reg.intercept_), eff[0], eff[1], eff[2], offset=offset, meta=dict(meta or {}))
+        return cls(float(reg.intercept_), eff[0], eff[1], eff[2], size=eff[3], offset=offset, meta=dict(meta or {}))
 
-    def cost(self, task_id: str, family: str, status: str) -> float:
+    def cost(self, task_id: str, family: str, status: str, size: str = "default") -> float:
         """CPU-seconds charged for one execution (>= 0)."""
         parts = [self.intercept]
-        for name, table, key in (("task", self.task, task_id), ("family", self.family, family), ("outcome", self.outcome, status)):
+        for name, table, key in (("task", self.task, task_id), ("family", self.family, family),
+                                 ("outcome", self.outcome, status), ("size", self.size, size)):
+            if name == "size" and not self.size:
+                continue  # a model fitted without sizes
             if key not in table and (name, key) not in self._warned:
                 self._warned.add((name, key))
                 warnings.warn(f"execution cost model: {name} {key!r} was not measured; it is charged at the mean "
@@ -133,7 +149,8 @@ class ExecutionCostModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "wmrl execution cost model", "version": 1, "intercept": self.intercept, "task": self.task,
-                "family": self.family, "outcome": self.outcome, "offset": self.offset, "meta": self.meta}
+                "family": self.family, "outcome": self.outcome, "size": self.size, "offset": self.offset,
+                "meta": self.meta}
 
     def save(self, path: str | Path) -> None:
         """Write the model as JSON."""
@@ -155,14 +172,14 @@ class ExecutionCostModel:
         if not isinstance(d, dict) or d.get("kind") != "wmrl execution cost model" or d.get("version") != 1:
             raise ValueError(f"{p} is not a wmrl execution cost model (version 1)")
         return cls(float(d["intercept"]), dict(d["task"]), dict(d["family"]), dict(d["outcome"]),
-                   offset=float(d["offset"]), meta=dict(d.get("meta", {})))
+                   size=dict(d.get("size", {})), offset=float(d["offset"]), meta=dict(d.get("meta", {})))
 
 
 class ModelledCostEnv(gym.Wrapper):
     """Charges each execution of an AutoResearch env from an :class:`ExecutionCostModel`.
 
     ``info["execution_cpu_s"]`` becomes the model's CPU-seconds for the step's task, the action's
-    :func:`program_family` and ``info["status"]``; the measured figure moves to
+    :func:`program_family` and :func:`program_size` and ``info["status"]``; the measured figure moves to
     ``info["execution_cpu_s_live"]``. A step that executed nothing (``info["executed"]`` false:
     0 CPU-seconds) or could not be measured or graded (``None``) is passed on unchanged.
 
@@ -185,7 +202,9 @@ class ModelledCostEnv(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         live = info.get(EXECUTION_CPU_KEY)
         if info.get("executed") and live is not None and info.get("graded", True) is not False:
-            cost = self.model.cost(str(info.get("task_id")), program_family(str(action)), str(info.get("status")))
+            src = str(action)
+            cost = self.model.cost(str(info.get("task_id")), program_family(src), str(info.get("status")),
+                                   program_size(src))
             info = {**info, EXECUTION_CPU_KEY: cost, LIVE_CPU_KEY: float(live)}
             self.live_cpu_s += float(live)
             self.modelled_cpu_s += cost

@@ -20,6 +20,10 @@ def test_program_family_is_the_last_model_class_called():
     assert program_family("model = RandomForestClassifier(n_estimators=50, random_state=3)") == "RandomForestClassifier"
     assert program_family("m = make_pipeline(StandardScaler(), PCA(5), KNeighborsRegressor())") == "KNeighborsRegressor"
     assert program_family("x = 1") == "other"
+    from agents.experiments.bench_costs import program_size
+
+    assert program_size("HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1)") == "max_iter=200"
+    assert program_size("KNeighborsRegressor(n_neighbors=5)") == "default"
 
 
 def _records(rng, n=300):
