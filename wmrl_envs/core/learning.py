@@ -75,14 +75,10 @@ class LearningFromAnchors:
 
     def _rescore(self, crossfit: Any) -> None:
         """Replace the debiaser's pairs and the advisor's world-model scores with out-of-fold ones."""
-        deb = self.corrector.debiaser
-        was = deb.training
-        deb.training = True  # a training group closed during evaluation still updates
-        try:
-            deb.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
-                              np.asarray(crossfit.real, dtype=np.float64).tolist())
-        finally:
-            deb.training = was
+        # a training group closed during evaluation still updates: say so, never flip the flag
+        # (readers on other threads see it as it is)
+        self.corrector.debiaser.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
+                                              np.asarray(crossfit.real, dtype=np.float64).tolist(), training=True)
         by_group = crossfit.by_group()
         held = self.advisor.groups()[1]
         self.advisor.replace_world_model_scores({
