@@ -22,6 +22,13 @@ half the model's answer for r = 0 (``steps_to_half_model``), and the lowest frac
 steps after the break on over the model's answer. It prints the median and the 5-95% range over
 seeds.
 
+``--change-points`` (issue 37) runs the change-point tests side by side on the same seeds: the
+library's (Bonferroni over the splits tested) and the fixed z > 4 before issue 37
+(``--change-rules``), on constant r 0.45 and 0.8 (false change points per 1,000 steps, pooled over
+seeds, with the exact Poisson 95% upper bound; the steps before a break count too) and on breaks
+from 0.45 and from 0.8 with γ = 0.01, b = 1 (``change_point_delay``: steps from the break to the
+first change point).
+
 ``--rule point`` runs the rule before issue 25 (the fraction follows ``clip(f*(L))`` with a
 25% hysteresis and no change point; reimplemented here as a subclass) for comparison.
 
@@ -31,6 +38,8 @@ Run (the figures in ``docs/method.md``, "Adaptive anchor fraction")::
         --out results/adaptive_fraction.json                       # about 20 minutes on 2 cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 --rule point \\
         --rs 0.45 --no-break --out results/adaptive_fraction_point.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --change-points --seeds 12 --steps 300 \\
+        --jobs 2 --out results/adaptive_change_points.json        # 988 s on 2 shared cores
     .venv/bin/python benchmarks/adaptive_fraction.py --quick      # smoke run
 """
 

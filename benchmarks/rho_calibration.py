@@ -41,9 +41,19 @@ Settings: ``defaults`` (G 8, min_pairs 200, refit_every 64, warm-up 32, half-lif
 ``wmrl train``'s CPU preset (G 4, its min_pairs/refit_every; old warm-up 3, new: the preset's,
 plus the spread each candidate warm-up allows).
 
-Run (the figures in ``docs/method.md``, "Inverse-variance denoising")::
+``--learning`` (issue 37, item 5) runs only a world model that learns from its anchors, on the
+library's loop (:func:`learning_seed`): a ridge :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`
+on the rollouts' features (refit every 1 and every 8 groups) with ρ's recalibration at refits
+(``learning``) and without it (``learning_before``, the rule before issue 37), beside a frozen
+model of the learning one's final quality (``frozen``); ρ read 96, 112 and 127 groups after its
+calibration and averaged from 32 groups after it.
+
+Run (the figures in ``docs/method.md``, "Inverse-variance denoising" and "A world model that
+learns from its anchors")::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rho_calibration.py --seeds 200 --jobs 2 --out results/rho_calibration.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rho_calibration.py --learning --seeds 12 --jobs 2 \\
+        --out results/rho_calibration_learning.json
     .venv/bin/python benchmarks/rho_calibration.py --quick      # smoke run
 """
 
