@@ -310,7 +310,9 @@ class GRPOUpdateConfig:
         max_grad_norm: clip the gradient norm of ``trainable_parameters()`` to this (> 0)
             before each optimiser step; ``None`` = no clipping.
         scale: standardise advantages per group (GRPO) or centre only (:func:`build_advantages`).
-        drop_zero_advantage: drop rows whose advantage is exactly 0 (:func:`build_advantages`).
+        drop_zero_advantage: drop rows whose advantage is exactly 0 (:func:`build_advantages`)
+            when ``kl_coef`` and ``entropy_coef`` are both 0; otherwise such rows carry the KL
+            (and entropy) terms and stay (:func:`group_batch`).
         dual_clip: ``c`` of the dual clip (:func:`grpo_loss`): for a negative advantage the
             token's term is at least ``c·A``, so a ratio above ``c`` (a stale row: log-probs
             recorded at sampling, several updates ago) adds no gradient and no token's gradient
@@ -580,11 +582,20 @@ def group_batch(
     """:func:`build_advantages` with the step's settings (``config.scale``, ``config.drop_zero_advantage``);
     ``group_weights=None`` weighs every group 1.
 
+    Rows with a zero advantage (a flat group, or a rollout at its group's mean) are dropped only
+    when they carry no term of the loss: with ``config.kl_coef > 0`` or ``config.entropy_coef >
+    0`` every graded row of every group used stays, so the KL to the reference (and the entropy
+    bonus) reach all the step's sampled rows and the loss is their mean, as GRPO's objective
+    (Shao et al., 2024: the mean over a group's G outputs of surrogate − β·KL) defines it; a step
+    whose groups are all flat still applies the KL. With both at 0 (the default: no KL, as DAPO)
+    dropping them changes only which rows the mean is over (``docs/method.md``, "GRPO").
+
     Raises:
         ValueError: as :func:`build_advantages`.
     """
     weights = [1.0] * len(group_rewards) if group_weights is None else list(group_weights)
-    return build_advantages(group_rewards, weights, scale=config.scale, drop_zero_advantage=config.drop_zero_advantage)
+    drop = config.drop_zero_advantage and config.kl_coef == 0 and config.entropy_coef == 0
+    return build_advantages(group_rewards, weights, scale=config.scale, drop_zero_advantage=drop)
 
 
 def turn_rows(batch: GroupBatch, turn_episode: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

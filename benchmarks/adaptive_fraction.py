@@ -22,6 +22,13 @@ half the model's answer for r = 0 (``steps_to_half_model``), and the lowest frac
 steps after the break on over the model's answer. It prints the median and the 5-95% range over
 seeds.
 
+``--change-points`` (issue 37) runs the change-point tests side by side on the same seeds: the
+library's (Bonferroni over the splits tested) and the fixed z > 4 before issue 37
+(``--change-rules``), on constant r 0.45 and 0.8 (false change points per 1,000 steps, pooled over
+seeds, with the exact Poisson 95% upper bound; the steps before a break count too) and on breaks
+from 0.45 and from 0.8 with γ = 0.01, b = 1 (``change_point_delay``: steps from the break to the
+first change point).
+
 ``--rule point`` runs the rule before issue 25 (the fraction follows ``clip(f*(L))`` with a
 25% hysteresis and no change point; reimplemented here as a subclass) for comparison.
 
@@ -31,6 +38,8 @@ Run (the figures in ``docs/method.md``, "Adaptive anchor fraction")::
         --out results/adaptive_fraction.json                       # about 20 minutes on 2 cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --seeds 50 --jobs 2 --rule point \\
         --rs 0.45 --no-break --out results/adaptive_fraction_point.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/adaptive_fraction.py --change-points --seeds 12 --steps 300 \\
+        --jobs 2 --out results/adaptive_change_points.json        # 988 s on 2 shared cores
     .venv/bin/python benchmarks/adaptive_fraction.py --quick      # smoke run
 """
 
@@ -65,7 +74,7 @@ def _point_rule():
     from wmrl_envs.core.advisor_model import r_confidence_bounds
 
     adaptive_module._CONFIRM_STEPS = 1  # every move at once, as before (this process only)
-    adaptive_module._CHANGE_Z = math.inf  # and no change points (they came after it)
+    adaptive_module._change_point = lambda *a, **k: None  # and no change points (they came after it)
 
     class PointRule(AdaptiveAnchorFraction):
         def target(self, advisor, calibrate=None):
@@ -88,11 +97,32 @@ def _point_rule():
     return PointRule
 
 
-def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, gamma: float,
-            f_min: float, f_max: float, rule: str = "band") -> dict[str, Any]:
+def run_one(scenario: str, seed: int, *, change_rule: str = "bonferroni", **kw: Any) -> dict[str, Any]:
     """One run of ``scenario`` (``"r=<value>"`` or ``"break=<value>"``, optionally followed by
     ``",gamma=<γ>,b=<B_noise / B>"``, which replace ``gamma`` and give the loop a noise scale);
-    returns its figures."""
+    returns its figures. ``change_rule``: ``"bonferroni"`` (the library's change-point test) or
+    ``"z4"`` (the test before issue 37: the largest z over the splits against a fixed 4, whatever
+    the number of splits; patched in for this run only). ``kw``: :func:`_run` 's settings."""
+    import functools
+
+    import wmrl_envs.core.adaptive as adaptive_module
+
+    if change_rule not in ("bonferroni", "z4"):
+        raise ValueError(f"change_rule must be 'bonferroni' or 'z4', got {change_rule!r}")
+    test = adaptive_module._change_point
+    if change_rule == "z4":
+        adaptive_module._change_point = functools.partial(test, z_crit=4.0)
+    try:
+        out = _run(scenario, seed, **kw)
+    finally:
+        adaptive_module._change_point = test
+    out["change_rule"] = change_rule
+    return out
+
+
+def _run(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, gamma: float,
+         f_min: float, f_max: float, rule: str = "band") -> dict[str, Any]:
+    """The run behind :func:`run_one`."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
     from wmrl_envs.core.advisor import optimal_anchor_fraction
     from wmrl_envs.world_models.base import WorldModelPrediction
@@ -144,10 +174,15 @@ def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: in
     def model(r: float) -> float:
         return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma, b)))
 
+    cps = [step for step, _k in getattr(loop.adaptive, "change_points", [])]
     out: dict[str, Any] = {"scenario": scenario, "seed": seed,
                            "direction_changes_per_100": 100.0 * direction_changes(fr) / (steps - 1),
                            "moves": int(np.sum(np.diff(fr) != 0)),
-                           "change_points": len(getattr(loop.adaptive, "change_points", []))}
+                           "change_points": len(cps),
+                           # at constant quality every change point is a false alarm; with a break,
+                           # those before it (over the steps before it)
+                           "false_change_points": sum(1 for c in cps if brk is None or c < brk),
+                           "steps_at_constant_quality": steps if brk is None else brk}
     if brk is None:
         out.update(mean_fraction=float(fr.mean()), model_fraction=model(r0),
                    mean_over_model=float(fr.mean()) / model(r0),
@@ -162,6 +197,9 @@ def run_one(scenario: str, seed: int, *, steps: int, groups: int, group_size: in
                    # leaves the floor: reaches half the model's fraction for the broken world model
                    steps_to_half_model=next((i for i, f in enumerate(after) if f >= model(0.0) / 2), None),
                    min_fraction_over_model_from_10_steps_after=float(after[10:].min()) / model(0.0),
+                   # steps from the break to the first change point after it (the test runs before
+                   # a step's routes are drawn: 1 = declared when planning the step after the break's)
+                   change_point_delay=next((c - brk for c in cps if c >= brk), None),
                    mean_fraction_after=float(after.mean()), model_fraction_after=model(0.0))
     return out
 
@@ -192,31 +230,48 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-break", action="store_true")
     ap.add_argument("--rule", choices=["band", "point"], default="band",
                     help="band: the library's rule; point: the rule before issue 25")
+    ap.add_argument("--change-rules", nargs="+", choices=["bonferroni", "z4"], default=["bonferroni"],
+                    help="change-point tests to run side by side: bonferroni (the library's) and z4 (before issue 37)")
+    ap.add_argument("--change-points", action="store_true",
+                    help="issue 37's comparison: constant r 0.45 and 0.8 for the false change points, breaks from "
+                         "0.45 and 0.8 (gamma=0.01, b=1) for the delay, both change rules (--seeds/--steps apply)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 40 steps")
     ap.add_argument("--out", default="runs/adaptive_fraction.json")
     args = ap.parse_args(argv)
     if args.quick:
         args.seeds, args.steps = 2, 40
+    if args.change_points:
+        args.rs, args.breaks, args.no_break = ["0.45", "0.8"], ["0.45", "0.8,gamma=0.01,b=1"], False
+        args.change_rules = ["bonferroni", "z4"]
     scenarios = [f"r={r}" for r in args.rs] + ([] if args.no_break else [f"break={x}" for x in args.breaks])
     kw = dict(steps=args.steps, groups=args.groups, group_size=args.group_size, gamma=args.gamma,
               f_min=args.f_min, f_max=args.f_max, rule=args.rule)
     t0 = time.time()
-    jobs = [(sc, s) for sc in scenarios for s in range(args.seeds)]
+    jobs = [(sc, s, dict(kw, change_rule=cr)) for cr in args.change_rules for sc in scenarios for s in range(args.seeds)]
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as ex:
-            runs = list(ex.map(_run_job, [(sc, s, kw) for sc, s in jobs]))
+            runs = list(ex.map(_run_job, jobs))
     else:
-        runs = [run_one(sc, s, **kw) for sc, s in jobs]
+        runs = [_run_job(j) for j in jobs]
     table: dict[str, Any] = {}
-    for sc in scenarios:
-        rs = [x for x in runs if x["scenario"] == sc]
-        keys = [k for k in rs[0] if k not in ("scenario", "seed")]
-        table[sc] = {k: _summary([x[k] for x in rs]) for k in keys}
+    one_rule = len(args.change_rules) == 1
+    for cr in args.change_rules:
+        for sc in scenarios:
+            rs = [x for x in runs if x["scenario"] == sc and x["change_rule"] == cr]
+            keys = [k for k in rs[0] if k not in ("scenario", "seed", "change_rule")]
+            table[sc if one_rule else f"{sc} [{cr}]"] = {k: _summary([x[k] for x in rs]) for k in keys}
+    change_points = {cr: _change_point_figures([x for x in runs if x["change_rule"] == cr]) for cr in args.change_rules}
     print(f"anchor_fraction='auto' ({args.rule} rule): {args.seeds} seeds x {args.steps} steps of {args.groups} "
           f"groups of {args.group_size}, gamma = {args.gamma} and b = inf unless the scenario says, "
           f"f in [{args.f_min}, {args.f_max}]; "
           "median [5%, 95%] over seeds")
+    for cr, f in change_points.items():
+        print(f"  change points ({cr}): {f['false']} false in {f['steps']} steps at constant quality, "
+              f"{f['per_1000_steps']:.3g} per 1,000 steps (95% upper bound {f['upper95_per_1000_steps']:.3g}); "
+              + "; ".join(f"delay after {sc}: {d['median']} [{d['p5']}, {d['p95']}] steps"
+                          + (f" (none in {d['missing']} runs)" if d["missing"] else "")
+                          for sc, d in f["delay"].items()))
     for sc, t in table.items():
         print(f"  {sc}:")
         for k, v in t.items():
@@ -226,11 +281,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 extra = f" (never in {v['missing']} seeds)" if v["missing"] else ""
                 print(f"    {k}: {v['median']:.4g} [{v['p5']:.4g}, {v['p95']:.4g}]{extra}")
     result = {"settings": {k: v for k, v in vars(args).items() if k not in ("out", "jobs", "quick")},
-              "seconds": round(time.time() - t0, 1), "summary": table}
+              "seconds": round(time.time() - t0, 1), "summary": table, "change_points": change_points}
     print(f"{result['seconds']} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _change_point_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """False change points over every step at constant quality (pooled over runs; the 95% upper
+    bound is the exact Poisson one) and the delay from a break to its change point per scenario."""
+    from scipy.stats import chi2
+
+    false = sum(x["false_change_points"] for x in runs)
+    steps = sum(x["steps_at_constant_quality"] for x in runs)
+    delay = {x["scenario"]: _summary([y["change_point_delay"] for y in runs if y["scenario"] == x["scenario"]])
+             for x in runs if "change_point_delay" in x}
+    return {"false": int(false), "steps": int(steps), "per_1000_steps": 1000.0 * false / steps,
+            "upper95_per_1000_steps": 1000.0 * float(chi2.ppf(0.95, 2 * (false + 1))) / 2.0 / steps, "delay": delay}
 
 
 def _run_job(job: tuple[str, int, dict[str, Any]]) -> dict[str, Any]:

@@ -41,9 +41,19 @@ Settings: ``defaults`` (G 8, min_pairs 200, refit_every 64, warm-up 32, half-lif
 ``wmrl train``'s CPU preset (G 4, its min_pairs/refit_every; old warm-up 3, new: the preset's,
 plus the spread each candidate warm-up allows).
 
-Run (the figures in ``docs/method.md``, "Inverse-variance denoising")::
+``--learning`` (issue 37, item 5) runs only a world model that learns from its anchors, on the
+library's loop (:func:`learning_seed`): a ridge :class:`~wmrl_envs.world_models.learned.LearnedWorldModel`
+on the rollouts' features (refit every 1 and every 8 groups) with ρ's recalibration at refits
+(``learning``) and without it (``learning_before``, the rule before issue 37), beside a frozen
+model of the learning one's final quality (``frozen``); ρ read 96, 112 and 127 groups after its
+calibration and averaged from 32 groups after it.
+
+Run (the figures in ``docs/method.md``, "Inverse-variance denoising" and "A world model that
+learns from its anchors")::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rho_calibration.py --seeds 200 --jobs 2 --out results/rho_calibration.json
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rho_calibration.py --learning --seeds 12 --jobs 2 \\
+        --out results/rho_calibration_learning.json
     .venv/bin/python benchmarks/rho_calibration.py --quick      # smoke run
 """
 
@@ -275,6 +285,87 @@ def break_seed(args: tuple[str, int, float, float]) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------- a world model that learns (issue 37, item 5)
+LEARNING_POINTS = (96, 112, 127)
+"""Anchor groups after ρ's calibration at which ρ is read in ``--learning`` (96: the review's;
+with a recalibration every 32 groups, 96 is one, 112 half-way to the next, 127 just before it)."""
+
+
+def learning_seed(args: tuple[int, str, int, int, float, int]) -> dict[str, Any]:
+    """One seed on the library's loop (anchor_fraction 1, the debiaser's defaults: min_pairs 200,
+    refit every 64 pairs; ρ's warm-up 32, G 8): real = task offset + x·w + noise, x ~ N(0, I_d) the rollout's features
+    (w ~ N(0, I/d), noise sd ``noise``); the world model a :class:`LearnedWorldModel` (ridge on x).
+    ``arm``: ``"learning"`` learns from the anchors (refit every ``refit_every`` groups), ``"frozen"``
+    was fitted beforehand on as many groups as the learning one ends with and never learns,
+    ``"learning_before"`` learns with ρ's recalibration switched off (the rule before issue 37).
+    Returns ρ at :data:`LEARNING_POINTS` groups after calibration, ρ's mean from 32 groups after
+    calibration to the end, and s̄² at calibration and at the end."""
+    import warnings
+
+    from sklearn.linear_model import Ridge
+
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.world_models.learned import CallableFeaturizer, LearnedWorldModel
+
+    seed, arm, d, refit_every, noise, after = args
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=d) / math.sqrt(d)
+    g = 8
+
+    def group() -> tuple[list[np.ndarray], list[float]]:
+        x = rng.normal(size=(g, d))
+        return list(x), (rng.normal() + x @ w + noise * rng.normal(size=g)).tolist()
+
+    model = LearnedWorldModel(CallableFeaturizer(lambda c, a: np.asarray(a)), head=Ridge(alpha=1.0),
+                              refit_every=refit_every if arm != "frozen" else 1)
+    total = 25 + 32 + after  # the debiaser's first fit (200 pairs), the warm-up, the groups after it
+    if arm == "frozen":  # fitted on as many groups as the learning model ends with, then frozen
+        for k in range(total):
+            xs, ys = group()
+            model.observe([None] * g, xs, ys, group_id=-1 - k)
+
+        class Frozen:  # predicts with the fitted head; no observe: the loop does not teach it
+            def predict(self, contexts, actions):
+                return model.predict(contexts, actions)
+
+        wm: Any = Frozen()
+    else:
+        wm = model
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=200, refit_every=64, warmup_groups=32),
+                          world_model=wm, seed=seed)
+    den = loop.corrector.denoiser
+    if arm == "learning_before":
+        den.recalibrate = lambda *a, **k: False  # type: ignore[method-assign]
+    rhos: list[float] = []
+    at_cal = None
+    s2_cal = math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        while at_cal is None or len(rhos) - at_cal < after:
+            xs, ys = group()
+            ctx = [None] * g
+            preds = loop.predict(ctx, xs)
+            t = loop.open_group()
+            loop.close_group(t, [p.score for p in preds], ys, actions=xs, contexts=ctx)
+            rhos.append(den.rho)
+            if at_cal is None and den.warmed_up:
+                at_cal, s2_cal = len(rhos), den.ema
+    out = {f"rho_{k}": rhos[at_cal + k - 1] for k in LEARNING_POINTS if at_cal + k - 1 < len(rhos)}
+    out.update(rho_mean=float(np.mean(rhos[at_cal + 31:])), s2_at_calibration=s2_cal, s2_end=den.ema,
+               recalibrations=den.n_recalibrations)
+    return out
+
+
+def learning_comparison(seeds: int, d: int, arms: list[tuple[str, int]], noise: float, jobs: int) -> dict[str, Any]:
+    """``learning_seed`` for each ``(arm, refit_every)`` over ``seeds`` seeds; median and 5-95% per figure."""
+    after = 192
+    res: dict[str, Any] = {"d": d, "noise": noise, "groups_after_calibration": after}
+    for arm, k in arms:
+        rows = run_map(learning_seed, [(s, arm, d, k, noise, after) for s in range(seeds)], jobs)
+        res[arm if arm == "frozen" else f"{arm}/refit_every={k}"] = {key: summary([r[key] for r in rows]) for key in rows[0]}
+    return res
+
+
 # ---------------------------------------------------------------- driver
 def summary(values: list[float]) -> dict[str, float]:
     lo, med, hi = np.percentile(np.asarray(values, dtype=np.float64), [5, 50, 95])
@@ -304,6 +395,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--settings", nargs="+", default=["defaults", "preset"], choices=["defaults", "preset"],
                     help="constant-quality settings to run")
     ap.add_argument("--no-break", action="store_true", help="skip the break scenario")
+    ap.add_argument("--learning", action="store_true",
+                    help="only the world model that learns from its anchors (issue 37): frozen vs learning, "
+                         "with and without rho's recalibration at refits")
+    ap.add_argument("--learning-dim", type=int, default=100, help="--learning: feature dimension d (default 100)")
+    ap.add_argument("--learning-refit-every", type=int, nargs="+", default=[1, 8],
+                    help="--learning: the learned model's refit_every values to run (default 1 and 8)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--quick", action="store_true", help="smoke run: 20 seeds, horizon 64")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -315,6 +412,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     preset = PRESETS["default"]
     pc = preset.correction
     t0 = time.time()
+    if a.learning:
+        arms = [("frozen", 1)] + [(arm, k) for k in a.learning_refit_every for arm in ("learning_before", "learning")]
+        res = learning_comparison(a.seeds, a.learning_dim, arms, 0.3, a.jobs)
+        result = {"seeds": a.seeds, "learning": res}
+        print(f"rho with a world model that learns from its anchors: median [5%, 95%] over {a.seeds} seeds "
+              f"(d = {a.learning_dim}; rho_k: k groups after its calibration; rho_mean: from 32 groups after it)")
+        for arm, v in res.items():
+            if isinstance(v, dict):
+                print(f"  {arm:>30s}: " + "  ".join(f"{key} {fmt(x)}" for key, x in v.items()))
+        result["seconds"] = round(time.time() - t0, 1)
+        print(f"({result['seconds']} s)")
+        if a.out:
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps(result, indent=1) + "\n")
+        return result
     worst = check_fast_isotonic()
     assert worst < 1e-9, f"the benchmark's isotonic map differs from the debiaser's by {worst}"
     den_default = InverseVarianceDenoiser()

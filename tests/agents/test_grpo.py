@@ -243,8 +243,10 @@ def _old_formula(pol, opt, samples, rows, adv, *, kl_coef, clip_eps, max_grad_no
 def test_one_iteration_equals_the_old_formula_exactly(kl_coef, mb, max_grad_norm):
     samples = _toy_samples()
     rewards, weights = [[1.0, 0.0, 0.5], [0.2, 0.9, 0.4]], [2.0, 1.0]
-    batch = build_advantages(rewards, weights, drop_zero_advantage=True)
+    # zero-advantage rows leave only while they carry no KL term (issue 37, item 7)
+    batch = build_advantages(rewards, weights, drop_zero_advantage=kl_coef == 0)
     rows = batch.row_index.tolist()
+    assert len(rows) == (5 if kl_coef == 0 else 6)  # the 0.5 of group 0 sits at its mean
     a, b = ToyPolicy(0.3), ToyPolicy(0.3)
     opt_a = torch.optim.Adam(a.trainable_parameters(), lr=0.1)
     opt_b = torch.optim.Adam(b.trainable_parameters(), lr=0.1)
@@ -335,6 +337,36 @@ def test_the_gradient_of_a_stale_negative_advantage_row_stays_bounded_as_its_rat
                    config=GRPOUpdateConfig(max_grad_norm=None), old_logprobs=torch.zeros(1, 1))
     assert st["grad_norm"] == 0.0 and st["policy_loss"] == pytest.approx(-3.0 * -4.0)
     assert st["dual_clip_fraction"] == 1.0
+
+
+def test_the_kl_term_reaches_every_graded_row_even_when_every_group_is_flat():
+    """Issue 37, item 7: rows with a zero advantage were dropped before the loss, so a step whose
+    groups were all flat applied no KL and the KL of a mixed step was averaged over the informative
+    rows only. GRPO's objective takes the KL over all the sampled rows of the groups it uses."""
+    samples = _toy_samples()
+    flat = [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]  # both groups flat: no policy-gradient signal at all
+    pol = ToyPolicy(0.5)
+    pol.theta_ref = torch.tensor([0.2])  # the policy has drifted from its reference
+    opt = torch.optim.SGD(pol.trainable_parameters(), lr=0.1)
+    st = grpo_update(pol, opt, samples, flat, None, config=GRPOUpdateConfig(kl_coef=0.5, max_grad_norm=None))
+    assert st["n_rows"] == 6.0 and st["policy_loss"] == 0.0  # was 0 rows and no step
+    # the loss is the k3 KL over all six rows (per-sequence token means, then the mean over rows)
+    x, m = samples.x, samples.mask
+    d = (x * 0.2 - x * 0.5) * m
+    kl = (((torch.exp(d) - d - 1.0) * m).sum(1) / m.sum(1)).mean()
+    assert st["kl"] == pytest.approx(float(kl), rel=1e-6) and st["kl"] > 0
+    assert float(pol.theta) < 0.5  # and it pulled theta toward the reference (x·θ: d KL/dθ > 0 here)
+    # a mixed step: the KL is averaged over every graded row, flat groups included
+    pol2 = ToyPolicy(0.5)
+    pol2.theta_ref = torch.tensor([0.2])
+    mixed = [[1.0, 0.0, 0.5], [0.3, 0.3, 0.3]]
+    st2 = grpo_update(pol2, torch.optim.SGD(pol2.trainable_parameters(), lr=0.1), samples, mixed, None,
+                      config=GRPOUpdateConfig(kl_coef=0.5))
+    assert st2["n_rows"] == 6.0 and st2["kl"] == pytest.approx(float(kl), rel=1e-6)
+    # without KL nor entropy (DAPO's practice) the rows that carry nothing are still dropped
+    st3 = grpo_update(ToyPolicy(0.5), torch.optim.SGD(ToyPolicy(0.5).trainable_parameters(), lr=0.1), samples, mixed,
+                      None, config=GRPOUpdateConfig(kl_coef=0.0))
+    assert st3["n_rows"] == 2.0
 
 
 def test_dual_clip_leaves_positive_advantages_and_the_on_policy_step_unchanged():

@@ -363,3 +363,47 @@ def test_the_vector_wrapper_counts_each_lanes_executions_for_its_group_so_the_bu
     assert w.loop.ledger.count("execution") <= budget + g * turns
     counted = w.loop.adaptive.group_executions
     assert counted["world_model"][0] > 0 and counted["anchor"][0] + counted["world_model"][0] > 0
+
+
+# ---------------------------------------------------------------------- change points (issue 37, item 4)
+def _groups_with_r(rs: list[float], g: int = 8) -> tuple[list[list[float]], list[list[float]]]:
+    """Groups whose within-group correlation is exactly ``rs[i]`` (unit-variance centred scores)."""
+    u = np.arange(g, dtype=float) - (g - 1) / 2
+    u /= np.linalg.norm(u)
+    v = np.resize([1.0, -1.0], g) - np.resize([1.0, -1.0], g).mean()
+    v -= (v @ u) * u
+    v /= np.linalg.norm(v)
+    return [(r * u + math.sqrt(1 - r * r) * v).tolist() for r in rs], [u.tolist() for _ in rs]
+
+
+def _step_change(n_old: int, n_new: int, z: float, r_old: float = 0.6) -> tuple[list, list]:
+    """n_old groups at r_old, then n_new groups whose r lies z standard errors (Fisher z) below."""
+    se = math.sqrt(1 / (7 * n_old - 2) + 1 / (7 * n_new - 2))  # d = pairs - groups = 7 per group of 8
+    return _groups_with_r([r_old] * n_old + [math.tanh(math.atanh(r_old) - z * se)] * n_new)
+
+
+def test_the_change_point_threshold_is_bonferroni_over_the_splits_tested():
+    from wmrl_envs.core.adaptive import change_point_threshold
+
+    assert change_point_threshold(1) == pytest.approx(3.0902, abs=1e-4)  # Φ⁻¹(1 − 0.001)
+    assert change_point_threshold(100) == pytest.approx(4.2649, abs=1e-4)  # Φ⁻¹(1 − 0.001 / 100)
+    assert change_point_threshold(0) == change_point_threshold(1)
+    with pytest.raises(ValueError, match="false_alarms_per_step"):
+        change_point_threshold(10, 0.0)
+
+
+def test_a_gap_of_four_standard_errors_among_a_hundred_splits_is_not_a_change_point():
+    """Before: the largest z over all splits against a fixed 4, so the more groups held (splits
+    tested), the more false change points; now the threshold rises with the splits tested."""
+    from wmrl_envs.core.adaptive import _change_point
+
+    wm, real = _step_change(108, 12, z=4.15)  # 113 splits with 4 usable groups on each side
+    k, z = _change_point(wm, real, 4, z_crit=4.0)  # the rule before issue 37 declared a change
+    assert (k, round(z, 2)) == (12, 4.15)
+    assert _change_point(wm, real, 4) is None  # 4.15 < Φ⁻¹(1 − 0.001 / 113) = 4.29
+    wm, real = _step_change(108, 12, z=4.5)  # a larger drop is still found, at the right split
+    assert _change_point(wm, real, 4) == (12, pytest.approx(4.5))
+    # with few groups held (one split) a smaller gap suffices: 3.5 > Φ⁻¹(1 − 0.001) = 3.09
+    wm, real = _step_change(4, 4, z=3.5)
+    assert _change_point(wm, real, 4) == (4, pytest.approx(3.5))
+    assert _change_point(wm, real, 4, z_crit=4.0) is None

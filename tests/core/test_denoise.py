@@ -347,3 +347,64 @@ def test_denoiser_parameter_free_and_state():
     assert w.rho == pytest.approx(2.0)
     with pytest.raises(ValueError):
         InverseVarianceDenoiser(mode="nope")
+
+
+# ---------------------------------------------------------------------- a world model that learns (issue 37, item 5)
+def test_recalibrate_measures_the_disagreement_again_with_the_ema_weights_and_fixes_c_again():
+    den = InverseVarianceDenoiser(warmup_groups=2, half_life=1.0)  # each older group weighs half as much
+    assert not den.recalibrate([[0.0, 1.0]], [[0.0, 1.0]], training=True)  # not warmed up: nothing
+    for _ in range(2):
+        den.update([0.0, 1.0, 0.0], [0.0, 1.0, 1.0])
+    assert den.warmed_up and den.rho == pytest.approx(2.0) and den.n_since_calibration == 0
+    den.update([0.0, 1.0, 0.0], [0.0, 1.0, 1.0])
+    assert not den.recalibration_due  # 1 of warmup_groups = 2 groups since c was fixed
+    den.update([0.0, 1.0, 0.0], [0.0, 1.0, 1.0])
+    assert den.recalibration_due
+    assert not den.recalibrate([[0.0, 1.0]], [[0.0, 1.0]], training=False)  # evaluation: nothing
+    # two groups, oldest first: parts (mean resid², Var r) = (0.25, 0.25) and (0, 0.25) for the newest
+    old, new = ([0.0, 0.0], [0.0, 1.0]), ([0.0, 1.0], [0.0, 1.0])
+    assert den.recalibrate([old[0], new[0], [1.0]], [old[1], new[1], [1.0]], training=True) is True
+    assert den.ema == pytest.approx((0.5 * 0.25) / (0.25 + 0.5 * 0.25))  # weights 1 (newest), 0.5
+    assert den.c == pytest.approx(1.0 / den.ema) and den.rho == pytest.approx(2.0)
+    assert (den.n_since_calibration, den.n_recalibrations) == (0, 1)
+    assert not den.recalibration_due
+    state = json.loads(json.dumps(den.state_dict()))
+    fresh = InverseVarianceDenoiser()
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == den.state_dict()
+    with pytest.raises(ValueError, match="2 groups of calibrated scores but 1"):
+        den.recalibrate([[0.0], [1.0]], [[0.0]])
+
+
+def _learning_run(recalibrate: bool, seed: int) -> list[float]:
+    from sklearn.linear_model import Ridge
+
+    from wmrl_envs.world_models.learned import CallableFeaturizer, LearnedWorldModel
+
+    rng = np.random.default_rng(seed)
+    d, g = 60, 8
+    w = rng.normal(size=d) / np.sqrt(d)
+    wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: np.asarray(a)), head=Ridge(alpha=1.0))
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=32, refit_every=64, warmup_groups=8),
+                          world_model=wm, seed=seed)
+    if not recalibrate:
+        loop.corrector.denoiser.recalibrate = lambda *a, **k: False  # the rule before issue 37
+    rhos = []
+    for _ in range(64):
+        xs = list(rng.normal(size=(g, d)))
+        real = (rng.normal() + np.stack(xs) @ w + 0.3 * rng.normal(size=g)).tolist()
+        preds = loop.predict([None] * g, xs)
+        t = loop.open_group()
+        loop.close_group(t, [p.score for p in preds], real, actions=xs, contexts=[None] * g)
+        rhos.append(loop.corrector.denoiser.rho)
+    return rhos
+
+
+def test_rho_of_a_learning_world_model_is_calibrated_against_the_model_in_use():
+    """Before: c was fixed once at the end of ρ's warm-up, on the cold model's large disagreement;
+    as the model learned, s̄² fell and ρ drifted well below the target on every seed."""
+    for seed in range(3):
+        before, now = _learning_run(False, seed), _learning_run(True, seed)
+        # before: 1.79, 1.83, 1.89 (it measured how much the model had improved since the warm-up)
+        assert max(before[-8:]) < 1.92
+        assert 1.95 <= min(now[-16:]) and max(now[-16:]) <= 2.05  # now: 1.98-2.03

@@ -578,3 +578,38 @@ def test_a_learned_state_loaded_by_a_loop_whose_world_model_does_not_learn_is_wa
     state["world_model"] = {"anything": 1}
     with pytest.warns(UserWarning, match="has no load_state_dict: the saved state is ignored"):
         CorrectionLoop(world_model=Frozen()).load_state_dict(state)
+
+
+def test_a_refit_after_a_training_group_closed_in_evaluation_passes_the_intent_and_never_flips_the_flag():
+    """Issue 37, item 6: the rescoring after a refit replaced the debiaser's pairs by setting its
+    ``training`` flag to True and back (a reader on another thread saw True during evaluation).
+    The intent now travels as ``replace_pairs(..., training=True)``; the flag is never written."""
+
+    class WatchedDebiaser(IsotonicDebiaser):
+        writes: list[bool] = []
+
+        def __setattr__(self, name, value):
+            if name == "training" and "training" in self.__dict__:
+                WatchedDebiaser.writes.append(value)
+            super().__setattr__(name, value)
+
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=6)
+    wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: np.asarray(a)), head=Ridge(alpha=1e-3), folds=4)
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16), world_model=wm)
+    loop.corrector.debiaser.__class__ = WatchedDebiaser
+    for k in range(4):  # a few training groups first
+        actions = [rng.normal(size=6) for _ in range(8)]
+        _run_group(loop, [k] * 8, actions, [float(a @ w) for a in actions])
+    actions = [rng.normal(size=6) for _ in range(8)]
+    loop.predict([9] * 8, actions)
+    ticket = loop.open_group()  # a training ticket ...
+    loop.training = False  # ... closed in evaluation mode: the model refits and rescores
+    WatchedDebiaser.writes.clear()
+    fits = wm.n_refits
+    loop.close_group(ticket, [0.0] * 8, [float(a @ w) for a in actions], actions=actions, contexts=[9] * 8)
+    assert wm.n_refits == fits + 1  # a refit happened and the pairs were rescored
+    raw_pairs, _ = loop.corrector.debiaser.pairs()
+    np.testing.assert_allclose(raw_pairs, wm.crossfit_scores().scores)  # the buffer was replaced all the same
+    assert WatchedDebiaser.writes == []  # the flag was never written (was [True, False])
+    assert loop.corrector.debiaser.training is False

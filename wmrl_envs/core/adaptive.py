@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from .ledger import EXECUTION, CostLedger
 if TYPE_CHECKING:
     from .advisor import AnchorAdvisor
 
-__all__ = ["AdaptiveAnchorFraction", "ExecutionBudgetSpent"]
+__all__ = ["AdaptiveAnchorFraction", "ExecutionBudgetSpent", "change_point_threshold"]
 
 
 _CONFIRM_STEPS = 3
@@ -44,23 +45,54 @@ _CALIBRATION_GROUPS = 256
 bounded cost per step; the correlation itself is taken over the last ``window``)."""
 
 
-_CHANGE_Z = 4.0
-"""``anchor_fraction="auto"`` declares a change point when r over the most recent anchor groups lies
-this many standard errors (Fisher z) below r over the groups before them."""
+_CHANGE_FALSE_ALARMS_PER_STEP = 1e-3
+"""``anchor_fraction="auto"`` tests for a change point once per training step and keeps the
+expected false alarms of a world model of constant quality at or below this many per step (one per
+1,000 steps): Bonferroni over the splits of each test, a union bound over the tests (see
+:func:`change_point_threshold`)."""
 
 
-def _change_point(wm: Sequence[Scores], real: Sequence[Scores], min_side: int, z_crit: float = _CHANGE_Z
+def change_point_threshold(n_splits: int, false_alarms_per_step: float = _CHANGE_FALSE_ALARMS_PER_STEP) -> float:
+    """The z a change point must exceed when ``n_splits`` splits are tested at once.
+
+    Each split's statistic is one-sided standard normal under a world model of constant quality
+    (Fisher z), so testing every split at level ``α / n_splits`` (Bonferroni) bounds the chance
+    that one test declares a change by ``α``; tested once per training step, a run of T steps
+    then expects at most ``α·T`` false change points (a union bound over the tests, whatever their
+    correlation). Bonferroni is conservative here, as the splits of one test share their groups
+    (``benchmarks/adaptive_fraction.py --change-points`` measures the rate and the delay).
+
+    Args:
+        n_splits: splits tested (>= 1; fewer count as 1).
+        false_alarms_per_step: α in (0, 1).
+
+    Returns:
+        ``Φ⁻¹(1 − α / n_splits)`` (3.09 for one split, 3.66 for 8, 4.26 for 100, 4.46 for 248
+        at α = 0.001).
+
+    Raises:
+        ValueError: α outside (0, 1).
+    """
+    if not (is_finite_number(false_alarms_per_step) and 0.0 < false_alarms_per_step < 1.0):
+        raise ValueError(f"false_alarms_per_step must be in (0, 1), got {false_alarms_per_step!r}")
+    return NormalDist().inv_cdf(1.0 - false_alarms_per_step / max(1, int(n_splits)))
+
+
+def _change_point(wm: Sequence[Scores], real: Sequence[Scores], min_side: int, z_crit: float | None = None
                   ) -> tuple[int, float] | None:
     """Where the world model got worse: the split of the groups into older and recent ones at which
     r over the recent ones lies furthest below r over the older ones, if that is significant.
 
     For every split with at least ``min_side`` usable groups (2+ rollouts scored both ways) on each
     side, the statistic is ``(atanh(r_old) − atanh(r_new)) / sqrt(1/(d_old − 2) + 1/(d_new − 2))``
-    (pooled within-group correlations, d = pairs − groups as in :func:`r_confidence_bounds`).
+    (pooled within-group correlations, d = pairs − groups as in :func:`r_confidence_bounds`). The
+    largest is significant when it exceeds :func:`change_point_threshold` of the number of splits
+    tested (``z_crit``: a fixed threshold instead; the rule before issue 37 used 4 whatever the
+    number of splits, which let the false alarms grow with the groups held).
 
     Returns:
         ``(k, z)``: the last ``k`` groups are the ones after the change point and ``z`` its
-        statistic (the largest over the splits, ``> z_crit``), or ``None`` (no significant drop).
+        statistic (the largest over the splits, above the threshold), or ``None`` (no significant drop).
     """
     st = []  # per group: usable, pairs, sxx, syy, sxy (within-group centred)
     for w, x in zip(wm, real):
@@ -84,18 +116,22 @@ def _change_point(wm: Sequence[Scores], real: Sequence[Scores], min_side: int, z
         return math.atanh(r), 1.0 / max(1.0, pairs - used - 2.0)
 
     best: tuple[int, float] | None = None
+    tested = 0
     for k in range(1, len(st)):
         new, old = suffix[k - 1], total - suffix[k - 1]
-        if new[0] < min_side:
-            continue
+        if new[0] < min_side or not st[len(st) - k][0]:
+            continue  # too few recent groups, or the same split as the one before (an unusable group)
         if old[0] < min_side:
             break
         a, b = z_and_var(old), z_and_var(new)
         if a is None or b is None:
             continue
+        tested += 1
         z = (a[0] - b[0]) / math.sqrt(a[1] + b[1])
-        if z > z_crit and (best is None or z > best[1]):
+        if best is None or z > best[1]:
             best = (k, z)
+    if best is None or best[1] <= (change_point_threshold(tested) if z_crit is None else z_crit):
+        return None
     return best
 
 
@@ -133,9 +169,11 @@ class AdaptiveAnchorFraction:
        rule before issue 25) made it jump between f_min and f_max whenever L crossed f*'s switch
        point; ``benchmarks/adaptive_fraction.py`` measures both;
     4a. a change point, before step 4: when r over the most recent groups (at least
-       ``max(2, min_groups // 2)`` usable ones on each side) lies more than 4 standard errors
-       (Fisher z) below r over the older groups since the last change point, the world model got
-       worse. The split with the largest such gap is taken; the groups before it and the older half
+       ``max(2, min_groups // 2)`` usable ones on each side) lies below r over the older groups
+       since the last change point by more than :func:`change_point_threshold` standard errors
+       (Fisher z; Bonferroni over the splits tested, so that a world model of constant quality
+       expects at most one false change point per 1,000 steps), the world model got worse. The
+       split with the largest such gap is taken; the groups before it and the older half
        of those after it (a split found that early tends to include a few groups from before the
        change) no longer count for r, its bounds or the cross-fitted map, and the fraction rises at
        once to ``clip(f*(0))``, the fraction for a world model without signal (``f_max`` without a
@@ -348,7 +386,7 @@ class AdaptiveAnchorFraction:
         held = None
         if self.gamma is not None:
             held = self._held(advisor, calibrate)
-            cp = _change_point(held[0], held[1], max(2, self.min_groups // 2), _CHANGE_Z)
+            cp = _change_point(held[0], held[1], max(2, self.min_groups // 2))
             if cp is not None:
                 # the world model got worse: forget the groups before the change point and the older
                 # half of those after it (the split found tends to include a few groups from before

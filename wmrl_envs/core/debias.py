@@ -199,14 +199,21 @@ class IsotonicDebiaser:
             self._fit_on(np.asarray(state["map_x"], dtype=np.float64), np.asarray(state["map_y"], dtype=np.float64))
 
     # ------------------------------------------------------------------ rescoring
-    def replace_pairs(self, raw: Iterable[float | None], real: Iterable[float | None]) -> int:
+    def replace_pairs(self, raw: Iterable[float | None], real: Iterable[float | None], *,
+                      training: bool | None = None) -> int:
         """Replace the buffer with these pairs (oldest first; the last ``buffer_size`` kept) and
         refit the map now (the identity again when fewer than ``min_pairs`` remain).
 
         For a world model that learns from the anchors (:class:`~wmrl_envs.world_models.learned.LearnedWorldModel`):
         after a refit the buffered raw scores came from older models, and the loop replaces
         them with the current model's out-of-fold scores of the same rollouts. ``n_seen`` is
-        not changed (no new pair was seen). Ignored while ``training`` is ``False``.
+        not changed (no new pair was seen).
+
+        Args:
+            raw: the current model's raw scores of the stored rollouts.
+            real: their real scores.
+            training: whether the buffer may be replaced; ``None``: :attr:`training` now. The flag
+                itself is never changed (as :meth:`add_pairs`).
 
         Returns:
             Pairs now in the buffer (pairs with a ``None``/NaN member are skipped).
@@ -217,7 +224,7 @@ class IsotonicDebiaser:
         raw, real = list(raw), list(real)
         if len(raw) != len(real):
             raise ValueError(f"raw and real differ in length: {len(raw)} vs {len(real)}")
-        if not self.training:
+        if not (self.training if training is None else training):
             return len(self._raw)
         ok = [(float(a), float(b)) for a, b in zip(raw, real)
               if a is not None and b is not None and np.isfinite(a) and np.isfinite(b)]

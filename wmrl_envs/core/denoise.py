@@ -91,6 +91,15 @@ class InverseVarianceDenoiser:
     once, ``c = (rho_target − 1)/max(s̄², ε)``, so that ``ρ = rho_target`` at that moment; from then
     on ``ρ = clip(1 + c·max(s̄², ε), 1, rho_max)`` (parameter-free mode: ``c = 1``, no floor).
 
+    **A world model that learns** (:meth:`recalibrate`): every refit makes a new world model, and
+    ``s̄²`` and ``c`` describe the old ones. At the first refit after every ``warmup_groups`` counted
+    groups since ``c`` was last fixed, the loop passes the current model's out-of-fold scores of
+    its stored anchor groups: ``s̄²`` is measured again on them and ``c`` fixed again, so that ρ is
+    ``rho_target`` for the model in use (what a frozen model's ρ is at its calibration), and then
+    follows the groups that arrive, as for a frozen model. Without it ρ fell as the model learned:
+    ``c`` had been fixed on the cold model's larger disagreement (``docs/method.md``,
+    "Inverse-variance denoising", "A world model that learns").
+
     A group counts only when its scores are on the scale the run trains on (``calibrated_scale``
     of :meth:`update`). :class:`~wmrl_envs.core.WMRLCorrector` passes ``calibrated_scale=False``
     before the debiaser's first fit, when the "calibrated" scores are still the world model's raw
@@ -115,6 +124,9 @@ class InverseVarianceDenoiser:
         n_scored_groups: groups that counted (entered ``s̄²`` and the warm-up).
         n_uncalibrated: groups with a defined ``s²`` that did not count (not on the training scale).
         n_skipped: groups without a defined ``s²`` (fewer than 2 graded rollouts, constant real scores).
+        n_since_calibration: groups counted since ``c`` was last fixed (at the warm-up's end or by
+            :meth:`recalibrate`).
+        n_recalibrations: times :meth:`recalibrate` measured ``s̄²`` again (and fixed ``c`` again).
 
     Raises:
         ValueError: invalid arguments.
@@ -161,6 +173,8 @@ class InverseVarianceDenoiser:
         self.n_scored_groups = 0
         self.n_uncalibrated = 0
         self.n_skipped = 0
+        self.n_since_calibration = 0
+        self.n_recalibrations = 0
         self.c = 1.0 if mode == "parameter_free" else float("nan")
 
     @property
@@ -216,6 +230,7 @@ class InverseVarianceDenoiser:
             self.n_uncalibrated += 1
             return s2
         self.n_scored_groups += 1
+        self.n_since_calibration += 1
         n = self.n_scored_groups
         if not math.isfinite(self.ema):
             num, self._var_real = resid, var_r
@@ -232,7 +247,68 @@ class InverseVarianceDenoiser:
             # Fix c once so that rho == rho_target right now: 1 + c * max(ema, eps) = rho_target
             # (a near-perfect warm-up calibrates at the floor eps, not at a vanishing ema).
             self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
+            self.n_since_calibration = 0
         return s2
+
+    @property
+    def recalibration_due(self) -> bool:
+        """Whether :meth:`recalibrate` would act now: warmed up, and ``warmup_groups`` groups (at
+        least one) counted since ``c`` was last fixed."""
+        return self.warmed_up and self.n_since_calibration >= max(1, self.warmup_groups)
+
+    def recalibrate(
+        self,
+        calibrated_groups: Sequence[Sequence[float | None]],
+        real_groups: Sequence[Sequence[float | None]],
+        *,
+        training: bool | None = None,
+    ) -> bool:
+        """The world model changed (a learned model's refit): measure ``s̄²`` again on the current
+        model's scores of past anchor groups and, in calibrated mode, fix ``c`` again.
+
+        Acts only when :attr:`recalibration_due`. ``s̄²`` becomes the pooled disagreement of the
+        groups given, weighted as the EMA weighs them (the last group 1, each older one by another
+        ``0.5 ** (1 / half_life)``), and ``c = (rho_target − 1)/max(s̄², ε)``, so ρ is
+        ``rho_target`` now; in parameter-free mode only ``s̄²`` changes. The scores must be out of
+        sample for each group (scores from a model fitted without the group, calibrated by a map
+        fitted without it: :func:`~wmrl_envs.core.advisor_model.crossfit_calibrated`), as the
+        groups that :meth:`update` sees are: in-sample scores would understate the disagreement.
+
+        Args:
+            calibrated_groups: per group, oldest first, the current model's calibrated scores
+                (shape (G,) each; ``None``/NaN = missing).
+            real_groups: per group, its real scores.
+            training: whether this may update; ``None``: :attr:`training` now (the flag is never
+                changed).
+
+        Returns:
+            Whether ``s̄²`` (and ``c``) were measured again (``False``: not due, not training, or
+            no group with a defined ``s²``).
+
+        Raises:
+            ValueError: the two sequences differ in length, or a group's two score lists do.
+        """
+        if len(calibrated_groups) != len(real_groups):
+            raise ValueError(f"{len(calibrated_groups)} groups of calibrated scores but {len(real_groups)} of real ones")
+        if not (self.training if training is None else training) or not self.recalibration_due:
+            return False
+        parts = [group_disagreement_parts(c, r) for c, r in zip(calibrated_groups, real_groups)]
+        decay = 1.0 - self.alpha
+        num = den = 0.0
+        weight = 1.0
+        for p in reversed(parts):  # the newest group first, weight 1
+            if p is not None:
+                num += weight * p[0]
+                den += weight * p[1]
+                weight *= decay
+        if den <= 0.0:
+            return False
+        self.ema, self._var_real = num / den, den / sum(decay**i for i in range(sum(p is not None for p in parts)))
+        if self.mode == "calibrated":
+            self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
+        self.n_since_calibration = 0
+        self.n_recalibrations += 1
+        return True
 
     def state_dict(self) -> dict[str, Any]:
         """All counters and the running averages (JSON-serialisable; NaN stored as ``None``)."""
@@ -249,6 +325,8 @@ class InverseVarianceDenoiser:
             "n_scored_groups": self.n_scored_groups,
             "n_uncalibrated": self.n_uncalibrated,
             "n_skipped": self.n_skipped,
+            "n_since_calibration": self.n_since_calibration,
+            "n_recalibrations": self.n_recalibrations,
             "c": nan_to_none(self.c),
         }
 
@@ -259,7 +337,8 @@ class InverseVarianceDenoiser:
         ``1e-6``, the guard their ``c`` was computed with, so that ρ stays what that ``c``
         implies; without ``ema_var_real`` (s̄² was an EMA of the groups' ``s²``) the pooled
         average of ``Var(r)`` starts at the next counted group's, so ``s̄²`` continues from the
-        saved value; without ``n_uncalibrated`` it is 0.
+        saved value; without ``n_uncalibrated`` it is 0; without ``n_since_calibration`` it counts
+        from the warm-up's end.
         """
         training = self.training
         self.__init__(
@@ -277,4 +356,8 @@ class InverseVarianceDenoiser:
         self.n_scored_groups = int(state["n_scored_groups"])
         self.n_uncalibrated = int(state.get("n_uncalibrated", 0))
         self.n_skipped = int(state["n_skipped"])
+        # absent before issue 37: counted from the warm-up's end (c was fixed then, never again)
+        self.n_since_calibration = int(state.get("n_since_calibration",
+                                                 max(0, self.n_scored_groups - self.warmup_groups)))
+        self.n_recalibrations = int(state.get("n_recalibrations", 0))
         self.training = training

@@ -23,7 +23,6 @@ call the loop's step methods themselves.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -31,7 +30,7 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 
 from .corrector import GroupCorrection
 from .routing import ANCHOR, Route
-from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, execution_cause
+from .ungraded import CAUSE_KEY, EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, execution_cause, score_number
 
 __all__ = [
     "STEP_SCORE_KEY",
@@ -62,10 +61,12 @@ episodes")."""
 def real_score(reward: Any, info: Mapping[str, Any] | None) -> tuple[float | None, str | None, str | None]:
     """The real score of one executed step, by the one rule of every path.
 
-    The step is ungraded when :func:`~wmrl_envs.core.ungraded.execution_cause` says so (``info
-    ["graded"]`` is ``False``, or the reward is ``None`` or not finite), or when
-    ``info["step_score"]`` is present and not a finite number (cause ``"execution_ungraded"``);
-    else its score is ``info["step_score"]`` when present, its reward otherwise.
+    The score is ``info["step_score"]`` where the env reports one (not ``None``), the reward
+    otherwise; the other of the two is not read. The step is ungraded when ``info["graded"]``
+    is ``False`` (cause ``info["ungraded_cause"]`` or ``"execution_ungraded"``) or when the
+    score is ``None`` or not finite (``"execution_ungraded"``). A score that is not a number
+    raises (:func:`~wmrl_envs.core.ungraded.score_number`: ``bool``, ``numpy.bool_`` and
+    strings such as ``"0.7"`` included).
 
     Args:
         reward: the step's reward.
@@ -75,21 +76,25 @@ def real_score(reward: Any, info: Mapping[str, Any] | None) -> tuple[float | Non
         ``(score, cause, message)``: the score (float, ``None`` when ungraded), why it is
         ungraded (``None`` when graded) and the error text to report (``info["message"]``, or
         what was wrong with ``info["step_score"]``; ``None`` when there is none).
+
+    Raises:
+        TypeError: the score (the step score, else the reward) is not a number; the message
+            names which and how to fix the env.
     """
-    cause = execution_cause(reward, info)
-    if cause is not None:
-        msg = (info or {}).get("message")
-        return None, cause, None if msg is None else str(msg)
-    step = (info or {}).get(STEP_SCORE_KEY)
+    info = info or {}
+    step = info.get(STEP_SCORE_KEY)
+    if info.get("graded", True) is False:
+        return None, execution_cause(None, info), None if info.get("message") is None else str(info["message"])
     if step is None:
-        return float(reward), None, None
-    try:
-        ok = not isinstance(step, bool) and math.isfinite(float(step))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
+        score = score_number(reward, "the reward")
+        if score is None:
+            msg = info.get("message")
+            return None, execution_cause(None, info), None if msg is None else str(msg)
+        return score, None, None
+    score = score_number(step, f"info[{STEP_SCORE_KEY!r}]")
+    if score is None:
         return None, EXECUTION_UNGRADED, f"info[{STEP_SCORE_KEY!r}] is not a finite number: {step!r}"
-    return float(step), None, None
+    return score, None, None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .advisor_model import crossfit_calibrated
 from .ledger import WORLD_MODEL_SOURCE, Stopwatch
 
 __all__ = ["LearningFromAnchors"]
@@ -36,7 +37,8 @@ class LearningFromAnchors:
         (:meth:`IsotonicDebiaser.replace_pairs`) and every advisor group the model holds gets its
         out-of-fold scores (:meth:`AnchorAdvisor.replace_world_model_scores`), so the calibration
         map, the advice and ``anchor_fraction="auto"`` describe the model in use, out of sample.
-        ρ is not recomputed: its EMA of the disagreement follows the model with its half-life.
+        ρ's disagreement and scale are measured again on the same scores once per warm-up length
+        (:meth:`_recalibrate_rho`), so ρ is calibrated against the model in use.
 
         The wall-clock and CPU-seconds of learning (featurizing, refit, rescoring) are charged to
         the ledger's ``world_model`` source with a count of 0 (no prediction was made: they raise
@@ -75,19 +77,31 @@ class LearningFromAnchors:
 
     def _rescore(self, crossfit: Any) -> None:
         """Replace the debiaser's pairs and the advisor's world-model scores with out-of-fold ones."""
-        deb = self.corrector.debiaser
-        was = deb.training
-        deb.training = True  # a training group closed during evaluation still updates
-        try:
-            deb.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
-                              np.asarray(crossfit.real, dtype=np.float64).tolist())
-        finally:
-            deb.training = was
+        # a training group closed during evaluation still updates: say so, never flip the flag
+        # (readers on other threads see it as it is)
+        self.corrector.debiaser.replace_pairs(np.asarray(crossfit.scores, dtype=np.float64).tolist(),
+                                              np.asarray(crossfit.real, dtype=np.float64).tolist(), training=True)
         by_group = crossfit.by_group()
         held = self.advisor.groups()[1]
         self.advisor.replace_world_model_scores({
             i: by_group[gid] for i, gid in enumerate(self._advisor_ids)
             if gid is not None and gid in by_group and len(by_group[gid]) == len(held[i])})
+        self._recalibrate_rho(by_group, crossfit)
+
+    def _recalibrate_rho(self, by_group: dict[int, list[float | None]], crossfit: Any) -> None:
+        """When due, measure ρ's disagreement again on the refitted model's out-of-fold scores of the
+        stored groups (oldest first), calibrated out of sample when the run debiases
+        (:meth:`InverseVarianceDenoiser.recalibrate`: what ρ is calibrated against)."""
+        corr = self.corrector
+        if not (corr.denoise and corr.denoiser.recalibration_due) or (corr.debias and not corr.debiaser.fitted):
+            return  # not due, or the scores are not yet on the scale the run trains on
+        real: dict[int, list[float | None]] = {g: [None] * len(v) for g, v in by_group.items()}
+        for y, g, m in zip(crossfit.real.tolist(), crossfit.group_ids.tolist(), crossfit.members.tolist()):
+            real[int(g)][int(m)] = float(y)
+        ids = sorted(by_group)  # group ids run in the order the groups closed
+        raw, real_groups = [by_group[g] for g in ids], [real[g] for g in ids]
+        cal = crossfit_calibrated(raw, real_groups) if corr.debias else raw
+        corr.denoiser.recalibrate(cal, real_groups, training=True)
 
     def _advice_calibration(self) -> str | None:
         """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the

@@ -7,7 +7,8 @@ and ρ, counted by cause, warned about and subject to the stop rule. This module
 pieces every wrapper and the Ray pool share for that: the cause names and
 :func:`is_infrastructure` (named failures warn and count toward the stop rule; the unnamed
 :data:`UNSCORABLE`, :data:`WORLD_MODEL_UNGRADED` and :data:`EXECUTION_UNGRADED` are only
-counted), :func:`execution_cause` (the cause of an ungraded real step), and
+counted), :func:`score_number` (the one rule for what a real score may be),
+:func:`execution_cause` (the cause of an ungraded real step), and
 :class:`UngradedMonitor` with its :class:`TooManyUngradedError` (per-step counts, ledger
 entries ``"ungraded:<cause>"``, warnings, the stop rule). The contract, the causes and the
 stop rule are described in ``docs/method.md`` ("Ungraded rollouts"). The cause names are
@@ -43,6 +44,7 @@ from .ledger import CostLedger
 __all__ = [
     *CAUSE_NAMES,  # re-exported from wmrl_envs.causes
     "is_infrastructure",
+    "score_number",
     "execution_cause",
     "TooManyUngradedError",
     "UngradedMonitor",
@@ -63,29 +65,54 @@ def is_infrastructure(cause: str | None) -> bool:
     return cause is not None and cause not in _NOT_INFRASTRUCTURE
 
 
+def score_number(value: Any, what: str = "the reward") -> float | None:
+    """The one rule for a real score (a reward, or ``info["step_score"]``): a real number or ungraded.
+
+    A real number is what Gymnasium's env checker accepts as a reward: ``int``, ``float``, a
+    numpy integer or floating scalar (any :class:`numbers.Real`), never a ``bool`` (Python's or
+    numpy's: a success flag is a score only once the env says which number it is).
+
+    Args:
+        value: the score as the env gave it.
+        what: how the error names it (e.g. ``'info["step_score"]'``).
+
+    Returns:
+        ``float(value)``; ``None`` (ungraded) for ``None``, NaN or ±inf.
+
+    Raises:
+        TypeError: ``value`` is not a number (a ``bool``/``numpy.bool_``, a string such as
+            ``"0.7"``, an array, any other object): the env has a bug, not the rollout.
+    """
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    raise TypeError(
+        f"{what} must be a real number (int, float, numpy integer or floating; None or NaN when the step could "
+        f"not be scored), got {value!r} of type {type(value).__name__}: return the number from the env, e.g. "
+        "float(score) (1.0 / 0.0 for a success flag)")
+
+
 def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
     """Why a real step is ungraded, or ``None`` when it is graded.
 
     A step is ungraded when its ``info["graded"]`` is ``False``, or its reward is ``None`` or
-    not finite; the cause is ``info["ungraded_cause"]`` when the env names one, else
-    :data:`EXECUTION_UNGRADED`.
+    not finite (:func:`score_number`); the cause is ``info["ungraded_cause"]`` when the env
+    names one, else :data:`EXECUTION_UNGRADED`.
 
     Args:
-        reward: the step's reward (float or ``None``).
+        reward: the step's reward (a real number or ``None``).
         info: the step's info dict (or ``None``).
 
     Returns:
         A cause (str) or ``None``.
+
+    Raises:
+        TypeError: the reward is not a number (:func:`score_number`) on a step not marked ungraded.
     """
     info = info or {}
-    graded = info.get("graded", True) is not False
-    if graded and reward is not None:
-        try:
-            graded = math.isfinite(float(reward))
-        except (TypeError, ValueError):
-            graded = False
-    elif reward is None:
-        graded = False
+    graded = info.get("graded", True) is not False and score_number(reward) is not None
     if graded:
         return None
     cause = info.get(CAUSE_KEY)

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from wmrl_envs.core import CorrectionConfig, CostLedger, Route
 from wmrl_envs.core.group import STEP_SCORE_KEY, GroupRollout, group_rollout, wm_causes_of
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
-from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED
+from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, score_number
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 __all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopState", "reject_removed_kwargs", "wm_causes_of", "group_rollout"]
@@ -104,10 +104,11 @@ class EpisodeTally:
 
         ``info`` (outcome mode): the step's info; its :data:`STEP_SCORE_KEY` entry, when present,
         is the step's score for :meth:`real_episode_score` (else the reward is). A present entry
-        that is not a finite number leaves the step ungraded (cause ``"execution_ungraded"``).
+        that is not finite leaves the step ungraded (cause ``"execution_ungraded"``); one that is
+        not a number raises ``TypeError`` (:func:`~wmrl_envs.core.ungraded.score_number`).
         """
         step_score: Any = None if info is None else info.get(STEP_SCORE_KEY)
-        if cause is None and step_score is not None and not _finite_number(step_score):
+        if cause is None and step_score is not None and score_number(step_score, f"info[{STEP_SCORE_KEY!r}]") is None:
             cause = EXECUTION_UNGRADED
             message = f"info[{STEP_SCORE_KEY!r}] is not a finite number: {step_score!r}"
         if cause is None:
@@ -136,16 +137,6 @@ class EpisodeTally:
         follow (:func:`aggregate_episode_score` of the real per-step scores, ``how`` =
         ``episode_score``), ``None`` when a real step was ungraded or none was taken."""
         return aggregate_episode_score(self.real_steps, how) if (self.real_steps and self.real_graded) else None
-
-
-def _finite_number(v: Any) -> bool:
-    """A finite real number (not a bool)."""
-    if isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except (TypeError, ValueError):
-        return False
 
 
 def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_score: str) -> None:
