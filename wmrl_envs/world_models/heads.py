@@ -17,8 +17,9 @@ Candidates by feature width D (all deterministic: a refit on the same rows predi
   noise, ``normalize_y``, its hyper-parameters by marginal likelihood) on the most recent
   :data:`GP_MAX_ROWS` rows (:class:`RecentRows`) — D <= :data:`GP_MAX_DIM`; O(M³) per likelihood
   evaluation with M <= 200;
-* ``"hgb"``: ``HistGradientBoostingRegressor`` (50 trees, leaves of >= 10 rows, no early
-  stopping) — D <= :data:`HGB_MAX_DIM`; O(N·D) per tree.
+* ``"hgb"``: ``HistGradientBoostingRegressor`` (30 trees of <= 8 leaves of >= 10 rows,
+  learning rate 0.2, no early stopping) on the most recent :data:`HGB_MAX_ROWS` rows — D <= :data:`HGB_MAX_DIM`; O(M·D)
+  per tree.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["candidate_heads", "ScaledKNeighbors", "RecentRows", "within_group_r", "select_out_of_fold",
-           "Selection", "GP_MAX_ROWS", "GP_MAX_DIM", "HGB_MAX_DIM"]
+           "Selection", "GP_MAX_ROWS", "GP_MAX_DIM", "HGB_MAX_DIM", "HGB_MAX_ROWS",
+           "kernel_theta", "with_frozen_kernel"]
 
 GP_MAX_ROWS = 200
 """Rows a Gaussian-process head is fitted on (the most recent): bounds its O(M³) fit."""
@@ -38,6 +40,8 @@ GP_MAX_DIM = 16
 """Widest feature vector for which the Gaussian process is a candidate (one length scale per feature)."""
 HGB_MAX_DIM = 64
 """Widest feature vector for which gradient boosting is a candidate."""
+HGB_MAX_ROWS = 200
+"""Rows gradient boosting is fitted on (the most recent)."""
 
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.ensemble import HistGradientBoostingRegressor
@@ -117,8 +121,9 @@ def candidate_heads(dim: int) -> dict[str, Any]:
     if dim <= GP_MAX_DIM:
         heads["gp"] = _gaussian_process(int(dim))
     if dim <= HGB_MAX_DIM:
-        heads["hgb"] = HistGradientBoostingRegressor(max_iter=50, min_samples_leaf=10, early_stopping=False,
-                                                     random_state=0)
+        heads["hgb"] = RecentRows(HistGradientBoostingRegressor(
+            max_iter=30, learning_rate=0.2, max_leaf_nodes=8, min_samples_leaf=10, early_stopping=False,
+            random_state=0), HGB_MAX_ROWS)
     return heads
 
 
@@ -222,9 +227,11 @@ def kernel_theta(fitted: Any) -> list[float] | None:
     return [float(v) for v in gp.kernel_.theta]
 
 
-def with_frozen_kernel(head: Any, theta: Any) -> Any:
+def with_frozen_kernel(head: Any, theta: Any, optimize: bool = False) -> Any:
     """An unfitted copy of a GP head whose kernel hyper-parameters are ``theta`` and stay
-    fixed (``optimizer=None``: a fit is one Cholesky factorisation); other heads: ``head``.
+    fixed (``optimizer=None``: a fit is one Cholesky factorisation), or with ``optimize``
+    start from ``theta`` (the marginal likelihood's optimiser, warm-started); other heads and
+    ``theta=None``: ``head``.
 
     Raises:
         ValueError: ``theta`` does not fit the kernel.
@@ -236,5 +243,7 @@ def with_frozen_kernel(head: Any, theta: Any) -> Any:
     theta = np.asarray(theta, dtype=np.float64)
     if theta.shape != gp.kernel.theta.shape:
         raise ValueError(f"{theta.size} kernel hyper-parameters for a kernel of {gp.kernel.theta.size}")
-    gp.set_params(kernel=gp.kernel.clone_with_theta(theta), optimizer=None)
+    gp.set_params(kernel=gp.kernel.clone_with_theta(theta))
+    if not optimize:
+        gp.set_params(optimizer=None)
     return out

@@ -3,10 +3,30 @@
 WMRL's anchor groups produce exactly the data a world model needs: real outcomes of the
 current policy's actions, a few groups per step. :class:`LearnedWorldModel` turns them into a
 predictor: a frozen *featurizer* maps each (context, action) to a vector and a regression
-*head* (scikit-learn, ridge regression by default) is refitted on the anchor rollouts seen so
-far. With no data it predicts one constant (uninformative: within-group r = 0), so
-``anchor_fraction="auto"`` routes more groups to real execution until the learned model earns
-its share. See ``docs/method.md``, "A world model that learns from its anchors".
+*head* (scikit-learn) is refitted on the anchor rollouts seen so far. With no data it predicts
+one constant (uninformative: within-group r = 0) until ``min_groups`` (2) anchor groups have
+been observed, so ``anchor_fraction="auto"`` routes more groups to real execution until the
+learned model earns its share. See ``docs/method.md``, "A world model that learns from its
+anchors".
+
+The head (``head="auto"``, the default; :mod:`~wmrl_envs.world_models.heads`):
+
+* *chosen out of fold* among a few scikit-learn regressors that between them represent linear,
+  local and smooth peaked landscapes — ridge, k-NN, and for narrow features (D <= 16, D <= 64)
+  a Gaussian process and gradient boosting, each on the last 200 rollouts — by their out-of-fold
+  pooled within-group r (the correlation GRPO's advantages see). A *selection refit* fits every
+  candidate on K-1 folds of whole groups and scores the K-th; the best over all rows is fitted
+  on all of them and used. Selections recur each time the rollouts held double
+  (``select_growth``); the refits between refit the chosen head only. A Gaussian process's
+  kernel hyper-parameters are fitted by marginal likelihood on all rows at each selection
+  (warm-started from the last ones); its fold fits and the refits between keep them (a fit is
+  then one Cholesky factorisation);
+* *refitted under a CPU budget*: with an execution cost bound (``execution_cost=``,
+  :meth:`LearnedWorldModel.bind_execution_cost`, e.g. the loop's ledger), a due refit is made
+  only if the world model's CPU-seconds so far (predictions, learning, rescoring) plus the
+  refit's estimated cost stay within ``cpu_share`` (10%) of the execution CPU-seconds so far;
+  otherwise it waits. The first fit is made whatever the budget.
+  :meth:`LearnedWorldModel.cpu_share_used` and :meth:`LearnedWorldModel.summary` show the share.
 
 Out of sample, by construction:
 
@@ -17,8 +37,13 @@ Out of sample, by construction:
 * the debiaser's buffered anchor pairs and the advisor's groups were scored by older models;
   after each refit :meth:`LearnedWorldModel.crossfit_scores` rescores every stored anchor
   rollout *out of fold* (K folds by group: a rollout is scored by a head fitted on the other
-  folds' groups), and the loop replaces the pairs and the advisor's scores with them, so the
-  calibration map and the advisor's r describe the current model and stay honest.
+  folds' groups; after a selection, by the candidate that was best on the other folds, so its
+  own errors took no part in choosing it), and the loop replaces the pairs and the advisor's
+  scores with them, so the calibration map and the advisor's r describe the current model and
+  stay honest. One exception: after the first selection, a Gaussian process's fold fits (in
+  selections and between them) keep the kernel hyper-parameters (length scales, signal and
+  noise level) of its last fit on all the rows then held; its weights are fitted without the
+  fold.
 
 Featurizers (``(contexts, actions) -> float32 (B, D)``): :class:`CallableFeaturizer` wraps a
 user function (numeric actions, an env's own features); :class:`SentenceEncoderFeaturizer`
@@ -280,9 +305,10 @@ class LearnedWorldModel:
     world model's CPU-seconds so far plus the refit's estimated cost (the last refit of its kind,
     with the rescoring that followed it, scaled by the rollouts held now over those it fitted,
     at most ×2; a selection refit and a plain one are estimated apart) stay
-    within ``cpu_share`` × the execution CPU-seconds so far; otherwise it waits (a due
-    selection falls back to a plain refit when that fits). The first fit is made whatever the
-    budget, so the model leaves its cold constant after ``min_groups`` anchor groups.
+    within ``cpu_share`` × the execution CPU-seconds so far; otherwise it waits (while a
+    selection is due, no plain refit is made: the budget is saved for it). The first fit is
+    made whatever the budget, so the model leaves its cold constant after ``min_groups``
+    anchor groups.
 
     Args:
         featurizer: a :class:`Featurizer` (``(contexts, actions) -> float32 (B, D)``).
@@ -625,9 +651,8 @@ class LearnedWorldModel:
                 if budget is not None:
                     spent, execution = budget
                     allowed = self.cpu_share * execution - spent
-                    if select and self._estimate("select") > allowed:
-                        select = False
-                    if not select and self._estimate("refit") > allowed:
+                    # a due selection goes first: it waits for its budget, and no plain refit spends it
+                    if self._estimate("select" if select else "refit") > allowed:
                         self.refits_deferred += 1
                         return False
             self.refit(select=select)
@@ -722,8 +747,11 @@ class LearnedWorldModel:
                 select = self._selection_due()
             select = bool(select) and self.head == "auto" and len({*self._gid}) >= 2
             heads = self._heads()
+            # a selection before any Gaussian-process kernel is known optimises it per fold: a cost
+            # of its own, not an estimate for the later selections (which keep the kernel in their folds)
+            kind = ("select" if self._theta is not None or "gp" not in heads else "first_select") if select else "refit"
             if select:
-                from wmrl_envs.world_models.heads import select_out_of_fold
+                from wmrl_envs.world_models.heads import select_out_of_fold, with_frozen_kernel
 
                 x = np.stack(self._x)
                 y = np.asarray(self._y, dtype=np.float64)
@@ -733,7 +761,9 @@ class LearnedWorldModel:
                     fitted, lo_hi = self._fit(head, x[train], y[train])
                     return self._apply(fitted, x[test], lo_hi)
 
-                sel = select_out_of_fold(heads, x, y, gid, self.folds, fit_predict)
+                # a Gaussian process is scored with the kernel of its last fit on all rows (none: its own per fold)
+                scored = {k: with_frozen_kernel(h, self._theta) for k, h in heads.items()}
+                sel = select_out_of_fold(scored, x, y, gid, self.folds, fit_predict)
                 self.head_name, self.head_r = sel.chosen, sel.r
                 self.n_select_rows = len(y)
                 self.n_selections += 1
@@ -741,17 +771,21 @@ class LearnedWorldModel:
                                                 dict(self._sizes))
             elif self.head_name is None:
                 self.head_name = next(iter(heads))
-            if select or (self.head == "auto" and self._theta is None):
-                from wmrl_envs.world_models.heads import kernel_theta
+            gp = heads.get("gp") if self.head == "auto" else None
+            if gp is not None and (select or self._theta is None):
+                # the Gaussian process's hyper-parameters by marginal likelihood on all rows (warm-started)
+                from wmrl_envs.world_models.heads import kernel_theta, with_frozen_kernel
 
-                self._fitted, self._range = self._fit_rows(slice(None), heads[self.head_name])
-                self._theta = kernel_theta(self._fitted)
-            else:
+                gp_fit = self._fit_rows(slice(None), with_frozen_kernel(gp, self._theta, optimize=True))
+                self._theta = kernel_theta(gp_fit[0])
+                if self.head_name == "gp":
+                    self._fitted, self._range = gp_fit
+            if gp is None or self.head_name != "gp" or not (select or self._n_fit_rows == 0):
                 self._fitted, self._range = self._fit_rows(slice(None))
             self._n_fit_rows = len(self._y)
             self._since_fit = 0
             self.n_refits += 1
-            self._last_kind = "select" if select else "refit"
+            self._last_kind = kind
             self.refit_cost[self._last_kind] = [time.process_time() - t0, float(len(self._y))]
 
     def crossfit_scores(self) -> CrossfitScores:
