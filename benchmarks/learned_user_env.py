@@ -28,9 +28,11 @@ Per seed, over the training anchor groups (those with a real outcome):
 
 for the learned model as shipped (``head="auto"``, ``cpu_share=0.10``) and, beside it, the
 ridge head with a refit after every anchor group and no budget (the model before issue 35).
-Run (about 25 CPU-s per seed and variant, one core):
+The CPU-seconds are measured (process CPU time), so the budget's decisions, and with them the
+figures, vary a little from run to run and with the machine's load. Run from the repository
+root (about 35 CPU-s per seed and variant, one core):
 
-    OMP_NUM_THREADS=1 python benchmarks/learned_user_env.py --seeds 5
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/learned_user_env.py --seeds 5
 
 writes ``results/learned_user_env.json`` (``--out``).
 """

@@ -125,3 +125,16 @@ def test_within_group_r_is_the_pooled_within_group_correlation():
     assert within_group_r(s.ravel(), r.ravel(), np.repeat(np.arange(5), 4)) == pytest.approx(expected)
     assert within_group_r(np.ones(8), r.ravel()[:8], np.repeat([0, 1], 4)) == 0.0  # a constant: no signal
     assert set(candidate_heads(3)) == {"ridge", "knn", "gp", "hgb"} and set(candidate_heads(500)) == {"ridge", "knn"}
+
+
+def test_the_first_fit_comes_after_min_groups_whatever_refit_every():
+    """Issue 35, item 6: with refit_every=4 the model stayed at its cold constant for 4 anchor
+    groups (a preset with 3 never left it); the first fit now comes after min_groups (2)."""
+    wm = LearnedWorldModel(_features(), refit_every=4)
+    rng = np.random.default_rng(0)
+    fitted_at = []
+    for k in range(7):
+        a = rng.normal(size=(G, 2))
+        if wm.observe([None] * G, list(a), _peaked(a).tolist(), group_id=k):
+            fitted_at.append(k + 1)
+    assert fitted_at == [2, 6]  # after 2 groups, then every 4

@@ -264,6 +264,10 @@ def _finite(x: Any) -> bool:
         return False
 
 
+SAVING_REFIT_EVERY = 4
+"""While a due selection waits for its CPU budget, a plain refit is made only once this many
+times ``refit_every`` groups have been observed since the last fit (the rest is saved for it)."""
+
 _CONTROLLER: Any = None
 
 
@@ -305,8 +309,10 @@ class LearnedWorldModel:
     world model's CPU-seconds so far plus the refit's estimated cost (the last refit of its kind,
     with the rescoring that followed it, scaled by the rollouts held now over those it fitted,
     at most ×2; a selection refit and a plain one are estimated apart) stay
-    within ``cpu_share`` × the execution CPU-seconds so far; otherwise it waits (while a
-    selection is due, no plain refit is made: the budget is saved for it). The first fit is
+    within ``cpu_share`` × the execution CPU-seconds so far; otherwise it waits. While a due
+    selection waits for its budget, a plain refit is made only every
+    :data:`SAVING_REFIT_EVERY` (4) × ``refit_every`` groups, so most of the budget is saved
+    for it and the head in use still follows the data. The first fit is
     made whatever the budget, so the model leaves its cold constant after ``min_groups``
     anchor groups.
 
@@ -316,7 +322,8 @@ class LearnedWorldModel:
             cloned (``sklearn.base.clone``) for every fit (e.g. :func:`default_head`, the
             ``RidgeCV`` that was the default before). A deterministic head (the candidates
             are) makes a reloaded model predict exactly as the saved one.
-        refit_every: a refit is due every this many observed groups (>= 1).
+        refit_every: a refit is due every this many observed groups (>= 1) after the first
+            fit (which is due as soon as ``min_groups`` groups are held).
         folds: K of the out-of-fold rescoring and selection (>= 2; fewer groups held: one fold
             per group).
         min_groups: groups needed before the first fit (>= 1; default 2, i.e. 16 rollouts at
@@ -643,7 +650,8 @@ class LearnedWorldModel:
                 self._crossfit = None
             self.n_observed_groups += 1
             self._since_fit += 1
-            if self._since_fit < self.refit_every or len({*self._gid}) < self.min_groups:
+            # the first fit once min_groups groups are held, later ones every refit_every groups
+            if (self._fitted is not None and self._since_fit < self.refit_every) or len({*self._gid}) < self.min_groups:
                 return False
             select = self._selection_due()
             if self._fitted is not None:  # the first fit is made whatever the budget
@@ -651,8 +659,13 @@ class LearnedWorldModel:
                 if budget is not None:
                     spent, execution = budget
                     allowed = self.cpu_share * execution - spent
-                    # a due selection goes first: it waits for its budget, and no plain refit spends it
-                    if self._estimate("select" if select else "refit") > allowed:
+                    if select and self._estimate("select") > allowed:
+                        # a due selection waits for its budget; meanwhile a plain refit every 4th due group only
+                        select = False
+                        if self._since_fit < SAVING_REFIT_EVERY * self.refit_every:
+                            self.refits_deferred += 1
+                            return False
+                    if not select and self._estimate("refit") > allowed:
                         self.refits_deferred += 1
                         return False
             self.refit(select=select)
