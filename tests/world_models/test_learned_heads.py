@@ -70,7 +70,7 @@ def test_the_head_chosen_out_of_fold_beats_ridge_on_a_peaked_landscape_within_th
     assert share == pytest.approx(auto.cpu_s / executed)
     # within the share up to one refit's misestimate (the refits it holds back pay it back later)
     largest_refit = max(cpu for cpu, _ in auto.refit_cost.values())
-    assert share <= 0.10 + largest_refit / executed and largest_refit / executed < 0.05
+    assert share <= 0.10 + largest_refit / executed and largest_refit / executed < 0.08
     assert auto.summary()["cpu_share_used"] == share and auto.summary()["head"] == auto.head_name
 
 
