@@ -18,8 +18,8 @@ Candidates by feature width D (all deterministic: a refit on the same rows predi
   :data:`GP_MAX_ROWS` rows (:class:`RecentRows`) — D <= :data:`GP_MAX_DIM`; O(M³) per likelihood
   evaluation with M <= 200;
 * ``"hgb"``: ``HistGradientBoostingRegressor`` (30 trees of <= 8 leaves of >= 10 rows,
-  learning rate 0.2, no early stopping) on the most recent :data:`HGB_MAX_ROWS` rows — D <= :data:`HGB_MAX_DIM`; O(M·D)
-  per tree.
+  learning rate 0.2, no early stopping) on the most recent :data:`HGB_MAX_ROWS` rows — D <=
+  :data:`HGB_MAX_DIM`; O(M·D) per tree.
 """
 
 from __future__ import annotations
@@ -171,8 +171,9 @@ def select_out_of_fold(heads: Mapping[str, Any], x: np.ndarray, y: np.ndarray, g
     (``fit_predict(head, train_idx, test_idx) -> (scores of the test rows)``, which clips as
     the learned model does). The head chosen for use is the one with the best pooled
     within-group r over all rows (ties: the cheaper, earlier one). The rows of fold k get the
-    scores of the head with the best r on the rows *outside* fold k, so neither their own
-    outcomes nor their own errors entered the score they are given.
+    scores of the head with the best r on the rows *outside* fold k: the head that scores them
+    was fitted without their outcomes, and their own errors took no part in choosing it (their
+    outcomes did help fit the heads that scored the other folds).
 
     Args:
         heads: ``{name: regressor}``, cheapest first (>= 1).
