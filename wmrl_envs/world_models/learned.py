@@ -3,10 +3,30 @@
 WMRL's anchor groups produce exactly the data a world model needs: real outcomes of the
 current policy's actions, a few groups per step. :class:`LearnedWorldModel` turns them into a
 predictor: a frozen *featurizer* maps each (context, action) to a vector and a regression
-*head* (scikit-learn, ridge regression by default) is refitted on the anchor rollouts seen so
-far. With no data it predicts one constant (uninformative: within-group r = 0), so
-``anchor_fraction="auto"`` routes more groups to real execution until the learned model earns
-its share. See ``docs/method.md``, "A world model that learns from its anchors".
+*head* (scikit-learn) is refitted on the anchor rollouts seen so far. With no data it predicts
+one constant (uninformative: within-group r = 0) until ``min_groups`` (2) anchor groups have
+been observed, so ``anchor_fraction="auto"`` routes more groups to real execution until the
+learned model earns its share. See ``docs/method.md``, "A world model that learns from its
+anchors".
+
+The head (``head="auto"``, the default; :mod:`~wmrl_envs.world_models.heads`):
+
+* *chosen out of fold* among a few scikit-learn regressors that between them represent linear,
+  local and smooth peaked landscapes — ridge, k-NN, and for narrow features (D <= 16, D <= 64)
+  a Gaussian process and gradient boosting, each on the last 200 rollouts — by their out-of-fold
+  pooled within-group r (the correlation GRPO's advantages see). A *selection refit* fits every
+  candidate on K-1 folds of whole groups and scores the K-th; the best over all rows is fitted
+  on all of them and used. Selections recur each time the rollouts held double
+  (``select_growth``); the refits between refit the chosen head only. A Gaussian process's
+  kernel hyper-parameters are fitted by marginal likelihood on all rows at each selection
+  (warm-started from the last ones); its fold fits and the refits between keep them (a fit is
+  then one Cholesky factorisation);
+* *refitted under a CPU budget*: with an execution cost bound (``execution_cost=``,
+  :meth:`LearnedWorldModel.bind_execution_cost`, e.g. the loop's ledger), a due refit is made
+  only if the world model's CPU-seconds so far (predictions, learning, rescoring) plus the
+  refit's estimated cost stay within ``cpu_share`` (10%) of the execution CPU-seconds so far;
+  otherwise it waits. The first fit is made whatever the budget.
+  :meth:`LearnedWorldModel.cpu_share_used` and :meth:`LearnedWorldModel.summary` show the share.
 
 Out of sample, by construction:
 
@@ -17,8 +37,13 @@ Out of sample, by construction:
 * the debiaser's buffered anchor pairs and the advisor's groups were scored by older models;
   after each refit :meth:`LearnedWorldModel.crossfit_scores` rescores every stored anchor
   rollout *out of fold* (K folds by group: a rollout is scored by a head fitted on the other
-  folds' groups), and the loop replaces the pairs and the advisor's scores with them, so the
-  calibration map and the advisor's r describe the current model and stay honest.
+  folds' groups; after a selection, by the candidate that was best on the other folds, so its
+  own errors took no part in choosing it), and the loop replaces the pairs and the advisor's
+  scores with them, so the calibration map and the advisor's r describe the current model and
+  stay honest. One exception: after the first selection, a Gaussian process's fold fits (in
+  selections and between them) keep the kernel hyper-parameters (length scales, signal and
+  noise level) of its last fit on all the rows then held; its weights are fitted without the
+  fold.
 
 Featurizers (``(contexts, actions) -> float32 (B, D)``): :class:`CallableFeaturizer` wraps a
 user function (numeric actions, an env's own features); :class:`SentenceEncoderFeaturizer`
@@ -31,13 +56,15 @@ its env (:func:`wmrl_envs.envs.autoresearch.autoresearch_featurizer`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import math
 import pickle
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -237,40 +264,104 @@ def _finite(x: Any) -> bool:
         return False
 
 
+SAVING_REFIT_EVERY = 4
+"""While a due selection waits for its CPU budget, a plain refit is made only once this many
+times ``refit_every`` groups have been observed since the last fit (the rest is saved for it)."""
+
+_CONTROLLER: Any = None
+
+
+def _one_thread() -> Any:
+    """A context in which BLAS and OpenMP run on one thread (threadpoolctl), for the head's fits
+    and predictions: on a few hundred rows the thread pools' start-up and spinning cost more
+    CPU-seconds than they save. A null context without threadpoolctl."""
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # pragma: no cover - installed with scikit-learn
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        import sklearn.ensemble  # noqa: F401 - load scikit-learn's OpenMP runtime before the controller looks
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1)
+
+
 class LearnedWorldModel:
     """A :class:`~wmrl_envs.world_models.WorldModel` whose head is fitted online on the anchor groups.
 
     ``predict(contexts, actions)`` featurizes the pairs and applies the head fitted so far (a
     constant before the first fit); ``observe(contexts, actions, real_scores, group_id)`` stores
-    one closed anchor group's rollouts (features and real scores) and refits the head every
-    ``refit_every`` observed groups. :class:`~wmrl_envs.core.CorrectionLoop` calls ``observe``
-    itself when its world model has it (``close_group(..., contexts=, actions=)``), and after a
-    refit replaces the debiaser's pairs and the advisor's scores with :meth:`crossfit_scores`.
+    one closed anchor group's rollouts (features and real scores) and refits the head when due
+    (below). :class:`~wmrl_envs.core.CorrectionLoop` calls ``observe`` itself when its world
+    model has it (``close_group(..., contexts=, actions=)``), and after a refit replaces the
+    debiaser's pairs and the advisor's scores with :meth:`crossfit_scores`.
+
+    The head (``head="auto"``, the default) is chosen *out of fold* among
+    :func:`~wmrl_envs.world_models.heads.candidate_heads` (ridge, k-NN, a Gaussian process and
+    gradient boosting for narrow features; ridge and k-NN for wide ones): a *selection* refit
+    scores every candidate by its out-of-fold pooled within-group r
+    (:func:`~wmrl_envs.world_models.heads.select_out_of_fold`) and keeps the best; the next
+    selection comes once the rollouts held have grown by ``select_growth``; the refits between
+    refit the chosen head only.
+
+    Refits are scheduled against a CPU budget: once an execution cost is bound
+    (``execution_cost``, :meth:`bind_execution_cost`), a refit that is due is made only if the
+    world model's CPU-seconds so far plus the refit's estimated cost (the last refit of its kind,
+    with the rescoring that followed it, scaled by the rollouts held now over those it fitted,
+    at most ×2; a selection refit and a plain one are estimated apart) stay
+    within ``cpu_share`` × the execution CPU-seconds so far; otherwise it waits. While a due
+    selection waits for its budget, a plain refit is made only every
+    :data:`SAVING_REFIT_EVERY` (4) × ``refit_every`` groups, so most of the budget is saved
+    for it and the head in use still follows the data. The first fit is
+    made whatever the budget, so the model leaves its cold constant after ``min_groups``
+    anchor groups.
 
     Args:
         featurizer: a :class:`Featurizer` (``(contexts, actions) -> float32 (B, D)``).
-        head: a scikit-learn regressor, cloned (``sklearn.base.clone``) for every fit; default
-            :func:`default_head` (``RidgeCV``). A deterministic head makes a reloaded model
-            predict exactly as the saved one.
-        refit_every: refit after this many observed groups (>= 1).
-        folds: K of the out-of-fold rescoring (>= 2; fewer groups held: one fold per group).
-        min_groups: groups needed before the first fit (>= 1); before it the prediction is
-            ``prior_score`` (or the mean real score observed so far, 0.0 with none).
+        head: ``"auto"`` (default: chosen out of fold, above), or a scikit-learn regressor,
+            cloned (``sklearn.base.clone``) for every fit (e.g. :func:`default_head`, the
+            ``RidgeCV`` that was the default before). A deterministic head (the candidates
+            are) makes a reloaded model predict exactly as the saved one.
+        refit_every: a refit is due every this many observed groups (>= 1) after the first
+            fit (which is due as soon as ``min_groups`` groups are held).
+        folds: K of the out-of-fold rescoring and selection (>= 2; fewer groups held: one fold
+            per group).
+        min_groups: groups needed before the first fit (>= 1; default 2, i.e. 16 rollouts at
+            G = 8); before it the prediction is ``prior_score`` (or the mean real score
+            observed so far, 0.0 with none).
         max_rollouts: most rollouts kept (the oldest groups are dropped at the next refit), >= 1.
         prior_score: the cold-start prediction (``None``: the mean real score observed so far).
         clip: clip predictions to the range of the real scores the head was fitted on.
         cache_size: feature rows remembered from ``predict`` (keyed by a hash of the pickled
             pair) so that ``observe`` does not featurize the same pairs again (0: none).
+        cpu_share: the most CPU-seconds the world model may use (predictions, learning and
+            rescoring) per CPU-second of execution, in (0, 10]; default 0.10. Applies once an
+            execution cost is bound.
+        execution_cost: what the budget is measured against: a
+            :class:`~wmrl_envs.core.CostLedger` (the loop's, ``loop.ledger``: the world model's
+            share is then its ``world_model`` CPU-seconds over its ``execution`` CPU-seconds,
+            what the run's summary shows), or a callable ``() -> float``, the execution
+            CPU-seconds so far (the world model's CPU is then its own, :attr:`cpu_s`), or
+            ``None`` (default: no budget; every due refit is made). Not saved with the state:
+            bind it again after loading.
+        select_growth: a selection refit is due when the rollouts held reach this multiple of
+            those at the last selection (> 1; default 2).
 
     Attributes:
         n_observed_groups: groups observed so far; ``n_refits``: fits so far;
+        n_selections: selection refits so far; ``refits_deferred``: due refits the budget held back;
+        head_name: the head in use (``"ridge"``, ``"knn"``, ``"gp"``, ``"hgb"``, ``"head"`` for
+            a given regressor; ``None`` before the first fit); ``head_r``: each candidate's
+            out-of-fold r at the last selection;
+        cpu_s: CPU-seconds (this process, :func:`time.process_time`) spent in this model's
+            ``predict``, ``observe`` and ``crossfit_scores`` calls;
         last_fit_cpu_s, fit_cpu_s: CPU-seconds of the last fit (with its rescoring, when the
             loop asks for it) and of all fits (as measured by the loop; see
             :meth:`~wmrl_envs.core.CorrectionLoop.close_group`, charged to the ledger's
             ``world_model`` source).
 
     Raises:
-        ValueError: a setting out of range.
+        ValueError: a setting out of range. TypeError: ``execution_cost`` of another kind.
 
     Example:
         >>> wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: [a]), min_groups=1)
@@ -288,7 +379,7 @@ class LearnedWorldModel:
         self,
         featurizer: Featurizer | Callable[[Sequence[Any], Sequence[Any]], np.ndarray],
         *,
-        head: Any = None,
+        head: Any = "auto",
         refit_every: int = 1,
         folds: int = 5,
         min_groups: int = 2,
@@ -296,6 +387,9 @@ class LearnedWorldModel:
         prior_score: float | None = None,
         clip: bool = True,
         cache_size: int = 4096,
+        cpu_share: float = 0.10,
+        execution_cost: Any = None,
+        select_growth: float = 2.0,
     ) -> None:
         if not callable(featurizer):
             raise TypeError(f"featurizer must be callable (contexts, actions) -> (B, D) array, got {type(featurizer).__name__}")
@@ -303,12 +397,25 @@ class LearnedWorldModel:
                             ("max_rollouts", max_rollouts, 1), ("cache_size", cache_size, 0)):
             check_arg(_is_int(v, lo), name, f"an integer >= {lo}", v)
         check_arg(prior_score is None or _finite(prior_score), "prior_score", "a finite number or None", prior_score)
+        check_arg(_finite(cpu_share) and 0 < float(cpu_share) <= 10, "cpu_share", "a number in (0, 10] (world-model "
+                  "CPU-seconds per execution CPU-second; 0.1 = 10%)", cpu_share)
+        check_arg(_finite(select_growth) and float(select_growth) > 1, "select_growth", "a number > 1 (e.g. 1.5: "
+                  "choose the head again once the rollouts held have grown by half)", select_growth)
+        check_arg(isinstance(head, str) and head == "auto" or not isinstance(head, str), "head",
+                  "'auto' or a scikit-learn regressor", head)
+        if head is not None and not isinstance(head, str) and not callable(getattr(head, "fit", None)):
+            raise TypeError(f"head must be 'auto' or a scikit-learn regressor (with fit and predict), got "
+                            f"{type(head).__name__}")
         self.featurizer = featurizer
-        self.head = head if head is not None else default_head()
+        self.head = "auto" if head is None else head
         self.refit_every, self.folds, self.min_groups = int(refit_every), int(folds), int(min_groups)
         self.max_rollouts, self.cache_size = int(max_rollouts), int(cache_size)
         self.prior_score = None if prior_score is None else float(prior_score)
         self.clip = bool(clip)
+        self.cpu_share = float(cpu_share)
+        self.select_growth = float(select_growth)
+        self.execution_cost: Any = None
+        self.bind_execution_cost(execution_cost)
         self._lock = threading.RLock()
         self._x: list[np.ndarray] = []  # per row: features (D,) float32
         self._y: list[float] = []
@@ -322,10 +429,89 @@ class LearnedWorldModel:
         self._since_fit = 0
         self._next_gid = 0
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._candidates: dict[str, Any] | None = None
+        self._crossfit: CrossfitScores | None = None  # out-of-fold scores of the rows held, when known
+        self._metering = 0
+        self._last_kind = "refit"
+        self.refit_cost: dict[str, list[float]] = {}  # kind -> [CPU-s, rollouts held] of its last refit
+        self.head_name: str | None = None
+        self.head_r: dict[str, float] = {}
+        self._theta: list[float] | None = None  # a GP head's kernel hyper-parameters, kept between selections
+        self.n_select_rows = 0
+        self.n_selections = 0
+        self.refits_deferred = 0
+        self.cpu_s = 0.0
         self.n_observed_groups = 0
         self.n_refits = 0
         self.last_fit_cpu_s = 0.0
         self.fit_cpu_s = 0.0
+        if self.head == "auto":  # import the candidates' modules now, not inside a charged refit
+            import wmrl_envs.world_models.heads  # noqa: F401
+        _one_thread()
+
+    # ------------------------------------------------------------------ cost
+    def bind_execution_cost(self, source: Any) -> None:
+        """Set what the CPU budget is measured against (see ``execution_cost`` in the class
+        docstring): a :class:`~wmrl_envs.core.CostLedger` (e.g. ``wrapper.loop.ledger``), a
+        callable ``() -> float`` (execution CPU-seconds so far) or ``None`` (no budget).
+
+        Raises:
+            TypeError: anything else.
+        """
+        if source is not None and not callable(getattr(source, "cpu_seconds", None)) and not callable(source):
+            raise TypeError(f"execution_cost must be a CostLedger (e.g. loop.ledger), a callable returning the "
+                            f"execution CPU-seconds so far, or None, got {type(source).__name__}")
+        self.execution_cost = source
+
+    @contextlib.contextmanager
+    def _meter(self) -> Iterator[None]:
+        """Add the block's process CPU-seconds to :attr:`cpu_s` (outermost block only)."""
+        self._metering += 1
+        t0 = time.process_time() if self._metering == 1 else 0.0
+        try:
+            yield
+        finally:
+            self._metering -= 1
+            if self._metering == 0:
+                self.cpu_s += max(0.0, time.process_time() - t0)
+
+    def cpu_spent(self) -> tuple[float, float] | None:
+        """``(world-model CPU-s, execution CPU-s)`` so far as the budget sees them (from the
+        bound ledger's ``world_model`` and ``execution`` sources, or this model's :attr:`cpu_s`
+        and the bound callable), ``None`` with no execution cost bound.
+
+        Raises:
+            ValueError: the bound callable returned something other than a finite number >= 0.
+        """
+        src = self.execution_cost
+        if src is None:
+            return None
+        if callable(getattr(src, "cpu_seconds", None)):
+            return float(src.cpu_seconds("world_model")), float(src.cpu_seconds("execution"))
+        v = src()
+        if not _finite(v) or float(v) < 0:
+            raise ValueError(f"execution_cost() must return the execution CPU-seconds so far (a finite number >= 0), "
+                             f"got {v!r}")
+        return self.cpu_s, float(v)
+
+    def cpu_share_used(self) -> float | None:
+        """The world model's CPU-seconds per execution CPU-second so far (to compare with
+        :attr:`cpu_share`); ``None`` with no execution cost bound or no execution yet."""
+        spent = self.cpu_spent()
+        if spent is None or spent[1] <= 0:
+            return None
+        return spent[0] / spent[1]
+
+    def summary(self) -> dict[str, Any]:
+        """What a run's summary shows of the learned model: ``{"head": head_name, "head_r":
+        {candidate: out-of-fold r}, "n_rollouts", "n_refits", "n_selections",
+        "refits_deferred", "cpu_s", "cpu_share": the target, "cpu_share_used": the share so
+        far (None: no execution cost bound)}``."""
+        with self._lock:
+            return {"head": self.head_name, "head_r": dict(self.head_r), "n_rollouts": self.n_rollouts,
+                    "n_refits": self.n_refits, "n_selections": self.n_selections,
+                    "refits_deferred": self.refits_deferred, "cpu_s": self.cpu_s, "cpu_share": self.cpu_share,
+                    "cpu_share_used": self.cpu_share_used()}
 
     # ------------------------------------------------------------------ features
     def _key(self, context: Any, action: Any) -> bytes | None:
@@ -375,6 +561,7 @@ class LearnedWorldModel:
                              "the same featurizer as the run that saved the state, or start fresh")
         return out
 
+
     # ------------------------------------------------------------------ prediction
     @property
     def fitted(self) -> bool:
@@ -393,14 +580,15 @@ class LearnedWorldModel:
         return float(np.mean(self._y)) if self._y else 0.0
 
     def _apply(self, head: Any, x: np.ndarray, lo_hi: tuple[float, float] | None) -> np.ndarray:
-        s = np.asarray(head.predict(x), dtype=np.float64).reshape(-1)
+        with _one_thread():
+            s = np.asarray(head.predict(x), dtype=np.float64).reshape(-1)
         if self.clip and lo_hi is not None:
             s = np.clip(s, *lo_hi)
         return s
 
     def predict_scores(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
         """The head's scores for B pairs, float64 (B,) (the cold-start constant before the first fit)."""
-        with self._lock:
+        with self._lock, self._meter():
             x = self.features(contexts, actions)
             if self._fitted is None:
                 return np.full(len(x), self.cold_score())
@@ -422,7 +610,8 @@ class LearnedWorldModel:
     def observe(self, contexts: Sequence[Any], actions: Sequence[Any], real_scores: Sequence[float | None],
                 group_id: int | None = None) -> bool:
         """Learn from one closed anchor group: store its rollouts with a real score and refit
-        when due (every ``refit_every`` groups, once ``min_groups`` are held).
+        when due (every ``refit_every`` groups, once ``min_groups`` are held, within the CPU
+        budget when an execution cost is bound: see the class docstring).
 
         Call it only after the group's own predictions were made (the loop does, at close).
 
@@ -442,7 +631,7 @@ class LearnedWorldModel:
         if not (len(contexts) == len(actions) == len(real)):
             raise ValueError(f"{len(contexts)} contexts, {len(actions)} actions and {len(real)} real scores: "
                              "one of each per rollout")
-        with self._lock:
+        with self._lock, self._meter():
             keep = [i for i, r in enumerate(real) if _finite(r)]
             x = self.features([contexts[i] for i in keep], [actions[i] for i in keep]) if keep else None
             gid = int(group_id) if group_id is not None and int(group_id) not in self._sizes else None
@@ -458,12 +647,42 @@ class LearnedWorldModel:
                     self._y.append(float(real[i]))
                     self._gid.append(gid)
                     self._member.append(i)
+                self._crossfit = None
             self.n_observed_groups += 1
             self._since_fit += 1
-            if self._since_fit >= self.refit_every and len({*self._gid}) >= self.min_groups:
-                self.refit()
-                return True
-            return False
+            # the first fit once min_groups groups are held, later ones every refit_every groups
+            if (self._fitted is not None and self._since_fit < self.refit_every) or len({*self._gid}) < self.min_groups:
+                return False
+            select = self._selection_due()
+            if self._fitted is not None:  # the first fit is made whatever the budget
+                budget = self.cpu_spent()
+                if budget is not None:
+                    spent, execution = budget
+                    allowed = self.cpu_share * execution - spent
+                    if select and self._estimate("select") > allowed:
+                        # a due selection waits for its budget; meanwhile a plain refit every 4th due group only
+                        select = False
+                        if self._since_fit < SAVING_REFIT_EVERY * self.refit_every:
+                            self.refits_deferred += 1
+                            return False
+                    if not select and self._estimate("refit") > allowed:
+                        self.refits_deferred += 1
+                        return False
+            self.refit(select=select)
+            return True
+
+    def _selection_due(self) -> bool:
+        return (self.head == "auto" and len({*self._gid}) >= 2
+                and (self.n_selections == 0 or len(self._y) >= self.select_growth * self.n_select_rows))
+
+    def _estimate(self, kind: str) -> float:
+        """Estimated CPU-seconds of a refit of ``kind`` (``"select"``/``"refit"``) now, with its
+        rescoring: the last one's, scaled by the rollouts held now over those it was fitted on,
+        at most twice (0 before any). Linear in N where fits are; the cap keeps a cost measured
+        on a few rows, mostly fixed overhead, from holding every later refit back; a refit
+        that costs more than estimated is paid back by the refits it then holds back."""
+        cpu, rows = self.refit_cost.get(kind, (0.0, 1.0))
+        return cpu * min(2.0, max(1.0, len(self._y) / max(rows, 1.0)))
 
     def _trim(self) -> None:
         """Drop the oldest groups until at most ``max_rollouts`` rows are held."""
@@ -477,37 +696,119 @@ class LearnedWorldModel:
         for gid in dict.fromkeys(self._gid[:cut]):
             self._sizes.pop(gid, None)
         del self._x[:cut], self._y[:cut], self._gid[:cut], self._member[:cut]
+        self._crossfit = None
 
-    def _fit_rows(self, idx: np.ndarray | slice) -> tuple[Any, tuple[float, float]]:
+    def _heads(self) -> dict[str, Any]:
+        """``{name: unfitted regressor}`` to choose among (one for a given head)."""
+        if self.head != "auto":
+            return {"head": self.head}
+        if self._candidates is None:
+            from wmrl_envs.world_models.heads import candidate_heads
+
+            self._candidates = candidate_heads(int(self._dim or 1))
+        return self._candidates
+
+    def _fit(self, head: Any, x: np.ndarray, y: np.ndarray) -> tuple[Any, tuple[float, float]]:
+        import warnings
+
         from sklearn.base import clone
 
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings(), _one_thread():
+            # RidgeCV's leave-one-out on a handful of rows; a Gaussian process's bounds on few rows
+            warnings.simplefilter("ignore", category=UserWarning)
+            try:
+                from sklearn.exceptions import ConvergenceWarning
+
+                warnings.simplefilter("ignore", category=ConvergenceWarning)
+            except ImportError:  # pragma: no cover
+                pass
+            fitted = clone(head).fit(x, y)
+        return fitted, (float(y.min()), float(y.max()))
+
+    def _head_in_use(self) -> Any:
+        """The unfitted head in use: the chosen one, a Gaussian process with its kernel
+        hyper-parameters kept from the last selection."""
+        from wmrl_envs.world_models.heads import with_frozen_kernel
+
+        heads = self._heads()
+        head = heads.get(self.head_name or "", None) or next(iter(heads.values()))
+        return with_frozen_kernel(head, self._theta) if self.head == "auto" else head
+
+    def _fit_rows(self, idx: np.ndarray | slice, head: Any = None) -> tuple[Any, tuple[float, float]]:
         x = np.stack(self._x)[idx]
         y = np.asarray(self._y, dtype=np.float64)[idx]
-        with np.errstate(divide="ignore", invalid="ignore"):  # RidgeCV's leave-one-out on a handful of rows
-            head = clone(self.head).fit(x, y)
-        return head, (float(y.min()), float(y.max()))
+        return self._fit(self._head_in_use() if head is None else head, x, y)
 
-    def refit(self) -> None:
+    def refit(self, select: bool | None = None) -> None:
         """Fit the head on the rollouts held now (the oldest groups beyond ``max_rollouts``
-        dropped first).
+        dropped first). A *selection* refit (``head="auto"``, >= 2 groups held) first scores
+        every candidate head out of fold and keeps the best (its out-of-fold scores become
+        :meth:`crossfit_scores`' answer until the rows change).
+
+        Args:
+            select: make it a selection refit (``None``: when one is due, see ``select_growth``).
 
         Raises:
             RuntimeError: no rollout held.
         """
-        with self._lock:
+        with self._lock, self._meter():
+            t0 = time.process_time()
             self._trim()
             if not self._y:
                 raise RuntimeError("cannot fit the learned world model: no anchor rollout with a real score held")
-            self._fitted, self._range = self._fit_rows(slice(None))
+            if select is None:
+                select = self._selection_due()
+            select = bool(select) and self.head == "auto" and len({*self._gid}) >= 2
+            heads = self._heads()
+            # a selection before any Gaussian-process kernel is known optimises it per fold: a cost
+            # of its own, not an estimate for the later selections (which keep the kernel in their folds)
+            kind = ("select" if self._theta is not None or "gp" not in heads else "first_select") if select else "refit"
+            if select:
+                from wmrl_envs.world_models.heads import select_out_of_fold, with_frozen_kernel
+
+                x = np.stack(self._x)
+                y = np.asarray(self._y, dtype=np.float64)
+                gid = np.asarray(self._gid, dtype=np.int64)
+
+                def fit_predict(head: Any, train: np.ndarray, test: np.ndarray) -> np.ndarray:
+                    fitted, lo_hi = self._fit(head, x[train], y[train])
+                    return self._apply(fitted, x[test], lo_hi)
+
+                # a Gaussian process is scored with the kernel of its last fit on all rows (none: its own per fold)
+                scored = {k: with_frozen_kernel(h, self._theta) for k, h in heads.items()}
+                sel = select_out_of_fold(scored, x, y, gid, self.folds, fit_predict)
+                self.head_name, self.head_r = sel.chosen, sel.r
+                self.n_select_rows = len(y)
+                self.n_selections += 1
+                self._crossfit = CrossfitScores(sel.scores, y, gid, np.asarray(self._member, dtype=np.int64),
+                                                dict(self._sizes))
+            elif self.head_name is None:
+                self.head_name = next(iter(heads))
+            gp = heads.get("gp") if self.head == "auto" else None
+            if gp is not None and (select or self._theta is None):
+                # the Gaussian process's hyper-parameters by marginal likelihood on all rows (warm-started)
+                from wmrl_envs.world_models.heads import kernel_theta, with_frozen_kernel
+
+                gp_fit = self._fit_rows(slice(None), with_frozen_kernel(gp, self._theta, optimize=True))
+                self._theta = kernel_theta(gp_fit[0])
+                if self.head_name == "gp":
+                    self._fitted, self._range = gp_fit
+            if gp is None or self.head_name != "gp" or not (select or self._n_fit_rows == 0):
+                self._fitted, self._range = self._fit_rows(slice(None))
             self._n_fit_rows = len(self._y)
             self._since_fit = 0
             self.n_refits += 1
+            self._last_kind = kind
+            self.refit_cost[self._last_kind] = [time.process_time() - t0, float(len(self._y))]
 
     def crossfit_scores(self) -> CrossfitScores:
         """Out-of-fold scores of every stored anchor rollout: the groups are split into
         ``min(folds, groups)`` folds (scikit-learn ``GroupKFold``: whole groups per fold) and each
         fold is scored by a head fitted on the other folds only (clipped to their real range),
-        so no rollout is scored by a head that saw its own group's outcomes. With one group
+        so no rollout is scored by a head that saw its own group's outcomes. After a selection
+        refit (and until the rows change) these are the selection's scores: each fold's from
+        the candidate that was best on the other folds. Otherwise the head in use is refitted
+        per fold (its cost is added to the refit's, for the budget's estimate). With one group
         held, its rollouts get :meth:`cold_score`.
 
         Returns:
@@ -515,7 +816,12 @@ class LearnedWorldModel:
         """
         from sklearn.model_selection import GroupKFold
 
-        with self._lock:
+        with self._lock, self._meter():
+            if self._crossfit is not None and len(self._crossfit.real) == len(self._y):
+                c = self._crossfit
+                return CrossfitScores(c.scores.copy(), c.real.copy(), c.group_ids.copy(), c.members.copy(),
+                                      dict(c.group_sizes))
+            t0 = time.process_time()
             n = len(self._y)
             gid = np.asarray(self._gid, dtype=np.int64)
             out = np.full(n, self.cold_score(), dtype=np.float64)
@@ -525,8 +831,13 @@ class LearnedWorldModel:
                 for train, test in GroupKFold(n_splits=int(min(self.folds, groups.size))).split(x, groups=gid):
                     head, lo_hi = self._fit_rows(train)
                     out[test] = self._apply(head, x[test], lo_hi)
-            return CrossfitScores(out, np.asarray(self._y, dtype=np.float64), gid,
-                                  np.asarray(self._member, dtype=np.int64), dict(self._sizes))
+            self._crossfit = CrossfitScores(out, np.asarray(self._y, dtype=np.float64), gid,
+                                            np.asarray(self._member, dtype=np.int64), dict(self._sizes))
+            last = self.refit_cost.get(self._last_kind)
+            if n and self._fitted is not None and n == self._n_fit_rows and last is not None and last[1] == n:
+                last[0] += time.process_time() - t0
+            return self._crossfit
+
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -540,7 +851,8 @@ class LearnedWorldModel:
             return {
                 "version": self.STATE_VERSION,
                 "settings": {"refit_every": self.refit_every, "folds": self.folds, "min_groups": self.min_groups,
-                             "max_rollouts": self.max_rollouts, "prior_score": self.prior_score, "clip": self.clip},
+                             "max_rollouts": self.max_rollouts, "prior_score": self.prior_score, "clip": self.clip,
+                             "cpu_share": self.cpu_share, "select_growth": self.select_growth},
                 "dim": self._dim,
                 "features_b64": base64.b64encode(x.tobytes()).decode("ascii"),
                 "real": list(self._y),
@@ -554,6 +866,14 @@ class LearnedWorldModel:
                 "n_refits": self.n_refits,
                 "fit_cpu_s": self.fit_cpu_s,
                 "last_fit_cpu_s": self.last_fit_cpu_s,
+                "head_name": self.head_name,
+                "kernel_theta": self._theta,
+                "head_r": dict(self.head_r),
+                "n_select_rows": self.n_select_rows,
+                "n_selections": self.n_selections,
+                "refits_deferred": self.refits_deferred,
+                "refit_cost": {k: list(v) for k, v in self.refit_cost.items()},
+                "cpu_s": self.cpu_s,
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -591,7 +911,21 @@ class LearnedWorldModel:
         s = state["settings"]
         fresh = LearnedWorldModel(self.featurizer, head=self.head, refit_every=s["refit_every"], folds=s["folds"],
                                   min_groups=s["min_groups"], max_rollouts=s["max_rollouts"],
-                                  prior_score=s["prior_score"], clip=s["clip"], cache_size=self.cache_size)
+                                  prior_score=s["prior_score"], clip=s["clip"], cache_size=self.cache_size,
+                                  cpu_share=s.get("cpu_share", self.cpu_share),
+                                  select_growth=s.get("select_growth", self.select_growth),
+                                  execution_cost=self.execution_cost)
+        name = state.get("head_name")
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"learned world-model state: head_name {name!r} is not a string")
+        fresh._dim = None if dim is None else int(dim)
+        if name is not None and name not in fresh._heads() and (self.head == "auto" or name != "head"):
+            raise ValueError(f"learned world-model state: the saved head {name!r} is not among this model's heads "
+                             f"{sorted(fresh._heads())}: build the model with the same head (and featurizer) as the "
+                             "run that saved the state, or start fresh")
+        fresh.head_name = name
+        theta = state.get("kernel_theta")
+        fresh._theta = None if theta is None else [float(v) for v in theta]
         fresh._x, fresh._y, fresh._gid, fresh._member = rows, real, gids, members
         fresh._sizes = {int(g): int(n) for g, n in state["group_sizes"]}
         fresh._dim = None if dim is None else int(dim)
@@ -599,6 +933,8 @@ class LearnedWorldModel:
         if n_fit is not None:
             if not 0 < int(n_fit) <= len(real):
                 raise ValueError(f"learned world-model state: fitted on {n_fit} rows of {len(real)}")
+            if fresh.head_name is None or fresh.head_name not in fresh._heads():  # a state saved before heads had names
+                fresh.head_name = next(iter(fresh._heads()))
             fresh._fitted, fresh._range = fresh._fit_rows(slice(0, int(n_fit)))
             fresh._n_fit_rows = int(n_fit)
         fresh._since_fit = int(state["since_fit"])
@@ -607,7 +943,13 @@ class LearnedWorldModel:
         fresh.n_refits = int(state["n_refits"])
         fresh.fit_cpu_s = float(state.get("fit_cpu_s", 0.0))
         fresh.last_fit_cpu_s = float(state.get("last_fit_cpu_s", 0.0))
+        fresh.head_r = {str(k): float(v) for k, v in dict(state.get("head_r") or {}).items()}
+        fresh.n_select_rows = int(state.get("n_select_rows", 0))
+        fresh.n_selections = int(state.get("n_selections", 0))
+        fresh.refits_deferred = int(state.get("refits_deferred", 0))
+        fresh.refit_cost = {str(k): [float(v[0]), float(v[1])] for k, v in dict(state.get("refit_cost") or {}).items()}
+        fresh.cpu_s = float(state.get("cpu_s", 0.0))
         with self._lock:
             for k, v in fresh.__dict__.items():
-                if k not in ("_lock", "_cache", "featurizer", "head"):
+                if k not in ("_lock", "_cache", "featurizer", "head", "_metering"):
                     setattr(self, k, v)
