@@ -92,7 +92,10 @@ def test_a_tight_budget_holds_refits_back_but_not_the_first_fit():
 def test_the_budget_reads_the_loops_ledger_and_the_state_round_trips():
     wm = LearnedWorldModel(_features(), folds=3)
     loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16), world_model=wm)
-    wm.bind_execution_cost(loop.ledger)
+    assert wm.execution_cost is loop.ledger  # the loop binds its ledger: the refit budget is on by itself
+    own = LearnedWorldModel(_features(), folds=3, execution_cost=lambda: 1.0)
+    CorrectionLoop(CorrectionConfig(anchor_fraction=1.0), world_model=own)
+    assert own.execution_cost() == 1.0  # a budget the user bound is kept
     rng = np.random.default_rng(3)
     for k in range(10):
         a = rng.normal(size=(G, 2))
@@ -110,12 +113,13 @@ def test_the_budget_reads_the_loops_ledger_and_the_state_round_trips():
     assert len(raw) == 10 * G and not np.allclose(raw, real)
     state = json.loads(json.dumps(loop.state_dict()))
     again = LearnedWorldModel(_features(), folds=3)
-    CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16),
-                   world_model=again).load_state_dict(state)
+    assert again.execution_cost is None  # not saved in a state: the loop it is given to binds its own ledger
+    loop2 = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, min_pairs=16, refit_every=16), world_model=again)
+    loop2.load_state_dict(state)
     probe = [np.array([0.3, -0.2]), np.array([1.5, 0.5])]
     assert again.head_name == wm.head_name and again.n_selections == wm.n_selections
     np.testing.assert_array_equal(again.predict_scores([None] * 2, probe), wm.predict_scores([None] * 2, probe))
-    assert again.execution_cost is None  # not saved: bind it again
+    assert again.execution_cost is loop2.ledger
 
 
 def test_within_group_r_is_the_pooled_within_group_correlation():

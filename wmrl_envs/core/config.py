@@ -52,6 +52,11 @@ class CorrectionConfig:
     with 2 groups per step at anchor_fraction 0.05 keeps the realised fraction near 0.05)."""
     debias: bool = True
     """Apply online debiasing (the isotonic map f̂) to world-model scores."""
+    debias_map: str = "isotonic"
+    """The debiasing map (:data:`~wmrl_envs.core.debias.MAP_KINDS`): ``"isotonic"`` (the paper's),
+    ``"linear"``, ``"identity"``, or ``"auto"``: at each fit the one of the three with the lowest
+    out-of-fold squared error on the buffered pairs (so that a map fitted on few noisy pairs over a
+    world model already on the real scale does not calibrate worse than the raw score)."""
     denoise: bool = True
     """Apply the anchor weight ρ to anchor-group advantages."""
     buffer_size: int = 5000
@@ -128,6 +133,9 @@ class CorrectionConfig:
         check(is_int(self.anchor_window) and self.anchor_window >= 1, "anchor_window", "an integer number of steps >= 1")
         check(isinstance(self.debias, bool), "debias", "True or False")
         check(isinstance(self.denoise, bool), "denoise", "True or False")
+        from .debias import MAP_KINDS
+
+        check(self.debias_map in MAP_KINDS, "debias_map", f"one of {', '.join(repr(k) for k in MAP_KINDS)}")
         for name in ("buffer_size", "min_pairs", "refit_every"):
             check(is_int(getattr(self, name)) and getattr(self, name) >= 1, name, "an integer >= 1")
         check(self.buffer_size >= self.min_pairs, "buffer_size",
@@ -143,7 +151,8 @@ class CorrectionConfig:
 
     def build_debiaser(self) -> IsotonicDebiaser:
         """A fresh :class:`~wmrl_envs.core.IsotonicDebiaser` with these settings."""
-        return IsotonicDebiaser(buffer_size=self.buffer_size, min_pairs=self.min_pairs, refit_every=self.refit_every)
+        return IsotonicDebiaser(buffer_size=self.buffer_size, min_pairs=self.min_pairs, refit_every=self.refit_every,
+                                map_kind=self.debias_map)
 
     def build_denoiser(self) -> InverseVarianceDenoiser:
         """A fresh :class:`~wmrl_envs.core.InverseVarianceDenoiser` with these settings."""

@@ -286,6 +286,8 @@ class WMRLCorrector:
             "disagreement_ema": None if not math.isfinite(ema) else ema,
             "anchor_pairs": self.debiaser.n_pairs,
             "debiaser_fitted": self.debiaser.fitted,
+            "debias_map": self.debiaser.chosen,
+            "debias_oof_mse": dict(self.debiaser.oof_mse),
             "debiaser_fits": self.debiaser.n_fits,
             "calibration_mae_raw": err["raw_mae"],
             "calibration_mae_calibrated": err["calibrated_mae"],

@@ -7,6 +7,12 @@ non-decreasing map ``f̂: r̂ -> E[r | r̂]`` with scikit-learn's
 ``min_pairs`` pairs exist the map is the identity; afterwards it is refitted every
 ``refit_every`` new pairs. See ``docs/method.md`` ("Online debiasing"), after Yang et al.,
 arXiv 2608.12564.
+
+Beyond the paper, ``map_kind="auto"`` chooses the map at every fit among the identity, a linear
+map and the isotonic one by their out-of-fold squared error on the buffered pairs, keeping the
+identity unless a fitted map beats it by more than one standard error: on a few noisy pairs over
+a world model already on the real scale, an isotonic map fits the noise and calibrates worse than
+the raw score (issue 36, item 3).
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-__all__ = ["IsotonicDebiaser"]
+__all__ = ["IsotonicDebiaser", "MAP_KINDS"]
+
+MAP_KINDS = ("isotonic", "linear", "identity", "auto")
+"""The debiaser's maps: the paper's isotonic map, a linear map (least squares, a negative slope is
+pooled to the mean as the increasing isotonic fit pools it), the identity, or ``"auto"``: at each
+fit the identity unless a fitted map's out-of-fold squared error is lower by more than one standard
+error of the difference (the one-standard-error rule), else the fitted map with the lower error."""
 
 
 class IsotonicDebiaser:
@@ -28,15 +40,22 @@ class IsotonicDebiaser:
         min_pairs: pairs needed before the first fit; the map is the identity before.
             Reference: 200.
         refit_every: refit after this many new pairs since the last fit. Reference: 64.
+        map_kind: one of :data:`MAP_KINDS` (reference: ``"isotonic"``).
+        folds: folds of ``"auto"``'s out-of-fold comparison (contiguous blocks of the buffer, oldest
+            first, so that neighbouring pairs of one group fall in the same fold).
 
     Attributes:
         training: when ``False``, :meth:`add_pairs` is ignored unless its ``training`` argument
             says otherwise (evaluation freezes the map).
         n_fits: number of fits so far.
         n_seen: pairs ever added (including those the FIFO dropped).
+        chosen: the map in use (``"identity"`` before the first fit; with ``"auto"`` the choice of the
+            last fit).
+        oof_mse: ``{kind: out-of-fold mean squared error}`` of the candidates at the last ``"auto"``
+            fit (empty otherwise).
 
     Raises:
-        ValueError: non-positive sizes.
+        ValueError: non-positive sizes, an unknown ``map_kind`` or ``folds < 2``.
 
     Example:
         >>> deb = IsotonicDebiaser(min_pairs=4, refit_every=4)
@@ -46,12 +65,22 @@ class IsotonicDebiaser:
         [0.0, 1.0]
     """
 
-    def __init__(self, buffer_size: int = 5000, min_pairs: int = 200, refit_every: int = 64) -> None:
+    def __init__(self, buffer_size: int = 5000, min_pairs: int = 200, refit_every: int = 64, *,
+                 map_kind: str = "isotonic", folds: int = 5) -> None:
         if buffer_size < 1 or min_pairs < 1 or refit_every < 1:
             raise ValueError(
                 f"buffer_size, min_pairs and refit_every must be >= 1, got "
                 f"{buffer_size}, {min_pairs}, {refit_every}"
             )
+        if map_kind not in MAP_KINDS:
+            raise ValueError(f"map_kind must be one of {MAP_KINDS}, got {map_kind!r}")
+        if int(folds) < 2:
+            raise ValueError(f"folds must be >= 2 (an out-of-fold comparison), got {folds!r}")
+        self.map_kind = str(map_kind)
+        self.folds = int(folds)
+        self.chosen = "identity"
+        self.oof_mse: dict[str, float] = {}
+        self._lin: tuple[float, float] | None = None  # (slope, intercept) of the linear map in use
         self.buffer_size = int(buffer_size)
         self.min_pairs = int(min_pairs)
         self.refit_every = int(refit_every)
@@ -62,6 +91,7 @@ class IsotonicDebiaser:
         self.n_fits = 0
         self.n_seen = 0
         self._iso: IsotonicRegression | None = None
+        self._fitted = False
 
     # ------------------------------------------------------------------ updating
     def add_pairs(self, raw: Iterable[float | None], real: Iterable[float | None], *, training: bool | None = None) -> int:
@@ -93,7 +123,7 @@ class IsotonicDebiaser:
             added += 1
         self._since_fit += added
         self.n_seen += added
-        if len(self._raw) >= self.min_pairs and (self._iso is None or self._since_fit >= self.refit_every):
+        if len(self._raw) >= self.min_pairs and (not self._fitted or self._since_fit >= self.refit_every):
             self.fit()
         return added
 
@@ -109,16 +139,62 @@ class IsotonicDebiaser:
         self._since_fit = 0
         self.n_fits += 1
 
-    def _fit_on(self, x: np.ndarray, y: np.ndarray) -> None:
-        iso = IsotonicRegression(increasing=True, out_of_bounds="clip")
-        iso.fit(x, y)
-        self._iso = iso
+    @staticmethod
+    def _linear(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+        """Least-squares (slope, intercept); a negative slope is pooled to the mean (slope 0)."""
+        vx = float(np.var(x))
+        slope = float(np.cov(x, y, bias=True)[0, 1] / vx) if vx > 0 else 0.0
+        slope = max(slope, 0.0)
+        return slope, float(np.mean(y) - slope * np.mean(x))
+
+    def _choose(self, x: np.ndarray, y: np.ndarray) -> str:
+        """The map by out-of-fold squared error, with the one-standard-error rule toward the identity:
+        a fitted map (linear, isotonic) replaces the identity only when its out-of-fold error is lower
+        by more than the standard error of that difference over the pairs; among those that pass, the
+        lowest error (ties: linear before isotonic)."""
+        n = x.size
+        k = min(self.folds, n)
+        if k < 2:
+            return "identity"
+        bounds = np.linspace(0, n, k + 1).astype(int)
+        err = {m: np.zeros(n) for m in ("identity", "linear", "isotonic")}
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            test = np.zeros(n, bool)
+            test[a:b] = True
+            if test.all() or not test.any():
+                continue
+            xt, yt, xs, ys = x[~test], y[~test], x[test], y[test]
+            err["identity"][test] = (xs - ys) ** 2
+            sl, ic = self._linear(xt, yt)
+            err["linear"][test] = (sl * xs + ic - ys) ** 2
+            iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(xt, yt)
+            err["isotonic"][test] = (iso.predict(xs) - ys) ** 2
+        self.oof_mse = {m: float(e.mean()) for m, e in err.items()}
+        passing = []
+        for m in ("linear", "isotonic"):
+            d = err["identity"] - err[m]
+            if d.mean() > d.std(ddof=1) / np.sqrt(n):
+                passing.append(m)
+        return min(passing, key=lambda m: self.oof_mse[m]) if passing else "identity"
+
+    def _fit_on(self, x: np.ndarray, y: np.ndarray, kind: str | None = None) -> None:
+        kind = kind or (self._choose(x, y) if self.map_kind == "auto" else self.map_kind)
+        self._iso, self._lin = None, None
+        if kind == "isotonic":
+            iso = IsotonicRegression(increasing=True, out_of_bounds="clip")
+            iso.fit(x, y)
+            self._iso = iso
+        elif kind == "linear":
+            self._lin = self._linear(x, y)
+        self.chosen = kind
+        self._fitted = True
 
     # ------------------------------------------------------------------ using
     @property
     def fitted(self) -> bool:
-        """``True`` once a map has been fitted (before that :meth:`transform` is the identity)."""
-        return self._iso is not None
+        """``True`` once a map has been fitted (before that :meth:`transform` is the identity; a
+        fitted map may be the identity too, when ``"auto"`` chose it)."""
+        return self._fitted
 
     @property
     def flat(self) -> bool:
@@ -126,6 +202,8 @@ class IsotonicDebiaser:
         group scored with it has no within-group spread (zero GRPO advantage). It happens when
         the buffered real scores are all equal, or do not increase with the raw ones (the
         increasing fit then pools them all)."""
+        if self._lin is not None:
+            return self._lin[0] == 0.0
         return self._iso is not None and float(np.ptp(self._iso.y_thresholds_)) == 0.0
 
     @property
@@ -147,6 +225,8 @@ class IsotonicDebiaser:
         ok = np.isfinite(x)
         if self._iso is not None and ok.any():
             out[ok] = self._iso.predict(x[ok])
+        elif self._lin is not None and ok.any():
+            out[ok] = self._lin[0] * x[ok] + self._lin[1]
         return out
 
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +254,12 @@ class IsotonicDebiaser:
             "n_seen": self.n_seen,
             "map_x": None,
             "map_y": None,
+            "map_kind": self.map_kind,
+            "folds": self.folds,
+            "chosen": self.chosen,
+            "fitted": self._fitted,
+            "linear": None if self._lin is None else list(self._lin),
+            "oof_mse": dict(self.oof_mse),
         }
         if self._iso is not None:
             state["map_x"] = self._iso.X_thresholds_.tolist()
@@ -194,9 +280,17 @@ class IsotonicDebiaser:
         self._since_fit = int(state["since_fit"])
         self.n_fits = int(state["n_fits"])
         self.n_seen = int(state["n_seen"])
-        self._iso = None
-        if state.get("map_x") is not None:
-            self._fit_on(np.asarray(state["map_x"], dtype=np.float64), np.asarray(state["map_y"], dtype=np.float64))
+        self.map_kind = str(state.get("map_kind", "isotonic"))
+        self.folds = int(state.get("folds", 5))
+        self.oof_mse = dict(state.get("oof_mse", {}))
+        self._iso, self._lin, self._fitted, self.chosen = None, None, False, "identity"
+        if state.get("map_x") is not None:  # the isotonic map, refitted on its own thresholds
+            self._fit_on(np.asarray(state["map_x"], dtype=np.float64), np.asarray(state["map_y"], dtype=np.float64),
+                         kind="isotonic")
+        elif state.get("linear") is not None:
+            self._lin, self.chosen, self._fitted = (float(state["linear"][0]), float(state["linear"][1])), "linear", True
+        elif state.get("fitted"):
+            self.chosen, self._fitted = str(state.get("chosen", "identity")), True
 
     # ------------------------------------------------------------------ rescoring
     def replace_pairs(self, raw: Iterable[float | None], real: Iterable[float | None], *,
@@ -230,7 +324,7 @@ class IsotonicDebiaser:
               if a is not None and b is not None and np.isfinite(a) and np.isfinite(b)]
         self._raw = deque((a for a, _ in ok), maxlen=self.buffer_size)
         self._real = deque((b for _, b in ok), maxlen=self.buffer_size)
-        self._iso = None
+        self._iso, self._lin, self._fitted, self.chosen = None, None, False, "identity"
         self._since_fit = len(self._raw)
         if len(self._raw) >= self.min_pairs:
             self.fit()

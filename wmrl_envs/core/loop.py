@@ -165,6 +165,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
         self.corrector = corrector if corrector is not None else self._config.build_corrector()
         self.ledger = ledger if ledger is not None else CostLedger()
+        if callable(getattr(world_model, "bind_execution_cost", None)) and getattr(world_model, "execution_cost", 1) is None:
+            world_model.bind_execution_cost(self.ledger)  # a learned model's refit budget: this run's executions
         self.eval_route: Route = eval_route
         self.groups_per_step = int(groups_per_step)
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
