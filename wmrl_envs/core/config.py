@@ -19,6 +19,7 @@ from .adaptive import AdaptiveAnchorFraction
 from .corrector import WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser
+from .ledger import CostLedger
 from .routing import AnchorRouter
 
 __all__ = ["CorrectionConfig"]
@@ -104,6 +105,16 @@ class CorrectionConfig:
     training at the last group that fits in the budget; ``wmrl train`` then evaluates and writes its summary) or
     "floor" (the min_anchor_groups floor keeps executing, past the budget, with a warning: the
     corrections keep getting fresh pairs, the budget is no longer a cap)."""
+    cost_basis: Literal["cpu", "wall", "per_call"] = "cpu"
+    """What a cost is, for the ledger, gamma (cost_ratio measured), the advisor and every summary: "cpu"
+    (CPU-seconds of this machine: local execution), "wall" (wall-clock seconds: the wait for a remote job, a
+    GPU queue or a paid API counts) or "per_call" (a declared price per event, cost_prices)."""
+    cost_prices: dict[str, float] | None = None
+    """cost_basis="per_call": {source: price of one event}, "execution" (> 0) and every other source the
+    run records ("world_model"; "generation", "update" where a trainer records them), e.g.
+    {"execution": 0.02, "world_model": 0.0001}."""
+    cost_unit: str | None = None
+    """cost_basis="per_call": the prices' unit, e.g. "USD" or "GPU-s" (default "units")."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, what: str) -> None:
@@ -140,6 +151,15 @@ class CorrectionConfig:
         check(self.rho_mode in ("calibrated", "parameter_free"), "rho_mode", "'calibrated' or 'parameter_free'")
         check(is_num(self.disagreement_floor) and self.disagreement_floor > 0, "disagreement_floor",
               "a finite share of the real variance > 0 (e.g. 0.01)")
+        try:
+            self.build_ledger()
+        except ValueError as exc:
+            msg = str(exc).replace("prices", "cost_prices").replace("cost_prices and unit", "cost_prices and cost_unit")
+            raise ValueError(f"CorrectionConfig: {msg}") from None
+
+    def build_ledger(self) -> CostLedger:
+        """A fresh :class:`~wmrl_envs.core.CostLedger` counting costs in ``cost_basis``."""
+        return CostLedger(self.cost_basis, prices=self.cost_prices, unit=self.cost_unit)
 
     def build_debiaser(self) -> IsotonicDebiaser:
         """A fresh :class:`~wmrl_envs.core.IsotonicDebiaser` with these settings."""

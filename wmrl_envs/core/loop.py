@@ -164,7 +164,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         self.world_model = world_model
         self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
         self.corrector = corrector if corrector is not None else self._config.build_corrector()
-        self.ledger = ledger if ledger is not None else CostLedger()
+        self.ledger = ledger if ledger is not None else self._config.build_ledger()
         self.eval_route: Route = eval_route
         self.groups_per_step = int(groups_per_step)
         self.ungraded = UngradedMonitor(max_ungraded_share, self.groups_per_step, self.ledger)
@@ -225,6 +225,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
                 warmup_groups=den.warmup_groups, half_life=den.half_life, rho_target=den.rho_target,
                 rho_max=den.rho_max, rho_mode=den.mode, disagreement_floor=den.disagreement_floor,
+                cost_basis=self.ledger.cost_basis,
+                cost_prices=None if self.ledger.prices is None else dict(self.ledger.prices),
+                cost_unit=self.ledger.cost_unit if self.ledger.cost_basis == "per_call" else None,
             )
 
     # ------------------------------------------------------------------ flags
@@ -660,7 +663,12 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             the router's ``anchor_fraction`` (in force now), ``realised_anchor_fraction``,
             ``groups_routed``, ``anchor_groups_routed`` and ``steps``; the loop's
             ``groups_started``, ``groups_closed``, ``groups_open``, ``episodes``; the ledger's
-            ``executions`` and ``world_model_predictions`` (counts); and the adaptive fraction's
+            ``executions`` and ``world_model_predictions`` (counts) and its
+            :meth:`~wmrl_envs.core.CostLedger.cost_summary` (``cost_unit``, ``execution_cost``,
+            ``world_model_cost``, ``world_model_cost_share``, in the run's ``cost_basis``); ``r``
+            and ``r_groups``: the within-group correlation of the training anchor groups so far, as
+            :meth:`advise` computes it (out of sample when the run debiases; without its CI), and
+            the groups it rests on; and the adaptive fraction's
             ``adaptive`` (``anchor_fraction="auto"``: ``{"history": [[step, fraction, r], ...],
             "fraction": the fraction in force, "gamma": the cost ratio (``None`` until fixed),
             "budget_spent": bool, "group_executions": {route: [executions, groups]}}``; ``None``
@@ -683,6 +691,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "episodes": self.n_episodes,
                 "executions": self.ledger.count(EXECUTION),
                 "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
+                **self.ledger.cost_summary(),
+                **dict(zip(("r", "r_groups"), self.advisor.within_group_r(self._advice_calibration()))),
                 "adaptive": None if a is None else {
                     "history": [list(h) for h in a.history], "fraction": a.fraction, "gamma": a.gamma,
                     "budget_spent": bool(a.budget_spent),
