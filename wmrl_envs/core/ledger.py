@@ -387,18 +387,17 @@ class CostLedger:
         """The run's costs in the ledger's basis, for a progress line or a summary:
         ``{"cost_unit": str, "execution_cost": float, "world_model_cost": float,
         "world_model_cost_share": float}``, the share being the world model's part of execution +
-        world model + generation + update (NaN while that is 0, or under ``"per_call"`` when a
-        source with events has no price)."""
+        world model + generation + update (``None`` while that is 0; the three figures are
+        ``None`` under ``"per_call"`` when a source with events has no price)."""
         try:
             parts = {s: self.cost(s) for s in (EXECUTION, WORLD_MODEL_SOURCE, GENERATION, UPDATE)}
         except ValueError:
-            nan = float("nan")
-            return {"cost_unit": self.cost_unit, "execution_cost": nan, "world_model_cost": nan,
-                    "world_model_cost_share": nan}
+            return {"cost_unit": self.cost_unit, "execution_cost": None, "world_model_cost": None,
+                    "world_model_cost_share": None}
         total = sum(parts.values())
         return {"cost_unit": self.cost_unit, "execution_cost": parts[EXECUTION],
                 "world_model_cost": parts[WORLD_MODEL_SOURCE],
-                "world_model_cost_share": parts[WORLD_MODEL_SOURCE] / total if total > 0 else float("nan")}
+                "world_model_cost_share": parts[WORLD_MODEL_SOURCE] / total if total > 0 else None}
 
     def cost_count(self, source: str) -> int:
         """The events :meth:`cost` covers: the measured ones under ``"cpu"`` (count less

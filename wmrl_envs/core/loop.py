@@ -75,6 +75,14 @@ __all__ = [
 ]  # GroupTicket and the rollout helpers live in .group (imported here for the callers that name this module)
 
 
+NO_ANCHORS_WARNING = (
+    "anchor_fraction=0: every training group goes to the world model and none is executed for real, so there "
+    "are no anchor groups: no anchor pairs, no debiasing (the map stays the identity), rho stays 1, no r and "
+    "no advice; the policy trains on the world model's raw scores, uncorrected. Set anchor_fraction > 0 (e.g. "
+    "0.1) for WMRL's corrections; keep 0 only for a world-model-only baseline")
+"""The warning of a loop built with ``anchor_fraction=0`` (a fixed fraction) and a world model."""
+
+
 def default_groups_per_step(anchor_fraction: float) -> int:
     """``ceil(1 / anchor_fraction)`` (1 for ``anchor_fraction = 0``): one anchor group per block at f."""
     return 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
@@ -186,6 +194,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "with fixed fractions in docs/advisor_check.md was made with the rule before, and it has not been run "
                 "on a live benchmark",
                 UserWarning, stacklevel=user_stacklevel())
+        if self.adaptive is None and self.router.anchor_fraction == 0 and world_model is not None:
+            warnings.warn(NO_ANCHORS_WARNING, UserWarning, stacklevel=user_stacklevel())
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
@@ -667,8 +677,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             :meth:`~wmrl_envs.core.CostLedger.cost_summary` (``cost_unit``, ``execution_cost``,
             ``world_model_cost``, ``world_model_cost_share``, in the run's ``cost_basis``); ``r``
             and ``r_groups``: the within-group correlation of the training anchor groups so far, as
-            :meth:`advise` computes it (out of sample when the run debiases; without its CI), and
-            the groups it rests on; and the adaptive fraction's
+            :meth:`advise` computes it (out of sample when the run debiases; without its CI;
+            ``None`` until defined), and the groups it rests on; and the adaptive fraction's
             ``adaptive`` (``anchor_fraction="auto"``: ``{"history": [[step, fraction, r], ...],
             "fraction": the fraction in force, "gamma": the cost ratio (``None`` until fixed),
             "budget_spent": bool, "group_executions": {route: [executions, groups]}}``; ``None``
@@ -692,12 +702,17 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "executions": self.ledger.count(EXECUTION),
                 "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
                 **self.ledger.cost_summary(),
-                **dict(zip(("r", "r_groups"), self.advisor.within_group_r(self._advice_calibration()))),
+                **self._r_now(),
                 "adaptive": None if a is None else {
                     "history": [list(h) for h in a.history], "fraction": a.fraction, "gamma": a.gamma,
                     "budget_spent": bool(a.budget_spent),
                     "group_executions": {k: list(v) for k, v in a.group_executions.items()}},
             }
+
+    def _r_now(self) -> dict[str, Any]:
+        """``{"r": float or None (not defined yet), "r_groups": int}`` for :meth:`stats`."""
+        r, n = self.advisor.within_group_r(self._advice_calibration())
+        return {"r": float(r) if np.isfinite(r) else None, "r_groups": int(n)}
 
     def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far

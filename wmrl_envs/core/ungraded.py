@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 from wmrl_envs.causes import (
     CAUSE_KEY,
     EXECUTION_ERROR,
+    EXECUTION_INVALID,
     EXECUTION_TIMEOUT,
     EXECUTION_UNGRADED,
     SANDBOX_UNAVAILABLE,
@@ -66,9 +67,12 @@ def is_infrastructure(cause: str | None) -> bool:
 def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
     """Why a real step is ungraded, or ``None`` when it is graded.
 
-    A step is ungraded when its ``info["graded"]`` is ``False``, or its reward is ``None`` or
-    not finite; the cause is ``info["ungraded_cause"]`` when the env names one, else
-    :data:`EXECUTION_UNGRADED`.
+    * ``info["graded"]`` is ``False``, or the reward is ``None``: the env says the step has no
+      grade; the cause is ``info["ungraded_cause"]`` when the env names one, else
+      :data:`EXECUTION_UNGRADED` (counted only);
+    * the reward is not a finite number (NaN, inf, a string) while the env did not say the step is
+      ungraded: ``info["ungraded_cause"]`` when named, else :data:`EXECUTION_INVALID` (an env
+      bug: warned about and counted toward the stop rule, as a world model's NaN is).
 
     Args:
         reward: the step's reward (float or ``None``).
@@ -78,18 +82,16 @@ def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
         A cause (str) or ``None``.
     """
     info = info or {}
-    graded = info.get("graded", True) is not False
-    if graded and reward is not None:
-        try:
-            graded = math.isfinite(float(reward))
-        except (TypeError, ValueError):
-            graded = False
-    elif reward is None:
-        graded = False
-    if graded:
+    named = info.get(CAUSE_KEY)
+    if info.get("graded", True) is False or reward is None:
+        return str(named) if named else EXECUTION_UNGRADED
+    try:
+        finite = math.isfinite(float(reward))
+    except (TypeError, ValueError):
+        finite = False
+    if finite:
         return None
-    cause = info.get(CAUSE_KEY)
-    return str(cause) if cause else EXECUTION_UNGRADED
+    return str(named) if named else EXECUTION_INVALID
 
 
 class TooManyUngradedError(RuntimeError):
