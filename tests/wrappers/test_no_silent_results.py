@@ -122,3 +122,15 @@ def test_resuming_with_another_group_size_warns():
     other = AnchoredWorldModelWrapper(GuessEnv(), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=4)
     with pytest.warns(UserWarning, match="resuming with group_size=4 from a state saved with group_size=2"):
         other.load_state_dict(state)
+
+
+def test_the_vector_wrapper_names_a_nan_reward_alike():
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    venv = make_vector_env(NanRewardEnv, 2)
+    env = AnchoredWorldModelVectorWrapper(venv, EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2,
+                                          task_fn=lambda k, n: (None, {"target": 0.5}), max_ungraded_share=None)
+    env.reset(seed=0)
+    env.step(np.full((2, 1), 0.5, np.float32))
+    venv.close()
+    assert env.loop.ledger.ungraded_counts() == {EXECUTION_INVALID: 2}
