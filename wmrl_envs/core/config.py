@@ -83,7 +83,7 @@ class CorrectionConfig:
     """anchor_fraction="auto": the highest fraction it may choose."""
     cost_ratio: float | None = None
     """anchor_fraction="auto": gamma = (world model + generation + update) / execution cost per rollout,
-    e.g. from `wmrl advise`; None: measured from the run's CPU-seconds at the end of the warm-up, then
+    e.g. from `wmrl advise`; None: measured from the run's ledger in cost_basis at the end of the warm-up, then
     fixed (give it for routes that depend on the seed alone)."""
     noise_batch_ratio: float | None = None
     """anchor_fraction="auto": B_noise / B, real-execution GRPO's gradient noise scale (in groups) over this
