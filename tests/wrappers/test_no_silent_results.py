@@ -134,3 +134,19 @@ def test_the_vector_wrapper_names_a_nan_reward_alike():
     env.step(np.full((2, 1), 0.5, np.float32))
     venv.close()
     assert env.loop.ledger.ungraded_counts() == {EXECUTION_INVALID: 2}
+
+
+def test_score_group_counts_a_step_that_raises_per_rollout_and_closes_the_group():
+    """score_group: the failed rollout is ungraded (execution_error), the others keep their scores, the
+    group closes; counted, not re-raised (as on the Ray pool), and a dead env meets the stop rule."""
+    w = AnchoredWorldModelWrapper(RaisingEnv(fail_on={1}), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0),
+                                  group_size=3, max_ungraded_share=None)
+    out = w.score_group([A, A, A], options={"target": 0.5})
+    assert out.rewards == [1.0, None, 1.0] and out.infos[1]["wmrl"]["ungraded_cause"] == EXECUTION_ERROR
+    assert w.loop.stats()["groups_open"] == 0 and w.loop.ledger.count("execution") == 3
+    assert w.loop.ledger.ungraded_counts() == {EXECUTION_ERROR: 1}
+    dead = AnchoredWorldModelWrapper(RaisingEnv(fail_on=range(100)), EchoWM(),
+                                     correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, groups_per_step=1)
+    with pytest.raises(TooManyUngradedError, match="went away"):
+        dead.score_group([A, A], options={"target": 0.5})
+    assert dead.loop.stats()["groups_open"] == 0
