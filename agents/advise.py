@@ -37,7 +37,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, TextIO
+from typing import Any, Callable, Iterator, Literal, Protocol, TextIO
 
 import numpy as np
 
@@ -103,6 +103,9 @@ class AdviseConfig:
     """Bootstrap resamples of the groups for the confidence intervals."""
     out_dir: str = "runs/advise"
     """Where advice.json and advice.png are written."""
+    cost_basis: Literal["cpu", "wall"] = "cpu"
+    """What a cost is (CorrectionConfig.cost_basis): "cpu", CPU-seconds of this machine, or "wall",
+    wall-clock seconds (say "wall" when an execution waits for a remote job, a GPU queue or a paid API)."""
 
 
 def load_factory(spec: str) -> Callable[[], Any]:
@@ -140,7 +143,7 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 16, group_size: int = 4,
-              seed: int = 0, progress: Callable[[int], None] | None = None) -> Any:
+              seed: int = 0, progress: Callable[[int], None] | None = None, cost_basis: str = "cpu") -> Any:
     """Run ``groups`` groups with both real execution and the world model.
 
     Every group is an anchor group (anchor fraction 1) of an
@@ -159,6 +162,8 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
             draws outcome noise from its own stream (``docs/method.md``, "Randomness"), so a
             group's shared seed does not cancel the noise that real GRPO would see.
         progress: called with the number of groups done after each group.
+        cost_basis: what the ledger counts as a cost (``CorrectionConfig.cost_basis``: ``"cpu"``
+            or ``"wall"``).
 
     Returns:
         The wrapper: ``wrapper.loop.advisor`` holds the pilot's groups, ``wrapper.loop.ledger`` the
@@ -178,7 +183,8 @@ def run_pilot(env: Any, world_model: Any, policy: PilotPolicy, *, groups: int = 
     if groups < 2 or group_size < 2:
         raise ValueError(f"a pilot needs groups >= 2 and group_size >= 2, got groups={groups}, group_size={group_size}")
     wrapper = AnchoredWorldModelWrapper(env, world_model, group_size=group_size, groups_per_step=1, seed=seed,
-                                        correction=CorrectionConfig(anchor_fraction=1.0, debias=False, denoise=False))
+                                        correction=CorrectionConfig(anchor_fraction=1.0, debias=False, denoise=False,
+                                                                    cost_basis=cost_basis))
     for i in range(groups):
         obs, info = wrapper.begin_group(seed=seed + i)
         with wrapper.loop.ledger.timed(GENERATION, count=group_size):
@@ -230,13 +236,14 @@ def pilot_progress(total: int, stream: TextIO | None = None, min_interval_s: flo
     yield line
 
 
-def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, **advisor_settings: Any
-                    ) -> tuple[Any, Any]:
+def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, *, cost_basis: str = "cpu",
+                    **advisor_settings: Any) -> tuple[Any, Any]:
     """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
 
     Args:
         run_dir: the run folder (its ``checkpoint/state.json`` is read).
         noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
+        cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
         advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
 
     Returns:
@@ -262,7 +269,9 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
     if "advisor" not in state:
         raise ValueError(f"{path} was saved by a wmrl version without the advisor: it holds anchor pairs but not "
                          "their groups; run `wmrl advise` as a pilot instead, or train again")
-    loop = CorrectionLoop()
+    from wmrl_envs.core import CorrectionConfig
+
+    loop = CorrectionLoop(CorrectionConfig(cost_basis=cost_basis))
     with warnings.catch_warnings():  # the run's settings are meant to replace the defaults here
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
@@ -370,7 +379,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)
     if cfg.run_dir is not None:
-        advice, loop = advice_from_run(cfg.run_dir, noise_batch_ratio=cfg.noise_batch_ratio, **settings)
+        advice, loop = advice_from_run(cfg.run_dir, noise_batch_ratio=cfg.noise_batch_ratio, cost_basis=cfg.cost_basis,
+                                       **settings)
         source = f"run folder {cfg.run_dir}"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
@@ -382,7 +392,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         try:
             with pilot_progress(cfg.groups) as progress:
                 wrapper = run_pilot(env, wm, policy, groups=cfg.groups, group_size=cfg.group_size, seed=cfg.seed,
-                                    progress=progress)
+                                    progress=progress, cost_basis=cfg.cost_basis)
         finally:
             getattr(env, "close", lambda: None)()
         loop = wrapper.loop

@@ -12,6 +12,7 @@ __all__ = [
     "SANDBOX_UNAVAILABLE",
     "EXECUTION_ERROR",
     "EXECUTION_UNGRADED",
+    "EXECUTION_INVALID",
     "EXECUTION_TIMEOUT",
     "WORKER_LOST",
     "WORLD_MODEL_ERROR",
@@ -29,6 +30,9 @@ EXECUTION_ERROR = "execution_error"
 EXECUTION_UNGRADED = "execution_ungraded"
 """The env said ``info["graded"] = False`` (or returned no reward) without naming a cause
 (counted, not a named failure: no warning, no stop rule)."""
+EXECUTION_INVALID = "execution_invalid"
+"""The env returned a reward that is not a finite number (NaN, inf, not a number) without saying
+the step is ungraded: an env bug, so a named failure (warned about, counts toward the stop rule)."""
 EXECUTION_TIMEOUT = "execution_timeout"
 """A remote execution (Ray) did not return within its per-call time-out; it was cancelled."""
 WORKER_LOST = "worker_lost"

@@ -407,6 +407,8 @@ class WMRLRewardFunction:
             log_metric("wmrl/anchor_pairs", float(stats["anchor_pairs"]))
             log_metric("wmrl/executions", float(stats["executions"]))
             log_metric("wmrl/ungraded_rollouts", float(stats["ungraded_rollouts"]))
+            for key in ("r", "anchor_fraction", "world_model_cost_share"):  # what a run shows; None: not yet defined
+                log_metric(f"wmrl/{key}", float("nan") if stats[key] is None else float(stats[key]))
         return list(batch.rewards)
 
 

@@ -306,3 +306,24 @@ def test_pilot_progress_is_shown_when_stderr_is_not_a_terminal(tmp_path, capsys)
         for n in range(1, 5):
             step(n)
     assert "pilot groups (real execution + world model)" in term.getvalue() and "[advise]" not in term.getvalue()
+
+
+class WaitingEnv(KnownEnv):
+    """Each execution waits 10 ms (a remote job) and declares 2 CPU-s (KnownEnv's)."""
+
+    def step(self, action):
+        import time
+
+        time.sleep(0.01)
+        return super().step(action)
+
+
+def test_pilot_with_wall_clock_costs_counts_the_wait():
+    """Issue 38, item 1: ``wmrl advise --cost-basis wall`` prices an execution by its wall-clock."""
+    from wmrl_envs.core import CostRates
+
+    wall = run_pilot(WaitingEnv(), NoisyWM(), GaussianPolicy(), groups=4, group_size=2, seed=0, cost_basis="wall")
+    rates = CostRates.from_ledger(wall.loop.ledger)
+    assert rates.unit == "wall-clock s" and 0.01 <= rates.execution_s < 1.0
+    assert CostRates.from_ledger(wall.loop.ledger, cpu=True).execution_s == pytest.approx(2.0)  # the declared CPU-s
+    assert AdviseConfig(cost_basis="wall").cost_basis == "wall"

@@ -541,7 +541,9 @@ def test_ledger_cpu_seconds_add_merge_and_state_round_trip() -> None:
     led.merge(other)
     assert led.cpu_seconds(EXECUTION) == 1.75 and led.count(EXECUTION) == 4
     assert led.cpu_unmeasured(WORLD_MODEL_SOURCE) == 4
-    assert led.to_dict()[EXECUTION] == {"count": 4, "seconds": 4.5, "cpu_seconds": 1.75, "cpu_unmeasured": 1}
+    assert led.to_dict()[EXECUTION] == {"count": 4, "seconds": 4.5, "cpu_seconds": 1.75, "cpu_unmeasured": 1,
+                                        "cost": 1.75, "cost_unit": "CPU-s"}
+    assert led.state_dict()[EXECUTION] == {"count": 4, "seconds": 4.5, "cpu_seconds": 1.75, "cpu_unmeasured": 1}
     back = CostLedger()
     back.load_state_dict(json.loads(json.dumps(led.state_dict())))
     assert back.to_dict() == led.to_dict()

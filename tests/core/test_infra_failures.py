@@ -16,6 +16,7 @@ import pytest
 from wmrl_envs import AnchoredWorldModelWrapper
 from wmrl_envs.core import CorrectionConfig, CostLedger, TooManyUngradedError, UngradedMonitor
 from wmrl_envs.core.ungraded import (
+    EXECUTION_INVALID,
     EXECUTION_UNGRADED,
     SANDBOX_UNAVAILABLE,
     UNSCORABLE,
@@ -84,7 +85,11 @@ class ScriptedWM:
         (0.0, {"graded": False, "ungraded_cause": SANDBOX_UNAVAILABLE}, SANDBOX_UNAVAILABLE),
         (0.0, {"graded": False}, EXECUTION_UNGRADED),
         (None, {}, EXECUTION_UNGRADED),
-        (float("nan"), {}, EXECUTION_UNGRADED),
+        (float("nan"), {}, EXECUTION_INVALID),  # an env bug: named (issue 38)
+        (float("inf"), {}, EXECUTION_INVALID),
+        ("0.5x", {}, EXECUTION_INVALID),
+        (float("nan"), {"ungraded_cause": SANDBOX_UNAVAILABLE}, SANDBOX_UNAVAILABLE),
+        (float("nan"), {"graded": False}, EXECUTION_UNGRADED),  # the env said so: counted only
     ],
 )
 def test_execution_cause(reward, info, cause):
@@ -94,7 +99,7 @@ def test_execution_cause(reward, info, cause):
 @pytest.mark.parametrize(
     ("cause", "infra"),
     [(None, False), (UNSCORABLE, False), (WORLD_MODEL_UNGRADED, False), (EXECUTION_UNGRADED, False),
-     (SANDBOX_UNAVAILABLE, True), (WORLD_MODEL_ERROR, True), (WORLD_MODEL_TIMEOUT, True), ("worker_lost", True)],
+     (SANDBOX_UNAVAILABLE, True), (EXECUTION_INVALID, True), (WORLD_MODEL_ERROR, True), (WORLD_MODEL_TIMEOUT, True), ("worker_lost", True)],
 )
 def test_which_causes_count_toward_the_stop_rule(cause, infra):
     assert is_infrastructure(cause) is infra
@@ -237,16 +242,17 @@ def test_aggregation_of_finite_turns(scores, how, expected):
 @pytest.mark.parametrize("scores", [[0.5, float("nan")], [float("nan"), 0.5], [float("inf"), 0.5]])
 def test_non_finite_world_model_score_is_ungraded_in_any_turn(scores):
     """Item 11: a NaN never enters the per-turn scores; max-over-turns is order-independent."""
-    w = AnchoredWorldModelWrapper(GuessEnv(), ScriptedWM(scores), correction=CorrectionConfig(anchor_fraction=0.0), group_size=1,
+    w = AnchoredWorldModelWrapper(GuessEnv(), ScriptedWM(scores * 2), correction=CorrectionConfig(anchor_fraction=0.0), group_size=2,
                                   episode_steps=2, groups_per_step=1, max_ungraded_share=None)
-    w.reset(options={"target": 0.5})
-    _, r1, term1, _, i1 = w.step(A)
-    _, r2, term2, _, i2 = w.step(A)
-    assert (term1, term2) == (False, True)
-    assert (r1, r2) == (0.0, 0.0)
-    assert i2["wmrl"]["graded"] is False and i2["wmrl"]["raw_score"] is None
-    assert i2["wmrl"]["ungraded_cause"] == WORLD_MODEL_INVALID
-    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 1}
+    for _ in range(2):  # the group's two episodes
+        w.reset(options={"target": 0.5})
+        _, r1, term1, _, i1 = w.step(A)
+        _, r2, term2, _, i2 = w.step(A)
+        assert (term1, term2) == (False, True)
+        assert (r1, r2) == (0.0, 0.0)
+        assert i2["wmrl"]["graded"] is False and i2["wmrl"]["raw_score"] is None
+        assert i2["wmrl"]["ungraded_cause"] == WORLD_MODEL_INVALID
+    assert w.loop.ledger.ungraded_counts() == {WORLD_MODEL_INVALID: 2}
 
 
 def test_nan_scores_never_reach_the_anchor_pairs():

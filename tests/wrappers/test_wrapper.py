@@ -257,7 +257,7 @@ def test_real_only_without_world_model():
     assert w.loop.ledger.count("world_model") == 0 and w.loop.ledger.count("execution") == 2
 
 
-@pytest.mark.parametrize("group_size,eval_route", [(1, "anchor"), (3, "anchor"), (3, "world_model")])
+@pytest.mark.parametrize("group_size,eval_route", [(2, "anchor"), (3, "anchor"), (3, "world_model")])
 def test_check_env_on_wrapped_in_evaluation_mode(group_size, eval_route):
     check_env(GuessEnv())
     _, _, w = make(correction=CorrectionConfig(anchor_fraction=0.5), group_size=group_size, noise=0.0, eval_route=eval_route)
@@ -428,7 +428,7 @@ def test_score_group_and_the_ray_worker_score_a_step_by_its_step_score_like_the_
     out = w.score_group([0, 1], seed=0, route="anchor")
     assert out.correction.real_scores == [real, real]
     assert [i["wmrl"]["ungraded_cause"] for i in out.infos] == [cause, cause]
-    ep = AnchoredWorldModelWrapper(_StepScoreEnv(step_score), _ConstWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=1)
+    ep = AnchoredWorldModelWrapper(_StepScoreEnv(step_score), _ConstWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2)
     ep.reset(seed=0)
     *_, info = ep.step(0)
     assert info["wmrl"]["real_score"] == real

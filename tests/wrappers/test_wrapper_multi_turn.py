@@ -95,8 +95,8 @@ def run_episode(env, actions, target=0.5):
 
 
 def per_episode_wrapper(how, reward="score", wm=None):
-    # f = 0.5, one anchor per block of 2 groups of 1 episode: both routes within each block
-    return AnchoredWorldModelWrapper(MultiTurnGuess(reward), wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=1,
+    # f = 0.5, one anchor per block of 2 groups of 2 episodes: both routes within each block
+    return AnchoredWorldModelWrapper(MultiTurnGuess(reward), wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2,
                                      groups_per_step=2, episode_steps=TURNS, episode_score=how,
                                      max_ungraded_share=None)
 
@@ -110,25 +110,27 @@ def test_the_same_actions_score_alike_on_both_routes_under_every_rule(how, rewar
     env = per_episode_wrapper(how, reward)
     expected = aggregate_episode_score([0.6, 0.9, 0.8], how)
     seen = {}
-    for _ in range(4):
+    for k in range(8):
         steps, w = run_episode(env, ACTIONS)
         assert steps == TURNS
-        seen.setdefault(w["route"], []).append((w, env.last_group))
+        seen.setdefault(w["route"], []).append((w, env.last_group if k % 2 else None))  # a group closes at its 2nd
     assert set(seen) == {"anchor", "world_model"}
     for w, group in seen["anchor"]:
         # the world model's episode score and the real one, on the same episode (the anchor pair)
         assert w["raw_score"] == pytest.approx(expected) and w["real_score"] == pytest.approx(expected)
-        assert group.raw_scores == pytest.approx([expected]) and group.real_scores == pytest.approx([expected])
-        assert group.rewards == pytest.approx([expected])  # the anchor group's training reward
+        if group is not None:
+            assert group.raw_scores == pytest.approx([expected] * 2) and group.real_scores == pytest.approx([expected] * 2)
+            assert group.rewards == pytest.approx([expected] * 2)  # the anchor group's training reward
     for w, group in seen["world_model"]:
         assert w["raw_score"] == pytest.approx(expected) and w["real_score"] is None
-        assert group.raw_scores == pytest.approx([expected])
+        if group is not None:
+            assert group.raw_scores == pytest.approx([expected] * 2)
 
 
 def test_a_prediction_that_terminates_ends_the_world_model_episode():
     env = per_episode_wrapper("max")
     lengths = {}
-    for _ in range(4):
+    for _ in range(8):
         steps, w = run_episode(env, [0.5, 0.2, 0.2])  # the first turn solves it (score 1.0)
         lengths.setdefault(w["route"], set()).add(steps)
         assert w["raw_score"] == pytest.approx(1.0)
@@ -138,7 +140,7 @@ def test_a_prediction_that_terminates_ends_the_world_model_episode():
     # a prediction's `terminated` is a prediction: on anchors the real env decides alone
     env = per_episode_wrapper("max", wm=PerfectWM(lie_terminated=True))
     lengths = {}
-    for _ in range(4):
+    for _ in range(8):
         steps, w = run_episode(env, ACTIONS)
         lengths.setdefault(w["route"], set()).add(steps)
     assert lengths == {"anchor": {TURNS}, "world_model": {1}}
@@ -155,10 +157,10 @@ def _value(w, key, i):
 
 
 def vector_episodes(how, reward, actions_by_turn, wm=None, mode=AutoresetMode.NEXT_STEP, steps=14):
-    """Two lanes of one sub-env (groups of 1), f = 0.5: per finished episode (route, length, wmrl info)."""
+    """Two lanes of one sub-env (groups of 2), f = 0.5: per finished episode (route, length, wmrl info)."""
     venv = make_vector_env(lambda: MultiTurnGuess(reward), 2, autoreset_mode=mode, episode_steps=TURNS)
     env = AnchoredWorldModelVectorWrapper(
-        venv, wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=1, groups_per_step=2, episode_steps=TURNS,
+        venv, wm or PerfectWM(), correction=CorrectionConfig(anchor_fraction=0.5), group_size=2, groups_per_step=2, episode_steps=TURNS,
         episode_score=how, task_fn=lambda k, n: (None, {"target": 0.5}), max_ungraded_share=None,
     )
     env.reset(seed=0)
@@ -211,9 +213,10 @@ def test_a_step_score_that_is_not_a_number_leaves_the_anchor_episode_ungraded():
             info[STEP_SCORE_KEY] = float("nan")
             return obs, r, term, trunc, info
 
-    env = AnchoredWorldModelWrapper(BrokenScore(), PerfectWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=1, episode_steps=TURNS,
+    env = AnchoredWorldModelWrapper(BrokenScore(), PerfectWM(), correction=CorrectionConfig(anchor_fraction=1.0), group_size=2, episode_steps=TURNS,
                                     max_ungraded_share=None)
-    steps, w = run_episode(env, ACTIONS)
-    assert steps == TURNS and w["real_score"] is None and w["graded"] is False
-    assert w["ungraded_cause"] == "execution_ungraded"
-    assert env.loop.ledger.count("ungraded:execution_ungraded") == 1
+    for _ in range(2):  # the group's two episodes
+        steps, w = run_episode(env, ACTIONS)
+        assert steps == TURNS and w["real_score"] is None and w["graded"] is False
+        assert w["ungraded_cause"] == "execution_ungraded"
+    assert env.loop.ledger.count("ungraded:execution_ungraded") == 2

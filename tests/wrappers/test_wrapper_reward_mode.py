@@ -82,7 +82,7 @@ def test_anchor_episodes_pay_real_success_and_feed_pairs():
 
 def test_dense_rewards_are_increments_of_the_calibrated_score():
     wm = ProgressWM()
-    env = AnchoredWorldModelWrapper(Reach1D(), wm, correction=CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0), group_size=1,
+    env = AnchoredWorldModelWrapper(Reach1D(), wm, correction=CorrectionConfig(anchor_fraction=0.0, min_anchor_groups=0), group_size=2,
                                     mode="reward", reward_timing="dense", dense_every=2)
     rewards, infos = run_episode(env, lambda o: np.array([0.34], np.float32))  # x_k = -0.5 + 0.085k, success at k = 11
     assert wm.calls == [(2, False), (4, False), (6, False), (8, False), (10, False), (11, True)]

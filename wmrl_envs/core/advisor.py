@@ -377,6 +377,12 @@ class AnchorAdvisor:
             return crossfit_calibrated(wm, real)
         return map_groups(wm, calibrate)
 
+    def within_group_r(self, calibrate: Callable[[Scores], Sequence[float]] | str | None = None) -> tuple[float, int]:
+        """``(r, n_groups)``: the pooled within-group correlation of the groups held, as
+        :meth:`advise` computes its ``r`` (same ``calibrate``), without the bootstrap (cheap
+        enough for every step's log; NaN with no spread)."""
+        return pooled_within_group_correlation(self._calibrated(calibrate), self.groups()[1])
+
     def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None,
                noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The advice for the groups held and these costs.

@@ -54,14 +54,15 @@ def _check_r(r: float) -> float:
 
 @dataclass(frozen=True)
 class CostRates:
-    """Cost of one rollout per source, in seconds (CPU-seconds when read from a ledger).
+    """Cost of one rollout per source, in seconds or another unit (when read from a ledger: the
+    ledger's cost basis, CPU-seconds by default; the ``_s`` names are historical).
 
     Attributes:
         execution_s: one real execution (> 0).
         world_model_s: one world-model prediction (>= 0).
         other_s: what every rollout costs under any method: generation and the policy update,
             per rollout (>= 0).
-        unit: ``"CPU-s"`` or ``"wall-clock s"`` (what the figures are).
+        unit: ``"CPU-s"``, ``"wall-clock s"`` or a declared price's unit (what the figures are).
 
     Raises:
         ValueError: a cost is negative or not finite, or ``execution_s`` is 0 (with free
@@ -89,35 +90,41 @@ class CostRates:
         return (self.world_model_s + self.other_s) / self.execution_s
 
     @classmethod
-    def from_ledger(cls, ledger: CostLedger, *, cpu: bool = True) -> CostRates:
-        """Per-rollout costs measured in a run: each source's seconds divided by its count.
+    def from_ledger(cls, ledger: CostLedger, *, cpu: bool | None = None) -> CostRates:
+        """Per-rollout costs measured in a run: each source's cost divided by its count.
 
         ``execution`` and ``world_model`` are counted per rollout by the wrappers; generation and
         update are spread over the rollouts generated (``generation``'s count, or the world
-        model's when no generation was recorded). Executions whose CPU could not be measured are
-        left out of the execution average (their count too).
+        model's when no generation was recorded). With CPU-seconds, executions whose CPU could
+        not be measured are left out of the execution average (their count too).
 
         Args:
             ledger: the run's cost ledger.
-            cpu: CPU-seconds (default; they do not depend on the machine's load) or wall-clock.
+            cpu: ``None`` (default): the ledger's own cost basis
+                (:attr:`CostLedger.cost_basis <wmrl_envs.core.CostLedger>`: CPU-seconds unless the
+                run chose wall-clock or a price per call); ``True``: CPU-seconds; ``False``:
+                wall-clock seconds.
 
         Raises:
             ValueError: the ledger has no execution with a measured cost, or no world-model call
-                (nothing to compare).
+                (nothing to compare); a ``"per_call"`` ledger without a price for a source it counts.
         """
-        sec = ledger.cpu_seconds if cpu else ledger.seconds
-        n_exec = ledger.count(EXECUTION) - (ledger.cpu_unmeasured(EXECUTION) if cpu else 0)
-        if n_exec <= 0 or sec(EXECUTION) <= 0:
+        if cpu is not None and ledger.cost_basis != ("cpu" if cpu else "wall"):
+            view = CostLedger("cpu" if cpu else "wall")
+            view.merge(ledger)
+            ledger = view
+        n_exec = ledger.cost_count(EXECUTION)
+        if n_exec <= 0 or ledger.cost(EXECUTION) <= 0:
             raise ValueError("the ledger has no real execution with a measured cost: run anchor groups first")
         n_wm = ledger.count(WORLD_MODEL_SOURCE)
         if n_wm <= 0:
             raise ValueError("the ledger has no world-model prediction: run world-model groups first")
         n_roll = ledger.count(GENERATION) or n_wm
         return cls(
-            execution_s=sec(EXECUTION) / n_exec,
-            world_model_s=sec(WORLD_MODEL_SOURCE) / n_wm,
-            other_s=(sec(GENERATION) + sec(UPDATE)) / n_roll,
-            unit="CPU-s" if cpu else "wall-clock s",
+            execution_s=ledger.cost(EXECUTION) / n_exec,
+            world_model_s=ledger.cost(WORLD_MODEL_SOURCE) / n_wm,
+            other_s=(ledger.cost(GENERATION) + ledger.cost(UPDATE)) / n_roll,
+            unit=ledger.cost_unit,
         )
 
 

@@ -19,6 +19,7 @@ from .adaptive import AdaptiveAnchorFraction
 from .corrector import WMRLCorrector
 from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser
+from .ledger import CostLedger
 from .routing import AnchorRouter
 
 __all__ = ["CorrectionConfig"]
@@ -87,7 +88,7 @@ class CorrectionConfig:
     """anchor_fraction="auto": the highest fraction it may choose."""
     cost_ratio: float | None = None
     """anchor_fraction="auto": gamma = (world model + generation + update) / execution cost per rollout,
-    e.g. from `wmrl advise`; None: measured from the run's CPU-seconds at the end of the warm-up, then
+    e.g. from `wmrl advise`; None: measured from the run's ledger in cost_basis at the end of the warm-up, then
     fixed (give it for routes that depend on the seed alone)."""
     noise_batch_ratio: float | None = None
     """anchor_fraction="auto": B_noise / B, real-execution GRPO's gradient noise scale (in groups) over this
@@ -109,6 +110,16 @@ class CorrectionConfig:
     training at the last group that fits in the budget; ``wmrl train`` then evaluates and writes its summary) or
     "floor" (the min_anchor_groups floor keeps executing, past the budget, with a warning: the
     corrections keep getting fresh pairs, the budget is no longer a cap)."""
+    cost_basis: Literal["cpu", "wall", "per_call"] = "cpu"
+    """What a cost is, for the ledger, gamma (cost_ratio measured), the advisor and every summary: "cpu"
+    (CPU-seconds of this machine: local execution), "wall" (wall-clock seconds: the wait for a remote job, a
+    GPU queue or a paid API counts) or "per_call" (a declared price per event, cost_prices)."""
+    cost_prices: dict[str, float] | None = None
+    """cost_basis="per_call": {source: price of one event}, "execution" (> 0) and every other source the
+    run records ("world_model"; "generation", "update" where a trainer records them), e.g.
+    {"execution": 0.02, "world_model": 0.0001}."""
+    cost_unit: str | None = None
+    """cost_basis="per_call": the prices' unit, e.g. "USD" or "GPU-s" (default "units")."""
 
     def __post_init__(self) -> None:
         def check(ok: bool, field: str, what: str) -> None:
@@ -148,6 +159,15 @@ class CorrectionConfig:
         check(self.rho_mode in ("calibrated", "parameter_free"), "rho_mode", "'calibrated' or 'parameter_free'")
         check(is_num(self.disagreement_floor) and self.disagreement_floor > 0, "disagreement_floor",
               "a finite share of the real variance > 0 (e.g. 0.01)")
+        try:
+            self.build_ledger()
+        except ValueError as exc:
+            msg = str(exc).replace("prices", "cost_prices").replace("cost_prices and unit", "cost_prices and cost_unit")
+            raise ValueError(f"CorrectionConfig: {msg}") from None
+
+    def build_ledger(self) -> CostLedger:
+        """A fresh :class:`~wmrl_envs.core.CostLedger` counting costs in ``cost_basis``."""
+        return CostLedger(self.cost_basis, prices=self.cost_prices, unit=self.cost_unit)
 
     def build_debiaser(self) -> IsotonicDebiaser:
         """A fresh :class:`~wmrl_envs.core.IsotonicDebiaser` with these settings."""

@@ -22,6 +22,18 @@ accounting"):
 * a world model may declare its cost per prediction (``declared_cpu_s_per_prediction``, see
   :class:`~wmrl_envs.world_models.base.WorldModel`).
 
+**What a cost is** (the *cost basis*, :data:`COST_BASES`, chosen once per ledger:
+``CostLedger(cost_basis=...)``, which a :class:`~wmrl_envs.core.CorrectionLoop` builds from
+``CorrectionConfig.cost_basis``): ``"cpu"`` (default: CPU-seconds, as above: right for local
+execution), ``"wall"`` (wall-clock seconds: the wait for a remote job, a GPU queue or a paid API
+counts) or ``"per_call"`` (a declared price per event and source, e.g. money or GPU-seconds:
+``prices={"execution": 0.02, "world_model": 0.0001}``). Every reader of costs —
+:meth:`CostLedger.cost`, :meth:`CostRates.from_ledger <wmrl_envs.core.advisor.CostRates.from_ledger>`
+(so γ, the adaptive fraction and the advisor) and :meth:`CorrectionLoop.stats
+<wmrl_envs.core.CorrectionLoop.stats>` — reads them in the ledger's basis. The ledger records
+counts, wall-clock and CPU-seconds whatever the basis (a saved ledger holds measurements, not a
+basis), so the basis only decides how they are read.
+
 Rollouts left ungraded because the machinery failed (see :mod:`wmrl_envs.core.ungraded`) are
 counted under the sources ``"ungraded:<cause>"`` (:meth:`CostLedger.ungraded_counts`).
 """
@@ -47,12 +59,19 @@ __all__ = [
     "GENERATION",
     "UPDATE",
     "EXECUTION_CPU_KEY",
+    "COST_BASES",
 ]
 
 EXECUTION = "execution"
 WORLD_MODEL_SOURCE = "world_model"
 GENERATION = "generation"
 UPDATE = "update"
+
+COST_BASES = ("cpu", "wall", "per_call")
+"""What a ledger counts as the cost of an event (:class:`CostLedger`'s ``cost_basis``): CPU-seconds,
+wall-clock seconds, or a declared price per event."""
+
+_COST_UNITS = {"cpu": "CPU-s", "wall": "wall-clock s"}
 
 EXECUTION_CPU_KEY = "execution_cpu_s"
 """Step-info key in which an env reports the CPU-seconds of one execution (float >= 0):
@@ -228,12 +247,49 @@ class CostLedger:
         >>> ledger.add("execution", seconds=1.0)  # CPU not measured
         >>> ledger.cpu_unmeasured("execution")
         1
+        >>> CostLedger(cost_basis="per_call", prices={"execution": 0.5, "world_model": 0.01},
+        ...            unit="USD").cost("execution")
+        0.0
+
+    Args:
+        cost_basis: what :meth:`cost` reads (:data:`COST_BASES`): ``"cpu"`` (default),
+            ``"wall"`` or ``"per_call"``.
+        prices: ``"per_call"`` only: ``{source: price of one event}`` (numbers >= 0;
+            ``"execution"`` > 0 is required). A source without a price costs nothing while it
+            has no event; reading the cost of one that has events raises.
+        unit: the name of the prices' unit (``"per_call"``; default ``"units"``), e.g. ``"USD"``,
+            ``"GPU-s"``.
+
+    Raises:
+        ValueError: an unknown ``cost_basis``; ``prices``/``unit`` given with another basis;
+            ``"per_call"`` without a price > 0 for ``"execution"``, or a price not a finite
+            number >= 0.
     """
 
     UNGRADED_PREFIX = "ungraded:"
     """Prefix of the sources that count ungraded scores by cause (``"ungraded:world_model_timeout"``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cost_basis: str = "cpu", *, prices: Mapping[str, float] | None = None,
+                 unit: str | None = None) -> None:
+        if cost_basis not in COST_BASES:
+            raise ValueError(f"cost_basis must be one of {COST_BASES} (CPU-seconds, wall-clock seconds, a declared "
+                             f"price per call), got {cost_basis!r}")
+        if cost_basis != "per_call" and (prices is not None or unit is not None):
+            raise ValueError(f"prices and unit are for cost_basis='per_call' (got cost_basis={cost_basis!r}); "
+                             "set cost_basis='per_call' or leave them out")
+        checked: dict[str, float] = {}
+        if cost_basis == "per_call":
+            if not isinstance(prices, Mapping) or not prices:
+                raise ValueError("cost_basis='per_call' needs prices={source: price of one event}, e.g. "
+                                 "{'execution': 0.02, 'world_model': 0.0001}")
+            for src, p in prices.items():
+                checked[str(src)] = _check_seconds(p, f"the price of one {src!r} event")
+            if checked.get(EXECUTION, 0.0) <= 0:
+                raise ValueError(f"cost_basis='per_call' needs a price > 0 for {EXECUTION!r} (what the method saves), "
+                                 f"got prices={dict(prices)!r}")
+        self.cost_basis: str = cost_basis
+        self.prices: dict[str, float] | None = checked if cost_basis == "per_call" else None
+        self._unit = (unit or "units") if cost_basis == "per_call" else _COST_UNITS[cost_basis]
         self._counts: dict[str, int] = {}
         self._seconds: dict[str, float] = {}
         self._cpu: dict[str, float] = {}
@@ -301,6 +357,54 @@ class CostLedger:
         return self._cpu_unmeasured.get(source, 0)
 
     @property
+    def cost_unit(self) -> str:
+        """The unit of :meth:`cost`: ``"CPU-s"``, ``"wall-clock s"`` or the declared ``unit``."""
+        return self._unit
+
+    def cost(self, source: str) -> float:
+        """The cost of ``source``'s events in the ledger's basis (:attr:`cost_unit`): CPU-seconds
+        of its measured events (``"cpu"``; see :meth:`cost_count`), wall-clock seconds
+        (``"wall"``), or price × count (``"per_call"``). 0.0 for a source with no event.
+
+        Raises:
+            ValueError: ``"per_call"`` and ``source`` has events but no declared price (declare
+                one in ``prices``).
+        """
+        if self.cost_basis == "cpu":
+            return self.cpu_seconds(source)
+        if self.cost_basis == "wall":
+            return self.seconds(source)
+        n = self.count(source)
+        if n == 0:
+            return 0.0
+        assert self.prices is not None
+        if source not in self.prices:
+            raise ValueError(f"the ledger counts costs per call (cost_basis='per_call') but {source!r} has {n} events "
+                             f"and no declared price; add it to prices (declared: {sorted(self.prices)})")
+        return self.prices[source] * n
+
+    def cost_summary(self) -> dict[str, Any]:
+        """The run's costs in the ledger's basis, for a progress line or a summary:
+        ``{"cost_unit": str, "execution_cost": float, "world_model_cost": float,
+        "world_model_cost_share": float}``, the share being the world model's part of execution +
+        world model + generation + update (``None`` while that is 0; the three figures are
+        ``None`` under ``"per_call"`` when a source with events has no price)."""
+        try:
+            parts = {s: self.cost(s) for s in (EXECUTION, WORLD_MODEL_SOURCE, GENERATION, UPDATE)}
+        except ValueError:
+            return {"cost_unit": self.cost_unit, "execution_cost": None, "world_model_cost": None,
+                    "world_model_cost_share": None}
+        total = sum(parts.values())
+        return {"cost_unit": self.cost_unit, "execution_cost": parts[EXECUTION],
+                "world_model_cost": parts[WORLD_MODEL_SOURCE],
+                "world_model_cost_share": parts[WORLD_MODEL_SOURCE] / total if total > 0 else None}
+
+    def cost_count(self, source: str) -> int:
+        """The events :meth:`cost` covers: the measured ones under ``"cpu"`` (count less
+        :meth:`cpu_unmeasured`), all of them otherwise."""
+        return self.count(source) - (self.cpu_unmeasured(source) if self.cost_basis == "cpu" else 0)
+
+    @property
     def sources(self) -> list[str]:
         """Sources seen so far, sorted."""
         return sorted(set(self._counts) | set(self._seconds))
@@ -316,17 +420,26 @@ class CostLedger:
         for s in other.sources:
             self._add(s, other.count(s), other.seconds(s), other.cpu_seconds(s), other.cpu_unmeasured(s))
 
-    def to_dict(self) -> dict[str, dict[str, float]]:
-        """``{source: {"count": int, "seconds": float, "cpu_seconds": float, "cpu_unmeasured": int}}``."""
-        return {
-            s: {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
-                "cpu_unmeasured": self.cpu_unmeasured(s)}
-            for s in self.sources
-        }
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """``{source: {"count": int, "seconds": float, "cpu_seconds": float, "cpu_unmeasured": int,
+        "cost": float, "cost_unit": str}}`` (``cost`` in the ledger's basis, :meth:`cost`; NaN for
+        an unpriced source under ``"per_call"``); a summary's view."""
+        out: dict[str, dict[str, Any]] = {}
+        for s in self.sources:
+            try:
+                cost = self.cost(s)
+            except ValueError:
+                cost = float("nan")
+            out[s] = {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
+                      "cpu_unmeasured": self.cpu_unmeasured(s), "cost": cost, "cost_unit": self.cost_unit}
+        return out
 
     def state_dict(self) -> dict[str, Any]:
-        """Same as :meth:`to_dict` (JSON-serialisable)."""
-        return self.to_dict()
+        """The measurements, ``{source: {"count", "seconds", "cpu_seconds", "cpu_unmeasured"}}``
+        (JSON-serialisable; the cost basis is a setting, not saved: a loaded ledger reads its
+        measurements in its own basis)."""
+        return {s: {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
+                    "cpu_unmeasured": self.cpu_unmeasured(s)} for s in self.sources}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace the contents with :meth:`state_dict`'s output.

@@ -75,6 +75,14 @@ __all__ = [
 ]  # GroupTicket and the rollout helpers live in .group (imported here for the callers that name this module)
 
 
+NO_ANCHORS_WARNING = (
+    "anchor_fraction=0: every training group goes to the world model and none is executed for real, so there "
+    "are no anchor groups: no anchor pairs, no debiasing (the map stays the identity), rho stays 1, no r and "
+    "no advice; the policy trains on the world model's raw scores, uncorrected. Set anchor_fraction > 0 (e.g. "
+    "0.1) for WMRL's corrections; keep 0 only for a world-model-only baseline")
+"""The warning of a loop built with ``anchor_fraction=0`` (a fixed fraction) and a world model."""
+
+
 def default_groups_per_step(anchor_fraction: float) -> int:
     """``ceil(1 / anchor_fraction)`` (1 for ``anchor_fraction = 0``): one anchor group per block at f."""
     return 1 if anchor_fraction <= 0 else max(1, int(np.ceil(1.0 / anchor_fraction - 1e-9)))
@@ -164,7 +172,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         self.world_model = world_model
         self.world_model_timeout_s = None if world_model_timeout_s is None else float(world_model_timeout_s)
         self.corrector = corrector if corrector is not None else self._config.build_corrector()
-        self.ledger = ledger if ledger is not None else CostLedger()
+        self.ledger = ledger if ledger is not None else self._config.build_ledger()
         if callable(getattr(world_model, "bind_execution_cost", None)) and getattr(world_model, "execution_cost", 1) is None:
             world_model.bind_execution_cost(self.ledger)  # a learned model's refit budget: this run's executions
         self.eval_route: Route = eval_route
@@ -188,6 +196,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "with fixed fractions in docs/advisor_check.md was made with the rule before, and it has not been run "
                 "on a live benchmark",
                 UserWarning, stacklevel=user_stacklevel())
+        if self.adaptive is None and self.router.anchor_fraction == 0 and world_model is not None:
+            warnings.warn(NO_ANCHORS_WARNING, UserWarning, stacklevel=user_stacklevel())
         self._lock = threading.RLock()
         self._route_queue: list[Route] = []
         self.n_groups_started = 0
@@ -227,6 +237,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 buffer_size=deb.buffer_size, min_pairs=deb.min_pairs, refit_every=deb.refit_every,
                 warmup_groups=den.warmup_groups, half_life=den.half_life, rho_target=den.rho_target,
                 rho_max=den.rho_max, rho_mode=den.mode, disagreement_floor=den.disagreement_floor,
+                cost_basis=self.ledger.cost_basis,
+                cost_prices=None if self.ledger.prices is None else dict(self.ledger.prices),
+                cost_unit=self.ledger.cost_unit if self.ledger.cost_basis == "per_call" else None,
             )
 
     # ------------------------------------------------------------------ flags
@@ -662,7 +675,12 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             the router's ``anchor_fraction`` (in force now), ``realised_anchor_fraction``,
             ``groups_routed``, ``anchor_groups_routed`` and ``steps``; the loop's
             ``groups_started``, ``groups_closed``, ``groups_open``, ``episodes``; the ledger's
-            ``executions`` and ``world_model_predictions`` (counts); and the adaptive fraction's
+            ``executions`` and ``world_model_predictions`` (counts) and its
+            :meth:`~wmrl_envs.core.CostLedger.cost_summary` (``cost_unit``, ``execution_cost``,
+            ``world_model_cost``, ``world_model_cost_share``, in the run's ``cost_basis``); ``r``
+            and ``r_groups``: the within-group correlation of the training anchor groups so far, as
+            :meth:`advise` computes it (out of sample when the run debiases; without its CI;
+            ``None`` until defined), and the groups it rests on; and the adaptive fraction's
             ``adaptive`` (``anchor_fraction="auto"``: ``{"history": [[step, fraction, r], ...],
             "fraction": the fraction in force, "gamma": the cost ratio (``None`` until fixed),
             "budget_spent": bool, "group_executions": {route: [executions, groups]}}``; ``None``
@@ -685,11 +703,18 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "episodes": self.n_episodes,
                 "executions": self.ledger.count(EXECUTION),
                 "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
+                **self.ledger.cost_summary(),
+                **self._r_now(),
                 "adaptive": None if a is None else {
                     "history": [list(h) for h in a.history], "fraction": a.fraction, "gamma": a.gamma,
                     "budget_spent": bool(a.budget_spent),
                     "group_executions": {k: list(v) for k, v in a.group_executions.items()}},
             }
+
+    def _r_now(self) -> dict[str, Any]:
+        """``{"r": float or None (not defined yet), "r_groups": int}`` for :meth:`stats`."""
+        r, n = self.advisor.within_group_r(self._advice_calibration())
+        return {"r": float(r) if np.isfinite(r) else None, "r_groups": int(n)}
 
     def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far

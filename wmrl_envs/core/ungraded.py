@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 from wmrl_envs.causes import (
     CAUSE_KEY,
     EXECUTION_ERROR,
+    EXECUTION_INVALID,
     EXECUTION_TIMEOUT,
     EXECUTION_UNGRADED,
     SANDBOX_UNAVAILABLE,
@@ -97,9 +98,13 @@ def score_number(value: Any, what: str = "the reward") -> float | None:
 def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
     """Why a real step is ungraded, or ``None`` when it is graded.
 
-    A step is ungraded when its ``info["graded"]`` is ``False``, or its reward is ``None`` or
-    not finite (:func:`score_number`); the cause is ``info["ungraded_cause"]`` when the env
-    names one, else :data:`EXECUTION_UNGRADED`.
+    * ``info["graded"]`` is ``False``, or the reward is ``None``: the env says the step has no
+      grade; the cause is ``info["ungraded_cause"]`` when the env names one, else
+      :data:`EXECUTION_UNGRADED` (counted only);
+    * the reward is not a finite number (NaN, inf) while the env did not say the step is
+      ungraded: ``info["ungraded_cause"]`` when named, else :data:`EXECUTION_INVALID` (an env
+      bug: warned about and counted toward the stop rule, as a world model's NaN is).
+    A reward that is not a number at all (a bool, a string) raises (:func:`score_number`).
 
     Args:
         reward: the step's reward (a real number or ``None``).
@@ -112,11 +117,12 @@ def execution_cause(reward: Any, info: Mapping[str, Any] | None) -> str | None:
         TypeError: the reward is not a number (:func:`score_number`) on a step not marked ungraded.
     """
     info = info or {}
-    graded = info.get("graded", True) is not False and score_number(reward) is not None
-    if graded:
+    named = info.get(CAUSE_KEY)
+    if info.get("graded", True) is False or reward is None:
+        return str(named) if named else EXECUTION_UNGRADED
+    if score_number(reward) is not None:  # a bool or a string raises TypeError here
         return None
-    cause = info.get(CAUSE_KEY)
-    return str(cause) if cause else EXECUTION_UNGRADED
+    return str(named) if named else EXECUTION_INVALID
 
 
 class TooManyUngradedError(RuntimeError):

@@ -25,7 +25,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
-from wmrl_envs.core.ungraded import CAUSE_KEY, execution_cause
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_ERROR, execution_cause
 from wmrl_envs.utils import user_stacklevel
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
@@ -451,10 +451,7 @@ class AnchoredWorldModelWrapper(
             self._ep.first_step = (ctx, copy.deepcopy(action))
         self._ep.steps += 1
         if route == ANCHOR:
-            sw = Stopwatch()
-            obs, reward, terminated, truncated, info = real_step(self.env, action, ctx)
-            wall, cpu = sw.read()
-            self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu), ticket=ticket)
+            obs, reward, terminated, truncated, info = self._real_step(action, ctx)
             reward = self._note_real_step(reward, info, step_score=True)
         else:
             if pred is not None and pred.observation is not None:
@@ -483,6 +480,51 @@ class AnchoredWorldModelWrapper(
             self._end_episode(wm_info, raw_ep, wm_called)
         info["wmrl"] = wm_info
         return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def _real_step(self, action: ActType, fallback_obs: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """One real step, timed into the ledger and credited to the group. When the env's ``step``
+        raises (not a ``SandboxUnavailableError``, which :func:`real_step` turns into an ungraded
+        step), the execution is still recorded, the group is closed as ungraded
+        (:meth:`_close_failed_group`) and the exception is re-raised."""
+        ticket = self._ticket
+        sw = Stopwatch()
+        try:
+            out = real_step(self.env, action, fallback_obs)
+        except Exception as exc:
+            wall, cpu = sw.read()
+            self.loop.record_execution(wall, 1, cpu_seconds=cpu, ticket=ticket)
+            self._close_failed_group(exc)  # may raise TooManyUngradedError (chained to exc)
+            raise
+        wall, cpu = sw.read()
+        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(out[4], cpu), ticket=ticket)
+        return out
+
+    def _close_failed_group(self, exc: BaseException) -> None:
+        """The env's ``step`` raised: the running episode and the group's episodes not yet run are
+        ungraded with cause ``"execution_error"`` and the group is closed now (its finished
+        episodes keep their scores), so no group is left open; an evaluation episode is counted
+        as ungraded. The episode is over: the next :meth:`reset` starts a new group. The group's
+        finished anchor episodes still give their anchor pairs; it is not an advisor group."""
+        ticket = self._ticket
+        assert ticket is not None
+        self._ep_done = True
+        self._group_messages[EXECUTION_ERROR] = f"{type(exc).__name__}: {exc}"
+        if not ticket.training:
+            self.loop.record_ungraded([EXECUTION_ERROR], messages=self._group_messages,
+                                      where="evaluation episode")
+            return
+        missing = self.group_size - len(self._group_raw)  # the running episode and those not started
+        anchor = ticket.route == ANCHOR
+        contexts, actions = learning_inputs(self._group_inputs + [None] * missing)
+        self._episode_in_group = self.group_size  # the group is over
+        self.last_group = self.loop.close_group(
+            ticket, self._group_raw + [None] * missing,
+            (self._group_real + [None] * missing) if anchor else None,
+            wm_causes=self._group_wm_causes + [None if anchor else EXECUTION_ERROR] * missing,
+            exec_causes=self._group_exec_causes + [EXECUTION_ERROR if anchor else None] * missing,
+            world_model_called=False,  # rollouts never run have no missing score to count; no advisor group
+            messages=self._group_messages, contexts=contexts, actions=actions,
+            where=f"group {ticket.group_id} (the env's step raised {type(exc).__name__})")
 
     # ------------------------------------------------------------------ ungraded bookkeeping
     def _note_real_step(self, reward: Any, info: dict[str, Any], step_score: bool = False) -> float:
@@ -527,10 +569,7 @@ class AnchoredWorldModelWrapper(
         assert ep.traj is not None and self._ticket is not None
         ticket = self._ticket
         route = ticket.route
-        sw = Stopwatch()
-        obs, real_reward, terminated, truncated, info = real_step(self.env, action, ep.traj.observations[-1])
-        wall, cpu = sw.read()
-        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(info, cpu), ticket=ticket)
+        obs, real_reward, terminated, truncated, info = self._real_step(action, ep.traj.observations[-1])
         real_reward = self._note_real_step(real_reward, info)
         ep.traj.actions.append(action)
         ep.traj.observations.append(obs)

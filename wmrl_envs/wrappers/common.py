@@ -10,6 +10,8 @@ group APIs, :class:`~wmrl_envs.core.GroupRollout`, lives in :mod:`wmrl_envs.core
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -18,6 +20,7 @@ from wmrl_envs.core import CorrectionConfig, CostLedger, Route
 from wmrl_envs.core.group import STEP_SCORE_KEY, GroupRollout, group_rollout, wm_causes_of
 from wmrl_envs.core.loop import CorrectionLoop, default_groups_per_step
 from wmrl_envs.core.ungraded import EXECUTION_UNGRADED, WORLD_MODEL_UNGRADED, score_number
+from wmrl_envs.utils import user_stacklevel
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
 __all__ = ["STEP_SCORE_KEY", "GroupRollout", "EpisodeTally", "aggregate_episode_score", "build_loop", "LoopState", "reject_removed_kwargs", "wm_causes_of", "group_rollout"]
@@ -143,13 +146,15 @@ def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_s
     """The episode arguments both wrappers take, checked alike.
 
     Raises:
-        ValueError: ``mode`` not ``"outcome"``/``"reward"``, ``group_size < 1``,
+        ValueError: ``mode`` not ``"outcome"``/``"reward"``, ``group_size < 2``,
             ``episode_steps < 1``, or ``episode_score`` not ``"max"``/``"last"``/``"sum"``.
     """
     if mode not in ("outcome", "reward"):
         raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1 (GRPO needs >= 2 to learn), got {group_size}")
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 2:
+        raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}: GRPO's advantage is a rollout's "
+                         "reward less its group's mean, so a group of one rollout has advantage 0 and learns nothing "
+                         "(and gives no within-group pair to the corrections); use G >= 2 (e.g. 4 or 8)")
     if episode_steps < 1:
         raise ValueError(f"episode_steps must be >= 1, got {episode_steps}")
     if episode_score not in ("max", "last", "sum"):
@@ -291,19 +296,30 @@ class LoopState:
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's state (router, route queue, corrections, ledger, counters, ``"version"``)
-        plus the wrapper's own counters (JSON-serialisable). Save at a group boundary."""
-        return {**self.loop.state_dict(), **self._extra_state()}
+        plus the wrapper's own counters and its ``"group_size"`` (JSON-serialisable). Save at a
+        group boundary."""
+        return {**self.loop.state_dict(), **self._extra_state(), "group_size": self.group_size}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; the next group continues the saved run, with
         the saved correction settings (one ``UserWarning`` lists those that differ from the
-        configured ones: :meth:`CorrectionLoop.load_state_dict`).
+        configured ones: :meth:`CorrectionLoop.load_state_dict`). The wrapper keeps its own
+        ``group_size``; a state saved with another one loads with a ``UserWarning`` (a state
+        saved before the size was kept loads silently).
 
         Raises:
             ValueError: unknown state version.
         """
         self.loop.load_state_dict(state)
         self._load_extra_state(state)
+        saved = state.get("group_size")
+        if saved is not None and saved != self.group_size:
+            warnings.warn(
+                f"resuming with group_size={self.group_size} from a state saved with group_size={saved}: the run goes on "
+                f"with groups of {self.group_size}, but what it carries over was measured on groups of {saved} — "
+                "the advisor's r and f*, rho's disagreement average and the execution budget's price per group mix "
+                "the two sizes (a disagreement's scale depends on G). Resume with the saved group_size to continue "
+                "the run as it was, or start a new run", UserWarning, stacklevel=user_stacklevel())
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`state_dict` to a JSON file atomically, beside the model checkpoint (like

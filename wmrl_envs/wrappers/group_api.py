@@ -17,7 +17,7 @@ import gymnasium as gym
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, Route
 from wmrl_envs.core.group import AnchorExecution, GroupRollout, GroupTicket, real_score
 from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
-from wmrl_envs.core.ungraded import CAUSE_KEY, SANDBOX_UNAVAILABLE, execution_cause
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_ERROR, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory
 
 from .rollout_streams import seed_rollout
@@ -186,7 +186,10 @@ class GroupAPI:
         ``(obs, reward, info, seconds, measured_cpu_seconds)``: the CPU measured around its step
         (:class:`~wmrl_envs.core.Stopwatch`), or with threads, where the rollouts' steps
         overlap, the group's CPU divided evenly among its rollouts (charged only for the
-        rollouts whose env reports no ``info["execution_cpu_s"]``)."""
+        rollouts whose env reports no ``info["execution_cpu_s"]``). A step that raises (other than
+        a ``SandboxUnavailableError``) leaves its rollout ungraded with cause ``"execution_error"``
+        (logged, counted, toward the stop rule; the execution is charged) and the group's other
+        rollouts go on: counted, not re-raised, as on the Ray pool."""
         envs = [self.env, *self.execution_envs]
         g = len(actions)
         if g > 1 and seed is None and options is None and not self._warned_unfixed_task:
@@ -204,7 +207,14 @@ class GroupAPI:
                 e.reset(seed=seed, options=options)
             seed_rollout(e, seed, i)  # the group's task, rollout i's own random stream
             sw = Stopwatch()
-            obs, reward, _term, _trunc, info = real_step(e, actions[i], ctx)
+            try:
+                obs, reward, _term, _trunc, info = real_step(e, actions[i], ctx)
+            except Exception as exc:  # the env's step raised: this rollout is ungraded, counted, the group goes on
+                wall, cpu = sw.read()
+                msg = f"{type(exc).__name__}: {exc}"
+                logger.warning("real step ungraded (%s): %s", EXECUTION_ERROR, msg)
+                return copy.deepcopy(ctx), None, {"graded": False, CAUSE_KEY: EXECUTION_ERROR, "status": "ungraded",
+                                                  "error": msg}, wall, cpu
             wall, cpu = sw.read()
             return obs, reward, info, wall, cpu
 

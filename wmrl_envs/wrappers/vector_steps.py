@@ -20,7 +20,7 @@ from wmrl_envs.core import ANCHOR, WORLD_MODEL
 from wmrl_envs.core.group import STEP_SCORE_KEY, rollout_cause, score_failure
 from wmrl_envs.core.ledger import execution_cpu_seconds
 from wmrl_envs.core.loop import GroupTicket
-from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_UNGRADED
+from wmrl_envs.core.ungraded import CAUSE_KEY, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
 
 from .common import learning_inputs
@@ -146,10 +146,8 @@ class VectorSteps:
         ep = self._episodes[i]
         src = st.step_info(i)
         real_r = float(st.rewards[i])
-        graded_flag = info_get(src, "graded", i)
-        cause = None
-        if graded_flag is False or not math.isfinite(real_r):
-            cause = str(info_get(src, CAUSE_KEY, i) or EXECUTION_UNGRADED)
+        # the per-episode wrapper's rule: a non-finite reward the env did not call ungraded is execution_invalid
+        cause = execution_cause(real_r, {"graded": info_get(src, "graded", i), CAUSE_KEY: info_get(src, CAUSE_KEY, i)})
         step_score = info_get(src, STEP_SCORE_KEY, i) if self.mode == "outcome" else None
         ep.add_real_step(real_r, cause, info_get(src, "error", i) or info_get(src, "message", i), self._messages,
                          None if step_score is None else {STEP_SCORE_KEY: step_score})

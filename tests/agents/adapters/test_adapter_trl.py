@@ -178,6 +178,10 @@ def test_reward_function_routes_whole_groups_and_records_pairs():
     assert env.steps == expected_steps
     assert w.loop.corrector.debiaser.n_pairs == n_pairs
     assert metrics["wmrl/anchor_groups"] == 2 and metrics["wmrl/executions"] == 8
+    st = w.loop.stats()  # what a run shows (issue 38, item 5)
+    assert metrics["wmrl/anchor_fraction"] == st["anchor_fraction"]
+    assert metrics["wmrl/world_model_cost_share"] == st["world_model_cost_share"] > 0
+    assert "wmrl/r" in metrics
     assert fn.n_calls == 1 and fn.__name__ == "wmrl"
 
 
