@@ -87,13 +87,18 @@ class ScriptedWM:
         (None, {}, EXECUTION_UNGRADED),
         (float("nan"), {}, EXECUTION_INVALID),  # an env bug: named (issue 38)
         (float("inf"), {}, EXECUTION_INVALID),
-        ("0.5x", {}, EXECUTION_INVALID),
         (float("nan"), {"ungraded_cause": SANDBOX_UNAVAILABLE}, SANDBOX_UNAVAILABLE),
         (float("nan"), {"graded": False}, EXECUTION_UNGRADED),  # the env said so: counted only
     ],
 )
 def test_execution_cause(reward, info, cause):
     assert execution_cause(reward, info) == cause
+
+
+def test_a_reward_that_is_not_a_number_raises_naming_it():
+    """Not a number at all (a string, a bool) is an error in the env, not an ungraded rollout (issue 37, item 8)."""
+    with pytest.raises(TypeError, match="0.5x"):
+        execution_cause("0.5x", {})
 
 
 @pytest.mark.parametrize(

@@ -257,7 +257,9 @@ def test_train_summary_counts_ungraded_rollouts(tmp_path, monkeypatch):
         return Components(Policy(), None, c.env, wrapper, opt, train_tasks, heldout, get_task)
 
     monkeypatch.setattr(trainer, "build_components", build)
-    cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, max_ungraded_share=None)
+    # no KL or entropy term: its fake policy has nothing to train (with either, flat groups stay in the loss)
+    cfg = TrainConfig(steps=1, groups_per_step=2, group_size=2, eval_k=1, max_ungraded_share=None, kl_coef=0.0,
+                      entropy_coef=0.0)
     summary = trainer.train(cfg, tmp_path / "run", quiet=True)
     assert summary["ungraded_rollouts"] == 2 and summary["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 2}
     assert summary["ungraded_scores_by_cause"] == {WORLD_MODEL_ERROR: 2}

@@ -478,7 +478,8 @@ class LearnedWorldModel:
     def cpu_spent(self) -> tuple[float, float] | None:
         """``(world-model CPU-s, execution CPU-s)`` so far as the budget sees them (from the
         bound ledger's ``world_model`` and ``execution`` sources, or this model's :attr:`cpu_s`
-        and the bound callable), ``None`` with no execution cost bound.
+        and the bound callable), ``None`` with no execution cost bound or a bound ledger that has
+        recorded no execution (nothing to measure the budget against: refits are not held back).
 
         Raises:
             ValueError: the bound callable returned something other than a finite number >= 0.
@@ -487,6 +488,8 @@ class LearnedWorldModel:
         if src is None:
             return None
         if callable(getattr(src, "cpu_seconds", None)):
+            if callable(getattr(src, "count", None)) and src.count("execution") == 0:
+                return None  # a ledger that records no executions (a loop fed scores directly): no budget
             return float(src.cpu_seconds("world_model")), float(src.cpu_seconds("execution"))
         v = src()
         if not _finite(v) or float(v) < 0:

@@ -240,7 +240,7 @@ class AnchoredWorldModelWrapper(
             loop=loop,
         )
         gym.Wrapper.__init__(self, env)
-        check_episode_args(mode, group_size, episode_steps, episode_score)
+        check_episode_args(mode, group_size, episode_steps, episode_score, world_model=world_model is not None)
         if reward_timing not in ("episode", "dense"):
             raise ValueError(f"reward_timing must be 'episode' or 'dense', got {reward_timing!r}")
         if dense_every < 1:

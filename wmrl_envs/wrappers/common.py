@@ -142,16 +142,23 @@ class EpisodeTally:
         return aggregate_episode_score(self.real_steps, how) if (self.real_steps and self.real_graded) else None
 
 
-def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_score: str) -> None:
+def check_episode_args(mode: str, group_size: int, episode_steps: int, episode_score: str, *,
+                       world_model: bool = True) -> None:
     """The episode arguments both wrappers take, checked alike.
 
+    Args:
+        world_model: whether a world model scores groups. Without one (every group executed for real,
+            e.g. a held-out evaluation of best-of-k), a group of one rollout is allowed: nothing is
+            corrected and no GRPO advantage is computed from it.
+
     Raises:
-        ValueError: ``mode`` not ``"outcome"``/``"reward"``, ``group_size < 2``,
-            ``episode_steps < 1``, or ``episode_score`` not ``"max"``/``"last"``/``"sum"``.
+        ValueError: ``mode`` not ``"outcome"``/``"reward"``, ``group_size < 2`` with a world model
+            (``< 1`` without), ``episode_steps < 1``, or ``episode_score`` not ``"max"``/``"last"``/``"sum"``.
     """
     if mode not in ("outcome", "reward"):
         raise ValueError(f"mode must be 'outcome' or 'reward', got {mode!r}")
-    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral) or group_size < 2:
+    if (isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral)
+            or group_size < (2 if world_model else 1)):
         raise ValueError(f"group_size must be an integer >= 2, got {group_size!r}: GRPO's advantage is a rollout's "
                          "reward less its group's mean, so a group of one rollout has advantage 0 and learns nothing "
                          "(and gives no within-group pair to the corrections); use G >= 2 (e.g. 4 or 8)")

@@ -203,7 +203,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             world_model_timeout_s=world_model_timeout_s, max_ungraded_share=max_ungraded_share, correction=correction,
         )
         VectorWrapper.__init__(self, env)
-        check_episode_args(mode, group_size, episode_steps, episode_score)
+        check_episode_args(mode, group_size, episode_steps, episode_score, world_model=world_model is not None)
         if env.num_envs % group_size != 0:
             raise ValueError(
                 f"num_envs={env.num_envs} is not a multiple of group_size={group_size}; sub-envs "
