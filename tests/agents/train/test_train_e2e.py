@@ -55,6 +55,15 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert summary["seconds"]["execution"] > 0
     assert summary["seconds"]["generation"] > 0 and summary["seconds"]["update"] > 0
     assert 0.0 <= summary["heldout_after"]["overall"] <= 100.0
+    # issue 36: the tiny preset trains on the relative reward; the summary carries the copy baseline
+    assert (summary["reward"], summary["baseline"]) == ("relative", "board-low")
+    for when in ("before", "after"):
+        cb = summary["copy_baseline"][when]
+        if cb is not None:  # None only when no held-out trajectory was graded
+            assert cb["copy_score"] == 0.5 and 1 <= cb["n_tasks"] <= 2 and 0.0 <= cb["share_tasks_beaten"] <= 1.0
+            assert 0.0 <= cb["policy_score"] <= 1.0
+    assert summary["copy_baseline"]["after"] is not None
+    assert "copy the shown line" in (run / "summary.md").read_text()
     assert (run / "calibration.png").stat().st_size > 1000
     assert "realised anchor fraction" in (run / "summary.md").read_text()
     assert summary["sandbox_backend"] == "bubblewrap"  # real isolation, not the fallback
