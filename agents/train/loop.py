@@ -51,7 +51,7 @@ from agents.train.tracking import Tracker
 from wmrl_envs.core import GENERATION, UPDATE, ExecutionBudgetSpent, TooManyUngradedError, world_model_idle
 from wmrl_envs.utils import finite_or_none, write_json_atomic
 
-__all__ = ["train"]
+__all__ = ["train", "distinct_lines"]
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
@@ -377,7 +377,33 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
         "ledger": wrapper.loop.ledger.to_dict(),
         "step_s": step_s,
         "sample_completions": samples.texts[0][:2],
+        **distinct_lines(samples.texts, len(task_ids)),
     }
+
+
+def distinct_lines(texts: list[list[str]], n_groups: int) -> dict[str, Any]:
+    """How many different lines each group of the step sampled (issue 36, item 2: a policy that
+    collapses onto one line samples 1 per group, and GRPO then has nothing to train on).
+
+    A completion's line is its first line with runs of whitespace collapsed (line mode writes one
+    line; in script mode the first line of the script).
+
+    Args:
+        texts: the step's completions, one list of G texts per group (``PolicySamples.texts``).
+        n_groups: the step's groups; when ``texts`` is not one list per group (multi-turn rows)
+            nothing is counted.
+
+    Returns:
+        ``{"distinct_lines": [int per group] or None, "distinct_lines_mean": float or None}``.
+
+    Example:
+        >>> distinct_lines([["a(1)", "a(1) ", "b()"], ["c()", "c()", "c()"]], 2)
+        {'distinct_lines': [2, 1], 'distinct_lines_mean': 1.5}
+    """
+    if len(texts) != n_groups or not texts:
+        return {"distinct_lines": None, "distinct_lines_mean": None}
+    counts = [len({" ".join((str(x).splitlines() or [""])[0].split()) for x in group}) for group in texts]
+    return {"distinct_lines": counts, "distinct_lines_mean": sum(counts) / len(counts)}
 
 
 #: The keys of :meth:`CorrectionLoop.stats <wmrl_envs.core.CorrectionLoop.stats>` a metrics line

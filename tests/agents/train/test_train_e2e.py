@@ -36,8 +36,10 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     # the anchor pairs from before the kill are intact, in order, at the head of the buffer
     assert deb["raw"][: len(pairs0[0])] == pairs0[0]
     assert deb["real"][: len(pairs0[1])] == pairs0[1]
-    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1]
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1]
+    for r in lines:  # tiny: 2 groups of G = 2 per step
+        assert len(r["distinct_lines"]) == 2 and all(1 <= n <= 2 for n in r["distinct_lines"])
     # accounting: tiny = 2 steps x 2 groups x G=2; >= 1 anchor group per step
     assert summary["rollouts"] == 8
     from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
