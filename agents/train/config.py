@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 WORLD_MODELS = ("judge", "learned-policy", "learned-encoder")
 """The choices of ``--world-model`` (:attr:`TrainConfig.world_model`)."""
 
-__all__ = ["WORLD_MODELS", "TrainConfig", "PRESETS", "load_config", "validate", "update_config", "auto_fraction_notes"]
+__all__ = ["WORLD_MODELS", "TrainConfig", "PRESETS", "load_config", "validate", "update_config", "auto_fraction_notes",
+           "next_entropy_coef"]
 
 
 @dataclass
@@ -120,6 +121,14 @@ class TrainConfig:
     """β of the KL penalty to the frozen reference."""
     entropy_coef: float = 0.002
     """Entropy bonus."""
+    entropy_floor: float | None = None
+    """An entropy floor (issue 36, item 2), in nats per token of the trained rows: when a step's mean
+    entropy is below it (or no row trained), the next step's entropy coefficient doubles, up to
+    --entropy-coef-max; when it is above, the coefficient halves, down to --entropy-coef. None (the
+    default): off, a fixed --entropy-coef. Not measured on a run here: the default run's entropy fell
+    from 0.90 to 0.03 in 4 steps before issue 36 (results/main_job_default_run/metrics.jsonl)."""
+    entropy_coef_max: float = 0.1
+    """The largest entropy coefficient the floor may reach (--entropy-floor)."""
     clip_eps: float = 0.2
     """PPO clip range ε of the ratio to the sampling policy; acts only with num_iterations > 1
     (in the first epoch the policy is the sampling policy, so the ratio is 1)."""
@@ -272,6 +281,10 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.world_model_timeout_s is None or cfg.world_model_timeout_s > 0,
          f"world_model_timeout_s must be > 0 seconds or None (no limit), got {cfg.world_model_timeout_s}"),
         (cfg.temperature > 0, f"temperature must be > 0 (sampling), got {cfg.temperature}"),
+        (cfg.entropy_floor is None or (math.isfinite(cfg.entropy_floor) and cfg.entropy_floor > 0),
+         f"entropy_floor must be > 0 nats per token or None (off), got {cfg.entropy_floor}"),
+        (math.isfinite(cfg.entropy_coef_max) and cfg.entropy_coef_max >= cfg.entropy_coef,
+         f"entropy_coef_max must be >= entropy_coef ({cfg.entropy_coef}), got {cfg.entropy_coef_max}"),
         (cfg.max_new_tokens >= 1, f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}"),
         (cfg.exec_wall_time_s > 0, f"exec_wall_time_s must be > 0 seconds, got {cfg.exec_wall_time_s}"),
         (cfg.exec_memory_mb >= 1, f"exec_memory_mb must be a positive number of MiB, got {cfg.exec_memory_mb}"),
@@ -364,3 +377,27 @@ def auto_fraction_notes(cfg: TrainConfig) -> list[str]:
             f"{cfg.groups_per_step} groups realises at least {floor:.3g}, above --f-min {corr.f_min}: 'auto' can only "
             f"raise the fraction above that floor (--anchor-window {window} lets it go down to --f-min)")
     return notes
+
+
+def next_entropy_coef(coef: float, entropy: float | None, cfg: TrainConfig) -> float:
+    """The next step's entropy coefficient under ``cfg.entropy_floor`` (:attr:`TrainConfig.entropy_floor`).
+
+    Args:
+        coef: this step's coefficient.
+        entropy: this step's mean per-token entropy of the trained rows (nats); ``None`` or NaN
+            when no row trained (every group's rewards were equal: the policy may have collapsed).
+
+    Returns:
+        ``coef`` itself without a floor; else ``min(2 coef, entropy_coef_max)`` below the floor
+        (or with no entropy) and ``max(coef / 2, entropy_coef)`` above it.
+
+    Example:
+        >>> cfg = TrainConfig(entropy_floor=0.3, entropy_coef=0.002, entropy_coef_max=0.005)
+        >>> next_entropy_coef(0.002, 0.1, cfg), next_entropy_coef(0.004, None, cfg), next_entropy_coef(0.004, 0.5, cfg)
+        (0.004, 0.005, 0.002)
+    """
+    if cfg.entropy_floor is None:
+        return coef
+    if entropy is None or not math.isfinite(entropy) or entropy < cfg.entropy_floor:
+        return min(2.0 * coef if coef > 0 else max(cfg.entropy_coef, 1e-3), cfg.entropy_coef_max)
+    return max(coef / 2.0, cfg.entropy_coef)

@@ -40,6 +40,8 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert [r["step"] for r in lines] == [0, 1]
     for r in lines:  # tiny: 2 groups of G = 2 per step
         assert len(r["distinct_lines"]) == 2 and all(1 <= n <= 2 for n in r["distinct_lines"])
+        assert r["entropy_coef"] == 0.002  # no --entropy-floor: the configured coefficient throughout
+    assert final["entropy_coef"] == 0.002
     # accounting: tiny = 2 steps x 2 groups x G=2; >= 1 anchor group per step
     assert summary["rollouts"] == 8
     from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
