@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import torch
 
@@ -115,6 +115,9 @@ class LLMPolicy:
             model, :data:`~wmrl_envs.envs.autoresearch.tasks.BASELINE_MODELS` or ``"starter"``
             (the task's own starter line; checked when a prompt is built). The agent's line
             replaces it in the task's starter script either way.
+        shown_lines: line mode: per task id, the line to show instead of ``baseline``'s (``wmrl
+            train --baseline board-low`` passes each task's weakest leaderboard entry,
+            :func:`agents.train.relative.shown_model_line`); tasks not in it show ``baseline``'s.
 
     Attributes:
         reference_model: the frozen reference with ``finetune="full"`` (``None`` with LoRA).
@@ -146,6 +149,7 @@ class LLMPolicy:
         gradient_checkpointing: bool = False,
         reference_prompt_cache: int = 16,
         baseline: str = "starter",
+        shown_lines: Mapping[str, str] | None = None,
     ) -> None:
         from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -199,6 +203,8 @@ class LLMPolicy:
         self.baseline = str(baseline)
         """Line mode: the model line shown as the script's current one
         (:meth:`~wmrl_envs.envs.autoresearch.tasks.TaskSpec.baseline_model_line`)."""
+        self.shown_lines: dict[str, str] = dict(shown_lines or {})
+        """Line mode: per task id, the line shown instead of ``baseline``'s."""
         self._prompt_cache: dict[tuple[int, ...], Any] = {}
         self.sampler: Any = None
         """A :class:`agents.llm.vllm_server.VLLMServerSampler` that samples instead of ``generate`` (set by the
@@ -235,7 +241,8 @@ class LLMPolicy:
             )
             direction = "higher" if task.higher_is_better else "lower"
             overview = " ".join(str(task.overview).split())[:400]
-            current = (next(ln for ln in task.starter_code.splitlines() if ln.startswith("model ="))
+            current = (self.shown_lines[task.task_id] if task.task_id in self.shown_lines
+                       else next(ln for ln in task.starter_code.splitlines() if ln.startswith("model ="))
                        if self.baseline == "starter" else task.baseline_model_line(self.baseline))
             # Issue 28 measured a shorter prompt (imports only in the pre-fill, the overview without its
             # evaluation/submission clauses: ~365 -> ~242 tokens): the untrained policy's valid-action share

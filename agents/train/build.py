@@ -107,6 +107,29 @@ def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> An
     return LLMJudgeWorldModel(judge_backbone, judge_tokenizer, disable_adapters=off, **judge_kwargs)
 
 
+def _shown_lines(cfg: TrainConfig) -> dict[str, str] | None:
+    """``--baseline board-low``: every task's weakest leaderboard entry (the line its prompt shows)."""
+    if cfg.baseline != "board-low":
+        return None
+    from agents.train.relative import shown_model_line
+    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+
+    return {t: shown_model_line(t, "board-low") for t in list_tasks()}
+
+
+def _env_class(cfg: TrainConfig) -> tuple[type, dict[str, Any]]:
+    """The env class of ``cfg.reward`` and its extra arguments: the relative reward's
+    :class:`~agents.train.relative.RelativeRewardEnv` (with the shown line's baseline), or the
+    benchmark's :class:`~wmrl_envs.envs.autoresearch.env.AutoResearchEnv`."""
+    if cfg.reward == "relative":
+        from agents.train.relative import RelativeRewardEnv
+
+        return RelativeRewardEnv, {"baseline": cfg.baseline}
+    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
+
+    return AutoResearchEnv, {}
+
+
 def build_components(cfg: TrainConfig) -> Components:
     """Load the policy (``cfg.model`` + LoRA, on ``cfg.device``) and the world model
     (:func:`build_world_model`), start the sandbox
@@ -119,7 +142,6 @@ def build_components(cfg: TrainConfig) -> Components:
 
     from agents.llm.policy import LLMPolicy
     from wmrl_envs import AnchoredWorldModelWrapper
-    from wmrl_envs.envs.autoresearch.env import AutoResearchEnv
     from wmrl_envs.envs.autoresearch.secret import sandbox_hidden_paths
     from wmrl_envs.envs.autoresearch.tasks import get_task, list_tasks
     from wmrl_envs.sandbox import SandboxLimits, SandboxUnavailableError, make_sandbox
@@ -146,6 +168,7 @@ def build_components(cfg: TrainConfig) -> Components:
         model, tokenizer, mode=cfg.solution_mode, lora_r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
         max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, seed=cfg.seed,
         finetune=cfg.finetune, gradient_checkpointing=cfg.gradient_checkpointing, baseline=cfg.baseline,
+        shown_lines=_shown_lines(cfg),
     )
     judge = build_world_model(cfg, policy, tokenizer)
     limits = SandboxLimits(wall_time_s=cfg.exec_wall_time_s, cpu_time_s=cfg.exec_wall_time_s, memory_mb=cfg.exec_memory_mb)
@@ -157,7 +180,8 @@ def build_components(cfg: TrainConfig) -> Components:
             "would run unisolated. Install bubblewrap (`apt-get install -y bubblewrap`, as "
             "scripts/setup.sh does), or pass --sandbox subprocess to accept running it unisolated."
         )
-    env = AutoResearchEnv(tasks="all", sandbox=sandbox, limits=limits, max_turns=cfg.max_turns)
+    env_cls, env_kwargs = _env_class(cfg)
+    env = env_cls(tasks="all", sandbox=sandbox, limits=limits, max_turns=cfg.max_turns, **env_kwargs)
     # This installation's leaderboards (built once per task secret, cached): paid here, before
     # any step, so that no one-off build is charged as execution cost.
     env.prepare_leaderboards()
@@ -170,6 +194,8 @@ def build_components(cfg: TrainConfig) -> Components:
     heldout = list_tasks("heldout")
     if cfg.eval_tasks:
         heldout = heldout[: cfg.eval_tasks]
+    if cfg.reward == "relative":  # the shown line's and the best's metrics on both halves: measured once, cached
+        env.prepare_reference_levels(list_tasks("train") + heldout)
     comps = Components(policy, judge, env, wrapper, optimizer, list_tasks("train"), heldout, get_task)
     if cfg.executor == "ray":
         from functools import partial
@@ -177,7 +203,7 @@ def build_components(cfg: TrainConfig) -> Components:
         from wmrl_envs.distributed import AsyncAnchoredScorer, RayExecutionPool
 
         # each actor builds its own env and sandbox of the same backend (hidden paths included)
-        pool = RayExecutionPool(partial(AutoResearchEnv, tasks="all", sandbox=sandbox.name, limits=limits),
+        pool = RayExecutionPool(partial(env_cls, tasks="all", sandbox=sandbox.name, limits=limits, **env_kwargs),
                                 num_workers=cfg.ray_workers, ledger=wrapper.loop.ledger,
                                 execution_timeout_s=cfg.exec_wall_time_s + 120.0)
         comps.scorer = AsyncAnchoredScorer(wrapper, pool, ordered=False)

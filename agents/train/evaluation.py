@@ -287,6 +287,7 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     gen_s = time.perf_counter() - t0
     positions: dict[str, list[float | None]] = {}
     scores: dict[str, list[float]] = {}
+    test_scores: dict[str, list[float]] = {}
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
@@ -294,7 +295,7 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     for t, ctx, spec, texts in zip(c.heldout_tasks, contexts, specs, samples.texts):
         group = wrapper.score_group([policy.completion_to_action(x, spec) for x in texts], options={"task_id": t},
                                     context=ctx)
-        positions[t], scores[t] = [], []
+        positions[t], scores[t], test_scores[t] = [], [], []
         for reward, info in zip(group.rewards, group.infos):
             statuses[info.get("status", "?")] = statuses.get(info.get("status", "?"), 0) + 1
             cause = info["wmrl"][CAUSE_KEY]
@@ -304,8 +305,10 @@ def evaluate(c: Components, cfg: TrainConfig) -> dict[str, Any]:
                 continue
             positions[t].append(info.get("position") if info.get("status") == "valid" else None)
             scores[t].append(float(reward))
+            if info.get("relative") is not None:  # --reward relative: the test half's score
+                test_scores[t].append(float(info["relative"]["test_score"]))
     exec_s = time.perf_counter() - t0
-    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages, gen_s, exec_s)
+    return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages, gen_s, exec_s, test_scores)
 
 
 def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
@@ -318,13 +321,14 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
     wrapper, policy = c.eval_wrapper, c.policy
     positions: dict[str, list[float | None]] = {}
     scores: dict[str, list[float]] = {}
+    test_scores: dict[str, list[float]] = {}
     statuses: dict[str, int] = {}
     ungraded: dict[str, int] = {}
     messages: dict[str, str] = {}
     t0, exec0 = time.perf_counter(), wrapper.loop.ledger.seconds(EXECUTION)
     for t in c.heldout_tasks:
         spec = c.get_task(t)
-        positions[t], scores[t] = [], []
+        positions[t], scores[t], test_scores[t] = [], [], []
         for _ in range(cfg.eval_k):
             _, infos, _ = rollout_episode(wrapper, policy, t, spec)
             for info in infos:
@@ -338,14 +342,17 @@ def _evaluate_multi_turn(c: Components, cfg: TrainConfig) -> dict[str, Any]:
             valid = [i.get("position") for i in infos if i.get("status") == "valid" and i.get("position") is not None]
             positions[t].append(max(valid) if valid else None)
             scores[t].append(float(final["wmrl"]["real_score"]))
+            rel = [float(i["relative"]["test_score"]) for i in infos if i.get("relative") is not None]
+            if rel:  # --reward relative: the episode's best test-half score
+                test_scores[t].append(max(rel))
     exec_s = wrapper.loop.ledger.seconds(EXECUTION) - exec0
     return _eval_result(c, cfg, positions, scores, statuses, ungraded, messages,
-                        max(0.0, time.perf_counter() - t0 - exec_s), exec_s)
+                        max(0.0, time.perf_counter() - t0 - exec_s), exec_s, test_scores)
 
 
 def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[float | None]], scores: dict[str, list[float]],
                  statuses: dict[str, int], ungraded: dict[str, int], messages: dict[str, str], gen_s: float,
-                 exec_s: float) -> dict[str, Any]:
+                 exec_s: float, test_scores: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """The result dict of :func:`evaluate` (avg@k over graded trajectories) after the stop rule.
 
     Raises:
@@ -363,6 +370,11 @@ def _eval_result(c: Components, cfg: TrainConfig, positions: dict[str, list[floa
     res.update(mean_score=finite_mean([x for t in positions for x in scores[t]]), statuses=statuses,
                generation_s=gen_s, execution_s=exec_s, n_tasks=len(c.heldout_tasks), k=cfg.eval_k, ungraded=ungraded,
                n_tasks_ungraded=len(positions) - len(graded_positions),
-               trajectories={t: {"category": c.get_task(t).category, "positions": p, "scores": scores[t]}
+               trajectories={t: {"category": c.get_task(t).category, "positions": p, "scores": scores[t],
+                                 **({"test_scores": test_scores[t]} if test_scores and test_scores.get(t) else {})}
                              for t, p in graded_positions.items()})
+    if any("test_scores" in v for v in res["trajectories"].values()):
+        from agents.train.relative import copy_baseline
+
+        res["copy_baseline"] = copy_baseline(res["trajectories"])
     return res

@@ -24,6 +24,7 @@ continues from the last checkpoint. The method: ``docs/method.md`` (Yang et al.,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -43,7 +44,7 @@ from agents.grpo import group_batch, group_step, grpo_update
 from agents.train import checkpoint
 from agents.train.checkpoint import json_default
 from agents.train.build import Components, build_components
-from agents.train.config import TrainConfig, auto_fraction_notes, load_config, update_config, validate
+from agents.train.config import TrainConfig, auto_fraction_notes, load_config, next_entropy_coef, update_config, validate
 from agents.train.evaluation import evaluate, finite_mean
 from agents.train.rollout import async_groups, multi_turn_groups
 from agents.train.summary import plot_calibration, print_summary, secret_record, summarise, summary_markdown
@@ -51,7 +52,7 @@ from agents.train.tracking import Tracker
 from wmrl_envs.core import GENERATION, UPDATE, ExecutionBudgetSpent, TooManyUngradedError, world_model_idle
 from wmrl_envs.utils import finite_or_none, write_json_atomic
 
-__all__ = ["train"]
+__all__ = ["train", "distinct_lines"]
 
 
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
@@ -117,6 +118,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.loop.ledger
     update_cfg = update_config(cfg)
+    ent_coef = cfg.entropy_coef  # --entropy-floor moves it step by step (next_entropy_coef)
     rng = np.random.default_rng(cfg.seed)
     metrics_path = run_dir / "metrics.jsonl"
 
@@ -126,6 +128,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     if resume and getattr(policy, "sampler", None) is not None:
         policy.sampler.sync(policy)  # the server samples with the adapter of the restored policy
     if resume:
+        saved = json.loads((run_dir / "checkpoint" / "state.json").read_text())
+        ent_coef = float(saved.get("entropy_coef", cfg.entropy_coef))
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.loop.stats()['anchor_pairs']} anchor pairs")
     else:
         console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
@@ -176,6 +180,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                 raise
             # one GRPO step on the kept rows (ρ on anchor rows, ungraded rows dropped)
             _check_judge_idle(c.judge, cfg.world_model_timeout_s)
+            update_cfg = dataclasses.replace(update_cfg, entropy_coef=ent_coef)
             with ledger.timed(UPDATE):  # wall-clock and CPU-seconds of the update
                 if cfg.max_turns > 1:  # every turn row takes its episode's advantage
                     batch = group_batch([g.rewards for g in groups], [g.advantage_weight for g in groups], update_cfg)
@@ -190,13 +195,16 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                     policy.sampler.sync(policy)  # the next step samples the updated policy
             # log and checkpoint
             rec = _step_record(step, task_ids, groups, samples, update, wrapper, time.perf_counter() - t_step)
+            rec["entropy_coef"] = ent_coef
+            ent_coef = next_entropy_coef(ent_coef, update["entropy"] if update["n_rows"] else None, cfg)
             if c.scorer is not None:
                 rec.update(async_rec)
             _append_jsonl(metrics_path, rec)
             tracker.log(rec, step)
             checkpoint.save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
                                                      "wall_s": prior_wall + time.perf_counter() - t_start,
-                                                     "anchors_in_flight": len(c.in_flight)})
+                                                     "anchors_in_flight": len(c.in_flight),
+                                                     "entropy_coef": ent_coef})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
             progress.advance(rec["step_s"], info)
@@ -377,7 +385,33 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
         "ledger": wrapper.loop.ledger.to_dict(),
         "step_s": step_s,
         "sample_completions": samples.texts[0][:2],
+        **distinct_lines(samples.texts, len(task_ids)),
     }
+
+
+def distinct_lines(texts: list[list[str]], n_groups: int) -> dict[str, Any]:
+    """How many different lines each group of the step sampled (issue 36, item 2: a policy that
+    collapses onto one line samples 1 per group, and GRPO then has nothing to train on).
+
+    A completion's line is its first line with runs of whitespace collapsed (line mode writes one
+    line; in script mode the first line of the script).
+
+    Args:
+        texts: the step's completions, one list of G texts per group (``PolicySamples.texts``).
+        n_groups: the step's groups; when ``texts`` is not one list per group (multi-turn rows)
+            nothing is counted.
+
+    Returns:
+        ``{"distinct_lines": [int per group] or None, "distinct_lines_mean": float or None}``.
+
+    Example:
+        >>> distinct_lines([["a(1)", "a(1) ", "b()"], ["c()", "c()", "c()"]], 2)
+        {'distinct_lines': [2, 1], 'distinct_lines_mean': 1.5}
+    """
+    if len(texts) != n_groups or not texts:
+        return {"distinct_lines": None, "distinct_lines_mean": None}
+    counts = [len({" ".join((str(x).splitlines() or [""])[0].split()) for x in group}) for group in texts]
+    return {"distinct_lines": counts, "distinct_lines_mean": sum(counts) / len(counts)}
 
 
 #: The keys of :meth:`CorrectionLoop.stats <wmrl_envs.core.CorrectionLoop.stats>` a metrics line

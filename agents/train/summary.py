@@ -86,6 +86,10 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "heldout_before": before,
         "heldout_after": after,
         "heldout_spread": heldout_spread(before, after),
+        # --reward relative: the policy against copying the shown line, on the held-out tasks' test half
+        "reward": getattr(cfg, "reward", "leaderboard"),
+        "baseline": getattr(cfg, "baseline", None),
+        "copy_baseline": {"before": (before or {}).get("copy_baseline"), "after": (after or {}).get("copy_baseline")},
         "wall_clock_s": wall,
         # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
         # always take all of them)
@@ -226,6 +230,7 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("ungraded held-out trajectories before / after",
          f"{sum(s['heldout_before'].get('ungraded', {}).values())} / {sum(s['heldout_after'].get('ungraded', {}).values())}"),
         *_heldout_rows(s),
+        *_copy_rows(s),
         ("wall-clock seconds", _fmt(s["wall_clock_s"], 1)),
         *_advice_rows(s),
     ]
@@ -256,6 +261,27 @@ def _heldout_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append((f"held-out after - before, paired on {d['n_tasks']} tasks: avg@{a['k']} / mean score",
                      f"{_signed(d['overall'], 1)}{_ci(d, 'overall', 1)} / {_signed(d['mean_score'], 3)}"
                      f"{_ci(d, 'mean_score', 3)}"))
+    return rows
+
+
+def _copy_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """``--reward relative``: the held-out test half's relative score of the policy beside copying
+    the shown line (0.5 by construction), their paired difference with its CI over tasks, and the
+    share of tasks where the policy beats the copy; before and after training."""
+    cb = s.get("copy_baseline") or {}
+    rows = []
+    for when in ("before", "after"):
+        r = cb.get(when)
+        if not r:
+            continue
+        ci = r.get("difference_ci")
+        rows += [
+            (f"held-out test half {when}: policy / copy the shown line / board's best (relative score)",
+             f"{_fmt(r['policy_score'])} / {_fmt(r['copy_score'])} / {_fmt(r['best_score'])}"),
+            (f"held-out test half {when}: policy - copy, paired on {r['n_tasks']} tasks",
+             _signed(r["difference"], 3) + (f" [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")),
+            (f"held-out tasks where the policy beats the copy ({when})", _fmt(r["share_tasks_beaten"], 2)),
+        ]
     return rows
 
 

@@ -130,20 +130,24 @@ def test_resume_revalidates_the_saved_settings(tmp_path):
         load_config(tmp_path)
 
 
-def test_the_default_shows_boosting_and_an_older_run_folder_keeps_the_starter(tmp_path):
-    """Issue 28: the main job's executions fit gradient boosting; the tiny preset and run folders
-    written before the setting existed keep the starter's line (so --resume does not change the prompt)."""
+def test_the_presets_show_the_board_low_line_with_the_relative_reward_and_an_older_run_folder_keeps_its_own(tmp_path):
+    """Issue 36: the main job's presets show the task board's weakest entry and train on the
+    relative reward; run folders written before the settings existed keep the starter's line and
+    the benchmark's reward (so --resume does not change the prompt or the reward)."""
     from agents.train.checkpoint import json_default
     from agents.train.config import validate
     from wmrl_envs.utils import write_json_atomic
 
-    assert TrainConfig().baseline == "boosting" and PRESETS["tiny"].baseline == "starter"
-    with pytest.raises(ValueError, match="baseline must be 'starter' or 'boosting', got 'xgboost'"):
+    for cfg in PRESETS.values():
+        assert (cfg.baseline, cfg.reward) == ("board-low", "relative")
+    with pytest.raises(ValueError, match="baseline must be 'board-low', 'starter' or 'boosting', got 'xgboost'"):
         validate(dataclasses.replace(TrainConfig(), baseline="xgboost"))
+    with pytest.raises(ValueError, match="reward must be 'relative' or 'leaderboard'"):
+        validate(dataclasses.replace(TrainConfig(), reward="position"))
     old = dataclasses.asdict(TrainConfig())
-    del old["baseline"]
+    del old["baseline"], old["reward"]
     write_json_atomic(tmp_path / "config.json", old, indent=2, default=json_default)
-    assert load_config(tmp_path).baseline == "starter"
+    assert (load_config(tmp_path).baseline, load_config(tmp_path).reward) == ("starter", "leaderboard")
 
 
 def test_summary_shows_the_flat_map_groups():

@@ -36,8 +36,12 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     # the anchor pairs from before the kill are intact, in order, at the head of the buffer
     assert deb["raw"][: len(pairs0[0])] == pairs0[0]
     assert deb["real"][: len(pairs0[1])] == pairs0[1]
-    steps = [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1]
+    lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1]
+    for r in lines:  # tiny: 2 groups of G = 2 per step
+        assert len(r["distinct_lines"]) == 2 and all(1 <= n <= 2 for n in r["distinct_lines"])
+        assert r["entropy_coef"] == 0.002  # no --entropy-floor: the configured coefficient throughout
+    assert final["entropy_coef"] == 0.002
     # accounting: tiny = 2 steps x 2 groups x G=2; >= 1 anchor group per step
     assert summary["rollouts"] == 8
     from wmrl_envs.envs.autoresearch.secret import secret_fingerprint
@@ -55,6 +59,15 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert summary["seconds"]["execution"] > 0
     assert summary["seconds"]["generation"] > 0 and summary["seconds"]["update"] > 0
     assert 0.0 <= summary["heldout_after"]["overall"] <= 100.0
+    # issue 36: the tiny preset trains on the relative reward; the summary carries the copy baseline
+    assert (summary["reward"], summary["baseline"]) == ("relative", "board-low")
+    for when in ("before", "after"):
+        cb = summary["copy_baseline"][when]
+        if cb is not None:  # None only when no held-out trajectory was graded
+            assert cb["copy_score"] == 0.5 and 1 <= cb["n_tasks"] <= 2 and 0.0 <= cb["share_tasks_beaten"] <= 1.0
+            assert 0.0 <= cb["policy_score"] <= 1.0
+    assert summary["copy_baseline"]["after"] is not None
+    assert "copy the shown line" in (run / "summary.md").read_text()
     assert (run / "calibration.png").stat().st_size > 1000
     assert "realised anchor fraction" in (run / "summary.md").read_text()
     assert summary["sandbox_backend"] == "bubblewrap"  # real isolation, not the fallback
