@@ -13,7 +13,8 @@ reward levels (a 0 / 0.1 / 0.2 floor and valid scores 0.5 + 0.5·position); worl
 * ``bent``: raw = real² + N(0, ``--noise``) — on the scale but bent, where an isotonic map pays.
 
 Figures per (world model, map): the prequential mean squared error of the calibrated scores over
-the raw one's (for ``judge`` against the oracle affine map's, since its raw error is meaningless),
+the raw one's (for ``judge`` over the isotonic map's, since a judge's raw error on its own scale
+means nothing),
 median and 5–95% over seeds, and the share of seeds where calibration made the error worse than
 the raw score. Settings are ``wmrl train``'s (G 8, min_pairs 16, refit_every 8) with 8 anchor
 groups (the default run) and 32.
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
                     raw, real = stream(kind, seed, groups, g, args.noise)
                     res = prequential(mk, raw, real, g, 16, 8)
                     ref = res["mse_raw"]
-                    if kind == "judge":  # the raw error of a judge on its own scale means nothing: the oracle affine map
-                        ref = float(np.mean(((raw - 3) / 10 - real) ** 2))
+                    if kind == "judge":  # a judge's raw error on its own scale means nothing: against the isotonic map's
+                        ref = prequential("isotonic", raw, real, g, 16, 8)["mse_cal"]
                     ratios.append(res["mse_cal"] / ref)
                     worse += res["mse_cal"] > ref
                     maps[res["last_map"]] = maps.get(res["last_map"], 0) + 1

@@ -44,7 +44,8 @@ class TrainConfig:
     """G, rollouts per group (TRL's default num_generations is 8 too): a group's prompt is encoded
     once for sampling and once for the update, so more rows per group cost less per rollout."""
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
-        default_factory=lambda: CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=32)
+        default_factory=lambda: CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=32,
+                                         debias_map="auto")
     )
     """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
     --anchor-fraction, --min-pairs, ...). The anchor fraction is 0.25 (the library's default is 0.1):
@@ -219,7 +220,7 @@ PRESETS: dict[str, TrainConfig] = {
     "default": TrainConfig(),
     "tiny": TrainConfig(
         steps=2, groups_per_step=2, group_size=2, eval_k=1, eval_tasks=2, max_new_tokens=24,
-        judge_max_new_tokens=40, correction=CorrectionConfig(min_pairs=2, refit_every=2, warmup_groups=1),
+        judge_max_new_tokens=40, correction=CorrectionConfig(min_pairs=2, refit_every=2, warmup_groups=1, debias_map="auto"),
         world_model="judge", preset="tiny",
     ),
 }

@@ -70,6 +70,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "disagreement_ema": stats["disagreement_ema"],
         "anchor_pairs": stats["anchor_pairs"],
         "debiaser_fitted": stats["debiaser_fitted"],
+        # the debiasing map in use (debias_map="auto" chooses it out of fold) and the candidates' errors
+        "debias_map": stats.get("debias_map"),
+        "debias_oof_mse": stats.get("debias_oof_mse", {}),
         # world-model groups corrected while the fitted map was flat (their calibrated scores are
         # one constant: no advantage signal; the corrector warns)
         "flat_map_groups": stats.get("flat_map_groups", 0),
@@ -219,6 +222,8 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
         ("anchor weight rho", _fmt(s["rho"], 2)),
         ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
+        ("debiasing map in use (out-of-fold MSE of identity / linear / isotonic)",
+         f"{s.get('debias_map')} ({' / '.join(_fmt(s.get('debias_oof_mse', {}).get(k)) for k in ('identity', 'linear', 'isotonic'))})"),
         ("world-model groups corrected with a flat map", _fmt(s.get("flat_map_groups", 0))),
         ("calibration MAE before (raw WM)", _fmt(s["calibration_mae_raw"])),
         ("calibration MAE after (calibrated, prequential)", _fmt(s["calibration_mae_calibrated"])),
