@@ -70,13 +70,11 @@ class BenchConfig:
     """Configuration of ``wmrl bench`` (each field is a CLI flag)."""
 
     methods: tuple[str, ...] = ("real", "wmrl")
-    """Methods to run (subset of real, real_anchor_batch, real_mid_batch, wm_only, wmrl, wmrl_learned, debias_only,
-    denoise_only, anchors_raw; :data:`BENCH_METHODS`). The
-    default is the headline pair; world model only and the ablations are a second command
-    (benchmarks/README.md). A default run took 2.5 h on 2 shared cores when real GRPO stopped at S
-    steps (benchmarks/README.md, "Time"); real GRPO now trains the step cap (3 × S) like the other
-    methods, about 40 more minutes of executions per seed on those cores (an estimate from the
-    measured per-step cost, not a measured run)."""
+    """Methods to run (subset of real, real_anchor_batch, real_mid_batch, wm_only, wmrl, wmrl_learned,
+    debias_only, denoise_only, anchors_raw; :data:`BENCH_METHODS`). The default is the headline pair;
+    the headline run's command (every real batch size, world model only, WMRL on the pre-fitted and on
+    the learned world model) and the ablations are in benchmarks/README.md. Real GRPO trains to the
+    seed's stop target (``stop_gain``), every other method to that target or real GRPO's compute."""
     seeds: int = 5
     """Seeds per method (0..seeds-1); the speedup's bootstrap CI is over them."""
     steps: int = 10
