@@ -385,7 +385,7 @@ def _step_change(n_old: int, n_new: int, z: float, r_old: float = 0.6) -> tuple[
 def test_the_change_point_threshold_is_bonferroni_over_the_splits_tested():
     from wmrl_envs.core.adaptive import change_point_threshold
 
-    assert change_point_threshold(1) == pytest.approx(3.0902, abs=1e-4)  # Φ⁻¹(1 − 0.001)
+    assert change_point_threshold(1) == 4.0  # never below the earlier rule's 4 (Φ⁻¹(1 − 0.001) = 3.09)
     assert change_point_threshold(100) == pytest.approx(4.2649, abs=1e-4)  # Φ⁻¹(1 − 0.001 / 100)
     assert change_point_threshold(0) == change_point_threshold(1)
     with pytest.raises(ValueError, match="false_alarms_per_step"):
@@ -403,7 +403,7 @@ def test_a_gap_of_four_standard_errors_among_a_hundred_splits_is_not_a_change_po
     assert _change_point(wm, real, 4) is None  # 4.15 < Φ⁻¹(1 − 0.001 / 113) = 4.29
     wm, real = _step_change(108, 12, z=4.5)  # a larger drop is still found, at the right split
     assert _change_point(wm, real, 4) == (12, pytest.approx(4.5))
-    # with few groups held (one split) a smaller gap suffices: 3.5 > Φ⁻¹(1 − 0.001) = 3.09
+    # with few groups held (one split) the threshold stays 4, not Bonferroni's 3.09: 3.5 is no change point
     wm, real = _step_change(4, 4, z=3.5)
-    assert _change_point(wm, real, 4) == (4, pytest.approx(3.5))
-    assert _change_point(wm, real, 4, z_crit=4.0) is None
+    assert _change_point(wm, real, 4) is None
+    assert _change_point(wm, real, 4, z_crit=3.09) == (4, pytest.approx(3.5))

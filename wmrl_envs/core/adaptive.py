@@ -66,16 +66,22 @@ def change_point_threshold(n_splits: int, false_alarms_per_step: float = _CHANGE
         n_splits: splits tested (>= 1; fewer count as 1).
         false_alarms_per_step: α in (0, 1).
 
+    Never below 4, the rule's fixed threshold before issue 37: with few splits Bonferroni alone asks
+    less (3.09 for one split), and near |r| = 1 Fisher z's standard error is too optimistic for
+    discrete scores (a world model of r ≈ 0.99 whose r moves between 0.99 and 0.999 swings z by more
+    than one unit), so a lower threshold declared false change points for a near-perfect world model
+    (``wmrl bench advisor --quick``: its adaptive fraction ended at 0.047 instead of the floor 0.02).
+    A higher threshold keeps Bonferroni's bound.
+
     Returns:
-        ``Φ⁻¹(1 − α / n_splits)`` (3.09 for one split, 3.66 for 8, 4.26 for 100, 4.46 for 248
-        at α = 0.001).
+        ``max(4, Φ⁻¹(1 − α / n_splits))`` (4 up to 31 splits, 4.26 for 100, 4.46 for 248 at α = 0.001).
 
     Raises:
         ValueError: α outside (0, 1).
     """
     if not (is_finite_number(false_alarms_per_step) and 0.0 < false_alarms_per_step < 1.0):
         raise ValueError(f"false_alarms_per_step must be in (0, 1), got {false_alarms_per_step!r}")
-    return NormalDist().inv_cdf(1.0 - false_alarms_per_step / max(1, int(n_splits)))
+    return max(4.0, NormalDist().inv_cdf(1.0 - false_alarms_per_step / max(1, int(n_splits))))
 
 
 def _change_point(wm: Sequence[Scores], real: Sequence[Scores], min_side: int, z_crit: float | None = None
