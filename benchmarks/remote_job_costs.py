@@ -43,18 +43,21 @@ def _burn(cpu_s: float) -> None:
 
 
 class RemoteJobEnv(gym.Env):
-    """One step: ~``CPU_S`` CPU-seconds here, then a ``WAIT_S`` wait; score 1 - |a - TARGET|."""
+    """One step: ~``cpu_s`` CPU-seconds here, then a ``wait_s`` wait; score 1 - |a - TARGET|."""
 
     observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
     action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    def __init__(self, cpu_s: float = CPU_S, wait_s: float = WAIT_S) -> None:
+        self.cpu_s, self.wait_s = float(cpu_s), float(wait_s)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return np.zeros(1, np.float32), {}
 
     def step(self, action):
-        _burn(CPU_S)
-        time.sleep(WAIT_S)
+        _burn(self.cpu_s)
+        time.sleep(self.wait_s)
         return np.zeros(1, np.float32), 1.0 - abs(float(action[0]) - TARGET), True, False, {}
 
 

@@ -383,6 +383,16 @@ def run_map(fn, jobs: list, n_jobs: int) -> list:
         return list(pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * n_jobs))))
 
 
+
+def _finish(result: dict, t0: float, out) -> dict:
+    """Stamp the run's seconds, print them, write ``result`` to ``out`` (when given) and return it."""
+    result["seconds"] = round(time.time() - t0, 1)
+    print(f"({result['seconds']} s)")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=200, help="seeds per setting and world model (default 200)")
@@ -421,12 +431,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for arm, v in res.items():
             if isinstance(v, dict):
                 print(f"  {arm:>30s}: " + "  ".join(f"{key} {fmt(x)}" for key, x in v.items()))
-        result["seconds"] = round(time.time() - t0, 1)
-        print(f"({result['seconds']} s)")
-        if a.out:
-            a.out.parent.mkdir(parents=True, exist_ok=True)
-            a.out.write_text(json.dumps(result, indent=1) + "\n")
-        return result
+        return _finish(result, t0, a.out)
     worst = check_fast_isotonic()
     assert worst < 1e-9, f"the benchmark's isotonic map differs from the debiaser's by {worst}"
     den_default = InverseVarianceDenoiser()
@@ -472,12 +477,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"(rise {fmt(res['old_rise'])})   new {fmt(res['new_before'])} -> {fmt(res['new_after'])} "
                   f"(rise {fmt(res['new_rise'])})")
             result["break"][f"{scale:g}x+{offset:g}/{kind}"] = res
-    result["seconds"] = round(time.time() - t0, 1)
-    print(f"({result['seconds']} s)")
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return _finish(result, t0, a.out)
 
 
 if __name__ == "__main__":

@@ -23,19 +23,11 @@ from wmrl_envs.world_models.base import WorldModelPrediction
 WAIT_S = 0.02  # the remote job's queue, per execution
 
 
-class RemoteJobEnv(gym.Env):
-    """One-step env: score = 1 - |a - 0.3|; each step waits ``WAIT_S`` (a remote job)."""
+def RemoteJobEnv():
+    """The benchmark's remote-job env with no CPU of its own: each step waits ``WAIT_S``; score 1 - |a - 0.3|."""
+    from benchmarks.remote_job_costs import RemoteJobEnv as Env
 
-    observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
-    action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(1, np.float32), {}
-
-    def step(self, action):
-        time.sleep(WAIT_S)
-        return np.zeros(1, np.float32), 1.0 - abs(float(action[0]) - 0.3), True, False, {}
+    return Env(cpu_s=0.0, wait_s=WAIT_S)
 
 
 class NoisyWM:
