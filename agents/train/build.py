@@ -69,6 +69,7 @@ def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> An
       refitted after every anchor group.
     - ``"learned-encoder"``: :func:`~wmrl_envs.envs.autoresearch.learned_features.autoresearch_learned_world_model`
       (the shipped MiniLM sentence encoder), refitted after every anchor group.
+    - ``"none"``: ``None`` (no world model: every group is executed; the real arm).
 
     A learned world model is taught by the wrapper's loop at each anchor group's close (after the
     group was predicted and corrected: out of sample), its refits are charged to the ledger's
@@ -79,6 +80,8 @@ def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> An
     """
     from agents.llm.backbone import load_backbone
 
+    if cfg.world_model == "none":  # real-execution GRPO: every group executed (anchor_fraction 1)
+        return None
     if cfg.world_model == "learned-encoder":
         from wmrl_envs.envs.autoresearch.learned_features import autoresearch_learned_world_model
 

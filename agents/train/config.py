@@ -21,10 +21,14 @@ from wmrl_envs.core import CorrectionConfig
 if TYPE_CHECKING:
     from agents.grpo import GRPOUpdateConfig
 
-WORLD_MODELS = ("judge", "learned-policy", "learned-encoder")
-"""The choices of ``--world-model`` (:attr:`TrainConfig.world_model`)."""
+WORLD_MODELS = ("judge", "learned-policy", "learned-encoder", "none")
+"""The choices of ``--world-model`` (:attr:`TrainConfig.world_model`; ``"none"``: no world model,
+every group executed for real, with ``--anchor-fraction 1``: real-execution GRPO)."""
 
-__all__ = ["WORLD_MODELS", "TrainConfig", "PRESETS", "load_config", "validate", "update_config", "auto_fraction_notes",
+ARMS = ("wmrl", "real")
+"""The choices of ``--arms`` (:attr:`TrainConfig.arms`)."""
+
+__all__ = ["WORLD_MODELS", "ARMS", "TrainConfig", "PRESETS", "load_config", "validate", "update_config", "auto_fraction_notes",
            "next_entropy_coef"]
 
 
@@ -44,17 +48,19 @@ class TrainConfig:
     """G, rollouts per group (TRL's default num_generations is 8 too): a group's prompt is encoded
     once for sampling and once for the update, so more rows per group cost less per rollout."""
     correction: Annotated[CorrectionConfig, tyro.conf.OmitArgPrefixes] = field(
-        default_factory=lambda: CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=32,
+        default_factory=lambda: CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=3,
                                          debias_map="auto")
     )
     """Anchor schedule, online debiasing and the anchor weight ρ (flags without a prefix:
     --anchor-fraction, --min-pairs, ...). The anchor fraction is 0.25 (the library's default is 0.1):
     with 4 groups per step and at least one anchor group per step, 0.1 would realise 0.25 anyway;
-    0.25 is one anchor group per step, so the realised fraction is the configured one. Reference values in docs/method.md; the debiaser's
-    warm-up (min_pairs, refit_every) is shortened for CPU runs, ρ's is not: the reference 32 anchor
-    groups of G = 8 after the first fit (it was 64 at G = 4: the same 256 rollouts) fix ρ's scale
-    within ±0.3 of rho_target over seeds (benchmarks/rho_calibration.py), so ρ stays 1 in an
-    8-step run (one anchor group per step)."""
+    0.25 is one anchor group per step, so the realised fraction is the configured one. Reference values in docs/method.md. Both warm-ups are shortened so that both corrections act
+    within the 8-step run (issue 36): the debiaser fits from 16 pairs (the 2nd anchor group of G = 8)
+    and ρ is calibrated 3 anchor groups later (the reference waits 32), so ρ weights the run's
+    anchor groups 6-8. The price is ρ's spread over seeds at calibration: 5-95% [1.60, 2.89]
+    around rho_target 2 for a world model of constant quality, against [1.85, 2.11] after 32 groups
+    (200 seeds, G = 8; `benchmarks/rho_calibration.py --settings preset --candidates 3`,
+    results/rho_calibration_train.json)."""
     # --- backbone and device
     model: str = "smollm2-135m"
     """The policy's backbone: 'smollm2-135m' (the shipped SmolLM2-135M-Instruct, no download), a
@@ -144,8 +150,27 @@ class TrainConfig:
     """Dual clip c (> 1) of the surrogate for negative advantages: a token's gradient w.r.t. its
     log-probability stays within ``max(1 + ε, c)·|A|`` whatever its ratio (it acts on late anchor
     groups, ``--executor ray``, and from the second epoch); 0 or None: off (PPO's clip only)."""
+    # --- the real-execution arm (issue 36: quality at equal compute, in the same command)
+    arms: tuple[Literal["wmrl", "real"], ...] = ("wmrl", "real")
+    """What the run trains: 'wmrl' (this configuration, in RUN_DIR) and 'real' (real-execution
+    GRPO from the same initial policy, tasks and seed, with the CPU-seconds the WMRL arm spent on
+    training, in RUN_DIR/real; the summary compares the two on the held-out tasks). ``--arms wmrl``
+    trains WMRL alone (for a user who only wants the policy)."""
+    real_groups_per_step: int | None = None
+    """Groups per step of the real arm; None: the WMRL arm's anchor groups per step
+    (groups_per_step x anchor_fraction, at least 1). At equal compute real GRPO can execute about
+    as many groups as WMRL executes anchor groups; spent at that batch it takes about as many steps
+    as WMRL, whereas at WMRL's full batch it would take a quarter of them. Real GRPO at the anchor
+    batch is the stronger baseline where batches this small are not noise-limited (issue 39: on the
+    known-truth map it reached the target 3.7x cheaper than at the full batch)."""
+    cpu_budget_s: float | None = None
+    """Train until this many CPU-seconds of training (execution, world model, generation and
+    update, the ledger's sources) are spent: a step starts only while the spent CPU-seconds are below
+    the budget less half the mean step's, so the arm ends as close to the budget as whole steps
+    allow; --steps is then a cap. None: --steps alone. The real arm's is the WMRL arm's spent
+    CPU-seconds."""
     # --- world model
-    world_model: Literal["judge", "learned-policy", "learned-encoder"] = "learned-policy"
+    world_model: Literal["judge", "learned-policy", "learned-encoder", "none"] = "learned-policy"
     """What scores the world-model groups: 'learned-policy' (a world model that learns from the run's
     anchor groups: a ridge head on the policy's frozen backbone's hidden state over the task text and
     the solution, LoRA adapters off, or the frozen reference copy with --finetune full);
@@ -162,7 +187,8 @@ class TrainConfig:
     last 12 groups). A learned world model starts uninformative:
     until it has seen 2 anchor groups it gives every rollout one constant score, so world-model
     groups carry no advantage (GRPO drops them) and the first steps train on their anchor groups
-    only; it is refitted after every anchor group and its state is saved in the checkpoint."""
+    only; it is refitted after every anchor group and its state is saved in the checkpoint.
+    'none': no world model, every group executed (needs --anchor-fraction 1: real-execution GRPO)."""
     judge_max_new_tokens: int = 48
     """Token budget of the judge's structured prediction."""
     judge_max_prompt_tokens: int = 640
@@ -248,6 +274,7 @@ def load_config(run_dir: str | Path) -> TrainConfig:
         raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
     data.setdefault("baseline", "starter")  # a run folder from before --baseline showed the starter's line
     data.setdefault("reward", "leaderboard")  # a run folder from before --reward had the benchmark's reward
+    data["arms"] = tuple(data.get("arms", ["wmrl"]))  # a run folder from before --arms trained WMRL alone
     cfg = TrainConfig(**data, correction=CorrectionConfig(**correction))
     validate(cfg)
     return cfg
@@ -268,6 +295,17 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.executor in ("local", "ray"), f"executor must be 'local' or 'ray', got {cfg.executor!r}"),
         (cfg.world_model in WORLD_MODELS,
          f"world_model must be one of {', '.join(WORLD_MODELS)} (--world-model), got {cfg.world_model!r}"),
+        (bool(cfg.arms) and set(cfg.arms) <= set(ARMS) and "wmrl" in cfg.arms,
+         f"arms must be 'wmrl' or 'wmrl real' (--arms; the real arm needs the WMRL arm's compute), got {cfg.arms!r}"),
+        (cfg.world_model != "none" or cfg.correction.anchor_fraction == 1.0,
+         "--world-model none executes every group, so it needs --anchor-fraction 1 (real-execution GRPO); "
+         f"got anchor_fraction={cfg.correction.anchor_fraction!r}"),
+        (cfg.world_model != "none" or "real" not in cfg.arms,
+         "--world-model none already trains real-execution GRPO: pass --arms wmrl (the real arm would repeat it)"),
+        (cfg.real_groups_per_step is None or cfg.real_groups_per_step >= 1,
+         f"real_groups_per_step must be >= 1 or None (the anchor groups per step), got {cfg.real_groups_per_step}"),
+        (cfg.cpu_budget_s is None or (math.isfinite(cfg.cpu_budget_s) and cfg.cpu_budget_s > 0),
+         f"cpu_budget_s must be > 0 CPU-seconds or None (--steps alone), got {cfg.cpu_budget_s}"),
         (cfg.executor == "local" or cfg.max_turns == 1,
          "executor='ray' runs single-turn anchor groups; multi-turn episodes (--max-turns > 1) run with --executor local"),
         (cfg.ray_workers >= 1, f"ray_workers must be >= 1, got {cfg.ray_workers}"),

@@ -42,6 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agents.grpo import group_batch, group_step, grpo_update
 from agents.train import checkpoint
+from agents.train.arms import arms_rows, budget_reached, compare_arms, plot_arms, real_arm_config, spent_cpu_s
 from agents.train.checkpoint import json_default
 from agents.train.build import Components, build_components
 from agents.train.config import TrainConfig, auto_fraction_notes, load_config, next_entropy_coef, update_config, validate
@@ -58,6 +59,13 @@ __all__ = ["train", "distinct_lines"]
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
     """Run (or resume) the main job; returns the summary dict (also written to the run folder).
 
+    With ``cfg.arms`` holding ``"real"`` (the default), real-execution GRPO is trained after the
+    WMRL arm in ``run_dir/real``, from the same initial policy and seed, until it has spent the WMRL
+    arm's training CPU-seconds (:func:`agents.train.arms.real_arm_config`); the summary then leads
+    with both arms' held-out quality at equal compute (``"arms"``:
+    :func:`agents.train.arms.compare_arms`) and ``arms.png`` plots it. A resume continues whichever
+    arm was interrupted.
+
     Args:
         cfg: the configuration (ignored on resume: the run folder's config.json is used).
         run_dir: the run folder (created; must not hold another run unless ``resume``).
@@ -72,6 +80,51 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             checkpoint stays for a resume).
     """
     run_dir = Path(run_dir)
+    if resume and (run_dir / "summary.json").exists():  # the WMRL arm is done: the real arm is left
+        cfg = load_config(run_dir)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        if "real" not in cfg.arms or summary.get("arms"):
+            raise ValueError(f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
+                             "with --run-dir, nothing to resume")
+    else:
+        summary = _train_arm(cfg, run_dir, resume=resume, quiet=quiet)
+        cfg = load_config(run_dir)
+    if "real" not in cfg.arms:
+        return summary
+    return _real_arm(cfg, run_dir, summary, quiet)
+
+
+def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: bool) -> dict[str, Any]:
+    """Train the real arm in ``run_dir/real`` (or resume it) at the WMRL arm's training CPU-seconds,
+    then add the comparison of the arms to the WMRL arm's summary (``summary.json``, ``summary.md``,
+    ``arms.png``) and print it; returns that summary."""
+    console = Console(quiet=quiet)
+    real_dir = run_dir / "real"
+    if (real_dir / "summary.json").exists():
+        real = json.loads((real_dir / "summary.json").read_text())
+    else:
+        resume = (real_dir / "checkpoint").exists()
+        if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
+            shutil.rmtree(real_dir)
+        real_cfg = real_arm_config(cfg, summary["training_cpu_s"])
+        console.print(f"[bold]real-execution GRPO arm[/bold]: {real_cfg.groups_per_step} group(s) per step until "
+                      f"{real_cfg.cpu_budget_s:.0f} training CPU-s are spent (the WMRL arm's), in {real_dir}")
+        real = _train_arm(real_cfg, real_dir, resume=resume, quiet=quiet, eval_before=summary["heldout_before"],
+                          show_table=False)
+    summary["arms"] = compare_arms(summary, real)
+    write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
+                      indent=2)
+    (run_dir / "summary.md").write_text(summary_markdown(summary))
+    plot_arms(summary, real, run_dir / "arms.png")
+    print_summary(console, summary, title="wmrl train — both arms at equal compute", rows=arms_rows(summary["arms"]))
+    return summary
+
+
+def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, eval_before: dict | None = None,
+               show_table: bool = True) -> dict[str, Any]:
+    """One arm of :func:`train`: a run of ``cfg`` in ``run_dir`` (see there), started or resumed.
+    ``eval_before``: the initial policy's held-out evaluation when another arm already made it (the
+    same initial policy: LoRA starts as the identity). ``show_table``: print the arm's summary."""
     console = Console(quiet=quiet)
     cfg = _start(cfg, run_dir, resume, console)
     for note in auto_fraction_notes(cfg):
@@ -108,13 +161,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     try:
-        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start)
+        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start, eval_before, show_table)
     finally:
         tracker.close()
 
 
 def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Console, tracker: Tracker,
-                t_start: float) -> dict[str, Any]:
+                t_start: float, shared_eval_before: dict | None = None, show_table: bool = True) -> dict[str, Any]:
     """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.loop.ledger
     update_cfg = update_config(cfg)
@@ -132,14 +185,25 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         ent_coef = float(saved.get("entropy_coef", cfg.entropy_coef))
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.loop.stats()['anchor_pairs']} anchor pairs")
     else:
-        console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} (real execution)")
-        start_step, eval_before, prior_wall = 0, evaluate(c, cfg), 0.0
+        if shared_eval_before is not None:  # the same initial policy, evaluated by the other arm
+            eval_before = shared_eval_before
+        else:
+            console.print(f"evaluating the initial policy on {len(c.heldout_tasks)} held-out tasks x k={cfg.eval_k} "
+                          "(real execution)")
+            eval_before = evaluate(c, cfg)
+        start_step, prior_wall = 0, 0.0
         checkpoint.save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
         tracker.log(eval_before, 0, prefix="eval/")
 
     # 2. GRPO steps
     with StepProgress(console, cfg.steps, start_step) as progress:
         for step in range(start_step, cfg.steps):
+            if budget_reached(spent_cpu_s(ledger), step, cfg.cpu_budget_s):  # --cpu-budget-s: training ends here
+                _append_jsonl(metrics_path, {"step": step, "stopped": "cpu_budget_spent", "training_cpu_s": spent_cpu_s(ledger),
+                                             "cpu_budget_s": cfg.cpu_budget_s, "ledger": ledger.to_dict()})
+                console.print(f"[bold]CPU budget reached before step {step}[/bold]: {spent_cpu_s(ledger):.0f} of "
+                              f"{cfg.cpu_budget_s:.0f} training CPU-s spent; training ends here")
+                break
             t_step = time.perf_counter()
             # sample the step's tasks and take each one's context from the wrapper
             try:
@@ -207,6 +271,10 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                                                      "entropy_coef": ent_coef})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
+            if cfg.cpu_budget_s is not None:  # the steps the budget allows, from the mean step so far
+                spent = spent_cpu_s(ledger)
+                info += f" CPU-s {spent:.0f}/{cfg.cpu_budget_s:.0f}"
+                progress.total = min(cfg.steps, max(step + 1, round(cfg.cpu_budget_s / (spent / (step + 1)))))
             progress.advance(rec["step_s"], info)
 
     if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
@@ -224,14 +292,15 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     console.print("evaluating the trained policy on the held-out tasks (real execution)")
     eval_after = evaluate(c, cfg)
     tracker.log(eval_after, cfg.steps, prefix="eval/")
-    summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start)
+    summary = summarise(cfg, c, eval_before, eval_after, prior_wall + time.perf_counter() - t_start, metrics_path)
     # strict JSON: a figure that does not exist yet (NaN: e.g. advice from too few anchor groups) is null
     write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
                       indent=2)
     plot_calibration(c, run_dir / "calibration.png")
     tracker.log_image("calibration", run_dir / "calibration.png", cfg.steps)
     (run_dir / "summary.md").write_text(summary_markdown(summary))
-    print_summary(console, summary)
+    if show_table:
+        print_summary(console, summary)
     c.env.close()
     c.env.sandbox.close()
     if c.scorer is not None:
@@ -279,8 +348,11 @@ class StepProgress:
         self._progress.__exit__(*exc)
 
     def advance(self, step_s: float, info: str) -> None:
-        """One step finished in ``step_s`` seconds; ``info``: what to show beside it (one line)."""
+        """One step finished in ``step_s`` seconds; ``info``: what to show beside it (one line).
+        ``total`` may be changed before (a run under a compute budget re-estimates its steps)."""
         self.done += 1
+        if self._bar is not None:
+            self._progress.update(self._bar, total=self.total)
         self._steps_here += 1
         elapsed = self._clock() - self._t0
         left = f"~{_clock(elapsed / self._steps_here * max(0, self.total - self.done))} left"
@@ -385,6 +457,9 @@ def _step_record(step: int, task_ids: list[str], groups: list[Any], samples: Any
         "ledger": wrapper.loop.ledger.to_dict(),
         "step_s": step_s,
         "sample_completions": samples.texts[0][:2],
+        # per anchor group, its rollouts' execution CPU-seconds (None on world-model groups): the
+        # summary weights the cost per execution by task with them
+        "execution_cpu_s": [[i.get("execution_cpu_s") for i in g.infos] if g.route == "anchor" else None for g in groups],
         **distinct_lines(samples.texts, len(task_ids)),
     }
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["secret_record", "summarise", "world_model_record", "anchor_group_r", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
+__all__ = ["secret_record", "summarise", "world_model_record", "anchor_group_r", "task_weighted_execution_cost", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
 
 
 def secret_record() -> dict[str, Any]:
@@ -24,7 +24,7 @@ def secret_record() -> dict[str, Any]:
     return {"fingerprint": secret_fingerprint(), "reference": is_reference_secret()}
 
 
-def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[str, Any]:
+def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_path: Path | None = None) -> dict[str, Any]:
     """The run's ``summary.json``.
 
     Args:
@@ -32,6 +32,8 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         c: the run's components (``wrapper``, ``judge``, ``env``; from the trainer's build).
         before, after: :func:`agents.train.evaluation.evaluate`'s results before and after training.
         wall: the run's wall-clock seconds (all sessions of a resumed run).
+        metrics_path: the run's ``metrics.jsonl`` (steps trained, each group's task and its
+            executions' CPU-seconds: the task-weighted cost per execution); None: not read.
 
     Returns:
         A JSON-serialisable dict: counts (rollouts, real executions, world-model predictions,
@@ -45,12 +47,21 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
     """
     from agents.train.evaluation import heldout_spread
 
+    from agents.train.arms import spent_cpu_s
+
     led = c.wrapper.loop.ledger
     stats = c.wrapper.loop.stats()  # one snapshot: corrections, routing, ungraded counts
     judge_stats = c.judge.stats() if hasattr(c.judge, "stats") else {}
+    steps = _metric_steps(metrics_path)
+    per_exec = task_weighted_execution_cost(steps)
     return {
         "preset": cfg.preset,
+        "arm": "real" if getattr(cfg, "world_model", None) == "none" else "wmrl",
         "steps": cfg.steps,
+        "steps_trained": len(steps) if metrics_path is not None else None,
+        "groups_per_step": cfg.groups_per_step,
+        # what training cost in all (held-out evaluation not included): the arms are compared on it
+        "training_cpu_s": spent_cpu_s(led),
         "sandbox_backend": getattr(c.env.sandbox, "name", str(c.env.sandbox)),
         "task_secret": secret_record(),
         "rollouts": stats["episodes"],
@@ -96,7 +107,7 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float) -> dict[
         "wall_clock_s": wall,
         # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
         # always take all of them)
-        "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1))),
+        "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1)), per_exec),
         "anchor_advice": anchor_advice(c.wrapper.loop),
     }
 
@@ -108,6 +119,8 @@ def world_model_record(cfg: Any, c: Any) -> dict[str, Any]:
     (CPU-seconds of its refits with their out-of-fold rescoring, inside the ledger's
     ``world_model`` source)."""
     wm, loop = c.judge, c.wrapper.loop
+    if wm is None:  # the real arm: no world model
+        return {"name": "none", "kind": None, "learns": False, "within_group_r": None}
     out: dict[str, Any] = {"name": getattr(cfg, "world_model", "judge"), "kind": type(wm).__name__,
                            "learns": bool(loop.learns), "within_group_r": anchor_group_r(loop)}
     if loop.learns:
@@ -142,15 +155,76 @@ def anchor_group_r(loop: Any, n_boot: int = 1000) -> dict[str, Any]:
     return {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups, "calibration": calibration or "raw"}
 
 
-def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
+def _metric_steps(metrics_path: Path | None) -> list[dict[str, Any]]:
+    """The trained steps' lines of ``metrics.jsonl`` (those with ``tasks``; none without a path)."""
+    import json
+
+    if metrics_path is None or not Path(metrics_path).exists():
+        return []
+    out = []
+    for ln in Path(metrics_path).read_text().splitlines():
+        try:
+            rec = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        if "tasks" in rec and "routes" in rec:
+            out.append(rec)
+    return out
+
+
+def task_weighted_execution_cost(steps: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The CPU-seconds of one execution, weighted by how often each task was trained on.
+
+    An AutoResearch execution's cost depends on the task (its data and model) and the outcome;
+    the run's executions are its anchor groups' (a few tasks), so their plain mean weights tasks
+    by the chance of being anchors. Here each task's mean over its measured executions is
+    weighted by the task's share of all the run's groups; a task never executed takes the pooled
+    mean of the others.
+
+    Args:
+        steps: ``metrics.jsonl``'s step lines (``tasks``, ``routes`` and ``execution_cpu_s``: per
+            group, its rollouts' execution CPU-seconds, or None on a world-model group).
+
+    Returns:
+        ``{"seconds_per_execution" (task-weighted), "seconds_per_execution_unweighted",
+        "tasks_measured", "tasks_trained", "groups_imputed"}``; ``None`` without a measured
+        execution.
+    """
+    by_task: dict[str, list[float]] = {}
+    groups: dict[str, int] = {}
+    for rec in steps:
+        costs = rec.get("execution_cpu_s") or [None] * len(rec["tasks"])
+        for task, cost in zip(rec["tasks"], costs):
+            groups[task] = groups.get(task, 0) + 1
+            for x in cost or []:
+                if isinstance(x, (int, float)) and math.isfinite(x):
+                    by_task.setdefault(task, []).append(float(x))
+    if not by_task:
+        return None
+    pooled = float(np.mean([x for v in by_task.values() for x in v]))
+    means = {t: float(np.mean(v)) for t, v in by_task.items()}
+    total = sum(groups.values())
+    weighted = sum(n * means.get(t, pooled) for t, n in groups.items()) / total
+    return {"seconds_per_execution": weighted, "seconds_per_execution_unweighted": pooled,
+            "tasks_measured": len(means), "tasks_trained": len(groups),
+            "groups_imputed": int(sum(n for t, n in groups.items() if t not in means))}
+
+
+def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the run's training rollouts cost, beside what the same rollouts would have cost under
     real-execution GRPO: every rollout executed at this run's measured cost per execution, no world
     model, the same generation and update.
+
+    This is arithmetic on the anchor fraction, not a measurement of the method: a world model
+    that carries no signal would print the same saving. What the method buys is the comparison
+    of held-out quality at equal compute (the run's real arm, :func:`agents.train.arms.compare_arms`).
 
     Args:
         ledger: the run's :class:`~wmrl_envs.core.CostLedger`.
         rollouts: executions real-execution GRPO would make for the run's training rollouts (its
             episodes × turns per episode).
+        per_execution: :func:`task_weighted_execution_cost`'s result: its task-weighted CPU-seconds
+            per execution replace the ledger's plain mean in ``cpu_s`` (None: the plain mean).
 
     Returns:
         ``{"cpu_s": {...}, "wall_s": {...}, "verdict": str}``; each of the first two with
@@ -164,6 +238,8 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
     for key, sec in (("cpu_s", ledger.cpu_seconds), ("wall_s", ledger.seconds)):
         n_exec = ledger.count("execution") - (ledger.cpu_unmeasured("execution") if key == "cpu_s" else 0)
         per_exec = sec("execution") / n_exec if n_exec > 0 else float("nan")
+        if key == "cpu_s" and per_execution is not None:  # weighted by task (task_weighted_execution_cost)
+            per_exec = float(per_execution["seconds_per_execution"])
         common = sec("generation") + sec("update")
         spent = sec("execution") + sec("world_model") + common
         real = rollouts * per_exec + common
@@ -171,16 +247,18 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int) -> dict[str, Any]:
                     "saving": real / spent if spent > 0 and math.isfinite(real) else float("nan"),
                     "execution_share_of_real_grpo": rollouts * per_exec / real if real > 0 else float("nan"),
                     "spent_by_source": {s: sec(s) for s in ("execution", "world_model", "generation", "update")}}
+    out["cpu_s"]["per_execution_weighting"] = per_execution or {"weighting": "none (plain mean of the ledger)"}
     c = out["cpu_s"]
     if not math.isfinite(c["saving"]):
         out["verdict"] = "no measured execution: the cost of real-execution GRPO is unknown"
     elif c["saving"] < 1.0:
-        out["verdict"] = (f"do not use WMRL in this configuration: it spent {c['spent']:.0f} CPU-s, more than the "
-                          f"{c['real_grpo']:.0f} real-execution GRPO would have spent on the same rollouts "
-                          f"({c['saving']:.2f}x; executions are {c['execution_share_of_real_grpo']:.0%} of real GRPO's cost)")
+        out["verdict"] = (f"these rollouts cost more than executing each of them would have: {c['spent']:.0f} CPU-s "
+                          f"against {c['real_grpo']:.0f} ({c['saving']:.2f}x; executions are "
+                          f"{c['execution_share_of_real_grpo']:.0%} of that cost)")
     else:
-        out["verdict"] = (f"WMRL spent {c['spent']:.0f} CPU-s against {c['real_grpo']:.0f} for real-execution GRPO on "
-                          f"the same rollouts ({c['saving']:.2f}x less)")
+        out["verdict"] = (f"these rollouts cost {c['spent']:.0f} CPU-s against {c['real_grpo']:.0f} had each been "
+                          f"executed ({c['saving']:.2f}x less: the anchor fraction's arithmetic, whatever the world "
+                          "model's quality; quality at equal compute is the arms' comparison)")
     return out
 
 
@@ -293,6 +371,8 @@ def _copy_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
 def _fmt_world_model(w: dict[str, Any] | None) -> str:
     if not w:
         return "n/a"
+    if w.get("name") == "none":
+        return "none (real-execution GRPO: every group executed)"
     r = w.get("within_group_r") or {}
     ci = r.get("r_ci") or [None, None]
     learned = (f"; learned from {w.get('observed_groups')} anchor groups (refits: {w.get('refits')}, "
@@ -306,8 +386,13 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     cv = s.get("cost_vs_real_grpo")
     if cv:
         c = cv["cpu_s"]
-        rows.append(("CPU-s spent / same rollouts under real-execution GRPO",
+        rows.append(("CPU-s spent / the same rollouts had each been executed (arithmetic, not quality)",
                      f"{_fmt(c['spent'], 1)} / {_fmt(c['real_grpo'], 1)} ({_fmt(c['saving'], 2)}x)"))
+        w = c.get("per_execution_weighting") or {}
+        if "seconds_per_execution_unweighted" in w:
+            rows.append(("CPU-s per execution, weighted by task / plain mean of the anchors' (tasks measured of trained)",
+                         f"{_fmt(w['seconds_per_execution'], 2)} / {_fmt(w['seconds_per_execution_unweighted'], 2)} "
+                         f"({w['tasks_measured']} of {w['tasks_trained']})"))
         by = c.get("spent_by_source")
         if by:
             rows.append(("CPU-s by source: execution / world model / generation / update",
@@ -333,20 +418,28 @@ def _fmt_causes(causes: dict[str, int]) -> str:
 
 
 def summary_markdown(s: dict[str, Any]) -> str:
-    """``summary.md``: the :func:`summarise` dict as a two-column Markdown table (str)."""
-    lines = ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in _rows(s)]
+    """``summary.md``: the :func:`summarise` dict as a two-column Markdown table (str), led by the
+    arms' comparison at equal compute when the run has one (``s["arms"]``)."""
+    from agents.train.arms import arms_rows
+
+    rows = arms_rows(s.get("arms"))
+    if rows:
+        rows.append(("THE WMRL ARM", ""))
+    lines = ["| quantity | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows + _rows(s)]
     return "\n".join(lines) + "\n"
 
 
-def print_summary(console: Any, s: dict[str, Any]) -> None:
-    """Print the :func:`summarise` dict as a table on a ``rich`` console."""
+def print_summary(console: Any, s: dict[str, Any], title: str = "wmrl train — summary",
+                  rows: list[tuple[str, str]] | None = None) -> None:
+    """Print the :func:`summarise` dict as a table on a ``rich`` console (``rows``: other rows to
+    print instead, under ``title``)."""
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="wmrl train — summary")
+    table = Table(title=title)
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    for k, v in _rows(s):  # a value such as "[n/a, n/a]" is text, not rich markup
+    for k, v in (rows if rows is not None else _rows(s)):  # a value such as "[n/a, n/a]" is text, not rich markup
         table.add_row(escape(k), escape(v))
     console.print(table)
 

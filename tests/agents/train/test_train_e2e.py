@@ -1,5 +1,6 @@
 """End to end: `wmrl train --preset tiny --world-model judge` with real sandboxed execution and the real SmolLM2
-judge, killed after its first step and resumed from the checkpoint with its anchor pairs."""
+judge, killed after its first step and resumed from the checkpoint with its anchor pairs; then its
+real-execution arm, killed after its first step and resumed, and the comparison of the arms."""
 
 from __future__ import annotations
 
@@ -29,8 +30,32 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert main(["train", "--resume", str(run), "--steps", "9"]) == 2
     assert main(["train", "--resume", str(tmp_path / "nope"), "--quiet"]) == 2  # not a run folder
 
+    # resumed, the WMRL arm finishes; the real arm (issue 36) is killed in turn after its first step
+    train_killed_after_step_0(monkeypatch, ["train", "--resume", str(run), "--quiet"])
+    assert (run / "summary.json").exists() and (run / "real" / "checkpoint").exists()
+    assert not (run / "real" / "summary.json").exists()
     assert main(["train", "--resume", str(run), "--quiet"]) == 0
     summary = json.loads((run / "summary.json").read_text(), parse_constant=no_nan)  # strict JSON
+    # the real arm: real-execution GRPO at one group per step, from the shared initial evaluation,
+    # until the WMRL arm's training CPU-seconds were spent
+    real = json.loads((run / "real" / "summary.json").read_text(), parse_constant=no_nan)
+    assert (real["arm"], real["groups_per_step"], real["world_model_predictions"]) == ("real", 1, 0)
+    assert real["real_executions"] == real["rollouts"] == 2 * real["steps_trained"] >= 2
+    assert real["heldout_before"] == summary["heldout_before"]
+    real_lines = [json.loads(l) for l in (run / "real" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r["step"] for r in real_lines if "tasks" in r]
+    assert trained == list(range(real["steps_trained"]))  # the killed arm resumed without a gap or a repeat
+    if real["steps_trained"] < 16:  # the cap (4x the WMRL arm's 8 groups at 2 groups per step)
+        assert real_lines[-1]["stopped"] == "cpu_budget_spent"
+        assert real_lines[-1]["cpu_budget_s"] == pytest.approx(summary["training_cpu_s"])
+    arms = summary["arms"]
+    assert arms["training_cpu_s"]["wmrl"] == pytest.approx(summary["training_cpu_s"])
+    assert arms["training_cpu_s"]["real"] == pytest.approx(real["training_cpu_s"])
+    mean_step = real["training_cpu_s"] / real["steps_trained"]
+    assert abs(real["training_cpu_s"] - summary["training_cpu_s"]) <= mean_step  # equal compute, to a step
+    assert arms["heldout"]["relative_score"]["paired"]["n_tasks"] >= 1
+    assert arms["verdict"] and (run / "arms.png").stat().st_size > 1000
+    assert (run / "summary.md").read_text().splitlines()[2].startswith("| ARMS AT EQUAL COMPUTE")
     final = json.loads((run / "checkpoint" / "state.json").read_text())
     deb = final["wrapper"]["corrector"]["debiaser"]
     # the anchor pairs from before the kill are intact, in order, at the head of the buffer
@@ -38,6 +63,8 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert deb["real"][: len(pairs0[1])] == pairs0[1]
     lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 1]
+    assert summary["steps_trained"] == 2 and summary["arm"] == "wmrl"
+    assert summary["training_cpu_s"] == pytest.approx(sum(summary["cpu_seconds"].values()))
     for r in lines:  # tiny: 2 groups of G = 2 per step
         assert len(r["distinct_lines"]) == 2 and all(1 <= n <= 2 for n in r["distinct_lines"])
         assert r["entropy_coef"] == 0.002  # no --entropy-floor: the configured coefficient throughout

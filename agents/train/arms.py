@@ -1,0 +1,278 @@
+"""The real-execution arm of ``wmrl train`` and the comparison of the two arms at equal compute.
+
+Issue 36, item 4: a run's own figures must show the method, not the anchor fraction's arithmetic
+(what "these rollouts would have cost under real GRPO" prints is the same for a constant world
+model). So the default run also trains real-execution GRPO from the same initial policy, tasks
+and seed, with the CPU-seconds the WMRL arm spent on training, and evaluates both on the same
+held-out tasks. This module holds what that needs beside the training loop itself
+(:mod:`agents.train.loop`):
+
+- :func:`real_arm_config`: the real arm's configuration (no world model, every group executed,
+  ``--cpu-budget-s`` set to the WMRL arm's spent CPU-seconds, its batch the WMRL arm's anchor
+  groups per step);
+- :func:`spent_cpu_s` and :func:`budget_reached`: the stop rule at equal compute;
+- :func:`compare_arms`: held-out quality of both arms, paired over tasks with bootstrap CIs, and
+  their compute;
+- :func:`arms_rows` and :func:`plot_arms`: the summary's leading rows and ``arms.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["TRAINING_SOURCES", "real_arm_config", "spent_cpu_s", "budget_reached", "compare_arms", "arms_rows",
+           "plot_arms", "paired_over_tasks"]
+
+TRAINING_SOURCES = ("execution", "world_model", "generation", "update")
+"""The ledger's sources a run's training compute is made of (held-out evaluation is not: both
+arms pay the same evaluation)."""
+
+
+def real_arm_config(cfg: Any, cpu_budget_s: float) -> Any:
+    """The real arm's :class:`~agents.train.config.TrainConfig` from the WMRL arm's.
+
+    Real-execution GRPO: no world model (``world_model="none"``), every group executed
+    (``anchor_fraction=1``), ``real_groups_per_step`` groups per step (default: the WMRL arm's
+    anchor groups per step, ``groups_per_step x anchor_fraction`` rounded, at least 1; with
+    ``"auto"`` its start fraction), training until ``cpu_budget_s`` CPU-seconds are spent, with a
+    cap of 4x the WMRL arm's rollouts in steps. Everything else (backbone, LoRA, optimiser, GRPO
+    settings, sandbox, evaluation, seed) is the WMRL arm's.
+
+    Args:
+        cfg: the WMRL arm's configuration.
+        cpu_budget_s: CPU-seconds the real arm may spend on training (> 0): the WMRL arm's
+            :func:`spent_cpu_s`.
+
+    Returns:
+        A new ``TrainConfig`` (``arms=("wmrl",)``: its folder holds one run).
+
+    Raises:
+        ValueError: ``cpu_budget_s`` not a positive finite number.
+    """
+    if not (isinstance(cpu_budget_s, (int, float)) and math.isfinite(cpu_budget_s) and cpu_budget_s > 0):
+        raise ValueError(f"cpu_budget_s must be a positive number of CPU-seconds, got {cpu_budget_s!r}: the WMRL arm "
+                         "spent nothing on training (no step ran?)")
+    corr = cfg.correction
+    fraction = corr.auto_start_fraction if corr.anchor_fraction == "auto" else float(corr.anchor_fraction)
+    groups = cfg.real_groups_per_step or max(1, round(cfg.groups_per_step * fraction))
+    cap = math.ceil(4 * cfg.steps * cfg.groups_per_step / groups)
+    return dataclasses.replace(
+        cfg, arms=("wmrl",), world_model="none", judge_model=None, groups_per_step=groups, steps=cap,
+        real_groups_per_step=None, cpu_budget_s=float(cpu_budget_s), preset=f"{cfg.preset}/real-arm",
+        # every group executed; nothing to correct; the costs counted as the WMRL arm counts them
+        correction=type(corr)(anchor_fraction=1.0, cost_basis=corr.cost_basis, cost_prices=corr.cost_prices,
+                              cost_unit=corr.cost_unit),
+    )
+
+
+def spent_cpu_s(ledger: Any) -> float:
+    """CPU-seconds a run has spent on training: the sum of :data:`TRAINING_SOURCES` in ``ledger``
+    (a :class:`~wmrl_envs.core.CostLedger`; a learned world model's refits are in ``world_model``)."""
+    return float(sum(ledger.cpu_seconds(s) for s in TRAINING_SOURCES))
+
+
+def budget_reached(spent: float, steps_done: int, budget: float | None) -> bool:
+    """Whether a run under ``--cpu-budget-s`` stops before its next step.
+
+    A step starts only while ``spent + mean_step / 2 < budget`` (``mean_step = spent /
+    steps_done``): the run ends at the whole number of steps whose total is nearest the budget.
+
+    Args:
+        spent: CPU-seconds spent on training so far.
+        steps_done: steps trained so far (a run always trains its first step).
+        budget: the budget in CPU-seconds; ``None``: no budget (never stops).
+
+    Example:
+        >>> budget_reached(90.0, 3, 100.0), budget_reached(80.0, 4, 100.0), budget_reached(0.0, 0, 1.0)
+        (True, False, False)
+    """
+    if budget is None or steps_done <= 0:
+        return False
+    return spent + 0.5 * spent / steps_done >= budget
+
+
+def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], n_boot: int = 2000, seed: int = 0,
+                      level: float = 0.95) -> dict[str, Any] | None:
+    """Mean of ``a[t] - b[t]`` over the tasks both have, with a percentile bootstrap CI over tasks.
+
+    Args:
+        a, b: ``{task: figure}`` (non-finite figures are left out).
+        n_boot: bootstrap replicates; seed: their seed; level: the CI's coverage.
+
+    Returns:
+        ``{"difference", "difference_ci": [lo, hi] or None (fewer than 2 tasks), "share_tasks_a_higher",
+        "share_tasks_tied", "n_tasks", "per_task": {task: a - b}}``; ``None`` without a common task.
+
+    Example:
+        >>> paired_over_tasks({"x": 0.6, "y": 0.7}, {"x": 0.5, "y": 0.7})["difference"]
+        0.04999999999999999
+    """
+    tasks = sorted(t for t in set(a) & set(b)
+                   if a[t] is not None and b[t] is not None and math.isfinite(a[t]) and math.isfinite(b[t]))
+    if not tasks:
+        return None
+    d = np.array([a[t] - b[t] for t in tasks], dtype=float)
+    ci = None
+    if d.size >= 2:
+        rng = np.random.default_rng(seed)
+        reps = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+        ci = [float(v) for v in np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])]
+    return {"difference": float(d.mean()), "difference_ci": ci, "share_tasks_a_higher": float(np.mean(d > 0)),
+            "share_tasks_tied": float(np.mean(d == 0)), "n_tasks": int(d.size),
+            "per_task": {t: float(x) for t, x in zip(tasks, d)}}
+
+
+def _relative_per_task(summary: Mapping[str, Any]) -> dict[str, float]:
+    after = ((summary.get("copy_baseline") or {}).get("after") or {})
+    return dict(after.get("per_task") or {})
+
+
+def _mean_score_per_task(evaluation: Mapping[str, Any] | None) -> dict[str, float]:
+    out = {}
+    for t, v in ((evaluation or {}).get("trajectories") or {}).items():
+        s = [x for x in v.get("scores", []) if x is not None and math.isfinite(x)]
+        if s:
+            out[t] = float(np.mean(s))
+    return out
+
+
+def compare_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, Any]:
+    """The two arms of a run at equal compute, from their ``summary.json`` dicts.
+
+    Args:
+        wmrl, real: the WMRL arm's and the real arm's summaries (:func:`agents.train.summary.summarise`).
+
+    Returns:
+        ``{"training_cpu_s": {"wmrl", "real", "ratio"}, "steps_trained", "rollouts",
+        "real_executions", "groups_per_step", "heldout": {...}}`` where ``heldout`` holds, after
+        training, each arm's relative test-half score (``--reward relative``: the shown line 0.5,
+        the board's best 0.75) and mean held-out score, and their paired differences WMRL − real
+        over the held-out tasks (:func:`paired_over_tasks`); and avg@k of both arms with the
+        difference's CI (:func:`agents.train.evaluation.heldout_spread`, resampling tasks within
+        categories). ``verdict``: one sentence.
+    """
+    from agents.train.evaluation import heldout_spread
+
+    cw = (wmrl.get("training_cpu_s") or 0.0)
+    cr = (real.get("training_cpu_s") or 0.0)
+    rel_w, rel_r = _relative_per_task(wmrl), _relative_per_task(real)
+    mean_w = _mean_score_per_task(wmrl.get("heldout_after"))
+    mean_r = _mean_score_per_task(real.get("heldout_after"))
+    spread = heldout_spread(real.get("heldout_after"), wmrl.get("heldout_after"))  # "after" - "before" = WMRL - real
+    rel = paired_over_tasks(rel_w, rel_r)
+    heldout = {
+        "relative_score": {"wmrl": _mean(rel_w), "real": _mean(rel_r), "paired": rel},
+        "mean_score": {"wmrl": _mean(mean_w), "real": _mean(mean_r), "paired": paired_over_tasks(mean_w, mean_r)},
+        "avg_at_k": {"k": (wmrl.get("heldout_after") or {}).get("k"),
+                     "wmrl": (wmrl.get("heldout_after") or {}).get("overall"),
+                     "real": (real.get("heldout_after") or {}).get("overall"),
+                     "difference": (spread.get("difference") or {}).get("overall"),
+                     "difference_ci": (spread.get("difference") or {}).get("overall_ci")},
+        "before": {"relative_score": _mean(dict(((wmrl.get("copy_baseline") or {}).get("before") or {}).get("per_task")
+                                                 or {})),
+                   "avg_at_k": (wmrl.get("heldout_before") or {}).get("overall")},
+    }
+    out = {
+        "training_cpu_s": {"wmrl": cw, "real": cr, "ratio": cr / cw if cw > 0 else float("nan")},
+        "steps_trained": {"wmrl": wmrl.get("steps_trained"), "real": real.get("steps_trained")},
+        "groups_per_step": {"wmrl": wmrl.get("groups_per_step"), "real": real.get("groups_per_step")},
+        "rollouts": {"wmrl": wmrl.get("rollouts"), "real": real.get("rollouts")},
+        "real_executions": {"wmrl": wmrl.get("real_executions"), "real": real.get("real_executions")},
+        "heldout": heldout,
+    }
+    out["verdict"] = _verdict(out)
+    return out
+
+
+def _mean(per_task: Mapping[str, float]) -> float | None:
+    v = [x for x in per_task.values() if x is not None and math.isfinite(x)]
+    return float(np.mean(v)) if v else None
+
+
+def _verdict(out: Mapping[str, Any]) -> str:
+    p = out["heldout"]["relative_score"]["paired"] or out["heldout"]["mean_score"]["paired"]
+    what = "relative test-half score" if out["heldout"]["relative_score"]["paired"] else "mean held-out score"
+    c = out["training_cpu_s"]
+    if not p:
+        return "no held-out task graded in both arms: no comparison"
+    ci = p["difference_ci"]
+    at = f"at {c['wmrl']:.0f} vs {c['real']:.0f} training CPU-s"
+    diff = f"WMRL - real GRPO = {p['difference']:+.3f} in {what} over {p['n_tasks']} held-out tasks"
+    if ci is None:
+        return f"{diff} {at} (too few tasks for a CI)"
+    ci_s = f"[95% CI {ci[0]:+.3f}, {ci[1]:+.3f}]"
+    if ci[0] > 0:
+        return f"WMRL is better than real-execution GRPO {at}: {diff} {ci_s}"
+    if ci[1] < 0:
+        return f"real-execution GRPO is better than WMRL {at}: {diff} {ci_s}"
+    return f"no difference resolved {at}: {diff} {ci_s}"
+
+
+def arms_rows(arms: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The summary table's leading rows: both arms' held-out quality at equal compute."""
+    if not arms:
+        return []
+
+    def f(v: Any, nd: int = 3) -> str:
+        return f"{v:.{nd}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "n/a"
+
+    def d(p: Mapping[str, Any] | None) -> str:
+        if not p:
+            return "n/a"
+        ci = p.get("difference_ci")
+        return f"{p['difference']:+.3f}" + (f" [95% CI {ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "") + \
+            f" on {p['n_tasks']} tasks (WMRL higher on {p['share_tasks_a_higher']:.0%})"
+
+    h, c = arms["heldout"], arms["training_cpu_s"]
+    rel, ms, ak = h["relative_score"], h["mean_score"], h["avg_at_k"]
+    ak_ci = ak.get("difference_ci")
+    return [
+        ("ARMS AT EQUAL COMPUTE: training CPU-s, WMRL / real-execution GRPO",
+         f"{f(c['wmrl'], 0)} / {f(c['real'], 0)} (real / WMRL {f(c['ratio'], 2)})"),
+        ("  steps x groups per step, WMRL / real", f"{arms['steps_trained']['wmrl']} x {arms['groups_per_step']['wmrl']} / "
+                                                   f"{arms['steps_trained']['real']} x {arms['groups_per_step']['real']}"),
+        ("  held-out relative score (test half; shown line 0.5, board's best 0.75), before / WMRL / real",
+         f"{f(h['before']['relative_score'])} / {f(rel['wmrl'])} / {f(rel['real'])}"),
+        ("  WMRL - real, relative score, paired over tasks", d(rel["paired"])),
+        ("  held-out mean score, WMRL / real; WMRL - real", f"{f(ms['wmrl'])} / {f(ms['real'])}; {d(ms['paired'])}"),
+        (f"  held-out avg@{ak.get('k')}, WMRL / real; WMRL - real",
+         f"{f(ak['wmrl'], 1)} / {f(ak['real'], 1)}; {f(ak['difference'], 1)}"
+         + (f" [95% CI {ak_ci[0]:+.1f}, {ak_ci[1]:+.1f}]" if ak_ci else "")),
+        ("  verdict at equal compute", arms["verdict"]),
+    ]
+
+
+def plot_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any], path: str | Path) -> None:
+    """``arms.png``: held-out relative score (or mean score without ``--reward relative``) against
+    training CPU-seconds for both arms: the shared initial policy at 0, each arm's trained policy at
+    its spent CPU-seconds (one run; ``benchmarks/main_job_arms.py`` plots the committed seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = compare_arms(wmrl, real)
+    rel = arms["heldout"]["relative_score"]
+    key, label = ("relative_score", "held-out relative score (test half)") if rel["wmrl"] is not None else \
+        ("mean_score", "held-out mean score")
+    before = arms["heldout"]["before"]["relative_score"] if key == "relative_score" else \
+        _mean(_mean_score_per_task(wmrl.get("heldout_before")))
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for arm, colour in (("wmrl", "C0"), ("real", "C1")):
+        y = arms["heldout"][key][arm]
+        x = arms["training_cpu_s"][arm]
+        if y is None or before is None:
+            continue
+        ax.plot([0, x], [before, y], marker="o", color=colour, label="WMRL" if arm == "wmrl" else "real-execution GRPO")
+    ax.set_xlabel("training CPU-seconds (execution + world model + generation + update)")
+    ax.set_ylabel(label)
+    ax.set_title("wmrl train: both arms at equal compute")
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

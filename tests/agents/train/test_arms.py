@@ -1,0 +1,135 @@
+"""The real-execution arm of ``wmrl train`` (issue 36, item 4): its configuration, the stop rule at
+equal compute, the task-weighted cost per execution and the comparison of the arms."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.train.arms import arms_rows, budget_reached, compare_arms, paired_over_tasks, real_arm_config
+from agents.train.config import TrainConfig, load_config, validate
+from agents.train.summary import cost_vs_real_grpo, task_weighted_execution_cost
+from wmrl_envs.core import CorrectionConfig, CostLedger
+
+
+def test_real_arm_config_is_real_grpo_at_the_anchor_batch():
+    cfg = TrainConfig()  # 8 steps x 4 groups, anchor fraction 0.25
+    real = real_arm_config(cfg, 1234.5)
+    assert (real.world_model, real.correction.anchor_fraction, real.groups_per_step) == ("none", 1.0, 1)
+    assert real.cpu_budget_s == 1234.5 and real.arms == ("wmrl",)
+    assert real.steps == 4 * 8 * 4  # a cap of 4x the WMRL arm's groups, in steps of one group
+    # everything that is not the arm's definition is the WMRL arm's
+    assert (real.seed, real.group_size, real.lr, real.model, real.eval_k) == (cfg.seed, 8, cfg.lr, cfg.model, cfg.eval_k)
+    validate(real)
+    # an explicit batch, and "auto" takes its start fraction
+    assert real_arm_config(TrainConfig(real_groups_per_step=2), 1.0).groups_per_step == 2
+    auto = TrainConfig(groups_per_step=10, correction=CorrectionConfig(anchor_fraction="auto", auto_start_fraction=0.3))
+    assert real_arm_config(auto, 1.0).groups_per_step == 3
+    for bad in (0.0, -1.0, float("nan"), None):
+        with pytest.raises(ValueError, match="cpu_budget_s"):
+            real_arm_config(cfg, bad)
+
+
+@pytest.mark.parametrize("spent,done,budget,stops", [
+    (0.0, 0, 10.0, False),     # the first step always runs
+    (90.0, 3, 100.0, True),    # one more step (30) would end 20 over, 10 under now: stop
+    (80.0, 4, 100.0, False),   # one more (20) ends exactly at it: go
+    (100.0, 1, 100.0, True),
+    (1e9, 5, None, False),     # no budget
+])
+def test_budget_stops_at_the_whole_step_nearest_the_budget(spent, done, budget, stops):
+    assert budget_reached(spent, done, budget) is stops
+
+
+def test_validate_rejects_inconsistent_arms():
+    for cfg, match in [
+        (TrainConfig(arms=("real",)), "arms must be"),
+        (TrainConfig(arms=()), "arms must be"),
+        (TrainConfig(world_model="none", arms=("wmrl",)), "anchor-fraction 1"),
+        (TrainConfig(world_model="none", correction=CorrectionConfig(anchor_fraction=1.0)), "--arms wmrl"),
+        (TrainConfig(real_groups_per_step=0), "real_groups_per_step"),
+        (TrainConfig(cpu_budget_s=-5.0), "cpu_budget_s"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            validate(cfg)
+    validate(TrainConfig(world_model="none", arms=("wmrl",), correction=CorrectionConfig(anchor_fraction=1.0)))
+
+
+def test_old_run_folder_without_arms_loads_as_wmrl_alone(tmp_path):
+    from dataclasses import asdict
+
+    data = asdict(TrainConfig())
+    del data["arms"], data["real_groups_per_step"], data["cpu_budget_s"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert load_config(tmp_path).arms == ("wmrl",)
+    data["arms"] = ["wmrl", "real"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert load_config(tmp_path).arms == ("wmrl", "real")
+
+
+def test_paired_over_tasks():
+    p = paired_over_tasks({"a": 0.6, "b": 0.5, "c": 0.9, "z": 1.0}, {"a": 0.5, "b": 0.5, "c": 0.6, "y": 0.0})
+    assert p["n_tasks"] == 3 and p["difference"] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
+    assert p["share_tasks_a_higher"] == pytest.approx(2 / 3) and p["share_tasks_tied"] == pytest.approx(1 / 3)
+    lo, hi = p["difference_ci"]
+    assert 0.0 <= lo <= p["difference"] <= hi <= 0.3 + 1e-12
+    assert paired_over_tasks({"a": 1.0}, {"a": 0.5})["difference_ci"] is None
+    assert paired_over_tasks({"a": 1.0}, {"b": 0.5}) is None
+    assert paired_over_tasks({"a": float("nan"), "b": 1.0}, {"a": 0.5, "b": 0.5})["n_tasks"] == 1
+
+
+def test_task_weighted_cost_weights_by_training_frequency():
+    # task x was executed (cost 1 each) once; task y (cost 5 each) is trained 3 times as often,
+    # executed once; task z never executed: it takes the pooled mean (3)
+    steps = [
+        {"tasks": ["x", "y"], "routes": ["anchor", "world_model"], "execution_cpu_s": [[1.0, 1.0], None]},
+        {"tasks": ["y", "y"], "routes": ["anchor", "world_model"], "execution_cpu_s": [[5.0, 5.0], None]},
+        {"tasks": ["y", "z"], "routes": ["world_model", "world_model"], "execution_cpu_s": [None, None]},
+    ]
+    w = task_weighted_execution_cost(steps)
+    assert w["seconds_per_execution_unweighted"] == pytest.approx(3.0)
+    assert w["seconds_per_execution"] == pytest.approx((1 * 1.0 + 4 * 5.0 + 1 * 3.0) / 6)
+    assert (w["tasks_measured"], w["tasks_trained"], w["groups_imputed"]) == (2, 3, 1)
+    assert task_weighted_execution_cost([]) is None
+    # the weighted cost replaces the ledger's plain mean in cost_vs_real_grpo's CPU figures
+    led = CostLedger()
+    led.add("execution", 4.0, count=2, cpu_seconds=4.0)
+    led.add("generation", 1.0, cpu_seconds=1.0)
+    cv = cost_vs_real_grpo(led, 10, w)
+    assert cv["cpu_s"]["real_grpo"] == pytest.approx(10 * w["seconds_per_execution"] + 1.0)
+    assert cv["wall_s"]["real_grpo"] == pytest.approx(10 * 2.0 + 1.0)  # wall-clock keeps the ledger's mean
+    assert "arithmetic" in cv["verdict"]
+
+
+def _arm_summary(cpu, per_task, scores, steps, gps):
+    traj = {t: {"category": "c", "positions": [s], "scores": [s]} for t, s in scores.items()}
+    return {"training_cpu_s": cpu, "steps_trained": steps, "groups_per_step": gps, "rollouts": steps * gps * 8,
+            "real_executions": steps * 8,
+            "copy_baseline": {"before": {"per_task": {t: 0.5 for t in per_task}}, "after": {"per_task": per_task}},
+            "heldout_before": {"k": 1, "overall": 10.0, "trajectories": traj},
+            "heldout_after": {"k": 1, "overall": 50.0, "trajectories": traj}}
+
+
+def test_compare_arms_pairs_tasks_and_says_which_is_better():
+    tasks = [f"t{i}" for i in range(8)]
+    wmrl = _arm_summary(100.0, {t: 0.70 + 0.01 * i for i, t in enumerate(tasks)}, {t: 0.8 for t in tasks}, 8, 4)
+    real = _arm_summary(98.0, {t: 0.55 + 0.01 * i for i, t in enumerate(tasks)}, {t: 0.7 for t in tasks}, 11, 1)
+    arms = compare_arms(wmrl, real)
+    rel = arms["heldout"]["relative_score"]
+    assert rel["paired"]["difference"] == pytest.approx(0.15) and rel["paired"]["n_tasks"] == 8
+    assert rel["paired"]["difference_ci"] == pytest.approx([0.15, 0.15])
+    assert arms["heldout"]["mean_score"]["paired"]["difference"] == pytest.approx(0.1)
+    assert arms["training_cpu_s"]["ratio"] == pytest.approx(0.98)
+    assert arms["steps_trained"] == {"wmrl": 8, "real": 11}
+    assert arms["verdict"].startswith("WMRL is better")
+    swapped = compare_arms(real, wmrl)
+    assert swapped["verdict"].startswith("real-execution GRPO is better")
+    mixed = dict(real, copy_baseline={"after": {"per_task": {t: 0.70 + 0.01 * i + (0.05 if i % 2 else -0.05)
+                                                             for i, t in enumerate(tasks)}}})
+    assert compare_arms(wmrl, mixed)["verdict"].startswith("no difference resolved")
+    # the summary's leading rows
+    rows = dict(arms_rows(arms))
+    assert list(rows)[0].startswith("ARMS AT EQUAL COMPUTE") and rows["  verdict at equal compute"] == arms["verdict"]
+    assert "+0.150 [95% CI +0.150, +0.150] on 8 tasks (WMRL higher on 100%)" in rows["  WMRL - real, relative score, paired over tasks"]
+    assert arms["heldout"]["avg_at_k"]["wmrl"] == 50.0 and arms_rows(None) == []
