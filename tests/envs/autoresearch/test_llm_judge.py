@@ -266,3 +266,24 @@ def test_strip_gguf_quantizer_allows_save(tokenizer, tmp_path):
     assert not hasattr(model.config, "quantization_config")
     model.save_pretrained(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / "config.json").is_file()
+
+
+def test_state_dict_resumes_the_sampling_stream(tokenizer, next_observation):
+    """Issue 37, item 3: the judge's random state is its call counter; a judge restored from
+    another's state_dict samples what the other samples next (without it, from the first call's seed)."""
+    import json
+
+    model = _tiny_llama(tokenizer)
+    acts, ctxs = [GOOD_CODE, BUGGY_CODE, NO_SUB_CODE], [_obs(i) for i in range(3)]
+    first = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=32, batch_size=3, seed=123)
+    first.predict(ctxs, acts)
+    state = json.loads(json.dumps(first.state_dict()))  # JSON-serialisable, as the wrapper saves it
+    assert state["n_generate_calls"] >= 1
+    uninterrupted = [p.raw_output for p in first.predict(ctxs, acts)]
+    resumed = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=32, batch_size=3, seed=123)
+    resumed.load_state_dict(state)
+    assert [p.raw_output for p in resumed.predict(ctxs, acts)] == uninterrupted
+    fresh = LLMJudgeWorldModel(model, tokenizer, max_new_tokens=32, batch_size=3, seed=123)
+    assert [p.raw_output for p in fresh.predict(ctxs, acts)] != uninterrupted  # the first call's sample differs
+    with pytest.raises(ValueError, match="unknown keys"):
+        fresh.load_state_dict({"rng": 1})

@@ -287,6 +287,29 @@ class LLMJudgeWorldModel:
             kwargs.setdefault("constrained", False)
         return cls(None, tokenizer, generator=gen, **kwargs)
 
+    # ---------------------------------------------------------------- state
+    _COUNTERS = ("n_model_calls", "n_generate_calls", "n_precheck", "n_parse_errors", "n_forced_close", "seconds",
+                 "tokens_generated")
+
+    def state_dict(self) -> dict[str, float]:
+        """The judge's state: its counters (JSON-serialisable). With ``seed`` set, the ``k``-th
+        ``generate`` call samples with ``seed + k``, so the call counter is the whole of its random
+        state: a run resumed with :meth:`load_state_dict` samples what the uninterrupted run would
+        have (the wrapper saves it with its correction state, issue 37 item 3)."""
+        return {k: getattr(self, k) for k in self._COUNTERS}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore :meth:`state_dict`'s counters.
+
+        Raises:
+            ValueError: ``state`` has a key the judge does not keep.
+        """
+        unknown = sorted(set(state) - set(self._COUNTERS))
+        if unknown:
+            raise ValueError(f"LLMJudgeWorldModel.load_state_dict: unknown keys {unknown}; expected {list(self._COUNTERS)}")
+        for k, v in state.items():
+            setattr(self, k, float(v) if k == "seconds" else int(v))
+
     # ---------------------------------------------------------------- stats
     def stats(self) -> dict[str, float]:
         """Counters as a dict (for logging): calls, pre-checks, parse errors, seconds, tokens/s."""
