@@ -226,7 +226,7 @@ def test_reported_prices_in_the_ledger_state_merge_and_summary():
 
 
 def test_the_ray_worker_charges_a_reported_price_and_fails_an_invalid_one():
-    from wmrl_envs.distributed.ray_pool import ExecutionWorker, GroupExecution, _cost_list
+    from wmrl_envs.distributed.ray_pool import ExecutionWorker, GroupExecution
 
     worker = ExecutionWorker(PaidAPIEnv, 0)
     out = worker.execute(np.array([0.5], np.float32), 0, None)
@@ -234,7 +234,7 @@ def test_the_ray_worker_charges_a_reported_price_and_fails_an_invalid_one():
     assert worker.ledger.reported("execution") == (1, pytest.approx(0.02))
     res = GroupExecution(rewards=[0.8, None], observations=[None, None], infos=[out["info"], {}], seconds=[0.1, 0.1],
                          workers=[0, 0], errors=[None, None])
-    assert _cost_list(res) == [pytest.approx(0.02), None]
+    assert res.reported_costs() == [pytest.approx(0.02), None]
     bad = ExecutionWorker(lambda: PaidAPIEnv(bad=-1.0), 1).execute(np.array([0.5], np.float32), 0, None)
     assert bad["reward"] is None and bad["cause"] == "execution_error" and "execution_cost" in bad["error"]
 

@@ -175,6 +175,13 @@ class GroupExecution:
     causes: list[str | None] = field(default_factory=list)
     cpu_seconds: list[float | None] = field(default_factory=list)
 
+    def reported_costs(self) -> list[float | None]:
+        """The price each rollout's env reported (``infos[i]["execution_cost"]``, checked in the worker), ``None``
+        where it reported none (G entries)."""
+        if len(self.infos) != len(self.seconds):
+            return [None] * len(self.seconds)
+        return [reported_execution_cost(i) if isinstance(i, Mapping) else None for i in self.infos]
+
 
 class GroupExecutionFuture:
     """Handle of a group submitted with :meth:`RayExecutionPool.execute_group`.
@@ -283,14 +290,6 @@ class GroupExecutionFuture:
 def _cpu_list(res: GroupExecution) -> list[float | None]:
     """``res.cpu_seconds``, or ``None`` per rollout for a :class:`GroupExecution` built without it."""
     return list(res.cpu_seconds) if len(res.cpu_seconds) == len(res.seconds) else [None] * len(res.seconds)
-
-
-def _cost_list(res: GroupExecution) -> list[float | None]:
-    """The price each rollout's env reported (``info["execution_cost"]``, checked in the worker), ``None`` where
-    it reported none."""
-    if len(res.infos) != len(res.seconds):
-        return [None] * len(res.seconds)
-    return [reported_execution_cost(i) if isinstance(i, Mapping) else None for i in res.infos]
 
 
 def _failed(worker: int, cause: str, error: str) -> dict[str, Any]:
@@ -467,7 +466,7 @@ class RayExecutionPool:
             w = self._inflight.pop(ref, None)
             if w is not None:
                 self._load[w] = max(0, self._load[w] - 1)
-        for dt, cpu, price in zip(res.seconds, _cpu_list(res), _cost_list(res)):
+        for dt, cpu, price in zip(res.seconds, _cpu_list(res), res.reported_costs()):
             self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu, cost=price)
         self.n_completed += len(res.seconds)
 
