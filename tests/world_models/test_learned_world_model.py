@@ -426,6 +426,9 @@ def test_a_pairs_features_of_another_shape_than_one_row_are_an_error_not_flatten
         CallableFeaturizer(fn, batched=batched)([0, 0], [1.0, 2.0])
     with pytest.raises(ValueError, match=shape):  # the same through the world model
         LearnedWorldModel(CallableFeaturizer(fn, batched=batched)).predict([0, 0], [1.0, 2.0])
+    # any other featurizer given to the world model: its (B, D) result is checked there
+    with pytest.raises(ValueError, match=r"must return a \(B, D\) array for B = 2 pairs, got shape \(2, 2, 3\)"):
+        LearnedWorldModel(lambda cs, acts: np.ones((len(acts), 2, 3))).predict([0, 0], [1.0, 2.0])
     # what stays allowed: a 1-D row, and a scalar as one feature
     assert CallableFeaturizer(lambda c, a: np.ravel(np.full((2, 3), a)))([0], [2.0]).shape == (1, 6)
     assert CallableFeaturizer(lambda c, a: a)([0, 0], [1.0, 2.0]).tolist() == [[1.0], [2.0]]
