@@ -353,11 +353,16 @@ class LearnedWorldModel:
             pair) so that ``observe`` does not featurize the same pairs again (0: none).
         cpu_share: the most CPU-seconds the world model may use (predictions, learning and
             rescoring) per CPU-second of execution, in (0, 10]; default 0.10. Applies once an
-            execution cost is bound.
+            execution cost is bound. With a bound ledger that counts wall-clock
+            (``cost_basis="wall"``: executions wait for a remote job, a queue, an API), it is
+            wall-clock seconds per wall-clock second of execution, the run's own measure of cost
+            (a refit's estimate stays its CPU-seconds, about its wall-clock on one thread); under
+            ``"cpu"`` and ``"per_call"`` (where refits have no declared price) CPU-seconds.
         execution_cost: what the budget is measured against: a
             :class:`~wmrl_envs.core.CostLedger` (the loop's, ``loop.ledger``: the world model's
             share is then its ``world_model`` CPU-seconds over its ``execution`` CPU-seconds,
-            what the run's summary shows), or a callable ``() -> float``, the execution
+            what the run's summary shows; wall-clock seconds over wall-clock seconds under
+            ``cost_basis="wall"``), or a callable ``() -> float``, the execution
             CPU-seconds so far (the world model's CPU is then its own, :attr:`cpu_s`), or
             ``None`` (default: no budget; every due refit is made). Not saved with the state:
             bind it again after loading.
@@ -494,8 +499,9 @@ class LearnedWorldModel:
 
     def cpu_spent(self) -> tuple[float, float] | None:
         """``(world-model CPU-s, execution CPU-s)`` so far as the budget sees them (from the
-        bound ledger's ``world_model`` and ``execution`` sources, or this model's :attr:`cpu_s`
-        and the bound callable), ``None`` with no execution cost bound or a bound ledger that has
+        bound ledger's ``world_model`` and ``execution`` sources — their wall-clock seconds when
+        the ledger counts wall-clock, ``cost_basis="wall"`` — or this model's :attr:`cpu_s` and
+        the bound callable), ``None`` with no execution cost bound or a bound ledger that has
         recorded no execution (nothing to measure the budget against: refits are not held back).
 
         Raises:
@@ -507,6 +513,8 @@ class LearnedWorldModel:
         if callable(getattr(src, "cpu_seconds", None)):
             if callable(getattr(src, "count", None)) and src.count("execution") == 0:
                 return None  # a ledger that records no executions (a loop fed scores directly): no budget
+            if getattr(src, "cost_basis", "cpu") == "wall":  # the run's cost is wall-clock: so is the budget
+                return float(src.seconds("world_model")), float(src.seconds("execution"))
             return float(src.cpu_seconds("world_model")), float(src.cpu_seconds("execution"))
         v = src()
         if not _finite(v) or float(v) < 0:
