@@ -101,6 +101,7 @@ from wmrl_envs.core import (
     GroupTicket,
     Stopwatch,
     execution_cpu_seconds,
+    reported_execution_cost,
 )
 from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, WORLD_MODEL_UNGRADED, execution_cause
 from wmrl_envs.world_models import WorldModelPrediction
@@ -469,7 +470,8 @@ class WMRLTextEnv(BaseTextEnv):
             wall, cpu = sw.read()
             self.real_steps += 1
             out_meta = dict(out.get("metadata") or {})
-            loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(out_meta, cpu), ticket=ticket)
+            loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(out_meta, cpu), ticket=ticket,
+                                  cost=reported_execution_cost(out_meta))
             cause = execution_cause(out.get("reward"), out_meta)
             self._reals.append(None if cause else float(out["reward"]))
             if cause and self._exec_cause is None:

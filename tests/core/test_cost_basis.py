@@ -8,6 +8,7 @@ CPU-seconds the wait is invisible; counted in wall-clock it is the cost.
 
 from __future__ import annotations
 
+import json
 import time
 
 import gymnasium as gym
@@ -125,3 +126,124 @@ def test_the_basis_is_read_not_saved():
     b = CostLedger()
     b.load_state_dict(a.state_dict())
     assert b.cost("execution") == pytest.approx(0.2) and a.cost("execution") == pytest.approx(3.0)
+
+
+# ---------------------------------------------------------------------- a price reported per execution
+
+
+class PaidAPIEnv(gym.Env):
+    """A paid API whose price varies per call: it reports each call's price in ``info["execution_cost"]``
+    (``0.01 + 0.02 * a``), except for actions below ``unpriced_below`` (price unknown: no key), and
+    ``bad`` in place of the price when set."""
+
+    observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+
+    def __init__(self, unpriced_below: float = -1.0, bad=None) -> None:
+        self.unpriced_below, self.bad = unpriced_below, bad
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        a = float(action[0])
+        info = {} if a < self.unpriced_below else {"execution_cost": 0.01 + 0.02 * a}
+        if self.bad is not None:
+            info["execution_cost"] = self.bad
+        return np.zeros(1, np.float32), 1.0 - abs(a - 0.3), True, False, info
+
+
+PAID = dict(cost_basis="per_call", cost_prices={"execution": 0.5, "world_model": 0.0005}, cost_unit="USD")
+
+
+def test_per_call_charges_the_price_each_execution_reports_per_episode():
+    env = AnchoredWorldModelWrapper(PaidAPIEnv(), NoisyWM(), group_size=4,
+                                    correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
+    actions = np.linspace(0.0, 1.0, 12)
+    for a in actions:
+        env.reset()
+        env.step(np.array([a], np.float32))
+    ledger = env.loop.ledger
+    expected = float(np.sum(0.01 + 0.02 * actions))  # 0.24: not 12 x the declared 0.5
+    assert ledger.count("execution") == 12 and ledger.reported("execution") == (12, pytest.approx(expected))
+    assert ledger.cost("execution") == pytest.approx(expected)
+    assert CostRates.from_ledger(ledger).execution_s == pytest.approx(expected / 12)  # γ reads it
+    assert env.loop.stats()["execution_cost"] == pytest.approx(expected)
+    assert env.loop.advise().costs.execution_s == pytest.approx(expected / 12)
+
+
+def test_per_call_reported_prices_through_score_group_and_the_declared_price_for_the_rest():
+    env = AnchoredWorldModelWrapper(PaidAPIEnv(unpriced_below=0.5), NoisyWM(), group_size=4,
+                                    correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
+    actions = [np.array([a], np.float32) for a in (0.1, 0.4, 0.6, 1.0)]
+    env.score_group(actions, seed=0)
+    ledger = env.loop.ledger
+    # 0.6 and 1.0 reported 0.022 and 0.03; 0.1 and 0.4 reported nothing: the declared 0.5 each
+    assert ledger.reported("execution") == (2, pytest.approx(0.052))
+    assert ledger.cost("execution") == pytest.approx(0.052 + 2 * 0.5)
+
+
+def test_a_reported_price_is_kept_but_read_under_per_call_only():
+    env = AnchoredWorldModelWrapper(PaidAPIEnv(), NoisyWM(), group_size=2,
+                                    correction=CorrectionConfig(anchor_fraction=1.0, cost_basis="wall"))
+    env.score_group([np.array([0.5], np.float32)] * 2, seed=0)
+    ledger = env.loop.ledger
+    assert ledger.reported("execution") == (2, pytest.approx(0.04))
+    assert ledger.cost("execution") == pytest.approx(ledger.seconds("execution"))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.01, "0.02", True])
+def test_an_invalid_reported_price_is_a_clear_error(bad):
+    env = AnchoredWorldModelWrapper(PaidAPIEnv(bad=bad), NoisyWM(), group_size=2,
+                                    correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
+    env.reset()
+    with pytest.raises(ValueError, match=r"info\['execution_cost'\] must be a finite number >= 0 \(this execution's "
+                                         r"price, in the run's cost_unit\), got .*leave the key out to have the "
+                                         r"declared cost_prices\['execution'\] charged"):
+        env.step(np.array([0.5], np.float32))
+
+
+def test_reported_prices_in_the_ledger_state_merge_and_summary():
+    a = CostLedger("per_call", prices={"execution": 1.0}, unit="USD")
+    a.add("execution", 2.0, 1, cpu_seconds=0.1, cost=0.25)
+    a.add("execution", 2.0, 2, cpu_seconds=0.1)
+    assert a.cost("execution") == pytest.approx(2.25)
+    assert a.to_dict()["execution"]["reported_count"] == 1 and a.to_dict()["execution"]["reported_cost"] == 0.25
+    b = CostLedger("per_call", prices={"execution": 1.0}, unit="USD")
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b.reported("execution") == (1, 0.25) and b.cost("execution") == pytest.approx(2.25)
+    b.merge(a)
+    assert b.reported("execution") == (2, 0.5) and b.cost("execution") == pytest.approx(4.5)
+    # a ledger whose events reported nothing saves what it saved before
+    c = CostLedger()
+    c.add("execution", 1.0, 1, cpu_seconds=0.5)
+    assert c.state_dict() == {"execution": {"count": 1, "seconds": 1.0, "cpu_seconds": 0.5, "cpu_unmeasured": 0}}
+    with pytest.raises(ValueError, match="the reported cost of 'execution' must be a finite number >= 0, got -1"):
+        c.add("execution", 1.0, 1, cost=-1)
+    with pytest.raises(ValueError, match="reported_count must be an integer in \\[0, count\\], got 3"):
+        c.load_state_dict({"execution": {"count": 2, "seconds": 1.0, "reported_count": 3, "reported_cost": 1.0}})
+
+
+def test_the_ray_worker_charges_a_reported_price_and_fails_an_invalid_one():
+    from wmrl_envs.distributed.ray_pool import ExecutionWorker, GroupExecution
+
+    worker = ExecutionWorker(PaidAPIEnv, 0)
+    out = worker.execute(np.array([0.5], np.float32), 0, None)
+    assert out["info"]["execution_cost"] == pytest.approx(0.02) and out["cause"] is None
+    assert worker.ledger.reported("execution") == (1, pytest.approx(0.02))
+    res = GroupExecution(rewards=[0.8, None], observations=[None, None], infos=[out["info"], {}], seconds=[0.1, 0.1],
+                         workers=[0, 0], errors=[None, None])
+    assert res.reported_costs() == [pytest.approx(0.02), None]
+    bad = ExecutionWorker(lambda: PaidAPIEnv(bad=-1.0), 1).execute(np.array([0.5], np.float32), 0, None)
+    assert bad["reward"] is None and bad["cause"] == "execution_error" and "execution_cost" in bad["error"]
+
+
+def test_the_vector_wrapper_says_it_does_not_read_a_reported_price_yet():
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    venv = AnchoredWorldModelVectorWrapper(make_vector_env(PaidAPIEnv, 2), NoisyWM(), group_size=2,
+                                           correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
+    venv.reset(seed=0)
+    with pytest.warns(UserWarning, match=r"reports info\['execution_cost'\], which the vector wrapper does not read"):
+        venv.step(np.full((2, 1), 0.5, np.float32))

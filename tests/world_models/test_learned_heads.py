@@ -142,3 +142,27 @@ def test_the_first_fit_comes_after_min_groups_whatever_refit_every():
         if wm.observe([None] * G, list(a), _peaked(a).tolist(), group_id=k):
             fitted_at.append(k + 1)
     assert fitted_at == [2, 6]  # after 2 groups, then every 4
+
+
+@pytest.mark.parametrize("basis, deferred", [("cpu", True), ("wall", False)])
+def test_the_budget_follows_the_runs_cost_basis(basis, deferred):
+    """A remote job: each execution waits 1 s wall-clock for 0.002 CPU-s here (recorded, not slept). Counted in CPU-seconds (the
+    default) the refits overrun 10% of the execution CPU and wait; when the run counts wall-clock (issue 38:
+    the wait is the cost) the world model's share is measured in wall-clock too and they are made."""
+    wm = LearnedWorldModel(_features(), folds=3)
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0, cost_basis=basis), world_model=wm)
+    rng = np.random.default_rng(3)
+    for k in range(10):
+        a = rng.normal(size=(G, 2))
+        preds = loop.predict([None] * G, list(a))
+        t = loop.open_group()
+        loop.record_execution(1.0 * G, G, cpu_seconds=0.002 * G, ticket=t)
+        loop.close_group(t, [p.score for p in preds], _peaked(a).tolist(), actions=list(a), contexts=[None] * G)
+    spent, executed = wm.cpu_spent()
+    ledger = loop.ledger
+    if basis == "wall":
+        assert (spent, executed) == (ledger.seconds("world_model"), pytest.approx(10 * G * 1.0))
+    else:
+        assert (spent, executed) == (ledger.cpu_seconds("world_model"), pytest.approx(10 * G * 0.002))
+    assert (wm.refits_deferred > 0) == deferred
+    assert wm.n_refits == (1 if deferred else 9)  # the first fit at group 2, then one per group when affordable

@@ -413,6 +413,27 @@ def test_a_saved_state_of_another_feature_width_is_refused_at_load():
         undeclared.predict([0], [1.0])
 
 
+@pytest.mark.parametrize("fn, batched, shape", [
+    (lambda c, a: np.full((2, 3), a), False, r"\(2, 3\) for one \(context, action\) pair"),
+    (lambda c, a: [[a, a]], False, r"\(1, 2\) for one"),
+    (lambda cs, acts: np.ones((len(acts), 2, 3)), True, r"shape \(2, 2, 3\) for 2 pairs; make it return a \(2, D\)"),
+    (lambda cs, acts: np.ones(len(acts)), True, r"shape \(2,\) for 2 pairs"),
+    (lambda cs, acts: np.ones((1, 4)), True, r"shape \(1, 4\) for 2 pairs"),
+])
+def test_a_pairs_features_of_another_shape_than_one_row_are_an_error_not_flattened(fn, batched, shape):
+    # issue 38: a (2, 3) array per pair used to become 6 features without a word
+    with pytest.raises(ValueError, match=shape):
+        CallableFeaturizer(fn, batched=batched)([0, 0], [1.0, 2.0])
+    with pytest.raises(ValueError, match=shape):  # the same through the world model
+        LearnedWorldModel(CallableFeaturizer(fn, batched=batched)).predict([0, 0], [1.0, 2.0])
+    # any other featurizer given to the world model: its (B, D) result is checked there
+    with pytest.raises(ValueError, match=r"must return a \(B, D\) array for B = 2 pairs, got shape \(2, 2, 3\)"):
+        LearnedWorldModel(lambda cs, acts: np.ones((len(acts), 2, 3))).predict([0, 0], [1.0, 2.0])
+    # what stays allowed: a 1-D row, and a scalar as one feature
+    assert CallableFeaturizer(lambda c, a: np.ravel(np.full((2, 3), a)))([0], [2.0]).shape == (1, 6)
+    assert CallableFeaturizer(lambda c, a: a)([0, 0], [1.0, 2.0]).tolist() == [[1.0], [2.0]]
+
+
 def test_featurizer_errors_say_what_was_wrong_and_how_to_fix_it():
     with pytest.raises(TypeError, match=r"fn must be callable, got int: pass a function fn\(context, action\)"):
         CallableFeaturizer(3)

@@ -41,6 +41,7 @@ from .debias import IsotonicDebiaser
 from .denoise import InverseVarianceDenoiser, group_disagreement
 from .ledger import (
     EXECUTION,
+    EXECUTION_COST_KEY,
     EXECUTION_CPU_KEY,
     GENERATION,
     UPDATE,
@@ -48,6 +49,7 @@ from .ledger import (
     CostLedger,
     Stopwatch,
     execution_cpu_seconds,
+    reported_execution_cost,
     process_cpu_seconds,
 )
 from .routing import ANCHOR, WORLD_MODEL, AnchorRouter, Route
@@ -81,6 +83,8 @@ __all__ = [
     "process_cpu_seconds",
     "execution_cpu_seconds",
     "EXECUTION_CPU_KEY",
+    "EXECUTION_COST_KEY",
+    "reported_execution_cost",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",
     "GENERATION",

@@ -113,11 +113,14 @@ class CorrectionConfig:
     cost_basis: Literal["cpu", "wall", "per_call"] = "cpu"
     """What a cost is, for the ledger, gamma (cost_ratio measured), the advisor and every summary: "cpu"
     (CPU-seconds of this machine: local execution), "wall" (wall-clock seconds: the wait for a remote job, a
-    GPU queue or a paid API counts) or "per_call" (a declared price per event, cost_prices)."""
+    GPU queue or a paid API counts) or "per_call" (a declared price per event, cost_prices, or the price an
+    execution reports in info["execution_cost"])."""
     cost_prices: dict[str, float] | None = None
     """cost_basis="per_call": {source: price of one event}, "execution" (> 0) and every other source the
     run records ("world_model"; "generation", "update" where a trainer records them), e.g.
-    {"execution": 0.02, "world_model": 0.0001}."""
+    {"execution": 0.02, "world_model": 0.0001}. An execution whose env reports its own price in its step info
+    (info["execution_cost"], a finite number >= 0 in cost_unit) is charged that instead; cost_prices["execution"]
+    is then the price of an execution that reports none."""
     cost_unit: str | None = None
     """cost_basis="per_call": the prices' unit, e.g. "USD" or "GPU-s" (default "units")."""
 

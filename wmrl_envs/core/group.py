@@ -246,8 +246,9 @@ class AnchorExecution:
             group's ``observations`` argument, or its contexts, stand in).
         infos: G info dicts of the rollouts (``None``: empty dicts).
         seconds: wall-clock seconds of the group's execution (``GroupRollout.execution_seconds``).
-        record: per rollout ``(wall seconds, CPU-seconds or None)`` to add to the ledger as one
-            execution each (:meth:`CorrectionLoop.record_execution`); ``None``: nothing to add
+        record: per rollout ``(wall seconds, CPU-seconds or None)``, or ``(wall seconds,
+            CPU-seconds or None, reported price or None)`` (``info["execution_cost"]``), to add to
+            the ledger as one execution each (:meth:`CorrectionLoop.record_execution`); ``None``: nothing to add
             (executed earlier and accounted by the caller, or already in a shared ledger).
         recorded: executions already in the loop's ledger (a pool that shares it) to count for
             the group (the execution budget's per-group cost); used when ``record`` is ``None``.
@@ -258,7 +259,7 @@ class AnchorExecution:
     observations: Sequence[Any] | None = None
     infos: Sequence[Mapping[str, Any]] | None = None
     seconds: float = 0.0
-    record: Sequence[tuple[float, float | None]] | None = None
+    record: Sequence[tuple[float, float | None] | tuple[float, float | None, float | None]] | None = None
     recorded: int = 0
 
 
@@ -369,8 +370,9 @@ class GroupScoring:
             if len(execution.real) != g:
                 raise ValueError(f"the execution has {len(execution.real)} real scores for a group of {g} rollouts")
             if execution.record is not None:
-                for dt, cpu in execution.record:
-                    self.record_execution(dt, 1, cpu_seconds=cpu, ticket=ticket)  # type: ignore[attr-defined]
+                for dt, cpu, *price in execution.record:
+                    self.record_execution(dt, 1, cpu_seconds=cpu, ticket=ticket,  # type: ignore[attr-defined]
+                                          cost=price[0] if price else None)
             elif execution.recorded:
                 self.attribute_executions(ticket, int(execution.recorded))  # type: ignore[attr-defined]
             real = list(execution.real)

@@ -27,7 +27,9 @@ accounting"):
 ``CorrectionConfig.cost_basis``): ``"cpu"`` (default: CPU-seconds, as above: right for local
 execution), ``"wall"`` (wall-clock seconds: the wait for a remote job, a GPU queue or a paid API
 counts) or ``"per_call"`` (a declared price per event and source, e.g. money or GPU-seconds:
-``prices={"execution": 0.02, "world_model": 0.0001}``). Every reader of costs —
+``prices={"execution": 0.02, "world_model": 0.0001}``; an env whose price varies per call reports
+each execution's own in its step info under :data:`EXECUTION_COST_KEY`, ``"execution_cost"``,
+:func:`reported_execution_cost`, and that is charged instead of the declared price). Every reader of costs —
 :meth:`CostLedger.cost`, :meth:`CostRates.from_ledger <wmrl_envs.core.advisor.CostRates.from_ledger>`
 (so γ, the adaptive fraction and the advisor) and :meth:`CorrectionLoop.stats
 <wmrl_envs.core.CorrectionLoop.stats>` — reads them in the ledger's basis. The ledger records
@@ -54,11 +56,13 @@ __all__ = [
     "process_cpu_seconds",
     "thread_cpu_seconds",
     "execution_cpu_seconds",
+    "reported_execution_cost",
     "EXECUTION",
     "WORLD_MODEL_SOURCE",
     "GENERATION",
     "UPDATE",
     "EXECUTION_CPU_KEY",
+    "EXECUTION_COST_KEY",
     "COST_BASES",
 ]
 
@@ -80,6 +84,13 @@ synthetic env's fixed cost per call), or ``None``: executed, but its CPU could n
 (the ledger then counts the execution as unmeasured). The wrappers charge it to
 ``execution``; when an env leaves the key out they charge the CPU they measured around the
 step (:func:`execution_cpu_seconds`)."""
+
+EXECUTION_COST_KEY = "execution_cost"
+"""Step-info key in which an env reports the price of one execution (float >= 0, in the ledger's
+``unit``; ``None`` or absent: not reported), for a paid API or a job whose price varies per call.
+Read under ``cost_basis="per_call"`` only: such an execution is charged what it reports, the
+others ``prices["execution"]`` (:func:`reported_execution_cost`, :meth:`CostLedger.add`'s
+``cost``)."""
 
 
 def process_cpu_seconds() -> float:
@@ -189,12 +200,13 @@ class Stopwatch:
         return max(0.0, wall), max(0.0, cpu - others)
 
 
-def _check_seconds(value: Any, what: str) -> float:
+def _check_seconds(value: Any, what: str, unit: str = " seconds") -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r} ({type(value).__name__})")
+        of = f" of{unit}" if unit else ""
+        raise ValueError(f"{what} must be a number{of}, got {value!r} ({type(value).__name__})")
     v = float(value)
     if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{what} must be a finite number >= 0 seconds, got {value!r}")
+        raise ValueError(f"{what} must be a finite number >= 0{unit}, got {value!r}")
     return v
 
 
@@ -230,6 +242,34 @@ def execution_cpu_seconds(info: Mapping[str, Any] | None, measured_cpu_s: float)
                          "not measured), or leave the key out to have the step's measured CPU charged") from None
 
 
+def reported_execution_cost(info: Mapping[str, Any] | None) -> float | None:
+    """The price one execution reported in its step ``info`` under :data:`EXECUTION_COST_KEY`.
+
+    Args:
+        info: the step's info dict (anything else: nothing reported).
+
+    Returns:
+        The price (float >= 0, in the run's ``cost_unit``), or ``None``: the key is absent or
+        ``None`` (the ledger then charges the declared ``prices["execution"]``).
+
+    Raises:
+        ValueError: the env reported something that is neither ``None`` nor a finite number
+            >= 0 (an env bug: report the price as a float, or leave the key out).
+
+    Example:
+        >>> reported_execution_cost({"execution_cost": 0.013}), reported_execution_cost({})
+        (0.013, None)
+    """
+    if not isinstance(info, Mapping) or info.get(EXECUTION_COST_KEY) is None:
+        return None
+    value = info[EXECUTION_COST_KEY]
+    if not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise ValueError(f"info[{EXECUTION_COST_KEY!r}] must be a finite number >= 0 (this execution's price, in the "
+                     f"run's cost_unit), got {value!r} ({type(value).__name__}): report the price as a float, None "
+                     "when it is unknown, or leave the key out to have the declared cost_prices['execution'] charged")
+
+
 class CostLedger:
     """Counts, wall-clock seconds and CPU-seconds per cost source.
 
@@ -237,7 +277,9 @@ class CostLedger:
     events as *not measured* (counted by :meth:`cpu_unmeasured`, nothing added to
     :meth:`cpu_seconds`), so that a report can say which part of a source's count its
     CPU-seconds cover. Ledgers saved before CPU-seconds existed load with all their events
-    unmeasured.
+    unmeasured. A price reported per event (:meth:`add`'s ``cost``, e.g. an execution's
+    ``info["execution_cost"]``) is kept beside them (:meth:`reported`) and is what ``"per_call"``
+    charges for those events.
 
     Example:
         >>> ledger = CostLedger()
@@ -247,16 +289,19 @@ class CostLedger:
         >>> ledger.add("execution", seconds=1.0)  # CPU not measured
         >>> ledger.cpu_unmeasured("execution")
         1
-        >>> CostLedger(cost_basis="per_call", prices={"execution": 0.5, "world_model": 0.01},
-        ...            unit="USD").cost("execution")
-        0.0
+        >>> paid = CostLedger(cost_basis="per_call", prices={"execution": 0.5, "world_model": 0.01}, unit="USD")
+        >>> paid.add("execution", seconds=3.0, count=2)  # charged the declared price
+        >>> paid.add("execution", seconds=1.0, cost=0.2)  # the env reported this one's price
+        >>> paid.cost("execution")
+        1.2
 
     Args:
         cost_basis: what :meth:`cost` reads (:data:`COST_BASES`): ``"cpu"`` (default),
             ``"wall"`` or ``"per_call"``.
         prices: ``"per_call"`` only: ``{source: price of one event}`` (numbers >= 0;
-            ``"execution"`` > 0 is required). A source without a price costs nothing while it
-            has no event; reading the cost of one that has events raises.
+            ``"execution"`` > 0 is required: what an execution that reports no price of its own
+            costs). A source without a price costs nothing while it has no event; reading the
+            cost of one that has events without a reported price raises.
         unit: the name of the prices' unit (``"per_call"``; default ``"units"``), e.g. ``"USD"``,
             ``"GPU-s"``.
 
@@ -283,7 +328,7 @@ class CostLedger:
                 raise ValueError("cost_basis='per_call' needs prices={source: price of one event}, e.g. "
                                  "{'execution': 0.02, 'world_model': 0.0001}")
             for src, p in prices.items():
-                checked[str(src)] = _check_seconds(p, f"the price of one {src!r} event")
+                checked[str(src)] = _check_seconds(p, f"the price of one {src!r} event", "")
             if checked.get(EXECUTION, 0.0) <= 0:
                 raise ValueError(f"cost_basis='per_call' needs a price > 0 for {EXECUTION!r} (what the method saves), "
                                  f"got prices={dict(prices)!r}")
@@ -294,8 +339,10 @@ class CostLedger:
         self._seconds: dict[str, float] = {}
         self._cpu: dict[str, float] = {}
         self._cpu_unmeasured: dict[str, int] = {}
+        self._reported: dict[str, tuple[int, float]] = {}  # source -> (events with a reported price, their sum)
 
-    def add(self, source: str, seconds: float = 0.0, count: int = 1, *, cpu_seconds: float | None = None) -> None:
+    def add(self, source: str, seconds: float = 0.0, count: int = 1, *, cpu_seconds: float | None = None,
+            cost: float | None = None) -> None:
         """Record ``count`` events of ``source`` that took ``seconds`` of wall-clock and
         ``cpu_seconds`` CPU-seconds in all.
 
@@ -305,21 +352,33 @@ class CostLedger:
             count: number of events (int >= 0).
             cpu_seconds: their CPU-seconds together (>= 0), or ``None``: not measured (the
                 ``count`` events are counted by :meth:`cpu_unmeasured`).
+            cost: the price the ``count`` events reported together (>= 0, in the ledger's
+                ``unit``; e.g. an execution's ``info["execution_cost"]``,
+                :func:`reported_execution_cost`), or ``None``: not reported. Kept whatever the
+                basis (:meth:`reported`); ``"per_call"`` charges it for these events instead of
+                ``prices[source]``.
 
         Raises:
-            ValueError: negative or non-finite seconds or CPU-seconds, negative or non-integer count.
+            ValueError: negative or non-finite seconds, CPU-seconds or cost, negative or
+                non-integer count.
         """
         if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
             raise ValueError(f"count must be an integer >= 0, got {count!r}")
         secs = _check_seconds(seconds, "seconds")
         cpu = None if cpu_seconds is None else _check_seconds(cpu_seconds, "cpu_seconds")
-        self._add(str(source), int(count), secs, cpu or 0.0, int(count) if cpu is None else 0)
+        price = None if cost is None else _check_seconds(cost, f"the reported cost of {source!r}", "")
+        self._add(str(source), int(count), secs, cpu or 0.0, int(count) if cpu is None else 0,
+                  (int(count), price) if price is not None else (0, 0.0))
 
-    def _add(self, source: str, count: int, seconds: float, cpu: float, unmeasured: int) -> None:
+    def _add(self, source: str, count: int, seconds: float, cpu: float, unmeasured: int,
+             reported: tuple[int, float] = (0, 0.0)) -> None:
         self._counts[source] = self._counts.get(source, 0) + count
         self._seconds[source] = self._seconds.get(source, 0.0) + seconds
         self._cpu[source] = self._cpu.get(source, 0.0) + cpu
         self._cpu_unmeasured[source] = self._cpu_unmeasured.get(source, 0) + unmeasured
+        if reported[0]:
+            n, total = self._reported.get(source, (0, 0.0))
+            self._reported[source] = (n + reported[0], total + reported[1])
 
     @contextmanager
     def timed(self, source: str, count: int = 1) -> Iterator[None]:
@@ -356,6 +415,11 @@ class CostLedger:
         from a ledger saved before CPU-seconds were kept); 0 when all were measured."""
         return self._cpu_unmeasured.get(source, 0)
 
+    def reported(self, source: str) -> tuple[int, float]:
+        """``(events, price)``: how many of ``source``'s events reported their own price (:meth:`add`'s
+        ``cost``) and what they reported together (``(0, 0.0)`` if none)."""
+        return self._reported.get(source, (0, 0.0))
+
     @property
     def cost_unit(self) -> str:
         """The unit of :meth:`cost`: ``"CPU-s"``, ``"wall-clock s"`` or the declared ``unit``."""
@@ -364,24 +428,27 @@ class CostLedger:
     def cost(self, source: str) -> float:
         """The cost of ``source``'s events in the ledger's basis (:attr:`cost_unit`): CPU-seconds
         of its measured events (``"cpu"``; see :meth:`cost_count`), wall-clock seconds
-        (``"wall"``), or price × count (``"per_call"``). 0.0 for a source with no event.
+        (``"wall"``), or (``"per_call"``) the prices its events reported (:meth:`reported`) plus
+        the declared price × the count of the others. 0.0 for a source with no event.
 
         Raises:
-            ValueError: ``"per_call"`` and ``source`` has events but no declared price (declare
-                one in ``prices``).
+            ValueError: ``"per_call"`` and ``source`` has events that reported no price and no
+                declared price (declare one in ``prices``).
         """
         if self.cost_basis == "cpu":
             return self.cpu_seconds(source)
         if self.cost_basis == "wall":
             return self.seconds(source)
-        n = self.count(source)
+        n_reported, reported = self.reported(source)
+        n = self.count(source) - n_reported
         if n == 0:
-            return 0.0
+            return reported
         assert self.prices is not None
         if source not in self.prices:
-            raise ValueError(f"the ledger counts costs per call (cost_basis='per_call') but {source!r} has {n} events "
-                             f"and no declared price; add it to prices (declared: {sorted(self.prices)})")
-        return self.prices[source] * n
+            which = " that reported no price of their own" if n_reported else ""
+            raise ValueError(f"the ledger counts costs per call (cost_basis='per_call') but {source!r} has {n} events"
+                             f"{which} and no declared price; add it to prices (declared: {sorted(self.prices)})")
+        return reported + self.prices[source] * n
 
     def cost_summary(self) -> dict[str, Any]:
         """The run's costs in the ledger's basis, for a progress line or a summary:
@@ -418,12 +485,14 @@ class CostLedger:
         """Add another ledger's counts, seconds, CPU-seconds and unmeasured counts into this
         one (e.g. from a remote worker)."""
         for s in other.sources:
-            self._add(s, other.count(s), other.seconds(s), other.cpu_seconds(s), other.cpu_unmeasured(s))
+            self._add(s, other.count(s), other.seconds(s), other.cpu_seconds(s), other.cpu_unmeasured(s),
+                      other.reported(s))
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """``{source: {"count": int, "seconds": float, "cpu_seconds": float, "cpu_unmeasured": int,
         "cost": float, "cost_unit": str}}`` (``cost`` in the ledger's basis, :meth:`cost`; NaN for
-        an unpriced source under ``"per_call"``); a summary's view."""
+        an unpriced source under ``"per_call"``), plus ``"reported_count"`` and ``"reported_cost"``
+        (:meth:`reported`) for a source some of whose events reported their price; a summary's view."""
         out: dict[str, dict[str, Any]] = {}
         for s in self.sources:
             try:
@@ -432,14 +501,22 @@ class CostLedger:
                 cost = float("nan")
             out[s] = {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
                       "cpu_unmeasured": self.cpu_unmeasured(s), "cost": cost, "cost_unit": self.cost_unit}
+            if s in self._reported:
+                out[s]["reported_count"], out[s]["reported_cost"] = self._reported[s]
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The measurements, ``{source: {"count", "seconds", "cpu_seconds", "cpu_unmeasured"}}``
-        (JSON-serialisable; the cost basis is a setting, not saved: a loaded ledger reads its
-        measurements in its own basis)."""
-        return {s: {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
-                    "cpu_unmeasured": self.cpu_unmeasured(s)} for s in self.sources}
+        """The measurements, ``{source: {"count", "seconds", "cpu_seconds", "cpu_unmeasured"}}``,
+        plus ``"reported_count"`` and ``"reported_cost"`` for a source some of whose events
+        reported their price (JSON-serialisable; the cost basis is a setting, not saved: a loaded
+        ledger reads its measurements in its own basis)."""
+        out: dict[str, Any] = {}
+        for s in self.sources:
+            out[s] = {"count": self.count(s), "seconds": self.seconds(s), "cpu_seconds": self.cpu_seconds(s),
+                      "cpu_unmeasured": self.cpu_unmeasured(s)}
+            if s in self._reported:
+                out[s]["reported_count"], out[s]["reported_cost"] = self._reported[s]
+        return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Replace the contents with :meth:`state_dict`'s output.
@@ -468,7 +545,13 @@ class CostLedger:
             if isinstance(unmeasured, bool) or not isinstance(unmeasured, numbers.Integral) or not 0 <= unmeasured <= count:
                 raise ValueError(f"ledger state entry {source!r}: cpu_unmeasured must be an integer in [0, count], "
                                  f"got {unmeasured!r}")
+            n_rep = entry.get("reported_count", 0)
+            if isinstance(n_rep, bool) or not isinstance(n_rep, numbers.Integral) or not 0 <= n_rep <= count:
+                raise ValueError(f"ledger state entry {source!r}: reported_count must be an integer in [0, count], "
+                                 f"got {n_rep!r}")
             fresh._add(str(source), int(count), _check_seconds(entry["seconds"], f"ledger state {source!r} seconds"),
-                       _check_seconds(cpu, f"ledger state {source!r} cpu_seconds"), int(unmeasured))
+                       _check_seconds(cpu, f"ledger state {source!r} cpu_seconds"), int(unmeasured),
+                       (int(n_rep), _check_seconds(entry.get("reported_cost", 0.0), f"ledger state {source!r} "
+                                                   "reported_cost", "")))
         self._counts, self._seconds = fresh._counts, fresh._seconds
-        self._cpu, self._cpu_unmeasured = fresh._cpu, fresh._cpu_unmeasured
+        self._cpu, self._cpu_unmeasured, self._reported = fresh._cpu, fresh._cpu_unmeasured, fresh._reported

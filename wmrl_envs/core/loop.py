@@ -489,14 +489,17 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
 
     # ------------------------------------------------------------------ 3. execution (the caller's)
     def record_execution(self, seconds: float, count: int = 1, *, cpu_seconds: float | None = None,
-                         ticket: GroupTicket | None = None) -> None:
+                         ticket: GroupTicket | None = None, cost: float | None = None) -> None:
         """Account ``count`` real executions that took ``seconds`` of wall-clock and
         ``cpu_seconds`` CPU-seconds in all.
 
         ``cpu_seconds`` is what the env reported in ``info["execution_cpu_s"]`` (measured or
         declared), else what the caller measured around the step
         (:func:`~wmrl_envs.core.ledger.execution_cpu_seconds`); ``None``: not measured (the
-        ledger counts such executions in ``cpu_unmeasured``).
+        ledger counts such executions in ``cpu_unmeasured``). ``cost`` is the price the executions
+        reported together (``info["execution_cost"]``,
+        :func:`~wmrl_envs.core.ledger.reported_execution_cost`; ``None``: none), which
+        ``cost_basis="per_call"`` charges instead of ``cost_prices["execution"]``.
 
         The executions are also credited to their group, ``ticket``'s (what a group of each route
         costs in executions, for an ``execution_budget``; the wrappers, the group calls and the
@@ -505,10 +508,10 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         budget a warning (once) asks for the ticket: the budget would price groups too low.
 
         Raises:
-            ValueError: negative or non-finite seconds, a bad count.
+            ValueError: negative or non-finite seconds or cost, a bad count.
         """
         with self._lock:
-            self.ledger.add(EXECUTION, seconds, count, cpu_seconds=cpu_seconds)
+            self.ledger.add(EXECUTION, seconds, count, cpu_seconds=cpu_seconds, cost=cost)
             self.attribute_executions(ticket, count)
 
     def attribute_executions(self, ticket: GroupTicket | None, count: int) -> None:

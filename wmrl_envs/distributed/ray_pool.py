@@ -38,13 +38,13 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import gymnasium as gym
 
 from wmrl_envs.core import EXECUTION, CostLedger
 from wmrl_envs.core.group import real_score
-from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds, reported_execution_cost
 from wmrl_envs.wrappers.rollout_streams import seed_rollout
 from wmrl_envs.core.ungraded import (
     EXECUTION_ERROR,
@@ -112,13 +112,15 @@ class ExecutionWorker:
             dt, cpu = sw.read()
             info = dict(info)
             cpu = execution_cpu_seconds(info, cpu)
+            price = reported_execution_cost(info)  # an invalid price fails the rollout here, with its reason
             # the real score: info["step_score"] where the env reports one, else the reward
             out_reward, cause, error = real_score(reward, info)
         except Exception as e:  # a crashed execution is an ungraded rollout, not a dead worker
             dt, cpu = sw.read()
+            price = None
             obs, out_reward, info, error = None, None, {}, f"{type(e).__name__}: {e}"
             cause = SANDBOX_UNAVAILABLE if isinstance(e, SandboxUnavailableError) else EXECUTION_ERROR
-        self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu)
+        self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu, cost=price)
         return {
             "observation": obs,
             "reward": out_reward,
@@ -152,7 +154,9 @@ class GroupExecution:
         seconds: wall-clock seconds of each step, measured in the worker.
         cpu_seconds: CPU-seconds of each step (the env's ``info["execution_cpu_s"]``, else
             measured in the worker), ``None`` where not measured (the execution failed to
-            report: timed out, worker lost).
+            report: timed out, worker lost). A price an env reports per execution
+            (``info["execution_cost"]``, for ``cost_basis="per_call"``) stays in ``infos`` and is
+            charged from there; an invalid one leaves the rollout ungraded (``execution_error``).
         workers: index of the worker that ran each rollout (-1 if unknown).
         errors: error text per rollout, ``None`` when it ran.
         wall_seconds: seconds from submission to the moment the results were collected.
@@ -170,6 +174,13 @@ class GroupExecution:
     wall_seconds: float = 0.0
     causes: list[str | None] = field(default_factory=list)
     cpu_seconds: list[float | None] = field(default_factory=list)
+
+    def reported_costs(self) -> list[float | None]:
+        """The price each rollout's env reported (``infos[i]["execution_cost"]``, checked in the worker), ``None``
+        where it reported none (G entries)."""
+        if len(self.infos) != len(self.seconds):
+            return [None] * len(self.seconds)
+        return [reported_execution_cost(i) if isinstance(i, Mapping) else None for i in self.infos]
 
 
 class GroupExecutionFuture:
@@ -455,8 +466,8 @@ class RayExecutionPool:
             w = self._inflight.pop(ref, None)
             if w is not None:
                 self._load[w] = max(0, self._load[w] - 1)
-        for dt, cpu in zip(res.seconds, _cpu_list(res)):
-            self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu)
+        for dt, cpu, price in zip(res.seconds, _cpu_list(res), res.reported_costs()):
+            self.ledger.add(EXECUTION, dt, 1, cpu_seconds=cpu, cost=price)
         self.n_completed += len(res.seconds)
 
     def wait(

@@ -168,7 +168,7 @@ class AsyncAnchoredScorer:
             shared = self.pool.ledger is loop.ledger  # the pool put them in the shared ledger: count them for the group
             execution = AnchorExecution(
                 real=list(res.rewards), causes=causes, observations=list(res.observations), infos=infos,
-                seconds=float(sum(res.seconds)), record=None if shared else list(zip(res.seconds, cpu)),
+                seconds=float(sum(res.seconds)), record=None if shared else list(zip(res.seconds, cpu, res.reported_costs())),
                 recorded=len(res.seconds) if shared else 0)
         # a world model that learns from anchors is taught with the group (keep_actions=False: only then)
         p.result = loop.finish_group(p.group, execution, rho_from="close" if self.ordered else "routing",

@@ -98,7 +98,8 @@ class CallableFeaturizer:
     discrete ids, an env's own features).
 
     Args:
-        fn: ``fn(context, action) -> 1-D array-like of D numbers`` (one pair at a time), or with
+        fn: ``fn(context, action) -> 1-D array-like of D numbers`` (one pair at a time; a scalar is
+            one feature), or with
             ``batched=True`` ``fn(contexts, actions) -> (B, D) array-like``.
         batched: whether ``fn`` takes whole batches.
         dim: D, the number of features ``fn`` returns per pair (``None``: not declared). With
@@ -107,7 +108,9 @@ class CallableFeaturizer:
 
     Raises:
         TypeError: ``fn`` is not callable. ValueError: ``dim`` is not an integer >= 1; at call,
-            rows of different lengths or of a width other than ``dim``.
+            a pair's features of more than one dimension (e.g. a (1, D) or (H, W) array: nothing
+            is flattened silently, ravel it in ``fn`` if every entry is a feature), a batched
+            result other than (B, D), rows of different lengths or of a width other than ``dim``.
 
     Example:
         >>> f = CallableFeaturizer(lambda c, a: [a, a * a])
@@ -128,9 +131,14 @@ class CallableFeaturizer:
     def __call__(self, contexts: Sequence[Any], actions: Sequence[Any]) -> np.ndarray:
         if self.batched:
             x = np.asarray(self.fn(list(contexts), list(actions)), dtype=np.float32)
-            widths = {x.shape[1]} if x.ndim == 2 and len(x) else set()
+            if x.ndim != 2 or x.shape[0] != len(actions):
+                raise ValueError(f"the batched feature function returned shape {x.shape} for {len(actions)} pairs; make "
+                                 f"it return a ({len(actions)}, D) array, one row of D numbers per (context, action) "
+                                 "pair (a pair's features of several axes: ravel them into its row yourself, so that the "
+                                 "order is the one you mean)")
+            widths = {x.shape[1]} if len(x) else set()
         else:
-            rows = [np.asarray(self.fn(c, a), dtype=np.float32).reshape(-1) for c, a in zip(contexts, actions)]
+            rows = [self._row(c, a) for c, a in zip(contexts, actions)]
             widths = {r.size for r in rows}
             if len(widths) > 1:
                 raise ValueError(f"the feature function returned rows of different lengths {sorted(widths)}; make it "
@@ -140,6 +148,15 @@ class CallableFeaturizer:
             raise ValueError(f"the feature function returned {widths.pop()} features per pair, but dim={self.dim} "
                              "was declared: make it return dim numbers, or declare the width it returns")
         return x
+
+    def _row(self, context: Any, action: Any) -> np.ndarray:
+        row = np.asarray(self.fn(context, action), dtype=np.float32)
+        if row.ndim > 1:
+            raise ValueError(f"the feature function returned an array of shape {row.shape} for one (context, action) "
+                             "pair; it must return a 1-D row of D numbers (a scalar counts as one): flatten it "
+                             "yourself, e.g. np.ravel(features), if every entry is a feature, or reduce it (a mean "
+                             "over an axis, one row of it) if not")
+        return row.reshape(-1)
 
 
 def _is_int(v: Any, lo: int) -> bool:
@@ -336,11 +353,16 @@ class LearnedWorldModel:
             pair) so that ``observe`` does not featurize the same pairs again (0: none).
         cpu_share: the most CPU-seconds the world model may use (predictions, learning and
             rescoring) per CPU-second of execution, in (0, 10]; default 0.10. Applies once an
-            execution cost is bound.
+            execution cost is bound. With a bound ledger that counts wall-clock
+            (``cost_basis="wall"``: executions wait for a remote job, a queue, an API), it is
+            wall-clock seconds per wall-clock second of execution, the run's own measure of cost
+            (a refit's estimate stays its CPU-seconds, about its wall-clock on one thread); under
+            ``"cpu"`` and ``"per_call"`` (where refits have no declared price) CPU-seconds.
         execution_cost: what the budget is measured against: a
             :class:`~wmrl_envs.core.CostLedger` (the loop's, ``loop.ledger``: the world model's
             share is then its ``world_model`` CPU-seconds over its ``execution`` CPU-seconds,
-            what the run's summary shows), or a callable ``() -> float``, the execution
+            what the run's summary shows; wall-clock seconds over wall-clock seconds under
+            ``cost_basis="wall"``), or a callable ``() -> float``, the execution
             CPU-seconds so far (the world model's CPU is then its own, :attr:`cpu_s`), or
             ``None`` (default: no budget; every due refit is made). Not saved with the state:
             bind it again after loading.
@@ -477,8 +499,9 @@ class LearnedWorldModel:
 
     def cpu_spent(self) -> tuple[float, float] | None:
         """``(world-model CPU-s, execution CPU-s)`` so far as the budget sees them (from the
-        bound ledger's ``world_model`` and ``execution`` sources, or this model's :attr:`cpu_s`
-        and the bound callable), ``None`` with no execution cost bound or a bound ledger that has
+        bound ledger's ``world_model`` and ``execution`` sources — their wall-clock seconds when
+        the ledger counts wall-clock, ``cost_basis="wall"`` — or this model's :attr:`cpu_s` and
+        the bound callable), ``None`` with no execution cost bound or a bound ledger that has
         recorded no execution (nothing to measure the budget against: refits are not held back).
 
         Raises:
@@ -490,6 +513,8 @@ class LearnedWorldModel:
         if callable(getattr(src, "cpu_seconds", None)):
             if callable(getattr(src, "count", None)) and src.count("execution") == 0:
                 return None  # a ledger that records no executions (a loop fed scores directly): no budget
+            if getattr(src, "cost_basis", "cpu") == "wall":  # the run's cost is wall-clock: so is the budget
+                return float(src.seconds("world_model")), float(src.seconds("execution"))
             return float(src.cpu_seconds("world_model")), float(src.cpu_seconds("execution"))
         v = src()
         if not _finite(v) or float(v) < 0:

@@ -23,7 +23,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.utils.env_checker import data_equivalence
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, GroupCorrection, Route
-from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds, reported_execution_cost
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket, rollout_cause, score_failure
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_ERROR, execution_cause
 from wmrl_envs.utils import user_stacklevel
@@ -496,7 +496,8 @@ class AnchoredWorldModelWrapper(
             self._close_failed_group(exc)  # may raise TooManyUngradedError (chained to exc)
             raise
         wall, cpu = sw.read()
-        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(out[4], cpu), ticket=ticket)
+        self.loop.record_execution(wall, 1, cpu_seconds=execution_cpu_seconds(out[4], cpu), ticket=ticket,
+                                   cost=reported_execution_cost(out[4]))
         return out
 
     def _close_failed_group(self, exc: BaseException) -> None:

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, Route
 from wmrl_envs.core.group import AnchorExecution, GroupRollout, GroupTicket, real_score
-from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds
+from wmrl_envs.core.ledger import Stopwatch, execution_cpu_seconds, reported_execution_cost
 from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_ERROR, SANDBOX_UNAVAILABLE, execution_cause
 from wmrl_envs.world_models.base import Trajectory
 
@@ -173,7 +173,8 @@ class GroupAPI:
                 infos.append(info)
             return AnchorExecution(
                 real=real, causes=causes, observations=[o[0] for o in outcomes], infos=infos, seconds=exec_secs,
-                record=[(dt, execution_cpu_seconds(info, cpu)) for _obs, _r, info, dt, cpu in outcomes])
+                record=[(dt, execution_cpu_seconds(info, cpu), reported_execution_cost(info))
+                        for _obs, _r, info, dt, cpu in outcomes])
 
         return self.loop.score_group([ctx] * g, list(actions), execute, route=route,
                                      on_eval_anchors=self.eval_with_world_model)

@@ -52,6 +52,7 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -61,7 +62,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route
-from wmrl_envs.core.ledger import Stopwatch
+from wmrl_envs.core.ledger import EXECUTION_COST_KEY, Stopwatch
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
@@ -524,6 +525,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                         infos.get("final_info") if same_step else None, infos.get("final_obs") if same_step else None,
                         same_step, InfoBuilder(n))
         self._record_executions(st, wall, step_cpu)  # each real step's cost, for its lane's group
+        if (self.loop.ledger.cost_basis == "per_call" and not getattr(self, "_warned_reported_cost", False)
+                and any(isinstance(d, Mapping) and EXECUTION_COST_KEY in d for d in (infos, st.final_info))):
+            self._warned_reported_cost = True
+            warnings.warn(f"the env reports info[{EXECUTION_COST_KEY!r}], which the vector wrapper does not read yet: "
+                          "its executions are charged cost_prices['execution']; the per-episode wrapper, score_group and "
+                          "the Ray pool charge the reported price", UserWarning, stacklevel=2)
         preds.update(self._advance_episodes(st))  # reward mode: ONE batched predict over the ended episodes
         for i in stepped:
             self._fold_step(st, i, preds.get(i))

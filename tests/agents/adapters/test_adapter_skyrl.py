@@ -465,3 +465,25 @@ def test_flush_closes_a_group_whose_samples_never_all_ended(env_id):
     st = hub.stats()
     assert st["open_groups"] == 0 and st["anchor_pairs"] == 3 and st["real_executions"] == 3
     assert hub.closed_groups[-1][1].real_scores == [1.0, 0.0, 0.0]
+
+
+class PaidGSM8K(GSM8kEnv):
+    """skyrl-gym's GSM8K graded by a paid API that reports each call's price (0.01 per character of the text)."""
+
+    def step(self, action):
+        out = super().step(action)
+        out["metadata"] = {**(out.get("metadata") or {}), "execution_cost": 0.01 * len(action)}
+        return out
+
+
+def test_per_call_charges_the_price_the_env_reports_in_its_metadata(env_id):
+    hub = register_wmrl_env(env_id, lambda env_config, extras: PaidGSM8K(env_config, extras), CountingWM(),
+                            group_size=4, groups_per_step=2, seed=0,
+                            correction=CorrectionConfig(anchor_fraction=1.0, cost_basis="per_call",
+                                                        cost_prices={"execution": 1.0, "world_model": 0.0},
+                                                        cost_unit="USD"))
+    out = generate(env_id, rows(2), 4)
+    texts = [completion(o["row"], o["rep"]) for o in out]
+    ledger = hub.loop.ledger
+    assert ledger.count("execution") == 8
+    assert ledger.cost("execution") == pytest.approx(sum(0.01 * len(t) for t in texts))  # not 8 x the declared 1.0
