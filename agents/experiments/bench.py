@@ -76,7 +76,8 @@ from .bench_agents import (GrammarBenchAgent, LLMBenchAgent, build_learned_world
                            world_model_fitting_cost, world_model_fitting_executions)
 from .bench_config import BENCH_METHODS, LEARNED_WM_METHODS, BenchConfig, check_bench_config, method_groups_per_step
 from .bench_report import compute_speedups, cost_summary, real_target, strict_results, write_report
-from .bench_resume import (load_eval_cache, restore_seed, resumed_state, reused_entries, save_eval_cache,
+from .bench_resume import (drop_partial_seed, load_eval_cache, load_partial_seed, restore_seed, resumed_state,
+                           reused_entries, save_eval_cache, save_partial_seed,
                            save_snapshots)
 from .bench_run import MethodRun, bracket_refinement_step, evaluate_snapshot, run_method
 
@@ -259,7 +260,13 @@ def run_bench(
             agent = make_agent(seed)  # evaluates every snapshot of this seed (restored into it)
             budget_real: float | None = None
             stop_target: float | None = None
+            partial = load_partial_seed(cfg, seed)  # methods this seed finished before a stop (--resume)
+            if partial is not None:
+                runs, evaluated, budget_real, stop_target = partial
+                log(f"[bench] resuming seed {seed} after its finished methods {sorted(runs)}")
             for name in order:
+                if name in runs:  # finished in an earlier part of the run
+                    continue
                 if name in reused:  # measured in the earlier run: its budget and target stand for this seed
                     if name == "real":
                         budget_real = float(reused[name][seed]["records"][-1]["compute_cpu_s"])
@@ -326,6 +333,9 @@ def run_bench(
                         "(the sandbox could not measure it): their compute is missing from every figure")
                 if name == "real":
                     budget_real = last.compute_cpu_s
+                save_partial_seed(out_dir, seed, results["config"], runs, evaluated, budget_real, stop_target)
+                if eval_cache is not None:  # the evaluations behind it, for the next part
+                    save_eval_cache(out_dir, eval_cache)
             for name in order:
                 if name in reused:
                     results["methods"][name]["seeds"].append(dict(reused[name][seed], reused_from=str(cfg.reuse_from)))
@@ -350,6 +360,7 @@ def run_bench(
             kept.append((agent, runs, evaluated))
             save_snapshots(out_dir, seed, runs)
             save()
+            drop_partial_seed(out_dir, seed)
         # the target is known once every seed of real GRPO has run: refine each curve near it
         if "real" in results["methods"] and cfg.refine_evals > 0:
             try:

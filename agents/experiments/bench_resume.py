@@ -1,6 +1,8 @@
 """Resuming and reusing ``wmrl bench`` runs: which methods an earlier finished run can give
-(:func:`reused_entries`), where a stopped run continues (:func:`resumed_state`), and every step's
-policy snapshots per seed (:func:`save_snapshots`, :func:`restore_seed`)."""
+(:func:`reused_entries`), where a stopped run continues (:func:`resumed_state`), every step's
+policy snapshots per seed (:func:`save_snapshots`, :func:`restore_seed`), and the methods a seed
+has finished before the run was stopped (:func:`save_partial_seed`, :func:`load_partial_seed`:
+a seed of the headline run takes hours, longer than one sitting)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from .bench_report import restore_nonfinite
 from .bench_run import MethodRun, StepRecord
 
 __all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ", "load_eval_cache",
-           "save_eval_cache", "EVAL_CACHE_FILE"]
+           "save_eval_cache", "EVAL_CACHE_FILE", "save_partial_seed", "load_partial_seed", "drop_partial_seed"]
 
 EVAL_CACHE_FILE = "eval_cache.pkl"
 """The held-out evaluation cache of a run, in its ``out_dir``: ``{(task id, program source): grade}``."""
@@ -205,3 +207,69 @@ def load_eval_cache(out_dir: Path) -> dict[tuple[str, str], Any]:
         return {}
     with open(path, "rb") as fh:
         return dict(pickle.load(fh))
+
+
+def _partial_path(out_dir: Path, seed: int) -> Path:
+    return Path(out_dir) / "partial" / f"seed{seed}.pkl"
+
+
+def save_partial_seed(out_dir: Path, seed: int, config: dict[str, Any], runs: dict[str, MethodRun],
+                      evaluated: dict[str, dict[int, dict[str, Any]]], budget_real: float | None,
+                      stop_target: float | None) -> None:
+    """``partial/seed<k>.pkl`` (atomically): the methods of seed ``seed`` finished so far — each
+    one's step records, snapshots, stop reason, ungraded counts and evaluated points — with real
+    GRPO's budget and the seed's stop target, so that ``--resume`` continues the seed at its next
+    method instead of its first (:func:`load_partial_seed`).
+
+    Args:
+        config: the run's ``results["config"]`` (checked against the resuming run's settings).
+        runs, evaluated: the finished methods' :class:`MethodRun` and ``{step: evaluation}``.
+        budget_real, stop_target: as the bench's seed loop holds them.
+    """
+    import pickle
+
+    path = _partial_path(out_dir, seed)
+    path.parent.mkdir(exist_ok=True)
+    payload = {"seed": seed, "config": json.loads(json.dumps(config, default=float)),
+               "budget_real": budget_real, "stop_target": stop_target,
+               "methods": {name: {"records": [asdict(r) for r in run.records], "snapshots": list(run.snapshots),
+                                  "stopped": run.stopped, "ungraded": run.ungraded, "evaluated": evaluated[name]}
+                           for name, run in runs.items()}}
+    tmp = path.with_suffix(".pkl.tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)
+
+
+def load_partial_seed(cfg: BenchConfig, seed: int
+                      ) -> tuple[dict[str, MethodRun], dict[str, dict[int, dict[str, Any]]], float | None, float | None] | None:
+    """What :func:`save_partial_seed` kept of seed ``seed`` in ``cfg.out_dir``: ``(runs, evaluated,
+    budget_real, stop_target)``; ``None`` without ``cfg.resume`` or without a file.
+
+    Raises:
+        ValueError: the file was written by a run with other settings (each named).
+    """
+    import pickle
+
+    path = _partial_path(Path(cfg.out_dir), seed)
+    if not cfg.resume or not path.is_file():
+        return None
+    with open(path, "rb") as fh:  # this run's own file (written by save_partial_seed)
+        payload = pickle.load(fh)  # noqa: S301
+    keys = (*_REUSE_MUST_MATCH, "reuse_from", "reuse_methods", "eval_cache", "max_ungraded_share")
+    diff = settings_differ(cfg, payload["config"], keys)
+    if diff:
+        raise ValueError(f"--resume {cfg.out_dir}: {path} (seed {seed}'s finished methods) was written with other "
+                         f"settings ({'; '.join(diff)}); resume with its settings, or delete it to run the seed again")
+    fields = set(StepRecord.__dataclass_fields__)
+    runs, evaluated = {}, {}
+    for name, m in payload["methods"].items():
+        runs[name] = MethodRun(name, seed, [StepRecord(**{k: v for k, v in r.items() if k in fields}) for r in m["records"]],
+                               snapshots=list(m["snapshots"]), stopped=m["stopped"], ungraded=m["ungraded"])
+        evaluated[name] = {int(k): v for k, v in m["evaluated"].items()}
+    return runs, evaluated, payload["budget_real"], payload["stop_target"]
+
+
+def drop_partial_seed(out_dir: Path, seed: int) -> None:
+    """Remove seed ``seed``'s partial file once the seed is in ``results.json``."""
+    _partial_path(Path(out_dir), seed).unlink(missing_ok=True)

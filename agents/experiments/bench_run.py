@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -134,12 +135,14 @@ def run_method(
     SentenceEncoder.clear_shared_caches()
     env = make_env()
     extra_envs = [make_env() for _ in range(max(0, cfg.exec_parallel - 1))]
-    wrapper = AnchoredWorldModelWrapper(
-        env, world_model if spec.world_model else None, group_size=cfg.group_size,
-        groups_per_step=n_groups, correction=method_correction(spec, cfg.correction), seed=seed,
-        execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
-        world_model_timeout_s=cfg.world_model_timeout_s,
-    )
+    with warnings.catch_warnings():  # world model only has no anchors by design: the loop's warning is for users
+        warnings.filterwarnings("ignore", message="anchor_fraction=0: every training group", category=UserWarning)
+        wrapper = AnchoredWorldModelWrapper(
+            env, world_model if spec.world_model else None, group_size=cfg.group_size,
+            groups_per_step=n_groups, correction=method_correction(spec, cfg.correction), seed=seed,
+            execution_envs=extra_envs, max_ungraded_share=cfg.max_ungraded_share,
+            world_model_timeout_s=cfg.world_model_timeout_s,
+        )
     agent = make_agent(seed)
     rng = np.random.default_rng(10_000 + seed)
     run = MethodRun(spec.name, seed, snapshots=[agent.snapshot()])

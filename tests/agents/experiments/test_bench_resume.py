@@ -191,3 +191,51 @@ def test_the_heldout_evaluation_cache_is_kept_across_resume_parts(tmp_path, monk
     seen.clear()
     run_bench(replace(cfg, seeds=2, resume=True), **run_kw(evaluate=fake_evaluate_snapshot))
     assert seen and set(first) <= set(seen[0])  # the second part's first evaluation already holds the first's
+
+
+def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
+    """A seed of the headline run takes hours: a run stopped inside a seed, after real GRPO
+    finished, resumes at the seed's next method (real GRPO not trained again, its budget and stop
+    target kept) and gives the uninterrupted run's curves and speedup; the partial file goes once
+    the seed is in results.json."""
+    import agents.experiments.bench as bench
+
+    cfg = fake_config(steps=3, max_steps_factor=2, refine_evals=2, out_dir=str(tmp_path / "full"))
+    kw = run_kw()
+    full = run_bench(cfg, **kw)
+    original = bench.run_method
+
+    def stop_at_wmrl(spec, seed, *a, **k):
+        if spec.name == "wmrl":
+            raise KeyboardInterrupt("stopped inside seed 0")
+        return original(spec, seed, *a, **k)
+
+    monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
+    stopped = replace(cfg, out_dir=str(tmp_path / "stopped"))
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(stopped, **kw)
+    monkeypatch.setattr(bench, "run_method", original)
+    assert (tmp_path / "stopped" / "partial" / "seed0.pkl").is_file()
+    FakeEnv.steps = 0
+    logs = []
+    resumed = run_bench(replace(stopped, resume=True), **{**kw, "log": logs.append})
+    assert any("resuming seed 0 after its finished methods ['real']" in line for line in logs)
+    real0 = full["methods"]["real"]["seeds"][0]
+    # seed 0's real GRPO was not trained again: every execution now is of the other runs
+    trained_now = sum(s["records"][-1]["executions"] for m in ("real", "wmrl") for s in resumed["methods"][m]["seeds"]) \
+        - real0["records"][-1]["executions"]
+    assert FakeEnv.steps == trained_now
+    for m in ("real", "wmrl"):
+        for a, b in zip(full["methods"][m]["seeds"], resumed["methods"][m]["seeds"]):
+            assert b["curve"]["step"] == a["curve"]["step"]
+            assert b["curve"]["score"] == pytest.approx(a["curve"]["score"])
+            assert b["stop_target"] == pytest.approx(a["stop_target"])
+    assert resumed["speedup"]["target"] == pytest.approx(full["speedup"]["target"])
+    assert not (tmp_path / "stopped" / "partial" / "seed0.pkl").exists()
+    # a partial file of another configuration is refused, by name
+    monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(replace(cfg, out_dir=str(tmp_path / "other")), **kw)
+    monkeypatch.setattr(bench, "run_method", original)
+    with pytest.raises(ValueError, match="partial.*steps: here 4, there 3"):
+        run_bench(replace(cfg, resume=True, steps=4, out_dir=str(tmp_path / "other")), **kw)
