@@ -15,8 +15,10 @@ from wmrl_envs.core import CorrectionConfig
 
 
 def test_train_config_nests_one_correction_config():
-    assert TrainConfig().correction == CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=32,
-                                                        debias_map="auto")  # ρ warm-up: 256 rollouts, 32 groups of G = 8 (issue 25, finding 1; G = 8 since issue 28)
+    # ρ's warm-up: 3 anchor groups after the debiaser's first fit, so ρ acts in the 8-step run (issue 36, item 3;
+    # the reference 32 groups of G = 8 left it at 1 throughout)
+    assert TrainConfig().correction == CorrectionConfig(anchor_fraction=0.25, min_pairs=16, refit_every=8, warmup_groups=3,
+                                                        debias_map="auto")
     tiny = PRESETS["tiny"].correction
     assert (tiny.min_pairs, tiny.refit_every, tiny.warmup_groups, tiny.anchor_fraction) == (2, 2, 1, 0.1)
     assert TrainConfig().num_iterations == 1 and TrainConfig().clip_eps == 0.2
