@@ -44,28 +44,26 @@ def _vector(lanes: int, budget: int, groups: int, *, plain: bool, seed: int = 0)
     return w
 
 
-@pytest.mark.parametrize("lanes, expected", [(1, 400), (4, 384), (8, 384), (16, 256)])
-def test_plain_vector_env_credits_every_step_to_its_lanes_group_and_keeps_the_budget(lanes, expected):
+@pytest.mark.parametrize("lanes, made, credited", [(1, 400, 400), (4, 400, 384), (8, 384, 384), (16, 384, 256)])
+def test_plain_vector_env_credits_every_step_to_its_lanes_group_and_keeps_the_budget(lanes, made, credited):
     """Issue 37.1: a plain SyncVectorEnv (no RoutedSubEnv) recorded its executions without a ticket,
     and with 2+ lanes open every group was credited 0 executions: world-model groups were priced at
     0, anchor groups at G, and the run overran (448 executions for a budget of 400 with 4 lanes, 512
-    with 8 and 16). Now every group is credited G x 4 steps, and the run stops at the last whole wave
-    of lanes that fits (lanes x 16 executions a wave)."""
+    with 8 and 16). Now every closed group is credited G x 4 steps. Plain sub-envs all execute at
+    every vector step, so the run stops before the first vector step the budget cannot pay (lanes x
+    4 executions a step, a wave of groups every 5 steps with the next-step reset); the groups then
+    in flight are abandoned (cause "budget"), none is left open."""
     w = _vector(lanes, 400, 10, plain=True)
-    made = w.loop.ledger.count("execution")
     ge = w.loop.adaptive.group_executions
-    assert made == expected <= 400
+    assert w.loop.ledger.count("execution") == made <= 400
     for route in ("anchor", "world_model"):
         executions, groups = ge[route]
         assert groups >= 1 and executions == G * TURNS * groups, (route, ge)
-    assert ge["anchor"][0] + ge["world_model"][0] == made  # every execution credited to its own group
-
-
-def test_plain_and_routed_vector_envs_make_the_same_executions():
-    for lanes in (4, 8):
-        plain, routed = _vector(lanes, 400, 10, plain=True), _vector(lanes, 400, 10, plain=False)
-        assert plain.loop.adaptive.group_executions == routed.loop.adaptive.group_executions
-        assert plain.loop.ledger.count("execution") == routed.loop.ledger.count("execution")
+    assert ge["anchor"][0] + ge["world_model"][0] == credited
+    stats = w.loop.stats()
+    assert stats["groups_open"] == 0 and stats["adaptive"]["budget_spent"]
+    assert stats["groups_abandoned"] == {"budget": lanes}  # each lane's group open at the stop (some executed nothing yet)
+    assert w.n_idle_executions == 0  # plain lanes never wait: a waiting lane's sub-envs would execute for nothing
 
 
 def test_per_episode_wrappers_sharing_one_loop_credit_their_own_groups():
@@ -94,8 +92,8 @@ def test_a_budget_smaller_than_a_step_spends_what_fits():
     while it fits: 6 groups (96) one at a time, 4 lanes x 16 (one wave; a second would need 128)."""
     from wmrl_envs import AnchoredWorldModelWrapper
 
-    w = _vector(4, 100, 10, plain=False)
-    assert w.loop.ledger.count("execution") == 64 and w.n_groups_completed == 4
+    w = _vector(4, 100, 10, plain=False)  # lanes whose group does not fit wait (RoutedSubEnv: placeholder steps)
+    assert w.loop.ledger.count("execution") == 96 and w.n_groups_completed == 6
     env = AnchoredWorldModelWrapper(Turns(TURNS), TurnWM(0.1), group_size=G, mode="reward", groups_per_step=10,
                                     correction=_auto(100), seed=0)
     rng = np.random.default_rng(0)
@@ -110,6 +108,95 @@ def test_a_budget_smaller_than_a_step_spends_what_fits():
                     done = term or trunc
     assert env.loop.ledger.count("execution") == 96
     assert env.loop.stats()["groups_closed"] == 6
+
+
+class _Geometric(gym.Env):
+    """Reward mode with episodes of variable length: each step ends the episode with probability 0.3
+    (wrapped in a 20-step TimeLimit; a reward that depends on the action and the noise)."""
+
+    observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, a):
+        r = float(a[0]) + float(self.np_random.normal())
+        return np.zeros(1, np.float32), r, bool(self.np_random.random() < 0.3), False, {}
+
+
+def _variable(lanes: int, budget: int, *, plain: bool, seed: int = 0):
+    from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
+
+    fn = lambda: gym.wrappers.TimeLimit(_Geometric(), 20)  # noqa: E731
+    venv = gym.vector.SyncVectorEnv([fn] * (G * lanes)) if plain else make_vector_env(fn, G * lanes)
+    w = AnchoredWorldModelVectorWrapper(venv, RandomWM(seed), group_size=G, mode="reward", groups_per_step=10,
+                                        correction=_auto(budget), seed=seed)
+    rng = np.random.default_rng(seed)
+    with pytest.raises(ExecutionBudgetSpent) as e:
+        w.reset(seed=seed)
+        for _ in range(10_000):
+            w.step(rng.uniform(-1, 1, (G * lanes, 1)).astype(np.float32))
+    return w, e.value
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_variable_length_episodes_on_a_plain_vector_env_spend_the_budget(seed):
+    """Review of issue 37: 4 lanes of G = 4 plain sub-envs whose episodes end with probability 0.3 a
+    step (20-step limit), budget 400: members out of step opened their lane's next group priced at
+    the step limit (G x 20), and the budget was declared spent while the first groups were still in
+    flight: the run stopped after 16 executions (one vector step) with 0 credited to any group. Now
+    plain lanes never wait (their sub-envs execute anyway) and the run stops at the last vector step
+    the budget pays."""
+    w, _ = _variable(4, 400, plain=True, seed=seed)
+    made = w.loop.ledger.count("execution")
+    ge = w.loop.adaptive.group_executions
+    credited = ge["anchor"][0] + ge["world_model"][0]
+    assert 400 - G * 4 < made <= 400  # within one vector step of the budget
+    assert credited >= 0.6 * made and ge["anchor"][1] >= 2 and ge["world_model"][1] >= 2
+    assert w.loop.stats()["groups_open"] == 0
+
+
+@pytest.mark.parametrize("lanes", [4, 16])
+def test_variable_length_episodes_on_routed_sub_envs_wait_and_stop_with_nothing_in_flight(lanes):
+    """With RoutedSubEnv a lane whose next group does not fit waits at no cost (placeholder steps):
+    every execution is credited to a closed group, and the budget stops the run only when no group
+    is in flight (none open at the stop) and none fits. The executions end near the budget: below it
+    by less than one group's price, above it by what the groups in flight executed beyond their
+    estimated price (survivor bias of the first groups to close)."""
+    w, stop = _variable(lanes, 400, plain=False)
+    made = w.loop.ledger.count("execution")
+    ge = w.loop.adaptive.group_executions
+    assert ge["anchor"][0] + ge["world_model"][0] == made and w.n_idle_executions == 0
+    assert w.loop.stats()["groups_open"] == 0 and w.loop.stats()["groups_abandoned"] == {}
+    assert "in flight" in str(stop) and type(stop) is ExecutionBudgetSpent  # not a wait: nothing in flight
+    price = made / (ge["anchor"][1] + ge["world_model"][1])
+    assert 400 - price < made <= 1.25 * 400
+
+
+def test_a_group_that_does_not_fit_while_others_are_in_flight_waits_and_keeps_its_route():
+    """ExecutionBudgetWait: the budget is not declared spent and the route stays queued; once nothing is
+    in flight, the same refusal is ExecutionBudgetSpent."""
+    from wmrl_envs.core.adaptive import ExecutionBudgetWait
+
+    loop = CorrectionLoop(_auto(40), world_model=_ZeroWM(), groups_per_step=4, seed=0)
+    prior = {"anchor": 16.0, "world_model": 16.0}
+    a, b = loop.open_group(prior_cost=prior), loop.open_group(prior_cost=prior)
+    queue = loop.route_queue
+    with pytest.raises(ExecutionBudgetWait, match="in flight"):
+        loop.open_group(prior_cost=prior)  # 0 + 32 + 16 > 40
+    assert loop.route_queue == queue and not loop.adaptive.budget_spent
+    for t in (a, b):
+        loop.record_execution(1.0, 4, cpu_seconds=1.0, ticket=t)
+        loop.close_group(t, [0.0] * G, [0.0, 1.0, 0.0, 1.0] if t.route == "anchor" else None)
+    c = loop.open_group(prior_cost=prior)  # measured: 4 a group, 8 + 4 <= 40
+    assert c.route == queue[0]
+    loop.record_execution(1.0, 30, cpu_seconds=1.0, ticket=c)
+    loop.close_group(c, [0.0] * G, [0.0, 1.0, 0.0, 1.0] if c.route == "anchor" else None)
+    with pytest.raises(ExecutionBudgetSpent) as e:
+        loop.open_group(prior_cost=prior)
+    assert type(e.value) is ExecutionBudgetSpent and loop.adaptive.budget_spent
 
 
 # ------------------------------------------------------------------ the loop and GroupCosts

@@ -61,6 +61,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route
+from wmrl_envs.core.adaptive import ExecutionBudgetSpent, ExecutionBudgetWait
 from wmrl_envs.core.ledger import Stopwatch
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
@@ -149,6 +150,19 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         n_groups_abandoned: groups dropped by a reset before all members finished (int).
         n_groups_open: groups routed and not yet closed nor abandoned (int).
         n_plan_updates: ``set_attr`` round trips that sent routes/tasks to the sub-envs (int).
+        n_idle_executions: real executions of sub-envs waiting for the execution budget (plain
+            sub-envs step whatever their lane does; with RoutedSubEnv a waiting sub-env takes
+            placeholder steps and executes nothing); in the ledger, credited to no group (int).
+
+    Execution budget (``anchor_fraction="auto"``, ``on_budget_spent="stop"``): a lane opens its
+    next group only when it fits in what is left of the budget. While other training groups are
+    in flight (their price is an estimate until they close) a lane whose group does not fit
+    *waits* (:class:`~wmrl_envs.core.adaptive.ExecutionBudgetWait`): its sub-envs run episodes
+    that belong to no group (``info["wmrl"]["budget_wait"]``, reward 0, withheld keys removed;
+    with RoutedSubEnv placeholder steps of ``episode_steps`` steps that execute nothing) and try
+    again when such an episode ends. The run stops
+    (:class:`~wmrl_envs.core.adaptive.ExecutionBudgetSpent` from :meth:`step`) only when no
+    training group is in flight and none fits.
 
     Raises:
         ValueError: invalid arguments, ``num_envs`` not a multiple of ``group_size``, or (outcome
@@ -236,7 +250,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 "task_fn needs a RoutedSubEnv on every sub-env (it passes the group's reset arguments "
                 "to autoresets): build the vector env with make_vector_env(env_fn, num_envs)"
             )
-        self._use_plans = self._routed and (mode == "outcome" or task_fn is not None)
+        # reward mode without task_fn sends a plan only to a sub-env waiting for the budget (route
+        # "world_model": a placeholder step, no execution); the plan (None, None, None) is transparent
+        self._use_plans = self._routed
         if self._routed:
             self.env.set_attr("wmrl_episode_steps", [self.episode_steps] * self.num_envs)
             # each member's own random stream after a seeded reset (module docstring, "random streams")
@@ -253,12 +269,16 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._ctx: list[Any] = [None] * n
         self._ctx_predicted = np.zeros(n, dtype=bool)
         self._plans: list[tuple[Route | None, int | None, dict[str, Any] | None] | None] = [None] * n
-        self._sent_plans: list[Any] = [object()] * n
+        self._sent_plans: list[Any] = [object()] * n if (mode == "outcome" or task_fn is not None) else [(None, None, None)] * n
+        # sub-envs whose current episode belongs to no group: their lane's next group did not fit in
+        # the execution budget while other groups were in flight (ExecutionBudgetWait); they wait
+        self._idle = np.zeros(n, dtype=bool)
         self._started = False
         self._messages: dict[str, str] = {}  # {cause: last error text} for warnings and the stop rule
         self.n_groups_completed = 0
         self.n_groups_abandoned = 0
         self.n_plan_updates = 0
+        self.n_idle_executions = 0
         self._prior_cost = self._group_cost_prior()
 
     def _group_cost_prior(self) -> dict[str, float]:
@@ -307,12 +327,21 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             self._tasks[key] = (out[0], out[1])
         return self._tasks[key]
 
-    def _open_group(self, k: int, rnd: int) -> _Group:
+    def _open_group(self, k: int, rnd: int) -> _Group | None:
+        """The group of round ``rnd`` of lane ``k``, opened now if it is not open (``None``: it does
+        not fit in the execution budget while other groups are in flight: its lane waits)."""
         key = (k, rnd)
         rec = self._groups.get(key)
         if rec is not None:
             return rec
-        ticket = self.loop.open_group(prior_cost=self._prior_cost) if self.training else self.loop.eval_ticket()
+        if self.training:
+            try:
+                # plain sub-envs step whatever their lane does: the budget is kept per vector step
+                ticket = self.loop.open_group(prior_cost=self._prior_cost, check_budget=self._routed)
+            except ExecutionBudgetWait:
+                return None
+        else:
+            ticket = self.loop.eval_ticket()
         g = self.group_size
         rec = _Group(k, rnd, ticket, [None] * g, [None] * g, [False] * g, members_left=g)
         self._groups[key] = rec
@@ -322,14 +351,23 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     def _group_of(self, i: int) -> _Group:
         return self._groups[(i // self.group_size, int(self._ep_index[i]))]
 
+    def _join(self, i: int) -> None:
+        """Sub-env ``i`` starts an episode of its round's group: open it if needed, or wait (idle)."""
+        self._idle[i] = self._open_group(i // self.group_size, int(self._ep_index[i])) is None
+
     def _update_plan(self, i: int) -> None:
         if not self._use_plans:
             return
         k = i // self.group_size
         rnd = int(self._ep_index[i])
-        route = self._groups[(k, rnd)].route if self.mode == "outcome" else None
+        if self._idle[i]:  # waiting for the budget: placeholder steps, no execution
+            route: Route | None = WORLD_MODEL
+        else:
+            route = self._groups[(k, rnd)].route if self.mode == "outcome" else None
         # same-step autoreset resets inside the step that ends the episode: it needs the NEXT task
-        task_round = rnd + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else rnd
+        # (an idle episode's end tries the same round again)
+        task_round = rnd + 1 if (self._running[i] and not self._idle[i]
+                                 and self.autoreset_mode == AutoresetMode.SAME_STEP) else rnd
         seed, options = self._task(k, task_round)
         self._plans[i] = (route, seed, options)
 
@@ -347,13 +385,33 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._ctx_predicted[i] = False
 
     def _abandon(self, i: int) -> None:
-        """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
+        """The running episode of sub-env ``i`` is dropped (reset before it ended): its group can no
+        longer close, and is abandoned in the loop at once (no group left open there)."""
         rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
         if rec is None:
             return
-        rec.abandoned = True
+        self._abandon_in_loop(rec, "reset")
         rec.members_left -= 1
         self._retire(rec)
+
+    def _abandon_in_loop(self, rec: _Group, cause: str, requeue: bool = False) -> None:
+        """Mark ``rec`` abandoned and drop it from the loop (once): not in flight for the budget nor
+        open in ``loop.stats()``, counted in ``groups_abandoned`` by ``cause``; its ended episodes
+        leave ``loop.n_episodes``."""
+        if rec.abandoned:
+            return
+        rec.abandoned = True
+        if not rec.evaluating:
+            self.loop.abandon_group(rec.ticket, episodes=sum(rec.finished), cause=cause, requeue=requeue)
+
+    def close(self, **kwargs: Any) -> None:
+        """Close the vector env; the groups still open are abandoned first (cause ``"closed"``), so
+        none stays open in the loop (a shared loop's budget and stats)."""
+        for key in sorted(self._groups):
+            self._abandon_in_loop(self._groups[key], "closed")
+        self._groups.clear()
+        self._started = False
+        super().close(**kwargs)
 
     def _retire(self, rec: _Group) -> None:
         if rec.members_left > 0:
@@ -398,20 +456,20 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 options.pop("reset_mask")
                 if not options:
                     options = None
-            requeue: list[Route] = []
-            for key in sorted(self._groups):  # unfinished groups are abandoned
+            # unfinished groups are abandoned (in reverse, so that the routes given back lead the
+            # queue in their order); a group none of whose episodes ended gives its route back
+            for key in sorted(self._groups, reverse=True):
                 rec = self._groups[key]
-                if not rec.evaluating and not any(rec.finished):
-                    requeue.append(rec.route)  # its route was never used: give it back
+                self._abandon_in_loop(rec, "reset", requeue=not any(rec.finished))
                 self.n_groups_abandoned += 1
             self._groups.clear()
             self._tasks.clear()
-            self.loop.requeue_routes(requeue)
             for k in range(self.n_lanes):
                 rnd = self._next_round[k]
-                self._open_group(k, rnd)
+                rec = self._open_group(k, rnd)
                 for i in range(k * g, (k + 1) * g):
                     self._ep_index[i] = rnd
+                    self._idle[i] = rec is None
                     self._running[i] = False
                     self._pending_reset[i] = False
                     self._update_plan(i)
@@ -421,10 +479,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         else:
             mask = np.asarray(mask, dtype=bool)
             for i in np.flatnonzero(mask):
-                if self._running[i]:  # a running episode is abandoned
+                if self._running[i] and not self._idle[i]:  # a running episode is abandoned
                     self._abandon(int(i))
                     self._ep_index[i] += 1
-                    self._open_group(i // g, int(self._ep_index[i]))
+                self._join(int(i))  # its round's group (open, opened now, or waiting for the budget)
                 self._running[i] = False
                 self._pending_reset[i] = False
                 self._update_plan(int(i))
@@ -512,8 +570,15 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             # each episode's context and action), so that a prediction that ends a world-model
             # episode (`terminated`) reaches its RoutedSubEnv before the placeholder step
             preds = self._predict_outcomes(stepped, act_list)
+        if not self._routed and self.training and stepped:
+            self._check_step_fits(len(stepped))
         sw = Stopwatch()
-        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        try:
+            obs, rewards, terms, truncs, infos = self.env.step(actions)
+        except Exception as exc:
+            wall, step_cpu = sw.read()
+            self._fail_step(exc, stepped, wall, step_cpu)  # may raise TooManyUngradedError (from exc)
+            raise
         wall, step_cpu = sw.read()
         terms = np.asarray(terms, dtype=bool)
         truncs = np.asarray(truncs, dtype=bool)
@@ -530,10 +595,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._close_ended(st)
         for i in stepped:
             if not st.done[i]:
-                self._fill_base(st.w, i, self._group_of(i))
+                self._fill_info(st.w, i)
         self._start_next_episodes(st, resetting)  # after the corrections: new routes see the updated ρ
         w = st.w
-        for key in ("episode_start", "group_complete"):
+        for key in ("episode_start", "group_complete", "budget_wait"):
             w.ensure(key, bool)
         for i in st.completed:
             w.set("group_complete", i, True, bool)
@@ -548,12 +613,24 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         infos["wmrl"] = w.build()
         return obs, st.rewards, terms, truncs, infos
 
+    def _check_step_fits(self, executions: int) -> None:
+        """Plain sub-envs (no RoutedSubEnv) all execute at every vector step, whatever their lane
+        does, so a lane gains nothing by waiting: their lanes never wait, and the execution budget
+        stops the run before the first vector step it cannot pay (its open groups are abandoned,
+        cause ``"budget"``)."""
+        try:
+            self.loop.check_executions_fit(executions)
+        except ExecutionBudgetSpent:
+            for key in sorted(self._groups):
+                self._abandon_in_loop(self._groups[key], "budget")
+            raise
+
     def _predict_outcomes(self, stepped: list[int], act_list: list[Any]) -> dict[int, WorldModelPrediction]:
         """Outcome mode: the world model's predictions for the sub-envs about to step (one batched
         ``predict`` over those whose route calls it); a world-model episode whose prediction says
         ``terminated`` is told to end in this step (:data:`~wmrl_envs.wrappers.routed_sub_env.END_ATTR`)."""
-        idx = [i for i in stepped if self.loop.calls_world_model(self._group_of(i).ticket.route,
-                                                                  self._group_of(i).ticket.training)]
+        idx = [i for i in stepped if not self._idle[i] and self.loop.calls_world_model(
+            self._group_of(i).ticket.route, self._group_of(i).ticket.training)]
         if not idx:
             return {}
         preds = dict(zip(idx, self.loop.predict([self._ctx[i] for i in idx], [act_list[i] for i in idx])))
@@ -565,6 +642,20 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         return preds
 
     # ------------------------------------------------------------------ infos
+    def _fill_info(self, w: InfoBuilder, i: int) -> None:
+        """Sub-env ``i``'s base entries: its group's, or (waiting for the budget) ``budget_wait``
+        with its lane and round, and no route, group id or weight (masked off)."""
+        if not self._idle[i]:
+            self._fill_base(w, i, self._group_of(i))
+            return
+        k = i // self.group_size
+        w.set("lane", i, k, np.int64)
+        w.set("round", i, int(self._ep_index[i]), np.int64)
+        w.set("episode_in_group", i, i - k * self.group_size, np.int64)
+        w.set("budget_wait", i, True, bool)
+        for key, dtype in (("route", object), ("group_id", np.int64), ("advantage_weight", np.float64)):
+            w.ensure(key, dtype)
+
     def _fill_base(self, w: InfoBuilder, i: int, rec: _Group) -> None:
         t = rec.ticket
         w.set("route", i, t.route, object)
@@ -580,9 +671,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     def _base_info(self) -> dict[str, Any]:
         w = InfoBuilder(self.num_envs)
         for i in range(self.num_envs):
-            self._fill_base(w, i, self._group_of(i))
+            self._fill_info(w, i)
         w.fill("rho", self.loop.rho, np.float64)
         w.ensure("group_complete", bool)
+        w.ensure("budget_wait", bool)
         return w.build()
 
     # ------------------------------------------------------------------ state
