@@ -163,10 +163,12 @@ class AdaptiveAnchorFraction:
 
     1. until the advisor holds ``min_groups`` usable anchor groups (the warm-up) the fraction is
        ``start``;
-    2. the cost ratio γ is ``cost_ratio`` when given (e.g. the pilot's, from ``wmrl advise``), else
-       measured once from the run's ledger at the end of the warm-up
-       (:meth:`CostRates.from_ledger`, CPU-seconds) and fixed from then on, so that the routes
-       depend only on the seed and γ (both saved with the state);
+    2. the cost ratio γ (the cost of a rollout's world-model call, generation and update over one
+       real execution's, a ratio without unit) is ``cost_ratio`` when given (e.g. the pilot's,
+       from ``wmrl advise``), else measured once from the run's ledger at the end of the warm-up
+       (:meth:`CostRates.from_ledger`, in the ledger's cost basis, ``CorrectionConfig.cost_basis``:
+       CPU-seconds by default, wall-clock seconds, or prices per call) and fixed from then on, so
+       that the routes depend only on the seed and γ (both saved with the state);
     3. r is the pooled within-group correlation of the last ``window`` anchor groups; when the run
        debiases (``calibrate="crossfit"``) the world-model scores are calibrated out of sample
        first (:func:`crossfit_calibrated` over the last 256 anchor groups held: each group mapped
@@ -215,7 +217,7 @@ class AdaptiveAnchorFraction:
     Args:
         start, f_min, f_max: fractions in [0, 1] with ``f_min <= f_max``; ``start`` is clipped to
             [f_min, f_max].
-        cost_ratio: γ (>= 0) or ``None`` (measured at the end of the warm-up).
+        cost_ratio: γ (>= 0, a ratio of costs in the run's cost basis) or ``None`` (measured at the end of the warm-up).
         noise_batch_ratio: ``B_noise / B`` of real-execution GRPO (>= 0, e.g. from a pilot with
             :class:`GradientNoiseScale`) or ``None`` (unknown: the noise-limited form, which sends
             the fraction to ``f_min`` for a useful world model and to ``f_max`` for a useless one).
@@ -373,7 +375,9 @@ class AdaptiveAnchorFraction:
         Args:
             step: the step's index (for :attr:`history`).
             advisor: the run's advisor (its groups so far).
-            ledger: the run's ledger (executions so far; CPU-seconds for γ when not given).
+            ledger: the run's ledger: the executions made so far (a count, for the budget) and,
+                when ``cost_ratio`` was not given, the costs γ is measured from, in the ledger's
+                ``cost_basis`` (``"cpu"``, ``"wall"`` or ``"per_call"``).
             calibrate: ``"crossfit"`` (a run that debiases), a map, or ``None`` (raw scores).
             anchor_cost: real executions one anchor group costs (measured so far, e.g. G × turns);
                 ``None``: the size of the last anchor group (one execution per rollout), or one
@@ -382,7 +386,10 @@ class AdaptiveAnchorFraction:
                 reward-mode episode executes every step whatever its route).
             in_flight: real executions still to come from groups opened and not closed (not in
                 the ledger yet: an anchor group running, on Ray or elsewhere).
-            groups_in_step: the groups of the coming step (for the world-model groups' cost).
+            groups_in_step: world-model groups of the coming step to charge up front, each at
+                ``world_model_cost`` real executions (a count, not a cost in the ledger's basis);
+                ``None``: none (the loop passes none: it checks each group as it opens, so a step
+                spends what fits).
             enforce_budget: ``False``: the caller keeps the budget itself (a plain vector env,
                 :meth:`CorrectionLoop.check_executions_fit
                 <wmrl_envs.core.CorrectionLoop.check_executions_fit>`): nothing is raised nor

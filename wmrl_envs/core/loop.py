@@ -793,8 +793,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         (:func:`~wmrl_envs.core.advisor.crossfit_calibrated`), as WMRL trains on calibrated scores.
 
         Args:
-            costs: per-rollout costs; default: this run's ledger in CPU-seconds
-                (:meth:`CostRates.from_ledger`).
+            costs: per-rollout costs; default: this run's ledger in its ``cost_basis``
+                (:meth:`CostRates.from_ledger`: CPU-seconds unless the run chose ``"wall"`` or
+                ``"per_call"``).
             noise_batch_ratio: ``B_noise / B`` for the prediction; default: the adaptive
                 fraction's (``None`` without one: not measured).
 
