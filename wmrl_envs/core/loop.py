@@ -600,6 +600,22 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                     "low; pass record_execution(..., ticket=the group's ticket)", UserWarning,
                     stacklevel=user_stacklevel())
 
+    def expect_executions(self, ticket: GroupTicket, executions_left: float) -> None:
+        """The caller's estimate of the real executions ``ticket``'s open training group will still
+        make (a vector env knows how far each of its rollouts ran): an execution budget counts the
+        group in flight at least at this, rather than at its route's price less what it executed
+        (which is 0 for a group already past the mean). Nothing for an evaluation ticket, a closed
+        group or a ticket from before a load.
+
+        Raises:
+            ValueError: ``executions_left`` is not a finite number >= 0.
+        """
+        if not (isinstance(executions_left, numbers.Real) and np.isfinite(executions_left) and executions_left >= 0):
+            raise ValueError(f"executions_left must be a finite number >= 0, got {executions_left!r}")
+        with self._lock:
+            if ticket.epoch == self._epoch:
+                self._costs.expect(ticket.group_id, float(executions_left))
+
     def count_episodes(self, n: int) -> None:
         """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""
         with self._lock:

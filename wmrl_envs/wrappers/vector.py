@@ -52,6 +52,7 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -273,6 +274,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         # sub-envs whose current episode belongs to no group: their lane's next group did not fit in
         # the execution budget while other groups were in flight (ExecutionBudgetWait); they wait
         self._idle = np.zeros(n, dtype=bool)
+        # lengths (steps) of the latest training episodes that executed: their residual lengths
+        # estimate what the open groups will still execute (for an execution budget)
+        self._lengths: deque[int] = deque(maxlen=1024)
         self._started = False
         self._messages: dict[str, str] = {}  # {cause: last error text} for warnings and the stop rule
         self.n_groups_completed = 0
@@ -597,6 +601,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             if not st.done[i]:
                 self._fill_info(st.w, i)
         self._start_next_episodes(st, resetting)  # after the corrections: new routes see the updated ρ
+        self._expect_in_flight()
         w = st.w
         for key in ("episode_start", "group_complete", "budget_wait"):
             w.ensure(key, bool)
@@ -612,6 +617,37 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             infos["final_obs"] = st.final_obs
         infos["wmrl"] = w.build()
         return obs, st.rewards, terms, truncs, infos
+
+    def _expect_in_flight(self) -> None:
+        """With an execution budget (RoutedSubEnv lanes): tell the loop what each open training group
+        will still execute (:meth:`CorrectionLoop.expect_executions`): for each member not finished,
+        the mean residual length of the episodes seen so far that ran longer than its episode has
+        (all of it for a member not started; at least one step). A group whose episodes run longer
+        than its route's mean price then still counts in flight."""
+        a = self.loop.adaptive
+        if not self._routed or not self._lengths or a is None or a.execution_budget is None:
+            return
+        lengths = np.asarray(self._lengths, dtype=np.float64)
+        cache: dict[int, float] = {}
+
+        def residual(t: int) -> float:
+            if t not in cache:
+                longer = lengths[lengths > t]
+                cache[t] = float(longer.mean() - t) if longer.size else 1.0
+            return cache[t]
+
+        g = self.group_size
+        for rec in self._groups.values():
+            if rec.abandoned or rec.evaluating or (self.mode == "outcome" and rec.route != ANCHOR):
+                continue
+            left = 0.0
+            for m in range(g):
+                if rec.finished[m]:
+                    continue
+                i = rec.lane * g + m
+                started = int(self._ep_index[i]) == rec.round and self._running[i] and not self._idle[i]
+                left += residual(self._episodes[i].steps if started else 0)
+            self.loop.expect_executions(rec.ticket, left)
 
     def _check_step_fits(self, executions: int) -> None:
         """Plain sub-envs (no RoutedSubEnv) all execute at every vector step, whatever their lane

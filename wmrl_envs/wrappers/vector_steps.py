@@ -291,6 +291,8 @@ class VectorSteps:
                 route = rec.route
                 if not (rec.abandoned and not rec.evaluating):  # an abandoned group's episodes left the count
                     self.loop.count_episodes(1)
+                if not rec.evaluating and (self.mode == "reward" or route == ANCHOR):
+                    self._lengths.append(ep.steps)  # an episode that executed: its length, for the budget
                 real_ep = None
                 if route == ANCHOR:  # outcome mode: the real steps' scores by the world model's rule
                     real_ep = ep.real_episode_score(self.episode_score) if self.mode == "outcome" else ep.real_score
