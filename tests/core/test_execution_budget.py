@@ -44,15 +44,15 @@ def _vector(lanes: int, budget: int, groups: int, *, plain: bool, seed: int = 0)
     return w
 
 
-@pytest.mark.parametrize("lanes, made, credited", [(1, 400, 400), (4, 400, 384), (8, 384, 384), (16, 384, 256)])
+@pytest.mark.parametrize("lanes, made, credited", [(1, 400, 400), (4, 384, 384), (8, 384, 384), (16, 256, 256)])
 def test_plain_vector_env_credits_every_step_to_its_lanes_group_and_keeps_the_budget(lanes, made, credited):
     """Issue 37.1: a plain SyncVectorEnv (no RoutedSubEnv) recorded its executions without a ticket,
     and with 2+ lanes open every group was credited 0 executions: world-model groups were priced at
     0, anchor groups at G, and the run overran (448 executions for a budget of 400 with 4 lanes, 512
     with 8 and 16). Now every closed group is credited G x 4 steps. Plain sub-envs all execute at
-    every vector step, so the run stops before the first vector step the budget cannot pay (lanes x
-    4 executions a step, a wave of groups every 5 steps with the next-step reset); the groups then
-    in flight are abandoned (cause "budget"), none is left open."""
+    every vector step (lanes x 4 executions a step, a wave of groups every 5 steps with the
+    next-step reset), so the run stops before the steps the next wave needs go past the budget;
+    the groups then open (none has executed) are abandoned (cause "budget"), none is left open."""
     w = _vector(lanes, 400, 10, plain=True)
     ge = w.loop.adaptive.group_executions
     assert w.loop.ledger.count("execution") == made <= 400
@@ -131,13 +131,13 @@ def test_variable_length_episodes_on_a_plain_vector_env_spend_the_budget(seed):
     step (20-step limit), budget 400: members out of step opened their lane's next group priced at
     the step limit (G x 20), and the budget was declared spent while the first groups were still in
     flight: the run stopped after 16 executions (one vector step) with 0 credited to any group. Now
-    plain lanes never wait (their sub-envs execute anyway) and the run stops at the last vector step
-    the budget pays."""
+    plain lanes never wait (their sub-envs execute anyway) and the run stops before the vector steps
+    the first open group still needs (from the episode lengths seen) go past the budget."""
     w, _ = _variable(4, 400, plain=True, seed=seed)
     made = w.loop.ledger.count("execution")
     ge = w.loop.adaptive.group_executions
     credited = ge["anchor"][0] + ge["world_model"][0]
-    assert 400 - G * 4 < made <= 400  # within one vector step of the budget
+    assert 0.85 * 400 <= made <= 400  # benchmarks/execution_budget.py varplain-4: 351-392 over 10 seeds
     assert credited >= 0.6 * made and ge["anchor"][1] >= 2 and ge["world_model"][1] >= 2
     assert w.loop.stats()["groups_open"] == 0
 

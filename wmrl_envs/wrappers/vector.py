@@ -52,6 +52,7 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
@@ -627,6 +628,13 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         a = self.loop.adaptive
         if not self._routed or not self._lengths or a is None or a.execution_budget is None:
             return
+        for rec, left in self._members_left():
+            self.loop.expect_executions(rec.ticket, float(sum(left)))
+
+    def _members_left(self) -> list[tuple[_Group, list[float]]]:
+        """For each open training group that executes, the steps each unfinished member is expected
+        to run still: the mean residual length of the training episodes seen (``_lengths``) that ran
+        longer than its episode has so far (all of it for a member not started; at least one step)."""
         lengths = np.asarray(self._lengths, dtype=np.float64)
         cache: dict[int, float] = {}
 
@@ -637,25 +645,33 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             return cache[t]
 
         g = self.group_size
+        out = []
         for rec in self._groups.values():
             if rec.abandoned or rec.evaluating or (self.mode == "outcome" and rec.route != ANCHOR):
                 continue
-            left = 0.0
+            left = []
             for m in range(g):
                 if rec.finished[m]:
                     continue
                 i = rec.lane * g + m
                 started = int(self._ep_index[i]) == rec.round and self._running[i] and not self._idle[i]
-                left += residual(self._episodes[i].steps if started else 0)
-            self.loop.expect_executions(rec.ticket, left)
+                left.append(residual(self._episodes[i].steps if started else 0))
+            out.append((rec, left))
+        return out
 
     def _check_step_fits(self, executions: int) -> None:
         """Plain sub-envs (no RoutedSubEnv) all execute at every vector step, whatever their lane
         does, so a lane gains nothing by waiting: their lanes never wait, and the execution budget
-        stops the run before the first vector step it cannot pay (its open groups are abandoned,
-        cause ``"budget"``)."""
+        stops the run before the first vector step it cannot pay, or (once episodes have ended,
+        so that their lengths are known) before the steps that the first open group still needs
+        to close, all sub-envs executing, go past it: nothing it executes then could be trained
+        on. The open groups are abandoned then (cause ``"budget"``)."""
+        steps = 1
+        if self._lengths:
+            ahead = [max(left) for _, left in self._members_left() if left]
+            steps = max(1, math.ceil(min(ahead) - 1e-9)) if ahead else 1
         try:
-            self.loop.check_executions_fit(executions)
+            self.loop.check_executions_fit(executions * steps)
         except ExecutionBudgetSpent:
             for key in sorted(self._groups):
                 self._abandon_in_loop(self._groups[key], "budget")
