@@ -35,7 +35,9 @@ below 1 where groups in flight were abandoned at the stop, as on plain vector en
 ``--accounting legacy`` replays the accounting before issue 25 (an anchor group costs G
 executions, world-model groups nothing, groups in flight nothing) for comparison. The figures
 before issue 37 come from the same script run on the code before it (``PYTHONPATH`` pointing
-at a checkout of that commit): ``results/execution_budget_before_37.json``.
+at a checkout of that commit): ``results/execution_budget_before_37.json``; those of the
+variable-length scenarios before the review of issue 37 (the code at aae04a3):
+``results/execution_budget_before_37_review.json`` (``--scenarios varvector-4 ... varplain-16``).
 
 Run (figures in ``docs/method.md``, "Adaptive anchor fraction")::
 

@@ -149,7 +149,8 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
         n_lanes: ``num_envs // group_size`` (int).
         n_groups_completed: groups closed (their correction ran; int).
-        n_groups_abandoned: groups dropped by a reset before all members finished (int).
+        n_groups_abandoned: groups dropped by a reset before all members finished (int; the loop
+            counts them by cause, ``loop.stats()["groups_abandoned"]``, as soon as one is dropped).
         n_groups_open: groups routed and not yet closed nor abandoned (int).
         n_plan_updates: ``set_attr`` round trips that sent routes/tasks to the sub-envs (int).
         n_idle_executions: real executions of sub-envs waiting for the execution budget (plain
@@ -433,7 +434,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all sub-envs (a new group in every lane), or those in ``options["reset_mask"]``.
 
-        A full reset abandons the unfinished groups (no pairs, no correction); the routes of
+        A full reset abandons the unfinished groups (no pairs, no correction; dropped from the
+        loop at once, counted in ``loop.stats()["groups_abandoned"]`` under ``"reset"``, their
+        ended episodes taken out of ``loop.n_episodes``); the routes of
         those of which no episode had finished go back to the front of the route queue. With
         ``options={"reset_mask": mask}`` (``np.bool_`` array of shape ``(num_envs,)``; needed
         with ``AutoresetMode.DISABLED``) only the masked sub-envs start their next episode; a
@@ -539,7 +542,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
               anchors, 1.0 on world-model routes), ``rho`` (float64, current ρ),
               ``episode_start`` (bool: the sub-env was reset in this step, next-step autoreset),
               ``group_complete`` (bool: this sub-env's episode completed its group and the
-              correction ran);
+              correction ran), ``budget_wait`` (bool: the sub-env's episode belongs to no group,
+              its lane waits for the execution budget; ``route``, ``group_id`` and
+              ``advantage_weight`` are masked off there, its reward is 0: drop it);
             * ``group_id`` (int64; masked off while evaluating);
             * at the step that ends an episode (outcome mode also at every step, for
               ``raw_score``): ``raw_score``, ``calibrated_score``, ``real_score`` (float64;
@@ -553,8 +558,15 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             describe the ended episode (its route, scores), like the reward returned with them.
 
         Raises:
-            RuntimeError: ``step`` before ``reset``, or (disabled autoreset) a sub-env whose
-                episode ended was not reset with ``reset(options={"reset_mask": ...})``.
+            RuntimeError: ``step`` before ``reset`` (or after a vector step that raised), or
+                (disabled autoreset) a sub-env whose episode ended was not reset with
+                ``reset(options={"reset_mask": ...})``.
+            ExecutionBudgetSpent: ``anchor_fraction="auto"``, ``on_budget_spent="stop"``: the
+                budget is spent (class docstring, "Execution budget"); the groups still open are
+                abandoned.
+            Exception: whatever the vector env's ``step`` raised, after the open groups were
+                closed as ungraded (``execution_error``; ``TooManyUngradedError`` from it when the
+                stop rule fires).
         """
         if not self._started:
             raise RuntimeError("step() called before reset(); call reset() first")
