@@ -413,9 +413,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     def close(self, **kwargs: Any) -> None:
         """Close the vector env; the groups still open are abandoned first (cause ``"closed"``), so
         none stays open in the loop (a shared loop's budget and stats)."""
-        for key in sorted(self._groups):
-            self._abandon_in_loop(self._groups[key], "closed")
-        self._groups.clear()
+        groups = getattr(self, "_groups", {})  # (a wrapper whose __init__ raised has none)
+        for key in sorted(groups):
+            self._abandon_in_loop(groups[key], "closed")
+        groups.clear()
         self._started = False
         super().close(**kwargs)
 
@@ -587,7 +588,7 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             # each episode's context and action), so that a prediction that ends a world-model
             # episode (`terminated`) reaches its RoutedSubEnv before the placeholder step
             preds = self._predict_outcomes(stepped, act_list)
-        if not self._routed and self.training and stepped:
+        if not self._routed and self.training and stepped and self._budget_stops():
             self._check_step_fits(len(stepped))
         sw = Stopwatch()
         try:
@@ -642,6 +643,12 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             return
         for rec, left in self._members_left():
             self.loop.expect_executions(rec.ticket, float(sum(left)))
+
+    def _budget_stops(self) -> bool:
+        """Whether an execution budget stops the run (``anchor_fraction="auto"``, an
+        ``execution_budget``, ``on_budget_spent="stop"``)."""
+        a = self.loop.adaptive
+        return a is not None and a.execution_budget is not None and a.on_budget_spent == "stop"
 
     def _members_left(self) -> list[tuple[_Group, list[float]]]:
         """For each open training group that executes, the steps each unfinished member is expected
