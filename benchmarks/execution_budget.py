@@ -15,18 +15,29 @@ anchor group executes). Scenarios:
   any group has closed, so the budget counts them at their prior cost (G × the step limit);
 * ``plain-<lanes>``: the same on a plain ``SyncVectorEnv`` (no RoutedSubEnv; issue 37: its
   executions were recorded without a ticket, and with 2+ lanes no group was credited any);
+* ``varvector-<lanes>``, ``varplain-<lanes>``: the ``vector``/``plain`` scenarios with episodes of
+  variable length (:class:`Geometric`: each step ends the episode with probability 0.3, a
+  20-step ``TimeLimit``; the members of a lane run out of step). Before the review of issue 37 a
+  member that finished early opened its lane's next group priced at the step limit (G × 20) and the
+  budget was declared spent while the first groups were in flight: 16 executions, none credited,
+  on 4 plain lanes at a budget of 400. Now a routed lane whose group does not fit waits
+  (placeholder steps) until the groups in flight close; plain lanes never wait (their sub-envs
+  execute anyway) and the run stops before the first vector step the budget cannot pay;
 * ``shared-<n>``: ``n`` per-episode wrappers in reward mode (4 steps) sharing one loop, their
   episodes interleaved (a group open in each at once);
 * ``late``: a bare :class:`~wmrl_envs.core.CorrectionLoop` whose anchor groups close one step
   after they were opened (the Ray scorer's late anchors: executions in flight at the next plan).
 
 Each row also gives ``credited``: the share of the executions that the closed groups were
-credited with (what the budget prices a group from; 1.0 when every execution names its group).
+credited with (what the budget prices a group from; 1.0 when every execution names its group;
+below 1 where groups in flight were abandoned at the stop, as on plain vector envs).
 
 ``--accounting legacy`` replays the accounting before issue 25 (an anchor group costs G
 executions, world-model groups nothing, groups in flight nothing) for comparison. The figures
 before issue 37 come from the same script run on the code before it (``PYTHONPATH`` pointing
-at a checkout of that commit): ``results/execution_budget_before_37.json``.
+at a checkout of that commit): ``results/execution_budget_before_37.json``; those of the
+variable-length scenarios before the review of issue 37 (the code at aae04a3):
+``results/execution_budget_before_37_review.json`` (``--scenarios varvector-4 ... varplain-16``).
 
 Run (figures in ``docs/method.md``, "Adaptive anchor fraction")::
 
@@ -101,6 +112,22 @@ class NoisyTarget(gym.Env):
     def step(self, a):
         r = -(float(a[0]) - self.target) ** 2 + float(self.np_random.normal(0, 0.3))
         return np.array([self.target], np.float32), r, False, False, {}
+
+
+class Geometric(gym.Env):
+    """Reward mode with episodes of variable length: each step ends the episode with probability
+    0.3 (wrap it in a ``TimeLimit``); a step's reward is the action plus N(0, 1) noise."""
+
+    observation_space = gym.spaces.Box(-10, 10, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, a):
+        r = float(a[0]) + float(self.np_random.normal())
+        return np.zeros(1, np.float32), r, bool(self.np_random.random() < 0.3), False, {}
 
 
 class RandomWM:
@@ -184,8 +211,9 @@ def _shared_run(n: int, budget: int, groups: int, seed: int, legacy: bool, turns
 
 
 def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, turns: int = 4,
-                plain: bool = False) -> tuple[int, float, float]:
-    """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit);
+                plain: bool = False, variable: bool = False) -> tuple[int, float, float]:
+    """Reward mode, ``lanes`` groups at a time on a vector env (sub-envs with a 4-step TimeLimit;
+    ``variable``: :class:`Geometric` with a 20-step TimeLimit, without ``task_fn``);
     ``plain``: a ``SyncVectorEnv`` without RoutedSubEnv (and without ``task_fn``, which needs it)."""
     from wmrl_envs.core import CorrectionConfig
     from wmrl_envs.core.adaptive import ExecutionBudgetSpent
@@ -193,9 +221,12 @@ def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, t
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, f_max=0.5, auto_start_fraction=0.5,
                            execution_budget=budget, on_budget_spent="stop")
-    fn = lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns)  # noqa: E731
+    if variable:
+        fn = lambda: gym.wrappers.TimeLimit(Geometric(), 20)  # noqa: E731
+    else:
+        fn = lambda: gym.wrappers.TimeLimit(NoisyTarget(), turns)  # noqa: E731
     venv = gym.vector.SyncVectorEnv([fn] * (G * lanes)) if plain else make_vector_env(fn, G * lanes)
-    kw: dict[str, Any] = {} if plain else {"task_fn": lambda lane, rnd: (1000 * lane + rnd, None)}
+    kw: dict[str, Any] = {} if plain or variable else {"task_fn": lambda lane, rnd: (1000 * lane + rnd, None)}
     w = AnchoredWorldModelVectorWrapper(venv, RandomWM(seed), group_size=G, mode="reward", groups_per_step=groups,
                                         correction=cfg, seed=seed, **kw)
     if legacy:
@@ -207,7 +238,8 @@ def _vector_run(lanes: int, budget: int, groups: int, seed: int, legacy: bool, t
             w.step(rng.uniform(-1, 1, (G * lanes, 1)).astype(np.float32))
     except ExecutionBudgetSpent:
         pass
-    return w.loop.ledger.count("execution"), float(G * turns), _credited(w.loop)
+    # one group's executions: G x the mean episode length (variable: 1 / 0.3, the 20-step limit aside)
+    return w.loop.ledger.count("execution"), float(G / 0.3 if variable else G * turns), _credited(w.loop)
 
 
 def _late_run(budget: int, groups: int, seed: int, legacy: bool) -> tuple[int, float, float]:
@@ -260,8 +292,9 @@ def run_one(scenario: str, budget: int, groups: int, seed: int, legacy: bool) ->
         kind, _, arg = scenario.partition("-")
         if scenario == "late":
             used, group, credited = _late_run(budget, groups, seed, legacy)
-        elif kind in ("vector", "plain"):
-            used, group, credited = _vector_run(int(arg), budget, groups, seed, legacy, plain=kind == "plain")
+        elif kind in ("vector", "plain", "varvector", "varplain"):
+            used, group, credited = _vector_run(int(arg), budget, groups, seed, legacy, plain=kind.endswith("plain"),
+                                                variable=kind.startswith("var"))
         elif kind == "shared":
             used, group, credited = _shared_run(int(arg), budget, groups, seed, legacy)
         else:
@@ -277,7 +310,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--budgets", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--groups", type=int, nargs="+", default=[10, 20], help="groups per step")
     ap.add_argument("--scenarios", nargs="+", default=["outcome-1", "outcome-4", "reward-4", "late", "vector-4", "vector-8",
-                                                        "vector-16", "plain-4", "plain-8", "plain-16", "shared-2"])
+                                                        "vector-16", "plain-4", "plain-8", "plain-16", "varvector-4",
+                                                        "varvector-8", "varvector-16", "varplain-4", "varplain-8",
+                                                        "varplain-16", "shared-2"])
     ap.add_argument("--accounting", choices=["current", "legacy"], default="current")
     ap.add_argument("--out", default="results/execution_budget.json")
     args = ap.parse_args(argv)

@@ -239,11 +239,25 @@ def test_the_ray_worker_charges_a_reported_price_and_fails_an_invalid_one():
     assert bad["reward"] is None and bad["cause"] == "execution_error" and "execution_cost" in bad["error"]
 
 
-def test_the_vector_wrapper_says_it_does_not_read_a_reported_price_yet():
+def test_the_vector_wrapper_charges_the_price_each_sub_env_reports():
+    """Routed sub-envs (make_vector_env) and plain ones: each execution is charged the price its
+    sub-env reported in info["execution_cost"], the declared price where it reported none."""
+    import gymnasium as gym
+
     from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 
-    venv = AnchoredWorldModelVectorWrapper(make_vector_env(PaidAPIEnv, 2), NoisyWM(), group_size=2,
-                                           correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
-    venv.reset(seed=0)
-    with pytest.warns(UserWarning, match=r"reports info\['execution_cost'\], which the vector wrapper does not read"):
-        venv.step(np.full((2, 1), 0.5, np.float32))
+    for venv_inner, mode in ((make_vector_env(lambda: PaidAPIEnv(unpriced_below=0.5), 2), "outcome"),
+                             (gym.vector.SyncVectorEnv([lambda: PaidAPIEnv(unpriced_below=0.5)] * 2), "reward")):
+        venv = AnchoredWorldModelVectorWrapper(venv_inner, NoisyWM(), group_size=2, mode=mode,
+                                               correction=CorrectionConfig(anchor_fraction=1.0, **PAID))
+        venv.reset(seed=0)
+        # one-step episodes, next-step autoreset: steps 1 and 3 execute, steps 2 and 4 reset the lanes
+        actions = [(0.2, 0.8), (0.0, 0.0), (0.6, 1.0), (0.0, 0.0)]
+        for a in actions:
+            venv.step(np.array(a, np.float32).reshape(2, 1))
+        ledger = venv.loop.ledger
+        reported = [0.01 + 0.02 * x for x in (0.8, 0.6, 1.0)]  # 0.2 is below unpriced_below: no price
+        assert ledger.count("execution") == 4
+        assert ledger.reported("execution") == (3, pytest.approx(sum(reported)))
+        # per_call: the reported prices, and the declared 0.5 for the execution that reported none
+        assert ledger.cost("execution") == pytest.approx(sum(reported) + 0.5)

@@ -12,7 +12,8 @@ import pytest
 
 from wmrl_envs.core import CorrectionConfig, CorrectionLoop
 from wmrl_envs.core.group import AnchorExecution
-from wmrl_envs.envs.known_truth import KnownTruthEnv, KnownTruthWorldModel, WorldModelError
+from wmrl_envs.envs.autoresearch.embedding_world_model import DegradedWorldModel
+from wmrl_envs.envs.known_truth import BreakingWorldModel, KnownTruthEnv, KnownTruthWorldModel, WorldModelError
 from wmrl_envs.world_models.synthetic import SyntheticWorldModel
 from wmrl_envs.world_models.base import WorldModelPrediction
 
@@ -43,11 +44,18 @@ def _groups(loop: CorrectionLoop, start: int, stop: int) -> list[tuple]:
 @pytest.mark.parametrize("make_wm", [
     lambda: KnownTruthWorldModel(ENV, WorldModelError(noise_std=0.15), seed=7),
     lambda: SyntheticWorldModel(lambda c, a: float(ENV.mu[c, a]), noise_std=0.15, seed=7),
-], ids=["known_truth", "synthetic"])
+    # breaks at prediction 600 (group 150 of 240): after the resume point, so the count must be restored too
+    lambda: BreakingWorldModel(ENV, WorldModelError(noise_std=0.15), WorldModelError(noise_std=0.3, information=0.3),
+                               break_after=600, seed=7),
+    lambda: DegradedWorldModel(KnownTruthWorldModel(ENV, WorldModelError(noise_std=0.1), seed=7), information=0.5,
+                               seed=3, noise_pool=[]),
+], ids=["known_truth", "synthetic", "breaking", "degraded"])
 def test_a_resumed_run_repeats_the_uninterrupted_one_with_a_stochastic_frozen_world_model(make_wm):
     """Issue 37.3: the loop saved the world model's state only if it learned; resuming a run with a
     noisy KnownTruthWorldModel at group 120 of 240 drew new noise, and 119 of the next 120 groups
-    differed from the uninterrupted run (final ρ 1.9951 vs 1.9477)."""
+    differed from the uninterrupted run (final ρ 1.9951 vs 1.9477). Review of issue 37: the same for
+    BreakingWorldModel and DegradedWorldModel (random streams, a prediction count), which had no
+    state_dict."""
     whole = _loop(make_wm())
     expected = _groups(whole, 0, N_GROUPS)
     first = _loop(make_wm())

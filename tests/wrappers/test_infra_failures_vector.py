@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from wmrl_envs.core import TooManyUngradedError
-from wmrl_envs.core.ungraded import SANDBOX_UNAVAILABLE, WORLD_MODEL_ERROR, WORLD_MODEL_INVALID
+from wmrl_envs.core.ungraded import EXECUTION_ERROR, SANDBOX_UNAVAILABLE, WORLD_MODEL_ERROR, WORLD_MODEL_INVALID
 from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models.base import WorldModelPrediction
 from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
@@ -98,3 +98,62 @@ def test_sb3_callback_gives_ungraded_steps_no_weight():
     assert cb.n_ungraded_steps == 32
     st = venv.stats()
     assert st["ungraded_rollouts"] == 32 and st["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 32}
+
+
+class RaisingGuessEnv(GuessEnv):
+    """``step`` raises on its calls numbered in ``fail_on`` (0-based)."""
+
+    def __init__(self, fail_on=()):
+        super().__init__()
+        self.fail_on, self.calls = set(fail_on), 0
+
+    def step(self, action):
+        k, self.calls = self.calls, self.calls + 1
+        if k in self.fail_on:
+            raise ConnectionError("the remote job's server went away")
+        return super().step(action)
+
+
+def _raising_venv(fail_on):
+    """4 sub-envs (2 lanes of 2); sub-env 1 raises on its calls in ``fail_on``."""
+    fns = [lambda: GuessEnv(), lambda: RaisingGuessEnv(fail_on), lambda: GuessEnv(), lambda: GuessEnv()]
+    from gymnasium.vector import SyncVectorEnv
+    from wmrl_envs.wrappers import RoutedSubEnv
+
+    return SyncVectorEnv([lambda f=f: RoutedSubEnv(f()) for f in fns])
+
+
+def test_vector_step_that_raises_closes_the_open_groups_as_ungraded_and_re_raises():
+    """Review of issue 37, item 2: the per-episode wrapper closes its group as ungraded when the env's
+    step raises (issue 38); in the vector wrapper the exception went through and left every open
+    group open in the loop. Now, as in the per-episode wrapper: the step is charged, each open group
+    is closed with its unfinished rollouts ungraded (execution_error), the error is re-raised, and a
+    reset starts new groups."""
+    w = AnchoredWorldModelVectorWrapper(_raising_venv({1}), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0),
+                                        group_size=2, groups_per_step=2, max_ungraded_share=None)
+    w.reset(seed=0)
+    w.step(_actions(4))  # round 0 of both lanes closes
+    w.step(_actions(4))  # next-step autoreset: the sub-envs reset into round 1
+    with pytest.raises(ConnectionError, match="went away"):
+        w.step(_actions(4))
+    st = w.loop.stats()
+    assert st["groups_open"] == 0 and st["groups_closed"] == 4 and w.n_groups_open == 0
+    assert w.loop.ledger.ungraded_counts() == {EXECUTION_ERROR: 4}  # both round-1 groups, 2 rollouts each
+    assert w.loop.ledger.count("execution") == 8  # the failed vector step was 4 executions too
+    assert w.loop.adaptive is None and w.loop.corrector.groups_corrected["anchor"] == 4
+    with pytest.raises(RuntimeError, match="reset"):
+        w.step(_actions(4))
+    w.reset(seed=1)
+    _, rew, _, _, info = w.step(_actions(4))
+    assert info["wmrl"]["graded"].tolist() == [True] * 4 and info["wmrl"]["round"].tolist() == [2, 2, 2, 2]
+    assert w.loop.stats()["groups_open"] == 2 == w.n_groups_open  # round 3 opened for the next episodes
+
+
+def test_vector_step_that_raises_feeds_the_stop_rule():
+    w = AnchoredWorldModelVectorWrapper(_raising_venv({0}), EchoWM(), correction=CorrectionConfig(anchor_fraction=1.0),
+                                        group_size=2, groups_per_step=2)
+    w.reset(seed=0)
+    with pytest.raises(TooManyUngradedError, match=EXECUTION_ERROR) as e:
+        w.step(_actions(4))
+    assert isinstance(e.value.__cause__, ConnectionError)  # the env's own error travels with it
+    assert w.loop.stats()["groups_open"] == 0

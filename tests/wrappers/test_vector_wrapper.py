@@ -461,3 +461,29 @@ def test_the_first_wave_of_lanes_counts_at_its_prior_cost_so_the_budget_holds(se
         for _ in range(200):
             w.step(rng.uniform(-1, 1, (g * lanes, 1)).astype(np.float32))
     assert w.loop.ledger.count("execution") <= budget + g * turns
+
+
+def test_abandoned_groups_leave_the_loop_counted_by_cause():
+    """Review of issue 37, item 2: the groups the vector wrapper abandons (a sub-env reset mid-episode,
+    a full reset mid-group, close()) stayed open in the loop: stats()["groups_open"] kept them, and
+    an execution budget counted them in flight for ever. Now they are dropped from the loop (as the
+    per-episode wrapper's abandon_group) and counted by cause; their ended episodes leave the count."""
+    venv = make_vector_env(TwoStepGuess, 4, autoreset_mode=AutoresetMode.NEXT_STEP, episode_steps=2)
+    env, _ = make_outcome(venv, 2, episode_steps=2)
+    a = np.full((4, 1), 0.5, np.float32)
+    env.reset()
+    env.step(a)  # every episode mid-way (2 steps an episode)
+    env.reset(options={"reset_mask": np.array([True, False, False, False])})  # lane 0's group is abandoned
+    st = env.loop.stats()
+    assert st["groups_abandoned"] == {"reset": 1} and env.n_groups_abandoned == 0  # its 2nd member still runs
+    assert st["groups_open"] == env.loop.n_groups_started - st["groups_closed"] - 1 == 2  # lane 0's next, lane 1's
+    env.step(a)  # lane 1's group closes; lane 0's abandoned one retires
+    assert env.n_groups_abandoned == 1 and env.loop.stats()["groups_open"] == env.n_groups_open
+    env.step(a)
+    env.reset()  # mid-group again: lane 0's rounds 1 (one episode ended) and 2, lane 1's round 1
+    st = env.loop.stats()
+    assert st["groups_abandoned"] == {"reset": 4} and st["groups_open"] == env.n_groups_open == 2
+    assert st["episodes"] == 2  # lane 1's closed group; the abandoned groups' ended episodes left the count
+    env.close()
+    st = env.loop.stats()
+    assert st["groups_open"] == 0 and st["groups_abandoned"] == {"reset": 4, "closed": 2}

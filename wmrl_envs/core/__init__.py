@@ -25,7 +25,7 @@ the adapters are plumbing around the loop.
 
 from __future__ import annotations
 
-from .adaptive import AdaptiveAnchorFraction, ExecutionBudgetSpent
+from .adaptive import AdaptiveAnchorFraction, ExecutionBudgetSpent, ExecutionBudgetWait
 from .advisor import (
     AnchorAdvice,
     AnchorAdvisor,
@@ -61,6 +61,7 @@ from .loop import CorrectionLoop, GroupTicket
 __all__ = [
     "AdaptiveAnchorFraction",
     "ExecutionBudgetSpent",
+    "ExecutionBudgetWait",
     "ANCHOR",
     "WORLD_MODEL",
     "Route",

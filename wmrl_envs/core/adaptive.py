@@ -33,7 +33,7 @@ from .ledger import EXECUTION, CostLedger
 if TYPE_CHECKING:
     from .advisor import AnchorAdvisor
 
-__all__ = ["AdaptiveAnchorFraction", "ExecutionBudgetSpent", "change_point_threshold"]
+__all__ = ["AdaptiveAnchorFraction", "ExecutionBudgetSpent", "ExecutionBudgetWait", "change_point_threshold"]
 
 
 _CONFIRM_STEPS = 3
@@ -145,6 +145,16 @@ class ExecutionBudgetSpent(RuntimeError):
     """The run's execution budget is spent and ``on_budget_spent="stop"``: training must stop."""
 
 
+class ExecutionBudgetWait(ExecutionBudgetSpent):
+    """``on_budget_spent="stop"``: the next group does not fit in what is left of the execution
+    budget *now*, but training groups are still in flight (opened, not closed): their executions are
+    priced at an estimate (a prior, or the mean of the closed groups), and when they close the price
+    is measured again and a group may fit. Nothing changed in the loop (no route used, the budget
+    not declared spent). A caller that can wait (the vector wrapper's lanes:
+    :class:`~wmrl_envs.wrappers.vector.AnchoredWorldModelVectorWrapper`) opens the group later; one
+    that cannot stops here, as for :class:`ExecutionBudgetSpent` (its subclass)."""
+
+
 class AdaptiveAnchorFraction:
     """``anchor_fraction="auto"``: the anchor fraction follows the advisor's f* during training.
 
@@ -153,10 +163,12 @@ class AdaptiveAnchorFraction:
 
     1. until the advisor holds ``min_groups`` usable anchor groups (the warm-up) the fraction is
        ``start``;
-    2. the cost ratio γ is ``cost_ratio`` when given (e.g. the pilot's, from ``wmrl advise``), else
-       measured once from the run's ledger at the end of the warm-up
-       (:meth:`CostRates.from_ledger`, CPU-seconds) and fixed from then on, so that the routes
-       depend only on the seed and γ (both saved with the state);
+    2. the cost ratio γ (the cost of a rollout's world-model call, generation and update over one
+       real execution's, a ratio without unit) is ``cost_ratio`` when given (e.g. the pilot's,
+       from ``wmrl advise``), else measured once from the run's ledger at the end of the warm-up
+       (:meth:`CostRates.from_ledger`, in the ledger's cost basis, ``CorrectionConfig.cost_basis``:
+       CPU-seconds by default, wall-clock seconds, or prices per call) and fixed from then on, so
+       that the routes depend only on the seed and γ (both saved with the state);
     3. r is the pooled within-group correlation of the last ``window`` anchor groups; when the run
        debiases (``calibrate="crossfit"``) the world-model scores are calibrated out of sample
        first (:func:`crossfit_calibrated` over the last 256 anchor groups held: each group mapped
@@ -197,12 +209,15 @@ class AdaptiveAnchorFraction:
        and not yet closed will still execute (the caller passes both, see :meth:`step`); once
        what is left cannot pay the step, ``on_budget_spent="floor"`` keeps only the router's
        floor of ``min_anchor_groups`` per window (said once, as a warning) and ``"stop"`` raises
-       :class:`ExecutionBudgetSpent`.
+       :class:`ExecutionBudgetSpent` — or, while groups are in flight (priced at an estimate, they
+       may close cheaper), :class:`ExecutionBudgetWait`, which leaves the budget undeclared and
+       the fraction's state as it was. The budget is checked before steps 3–4, so a step refused
+       changes nothing.
 
     Args:
         start, f_min, f_max: fractions in [0, 1] with ``f_min <= f_max``; ``start`` is clipped to
             [f_min, f_max].
-        cost_ratio: γ (>= 0) or ``None`` (measured at the end of the warm-up).
+        cost_ratio: γ (>= 0, a ratio of costs in the run's cost basis) or ``None`` (measured at the end of the warm-up).
         noise_batch_ratio: ``B_noise / B`` of real-execution GRPO (>= 0, e.g. from a pilot with
             :class:`GradientNoiseScale`) or ``None`` (unknown: the noise-limited form, which sends
             the fraction to ``f_min`` for a useful world model and to ``f_max`` for a useless one).
@@ -354,13 +369,15 @@ class AdaptiveAnchorFraction:
     def step(self, step: int, advisor: AnchorAdvisor, ledger: CostLedger,
              calibrate: Callable[[Scores], Sequence[float]] | str | None = None, *,
              anchor_cost: float | None = None, world_model_cost: float = 0.0, in_flight: float = 0.0,
-             groups_in_step: int | None = None) -> tuple[float, int | None]:
+             groups_in_step: int | None = None, enforce_budget: bool = True) -> tuple[float, int | None]:
         """Adapt before drawing the routes of training step ``step``.
 
         Args:
             step: the step's index (for :attr:`history`).
             advisor: the run's advisor (its groups so far).
-            ledger: the run's ledger (executions so far; CPU-seconds for γ when not given).
+            ledger: the run's ledger: the executions made so far (a count, for the budget) and,
+                when ``cost_ratio`` was not given, the costs γ is measured from, in the ledger's
+                ``cost_basis`` (``"cpu"``, ``"wall"`` or ``"per_call"``).
             calibrate: ``"crossfit"`` (a run that debiases), a map, or ``None`` (raw scores).
             anchor_cost: real executions one anchor group costs (measured so far, e.g. G × turns);
                 ``None``: the size of the last anchor group (one execution per rollout), or one
@@ -369,7 +386,14 @@ class AdaptiveAnchorFraction:
                 reward-mode episode executes every step whatever its route).
             in_flight: real executions still to come from groups opened and not closed (not in
                 the ledger yet: an anchor group running, on Ray or elsewhere).
-            groups_in_step: the groups of the coming step (for the world-model groups' cost).
+            groups_in_step: world-model groups of the coming step to charge up front, each at
+                ``world_model_cost`` real executions (a count, not a cost in the ledger's basis);
+                ``None``: none (the loop passes none: it checks each group as it opens, so a step
+                spends what fits).
+            enforce_budget: ``False``: the caller keeps the budget itself (a plain vector env,
+                :meth:`CorrectionLoop.check_executions_fit
+                <wmrl_envs.core.CorrectionLoop.check_executions_fit>`): nothing is raised nor
+                declared spent here, and the anchors are not capped.
 
         Returns:
             ``(fraction, free_slots)``: the fraction for this step (0 once the budget is spent: the
@@ -377,7 +401,10 @@ class AdaptiveAnchorFraction:
             (``None``: no cap; the caller keeps the floor of ``min_anchor_groups`` out of the cap).
 
         Raises:
-            ExecutionBudgetSpent: the budget is spent and ``on_budget_spent == "stop"``.
+            ExecutionBudgetWait: ``on_budget_spent == "stop"``, what is left does not pay a group now
+                but ``in_flight > 0`` (raised before anything changes; the budget is not declared
+                spent: the groups in flight may close cheaper than priced).
+            ExecutionBudgetSpent: the budget is spent (nothing in flight) and ``on_budget_spent == "stop"``.
         """
         import warnings
 
@@ -389,6 +416,44 @@ class AdaptiveAnchorFraction:
                     self.gamma = CostRates.from_ledger(ledger).gamma
                 except ValueError:
                     pass  # no measured execution yet: measure later
+        # the budget first: a step refused (raised) changes nothing of the fraction's state
+        free_slots = None
+        if self.execution_budget is not None and enforce_budget:
+            used = ledger.count(EXECUTION)
+            g = anchor_cost if anchor_cost is not None else (len(advisor.groups()[1][-1]) if len(advisor) else None)
+            n = 0 if groups_in_step is None else int(groups_in_step)
+            wm_cost = max(0.0, float(world_model_cost))
+            # what is left once the executions in flight and the step's world-model groups are paid for
+            left = self.execution_budget - used - max(0.0, float(in_flight)) - n * wm_cost
+            extra = None if g is None else max(0.0, float(g) - wm_cost)  # an anchor group's cost over a WM group's
+            if g is None and left > 0:  # group cost not known yet: one anchor group at most
+                free_slots = 1
+            elif left <= 0 or (extra is not None and extra > 0 and left < extra):
+                if self.on_budget_spent == "stop" and in_flight > 0:
+                    # groups in flight were priced at an estimate: when they close, a group may fit
+                    raise ExecutionBudgetWait(
+                        f"no group fits in the execution budget now ({used} of {self.execution_budget} real "
+                        f"executions made, {in_flight:.0f} more in flight); wait for the groups in flight to close")
+                if not self.budget_spent:
+                    self.budget_spent = True
+                    if self.on_budget_spent == "stop":
+                        raise ExecutionBudgetSpent(
+                            f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
+                            f"{in_flight:.0f} more in flight); training stops here (on_budget_spent='stop'; 'floor' "
+                            "would go on with the anchor floor only)")
+                    warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
+                                  f"{in_flight:.0f} more in flight): from now on only the floor of min_anchor_groups "
+                                  "anchor groups per window is executed, PAST the budget (the default on_budget_spent="
+                                  "'floor' keeps the corrections fed); to end training at the budget set "
+                                  "on_budget_spent='stop', or thin the floor with a larger anchor_window"
+                                  + (" (world-model groups execute too here, e.g. reward mode: only "
+                                     "on_budget_spent='stop' keeps the budget)" if wm_cost > 0 else ""),
+                                  UserWarning, stacklevel=3)
+                elif self.on_budget_spent == "stop":
+                    raise ExecutionBudgetSpent(f"the execution budget is spent ({used} of {self.execution_budget})")
+                # spent: the fraction is 0 and only the router's floor remains (never capped)
+            elif extra is not None and extra > 0:
+                free_slots = int(left // extra)
         held = None
         if self.gamma is not None:
             held = self._held(advisor, calibrate)
@@ -414,38 +479,6 @@ class AdaptiveAnchorFraction:
                 self._pending = [0, 0]
         else:
             self._pending = [0, 0]
-        free_slots = None
-        if self.execution_budget is not None:
-            used = ledger.count(EXECUTION)
-            g = anchor_cost if anchor_cost is not None else (len(advisor.groups()[1][-1]) if len(advisor) else None)
-            n = 0 if groups_in_step is None else int(groups_in_step)
-            wm_cost = max(0.0, float(world_model_cost))
-            # what is left once the executions in flight and the step's world-model groups are paid for
-            left = self.execution_budget - used - max(0.0, float(in_flight)) - n * wm_cost
-            extra = None if g is None else max(0.0, float(g) - wm_cost)  # an anchor group's cost over a WM group's
-            if g is None and left > 0:  # group cost not known yet: one anchor group at most
-                free_slots = 1
-            elif left <= 0 or (extra is not None and extra > 0 and left < extra):
-                if not self.budget_spent:
-                    self.budget_spent = True
-                    if self.on_budget_spent == "stop":
-                        raise ExecutionBudgetSpent(
-                            f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
-                            f"{in_flight:.0f} more in flight); training stops here (on_budget_spent='stop'; 'floor' "
-                            "would go on with the anchor floor only)")
-                    warnings.warn(f"the execution budget is spent ({used} of {self.execution_budget} real executions, "
-                                  f"{in_flight:.0f} more in flight): from now on only the floor of min_anchor_groups "
-                                  "anchor groups per window is executed, PAST the budget (the default on_budget_spent="
-                                  "'floor' keeps the corrections fed); to end training at the budget set "
-                                  "on_budget_spent='stop', or thin the floor with a larger anchor_window"
-                                  + (" (world-model groups execute too here, e.g. reward mode: only "
-                                     "on_budget_spent='stop' keeps the budget)" if wm_cost > 0 else ""),
-                                  UserWarning, stacklevel=3)
-                elif self.on_budget_spent == "stop":
-                    raise ExecutionBudgetSpent(f"the execution budget is spent ({used} of {self.execution_budget})")
-                # spent: the fraction is 0 and only the router's floor remains (never capped)
-            elif extra is not None and extra > 0:
-                free_slots = int(left // extra)
         self.history.append((int(step), 0.0 if self.budget_spent else self.fraction, r))
         return (0.0 if self.budget_spent else self.fraction), free_slots
 

@@ -66,7 +66,8 @@ class GroupCosts:
     """
 
     def __init__(self) -> None:
-        # group id -> [route, executions credited, its prior cost (None: none given)]
+        # group id -> [route, executions credited, its prior cost (None: none given), the caller's
+        # estimate of the executions still to come (0.0: none given)]
         self._open: dict[int, list] = {}
         # the latest prior cost per route given by a caller (executions of one group)
         self._prior: dict[str, float] = {}
@@ -91,7 +92,17 @@ class GroupCosts:
 
     def open(self, group_id: int, route: str) -> None:
         """A training group of ``route`` opened (with the route's prior cost as known now)."""
-        self._open[int(group_id)] = [route, 0, self._prior.get(route)]
+        self._open[int(group_id)] = [route, 0, self._prior.get(route), 0.0]
+
+    def expect(self, group_id: int | None, executions_left: float) -> bool:
+        """The caller's estimate of the executions the open training group ``group_id`` will still
+        make (it knows its rollouts' progress, e.g. a vector env): the group counts in flight at
+        least at this (replacing an earlier estimate). Returns whether the group is open."""
+        entry = self._open.get(group_id) if group_id is not None else None
+        if entry is None:
+            return False
+        entry[3] = max(0.0, float(executions_left))
+        return True
 
     def credit(self, group_id: int | None, count: int) -> bool:
         """Credit ``count`` executions to the open training group ``group_id``.
@@ -124,30 +135,52 @@ class GroupCosts:
         """The prices of a group per route and the executions in flight.
 
         A route's price is what its closed training groups executed on average
-        (``adaptive.executions_per_group``), before any closed the latest prior (0 without one). An
+        (``adaptive.executions_per_group``); before any closed, what the other route's closed groups
+        executed scaled by the ratio of the routes' priors (reward mode: the same price, as both
+        routes execute every episode) when both priors are given, else the latest prior (0 without
+        one). An
         anchor group costs at least its size (one execution per rollout, ``size``: the last anchor
         group's, ``None`` if none) and at least a world-model group. An open group counts at its
-        route's price, or while that is unknown at its own prior, less what it recorded.
+        route's price, or while that is unknown at its own prior, less what it recorded — or at the caller's
+        estimate of what it will still execute (:meth:`expect`) when that is more (a group whose
+        rollouts run longer than the price says).
 
         Args:
             adaptive: the loop's adaptive fraction (``None``: nothing measured).
             size: rollouts of the last anchor group (``None``: none yet).
         """
         def measured(route: str) -> float | None:
-            return None if adaptive is None else adaptive.executions_per_group(route)
+            # the closed groups' mean, with the route's prior counted as one more group: the first
+            # groups to close are few (and, with many lanes, the short ones), so a price from them
+            # alone lets a burst of lanes open at once and overrun the budget
+            e, n = (0, 0) if adaptive is None else adaptive.group_executions.get(route, (0, 0))
+            if not n:
+                return None
+            prior = self._prior.get(route)
+            return e / n if prior is None else (e + prior) / (n + 1)
+
+        def transfer(value: float | None, source: str, target: str) -> float | None:
+            # the other route's measured price, scaled by the priors' ratio (reward mode: 1, both
+            # routes execute every episode; outcome mode: 0 for a world-model group)
+            ps, pt = self._prior.get(source), self._prior.get(target)
+            return None if value is None or ps is None or pt is None or ps <= 0 else value * pt / ps
 
         wm_measured = measured(WORLD_MODEL)
-        wm_cost = (wm_measured if wm_measured is not None else self._prior.get(WORLD_MODEL)) or 0.0
         anchor_measured = measured(ANCHOR)
+        wm_known = wm_measured if wm_measured is not None else transfer(anchor_measured, ANCHOR, WORLD_MODEL)
+        wm_cost = (wm_known if wm_known is not None else self._prior.get(WORLD_MODEL)) or 0.0
+        if anchor_measured is None:
+            anchor_measured = transfer(wm_measured, WORLD_MODEL, ANCHOR)
+        wm_measured = wm_known
         base = anchor_measured if anchor_measured is not None else self._prior.get(ANCHOR)
         # an anchor group executes at least what a world-model group does (reward mode: the same)
         anchor = None if base is None and size is None and not wm_cost else max(base or 0.0, size or 0.0, wm_cost)
         known = {ANCHOR: None if anchor_measured is None and size is None and wm_measured is None else anchor,
                  WORLD_MODEL: wm_measured}
         in_flight = 0.0
-        for route, n, prior in self._open.values():
+        for route, n, prior, left in self._open.values():
             cost = known[route] if known[route] is not None else prior
-            in_flight += max(0.0, (cost or 0.0) - n)
+            in_flight += max(0.0, (cost or 0.0) - n, left)
         return BudgetCosts(anchor, wm_cost, in_flight)
 
     @staticmethod

@@ -123,6 +123,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         ungraded: the :class:`~wmrl_envs.core.UngradedMonitor` (writes into ``ledger``).
         n_groups_started: groups routed through :meth:`open_group` so far (the next group id).
         n_groups_closed: groups closed by :meth:`close_group` so far.
+        n_groups_abandoned: ``{cause: groups}`` dropped by :meth:`abandon_group` so far (runtime
+            only: not part of a saved state).
         n_episodes: rollouts counted with :meth:`count_episodes`.
 
     Raises:
@@ -203,6 +205,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         self.n_groups_started = 0
         self.n_groups_closed = 0
         self.n_episodes = 0
+        self.n_groups_abandoned: dict[str, int] = {}  # {cause: groups dropped by abandon_group}
         # ids of the groups opened and not yet closed (runtime only: not saved, cleared by a load)
         self._open_ids: set[int] = set()
         # the open training groups' executions and the prices of a group (open groups: runtime only,
@@ -310,14 +313,20 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         """Pop the next planned route (drawing a block of ``groups_per_step`` when none is left;
         a drawn block is a step for the stop rule, as with :meth:`plan_step`)."""
         with self._lock:
-            if not self._route_queue:
-                self._route_queue = self._draw_step(self.groups_per_step, None)
-                self.ungraded.plan(len(self._route_queue), self._route_queue.count(ANCHOR))
+            self._peek_route()
             return self._route_queue.pop(0)
 
-    def _draw_step(self, groups_in_step: int, free_slots: int | None) -> list[Route]:
+    def _peek_route(self, check_budget: bool = True) -> Route:
+        """The next planned route, left in the queue (a block is drawn when none is left)."""
+        if not self._route_queue:
+            self._route_queue = self._draw_step(self.groups_per_step, None, check_budget)
+            self.ungraded.plan(len(self._route_queue), self._route_queue.count(ANCHOR))
+        return self._route_queue[0]
+
+    def _draw_step(self, groups_in_step: int, free_slots: int | None, check_budget: bool = True) -> list[Route]:
         """Draw one training step's routes; with an adaptive fraction, adapt it first (and cap the
-        anchors by what is left of the execution budget)."""
+        anchors by what is left of the execution budget; ``check_budget=False``: the caller keeps
+        the budget, nothing is refused here)."""
         if self.adaptive is not None and self.training:
             a = self.adaptive
             costs = self._budget_costs()
@@ -325,7 +334,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             # group is checked when it opens (_check_budget_at_open), so a step spends what fits
             fraction, budget_slots = a.step(self.router.n_steps, self.advisor, self.ledger,
                                             self._advice_calibration(), anchor_cost=costs.anchor,
-                                            world_model_cost=costs.world_model, in_flight=costs.in_flight)
+                                            world_model_cost=costs.world_model, in_flight=costs.in_flight,
+                                            enforce_budget=check_budget)
             self.router.anchor_fraction = fraction
             self.router.keep_floor = True  # an adaptive fraction never removes the floor (even at 0)
             if a.execution_budget is not None and not a.budget_spent:
@@ -347,8 +357,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
 
     def _check_budget_at_open(self, route: Route) -> None:
         """``on_budget_spent="stop"``: refuse a training group that does not fit in what is left of
-        the budget once the executions made and in flight are paid (see :meth:`open_group`)."""
-        from .adaptive import ExecutionBudgetSpent
+        the budget once the executions made and in flight are paid (see :meth:`open_group`): wait
+        while training groups are in flight, stop when none is."""
+        from .adaptive import ExecutionBudgetSpent, ExecutionBudgetWait
 
         a = self.adaptive
         if a is None or a.execution_budget is None or a.on_budget_spent != "stop":
@@ -356,11 +367,39 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         costs = self._budget_costs()
         used = self.ledger.count(EXECUTION)
         if not GroupCosts.fits(costs, route, used, a.execution_budget):
+            if self._costs.n_open > 0:  # priced at an estimate: they may close cheaper, and a group fit
+                raise ExecutionBudgetWait(
+                    f"a {route} group (costs {costs.of(route):.0f}) does not fit in the execution budget now "
+                    f"({used} of {a.execution_budget} real executions made, {costs.in_flight:.0f} more in flight "
+                    f"in {self._costs.n_open} open group(s)); open it once groups in flight have closed")
             a.budget_spent = True
             raise ExecutionBudgetSpent(
                 f"the execution budget is spent ({used} of {a.execution_budget} real executions, "
                 f"{costs.in_flight:.0f} more in flight; a {route} group costs {costs.of(route):.0f}); training stops "
                 "here (on_budget_spent='stop'; 'floor' would go on with the anchor floor only)")
+
+    def check_executions_fit(self, count: int) -> None:
+        """For a caller whose real executions do not follow the groups it opens (a plain vector env
+        steps every sub-env, whatever its lane does; it opens groups with ``check_budget=False``):
+        ``anchor_fraction="auto"`` with ``on_budget_spent="stop"`` and an ``execution_budget``, and
+        ``count`` more executions would go past it: the budget is spent (nothing else happens).
+
+        Raises:
+            ExecutionBudgetSpent: as said (the budget is declared spent:
+                ``stats()["adaptive"]["budget_spent"]``).
+        """
+        from .adaptive import ExecutionBudgetSpent
+
+        with self._lock:
+            a = self.adaptive
+            if a is None or a.execution_budget is None or a.on_budget_spent != "stop" or not self.training:
+                return
+            used = self.ledger.count(EXECUTION)
+            if used + int(count) > a.execution_budget:
+                a.budget_spent = True
+                raise ExecutionBudgetSpent(
+                    f"the execution budget is spent: {used} of {a.execution_budget} real executions made and the next "
+                    f"{int(count)} would go past it; training stops here (on_budget_spent='stop')")
 
     def requeue_routes(self, routes: Sequence[Route]) -> None:
         """Give back routes of groups that were opened but never used (they lead the queue again;
@@ -369,12 +408,23 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             self._route_queue = list(routes) + self._route_queue
             self.ungraded.abandon_groups(len(routes), list(routes).count(ANCHOR))
 
-    def abandon_group(self, ticket: GroupTicket, episodes: int = 0) -> bool:
+    def abandon_group(self, ticket: GroupTicket, episodes: int = 0, *, cause: str = "reset",
+                      requeue: bool = False) -> bool:
         """Drop an open group that will never close (e.g. a reset with other arguments in its
-        middle): it leaves no open state and nothing is credited (no correction, anchor pairs,
-        advisor or learning data, no stop-rule record; the stop rule's step it was opened in
-        forgets it); its ``episodes`` counted rollouts leave :attr:`n_episodes`. What it
-        spent (executions, world-model calls) stays in the ledger. Its id is not given again.
+        middle, a vector env's lane reset mid-group, the env closed): it leaves no open state
+        (no group in flight for an execution budget, none in ``stats()["groups_open"]``) and
+        nothing is credited (no correction, anchor pairs, advisor or learning data, no stop-rule
+        record; the stop rule's step it was opened in forgets it); its ``episodes`` counted
+        rollouts leave :attr:`n_episodes`. What it spent (executions, world-model calls) stays in
+        the ledger. It is counted by ``cause`` in :attr:`n_groups_abandoned`
+        (``stats()["groups_abandoned"]``). Its id is not given again.
+
+        Args:
+            ticket: the group's ticket.
+            episodes: its rollouts counted with :meth:`count_episodes` (they are taken back).
+            cause: why it was dropped (a short name, e.g. ``"reset"``, ``"closed"``).
+            requeue: its route was never used (no episode of it ended): the route goes back to the
+                front of the route queue (as :meth:`requeue_routes`).
 
         Returns:
             ``True`` when the group was open and is dropped now; ``False`` for an evaluation
@@ -388,10 +438,14 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             self._costs.close(gid)  # out of the budget's open groups; a partial group prices no route
             if ticket.training and ticket.step is not None:
                 self.ungraded.abandon_groups(1, int(ticket.route == ANCHOR), step=ticket.step)
+            if requeue and ticket.training:
+                self._route_queue.insert(0, ticket.route)
             self.n_episodes -= int(episodes)
+            self.n_groups_abandoned[str(cause)] = self.n_groups_abandoned.get(str(cause), 0) + 1
             return True
 
-    def open_group(self, route: Route | None = None, *, prior_cost: Mapping[str, float] | None = None) -> GroupTicket:
+    def open_group(self, route: Route | None = None, *, prior_cost: Mapping[str, float] | None = None,
+                   check_budget: bool = True) -> GroupTicket:
         """Route the next group: its route (``route`` forces one; default: the schedule while
         training, ``eval_route`` while evaluating), a new group id and ρ as of now.
 
@@ -402,6 +456,10 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 open at this cost until a closed group of the route measures it; e.g. a vector
                 env's lanes in reward mode: G × the episode's step limit for both routes). It is
                 kept as the loop's prior for the routes it names. ``None``: the loop's prior so far.
+            check_budget: ``False``: the caller keeps the execution budget itself, the group is
+                not refused here (a plain vector env steps every sub-env whether its lane has a
+                group or not, so it checks each vector step instead:
+                :meth:`check_executions_fit`).
 
         Raises:
             ValueError: unknown ``route``, a world-model route without a world model, or a
@@ -409,10 +467,14 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ExecutionBudgetSpent: ``anchor_fraction="auto"`` with ``on_budget_spent="stop"``, a
                 training group whose price (what a group of its route executes, as measured so far
                 or the prior) does not fit in the budget once the executions made and in flight
-                are paid (:meth:`GroupCosts.fits <wmrl_envs.core.budget.GroupCosts.fits>`): a run
-                stops at the last group that fits, within its budget wherever the price is known,
-                even where a step's executions were not known when it was planned (reward mode's
-                first step).
+                are paid (:meth:`GroupCosts.fits <wmrl_envs.core.budget.GroupCosts.fits>`) while
+                no training group is in flight: a run stops at the last group that fits, within
+                its budget wherever the price is known, even where a step's executions were not
+                known when it was planned (reward mode's first step).
+            ExecutionBudgetWait: (a subclass of ``ExecutionBudgetSpent``) the same while training
+                groups are in flight: their price is an estimate, so the budget is not declared
+                spent and the group's route stays queued; a caller that can wait opens the group
+                after some have closed (the vector wrapper's lanes do), one that cannot stops.
         """
         if route is not None and route not in (ANCHOR, WORLD_MODEL):
             raise ValueError(f"route must be 'anchor' or 'world_model', got {route!r}")
@@ -420,11 +482,14 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             training = self.training
             if prior_cost is not None:
                 self._costs.set_prior(prior_cost)
+            planned = route is None and training
             if route is None:
-                route = self.next_route() if training else self.eval_route
+                route = self._peek_route(check_budget) if training else self.eval_route
             self._check_route(route)
-            if training and self.adaptive is not None:
-                self._check_budget_at_open(route)
+            if training and self.adaptive is not None and check_budget:
+                self._check_budget_at_open(route)  # a group refused leaves its route queued
+            if planned:
+                self._route_queue.pop(0)
             step = self.ungraded.open_group(route == ANCHOR) if training else None
             ticket = GroupTicket(self.n_groups_started, route, self.corrector.rho, training, step, self._epoch)
             self._open_ids.add(ticket.group_id)
@@ -489,7 +554,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
 
     # ------------------------------------------------------------------ 3. execution (the caller's)
     def record_execution(self, seconds: float, count: int = 1, *, cpu_seconds: float | None = None,
-                         ticket: GroupTicket | None = None, cost: float | None = None) -> None:
+                         ticket: GroupTicket | None = None, cost: float | None = None, in_group: bool = True) -> None:
         """Account ``count`` real executions that took ``seconds`` of wall-clock and
         ``cpu_seconds`` CPU-seconds in all.
 
@@ -506,13 +571,16 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         adapters pass it). Without a ticket they go to the only training group open (one
         group at a time); with several open they are in the ledger only, and with an execution
         budget a warning (once) asks for the ticket: the budget would price groups too low.
+        ``in_group=False``: executions that belong to no group (a plain vector env's sub-env
+        waiting for the budget still steps): in the ledger only, credited to no group.
 
         Raises:
             ValueError: negative or non-finite seconds or cost, a bad count.
         """
         with self._lock:
             self.ledger.add(EXECUTION, seconds, count, cpu_seconds=cpu_seconds, cost=cost)
-            self.attribute_executions(ticket, count)
+            if in_group:
+                self.attribute_executions(ticket, count)
 
     def attribute_executions(self, ticket: GroupTicket | None, count: int) -> None:
         """Credit ``count`` executions already in the ledger (e.g. added by a Ray pool that shares
@@ -534,6 +602,22 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                     "are open: they count in the ledger but for no group, so the execution budget prices a group too "
                     "low; pass record_execution(..., ticket=the group's ticket)", UserWarning,
                     stacklevel=user_stacklevel())
+
+    def expect_executions(self, ticket: GroupTicket, executions_left: float) -> None:
+        """The caller's estimate of the real executions ``ticket``'s open training group will still
+        make (a vector env knows how far each of its rollouts ran): an execution budget counts the
+        group in flight at least at this, rather than at its route's price less what it executed
+        (which is 0 for a group already past the mean). Nothing for an evaluation ticket, a closed
+        group or a ticket from before a load.
+
+        Raises:
+            ValueError: ``executions_left`` is not a finite number >= 0.
+        """
+        if not (isinstance(executions_left, numbers.Real) and np.isfinite(executions_left) and executions_left >= 0):
+            raise ValueError(f"executions_left must be a finite number >= 0, got {executions_left!r}")
+        with self._lock:
+            if ticket.epoch == self._epoch:
+                self._costs.expect(ticket.group_id, float(executions_left))
 
     def count_episodes(self, n: int) -> None:
         """Add ``n`` rollouts to :attr:`n_episodes` (negative: episodes abandoned)."""
@@ -677,7 +761,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             ``denoiser_rho``: the ρ the denoiser estimates (also with ``denoise=False``);
             the router's ``anchor_fraction`` (in force now), ``realised_anchor_fraction``,
             ``groups_routed``, ``anchor_groups_routed`` and ``steps``; the loop's
-            ``groups_started``, ``groups_closed``, ``groups_open``, ``episodes``; the ledger's
+            ``groups_started``, ``groups_closed``, ``groups_open``, ``groups_abandoned`` (``{cause:
+            groups}``, :meth:`abandon_group`), ``episodes``; the ledger's
             ``executions`` and ``world_model_predictions`` (counts) and its
             :meth:`~wmrl_envs.core.CostLedger.cost_summary` (``cost_unit``, ``execution_cost``,
             ``world_model_cost``, ``world_model_cost_share``, in the run's ``cost_basis``); ``r``
@@ -703,6 +788,7 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 "groups_started": self.n_groups_started,
                 "groups_closed": self.n_groups_closed,
                 "groups_open": len(self._open_ids),
+                "groups_abandoned": dict(self.n_groups_abandoned),
                 "episodes": self.n_episodes,
                 "executions": self.ledger.count(EXECUTION),
                 "world_model_predictions": self.ledger.count(WORLD_MODEL_SOURCE),
@@ -726,8 +812,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         (:func:`~wmrl_envs.core.advisor.crossfit_calibrated`), as WMRL trains on calibrated scores.
 
         Args:
-            costs: per-rollout costs; default: this run's ledger in CPU-seconds
-                (:meth:`CostRates.from_ledger`).
+            costs: per-rollout costs; default: this run's ledger in its ``cost_basis``
+                (:meth:`CostRates.from_ledger`: CPU-seconds unless the run chose ``"wall"`` or
+                ``"per_call"``).
             noise_batch_ratio: ``B_noise / B`` for the prediction; default: the adaptive
                 fraction's (``None`` without one: not measured).
 

@@ -529,6 +529,21 @@ class BreakingWorldModel:
         """One prediction per (task id, action), ``before`` or ``after`` by the prediction count."""
         return _predict_table(self, contexts, actions)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The prediction count (where the break lies) and both models' noise generator states
+        (JSON-serialisable; saved with a run's correction state so that a resume repeats it)."""
+        return {"n_predictions": self.n_predictions, "before": self.before.state_dict(), "after": self.after.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            KeyError: a key is missing.
+        """
+        self.before.load_state_dict(state["before"])
+        self.after.load_state_dict(state["after"])
+        self.n_predictions = int(state["n_predictions"])
+
 
 # ---------------------------------------------------------------------- correlation
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ mask ``_k`` that says which sub-envs carry it), see :meth:`AnchoredWorldModelVec
 
 from __future__ import annotations
 
+import math
 import warnings
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
@@ -62,7 +64,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL, CorrectionConfig, CostLedger, Route
-from wmrl_envs.core.ledger import EXECUTION_COST_KEY, Stopwatch
+from wmrl_envs.core.adaptive import ExecutionBudgetSpent, ExecutionBudgetWait
+from wmrl_envs.core.ledger import Stopwatch
 from wmrl_envs.core.loop import CorrectionLoop, GroupTicket
 from wmrl_envs.world_models.base import Trajectory, WorldModel, WorldModelPrediction
 
@@ -147,9 +150,23 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         autoreset_mode: the vector env's ``gymnasium.vector.AutoresetMode``.
         n_lanes: ``num_envs // group_size`` (int).
         n_groups_completed: groups closed (their correction ran; int).
-        n_groups_abandoned: groups dropped by a reset before all members finished (int).
+        n_groups_abandoned: groups dropped by a reset before all members finished (int; the loop
+            counts them by cause, ``loop.stats()["groups_abandoned"]``, as soon as one is dropped).
         n_groups_open: groups routed and not yet closed nor abandoned (int).
         n_plan_updates: ``set_attr`` round trips that sent routes/tasks to the sub-envs (int).
+        n_idle_executions: real executions of sub-envs waiting for the execution budget (plain
+            sub-envs step whatever their lane does; with RoutedSubEnv a waiting sub-env takes
+            placeholder steps and executes nothing); in the ledger, credited to no group (int).
+
+    Execution budget (``anchor_fraction="auto"``, ``on_budget_spent="stop"``): a lane opens its
+    next group only when it fits in what is left of the budget. While other training groups are
+    in flight (their price is an estimate until they close) a lane whose group does not fit
+    *waits* (:class:`~wmrl_envs.core.adaptive.ExecutionBudgetWait`): its sub-envs run episodes
+    that belong to no group (``info["wmrl"]["budget_wait"]``, reward 0, withheld keys removed;
+    with RoutedSubEnv placeholder steps of ``episode_steps`` steps that execute nothing) and try
+    again when such an episode ends. The run stops
+    (:class:`~wmrl_envs.core.adaptive.ExecutionBudgetSpent` from :meth:`step`) only when no
+    training group is in flight and none fits.
 
     Raises:
         ValueError: invalid arguments, ``num_envs`` not a multiple of ``group_size``, or (outcome
@@ -237,7 +254,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 "task_fn needs a RoutedSubEnv on every sub-env (it passes the group's reset arguments "
                 "to autoresets): build the vector env with make_vector_env(env_fn, num_envs)"
             )
-        self._use_plans = self._routed and (mode == "outcome" or task_fn is not None)
+        # reward mode without task_fn sends a plan only to a sub-env waiting for the budget (route
+        # "world_model": a placeholder step, no execution); the plan (None, None, None) is transparent
+        self._use_plans = self._routed
         if self._routed:
             self.env.set_attr("wmrl_episode_steps", [self.episode_steps] * self.num_envs)
             # each member's own random stream after a seeded reset (module docstring, "random streams")
@@ -254,12 +273,19 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._ctx: list[Any] = [None] * n
         self._ctx_predicted = np.zeros(n, dtype=bool)
         self._plans: list[tuple[Route | None, int | None, dict[str, Any] | None] | None] = [None] * n
-        self._sent_plans: list[Any] = [object()] * n
+        self._sent_plans: list[Any] = [object()] * n if (mode == "outcome" or task_fn is not None) else [(None, None, None)] * n
+        # sub-envs whose current episode belongs to no group: their lane's next group did not fit in
+        # the execution budget while other groups were in flight (ExecutionBudgetWait); they wait
+        self._idle = np.zeros(n, dtype=bool)
+        # lengths (steps) of the latest training episodes that executed: their residual lengths
+        # estimate what the open groups will still execute (for an execution budget)
+        self._lengths: deque[int] = deque(maxlen=1024)
         self._started = False
         self._messages: dict[str, str] = {}  # {cause: last error text} for warnings and the stop rule
         self.n_groups_completed = 0
         self.n_groups_abandoned = 0
         self.n_plan_updates = 0
+        self.n_idle_executions = 0
         self._prior_cost = self._group_cost_prior()
 
     def _group_cost_prior(self) -> dict[str, float]:
@@ -308,12 +334,21 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             self._tasks[key] = (out[0], out[1])
         return self._tasks[key]
 
-    def _open_group(self, k: int, rnd: int) -> _Group:
+    def _open_group(self, k: int, rnd: int) -> _Group | None:
+        """The group of round ``rnd`` of lane ``k``, opened now if it is not open (``None``: it does
+        not fit in the execution budget while other groups are in flight: its lane waits)."""
         key = (k, rnd)
         rec = self._groups.get(key)
         if rec is not None:
             return rec
-        ticket = self.loop.open_group(prior_cost=self._prior_cost) if self.training else self.loop.eval_ticket()
+        if self.training:
+            try:
+                # plain sub-envs step whatever their lane does: the budget is kept per vector step
+                ticket = self.loop.open_group(prior_cost=self._prior_cost, check_budget=self._routed)
+            except ExecutionBudgetWait:
+                return None
+        else:
+            ticket = self.loop.eval_ticket()
         g = self.group_size
         rec = _Group(k, rnd, ticket, [None] * g, [None] * g, [False] * g, members_left=g)
         self._groups[key] = rec
@@ -323,14 +358,23 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     def _group_of(self, i: int) -> _Group:
         return self._groups[(i // self.group_size, int(self._ep_index[i]))]
 
+    def _join(self, i: int) -> None:
+        """Sub-env ``i`` starts an episode of its round's group: open it if needed, or wait (idle)."""
+        self._idle[i] = self._open_group(i // self.group_size, int(self._ep_index[i])) is None
+
     def _update_plan(self, i: int) -> None:
         if not self._use_plans:
             return
         k = i // self.group_size
         rnd = int(self._ep_index[i])
-        route = self._groups[(k, rnd)].route if self.mode == "outcome" else None
+        if self._idle[i]:  # waiting for the budget: placeholder steps, no execution
+            route: Route | None = WORLD_MODEL
+        else:
+            route = self._groups[(k, rnd)].route if self.mode == "outcome" else None
         # same-step autoreset resets inside the step that ends the episode: it needs the NEXT task
-        task_round = rnd + 1 if (self._running[i] and self.autoreset_mode == AutoresetMode.SAME_STEP) else rnd
+        # (an idle episode's end tries the same round again)
+        task_round = rnd + 1 if (self._running[i] and not self._idle[i]
+                                 and self.autoreset_mode == AutoresetMode.SAME_STEP) else rnd
         seed, options = self._task(k, task_round)
         self._plans[i] = (route, seed, options)
 
@@ -348,13 +392,34 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         self._ctx_predicted[i] = False
 
     def _abandon(self, i: int) -> None:
-        """The running episode of sub-env ``i`` is dropped (reset before it ended)."""
+        """The running episode of sub-env ``i`` is dropped (reset before it ended): its group can no
+        longer close, and is abandoned in the loop at once (no group left open there)."""
         rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
         if rec is None:
             return
-        rec.abandoned = True
+        self._abandon_in_loop(rec, "reset")
         rec.members_left -= 1
         self._retire(rec)
+
+    def _abandon_in_loop(self, rec: _Group, cause: str, requeue: bool = False) -> None:
+        """Mark ``rec`` abandoned and drop it from the loop (once): not in flight for the budget nor
+        open in ``loop.stats()``, counted in ``groups_abandoned`` by ``cause``; its ended episodes
+        leave ``loop.n_episodes``."""
+        if rec.abandoned:
+            return
+        rec.abandoned = True
+        if not rec.evaluating:
+            self.loop.abandon_group(rec.ticket, episodes=sum(rec.finished), cause=cause, requeue=requeue)
+
+    def close(self, **kwargs: Any) -> None:
+        """Close the vector env; the groups still open are abandoned first (cause ``"closed"``), so
+        none stays open in the loop (a shared loop's budget and stats)."""
+        groups = getattr(self, "_groups", {})  # (a wrapper whose __init__ raised has none)
+        for key in sorted(groups):
+            self._abandon_in_loop(groups[key], "closed")
+        groups.clear()
+        self._started = False
+        super().close(**kwargs)
 
     def _retire(self, rec: _Group) -> None:
         if rec.members_left > 0:
@@ -371,7 +436,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     ) -> tuple[Any, dict[str, Any]]:
         """Reset all sub-envs (a new group in every lane), or those in ``options["reset_mask"]``.
 
-        A full reset abandons the unfinished groups (no pairs, no correction); the routes of
+        A full reset abandons the unfinished groups (no pairs, no correction; dropped from the
+        loop at once, counted in ``loop.stats()["groups_abandoned"]`` under ``"reset"``, their
+        ended episodes taken out of ``loop.n_episodes``); the routes of
         those of which no episode had finished go back to the front of the route queue. With
         ``options={"reset_mask": mask}`` (``np.bool_`` array of shape ``(num_envs,)``; needed
         with ``AutoresetMode.DISABLED``) only the masked sub-envs start their next episode; a
@@ -399,20 +466,20 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                 options.pop("reset_mask")
                 if not options:
                     options = None
-            requeue: list[Route] = []
-            for key in sorted(self._groups):  # unfinished groups are abandoned
+            # unfinished groups are abandoned (in reverse, so that the routes given back lead the
+            # queue in their order); a group none of whose episodes ended gives its route back
+            for key in sorted(self._groups, reverse=True):
                 rec = self._groups[key]
-                if not rec.evaluating and not any(rec.finished):
-                    requeue.append(rec.route)  # its route was never used: give it back
+                self._abandon_in_loop(rec, "reset", requeue=not any(rec.finished))
                 self.n_groups_abandoned += 1
             self._groups.clear()
             self._tasks.clear()
-            self.loop.requeue_routes(requeue)
             for k in range(self.n_lanes):
                 rnd = self._next_round[k]
-                self._open_group(k, rnd)
+                rec = self._open_group(k, rnd)
                 for i in range(k * g, (k + 1) * g):
                     self._ep_index[i] = rnd
+                    self._idle[i] = rec is None
                     self._running[i] = False
                     self._pending_reset[i] = False
                     self._update_plan(i)
@@ -422,10 +489,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         else:
             mask = np.asarray(mask, dtype=bool)
             for i in np.flatnonzero(mask):
-                if self._running[i]:  # a running episode is abandoned
+                if self._running[i] and not self._idle[i]:  # a running episode is abandoned
                     self._abandon(int(i))
                     self._ep_index[i] += 1
-                    self._open_group(i // g, int(self._ep_index[i]))
+                self._join(int(i))  # its round's group (open, opened now, or waiting for the budget)
                 self._running[i] = False
                 self._pending_reset[i] = False
                 self._update_plan(int(i))
@@ -477,7 +544,9 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
               anchors, 1.0 on world-model routes), ``rho`` (float64, current ρ),
               ``episode_start`` (bool: the sub-env was reset in this step, next-step autoreset),
               ``group_complete`` (bool: this sub-env's episode completed its group and the
-              correction ran);
+              correction ran), ``budget_wait`` (bool: the sub-env's episode belongs to no group,
+              its lane waits for the execution budget; ``route``, ``group_id`` and
+              ``advantage_weight`` are masked off there, its reward is 0: drop it);
             * ``group_id`` (int64; masked off while evaluating);
             * at the step that ends an episode (outcome mode also at every step, for
               ``raw_score``): ``raw_score``, ``calibrated_score``, ``real_score`` (float64;
@@ -491,8 +560,15 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             describe the ended episode (its route, scores), like the reward returned with them.
 
         Raises:
-            RuntimeError: ``step`` before ``reset``, or (disabled autoreset) a sub-env whose
-                episode ended was not reset with ``reset(options={"reset_mask": ...})``.
+            RuntimeError: ``step`` before ``reset`` (or after a vector step that raised), or
+                (disabled autoreset) a sub-env whose episode ended was not reset with
+                ``reset(options={"reset_mask": ...})``.
+            ExecutionBudgetSpent: ``anchor_fraction="auto"``, ``on_budget_spent="stop"``: the
+                budget is spent (class docstring, "Execution budget"); the groups still open are
+                abandoned.
+            Exception: whatever the vector env's ``step`` raised, after the open groups were
+                closed as ungraded (``execution_error``; ``TooManyUngradedError`` from it when the
+                stop rule fires).
         """
         if not self._started:
             raise RuntimeError("step() called before reset(); call reset() first")
@@ -513,8 +589,15 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
             # each episode's context and action), so that a prediction that ends a world-model
             # episode (`terminated`) reaches its RoutedSubEnv before the placeholder step
             preds = self._predict_outcomes(stepped, act_list)
+        if not self._routed and self.training and stepped and self._budget_stops():
+            self._check_step_fits(len(stepped))
         sw = Stopwatch()
-        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        try:
+            obs, rewards, terms, truncs, infos = self.env.step(actions)
+        except Exception as exc:
+            wall, step_cpu = sw.read()
+            self._fail_step(exc, stepped, wall, step_cpu)  # may raise TooManyUngradedError (from exc)
+            raise
         wall, step_cpu = sw.read()
         terms = np.asarray(terms, dtype=bool)
         truncs = np.asarray(truncs, dtype=bool)
@@ -525,22 +608,17 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
                         infos.get("final_info") if same_step else None, infos.get("final_obs") if same_step else None,
                         same_step, InfoBuilder(n))
         self._record_executions(st, wall, step_cpu)  # each real step's cost, for its lane's group
-        if (self.loop.ledger.cost_basis == "per_call" and not getattr(self, "_warned_reported_cost", False)
-                and any(isinstance(d, Mapping) and EXECUTION_COST_KEY in d for d in (infos, st.final_info))):
-            self._warned_reported_cost = True
-            warnings.warn(f"the env reports info[{EXECUTION_COST_KEY!r}], which the vector wrapper does not read yet: "
-                          "its executions are charged cost_prices['execution']; the per-episode wrapper, score_group and "
-                          "the Ray pool charge the reported price", UserWarning, stacklevel=2)
         preds.update(self._advance_episodes(st))  # reward mode: ONE batched predict over the ended episodes
         for i in stepped:
             self._fold_step(st, i, preds.get(i))
         self._close_ended(st)
         for i in stepped:
             if not st.done[i]:
-                self._fill_base(st.w, i, self._group_of(i))
+                self._fill_info(st.w, i)
         self._start_next_episodes(st, resetting)  # after the corrections: new routes see the updated ρ
+        self._expect_in_flight()
         w = st.w
-        for key in ("episode_start", "group_complete"):
+        for key in ("episode_start", "group_complete", "budget_wait"):
             w.ensure(key, bool)
         for i in st.completed:
             w.set("group_complete", i, True, bool)
@@ -555,12 +633,76 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         infos["wmrl"] = w.build()
         return obs, st.rewards, terms, truncs, infos
 
+    def _expect_in_flight(self) -> None:
+        """With an execution budget (RoutedSubEnv lanes): tell the loop what each open training group
+        will still execute (:meth:`CorrectionLoop.expect_executions`): for each member not finished,
+        the mean residual length of the episodes seen so far that ran longer than its episode has
+        (all of it for a member not started; at least one step). A group whose episodes run longer
+        than its route's mean price then still counts in flight."""
+        a = self.loop.adaptive
+        if not self._routed or not self._lengths or a is None or a.execution_budget is None:
+            return
+        for rec, left in self._members_left():
+            self.loop.expect_executions(rec.ticket, float(sum(left)))
+
+    def _budget_stops(self) -> bool:
+        """Whether an execution budget stops the run (``anchor_fraction="auto"``, an
+        ``execution_budget``, ``on_budget_spent="stop"``)."""
+        a = self.loop.adaptive
+        return a is not None and a.execution_budget is not None and a.on_budget_spent == "stop"
+
+    def _members_left(self) -> list[tuple[_Group, list[float]]]:
+        """For each open training group that executes, the steps each unfinished member is expected
+        to run still: the mean residual length of the training episodes seen (``_lengths``) that ran
+        longer than its episode has so far (all of it for a member not started; at least one step)."""
+        lengths = np.asarray(self._lengths, dtype=np.float64)
+        cache: dict[int, float] = {}
+
+        def residual(t: int) -> float:
+            if t not in cache:
+                longer = lengths[lengths > t]
+                cache[t] = float(longer.mean() - t) if longer.size else 1.0
+            return cache[t]
+
+        g = self.group_size
+        out = []
+        for rec in self._groups.values():
+            if rec.abandoned or rec.evaluating or (self.mode == "outcome" and rec.route != ANCHOR):
+                continue
+            left = []
+            for m in range(g):
+                if rec.finished[m]:
+                    continue
+                i = rec.lane * g + m
+                started = int(self._ep_index[i]) == rec.round and self._running[i] and not self._idle[i]
+                left.append(residual(self._episodes[i].steps if started else 0))
+            out.append((rec, left))
+        return out
+
+    def _check_step_fits(self, executions: int) -> None:
+        """Plain sub-envs (no RoutedSubEnv) all execute at every vector step, whatever their lane
+        does, so a lane gains nothing by waiting: their lanes never wait, and the execution budget
+        stops the run before the first vector step it cannot pay, or (once episodes have ended,
+        so that their lengths are known) before the steps that the first open group still needs
+        to close, all sub-envs executing, go past it: nothing it executes then could be trained
+        on. The open groups are abandoned then (cause ``"budget"``)."""
+        steps = 1
+        if self._lengths:
+            ahead = [max(left) for _, left in self._members_left() if left]
+            steps = max(1, math.ceil(min(ahead) - 1e-9)) if ahead else 1
+        try:
+            self.loop.check_executions_fit(executions * steps)
+        except ExecutionBudgetSpent:
+            for key in sorted(self._groups):
+                self._abandon_in_loop(self._groups[key], "budget")
+            raise
+
     def _predict_outcomes(self, stepped: list[int], act_list: list[Any]) -> dict[int, WorldModelPrediction]:
         """Outcome mode: the world model's predictions for the sub-envs about to step (one batched
         ``predict`` over those whose route calls it); a world-model episode whose prediction says
         ``terminated`` is told to end in this step (:data:`~wmrl_envs.wrappers.routed_sub_env.END_ATTR`)."""
-        idx = [i for i in stepped if self.loop.calls_world_model(self._group_of(i).ticket.route,
-                                                                  self._group_of(i).ticket.training)]
+        idx = [i for i in stepped if not self._idle[i] and self.loop.calls_world_model(
+            self._group_of(i).ticket.route, self._group_of(i).ticket.training)]
         if not idx:
             return {}
         preds = dict(zip(idx, self.loop.predict([self._ctx[i] for i in idx], [act_list[i] for i in idx])))
@@ -572,6 +714,20 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
         return preds
 
     # ------------------------------------------------------------------ infos
+    def _fill_info(self, w: InfoBuilder, i: int) -> None:
+        """Sub-env ``i``'s base entries: its group's, or (waiting for the budget) ``budget_wait``
+        with its lane and round, and no route, group id or weight (masked off)."""
+        if not self._idle[i]:
+            self._fill_base(w, i, self._group_of(i))
+            return
+        k = i // self.group_size
+        w.set("lane", i, k, np.int64)
+        w.set("round", i, int(self._ep_index[i]), np.int64)
+        w.set("episode_in_group", i, i - k * self.group_size, np.int64)
+        w.set("budget_wait", i, True, bool)
+        for key, dtype in (("route", object), ("group_id", np.int64), ("advantage_weight", np.float64)):
+            w.ensure(key, dtype)
+
     def _fill_base(self, w: InfoBuilder, i: int, rec: _Group) -> None:
         t = rec.ticket
         w.set("route", i, t.route, object)
@@ -587,9 +743,10 @@ class AnchoredWorldModelVectorWrapper(VectorWrapper, gym.utils.RecordConstructor
     def _base_info(self) -> dict[str, Any]:
         w = InfoBuilder(self.num_envs)
         for i in range(self.num_envs):
-            self._fill_base(w, i, self._group_of(i))
+            self._fill_info(w, i)
         w.fill("rho", self.loop.rho, np.float64)
         w.ensure("group_complete", bool)
+        w.ensure("budget_wait", bool)
         return w.build()
 
     # ------------------------------------------------------------------ state

@@ -50,7 +50,7 @@ class InfoBuilder:
         out: dict[str, Any] = {}
         for key, arr in self.values.items():
             mask = self.masks[key]
-            if key in ("episode_start", "group_complete"):
+            if key in ("episode_start", "group_complete", "budget_wait"):
                 mask = np.ones(self.n, dtype=bool)  # flags: defined for every sub-env
             out[key] = arr
             out["_" + key] = mask

@@ -18,9 +18,9 @@ from gymnasium.vector import AutoresetMode
 
 from wmrl_envs.core import ANCHOR, WORLD_MODEL
 from wmrl_envs.core.group import STEP_SCORE_KEY, rollout_cause, score_failure
-from wmrl_envs.core.ledger import execution_cpu_seconds
+from wmrl_envs.core.ledger import EXECUTION_COST_KEY, execution_cpu_seconds, reported_execution_cost
 from wmrl_envs.core.loop import GroupTicket
-from wmrl_envs.core.ungraded import CAUSE_KEY, execution_cause
+from wmrl_envs.core.ungraded import CAUSE_KEY, EXECUTION_ERROR, TooManyUngradedError, execution_cause
 from wmrl_envs.world_models.base import Trajectory, WorldModelPrediction
 
 from .common import learning_inputs
@@ -78,39 +78,110 @@ class VectorSteps:
         execution budget reads what a group costs): with RoutedSubEnvs each real step's (seconds,
         CPU-seconds or NaN); on plain sub-envs every stepped sub-env, at an even share of the vector
         step's wall-clock and the env's own ``execution_cpu_s`` where it reports one, else an even
-        share of the CPU measured over the vector step."""
-        executed: dict[int, list[float]] = {}  # sub-env -> [seconds, CPU-seconds (NaN: not measured)]
+        share of the CPU measured over the vector step. A price a sub-env reports in its step info
+        (``info["execution_cost"]``, :func:`~wmrl_envs.core.ledger.reported_execution_cost`) goes with
+        its execution (``cost_basis="per_call"`` charges it instead of the declared price)."""
+        executed: dict[int, list[float]] = {}  # sub-env -> [seconds, CPU-seconds, price] (NaN: none)
         if self._routed:
             for d in (st.infos, st.final_info):
                 if isinstance(d, dict) and EXEC_SECONDS_KEY in d:
                     m = np.asarray(d.pop("_" + EXEC_SECONDS_KEY), dtype=bool)
                     secs = np.asarray(d.pop(EXEC_SECONDS_KEY), dtype=np.float64)
                     for i in np.flatnonzero(m):
-                        executed[int(i)] = [float(secs[i]), 0.0]
+                        executed[int(i)] = [float(secs[i]), 0.0, math.nan]
                 if isinstance(d, dict) and EXEC_CPU_KEY in d:
                     m = np.asarray(d.pop("_" + EXEC_CPU_KEY), dtype=bool)
                     cpus = np.asarray(d.pop(EXEC_CPU_KEY), dtype=np.float64)
                     for i in np.flatnonzero(m):
-                        executed.setdefault(int(i), [0.0, 0.0])[1] = float(cpus[i])  # NaN: not measured
+                        executed.setdefault(int(i), [0.0, 0.0, math.nan])[1] = float(cpus[i])  # NaN: not measured
         elif st.stepped:
             wall_share, cpu_share = wall / len(st.stepped), step_cpu / len(st.stepped)
             for i in st.stepped:
                 cpu = execution_cpu_seconds(own_info(st.final_info if st.same_step and st.done[i] else st.infos, i),
                                             cpu_share)
-                executed[i] = [wall_share, math.nan if cpu is None else cpu]
+                executed[i] = [wall_share, math.nan if cpu is None else cpu, math.nan]
+        for i, row in executed.items():  # the price each executed sub-env reported, if any
+            d = st.final_info if st.same_step and st.done[i] and isinstance(st.final_info, dict) else st.infos
+            price = reported_execution_cost({EXECUTION_COST_KEY: info_get(d, EXECUTION_COST_KEY, i)})
+            if price is not None:
+                row[2] = price
+        self._record_by_group(executed)
+
+    def _record_by_group(self, executed: dict[int, list[float]]) -> None:
+        """Record ``{sub-env: [seconds, CPU-seconds, reported price] (NaN: not measured / not
+        reported)}`` in the ledger, each for the group of its sub-env's lane (a sub-env waiting for
+        the budget: for no group)."""
         by_group: dict[int, tuple[GroupTicket | None, list[list[float]]]] = {}
-        for i, sec_cpu in executed.items():
-            rec = self._groups.get((i // self.group_size, int(self._ep_index[i])))
+        for i, row in executed.items():
+            rec = None if self._idle[i] else self._groups.get((i // self.group_size, int(self._ep_index[i])))
             key = id(rec.ticket) if rec is not None else -1
-            by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(sec_cpu)
-        for ticket, rows in by_group.values():
-            measured = [(a, c) for a, c in rows if not np.isnan(c)]
-            if measured:
-                self.loop.record_execution(float(sum(a for a, _ in measured)), len(measured),
-                                           cpu_seconds=float(sum(c for _, c in measured)), ticket=ticket)
-            if len(measured) < len(rows):  # the env could not measure their CPU
-                self.loop.record_execution(float(sum(a for a, c in rows if np.isnan(c))),
-                                           len(rows) - len(measured), cpu_seconds=None, ticket=ticket)
+            by_group.setdefault(key, (rec.ticket if rec is not None else None, []))[1].append(list(row) + [math.nan] * (3 - len(row)))
+        for key, (ticket, rows) in by_group.items():
+            in_group = key != -1
+            if not in_group:
+                self.n_idle_executions += len(rows)
+            kinds: dict[tuple[bool, bool], list[list[float]]] = {}  # (CPU measured, price reported) -> rows
+            for r in rows:
+                kinds.setdefault((not np.isnan(r[1]), not np.isnan(r[2])), []).append(r)
+            for (measured, priced), part in kinds.items():
+                self.loop.record_execution(float(sum(r[0] for r in part)), len(part),
+                                           cpu_seconds=float(sum(r[1] for r in part)) if measured else None,
+                                           cost=float(sum(r[2] for r in part)) if priced else None,
+                                           ticket=ticket, in_group=in_group)
+
+    def _fail_step(self, exc: BaseException, stepped: list[int], wall: float, step_cpu: float) -> None:
+        """The vector env's ``step`` raised (the per-episode wrapper's rule, ``_close_failed_group``):
+        the step is charged (one execution for each sub-env whose step is real, at an even share of
+        the step's wall-clock and CPU), every open group is closed now as ungraded — its members
+        that had not finished with cause ``"execution_error"``, those that finished keep their
+        scores; a running evaluation episode is counted as ungraded — so no group is left open, and
+        the wrapper needs a :meth:`reset` (all lanes start new groups). The caller re-raises
+        ``exc``; a stop rule that fires on these groups raises :class:`TooManyUngradedError` from it."""
+        real = [i for i in stepped if not self._routed or (
+            not self._idle[i] and (self.mode == "reward" or self._group_of(i).route == ANCHOR))]
+        if real:
+            share = [wall / len(real), step_cpu / len(real)]
+            self._record_by_group({i: list(share) for i in real})
+        self._messages[EXECUTION_ERROR] = f"{type(exc).__name__}: {exc}"
+        g = self.group_size
+        stop: TooManyUngradedError | None = None
+        for key in sorted(self._groups):
+            rec = self._groups[key]
+            if rec.abandoned:
+                continue
+            if rec.evaluating:
+                running = sum(1 for i in range(rec.lane * g, (rec.lane + 1) * g)
+                              if self._running[i] and not self._idle[i] and int(self._ep_index[i]) == rec.round)
+                if running:
+                    self.loop.record_ungraded([EXECUTION_ERROR] * running, messages=self._messages,
+                                              where=f"evaluation episodes of lane {rec.lane}")
+                continue
+            anchor = rec.route == ANCHOR
+            wm_causes = list(rec.wm_causes) if rec.wm_causes else [None] * g
+            exec_causes = list(rec.exec_causes) if rec.exec_causes else [None] * g
+            inputs = list(rec.inputs) if rec.inputs else [None] * g
+            for m in range(g):
+                if not rec.finished[m]:  # the running episode, or one not started
+                    (exec_causes if anchor else wm_causes)[m] = EXECUTION_ERROR
+                    inputs[m] = None
+            contexts, actions = learning_inputs(inputs)
+            try:
+                self.loop.close_group(
+                    rec.ticket, rec.raw, rec.real if anchor else None, wm_causes=wm_causes, exec_causes=exec_causes,
+                    world_model_called=False,  # rollouts never run have no missing score to count; no advisor group
+                    messages=self._messages, contexts=contexts, actions=actions,
+                    where=f"group {rec.ticket.group_id} (lane {rec.lane}; the vector env's step raised "
+                          f"{type(exc).__name__})")
+            except TooManyUngradedError as e:  # the group is counted first; close the others too
+                stop = stop or e
+            self.n_groups_completed += 1
+        self._groups.clear()
+        self._idle[:] = False
+        self._running[:] = False
+        self._pending_reset[:] = False
+        self._started = False  # the sub-envs' state is unknown: reset() starts new groups in every lane
+        if stop is not None:
+            raise stop from exc
 
     def _advance_episodes(self, st: VectorStep) -> dict[int, WorldModelPrediction]:
         """Count the step in each stepped episode; reward mode: extend its trajectory and score the
@@ -119,6 +190,8 @@ class VectorSteps:
         batch_ctx: list[Any] = []
         batch_act: list[Any] = []
         for i in st.stepped:
+            if self._idle[i]:
+                continue
             rec = self._group_of(i)
             ep = self._episodes[i]
             if ep.steps == 0 and self.mode == "outcome" and self.loop.learns:  # what a learning world model is taught with
@@ -142,6 +215,11 @@ class VectorSteps:
     def _fold_step(self, st: VectorStep, i: int, p: WorldModelPrediction | None) -> None:
         """Fold sub-env ``i``'s real step and its prediction ``p`` into its episode; an episode that
         ended goes to ``st.ended``."""
+        if self._idle[i]:  # waiting for the budget: an episode of no group, nothing to fold
+            st.rewards[i] = 0.0
+            withhold(st.step_info(i), self.withheld_info_keys, i)
+            self._fill_info(st.w, i)
+            return
         rec = self._group_of(i)
         ep = self._episodes[i]
         src = st.step_info(i)
@@ -218,7 +296,10 @@ class VectorSteps:
                 rec = self._group_of(i)
                 ep = self._episodes[i]
                 route = rec.route
-                self.loop.count_episodes(1)
+                if not (rec.abandoned and not rec.evaluating):  # an abandoned group's episodes left the count
+                    self.loop.count_episodes(1)
+                if not rec.evaluating and (self.mode == "reward" or route == ANCHOR):
+                    self._lengths.append(ep.steps)  # an episode that executed: its length, for the budget
                 real_ep = None
                 if route == ANCHOR:  # outcome mode: the real steps' scores by the world model's rule
                     real_ep = ep.real_episode_score(self.episode_score) if self.mode == "outcome" else ep.real_score
@@ -272,19 +353,19 @@ class VectorSteps:
         a ``reset`` (disabled)."""
         w = st.w
         for i in range(self.num_envs):
-            k = i // self.group_size
             if resetting[i]:
                 self._pending_reset[i] = False
                 self._running[i] = True
                 self._new_episode(i, copy_obs(st.obs_list[i]))
                 self._update_plan(i)
-                self._fill_base(w, i, self._group_of(i))
+                self._fill_info(w, i)
                 w.set("episode_start", i, True, bool)
                 continue
             if not st.done[i]:
                 continue
-            self._ep_index[i] += 1
-            self._open_group(k, int(self._ep_index[i]))
+            if not self._idle[i]:  # an idle episode's end tries the same round again
+                self._ep_index[i] += 1
+            self._join(i)  # its next group: open, opened now, or (the budget waits) none
             if self.autoreset_mode == AutoresetMode.SAME_STEP:
                 self._running[i] = True
                 self._new_episode(i, copy_obs(st.obs_list[i]))

@@ -627,3 +627,25 @@ class DegradedWorldModel:
             out.append(WorldModelPrediction(score=s, status=p.status if kept else None, model_called=p.model_called,
                                             extras={**p.extras, "information": a}))
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The noise generator's state, ``information`` (it may change mid-run) and the base
+        model's own state where it has ``state_dict`` (``None`` otherwise); JSON-serialisable, saved
+        with a run's correction state so that a resume repeats the run."""
+        base = self.base.state_dict() if callable(getattr(self.base, "state_dict", None)) else None
+        return {"rng": self.rng.bit_generator.state, "information": self.information, "base": base}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            KeyError: a key is missing. ValueError: ``information`` outside [0, 1] (nothing changed
+            then).
+        """
+        information = float(state["information"])
+        if not 0.0 <= information <= 1.0:
+            raise ValueError(f"a saved information must be in [0, 1], got {state['information']!r}")
+        if state["base"] is not None and callable(getattr(self.base, "load_state_dict", None)):
+            self.base.load_state_dict(state["base"])
+        self.rng.bit_generator.state = state["rng"]
+        self.information = information
