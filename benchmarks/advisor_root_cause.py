@@ -16,10 +16,17 @@ experiments that each isolate one assumption of the advisor's speedup model
   calibrate it to ``rho_target`` = 2. Measured speedup against the model with the optimal ρ and
   with the runs' own mean ρ (both with each step law).
 
+``--drift`` instead re-draws the pilots of the two out-of-sample checks
+(``docs/advisor_check_run/out_of_sample*/results_oos.json``, same seeds and settings) and puts each
+pilot's r, the r among the rollouts the world model prefers (top half of each group:
+:func:`wmrl_envs.core.advisor_choices.preferred_half_r`) and the fraction that protects against a drop
+to it beside the runs' own r at each fraction (issue 39, item 3).
+
 Seeds 0..``--seeds``-1, one process. Run (figures in ``docs/method.md``, "Choosing the anchor
 fraction", "Why the model under-predicted weak world models")::
 
     nice -n 15 .venv/bin/python benchmarks/advisor_root_cause.py --out results/advisor_root_cause.json
+    nice -n 15 .venv/bin/python benchmarks/advisor_root_cause.py --drift --out results/advisor_drift.json
     .venv/bin/python benchmarks/advisor_root_cause.py --quick     # smoke run
 """
 
@@ -60,8 +67,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--rhos", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     p.add_argument("--levels", nargs="+", default=["useless", "weak"])
     p.add_argument("--quick", action="store_true", help="2 seeds, batches 16 and 2, one fraction, ρ 1 and 4")
+    p.add_argument("--drift", action="store_true", help="the pilots' drift (see the module docstring) instead")
     p.add_argument("--out", default="results/advisor_root_cause.json")
     a = p.parse_args(argv)
+    if a.drift:
+        return drift(a.out)
     if a.quick:
         a.seeds, a.batches, a.fractions, a.rhos, a.levels = 2, [16, 2], [0.25], [1.0, 4.0], ["useless"]
 
@@ -142,6 +152,60 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"B_noise = {b_noise:.2f} groups; target {target:.3f}; {out['cpu_s']:.0f} CPU-s")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1, default=float))
+    return out
+
+
+def drift(out_path: str) -> dict:
+    """Each out-of-sample pilot's r, preferred-half r and drift fraction beside the runs' own r."""
+    from collections import defaultdict
+
+    from agents.experiments.advisor_check_config import ADVISOR_CHECK_PRESETS
+    from agents.experiments.advisor_oos import _OOS_PREFIX, _Registered, _pilot_groups, parse_oos_error, parse_oos_setting
+    from wmrl_envs.core.advisor import AnchorAdvisor
+    from wmrl_envs.core.advisor_model import CostRates
+
+    t0 = time.process_time()
+    rows = []
+    for preset, folder in (("out_of_sample", "out_of_sample"), ("out_of_sample_39", "out_of_sample_39")):
+        cfg = ADVISOR_CHECK_PRESETS[preset]
+        res = json.loads(Path(f"docs/advisor_check_run/{folder}/results_oos.json").read_text())
+        oc = cfg.oos
+        errors = dict(parse_oos_error(x) for x in oc.errors)
+        settings = {"base": cfg.sweep, **{x: replace(cfg.sweep, **parse_oos_setting(x)) for x in oc.settings}}
+        runs_r: dict = defaultdict(dict)
+        for c in res["cells"]:
+            if c.get("kind", "wmrl") == "wmrl":
+                runs_r[(c["error"], c["setting"])][c["fraction"]] = c["r_runs"]
+        b_of = {v["noise_batch_ratio"] for v in res["real"].values()}
+        with _Registered(errors):
+            for p in res["pilots"]:
+                sc = settings[p["setting"]]
+                adv = AnchorAdvisor(n_boot=0)
+                for seed in oc.pilot_seeds:
+                    for w, x in zip(*_pilot_groups(sc, _OOS_PREFIX + p["error"], seed, oc.pilot_groups)):
+                        adv.add_group(w, x)
+                key = f"G={sc.group_size},groups={sc.groups_per_step}"
+                b = res["real"][key]["noise_batch_ratio"]
+                advice = adv.advise(CostRates(sc.execution_cost_s, sc.wm_cost_s), calibrate="crossfit", noise_batch_ratio=b)
+                r_runs = runs_r[(p["error"], p["setting"])]
+                rows.append({"check": preset, "error": p["error"], "setting": p["setting"], "r_pilot": advice.r,
+                             "r_preferred_half": advice.r_preferred_half, "recommended_fraction": advice.recommended_fraction,
+                             "drift_fraction": advice.drift_fraction, "r_runs": r_runs,
+                             "r_runs_min": min(r_runs.values()) if r_runs else float("nan")})
+                print(f"{preset} {p['error']} {p['setting']}: pilot r {advice.r:.2f}, preferred half {advice.r_preferred_half:.2f} "
+                      f"(drift fraction {advice.drift_fraction:.3f}); runs {', '.join(f'{v:.2f}' for v in r_runs.values())}",
+                      flush=True)
+        del b_of
+    ok = [r for r in rows if math.isfinite(r["r_preferred_half"]) and math.isfinite(r["r_runs_min"])]
+    out = {"rows": rows, "cpu_s": time.process_time() - t0,
+           "summary": {"pilots": len(ok),
+                       "median_abs_gap_pilot_to_runs_min": float(np.median([abs(r["r_pilot"] - r["r_runs_min"]) for r in ok])),
+                       "median_abs_gap_preferred_half_to_runs_min": float(np.median([abs(r["r_preferred_half"] - r["r_runs_min"]) for r in ok])),
+                       "preferred_half_below_pilot": sum(r["r_preferred_half"] < r["r_pilot"] for r in ok),
+                       "runs_min_below_pilot": sum(r["r_runs_min"] < r["r_pilot"] for r in ok)}}
+    print(json.dumps(out["summary"]))
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(out, indent=1, default=float))
     return out
 
 

@@ -128,6 +128,9 @@ class AnchorAdvice:
     drift_fraction: float = float("nan")
     """The recommended fraction (clipped f*) if r drifted to :attr:`r_preferred_half`: the fraction
     that protects against that drift."""
+    predicted_speedup_drift: float = float("nan")
+    """:attr:`predicted_speedup` at the recommended fraction with r at :attr:`r_preferred_half`: what
+    training would give if its r drifted there (NaN when not estimable)."""
     step_law: str = "adam"
     """The optimiser's step law the predictions use (``"adam"``: Adam/AdamW at a fixed learning
     rate, steps ``∝ sqrt(1 + B_noise/B)``; ``"sgd"``: ``1 + B_noise/B``)."""
@@ -180,7 +183,10 @@ class AnchorAdvice:
                     f"{self.r_preferred_half:.2f} against {self.r:.2f} over all; training moves the policy there, so its r "
                     f"can drift that far (further for a per-action bias); at that r the recommended fraction is "
                     f"{self.drift_fraction:.3f}" + ("" if self.drift_fraction <= self.recommended_fraction + 1e-12
-                                                    else " (a larger fraction protects against the drift)"))
+                                                    else " (a larger fraction protects against the drift)")
+                    + f" and the predicted speedup {self.predicted_speedup_drift:.2f}x; if the run's own r (auto, the "
+                    "summary) falls there, the model's fraction does not protect against a bias (it has no term "
+                    "for it): raise the fraction")
         return "\n".join(lines + [f"verdict: {self.verdict}"] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
 
 
@@ -506,7 +512,10 @@ class AnchorAdvisor:
         if use:
             rec = best.share  # the cheapest WMRL fraction priced (clip(f*) is among them)
             s = predicted_speedup(rec, r, costs, b, step_law)
-            verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x; {best_text})"
+            lo, hi = best.ci
+            verdict = (f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x"
+                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+                       + f" over real execution at your batch, in {best.steps_factor:.2f}x its steps; {b_txt})")
             if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
         elif best.share < 1.0:
@@ -526,9 +535,11 @@ class AnchorAdvisor:
         drift_f = (min(self.f_max, max(self.f_min, optimal_anchor_fraction(max(-1.0, min(1.0, r_half)), costs.gamma, b,
                                                                             step_law)))
                    if math.isfinite(r_half) else float("nan"))
+        s_drift = (predicted_speedup(rec, max(-1.0, min(1.0, r_half)), costs, b, step_law) if math.isfinite(r_half)
+                   else float("nan"))
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
                             use, verdict, self.blind_spots(), b, s_range, s_small,
-                            tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, step_law)
+                            tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, s_drift, step_law)
 
     def state_dict(self) -> dict[str, Any]:
         """Settings, the groups held and the count of groups ever added (JSON-serialisable)."""
