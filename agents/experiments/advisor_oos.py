@@ -204,10 +204,15 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     (:func:`_pilot_groups` on ``pilot_seeds``, cross-fitted r, :meth:`AnchorAdvisor.advise`) and b
     from real GRPO's first ``pilot_steps`` steps on the pilot seeds; the fraction-only baseline
     ``1 / (f + γ)`` (the equal-steps cost ratio); and, for reference, the prediction with r from the
-    cell's own runs (the in-sample way). Over all cells: Spearman, median and worst measured /
-    predicted for each predictor. Per (world model, setting): whether the advisor's recommended
-    fraction (nearest grid fraction, log scale) has a measured speedup within the 95% CI of the best
-    measured fraction's (and the same for the baseline, which always picks the smallest fraction).
+    cell's own runs (the in-sample way), and the earlier model (SGD's step law, ``predicted_pilot_sgd``).
+    With ``oos.real_batches``, real GRPO at each smaller batch is a cell too (measured against real GRPO
+    at the full batch; predicted ``(B/B') · steps_ratio(B'/B, b)``, the fraction-only predictor
+    ``B/B'``). Over all cells: Spearman, median and worst measured / predicted for each predictor.
+    Per (world model, setting): whether the choice each predictor ranks first among the measured ones
+    (WMRL at each fraction, real GRPO at each batch and at the full one) has a measured speedup within
+    the 95% CI of the best measured choice's (``advisor_within_best_ci``, ``sgd_within_best_ci``,
+    ``baseline_within_best_ci``), and the same for the advisor's recommended fraction alone
+    (``advisor_fraction_within_best_ci``; nearest grid fraction, log scale).
 
     Returns:
         The results dict (also ``out_dir/results_oos.json``; ``table_oos.md`` beside it).

@@ -182,3 +182,10 @@ def test_train_summary_advises_from_the_runs_own_anchors_at_its_groups_per_step(
     assert d["n_groups"] == len(loop.advisor) >= 8
     assert [c["groups_per_step"] for c in d["choices"] if c["kind"] == "real"] == [8, 4, 2, 1]
     assert d["r"] == pytest.approx(loop.advise().r) and d["best_choice"]
+
+
+def test_wmrl_advise_refuses_an_unknown_step_law_before_the_pilot():
+    from agents.advise import AdviseConfig, main_advise
+
+    with pytest.raises(ValueError, match="step_law"):
+        main_advise(AdviseConfig(step_law="lion", env="no_such_module:make"), log=lambda s: None)
