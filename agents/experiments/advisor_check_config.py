@@ -96,6 +96,17 @@ ADVISOR_CHECK_PRESETS: dict[str, AdvisorCheckConfig] = {
             settings=("wm_cost_s=0.03", "wm_cost_s=0.005", "group_size=6", "group_size=12"),
             setting_errors=("bias_mid", "info_half", "faint"), fractions=(0.05, 0.1, 0.2, 0.4), first_seed=200,
             pilot_seeds=(2000, 2001), real_batches=(1, 2, 4, 8))),
+    # issue 39's second set: dear world models (γ = 1 : 5 and 1 : 2), where real GRPO at a smaller batch
+    # can beat WMRL: a test that the recommendation leaves WMRL when it should
+    "out_of_sample_39_dear": AdvisorCheckConfig(
+        out_of_sample=True, sweep=SweepConfig(seeds=6, workers=1, n_boot=2000, wm_cost_s=0.2),
+        out_dir="runs/advisor-check-oos39-dear",
+        oos=OutOfSampleConfig(
+            errors=("sq_weak:information=0.4,squash=6,noise_std=0.15", "bias_mid:bias_std=0.2,noise_std=0.1",
+                    "blind_light:blind_spot_share=0.3,noise_std=0.1", "info_half:information=0.5,noise_std=0.3",
+                    "faint:information=0.15,noise_std=0.15", "squash_bias:squash=4,bias_std=0.12,noise_std=0.2"),
+            settings=("wm_cost_s=0.5",), setting_errors=("sq_weak", "info_half", "faint", "squash_bias"),
+            fractions=(0.05, 0.1, 0.2, 0.4), first_seed=300, pilot_seeds=(3000, 3001), real_batches=(1, 2, 4, 8))),
     # its CI size (seconds): one new world model at the base and at one other cost ratio, 2 seeds
     "out_of_sample_quick": AdvisorCheckConfig(
         out_of_sample=True, out_dir="runs/advisor-check-oos-quick",
