@@ -47,6 +47,7 @@ __all__ = [
     "load_factory",
     "run_pilot",
     "advice_from_run",
+    "advise_loop",
     "plot_advice",
     "main_advise",
     "autoresearch_env",
@@ -94,9 +95,14 @@ class AdviseConfig:
     the model's range from a noise-limited batch to a batch far above the noise scale, and recommends
     from the noise-limited end."""
     groups_per_step: int | None = None
-    """Groups per step of the run you plan: the advice then says the --anchor-window that realises the
+    """Groups per step of the run you plan: the real batches the advice prices run from the anchor batch
+    up to it (unset: as shares of your batch), and the advice says the --anchor-window that realises the
     recommended fraction (the router puts at least one anchor group in every window of steps, so
     with the default window of 1 step a fraction below 1 / groups_per_step is not realised)."""
+    step_law: str = "adam"
+    """The optimiser of the run you plan: "adam" (Adam/AdamW/RMSprop at a fixed learning rate, as wmrl
+    train and every benchmark here: steps grow as sqrt(1 + B_noise/B)) or "sgd" (SGD with its learning
+    rate retuned for every batch: 1 + B_noise/B); docs/method.md, "Choosing the anchor fraction"."""
     min_groups: int = 8
     """Usable groups below which the verdict is "not enough anchor groups"."""
     n_boot: int = 1000
@@ -237,6 +243,7 @@ def pilot_progress(total: int, stream: TextIO | None = None, min_interval_s: flo
 
 
 def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, *, cost_basis: str = "cpu",
+                    groups_per_step: int | None = None, step_law: str = "adam",
                     **advisor_settings: Any) -> tuple[Any, Any]:
     """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
 
@@ -244,6 +251,8 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         run_dir: the run folder (its ``checkpoint/state.json`` is read).
         noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
         cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
+        groups_per_step: groups per step the choices are priced at (``None``: the run's own).
+        step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
         advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
 
     Returns:
@@ -276,7 +285,37 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
     loop.advisor.load_state_dict({**loop.advisor.state_dict(), **advisor_settings})
-    return loop.advise(noise_batch_ratio=noise_batch_ratio), loop
+    return advise_loop(loop, noise_batch_ratio=noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law), loop
+
+
+def advise_loop(loop: Any, *, noise_batch_ratio: float | None = None, groups_per_step: int | None = None,
+                step_law: str = "adam", costs: Any = None) -> Any:
+    """The advice for a :class:`~wmrl_envs.core.CorrectionLoop`'s own training anchor groups (what
+    :meth:`CorrectionLoop.advise <wmrl_envs.core.CorrectionLoop.advise>` answers: the run's calibration,
+    its ledger's costs, its adaptive fraction's noise scale when it has one), with every choice priced
+    at the run's ``groups_per_step`` (``docs/method.md``, "Every choice").
+
+    Args:
+        loop: the correction loop.
+        noise_batch_ratio: ``B_noise / B`` (``None``: the adaptive fraction's, else not measured).
+        groups_per_step: the run's groups per step (``None``: real batches as shares of it).
+        step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
+        costs: per-rollout costs (``None``: the loop's ledger, :meth:`CostRates.from_ledger`).
+
+    Returns:
+        The :class:`~wmrl_envs.core.AnchorAdvice`.
+
+    Raises:
+        ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet; a bad
+            ``step_law`` or ``groups_per_step``.
+    """
+    from wmrl_envs.core import CostRates
+
+    costs = costs if costs is not None else CostRates.from_ledger(loop.ledger)
+    b = noise_batch_ratio if noise_batch_ratio is not None else (
+        loop.adaptive.noise_batch_ratio if getattr(loop, "adaptive", None) is not None else None)
+    return loop.advisor.advise(costs, calibrate=loop._advice_calibration(), noise_batch_ratio=b,
+                               groups_per_step=groups_per_step, step_law=step_law)
 
 
 def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
@@ -366,6 +405,9 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
 
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
     AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
+    from wmrl_envs.core.advisor_model import check_step_law
+
+    check_step_law(cfg.step_law)
     b = cfg.noise_batch_ratio
     if b is not None and not (isinstance(b, numbers.Real) and not isinstance(b, bool) and b >= 0):
         raise ValueError(f"--noise-batch-ratio must be B_noise / B >= 0 (a measured gradient noise scale over the "
@@ -380,7 +422,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     out = Path(cfg.out_dir)
     if cfg.run_dir is not None:
         advice, loop = advice_from_run(cfg.run_dir, noise_batch_ratio=cfg.noise_batch_ratio, cost_basis=cfg.cost_basis,
-                                       **settings)
+                                       groups_per_step=cfg.groups_per_step, step_law=cfg.step_law, **settings)
         source = f"run folder {cfg.run_dir}"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
@@ -401,7 +443,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         from wmrl_envs.core import CostRates
 
         advice = loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate="crossfit",
-                                     noise_batch_ratio=cfg.noise_batch_ratio)
+                                     noise_batch_ratio=cfg.noise_batch_ratio, groups_per_step=cfg.groups_per_step,
+                                     step_law=cfg.step_law)
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
     out.mkdir(parents=True, exist_ok=True)
 
@@ -412,7 +455,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     plot_advice(advice, loop, out / "advice.png")
     log(f"[advise] {source}")
     log(advice.format())
-    if cfg.groups_per_step is not None and math.isfinite(advice.recommended_fraction):
+    if cfg.groups_per_step is not None and math.isfinite(advice.recommended_fraction) and advice.use_wmrl:
         log(f"[advise] {anchor_window_hint(advice.recommended_fraction, cfg.groups_per_step)}")
     log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'}")
     return advice

@@ -44,6 +44,11 @@ class OutOfSampleConfig:
     (what ``wmrl advise`` does): the advisor's r, its interval and its recommended fraction."""
     pilot_steps: int = 3
     """Real-GRPO steps per pilot seed on which the gradient noise scale b is measured (per group size)."""
+    real_batches: tuple[int, ...] = ()
+    """Real-GRPO cells at these groups per step (each below the setting's ``groups_per_step``), per
+    setting of real GRPO (group size, groups per step, outcome noise): measured against real GRPO at
+    the full batch and predicted by the same model (``q = B'/B``); they also join every (world model,
+    setting)'s choices for the recommendation (empty: WMRL cells only, as before issue 39)."""
 
 
 @dataclass
@@ -80,6 +85,28 @@ ADVISOR_CHECK_PRESETS: dict[str, AdvisorCheckConfig] = {
     # the out-of-sample check as run for docs/advisor_check.md: 8 seeds per cell, one worker
     "out_of_sample": AdvisorCheckConfig(out_of_sample=True, sweep=SweepConfig(seeds=8, workers=1, n_boot=2000),
                                         out_dir="runs/advisor-check-oos"),
+    # issue 39's validation: world models, cost ratios, group sizes and seeds that neither the in-sample
+    # check nor the earlier out-of-sample check used, with real GRPO at smaller batches beside WMRL
+    "out_of_sample_39": AdvisorCheckConfig(
+        out_of_sample=True, sweep=SweepConfig(seeds=6, workers=1, n_boot=2000), out_dir="runs/advisor-check-oos39",
+        oos=OutOfSampleConfig(
+            errors=("sq_weak:information=0.4,squash=6,noise_std=0.15", "bias_mid:bias_std=0.2,noise_std=0.1",
+                    "blind_light:blind_spot_share=0.3,noise_std=0.1", "info_half:information=0.5,noise_std=0.3",
+                    "faint:information=0.15,noise_std=0.15", "squash_bias:squash=4,bias_std=0.12,noise_std=0.2"),
+            settings=("wm_cost_s=0.03", "wm_cost_s=0.005", "group_size=6", "group_size=12"),
+            setting_errors=("bias_mid", "info_half", "faint"), fractions=(0.05, 0.1, 0.2, 0.4), first_seed=200,
+            pilot_seeds=(2000, 2001), real_batches=(1, 2, 4, 8))),
+    # issue 39's second set: dear world models (γ = 1 : 5 and 1 : 2), where real GRPO at a smaller batch
+    # can beat WMRL: a test that the recommendation leaves WMRL when it should
+    "out_of_sample_39_dear": AdvisorCheckConfig(
+        out_of_sample=True, sweep=SweepConfig(seeds=6, workers=1, n_boot=2000, wm_cost_s=0.2),
+        out_dir="runs/advisor-check-oos39-dear",
+        oos=OutOfSampleConfig(
+            errors=("sq_weak:information=0.4,squash=6,noise_std=0.15", "bias_mid:bias_std=0.2,noise_std=0.1",
+                    "blind_light:blind_spot_share=0.3,noise_std=0.1", "info_half:information=0.5,noise_std=0.3",
+                    "faint:information=0.15,noise_std=0.15", "squash_bias:squash=4,bias_std=0.12,noise_std=0.2"),
+            settings=("wm_cost_s=0.5",), setting_errors=("sq_weak", "info_half", "faint", "squash_bias"),
+            fractions=(0.05, 0.1, 0.2, 0.4), first_seed=300, pilot_seeds=(3000, 3001), real_batches=(1, 2, 4, 8))),
     # its CI size (seconds): one new world model at the base and at one other cost ratio, 2 seeds
     "out_of_sample_quick": AdvisorCheckConfig(
         out_of_sample=True, out_dir="runs/advisor-check-oos-quick",
@@ -92,4 +119,4 @@ ADVISOR_CHECK_PRESETS: dict[str, AdvisorCheckConfig] = {
 """``wmrl bench advisor`` starts from ``"default"``; ``--quick`` from ``"quick"`` (the CI preset);
 ``--out-of-sample`` with the ``"default"`` preset's sweep runs the out-of-sample check at 10 seeds;
 ``"out_of_sample"`` is the size run for ``docs/advisor_check.md`` (``--out-of-sample --sweep.seeds 8
---sweep.workers 1``)."""
+--sweep.workers 1``); ``"out_of_sample_39"`` issue 39's validation on new cells with real-batch cells."""

@@ -204,10 +204,15 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     (:func:`_pilot_groups` on ``pilot_seeds``, cross-fitted r, :meth:`AnchorAdvisor.advise`) and b
     from real GRPO's first ``pilot_steps`` steps on the pilot seeds; the fraction-only baseline
     ``1 / (f + γ)`` (the equal-steps cost ratio); and, for reference, the prediction with r from the
-    cell's own runs (the in-sample way). Over all cells: Spearman, median and worst measured /
-    predicted for each predictor. Per (world model, setting): whether the advisor's recommended
-    fraction (nearest grid fraction, log scale) has a measured speedup within the 95% CI of the best
-    measured fraction's (and the same for the baseline, which always picks the smallest fraction).
+    cell's own runs (the in-sample way), and the earlier model (SGD's step law, ``predicted_pilot_sgd``).
+    With ``oos.real_batches``, real GRPO at each smaller batch is a cell too (measured against real GRPO
+    at the full batch; predicted ``(B/B') · steps_ratio(B'/B, b)``, the fraction-only predictor
+    ``B/B'``). Over all cells: Spearman, median and worst measured / predicted for each predictor.
+    Per (world model, setting): whether the choice each predictor ranks first among the measured ones
+    (WMRL at each fraction, real GRPO at each batch and at the full one) has a measured speedup within
+    the 95% CI of the best measured choice's (``advisor_within_best_ci``, ``sgd_within_best_ci``,
+    ``baseline_within_best_ci``), and the same for the advisor's recommended fraction alone
+    (``advisor_fraction_within_best_ci``; nearest grid fraction, log scale).
 
     Returns:
         The results dict (also ``out_dir/results_oos.json``; ``table_oos.md`` beside it).
@@ -219,6 +224,7 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from wmrl_envs.core import AnchorAdvisor, CostRates, GradientNoiseScale, predicted_speedup
+    from wmrl_envs.core.advisor_model import steps_ratio
 
     from .speedup import Curve, compute_to_target, speedup, target_score
     from .sweep_config import equal_steps_cost_ratio, step_cap_for
@@ -238,6 +244,8 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
             raise ValueError(f"oos.{name} must be an integer >= {0 if name == 'first_seed' else 1}, got {v!r}")
     if not oc.pilot_seeds or any(s in range(oc.first_seed, oc.first_seed + cfg.sweep.seeds) for s in oc.pilot_seeds):
         raise ValueError(f"oos.pilot_seeds must be given and differ from the measured seeds, got {oc.pilot_seeds!r}")
+    if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in oc.real_batches):
+        raise ValueError(f"oos.real_batches must be groups per step >= 1, got {oc.real_batches!r}")
     base = cfg.sweep
     settings = [("base", base)] + [(s, replace(base, **parse_oos_setting(s))) for s in oc.settings]
     cell_groups = [(e, name, sc) for name, sc in settings for e in (list(errors) if name == "base" else oc.setting_errors)]
@@ -269,7 +277,15 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
             b = gns.ratio(sc.groups_per_step) if gns.steps else float("nan")
             reals[key] = {"target": target, "real_compute_to_target": [compute_to_target(c, target) for c in curves],
                           "budget_s": sc.max_compute_factor * float(np.median([r.compute[-1] for r in real])),
-                          "noise_batch_ratio": b if math.isfinite(b) else None}
+                          "noise_batch_ratio": b if math.isfinite(b) else None, "batches": {}}
+            budget = reals[key]["budget_s"]
+            for bb in (x for x in oc.real_batches if x < sc.groups_per_step):
+                sb = replace(sc, groups_per_step=bb)
+                cap = max(sc.steps, int(math.ceil(1.25 * budget / (bb * sc.group_size * sc.execution_cost_s))))
+                small = _run_oos_jobs([("real", None, None, s, sb, {"max_steps": cap, "target": target,
+                                                                    "compute_budget_s": budget}) for s in seeds],
+                                      errors, base.workers, progress, f"real GRPO at {bb} groups per step, G = {sc.group_size}")
+                reals[key]["batches"][bb] = [compute_to_target(Curve(r.compute, r.score), target) for r in small]
             log(f"[advisor-oos] G = {sc.group_size}: target {target:.3f}, budget {reals[key]['budget_s']:.0f} CPU-s, "
                 f"pilot b = {b:.3g}")
         pilots: dict[tuple[str, str], dict[str, Any]] = {}
@@ -298,6 +314,29 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
         by_cell.setdefault((lv[len(_OOS_PREFIX):], f, sc.group_size, sc.wm_cost_s), []).append(r)
     cells: list[dict[str, Any]] = []
     recommendations: list[dict[str, Any]] = []
+    # real GRPO at smaller batches: one cell per (real setting, batch), shared by the world models
+    real_cells: dict[tuple, list[dict[str, Any]]] = {}
+    for _name, sc in settings:
+        key = real_key(sc)
+        if key in real_cells:
+            continue
+        rk = reals[key]
+        real_cells[key] = []
+        for bb, ctt in sorted(rk["batches"].items(), reverse=True):
+            est = speedup(rk["real_compute_to_target"], ctt, n_boot=base.n_boot, seed=0)
+            share = bb / sc.groups_per_step
+            b = rk["noise_batch_ratio"]
+            c = {"error": "(real GRPO)", "setting": f"G = {sc.group_size}, {bb} of {sc.groups_per_step} groups",
+                 "kind": "real", "group_size": sc.group_size, "groups_per_step": bb, "gamma": float("nan"),
+                 "fraction": None, "speedup": est.point, "low": est.low, "high": est.high, "formatted": est.format(),
+                 "n_reached": est.n_reached, "n_seeds": est.n_seeds, "compute_to_target": ctt, "r_pilot": float("nan"),
+                 "r_runs": float("nan"),
+                 "predicted_pilot": steps_ratio(share, b) / share if b is not None else float("nan"),
+                 "predicted_pilot_sgd": steps_ratio(share, b, "sgd") / share if b is not None else float("nan"),
+                 "predicted_own_r": steps_ratio(share, b) / share if b is not None else float("nan"),
+                 "fraction_only": 1.0 / share, "realised_fraction": 1.0, "stop_reasons": []}
+            real_cells[key].append(c)
+            cells.append(c)
     for e, name, sc in cell_groups:
         rk, pil = reals[real_key(sc)], pilots[(e, name)]
         gamma = sc.wm_cost_s / sc.execution_cost_s
@@ -317,33 +356,69 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
                  "n_reached": est.n_reached, "n_seeds": est.n_seeds, "compute_to_target": ctt,
                  "r_pilot": r_p, "r_runs": r_own,
                  "predicted_pilot": predicted_speedup(f, max(-1.0, min(1.0, r_p)), costs, b) if math.isfinite(r_p) else float("nan"),
+                 "predicted_pilot_sgd": (predicted_speedup(f, max(-1.0, min(1.0, r_p)), costs, b, "sgd")
+                                         if math.isfinite(r_p) else float("nan")),
+                 "kind": "wmrl",
                  "predicted_own_r": predicted_speedup(f, max(-1.0, min(1.0, r_own)), costs, b) if math.isfinite(r_own) else float("nan"),
                  "fraction_only": equal_steps_cost_ratio(f, sc.execution_cost_s, sc.wm_cost_s),
                  "realised_fraction": sum(r.anchor_groups for r in rs) / (steps * sc.groups_per_step) if steps else 0.0,
                  "stop_reasons": [r.stop_reason for r in rs]}
             cells.append(c)
             group_cells.append(c)
-        best = min(group_cells, key=lambda c: (float(np.median(c["compute_to_target"])), c["fraction"]))
-        rec = pil["recommended_fraction"]
-        rec_grid = _nearest_fraction(rec, oc.fractions) if math.isfinite(rec) else float("nan")
-        rec_cell = next((c for c in group_cells if c["fraction"] == rec_grid), None)
-        base_cell = min(group_cells, key=lambda c: c["fraction"])  # 1/(f + γ) is largest at the smallest f
+        # the choices measured for this (world model, setting): WMRL at each fraction, real GRPO at each
+        # smaller batch and at the full one (speedup 1 by definition)
+        options = list(group_cells) + [c for c in real_cells.get(real_key(sc), [])] + [
+            {"kind": "real", "groups_per_step": sc.groups_per_step, "fraction": None, "speedup": 1.0, "low": 1.0,
+             "high": 1.0, "formatted": "1.0x (the reference)", "compute_to_target": rk["real_compute_to_target"]}]
+
+        def pred_of(c: dict[str, Any], key: str) -> float:
+            if c["kind"] == "wmrl":
+                return c[key]
+            share = c["groups_per_step"] / sc.groups_per_step
+            law = "sgd" if key == "predicted_pilot_sgd" else "adam"
+            if key == "fraction_only":
+                return 1.0 / share
+            return steps_ratio(share, b, law) / share
+
+        def label(c: dict[str, Any]) -> str:
+            return (f"WMRL f = {c['fraction']}" if c["kind"] == "wmrl"
+                    else f"real, {c['groups_per_step']} groups per step")
+
+        best = min(options, key=lambda c: (float(np.median(c["compute_to_target"])), -c["speedup"]))
 
         def within(c: dict[str, Any] | None) -> bool:
             return c is not None and (c is best or (math.isfinite(best["low"]) and c["speedup"] >= best["low"]))
 
-        recommendations.append({"error": e, "setting": name, "recommended": rec, "recommended_grid": rec_grid,
-                                "best_fraction": best["fraction"], "best": best["formatted"],
-                                "recommended_measured": None if rec_cell is None else rec_cell["formatted"],
-                                "advisor_within_best_ci": within(rec_cell),
-                                "baseline_fraction": base_cell["fraction"], "baseline_within_best_ci": within(base_cell),
+        def pick(key: str) -> dict[str, Any]:
+            cand = [c for c in options if math.isfinite(pred_of(c, key))]
+            return max(cand, key=lambda c: pred_of(c, key))
+
+        rec = pil["recommended_fraction"]
+        rec_grid = _nearest_fraction(rec, oc.fractions) if math.isfinite(rec) else float("nan")
+        adv_pick, sgd_pick, base_pick = pick("predicted_pilot"), pick("predicted_pilot_sgd"), pick("fraction_only")
+        frac_cell = next((c for c in group_cells if c["fraction"] == rec_grid), None)
+        recommendations.append({"error": e, "setting": name, "recommended": rec,
+                                "recommended_grid": rec_grid, "best_fraction": best["fraction"], "best_choice": label(best),
+                                "best": best["formatted"], "advisor_choice": label(adv_pick),
+                                "advisor_choice_measured": adv_pick["formatted"],
+                                "recommended_measured": None if frac_cell is None else frac_cell["formatted"],
+                                "advisor_within_best_ci": within(adv_pick),
+                                "advisor_fraction_within_best_ci": within(frac_cell),
+                                "sgd_choice": label(sgd_pick), "sgd_within_best_ci": within(sgd_pick),
+                                "baseline_choice": label(base_pick), "baseline_fraction": base_pick["fraction"],
+                                "baseline_within_best_ci": within(base_pick),
                                 "r_pilot": pil["r"], "r_pilot_ci": pil["r_ci"]})
     n_rec = len(recommendations)
     # at one fraction the fraction-only baseline is one number per cost ratio: can a predictor rank world models there?
     per_fraction = {str(f): {key: _agreement_of([(c[key], c["speedup"], c) for c in cells if c["fraction"] == f])["spearman"]
-                             for key in ("predicted_pilot", "fraction_only", "predicted_own_r")}
+                             for key in ("predicted_pilot", "predicted_pilot_sgd", "fraction_only", "predicted_own_r")}
                     for f in oc.fractions}
     summary = {"spearman_per_fraction": per_fraction, "advisor_pilot": _agreement_of([(c["predicted_pilot"], c["speedup"], c) for c in cells]),
+               "advisor_pilot_sgd": _agreement_of([(c["predicted_pilot_sgd"], c["speedup"], c) for c in cells]),
+               "advisor_pilot_wmrl_only": _agreement_of([(c["predicted_pilot"], c["speedup"], c) for c in cells if c["kind"] == "wmrl"]),
+               "fraction_only_wmrl_only": _agreement_of([(c["fraction_only"], c["speedup"], c) for c in cells if c["kind"] == "wmrl"]),
+               "sgd_hits": sum(r["sgd_within_best_ci"] for r in recommendations),
+               "fraction_recommendation_hits": sum(bool(r["advisor_fraction_within_best_ci"]) for r in recommendations),
                "fraction_only": _agreement_of([(c["fraction_only"], c["speedup"], c) for c in cells]),
                "advisor_own_r": _agreement_of([(c["predicted_own_r"], c["speedup"], c) for c in cells]),
                "recommendation_hits": sum(r["advisor_within_best_ci"] for r in recommendations),
@@ -362,20 +437,27 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
 
 def format_oos_table(results: dict[str, Any]) -> str:
     """``table_oos.md``: per cell measured against the predictions; the agreement of each predictor;
-    the recommendations against the best measured fraction."""
+    the recommendations against the best measured choice."""
 
     lines = [f"Measured seeds {results['seeds'][0]}..{results['seeds'][-1]}; pilot seeds {results['pilot_seeds']}.", "",
              *md_table(["world model", "setting", "f", "measured speedup [95% CI]", "predicted (pilot r, pilot b)",
-                        "fraction only 1/(f+γ)", "predicted (runs' own r)", "r pilot", "r runs"],
-                       ((c["error"], c["setting"], c["fraction"], c["formatted"], table_num(c["predicted_pilot"]),
+                        "earlier model (SGD's step law)", "fraction only", "predicted (runs' own r)", "r pilot", "r runs"],
+                       ((c["error"], c["setting"], "—" if c.get("fraction") is None else c["fraction"], c["formatted"],
+                         table_num(c["predicted_pilot"]), table_num(c.get("predicted_pilot_sgd", float("nan"))),
                          table_num(c["fraction_only"]), table_num(c["predicted_own_r"]), table_num(c["r_pilot"]),
                          table_num(c["r_runs"])) for c in results["cells"]))]
     s = results["summary"]
     lines += ["", "| predictor | cells | Spearman | median measured / predicted | range of measured / predicted | worst miss |",
               "|---|---|---|---|---|---|"]
-    for key, what in (("advisor_pilot", "advisor, r and b from a pilot"), ("fraction_only", "fraction only, 1/(f + γ)"),
+    for key, what in (("advisor_pilot", "advisor, r and b from a pilot"),
+                      ("advisor_pilot_sgd", "earlier model (SGD's step law), same pilot"),
+                      ("fraction_only", "fraction only, 1/(f + γ) (B/B' for a real batch)"),
+                      ("advisor_pilot_wmrl_only", "advisor, WMRL cells only"),
+                      ("fraction_only_wmrl_only", "fraction only, WMRL cells only"),
                       ("advisor_own_r", "advisor, r from the cell's own runs (in-sample way)")):
-        q = s[key]
+        q = s.get(key)
+        if not q:
+            continue
         w = q["worst_miss"]
         worst = "—" if not w else (f"{w['cell']['error']} / {w['cell']['setting']} / f = {w['cell']['fraction']}: "
                                    f"predicted {w['predicted']:.2f}×, measured {w['measured']:.2f}× (factor {w['factor']:.2f})")
@@ -387,13 +469,18 @@ def format_oos_table(results: dict[str, Any]) -> str:
         lines += ["", "Spearman at one fraction (over world models and settings): "
                   + "; ".join(f"f = {f}: advisor (pilot) {table_num(v['predicted_pilot'])}, fraction only {table_num(v['fraction_only'])}, "
                               f"advisor (own r) {table_num(v['predicted_own_r'])}" for f, v in pf.items()) + "."]
-    lines += ["", f"Recommended fraction within the best measured fraction's 95% CI: advisor {s['recommendation_hits']} of "
-              f"{s['n_recommendations']}, fraction-only baseline (smallest f) {s['baseline_hits']} of {s['n_recommendations']}.",
-              "", "| world model | setting | pilot r [95% CI] | recommended f (grid) | its measured speedup | best f | best measured |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", f"Recommended choice within the best measured choice's 95% CI: advisor {s['recommendation_hits']} of "
+              f"{s['n_recommendations']}" + (f", earlier model {s['sgd_hits']}" if "sgd_hits" in s else "")
+              + f", fraction-only baseline {s['baseline_hits']} of {s['n_recommendations']}.",
+              "", "| world model | setting | pilot r [95% CI] | advisor's choice: measured | earlier model's choice | "
+              "fraction only's choice | best measured |", "|---|---|---|---|---|---|---|"]
     for r in results["recommendations"]:
         ci = r["r_pilot_ci"]
+        adv = r.get("advisor_choice")
         lines.append(f"| {r['error']} | {r['setting']} | {table_num(r['r_pilot'])} [{table_num(ci[0])}, {table_num(ci[1])}] | "
-                     f"{table_num(r['recommended'], 3)} ({r['recommended_grid']}) | {r['recommended_measured'] or '—'} | "
-                     f"{r['best_fraction']} | {r['best']} |")
+                     + (f"{adv}: {r['advisor_choice_measured']}{'' if r['advisor_within_best_ci'] else ' (outside)'}"
+                        if adv else f"f = {table_num(r['recommended'], 3)} ({r['recommended_grid']}): {r['recommended_measured'] or '—'}")
+                     + f" | {r.get('sgd_choice', '—')}{'' if r.get('sgd_within_best_ci', True) else ' (outside)'}"
+                     f" | {r.get('baseline_choice', r.get('baseline_fraction'))}{'' if r['baseline_within_best_ci'] else ' (outside)'}"
+                     f" | {r.get('best_choice', r.get('best_fraction'))}: {r['best']} |")
     return "\n".join(lines) + "\n"

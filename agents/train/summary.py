@@ -263,11 +263,15 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] 
 
 
 def anchor_advice(loop: Any) -> dict[str, Any]:
-    """The advisor's answer for the run's own anchor groups (:meth:`wmrl_envs.core.CorrectionLoop.advise`,
-    CPU-seconds), as a dict; ``{"verdict": <why there is none>}`` when the run has no execution or no
-    world-model prediction to compare."""
+    """The advisor's answer for the run's own anchor groups (:func:`agents.advise.advise_loop`: the
+    run's calibration, CPU-seconds from its ledger, and every choice priced at the run's groups per
+    step: real execution from the anchor batch up to the run's batch, WMRL at each fraction, world
+    model only; ``docs/method.md``, "Every choice"), as a dict; ``{"verdict": <why there is none>}``
+    when the run has no execution or no world-model prediction to compare."""
+    from agents.advise import advise_loop
+
     try:
-        return loop.advise().to_dict()
+        return advise_loop(loop, groups_per_step=getattr(loop, "groups_per_step", None)).to_dict()
     except ValueError as exc:
         return {"verdict": f"no advice: {exc}"}
 
@@ -409,6 +413,13 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
                          f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x" if finite
                          else "none: too few anchor groups (see the verdict)"))
+            if adv.get("best_choice"):
+                rows.append(("advisor's best choice (every choice priced from this run's anchors)", str(adv["best_choice"])))
+            for c in adv.get("choices") or ():
+                lo, hi = c["ci"]
+                ci = (f" [{_fmt(lo, 2)}, {_fmt(hi, 2)}]" if isinstance(lo, float) and isinstance(hi, float)
+                      and math.isfinite(lo) and math.isfinite(hi) and lo != hi else "")
+                rows.append((f"  {c['words']}", f"{_fmt(c['predicted_speedup'], 2)}x{ci} ({_fmt(c['steps_factor'], 2)}x steps)"))
         rows.append(("advisor's verdict", str(adv["verdict"])))
     return rows
 

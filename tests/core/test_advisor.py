@@ -60,23 +60,32 @@ def test_pooled_correlation_skips_missing_scores_and_short_groups():
     (1.0, 0.01, 0.0),
 ])
 def test_optimal_anchor_fraction_without_a_noise_scale_is_bang_bang(r, gamma, expected):
-    """With b = ∞ the objective q(f) / (f + γ) is monotone in f: the answer is 0 or 1."""
-    assert optimal_anchor_fraction(r, gamma) == expected
+    """SGD's step law with b = ∞: the objective q(f) / (f + γ) is monotone in f: the answer is 0 or 1."""
+    assert optimal_anchor_fraction(r, gamma, step_law="sgd") == expected
+
+
+@pytest.mark.parametrize("r, gamma", [(0.8, 0.01), (0.05, 0.01), (0.0, 0.01), (0.0, 0.2), (0.1, 0.1), (-0.4, 0.05)])
+def test_optimal_anchor_fraction_under_adams_law_without_a_noise_scale(r, gamma):
+    """Adam's step law with b = ∞: sqrt(q(f)) / (f + γ) is maximal at f* = max(0, γ − 2r² / (1 − r²))."""
+    r2 = max(0.0, r) ** 2
+    expected = max(0.0, gamma - 2 * r2 / (1 - r2))
+    assert optimal_anchor_fraction(r, gamma) == pytest.approx(expected, rel=0.01, abs=1e-9)
 
 
 @pytest.mark.parametrize("gamma, b", [(0.01, 1.0), (0.01, 4.0), (0.002, 0.5)])
 def test_optimal_anchor_fraction_of_a_useless_world_model_is_sqrt_gamma_b(gamma, b):
     """r = 0: maximise (1 + b) / ((f + γ)(1 + b / f)), i.e. f / ((f + γ)(f + b)): f* = sqrt(γ b)."""
-    assert optimal_anchor_fraction(0.0, gamma, b) == pytest.approx(math.sqrt(gamma * b), rel=0.01)
-    assert optimal_anchor_fraction(0.0, 1.0, 4.0) == 1.0  # sqrt(γ b) = 2: capped
+    assert optimal_anchor_fraction(0.0, gamma, b, step_law="sgd") == pytest.approx(math.sqrt(gamma * b), rel=0.01)
+    assert optimal_anchor_fraction(0.0, 1.0, 4.0, step_law="sgd") == 1.0  # sqrt(γ b) = 2: capped
 
 
+@pytest.mark.parametrize("law", ["adam", "sgd"])
 @pytest.mark.parametrize("r, gamma, b", [(0.3, 0.01, 1.0), (0.6, 0.05, 2.0), (0.2, 0.1, 10.0), (0.9, 0.001, 0.3)])
-def test_optimal_anchor_fraction_maximises_the_prediction(r, gamma, b):
+def test_optimal_anchor_fraction_maximises_the_prediction(r, gamma, b, law):
     costs = CostRates(execution_s=1.0, world_model_s=gamma)
-    f = optimal_anchor_fraction(r, gamma, b)
-    best = max(predicted_speedup(float(x), r, costs, b) for x in np.linspace(0.0, 1.0, 5001))
-    assert predicted_speedup(f, r, costs, b) >= best * (1 - 1e-3)
+    f = optimal_anchor_fraction(r, gamma, b, law)
+    best = max(predicted_speedup(float(x), r, costs, b, law) for x in np.linspace(0.0, 1.0, 5001))
+    assert predicted_speedup(f, r, costs, b, law) >= best * (1 - 1e-3)
 
 
 def test_predicted_speedup_closed_form_and_its_limits():
@@ -84,18 +93,26 @@ def test_predicted_speedup_closed_form_and_its_limits():
     f, r, b = 0.1, 0.6, 1.0
     per_step_ratio = 2.01 / (0.01 + 0.02 + 0.1 * 2.0)        # cost of a real step over a WMRL step
     q = 0.1 + 0.9 * 0.36                                      # WMRL's batch in real-group equivalents
-    assert predicted_speedup(f, r, costs, b) == pytest.approx(per_step_ratio * 2.0 / (1 + 1 / q), rel=1e-12)
-    assert predicted_speedup(f, r, costs, 0.0) == pytest.approx(per_step_ratio)      # noise costs no steps
-    assert predicted_speedup(f, r, costs) == pytest.approx(per_step_ratio * q)      # every step noise-limited
-    values = [predicted_speedup(f, r, costs, x) for x in (0.0, 0.1, 1.0, 10.0, 1e6)]
-    assert all(a > c for a, c in zip(values, values[1:]))  # more noise-limited, less saved
-    assert values[-1] == pytest.approx(predicted_speedup(f, r, costs), rel=1e-4)
+    assert predicted_speedup(f, r, costs, b, "sgd") == pytest.approx(per_step_ratio * 2.0 / (1 + 1 / q), rel=1e-12)
+    assert predicted_speedup(f, r, costs, 0.0, "sgd") == pytest.approx(per_step_ratio)      # noise costs no steps
+    assert predicted_speedup(f, r, costs, None, "sgd") == pytest.approx(per_step_ratio * q)  # every step noise-limited
+    # Adam at a fixed learning rate (the default): the steps grow as the square root of SGD's factor
+    assert predicted_speedup(f, r, costs, b) == pytest.approx(per_step_ratio * math.sqrt(2.0 / (1 + 1 / q)), rel=1e-12)
+    assert predicted_speedup(f, r, costs, 0.0) == pytest.approx(per_step_ratio)
+    assert predicted_speedup(f, r, costs) == pytest.approx(per_step_ratio * math.sqrt(q))
+    for law in ("adam", "sgd"):
+        values = [predicted_speedup(f, r, costs, x, law) for x in (0.0, 0.1, 1.0, 10.0, 1e6)]
+        assert all(a > c for a, c in zip(values, values[1:]))  # more noise-limited, less saved
+        assert values[-1] == pytest.approx(predicted_speedup(f, r, costs, None, law), rel=1e-4)
     # f = 1: every rollout executed AND predicted: slower than real GRPO by the world model's cost
     assert predicted_speedup(1.0, 0.7, costs) == pytest.approx(2.01 / 2.03)
     assert predicted_speedup(1.0, 0.7, costs, 3.0) == pytest.approx(2.01 / 2.03)
     # world model only: no signal at r = 0; at r = 0.9 the model (which ignores bias) is optimistic
     assert predicted_speedup(0.0, 0.0, costs) == 0.0
-    assert predicted_speedup(0.0, 0.9, costs) == pytest.approx(2.01 / 0.03 * 0.81)
+    assert predicted_speedup(0.0, 0.9, costs, None, "sgd") == pytest.approx(2.01 / 0.03 * 0.81)
+    assert predicted_speedup(0.0, 0.9, costs) == pytest.approx(2.01 / 0.03 * 0.9)
+    with pytest.raises(ValueError, match="step_law"):
+        predicted_speedup(0.5, 0.5, costs, None, "momentum")
     with pytest.raises(ValueError, match="anchor fraction"):
         predicted_speedup(1.5, 0.5, costs)
     with pytest.raises(ValueError, match="correlation"):
@@ -118,7 +135,7 @@ def test_verdict_matches_the_boundary(r, gamma, use):
     adv = AnchorAdvisor(n_boot=0)
     for w, x in zip(wm, real):
         adv.add_group(w, x)
-    a = adv.advise(CostRates(execution_s=1.0, world_model_s=gamma))
+    a = adv.advise(CostRates(execution_s=1.0, world_model_s=gamma), step_law="sgd")
     assert a.use_wmrl == use
     assert ("do not use WMRL" in a.verdict) == (not use)
     assert a.recommended_fraction == (0.05 if use else 1.0)
@@ -132,11 +149,11 @@ def test_a_measured_noise_scale_moves_the_advice():
     for w, x in zip(wm, real):
         adv.add_group(w, x)
     costs = CostRates(execution_s=1.0, world_model_s=0.01)
-    unknown = adv.advise(costs)
+    unknown = adv.advise(costs, step_law="sgd")
     assert unknown.recommended_fraction == 1.0 and not unknown.use_wmrl and unknown.noise_batch_ratio is None
     lo, hi = unknown.predicted_speedup_range  # at f = 1 every group is real: the noise scale cannot matter
     assert lo == hi == pytest.approx(unknown.predicted_speedup) == pytest.approx(1 / 1.01)
-    small_b = adv.advise(costs, noise_batch_ratio=1.0)
+    small_b = adv.advise(costs, noise_batch_ratio=1.0, step_law="sgd")
     assert small_b.noise_batch_ratio == 1.0
     assert small_b.recommended_fraction == pytest.approx(0.1, abs=0.02)   # sqrt(0.01 * 1), r ≈ 0
     # WMRL's predicted speedup (> 1) comes from running fewer real groups per step, which real GRPO on
@@ -150,7 +167,7 @@ def test_a_measured_noise_scale_moves_the_advice():
     good = AnchorAdvisor(n_boot=0)
     for w, x in zip(*synthetic_groups(0.8, 400, seed=5)):
         good.add_group(w, x)
-    g = good.advise(costs, noise_batch_ratio=1.0)
+    g = good.advise(costs, noise_batch_ratio=1.0, step_law="sgd")
     assert g.use_wmrl and g.recommended_fraction == 0.05
     assert g.predicted_speedup > 5 * g.predicted_speedup_smaller_batch
     with pytest.raises(ValueError, match="noise_batch_ratio"):
@@ -164,8 +181,8 @@ def test_verdict_flips_with_the_cost_ratio_at_fixed_correlation():
     adv = AnchorAdvisor(n_boot=200, seed=0)
     for w, x in zip(wm, real):
         adv.add_group(w, x)
-    cheap = adv.advise(CostRates(execution_s=1.0, world_model_s=0.001))
-    dear = adv.advise(CostRates(execution_s=1.0, world_model_s=1.0))
+    cheap = adv.advise(CostRates(execution_s=1.0, world_model_s=0.001), step_law="sgd")
+    dear = adv.advise(CostRates(execution_s=1.0, world_model_s=1.0), step_law="sgd")
     assert cheap.use_wmrl and not dear.use_wmrl
     assert cheap.recommended_fraction == 0.05 and dear.recommended_fraction == 1.0  # the floor; everything executed
     lo, hi = cheap.r_ci
@@ -365,7 +382,7 @@ def test_free_world_model_limit_and_uncertain_do_not_verdict():
         for _ in range(3):
             z = rng.normal(size=4)
             adv.add_group(list(z + rng.normal(size=4)), list(z))
-        return adv.advise(CostRates(1.0, 0.6))
+        return adv.advise(CostRates(1.0, 0.6), step_law="sgd")
 
     wide, narrow = three_groups(7), three_groups(0)  # seeds whose intervals do / do not reach 1
     assert not wide.use_wmrl and wide.predicted_speedup_ci[1] > 1 and "uncertain" in wide.verdict
@@ -456,7 +473,9 @@ def test_an_anti_correlated_world_model_is_no_signal_not_missing_data():
     assert "not enough anchor groups" not in a.verdict
     assert a.verdict.startswith("do not use WMRL") and "no usable signal" in a.verdict
     # the recommendation is the model's for r = 0 (b = inf: every group real, clipped to f_max)
-    assert a.f_star == optimal_anchor_fraction(0.0, 0.05) == 1.0 and a.recommended_fraction == 1.0
+    # Adam's law without b: f* = γ for r = 0 (a smaller real batch, which the verdict offers instead)
+    assert a.f_star == optimal_anchor_fraction(0.0, 0.05) == pytest.approx(0.05, rel=0.01)
+    assert a.recommended_fraction == pytest.approx(0.05, rel=0.01) and "train on real execution with" in a.verdict
     # scores that truly lack spread are still "not enough" (nothing to judge yet)
     flat = AnchorAdvisor(n_boot=0)
     for _ in range(10):

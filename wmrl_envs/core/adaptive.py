@@ -346,7 +346,9 @@ class AdaptiveAnchorFraction:
         return r, full[0], full[1] if short is None else min(full[1], short[1])
 
     def _clip(self, r: float) -> float:
-        f = optimal_anchor_fraction(max(-1.0, min(1.0, r)), self.gamma, self.noise_batch_ratio)
+        # SGD's step law, as before issue 39: moving auto to Adam's law (the advisor's default) changes its
+        # targets (f* <= γ without b) and needs benchmarks/adaptive_fraction.py run again
+        f = optimal_anchor_fraction(max(-1.0, min(1.0, r)), self.gamma, self.noise_batch_ratio, step_law="sgd")
         return min(self.f_max, max(self.f_min, f))
 
     def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None

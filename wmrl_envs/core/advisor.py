@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .advisor_choices import Choice, preferred_half_r, price_choices, recommend
 from .advisor_model import (
     CostRates,
     GradientNoiseScale,
@@ -46,11 +47,13 @@ from .advisor_model import (
     optimal_anchor_fraction,
     pooled_within_group_correlation,
     predicted_speedup,
+    steps_ratio,
 )
 
 __all__ = [
     "AnchorAdvice",
     "AnchorAdvisor",
+    "Choice",
     "CostRates",
     "GradientNoiseScale",
     "action_key",
@@ -111,6 +114,26 @@ class AnchorAdvice:
     """What real-execution GRPO on ``recommended_fraction`` × the groups per step gives by itself,
     ``(1 + b) / (f + b)`` (1 without a noise scale): the verdict says "use WMRL" only when WMRL beats
     both this and 1, so that a world model whose only merit is a smaller real batch is not credited."""
+    choices: tuple[dict[str, Any], ...] = ()
+    """Every choice priced by one model (:func:`~wmrl_envs.core.advisor_choices.price_choices`, as
+    :meth:`Choice.to_dict` dicts): real GRPO from the anchor batch up to the user's, WMRL at each
+    fraction, world model only; each with its predicted speedup over real GRPO at the user's batch,
+    its 95% interval and its steps."""
+    best_choice: str = ""
+    """The cheapest choice that keeps anchors, in words a user acts on, with its interval."""
+    r_preferred_half: float = float("nan")
+    """r among the rollouts the world model rates in the top half of their group
+    (:func:`~wmrl_envs.core.advisor_choices.preferred_half_r`): where training's r can drift to when
+    the policy follows the world model (NaN when not estimable)."""
+    drift_fraction: float = float("nan")
+    """The recommended fraction (clipped f*) if r drifted to :attr:`r_preferred_half`: the fraction
+    that protects against that drift."""
+    predicted_speedup_drift: float = float("nan")
+    """:attr:`predicted_speedup` at the recommended fraction with r at :attr:`r_preferred_half`: what
+    training would give if its r drifted there (NaN when not estimable)."""
+    step_law: str = "adam"
+    """The optimiser's step law the predictions use (``"adam"``: Adam/AdamW at a fixed learning
+    rate, steps ``∝ sqrt(1 + B_noise/B)``; ``"sgd"``: ``1 + B_noise/B``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -145,9 +168,25 @@ class AnchorAdvice:
                         f"noise-limited, up to {self.predicted_speedup_range[1]:.2f}x if the batch is far above the "
                         "noise scale)"),
                 "  a model, not a bound: it ignores the world model's bias (optimistic where bias survives the "
-                "calibration) and values a world-model group at r^2 of a real one (pessimistic in every benchmark "
-                "cell measured so far; docs/advisor_check.md)",
+                "calibration; docs/advisor_check.md)",
             ]
+            if self.choices:
+                lines.append("every choice, predicted speedup over real execution at your batch [95% CI] (steps x):")
+                for c in self.choices:
+                    lo, hi = c["ci"]
+                    ci_txt = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) and lo != hi else ""
+                    lines.append(f"  {c['words']}: {c['predicted_speedup']:.2f}x{ci_txt} ({c['steps_factor']:.2f}x steps)")
+                lines.append(f"best choice: {self.best_choice}")
+            if math.isfinite(self.r_preferred_half):
+                lines.append(
+                    f"drift: among the rollouts the world model prefers (top half of each group) r = "
+                    f"{self.r_preferred_half:.2f} against {self.r:.2f} over all; training moves the policy there, so its r "
+                    f"can drift that far (further for a per-action bias); at that r the recommended fraction is "
+                    f"{self.drift_fraction:.3f}" + ("" if self.drift_fraction <= self.recommended_fraction + 1e-12
+                                                    else " (a larger fraction protects against the drift)")
+                    + f" and the predicted speedup {self.predicted_speedup_drift:.2f}x; if the run's own r (auto, the "
+                    "summary) falls there, the model's fraction does not protect against a bias (it has no term "
+                    "for it): raise the fraction")
         return "\n".join(lines + [f"verdict: {self.verdict}"] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
 
 
@@ -384,7 +423,8 @@ class AnchorAdvisor:
         return pooled_within_group_correlation(self._calibrated(calibrate), self.groups()[1])
 
     def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None,
-               noise_batch_ratio: float | None = None) -> AnchorAdvice:
+               noise_batch_ratio: float | None = None, groups_per_step: int | None = None,
+               step_law: str = "adam") -> AnchorAdvice:
         """The advice for the groups held and these costs.
 
         Args:
@@ -397,15 +437,27 @@ class AnchorAdvisor:
             noise_batch_ratio: real-execution GRPO's gradient noise scale over its batch,
                 ``B_noise / B`` (:class:`GradientNoiseScale`); ``None``: not measured (the
                 prediction is the noise-limited end of :attr:`AnchorAdvice.predicted_speedup_range`).
+            groups_per_step: the user's groups per step ``B``, for the real batches priced in
+                :attr:`AnchorAdvice.choices` (``None``: as shares of the user's batch).
+            step_law: the optimiser's step law (``"adam"``, default: Adam/AdamW at a fixed learning
+                rate; ``"sgd"``: SGD retuned per batch; ``docs/method.md``, "Choosing the anchor fraction").
 
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
-            undefined for want of spread in the raw world-model or the real scores. When a
-            calibration map (``calibrate`` not ``None``) flattens world-model scores that vary
+            undefined for want of spread in the raw world-model or the real scores. Otherwise it is
+            :attr:`AnchorAdvice.best_choice`'s: "use WMRL at anchor fraction f" when WMRL at the
+            recommended fraction is the cheapest choice that keeps anchors, "do not use WMRL: ... train
+            on real execution with k groups per step" when a smaller real batch is cheaper, and "do
+            not use WMRL: ... not worth its cost" when nothing beats real execution at the user's batch.
+            When a calibration map (``calibrate`` not ``None``) flattens world-model scores that vary
             within groups as the real ones do, the increasing map found no increasing relation:
             ``r`` is 0 (``r <= 0``), ``use_wmrl`` is False and the verdict says the world model
             carries no usable signal.
+
+        Raises:
+            TypeError: ``costs`` not a :class:`CostRates`. ValueError: a bad ``noise_batch_ratio``,
+                ``groups_per_step`` or ``step_law``.
         """
         if not isinstance(costs, CostRates):
             raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
@@ -426,12 +478,13 @@ class AnchorAdvisor:
                    else "no within-group spread in the world-model or the real scores yet")
             return AnchorAdvice(n, n_pairs, r, nan2, costs, float("nan"), nan2, float("nan"), float("nan"), nan2,
                                 float("nan"), False, f"not enough anchor groups yet ({why}): collect more (a longer pilot, or a longer training run)",
-                                self.blind_spots(), b)
-        f_star = optimal_anchor_fraction(r, costs.gamma, b)
+                                self.blind_spots(), b, step_law=step_law)
+        f_star = optimal_anchor_fraction(r, costs.gamma, b, step_law)
         rec = min(self.f_max, max(self.f_min, f_star))
-        s = predicted_speedup(rec, r, costs, b)
-        s_range = (predicted_speedup(rec, r, costs), predicted_speedup(rec, r, costs, 0.0))
+        s = predicted_speedup(rec, r, costs, b, step_law)
+        s_range = (predicted_speedup(rec, r, costs, None, step_law), predicted_speedup(rec, r, costs, 0.0, step_law))
         r_ci = f_ci = s_ci = nan2
+        rs: list[float] = []
         if self.n_boot and n >= 2:
             # groups resampled; with "crossfit" the map is fitted again on each resample, so the
             # interval carries the uncertainty of fitting it (a fixed map given by the caller cannot be)
@@ -441,35 +494,52 @@ class AnchorAdvisor:
                                      raw=None if refit or calibrate is None else self.groups()[0])
             fs, ss = [], []
             for rb in rs:
-                fb = optimal_anchor_fraction(rb, costs.gamma, b)
+                fb = optimal_anchor_fraction(rb, costs.gamma, b, step_law)
                 fs.append(fb)
-                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs, b))
+                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs, b, step_law))
             if rs:
                 r_ci, f_ci, s_ci = (tuple(float(v) for v in np.percentile(a, [2.5, 97.5])) for a in (rs, fs, ss))
-        # what a smaller real batch gives by itself (real GRPO on rec·B groups per step): with a finite b
-        # fewer real groups per step cost few extra steps, and a world model must beat that, not only 1
-        s_small = 1.0 if b is None or rec <= 0 else (1.0 + b) / (rec + b)
-        use = s > max(1.0, s_small)
-        if not use and s > 1.0:
-            verdict = (f"do not use WMRL: its predicted {s:.2f}x at anchor fraction {rec:.3f} is no more than real GRPO "
-                       f"on {rec:.1%} of the groups per step gives by itself ({s_small:.2f}x with b = {b:.3g}; r = "
-                       f"{r:.2f}): the world model adds nothing, train on real execution with fewer groups per step")
-        elif not use:
+        # what a smaller real batch gives by itself (real GRPO on rec·B groups per step): fewer real
+        # groups per step cost fewer extra steps than their share, and a world model must beat that, not only 1
+        s_small = 1.0 if rec <= 0 else steps_ratio(rec, b, step_law) / rec
+        from .advisor_choices import DEFAULT_FRACTIONS
+
+        choices = price_choices(r, costs, b, groups_per_step=groups_per_step, fractions=(*DEFAULT_FRACTIONS, rec),
+                                f_min=self.f_min, f_max=self.f_max, r_replicates=rs, step_law=step_law)
+        best, _close, best_text = recommend(choices)
+        use = best.kind == "wmrl"
+        b_txt = f"b = {b:.3g}" if b is not None else "b not measured: every step assumed noise-limited"
+        if use:
+            rec = best.share  # the cheapest WMRL fraction priced (clip(f*) is among them)
+            s = predicted_speedup(rec, r, costs, b, step_law)
+            lo, hi = best.ci
+            verdict = (f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x"
+                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+                       + f" over real execution at your batch, in {best.steps_factor:.2f}x its steps; {b_txt})")
+            if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
+                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
+        elif best.share < 1.0:
+            verdict = (f"do not use WMRL: {best_text}; WMRL at {rec:.3f} predicts {s:.2f}x (r = {r:.2f}, gamma = "
+                       f"{costs.gamma:.3g}, {b_txt}): the world model adds nothing over a smaller real batch")
+        else:
             verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
                        f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
             if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
                 verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, collect more anchor groups to be sure"
-        else:
-            verdict = f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x)"
-            if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
-                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
         if math.isfinite(flat_raw_r):
             use = False
             verdict = (f"do not use WMRL: the world model carries no usable signal within groups (its calibration map "
                        f"is flat: its scores do not rise with the real ones, raw within-group r = {flat_raw_r:.2f}; "
-                       "r counts as 0); train on real execution")
+                       "r counts as 0); train on real execution" + (f" ({best_text})" if best.share < 1.0 else ""))
+        r_half = preferred_half_r(wm, real)
+        drift_f = (min(self.f_max, max(self.f_min, optimal_anchor_fraction(max(-1.0, min(1.0, r_half)), costs.gamma, b,
+                                                                            step_law)))
+                   if math.isfinite(r_half) else float("nan"))
+        s_drift = (predicted_speedup(rec, max(-1.0, min(1.0, r_half)), costs, b, step_law) if math.isfinite(r_half)
+                   else float("nan"))
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
-                            use, verdict, self.blind_spots(), b, s_range, s_small)
+                            use, verdict, self.blind_spots(), b, s_range, s_small,
+                            tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, s_drift, step_law)
 
     def state_dict(self) -> dict[str, Any]:
         """Settings, the groups held and the count of groups ever added (JSON-serialisable)."""

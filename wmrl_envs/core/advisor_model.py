@@ -34,6 +34,9 @@ __all__ = [
     "pooled_within_group_correlation",
     "predicted_speedup",
     "r_confidence_bounds",
+    "STEP_LAWS",
+    "check_step_law",
+    "steps_ratio",
 ]
 
 Scores = Sequence[float | None]
@@ -210,52 +213,108 @@ def crossfit_calibrated(world_model: Sequence[Scores], real: Sequence[Scores], f
     return out
 
 
-def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | None = None) -> float:
+STEP_LAWS = ("adam", "sgd")
+"""How the steps to a target grow with gradient noise (``docs/method.md``, "Choosing the anchor
+fraction"): ``"adam"`` (default), an RMS-normalised optimiser (Adam, AdamW, RMSprop) at a fixed
+learning rate, steps ``∝ sqrt(1 + B_noise/B)``; ``"sgd"``, McCandlish et al.'s law for SGD with its
+learning rate retuned for every batch, steps ``∝ 1 + B_noise/B``."""
+
+
+def check_step_law(step_law: str) -> str:
+    """``step_law`` if it is one of :data:`STEP_LAWS`.
+
+    Raises:
+        ValueError: another value.
+    """
+    if step_law not in STEP_LAWS:
+        raise ValueError(f"step_law must be one of {STEP_LAWS} (the optimiser: 'adam' for Adam/AdamW/RMSprop at a "
+                         f"fixed learning rate, 'sgd' for SGD retuned per batch), got {step_law!r}")
+    return step_law
+
+
+def steps_ratio(q: float, noise_batch_ratio: float | None = None, step_law: str = "adam") -> float:
+    """Real-execution GRPO's steps to the target over those of a batch worth ``q`` of its own.
+
+    ``step_law="adam"``: ``sqrt((1 + b) / (1 + b / q))``; ``"sgd"``: ``(1 + b) / (1 + b / q)``;
+    ``b → ∞`` (``None``): ``sqrt(q)`` and ``q``. ``q`` may exceed 1 (a larger real batch).
+
+    Args:
+        q: the batch's worth in real groups over real GRPO's batch (>= 0; 0: no signal, ratio 0).
+        noise_batch_ratio: ``b = B_noise / B`` of real GRPO's batch, >= 0; ``None``: ``∞``.
+        step_law: one of :data:`STEP_LAWS`.
+
+    Raises:
+        ValueError: ``q`` negative or NaN, a bad ``b`` or ``step_law``.
+
+    Example:
+        >>> round(steps_ratio(0.125, 15.86 / 16), 2), round(steps_ratio(0.125, 15.86 / 16, "sgd"), 2)
+        (0.47, 0.22)
+    """
+    check_step_law(step_law)
+    if not (isinstance(q, numbers.Real) and q >= 0):
+        raise ValueError(f"q must be a batch's worth >= 0, got {q!r}")
+    if q <= 0:
+        return 0.0
+    b = check_noise_batch_ratio(noise_batch_ratio)
+    lin = q if math.isinf(b) else (1.0 + b) / (1.0 + b / q)
+    return math.sqrt(lin) if step_law == "adam" else lin
+
+
+def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | None = None,
+                            step_law: str = "adam") -> float:
     """The anchor fraction that maximises :func:`predicted_speedup` (the GRPO-specific optimum).
 
-    Maximises ``(1 + b) / ((f + γ)(1 + b / q(f)))`` with ``q(f) = f + (1 − f) r²`` over
-    ``f`` in [0, 1] (the argmax over a grid: 0 and 2001 log-spaced fractions from 1e-4 to 1; where
-    the objective is flat, as for ``r = 0`` with ``γ = 0``, the grid's first maximum). Without a noise scale (``b → ∞``) the objective is ``q(f) / (f + γ)``, monotone in
-    ``f``: 0 when ``r² > γ (1 − r²)`` (the world model's groups are worth their cost: as few
-    anchors as the floor allows), 1 otherwise. With a finite ``b`` the optimum can lie inside;
-    for a useless world model (``r = 0``) it is ``sqrt(γ b)`` (capped at 1). Textbook double
-    sampling (Cochran; ``ppi_py``'s power analysis) gives ``sqrt(γ (1 − r²) / r²)`` instead,
-    because there the world model's predictions enter only through a difference estimator that
-    the anchors make unbiased; WMRL trains on the calibrated world-model scores directly, so its
-    world-model groups add signal ``r²`` each rather than buying variance reduction with anchors
-    (``docs/method.md``, "Choosing the anchor fraction"). The model ignores the world model's bias,
-    which is what anchors are also for: clip the answer to a floor (``f_min``).
+    Maximises ``steps_ratio(q(f), b) / (f + γ)`` with ``q(f) = f + (1 − f) r²`` over ``f`` in
+    [0, 1] (:func:`steps_ratio`; the argmax over a grid: 0 and 2001 log-spaced fractions from 1e-4
+    to 1; where the objective is flat, as for ``r = 0`` with ``γ = 0``, the grid's first maximum).
+    With Adam's step law and no noise scale (``b → ∞``) the objective is ``sqrt(q) / (f + γ)``,
+    maximal at ``f* = max(0, γ − 2r² / (1 − r²))``: at most γ, and 0 once a world-model group is
+    worth its cost; with SGD's (``step_law="sgd"``) it is ``q / (f + γ)``, monotone in ``f``: 0
+    when ``r² > γ (1 − r²)`` and 1 otherwise. With a finite ``b`` the optimum can lie inside; for
+    a useless world model (``r = 0``) under SGD's law it is ``sqrt(γ b)``. Textbook double sampling
+    (Cochran; ``ppi_py``'s power analysis) gives ``sqrt(γ (1 − r²) / r²)`` instead, because there
+    the world model's predictions enter only through a difference estimator that the anchors make
+    unbiased; WMRL trains on the calibrated world-model scores directly, so its world-model groups
+    add signal ``r²`` each rather than buying variance reduction with anchors (``docs/method.md``,
+    "Choosing the anchor fraction"). The model ignores the world model's bias, which is what
+    anchors are also for: clip the answer to a floor (``f_min``).
 
     Args:
         r: within-group correlation of (calibrated) world-model and real scores, in [-1, 1]
             (``r <= 0`` counts as 0: isotonic calibration cannot flip a sign).
         gamma: (world model + generation + update) cost per rollout over one execution's, >= 0.
         noise_batch_ratio: ``b = B_noise / B`` >= 0 (:class:`GradientNoiseScale`); ``None``: ``∞``.
+        step_law: the optimiser's step law (:data:`STEP_LAWS`).
 
     Returns:
         f* in [0, 1] (0: no anchors needed for the variance; the floor decides).
 
     Raises:
-        ValueError: ``r`` outside [-1, 1], ``gamma`` negative, ``noise_batch_ratio`` negative or NaN.
+        ValueError: ``r`` outside [-1, 1], ``gamma`` negative, ``noise_batch_ratio`` negative or
+            NaN, an unknown ``step_law``.
 
     Example:
-        >>> optimal_anchor_fraction(0.8, 0.01), optimal_anchor_fraction(0.0, 0.01)
+        >>> optimal_anchor_fraction(0.8, 0.01), optimal_anchor_fraction(0.0, 0.01, step_law="sgd")
         (0.0, 1.0)
-        >>> round(optimal_anchor_fraction(0.0, 0.01, noise_batch_ratio=1.0), 2)   # sqrt(γ b)
+        >>> round(optimal_anchor_fraction(0.0, 0.01), 3)   # γ: Adam's law, r = 0, b = ∞
+        0.01
+        >>> round(optimal_anchor_fraction(0.0, 0.01, noise_batch_ratio=1.0, step_law="sgd"), 2)   # sqrt(γ b)
         0.1
     """
     r = _check_r(r)
     if not is_finite_number(gamma) or gamma < 0:
         raise ValueError(f"gamma must be a cost ratio >= 0, got {gamma!r}")
     b = check_noise_batch_ratio(noise_batch_ratio)
+    check_step_law(step_law)
     r2 = max(0.0, r) ** 2
     f = _F_GRID
     q = f + (1.0 - f) * r2
     with np.errstate(divide="ignore", invalid="ignore"):
         if math.isinf(b):
-            obj = q / (f + gamma)
+            lin = q
         else:
-            obj = (1.0 + b) / ((f + gamma) * (1.0 + np.where(q > 0, b / np.where(q > 0, q, 1.0), np.inf)))
+            lin = (1.0 + b) / (1.0 + np.where(q > 0, b / np.where(q > 0, q, 1.0), np.inf))
+        obj = (np.sqrt(lin) if step_law == "adam" else lin) / (f + gamma)
     obj = np.where(np.isfinite(obj), obj, np.where(np.isnan(obj), -np.inf, obj))
     return float(f[int(np.argmax(obj))])
 
@@ -276,41 +335,51 @@ def check_noise_batch_ratio(b: float | None) -> float:
     return float(b)
 
 
-def predicted_speedup(f: float, r: float, costs: CostRates, noise_batch_ratio: float | None = None) -> float:
+def predicted_speedup(f: float, r: float, costs: CostRates, noise_batch_ratio: float | None = None,
+                      step_law: str = "adam") -> float:
     """Predicted compute-to-target speedup of WMRL at anchor fraction f over real-execution GRPO.
 
-    ``S(f) = (c_other + c_exec) / (c_other + c_wm + f·c_exec) · (1 + b) / (1 + b / q)`` with
-    ``q = f + (1 − f) r²``: the cost ratio per step times the ratio of steps to the target in
-    McCandlish et al.'s model (2018, "An empirical model of large-batch training": steps
-    ``≈ S_min (1 + B_noise / B)``). WMRL's batch is worth ``q·B`` real groups: an anchor group
-    counts fully, a world-model group as ``r²`` of one (the share of its advantages' variance
-    that follows the real scores, with the anchor up-weight ρ at its inverse-variance optimum).
-    ``b = B_noise / B`` is real-execution GRPO's gradient noise scale over its batch
-    (:class:`GradientNoiseScale`): with ``b → 0`` (a batch far above the noise scale) the extra
-    noise costs no steps and ``S`` is the cost ratio; with ``b → ∞`` (``None``, every step
-    noise-limited) ``S = q`` × the cost ratio. Unmeasured, the two ends bracket the model's
-    prediction. It is a model, not a bound: it ignores the world model's bias (the corrections
-    exist for it), which makes it optimistic where bias remains after calibration (blind spots,
-    per-action bias). Its check against measured speedups: ``docs/advisor_check.md``; the
-    derivation: ``docs/method.md``, "Choosing the anchor fraction".
+    ``S(f) = (c_other + c_exec) / (c_other + c_wm + f·c_exec) · steps_ratio(q, b)`` with
+    ``q = f + (1 − f) r²``: the cost ratio per step times the ratio of steps to the target
+    (:func:`steps_ratio`). WMRL's batch is worth ``q·B`` real groups: an anchor group counts fully,
+    a world-model group as ``r²`` of one (the share of its advantages' variance that follows the
+    real scores, with the anchor up-weight ρ at its inverse-variance optimum). The steps follow
+    the gradient noise scale: with Adam at a fixed learning rate (``step_law="adam"``, default) an
+    update is the gradient over its root mean square, so the expected progress per step is
+    ``|G|² / sqrt(|G|² + tr(Σ)/B)`` and the steps grow as ``sqrt(1 + B_noise/B)``; McCandlish et
+    al.'s ``1 + B_noise/B`` (2018, "An empirical model of large-batch training") holds for SGD
+    with its learning rate retuned for every batch (``"sgd"``). On the known-truth map real GRPO
+    at 8, 4, 2 and 1 groups per step needed 1.22, 1.58, 2.09 and 2.91 × the steps of 16 groups,
+    Adam's law 1.22, 1.58, 2.12, 2.91, SGD's 1.50, 2.49, 4.48, 8.47
+    (``benchmarks/advisor_root_cause.py``). ``b = B_noise / B`` is real-execution GRPO's gradient
+    noise scale over its batch (:class:`GradientNoiseScale`): with ``b → 0`` the extra noise costs
+    no steps and ``S`` is the cost ratio; with ``b → ∞`` (``None``) ``S`` is ``sqrt(q)`` (Adam) or
+    ``q`` (SGD) × the cost ratio. It is a model, not a bound: it ignores the world model's bias
+    (the corrections exist for it), which makes it optimistic where bias remains after calibration
+    (blind spots, per-action bias). Its check against measured speedups: ``docs/advisor_check.md``;
+    the derivation: ``docs/method.md``, "Choosing the anchor fraction".
 
     Args:
         f: anchor fraction in [0, 1] (0: world model only).
         r: within-group correlation, in [-1, 1] (``r <= 0`` counts as 0).
         costs: per-rollout costs.
         noise_batch_ratio: ``B_noise / B`` >= 0, both in groups; ``None``: ``∞``.
+        step_law: the optimiser's step law (:data:`STEP_LAWS`).
 
     Returns:
         The predicted speedup (>= 0; ``(c_other + c_exec) / (c_other + c_wm + c_exec)`` < 1 at
         f = 1; ``inf`` when WMRL's step is free and its batch carries signal).
 
     Raises:
-        ValueError: ``f`` outside [0, 1], ``r`` outside [-1, 1] or ``noise_batch_ratio`` negative or NaN.
+        ValueError: ``f`` outside [0, 1], ``r`` outside [-1, 1], ``noise_batch_ratio`` negative or
+            NaN, an unknown ``step_law``.
 
     Example:
         >>> c = CostRates(1.0, 0.01)
         >>> round(predicted_speedup(0.1, 0.8, c), 2), round(predicted_speedup(0.1, 0.8, c, noise_batch_ratio=1.0), 2)
-        (6.15, 7.33)
+        (7.47, 8.17)
+        >>> round(predicted_speedup(0.1, 0.8, c, noise_batch_ratio=1.0, step_law="sgd"), 2)
+        7.33
     """
     if not is_finite_number(f) or not 0.0 <= f <= 1.0:
         raise ValueError(f"f must be an anchor fraction in [0, 1], got {f!r}")
@@ -318,12 +387,13 @@ def predicted_speedup(f: float, r: float, costs: CostRates, noise_batch_ratio: f
         raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
     r2 = max(0.0, _check_r(r)) ** 2
     b = check_noise_batch_ratio(noise_batch_ratio)
+    check_step_law(step_law)
     real = costs.other_s + costs.execution_s
     per_rollout = costs.other_s + costs.world_model_s + f * costs.execution_s
     q = f + (1.0 - f) * r2
     if q <= 0.0:  # world model only and no signal in its scores
         return 0.0
-    steps = q if math.isinf(b) else (1.0 + b) / (1.0 + b / q)  # real GRPO's steps over WMRL's
+    steps = steps_ratio(q, b, step_law)  # real GRPO's steps over WMRL's
     if per_rollout <= 0:
         return float("inf")
     return float(real / per_rollout * steps)

@@ -137,3 +137,31 @@ def test_the_live_recommendation_run_is_compared_on_five_seeds_like_with_like():
     same = mod.main([ref, f005, "--same-steps"])  # seeds 0-2 of f = 0.05 were not refined: read all at those steps
     assert [round(x) for x in same["second_ctt"]] == [153, 102, 98, 93, 143]
     assert round(same["first_median"]) == 128 and round(same["first_over_second"]["point"], 2) == 1.25
+
+
+def test_out_of_sample_check_prices_real_grpo_at_smaller_batches_beside_wmrl(tmp_path):
+    # issue 39, items 1 and 4: real GRPO at a smaller batch is a cell of its own, predicted by the same
+    # model (q = B'/B, Adam's step law), and a choice the recommendation weighs against WMRL's fractions
+    from dataclasses import replace
+
+    from wmrl_envs.core.advisor_model import steps_ratio
+
+    base = ADVISOR_CHECK_PRESETS["out_of_sample_quick"]
+    cfg = replace(base, out_dir=str(tmp_path), oos=replace(base.oos, real_batches=(2, 64)))
+    res = run_advisor_check_oos(cfg)
+    (real,) = res["real"].values()
+    b = real["noise_batch_ratio"]
+    reals = [c for c in res["cells"] if c["kind"] == "real"]
+    assert [c["groups_per_step"] for c in reals] == [2]  # 64 is not below the 8 groups per step: left out
+    (c,) = reals
+    assert c["predicted_pilot"] == pytest.approx(steps_ratio(2 / 8, b) / (2 / 8))
+    assert c["predicted_pilot_sgd"] == pytest.approx(steps_ratio(2 / 8, b, "sgd") / (2 / 8))
+    assert c["fraction_only"] == pytest.approx(4.0) and c["speedup"] > 1
+    s = res["summary"]
+    assert s["advisor_pilot"]["n_cells"] == 5 and s["advisor_pilot_wmrl_only"]["n_cells"] == 4
+    for r in res["recommendations"]:
+        assert r["advisor_choice"] in ("WMRL f = 0.1", "WMRL f = 0.4", "real, 2 groups per step", "real, 8 groups per step")
+        assert isinstance(r["advisor_within_best_ci"], bool)
+    assert "earlier model (SGD's step law)" in (tmp_path / "table_oos.md").read_text()
+    with pytest.raises(ValueError, match="real_batches"):
+        run_advisor_check_oos(replace(cfg, oos=replace(base.oos, real_batches=(0,))))

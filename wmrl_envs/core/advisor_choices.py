@@ -1,0 +1,224 @@
+"""Every choice a user has, priced by one model: real GRPO at smaller batches, WMRL at each anchor
+fraction, world model only (``docs/method.md``, "Choosing the anchor fraction", "Every choice").
+
+:func:`price_choices` predicts, for each choice, the compute to the same training progress as
+real-execution GRPO at the user's batch (as a speedup over it) with the model of
+:mod:`wmrl_envs.core.advisor_model`: the cost per step from the per-rollout costs, the steps from
+the batch's worth in real groups ``q`` and the gradient noise scale (:func:`steps_ratio`). A real
+batch of ``B'`` of the user's ``B`` groups is worth ``q = B'/B``; WMRL at fraction ``f`` is worth
+``q = f + (1 − f) r²``; world model only ``q = r²``. :func:`recommend` picks the cheapest choice
+that keeps anchors (world model only is priced, never recommended: its prediction ignores bias,
+which only anchors can watch) and says it in words a user acts on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .advisor_model import CostRates, check_noise_batch_ratio, check_step_law, steps_ratio
+
+__all__ = ["Choice", "DEFAULT_FRACTIONS", "preferred_half_r", "price_choices", "real_batches", "recommend"]
+
+DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
+"""WMRL's anchor fractions priced by default (those outside the advisor's [f_min, f_max] are left out)."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One way to train, priced against real-execution GRPO at the user's batch.
+
+    Attributes:
+        kind: ``"real"`` (real execution, no world model), ``"wmrl"`` or ``"world_model_only"``.
+        share: real: the groups per step as a share of the user's (1 = the user's batch); wmrl:
+            the anchor fraction; world model only: 0.
+        groups_per_step: real: its groups per step (``None`` when the user's batch is not known);
+            wmrl and world model only: the user's (or ``None``).
+        predicted_speedup: real GRPO-at-the-user's-batch compute to the target over this choice's
+            (> 1: cheaper), the point prediction from ``r``.
+        ci: its 95% interval from the bootstrap replicates of ``r`` (NaN without them; a real
+            batch does not depend on r: its interval is the point).
+        steps_factor: this choice's steps to the target over real GRPO's at the user's batch (the
+            wall-clock side: fewer groups per step need more, sequential, steps).
+        words: what to do, in one phrase ("train on real execution with 2 groups per step").
+    """
+
+    kind: str
+    share: float
+    groups_per_step: int | None
+    predicted_speedup: float
+    ci: tuple[float, float]
+    steps_factor: float
+    words: str
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable."""
+        d = asdict(self)
+        d["ci"] = list(self.ci)
+        return d
+
+
+def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float, int | None]]:
+    """The real batches priced: from the anchor batch (``max(1, round(f_min × B))`` groups) up to the
+    user's ``B``, by halving from ``B``; without ``B`` the shares 1, 1/2, 1/4, ... down to ``f_min``.
+
+    Returns:
+        ``[(share, groups or None), ...]``, largest first.
+
+    Raises:
+        ValueError: ``groups_per_step`` not an integer >= 1 (or ``None``), ``f_min`` outside (0, 1].
+    """
+    if not (isinstance(f_min, (int, float)) and 0 < f_min <= 1):
+        raise ValueError(f"f_min must be in (0, 1] to bound the smallest real batch, got {f_min!r}")
+    if groups_per_step is None:
+        out, s = [], 1.0
+        while s >= f_min * (1 - 1e-9):
+            out.append((s, None))
+            s /= 2
+        return out
+    if isinstance(groups_per_step, bool) or not isinstance(groups_per_step, int) or groups_per_step < 1:
+        raise ValueError(f"groups_per_step must be an integer >= 1 (the groups per step of the run you plan), "
+                         f"got {groups_per_step!r}")
+    lo = max(1, int(round(f_min * groups_per_step)))
+    sizes, b = {groups_per_step, lo}, groups_per_step
+    while b > lo:
+        sizes.add(b)
+        b //= 2
+    return [(s / groups_per_step, s) for s in sorted((s for s in sizes if s >= lo), reverse=True)]
+
+
+def _wmrl_speedup(f: float, r: float, costs: CostRates, b: float | None, step_law: str) -> float:
+    r2 = max(0.0, r) ** 2
+    q = f + (1.0 - f) * r2
+    per = costs.other_s + costs.world_model_s + f * costs.execution_s
+    st = steps_ratio(q, b, step_law)
+    if st <= 0:
+        return 0.0
+    return float("inf") if per <= 0 else (costs.other_s + costs.execution_s) / per * st
+
+
+def price_choices(r: float, costs: CostRates, noise_batch_ratio: float | None = None, *,
+                  groups_per_step: int | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+                  f_min: float = 0.05, f_max: float = 1.0, r_replicates: Sequence[float] = (),
+                  step_law: str = "adam") -> list[Choice]:
+    """Price every choice (see the module docstring) for a world model of within-group correlation ``r``.
+
+    Args:
+        r: pooled within-group correlation of calibrated world-model and real scores, in [-1, 1]
+            (``r <= 0`` counts as 0).
+        costs: per-rollout costs.
+        noise_batch_ratio: ``b = B_noise / B`` at the user's batch ``B`` (:class:`GradientNoiseScale`);
+            ``None``: ``∞`` (every step noise-limited: the end of the range that favours smaller
+            batches most).
+        groups_per_step: the user's ``B`` (``None``: real batches as shares of it).
+        fractions: WMRL's anchor fractions (clipped to ``[f_min, f_max]``, duplicates dropped).
+        f_min, f_max: the advisor's bounds (``f_min`` also bounds the smallest real batch).
+        r_replicates: bootstrap replicates of ``r`` for the intervals (empty: NaN intervals).
+        step_law: the optimiser's step law (:data:`~wmrl_envs.core.advisor_model.STEP_LAWS`).
+
+    Returns:
+        The choices: real batches (largest first), WMRL fractions (smallest first), world model only.
+
+    Raises:
+        ValueError: ``r`` not a finite correlation, a bad ``noise_batch_ratio``, ``step_law``,
+            ``groups_per_step`` or bound.
+    """
+    if not (isinstance(r, (int, float)) and math.isfinite(r) and -1.0 <= r <= 1.0):
+        raise ValueError(f"r must be a correlation in [-1, 1], got {r!r}")
+    if not (0.0 <= f_min <= f_max <= 1.0):
+        raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
+    b = check_noise_batch_ratio(noise_batch_ratio)
+    check_step_law(step_law)
+    reps = np.array([x for x in r_replicates if math.isfinite(x)], dtype=float)
+    nan2 = (float("nan"), float("nan"))
+
+    def interval(fn) -> tuple[float, float]:
+        if reps.size < 2:
+            return nan2
+        vals = np.array([fn(float(x)) for x in reps])
+        return tuple(float(v) for v in np.percentile(vals, [2.5, 97.5]))  # type: ignore[return-value]
+
+    out: list[Choice] = []
+    unit = "groups per step" if groups_per_step is not None else ""
+    for share, g in real_batches(groups_per_step, max(f_min, 1e-6)):
+        st = steps_ratio(share, b, step_law)
+        s = st / share
+        if share == 1.0:
+            words = "train on real execution at your batch" + (f" ({g} {unit})" if g else "")
+        else:
+            words = (f"train on real execution with {g} group{'s' if g != 1 else ''} per step" if g is not None
+                     else f"train on real execution with {share:.0%} of your groups per step")
+        out.append(Choice("real", share, g, s, (s, s), 1.0 / st if st > 0 else math.inf, words))
+    seen = set()
+    for f in sorted(min(f_max, max(f_min, float(x))) for x in fractions):
+        if f in seen or f <= 0:
+            continue
+        seen.add(f)
+        s = _wmrl_speedup(f, r, costs, b, step_law)
+        q = f + (1 - f) * max(0.0, r) ** 2
+        st = steps_ratio(q, b, step_law)
+        out.append(Choice("wmrl", f, groups_per_step, s, interval(lambda x, f=f: _wmrl_speedup(f, x, costs, b, step_law)),
+                          1.0 / st if st > 0 else math.inf, f"use WMRL at anchor fraction {f:g}"))
+    s0 = _wmrl_speedup(0.0, r, costs, b, step_law)
+    st0 = steps_ratio(max(0.0, r) ** 2, b, step_law)
+    out.append(Choice("world_model_only", 0.0, groups_per_step, s0,
+                      interval(lambda x: _wmrl_speedup(0.0, x, costs, b, step_law)),
+                      1.0 / st0 if st0 > 0 else math.inf,
+                      "train on the world model alone (no anchors: nothing corrects or watches its bias)"))
+    return out
+
+
+def recommend(choices: Sequence[Choice]) -> tuple[Choice, list[Choice], str]:
+    """The cheapest choice that keeps anchors (real or WMRL), the choices whose interval reaches
+    its point (as good within the data's uncertainty), and one sentence a user acts on.
+
+    Raises:
+        ValueError: no real or WMRL choice among ``choices``.
+    """
+    eligible = [c for c in choices if c.kind != "world_model_only" and math.isfinite(c.predicted_speedup)]
+    if not eligible:
+        raise ValueError("no real-execution or WMRL choice to recommend: price them with price_choices first")
+    best = max(eligible, key=lambda c: (c.predicted_speedup, -c.steps_factor))
+    close = [c for c in eligible if c is not best and math.isfinite(c.ci[1]) and c.ci[1] >= best.predicted_speedup]
+    ci = best.ci
+    ci_txt = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if all(math.isfinite(x) for x in ci) and ci[0] != ci[1] else ""
+    text = (f"{best.words}: predicted {best.predicted_speedup:.2f}x{ci_txt} less compute to the same progress than "
+            f"real execution at your batch, in {best.steps_factor:.2f}x its steps")
+    if close:
+        text += "; as good within the interval: " + ", ".join(c.words for c in close[:3])
+    return best, close, text
+
+
+def preferred_half_r(world_model: Sequence[Sequence[float | None]], real: Sequence[Sequence[float | None]]) -> float:
+    """The pooled within-group correlation among the rollouts the world model prefers: in each
+    group, those whose (calibrated) world-model score is at or above the group's median (groups
+    with fewer than 2 such rollouts left out).
+
+    Training moves the policy towards what the world model rates high; where the world model's
+    error is a bias per action, those are the actions it over-rates, and a pilot under the
+    untrained policy sees them no more than others. This r is what the pilot says about the
+    actions training will favour: how far training's r can drift below the pilot's
+    (``docs/method.md``, "Training's r, not the pilot's").
+
+    Args:
+        world_model, real: per group, calibrated world-model and real scores (``None`` = missing).
+
+    Returns:
+        The correlation (NaN without within-group spread on the preferred half).
+    """
+    from .advisor_model import is_finite_number, pooled_within_group_correlation
+
+    wm_out, real_out = [], []
+    for w, y in zip(world_model, real):
+        both = [(float(a), float(b)) for a, b in zip(w, y) if is_finite_number(a) and is_finite_number(b)]
+        if len(both) < 3:
+            continue
+        med = float(np.median([a for a, _ in both]))
+        keep = [(a, b) for a, b in both if a >= med]
+        if len(keep) >= 2:
+            wm_out.append([a for a, _ in keep])
+            real_out.append([b for _, b in keep])
+    return pooled_within_group_correlation(wm_out, real_out)[0] if wm_out else float("nan")
