@@ -158,10 +158,11 @@ class TrainConfig:
     trains WMRL alone (for a user who only wants the policy)."""
     real_groups_per_step: int | None = None
     """Groups per step of the real arm; None: the WMRL arm's anchor groups per step
-    (groups_per_step x anchor_fraction, at least 1). At equal compute real GRPO can execute about
-    as many groups as WMRL executes anchor groups; spent at that batch it takes about as many steps
-    as WMRL, whereas at WMRL's full batch it would take a quarter of them. Real GRPO at the anchor
-    batch is the stronger baseline where batches this small are not noise-limited (issue 39: on the
+    (groups_per_step x anchor_fraction, at least 1): each real step then executes as many groups as
+    a WMRL step's anchors, and where execution dominates a step's cost the real arm takes about as
+    many steps as WMRL (more where generation and update dominate, as in the tiny preset), whereas
+    at WMRL's full batch it could afford about a quarter of them. Real GRPO at the anchor batch is
+    the stronger baseline where batches this small are not noise-limited (issue 39: on the
     known-truth map it reached the target 3.7x cheaper than at the full batch)."""
     cpu_budget_s: float | None = None
     """Train until this many CPU-seconds of training (execution, world model, generation and
@@ -302,6 +303,9 @@ def validate(cfg: TrainConfig) -> None:
          f"got anchor_fraction={cfg.correction.anchor_fraction!r}"),
         (cfg.world_model != "none" or "real" not in cfg.arms,
          "--world-model none already trains real-execution GRPO: pass --arms wmrl (the real arm would repeat it)"),
+        ("real" not in cfg.arms or cfg.correction.cost_basis == "cpu",
+         f"the real arm is trained at the WMRL arm's CPU-seconds, but cost_basis is {cfg.correction.cost_basis!r}: "
+         "pass --arms wmrl (and compare arms yourself in that basis), or --cost-basis cpu"),
         (cfg.real_groups_per_step is None or cfg.real_groups_per_step >= 1,
          f"real_groups_per_step must be >= 1 or None (the anchor groups per step), got {cfg.real_groups_per_step}"),
         (cfg.cpu_budget_s is None or (math.isfinite(cfg.cpu_budget_s) and cfg.cpu_budget_s > 0),

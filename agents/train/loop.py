@@ -100,6 +100,19 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
     ``arms.png``) and print it; returns that summary."""
     console = Console(quiet=quiet)
     real_dir = run_dir / "real"
+    if not summary.get("training_cpu_s"):  # e.g. --execution-budget spent before the first step
+        summary["arms"] = {"skipped": "the WMRL arm trained no step, so there is no compute to match"}
+        write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
+                          indent=2)
+        (run_dir / "summary.md").write_text(summary_markdown(summary))
+        console.print("[yellow]no real-execution arm[/yellow]: the WMRL arm trained no step")
+        return summary
+    from agents.llm.backbone import resolve_device
+
+    if resolve_device(cfg.device).type != "cpu":
+        warnings.warn("the arms are compared at equal CPU-seconds of this machine; on a GPU the accelerator's time is "
+                      "not in them (generation, update and world model run there): read the comparison as equal CPU, "
+                      "or train --arms wmrl", UserWarning, stacklevel=2)
     if (real_dir / "summary.json").exists():
         real = json.loads((real_dir / "summary.json").read_text())
     else:
