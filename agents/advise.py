@@ -309,13 +309,7 @@ def advise_loop(loop: Any, *, noise_batch_ratio: float | None = None, groups_per
         ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet; a bad
             ``step_law`` or ``groups_per_step``.
     """
-    from wmrl_envs.core import CostRates
-
-    costs = costs if costs is not None else CostRates.from_ledger(loop.ledger)
-    b = noise_batch_ratio if noise_batch_ratio is not None else (
-        loop.adaptive.noise_batch_ratio if getattr(loop, "adaptive", None) is not None else None)
-    return loop.advisor.advise(costs, calibrate=loop._advice_calibration(), noise_batch_ratio=b,
-                               groups_per_step=groups_per_step, step_law=step_law)
+    return loop.advise(costs, noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law)
 
 
 def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:

@@ -13,8 +13,8 @@ LoRA weights) into ``--out-dir/seed<k>/``, and writes, over the seeds:
 * ``table.md``: the same as a table;
 * ``arms.png``: held-out relative score against training CPU-seconds, both arms, every seed.
 
-    .venv/bin/python benchmarks/main_job_arms.py runs/seed0 runs/seed1 runs/seed2 --out-dir results/main_job_arms
-    .venv/bin/python benchmarks/main_job_arms.py --out-dir results/main_job_arms   # re-aggregate the copied seeds
+    .venv/bin/python benchmarks/main_job_arms.py runs/seed0 runs/seed1 runs/seed2 --out-dir results/main_job_arms_run
+    .venv/bin/python benchmarks/main_job_arms.py --out-dir results/main_job_arms_run   # re-aggregate the copied seeds
 """
 
 from __future__ import annotations
@@ -56,13 +56,20 @@ def _seed_figures(d: Path) -> dict[str, Any]:
     rho_anchor = [(r["step"], r["rho"]) for r in steps if "anchor" in r["routes"]]
     copy_after = (s.get("copy_baseline") or {}).get("after") or {}
     arms = s["arms"]
+    # the paired difference recomputed from the per-task figures with today's interval (a Student t over
+    # tasks; runs made before it carry a bootstrap CI, too narrow on 8 tasks)
+    from agents.train.arms import paired_over_tasks
+
+    rel_w = ((s.get("copy_baseline") or {}).get("after") or {}).get("per_task") or {}
+    rel_r = ((real.get("copy_baseline") or {}).get("after") or {}).get("per_task") or {}
+    paired = paired_over_tasks(rel_w, rel_r)
     return {
         "seed": json.loads((d / "config.json").read_text())["seed"],
         "training_cpu_s": arms["training_cpu_s"],
         "steps_trained": arms["steps_trained"],
         "relative_score": {k: arms["heldout"]["relative_score"][k] for k in ("wmrl", "real")},
         "relative_before": arms["heldout"]["before"]["relative_score"],
-        "wmrl_minus_real": arms["heldout"]["relative_score"]["paired"],
+        "wmrl_minus_real": paired,
         "avg_at_k": {k: arms["heldout"]["avg_at_k"][k] for k in ("wmrl", "real")},
         "wmrl_minus_copy": {"difference": copy_after.get("difference"), "difference_ci": copy_after.get("difference_ci"),
                             "share_tasks_beaten": copy_after.get("share_tasks_beaten")},
@@ -179,7 +186,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="*", type=Path, help="finished two-arm run folders to copy in (seed from config.json)")
-    ap.add_argument("--out-dir", type=Path, default=ROOT / "results" / "main_job_arms")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "results" / "main_job_arms_run")
     a = ap.parse_args(argv)
     for run in a.runs:
         seed = json.loads((run / "config.json").read_text())["seed"]

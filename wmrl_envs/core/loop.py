@@ -805,7 +805,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         r, n = self.advisor.within_group_r(self._advice_calibration())
         return {"r": float(r) if np.isfinite(r) else None, "r_groups": int(n)}
 
-    def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None) -> AnchorAdvice:
+    def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None, *,
+               groups_per_step: int | None = None, step_law: str = "adam") -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far
         (:class:`~wmrl_envs.core.advisor.AnchorAdvisor`; ``docs/method.md``, "Choosing the anchor
         fraction"). When the run debiases, world-model scores are calibrated out of sample
@@ -817,6 +818,9 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
                 ``"per_call"``).
             noise_batch_ratio: ``B_noise / B`` for the prediction; default: the adaptive
                 fraction's (``None`` without one: not measured).
+            groups_per_step: the run's groups per step, for pricing real execution at smaller
+                batches (``None``: batches as shares of it; :meth:`AnchorAdvisor.advise`).
+            step_law: the optimiser's step law, ``"adam"`` or ``"sgd"`` (:meth:`AnchorAdvisor.advise`).
 
         Raises:
             ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet.
@@ -825,4 +829,5 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             costs = costs if costs is not None else CostRates.from_ledger(self.ledger)
             b = noise_batch_ratio if noise_batch_ratio is not None else (
                 self.adaptive.noise_batch_ratio if self.adaptive is not None else None)
-            return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b)
+            return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b,
+                                       groups_per_step=groups_per_step, step_law=step_law)
