@@ -12,6 +12,7 @@ from wmrl_envs.envs.guess import GuessEnv, guess_score
 from wmrl_envs.world_models.base import WorldModelPrediction
 from wmrl_envs.wrappers import AnchoredWorldModelVectorWrapper, make_vector_env
 from wmrl_envs.core import CorrectionConfig
+from test_no_silent_results import RaisingEnv  # GuessEnv whose step raises on chosen calls (pytest puts this folder on sys.path)
 
 torch.set_num_threads(1)
 
@@ -100,23 +101,9 @@ def test_sb3_callback_gives_ungraded_steps_no_weight():
     assert st["ungraded_rollouts"] == 32 and st["ungraded_by_cause"] == {WORLD_MODEL_ERROR: 32}
 
 
-class RaisingGuessEnv(GuessEnv):
-    """``step`` raises on its calls numbered in ``fail_on`` (0-based)."""
-
-    def __init__(self, fail_on=()):
-        super().__init__()
-        self.fail_on, self.calls = set(fail_on), 0
-
-    def step(self, action):
-        k, self.calls = self.calls, self.calls + 1
-        if k in self.fail_on:
-            raise ConnectionError("the remote job's server went away")
-        return super().step(action)
-
-
 def _raising_venv(fail_on):
     """4 sub-envs (2 lanes of 2); sub-env 1 raises on its calls in ``fail_on``."""
-    fns = [lambda: GuessEnv(), lambda: RaisingGuessEnv(fail_on), lambda: GuessEnv(), lambda: GuessEnv()]
+    fns = [lambda: GuessEnv(), lambda: RaisingEnv(fail_on), lambda: GuessEnv(), lambda: GuessEnv()]
     from gymnasium.vector import SyncVectorEnv
     from wmrl_envs.wrappers import RoutedSubEnv
 
