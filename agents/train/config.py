@@ -56,8 +56,8 @@ class TrainConfig:
     with 4 groups per step and at least one anchor group per step, 0.1 would realise 0.25 anyway;
     0.25 is one anchor group per step, so the realised fraction is the configured one. Reference values in docs/method.md. Both warm-ups are shortened so that both corrections act
     within the 8-step run (issue 36): the debiaser fits from 16 pairs (the 2nd anchor group of G = 8)
-    and ρ is calibrated 3 anchor groups later (the reference waits 32), so ρ weights the run's
-    anchor groups 6-8. The price is ρ's spread over seeds at calibration: 5-95% [1.60, 2.89]
+    and ρ is calibrated 3 anchor groups later (the reference waits 32), so ρ leaves 1 at the
+    5th of the run's 8 anchor groups (2.0 on seeds 0-2, results/main_job_arms_run). The price is ρ's spread over seeds at calibration: 5-95% [1.60, 2.89]
     around rho_target 2 for a world model of constant quality, against [1.85, 2.11] after 32 groups
     (200 seeds, G = 8; `benchmarks/rho_calibration.py --settings preset --candidates 3`,
     results/rho_calibration_train.json)."""

@@ -95,7 +95,7 @@ def test_constant_quality_rho_settles_within_the_target_range_over_seeds():
 
 def test_wmrl_train_preset_warm_up_is_reached_and_its_spread_is_the_measured_one():
     """`wmrl train`'s preset (G = 8): since issue 36 its ρ warm-up is 3 anchor groups after the
-    debiaser's first fit (16 pairs, the 2nd anchor group), so ρ weights anchor groups 6-8 of the
+    debiaser's first fit (16 pairs, the 2nd anchor group), so ρ leaves 1 within the
     8-step run (it stayed 1 with the reference 32). The price is ρ's spread over seeds: here, ρ at
     the run's long-run disagreement, 5-95% within [1.4, 3.2] (300 seeds: [1.49, 3.05] gaussian; ρ at
     calibration in the loop's own simulation: [1.60, 2.89] and [1.56, 2.83],
