@@ -60,12 +60,16 @@ class VLLMServerSampler:
         lora_name: the adapter requests go to (``None`` before the first :meth:`sync`: the base model).
         n_syncs, n_requests: counters.
 
+    The adapters are named ``<name_prefix>-<k>``: two runs on one server (``wmrl train``'s WMRL
+    arm and its real arm) need different prefixes, since a name the server already holds is
+    refused.
+
     Raises:
         ValueError: ``base_url`` is not an http(s) URL.
     """
 
     def __init__(self, base_url: str, base_model: str, *, adapter_dir: str | Path, api_key: str | None = None,
-                 timeout_s: float = 300.0) -> None:
+                 timeout_s: float = 300.0, name_prefix: str = "wmrl-policy") -> None:
         if not str(base_url).startswith(("http://", "https://")):
             raise ValueError(f"the vLLM server URL must start with http:// or https://, got {base_url!r}")
         self.base_url = str(base_url).rstrip("/")
@@ -73,6 +77,7 @@ class VLLMServerSampler:
         self.adapter_dir = Path(adapter_dir)
         self.api_key = api_key
         self.timeout_s = float(timeout_s)
+        self.name_prefix = str(name_prefix)
         self.lora_name: str | None = None
         self._lora_path: Path | None = None
         self.n_syncs = 0
@@ -120,7 +125,7 @@ class VLLMServerSampler:
             raise ValueError("the vLLM server path pushes LoRA adapters; a fully fine-tuned policy (--finetune full) "
                              "samples locally (drop --vllm-url)")
         k = self.n_syncs
-        name, path = f"wmrl-policy-{k}", self.adapter_dir / f"step-{k}"
+        name, path = f"{self.name_prefix}-{k}", self.adapter_dir / f"step-{k}"
         if path.exists():
             shutil.rmtree(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +212,7 @@ class VLLMColocatedSampler:
     """
 
     def __init__(self, model: str, *, adapter_dir: str | Path, max_lora_rank: int = 16, llm: Any = None,
-                 gpu_memory_utilization: float = 0.3, **llm_kwargs: Any) -> None:
+                 gpu_memory_utilization: float = 0.3, name_prefix: str = "wmrl-policy", **llm_kwargs: Any) -> None:
         try:
             import vllm
         except ImportError as e:
@@ -217,6 +222,7 @@ class VLLMColocatedSampler:
                                                         gpu_memory_utilization=gpu_memory_utilization, **llm_kwargs)
         self.adapter_dir = Path(adapter_dir)
         self.lora_request: Any = None
+        self.name_prefix = str(name_prefix)
         self.n_syncs = 0
 
     def sync(self, policy: Any) -> str:
@@ -236,7 +242,7 @@ class VLLMColocatedSampler:
         path.parent.mkdir(parents=True, exist_ok=True)
         policy.save_adapter(path)
         old = self.lora_request
-        self.lora_request = LoRARequest(f"wmrl-policy-{k}", k + 1, str(path.resolve()))
+        self.lora_request = LoRARequest(f"{self.name_prefix}-{k}", k + 1, str(path.resolve()))
         self.n_syncs += 1
         if old is not None:
             shutil.rmtree(old.lora_path, ignore_errors=True)

@@ -64,6 +64,8 @@ def real_arm_config(cfg: Any, cpu_budget_s: float) -> Any:
     return dataclasses.replace(
         cfg, arms=("wmrl",), world_model="none", judge_model=None, groups_per_step=groups, steps=cap,
         real_groups_per_step=None, cpu_budget_s=float(cpu_budget_s), preset=f"{cfg.preset}/real-arm",
+        # a shared adapter folder gets a subfolder: the WMRL arm's last adapter may still be loaded
+        vllm_adapter_dir=str(Path(cfg.vllm_adapter_dir) / "real-arm") if cfg.vllm_adapter_dir else None,
         # every group executed; nothing to correct; the costs counted as the WMRL arm counts them
         correction=type(corr)(anchor_fraction=1.0, cost_basis=corr.cost_basis, cost_prices=corr.cost_prices,
                               cost_unit=corr.cost_unit),

@@ -123,7 +123,7 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
         console.print(f"[bold]real-execution GRPO arm[/bold]: {real_cfg.groups_per_step} group(s) per step until "
                       f"{real_cfg.cpu_budget_s:.0f} training CPU-s are spent (the WMRL arm's), in {real_dir}")
         real = _train_arm(real_cfg, real_dir, resume=resume, quiet=quiet, eval_before=summary["heldout_before"],
-                          show_table=False)
+                          show_table=False, adapter_prefix="wmrl-real-policy")
     summary["arms"] = compare_arms(summary, real)
     write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
                       indent=2)
@@ -134,10 +134,12 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
 
 
 def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, eval_before: dict | None = None,
-               show_table: bool = True) -> dict[str, Any]:
+               show_table: bool = True, adapter_prefix: str = "wmrl-policy") -> dict[str, Any]:
     """One arm of :func:`train`: a run of ``cfg`` in ``run_dir`` (see there), started or resumed.
     ``eval_before``: the initial policy's held-out evaluation when another arm already made it (the
-    same initial policy: LoRA starts as the identity). ``show_table``: print the arm's summary."""
+    same initial policy: LoRA starts as the identity). ``show_table``: print the arm's summary.
+    ``adapter_prefix``: the names of its LoRA adapters on a vLLM server (one per arm: a server
+    refuses a name it already holds)."""
     console = Console(quiet=quiet)
     cfg = _start(cfg, run_dir, resume, console)
     for note in auto_fraction_notes(cfg):
@@ -155,7 +157,8 @@ def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, ev
         from agents.llm.vllm_server import VLLMServerSampler
 
         c.policy.sampler = VLLMServerSampler(cfg.vllm_url, cfg.vllm_served_model or cfg.model,
-                                             adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters")
+                                             adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters",
+                                             name_prefix=adapter_prefix)
     elif cfg.vllm_colocate:  # experimental: an in-process engine beside the trainer
         from agents.llm.backbone import DEFAULT_MODEL
         from agents.llm.vllm_server import VLLMColocatedSampler
@@ -163,7 +166,7 @@ def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, ev
 
         base = str(default_cache_dir()) if cfg.model == DEFAULT_MODEL else cfg.model
         c.policy.sampler = VLLMColocatedSampler(base, adapter_dir=cfg.vllm_adapter_dir or run_dir / "vllm_adapters",
-                                                max_lora_rank=cfg.lora_r,
+                                                max_lora_rank=cfg.lora_r, name_prefix=adapter_prefix,
                                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
     try:
         tracker = Tracker(cfg.report_to, run_dir, asdict(cfg), resume=resume)

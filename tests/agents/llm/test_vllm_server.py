@@ -52,6 +52,8 @@ def server(tokenizer):
             if self.path == "/v1/load_lora_adapter":
                 if not (Path(body["lora_path"]) / "adapter_config.json").is_file():
                     return self._answer(400, {"error": "no adapter at lora_path"})
+                if body["lora_name"] in loaded:  # as vLLM: a name it holds is refused
+                    return self._answer(400, {"error": f"The lora adapter '{body['lora_name']}' has already been loaded."})
                 loaded.add(body["lora_name"])
                 return self._answer(200, "Success: LoRA adapter loaded")
             if self.path == "/v1/unload_lora_adapter":
@@ -146,7 +148,8 @@ def test_a_real_vllm_server(tmp_path):  # pragma: no cover - needs a server
 def test_wmrl_train_samples_on_the_server_and_pushes_each_update(server, tiny_llama_folder, tmp_path):
     """wmrl train --vllm-url end to end against the scripted server (the judge on a local backbone):
     one adapter pushed before the first step and one after every update, every sampling request
-    on the adapter of the moment, and the run trains on the server's tokens."""
+    on the adapter of the moment, and the run trains on the server's tokens; the real arm that
+    follows pushes its own adapters under names the server does not hold yet."""
     from agents.cli import main
 
     url, requests, loaded = server
@@ -154,10 +157,16 @@ def test_wmrl_train_samples_on_the_server_and_pushes_each_update(server, tiny_ll
     assert main(["train", "--preset", "tiny", "--model", str(tiny_llama_folder), "--judge-model", str(tiny_llama_folder),
                  "--vllm-url", url, "--vllm-served-model", "base", "--run-dir", str(run), "--quiet"]) == 0
     loads = [b["lora_name"] for p, b in requests if p == "/v1/load_lora_adapter"]
-    assert loads == ["wmrl-policy-0", "wmrl-policy-1", "wmrl-policy-2"]  # start + 2 updates
+    assert loads[:3] == ["wmrl-policy-0", "wmrl-policy-1", "wmrl-policy-2"]  # the WMRL arm: start + 2 updates
+    real_loads = loads[3:]  # the real arm: its start + one per update, each a new name
+    real_steps = json.loads((run / "real" / "summary.json").read_text())["steps_trained"]
+    assert real_steps >= 1 and real_loads == [f"wmrl-real-policy-{k}" for k in range(real_steps + 1)]
     sampled = [b["model"] for p, b in requests if p == "/v1/completions"]
-    # evaluation before, step 0, step 1, evaluation after
-    assert sampled == ["wmrl-policy-0", "wmrl-policy-0", "wmrl-policy-1", "wmrl-policy-2"]
+    # evaluation before, step 0, step 1, evaluation after; then the real arm's steps and its evaluation
+    # after (its evaluation before is the WMRL arm's: the same initial policy)
+    assert sampled[:4] == ["wmrl-policy-0", "wmrl-policy-0", "wmrl-policy-1", "wmrl-policy-2"]
+    assert sampled[4:] == real_loads
+    assert (run / "real" / "vllm_adapters").is_dir() and json.loads((run / "summary.json").read_text())["arms"]
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(r["sample_completions"][0] == " Ridge(alpha=1.0)\n" for r in lines)
     assert main(["train", "--preset", "tiny", "--vllm-url", url, "--finetune", "full",
