@@ -51,8 +51,9 @@ sys.path.insert(0, str(ROOT))
 WORLD_MODELS = ("learned-policy", "learned-encoder", "judge")
 
 
-def make_pilot(n_groups: int, group_size: int, seed: int, path: Path) -> dict[str, Any]:
-    """Sample and execute the pilot (saved to ``path`` after every step's groups)."""
+def make_pilot(n_groups: int, group_size: int, seed: int, path: Path, **overrides: Any) -> dict[str, Any]:
+    """Sample and execute the pilot (saved to ``path`` after every step's groups); ``overrides``:
+    other ``TrainConfig`` settings (e.g. ``temperature``)."""
     import torch
 
     from agents.train.build import build_components
@@ -60,7 +61,7 @@ def make_pilot(n_groups: int, group_size: int, seed: int, path: Path) -> dict[st
     from wmrl_envs.core.group import real_score
     from wmrl_envs.wrappers.group_api import real_step
 
-    cfg = TrainConfig(group_size=group_size, seed=seed, world_model="learned-encoder")  # no judge loaded here
+    cfg = TrainConfig(group_size=group_size, seed=seed, world_model="learned-encoder", **overrides)  # no judge loaded
     c = build_components(cfg)
     torch.set_num_threads(1)
     rng = np.random.default_rng(cfg.seed)

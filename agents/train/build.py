@@ -67,6 +67,8 @@ def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> An
     - ``"learned-policy"``: :func:`~wmrl_envs.envs.autoresearch.learned_features.autoresearch_policy_world_model`
       on the same frozen backbone (adapters disabled during featurization, or the reference copy),
       refitted after every anchor group.
+    - both learned models take the host's static check's score for a certain failure
+      (``cfg.static_check``, :mod:`wmrl_envs.envs.autoresearch.static_check`).
     - ``"learned-encoder"``: :func:`~wmrl_envs.envs.autoresearch.learned_features.autoresearch_learned_world_model`
       (the shipped MiniLM sentence encoder), refitted after every anchor group.
     - ``"none"``: ``None`` (no world model: every group is executed; the real arm).
@@ -82,16 +84,19 @@ def build_world_model(cfg: TrainConfig, policy: LLMPolicy, tokenizer: Any) -> An
 
     if cfg.world_model == "none":  # real-execution GRPO: every group executed (anchor_fraction 1)
         return None
+    from wmrl_envs.envs.autoresearch.static_check import static_check_score
+
+    precheck = static_check_score if getattr(cfg, "static_check", False) else None
     if cfg.world_model == "learned-encoder":
         from wmrl_envs.envs.autoresearch.learned_features import autoresearch_learned_world_model
 
-        return autoresearch_learned_world_model(refit_every=1)
+        return autoresearch_learned_world_model(refit_every=1, precheck=precheck)
     if cfg.world_model == "learned-policy":
         from wmrl_envs.envs.autoresearch.learned_features import autoresearch_policy_world_model
 
         frozen = policy.reference_model  # full fine-tuning: the frozen copy of the initial weights
         return autoresearch_policy_world_model(frozen if frozen is not None else policy.model, tokenizer,
-                                               disable_adapters=frozen is None, refit_every=1)
+                                               disable_adapters=frozen is None, refit_every=1, precheck=precheck)
     if cfg.world_model != "judge":
         raise ValueError(f"world_model must be one of judge, learned-policy, learned-encoder, got {cfg.world_model!r}")
     from wmrl_envs.envs.autoresearch.llm_judge import LLMJudgeWorldModel

@@ -190,6 +190,14 @@ class TrainConfig:
     groups carry no advantage (GRPO drops them) and the first steps train on their anchor groups
     only; it is refitted after every anchor group and its state is saved in the checkpoint.
     'none': no world model, every group executed (needs --anchor-fraction 1: real-execution GRPO)."""
+    static_check: bool = True
+    """A learned world model ('learned-policy', 'learned-encoder') takes the score of a failure that is
+    certain before execution from the host's static check of the line
+    (:func:`wmrl_envs.envs.autoresearch.static_check.static_check_score`: a syntax error, a name the
+    starter does not import, a value with no ``fit``, arguments a scikit-learn signature refuses) and
+    asks its head only about the rest. Without it a policy finds lines the head has never seen fail
+    and scores like valid ones (issue 36: seed 1 moved to ``model = None``). ``--no-static-check``:
+    the head scores every line. The judge has its own pre-check (syntax only)."""
     judge_max_new_tokens: int = 48
     """Token budget of the judge's structured prediction."""
     judge_max_prompt_tokens: int = 640
@@ -275,7 +283,8 @@ def load_config(run_dir: str | Path) -> TrainConfig:
         raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
     data.setdefault("baseline", "starter")  # a run folder from before --baseline showed the starter's line
     data.setdefault("reward", "leaderboard")  # a run folder from before --reward had the benchmark's reward
-    data["arms"] = tuple(data.get("arms", ["wmrl"]))  # a run folder from before --arms trained WMRL alone
+    data["arms"] = tuple(data.get("arms", ["wmrl"]))
+    data.setdefault("static_check", False)  # a run folder from before the static check ran without it  # a run folder from before --arms trained WMRL alone
     cfg = TrainConfig(**data, correction=CorrectionConfig(**correction))
     validate(cfg)
     return cfg

@@ -115,9 +115,10 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
 def world_model_record(cfg: Any, c: Any) -> dict[str, Any]:
     """The run's world model: ``name`` (``cfg.world_model``), ``kind`` (its class), ``learns``
     (it learns from the anchor groups), ``within_group_r`` (:func:`anchor_group_r`) and, for a
-    learned one, ``observed_groups``, ``train_rollouts``, ``refits``, ``fitted`` and ``fit_cpu_s``
+    learned one, ``observed_groups``, ``train_rollouts``, ``refits``, ``fitted``, ``fit_cpu_s``
     (CPU-seconds of its refits with their out-of-fold rescoring, inside the ledger's
-    ``world_model`` source)."""
+    ``world_model`` source), ``static_check`` (whether the host's static check decided certain
+    failures) and ``prechecked_predictions`` (how many predictions it decided)."""
     wm, loop = c.judge, c.wrapper.loop
     if wm is None:  # the real arm: no world model
         return {"name": "none", "kind": None, "learns": False, "within_group_r": None}
@@ -126,7 +127,9 @@ def world_model_record(cfg: Any, c: Any) -> dict[str, Any]:
     if loop.learns:
         out.update(observed_groups=int(getattr(wm, "n_observed_groups", 0)), train_rollouts=int(getattr(wm, "n_rollouts", 0)),
                    refits=int(getattr(wm, "n_refits", 0)), fitted=bool(getattr(wm, "fitted", False)),
-                   fit_cpu_s=float(getattr(wm, "fit_cpu_s", 0.0)))
+                   fit_cpu_s=float(getattr(wm, "fit_cpu_s", 0.0)),
+                   static_check=getattr(wm, "precheck", None) is not None,
+                   prechecked_predictions=int(getattr(wm, "n_precheck", 0)))
     return out
 
 

@@ -634,3 +634,50 @@ def test_a_refit_after_a_training_group_closed_in_evaluation_passes_the_intent_a
     np.testing.assert_allclose(raw_pairs, wm.crossfit_scores().scores)  # the buffer was replaced all the same
     assert WatchedDebiaser.writes == []  # the flag was never written (was [True, False])
     assert loop.corrector.debiaser.training is False
+
+
+# ---------------------------------------------------------------------------------- pre-check
+
+def test_a_precheck_decides_its_pairs_without_the_head_and_in_the_out_of_fold_scores():
+    """Actions < 0 "certainly fail" (score 0.0): the head never scores them, their predictions say
+    so, the stored rows' out-of-fold scores are the pre-check's, and all of it survives a reload."""
+    asked: list[float] = []
+
+    def featurize(c, a):
+        asked.append(a)
+        return [a]
+
+    def precheck(c, a):
+        return 0.0 if a < 0 else None
+
+    wm = LearnedWorldModel(CallableFeaturizer(featurize), min_groups=1, precheck=precheck)
+    wm.observe([0] * 4, [1.0, -1.0, 2.0, -3.0], [0.5, 0.0, 0.9, 0.0], group_id=0)
+    wm.observe([0] * 4, [1.5, -2.0, 2.5, 3.0], [0.6, 0.0, 1.0, 1.0], group_id=1)
+    asked.clear()
+    preds = wm.predict([0] * 3, [1.2, -7.0, 2.2])
+    assert asked == [1.2, 2.2]  # -7 went to the pre-check only
+    assert preds[1].score == 0.0 and preds[1].model_called is False and preds[1].extras["precheck"] is True
+    assert preds[0].model_called is True and "precheck" not in preds[0].extras and preds[0].score > 0.2
+    assert wm.n_precheck == 1
+    cf = wm.crossfit_scores()
+    decided = np.isin(cf.members, [1, 3]) & (cf.group_ids == 0) | (cf.members == 1) & (cf.group_ids == 1)
+    assert np.all(cf.scores[decided] == 0.0) and np.all(cf.scores[~decided] > 0.0)
+    state = json.loads(json.dumps(wm.state_dict()))
+    assert state["precheck_scores"] == [None, 0.0, None, 0.0, None, 0.0, None, None] and state["n_precheck"] == 1
+    again = LearnedWorldModel(CallableFeaturizer(featurize), min_groups=1, precheck=precheck)
+    again.load_state_dict(state)
+    assert again.n_precheck == 1 and np.array_equal(np.isnan(again._pre), np.isnan(wm._pre))
+    assert np.all(again.crossfit_scores().scores[decided] == 0.0)
+    # a state saved before pre-checks existed loads with nothing decided
+    del state["precheck_scores"]
+    old = LearnedWorldModel(CallableFeaturizer(featurize), min_groups=1)
+    old.load_state_dict(state)
+    assert np.all(np.isnan(old._pre)) and len(old._pre) == 8
+
+
+def test_a_precheck_that_returns_nan_or_is_not_callable_is_refused():
+    with pytest.raises(TypeError, match="precheck must be None or a callable"):
+        LearnedWorldModel(CallableFeaturizer(lambda c, a: [a]), precheck=0.0)
+    wm = LearnedWorldModel(CallableFeaturizer(lambda c, a: [a]), precheck=lambda c, a: float("nan"))
+    with pytest.raises(ValueError, match="the pre-check returned nan"):
+        wm.predict([0], [1.0])

@@ -368,9 +368,19 @@ class LearnedWorldModel:
             bind it again after loading.
         select_growth: a selection refit is due when the rollouts held reach this multiple of
             those at the last selection (> 1; default 2).
+        precheck: ``None`` (default) or a callable ``(context, action) -> score or None``: a
+            deterministic check of the environment's own rules (AutoResearch:
+            :func:`~wmrl_envs.envs.autoresearch.static_check.static_check_score`, failures
+            certain before execution). Where it returns a score, that score is the prediction
+            (``model_called=False``, ``extras["precheck"] = True``) and the head is not asked;
+            the out-of-fold scores of such stored rollouts are the pre-check's too. Its CPU is
+            the world model's. A learned head cannot know that a line it has never seen fails;
+            a policy trained on its scores finds such lines (issue 36's seed 1). Not saved with
+            the state: pass the same one when building the model that loads it.
 
     Attributes:
         n_observed_groups: groups observed so far; ``n_refits``: fits so far;
+        n_precheck: predictions the pre-check decided;
         n_selections: selection refits so far; ``refits_deferred``: due refits the budget held back;
         head_name: the head in use (``"ridge"``, ``"knn"``, ``"gp"``, ``"hgb"``, ``"head"`` for
             a given regressor; ``None`` before the first fit); ``head_r``: each candidate's
@@ -412,6 +422,7 @@ class LearnedWorldModel:
         cpu_share: float = 0.10,
         execution_cost: Any = None,
         select_growth: float = 2.0,
+        precheck: Callable[[Any, Any], float | None] | None = None,
     ) -> None:
         if not callable(featurizer):
             raise TypeError(f"featurizer must be callable (contexts, actions) -> (B, D) array, got {type(featurizer).__name__}")
@@ -428,7 +439,12 @@ class LearnedWorldModel:
         if head is not None and not isinstance(head, str) and not callable(getattr(head, "fit", None)):
             raise TypeError(f"head must be 'auto' or a scikit-learn regressor (with fit and predict), got "
                             f"{type(head).__name__}")
+        if precheck is not None and not callable(precheck):
+            raise TypeError(f"precheck must be None or a callable (context, action) -> score or None, got "
+                            f"{type(precheck).__name__}")
         self.featurizer = featurizer
+        self.precheck = precheck
+        self.n_precheck = 0
         self.head = "auto" if head is None else head
         self.refit_every, self.folds, self.min_groups = int(refit_every), int(folds), int(min_groups)
         self.max_rollouts, self.cache_size = int(max_rollouts), int(cache_size)
@@ -443,6 +459,7 @@ class LearnedWorldModel:
         self._y: list[float] = []
         self._gid: list[int] = []
         self._member: list[int] = []
+        self._pre: list[float] = []  # per row: the pre-check's score, NaN where it decided nothing
         self._sizes: dict[int, int] = {}
         self._dim: int | None = None
         self._fitted: Any = None
@@ -630,9 +647,34 @@ class LearnedWorldModel:
             ValueError: see :meth:`features` (the wrappers turn it into an ungraded batch).
         """
         with self._lock:
-            s = self.predict_scores(contexts, actions)
+            decided = self._prechecked(contexts, actions)
+            todo = [i for i, d in enumerate(decided) if d is None]
+            s = self.predict_scores([contexts[i] for i in todo], [actions[i] for i in todo]) if todo else []
             extras = {"fitted": self.fitted, "n_train_rollouts": self._n_fit_rows}
-        return [WorldModelPrediction(score=float(v), extras=dict(extras)) for v in s]
+            self.n_precheck += len(decided) - len(todo)
+        out: list[WorldModelPrediction | None] = [
+            None if d is None else WorldModelPrediction(score=float(d), model_called=False,
+                                                        extras={**extras, "precheck": True})
+            for d in decided]
+        for i, v in zip(todo, s):
+            out[i] = WorldModelPrediction(score=float(v), extras=dict(extras))
+        return out  # type: ignore[return-value]
+
+    def _prechecked(self, contexts: Sequence[Any], actions: Sequence[Any]) -> list[float | None]:
+        """The pre-check's score of each pair (``None`` where it decides nothing, or with no
+        pre-check); its time is the world model's (metered)."""
+        if self.precheck is None:
+            return [None] * len(actions)
+        if len(contexts) != len(actions):
+            raise ValueError(f"got {len(contexts)} contexts but {len(actions)} actions")
+        with self._meter():
+            out = []
+            for c, a in zip(contexts, actions):
+                v = self.precheck(c, a)
+                if v is not None and not _finite(v):
+                    raise ValueError(f"the pre-check returned {v!r}: a finite score or None expected")
+                out.append(None if v is None else float(v))
+            return out
 
     # ------------------------------------------------------------------ learning
     def observe(self, contexts: Sequence[Any], actions: Sequence[Any], real_scores: Sequence[float | None],
@@ -662,6 +704,7 @@ class LearnedWorldModel:
         with self._lock, self._meter():
             keep = [i for i, r in enumerate(real) if _finite(r)]
             x = self.features([contexts[i] for i in keep], [actions[i] for i in keep]) if keep else None
+            pre = self._prechecked([contexts[i] for i in keep], [actions[i] for i in keep])
             gid = int(group_id) if group_id is not None and int(group_id) not in self._sizes else None
             if gid is None:
                 gid = max(self._next_gid, max(self._sizes, default=-1) + 1)
@@ -670,7 +713,8 @@ class LearnedWorldModel:
             if x is not None and len(x):
                 if self._dim is None:
                     self._dim = int(x.shape[1])
-                for i, row in zip(keep, x):
+                for i, row, p in zip(keep, x, pre):
+                    self._pre.append(math.nan if p is None else p)
                     self._x.append(row)
                     self._y.append(float(real[i]))
                     self._gid.append(gid)
@@ -723,7 +767,7 @@ class LearnedWorldModel:
             cut += 1
         for gid in dict.fromkeys(self._gid[:cut]):
             self._sizes.pop(gid, None)
-        del self._x[:cut], self._y[:cut], self._gid[:cut], self._member[:cut]
+        del self._x[:cut], self._y[:cut], self._gid[:cut], self._member[:cut], self._pre[:cut]
         self._crossfit = None
 
     def _heads(self) -> dict[str, Any]:
@@ -808,7 +852,7 @@ class LearnedWorldModel:
                 self.head_name, self.head_r = sel.chosen, sel.r
                 self.n_select_rows = len(y)
                 self.n_selections += 1
-                self._crossfit = CrossfitScores(sel.scores, y, gid, np.asarray(self._member, dtype=np.int64),
+                self._crossfit = CrossfitScores(self._with_precheck(sel.scores), y, gid, np.asarray(self._member, dtype=np.int64),
                                                 dict(self._sizes))
             elif self.head_name is None:
                 self.head_name = next(iter(heads))
@@ -859,6 +903,7 @@ class LearnedWorldModel:
                 for train, test in GroupKFold(n_splits=int(min(self.folds, groups.size))).split(x, groups=gid):
                     head, lo_hi = self._fit_rows(train)
                     out[test] = self._apply(head, x[test], lo_hi)
+            out = self._with_precheck(out)
             self._crossfit = CrossfitScores(out, np.asarray(self._y, dtype=np.float64), gid,
                                             np.asarray(self._member, dtype=np.int64), dict(self._sizes))
             last = self.refit_cost.get(self._last_kind)
@@ -866,6 +911,13 @@ class LearnedWorldModel:
                 last[0] += time.process_time() - t0
             return self._crossfit
 
+
+    def _with_precheck(self, scores: np.ndarray) -> np.ndarray:
+        """Out-of-fold ``scores`` (N,) of the stored rows with the pre-check's score where it decided
+        (as :meth:`predict` scores them)."""
+        pre = np.asarray(self._pre, dtype=np.float64)
+        scores = np.asarray(scores, dtype=np.float64)
+        return np.where(np.isfinite(pre), pre, scores) if pre.size == scores.size else scores
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -886,6 +938,7 @@ class LearnedWorldModel:
                 "real": list(self._y),
                 "group_ids": list(self._gid),
                 "members": list(self._member),
+                "precheck_scores": [None if math.isnan(v) else v for v in self._pre],
                 "group_sizes": [[g, n] for g, n in self._sizes.items()],
                 "n_fit_rows": self._n_fit_rows if self._fitted is not None else None,
                 "since_fit": self._since_fit,
@@ -902,6 +955,7 @@ class LearnedWorldModel:
                 "refits_deferred": self.refits_deferred,
                 "refit_cost": {k: list(v) for k, v in self.refit_cost.items()},
                 "cpu_s": self.cpu_s,
+                "n_precheck": self.n_precheck,
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -942,7 +996,7 @@ class LearnedWorldModel:
                                   prior_score=s["prior_score"], clip=s["clip"], cache_size=self.cache_size,
                                   cpu_share=s.get("cpu_share", self.cpu_share),
                                   select_growth=s.get("select_growth", self.select_growth),
-                                  execution_cost=self.execution_cost)
+                                  execution_cost=self.execution_cost, precheck=self.precheck)
         name = state.get("head_name")
         if name is not None and not isinstance(name, str):
             raise ValueError(f"learned world-model state: head_name {name!r} is not a string")
@@ -955,6 +1009,10 @@ class LearnedWorldModel:
         theta = state.get("kernel_theta")
         fresh._theta = None if theta is None else [float(v) for v in theta]
         fresh._x, fresh._y, fresh._gid, fresh._member = rows, real, gids, members
+        pre = state.get("precheck_scores")  # a state saved before pre-checks: none decided
+        fresh._pre = [math.nan] * len(real) if pre is None else [math.nan if v is None else float(v) for v in pre]
+        if len(fresh._pre) != len(real):
+            raise ValueError("learned world-model state: precheck_scores and rows differ in length")
         fresh._sizes = {int(g): int(n) for g, n in state["group_sizes"]}
         fresh._dim = None if dim is None else int(dim)
         n_fit = state["n_fit_rows"]
@@ -977,7 +1035,8 @@ class LearnedWorldModel:
         fresh.refits_deferred = int(state.get("refits_deferred", 0))
         fresh.refit_cost = {str(k): [float(v[0]), float(v[1])] for k, v in dict(state.get("refit_cost") or {}).items()}
         fresh.cpu_s = float(state.get("cpu_s", 0.0))
+        fresh.n_precheck = int(state.get("n_precheck", 0))
         with self._lock:
             for k, v in fresh.__dict__.items():
-                if k not in ("_lock", "_cache", "featurizer", "head", "_metering"):
+                if k not in ("_lock", "_cache", "featurizer", "head", "_metering", "precheck"):
                     setattr(self, k, v)

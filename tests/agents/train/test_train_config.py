@@ -181,3 +181,22 @@ def test_the_default_run_realises_its_configured_fraction_and_gives_the_advisor_
     n_anchor = sum(r == ANCHOR for r in routes)
     assert n_anchor / len(routes) == cfg.correction.anchor_fraction
     assert n_anchor >= AnchorAdvisor().min_groups
+
+
+def test_the_learned_world_models_take_the_static_check_and_an_older_run_folder_keeps_its_head_alone(tmp_path):
+    """Issue 36: a learned world model decides certain failures with the host's static check
+    (``--no-static-check`` turns it off); a run folder from before it resumes without it."""
+    from agents.train.build import build_world_model
+    from agents.train.checkpoint import json_default
+    from wmrl_envs.envs.autoresearch.static_check import static_check_score
+    from wmrl_envs.utils import write_json_atomic
+
+    assert all(cfg.static_check for cfg in PRESETS.values())
+    assert tyro.cli(TrainConfig, args=["--no-static-check"], default=TrainConfig()).static_check is False
+    wm = build_world_model(TrainConfig(world_model="learned-encoder"), None, None)
+    assert wm.precheck is static_check_score
+    assert build_world_model(TrainConfig(world_model="learned-encoder", static_check=False), None, None).precheck is None
+    old = dataclasses.asdict(TrainConfig())
+    del old["static_check"]
+    write_json_atomic(tmp_path / "config.json", old, indent=2, default=json_default)
+    assert load_config(tmp_path).static_check is False
