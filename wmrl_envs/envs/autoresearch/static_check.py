@@ -21,11 +21,15 @@ line is the starter's and known, and it rejects the line only for
   or a comparison (``AttributeError`` at ``model.fit``),
 * a call of a scikit-learn class or function the starter imports with arguments its signature does
   not take (``TypeError``: an unknown keyword, a positional argument to a keyword-only estimator),
+* a literal hyper-parameter value scikit-learn's own parameter validation refuses at ``fit``
+  (``n_estimators=None``, ``max_depth="2"``: its declared constraints, checked on an empty estimator),
 * a ``make_pipeline`` whose intermediate step is an estimator class without ``transform``, or whose
-  last step has no ``fit`` (scikit-learn raises at ``fit``).
+  last step has no ``fit`` (scikit-learn raises at ``fit``),
+* a model that ends in a class without ``predict`` (``StandardScaler()``: every starter predicts,
+  or asks for ``predict_proba`` / ``decision_function``, which such a class lacks too).
 
-Values of hyper-parameters (``n_neighbors=0``), data-dependent errors and anything after the model
-line are left to the world model. The signatures are read from the installed scikit-learn on the
+Values scikit-learn checks only against the data (``n_neighbors`` above the training rows), other
+data-dependent errors and anything after the model line are left to the world model. The signatures are read from the installed scikit-learn on the
 host (trusted library code; the agent's line is only parsed). :func:`static_check_score` is the
 pre-check in the form world models take (``(context, action) -> score or None``). Its accuracy on
 lines the untrained and trained policies sample, against their real statuses, is measured by
@@ -104,6 +108,34 @@ def _eager_nodes(node: ast.AST):
         yield from _eager_nodes(child)
 
 
+def _value_error(cls: type, call: ast.Call) -> str | None:
+    """Why scikit-learn's own parameter validation (run at ``fit``) certainly rejects the call's
+    literal keyword values (``n_estimators=None``, ``max_depth="2"``), or ``None``. Only literals
+    are checked (:func:`ast.literal_eval`: nothing of the agent's is evaluated); the estimator is
+    built empty on the host and given them with ``set_params``."""
+    literals = {}
+    for k in call.keywords:
+        try:
+            literals[k.arg] = ast.literal_eval(k.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue  # not a literal: left to execution
+    if not literals or not hasattr(cls, "_validate_params"):
+        return None
+    try:
+        from sklearn.utils._param_validation import InvalidParameterError
+    except ImportError:  # a scikit-learn without declared constraints: nothing is certain
+        return None
+    try:
+        est = cls()
+        est.set_params(**literals)
+        est._validate_params()
+    except InvalidParameterError as e:
+        return str(e).split("\n")[0]
+    except Exception:  # noqa: BLE001 - anything else is not a certain outcome
+        return None
+    return None
+
+
 def _call_error(call: ast.Call, sklearn: dict[str, tuple[str, str]]) -> str | None:
     """Why a call of a starter-imported scikit-learn object certainly raises, or ``None``."""
     if not isinstance(call.func, ast.Name) or call.func.id not in sklearn:
@@ -118,6 +150,10 @@ def _call_error(call: ast.Call, sklearn: dict[str, tuple[str, str]]) -> str | No
         sig.bind(*call.args, **{k.arg: k.value for k in call.keywords})
     except TypeError as e:
         return f"{call.func.id}(...): {e}"
+    if inspect.isclass(obj):
+        why = _value_error(obj, call)
+        if why is not None:
+            return f"{call.func.id}(...): {why}"
     if getattr(obj, "__name__", "") == "make_pipeline" and call.args:
         steps = [_resolve(*sklearn[a.func.id]) if isinstance(a, ast.Call) and isinstance(a.func, ast.Name)
                  and a.func.id in sklearn else None for a in call.args]
@@ -132,6 +168,17 @@ def _call_error(call: ast.Call, sklearn: dict[str, tuple[str, str]]) -> str | No
     return None
 
 
+def _final_estimator(expr: ast.expr, sklearn: dict[str, tuple[str, str]]) -> tuple[str, Any] | None:
+    """``(name, class)`` of the estimator ``model`` ends in (the call itself, or ``make_pipeline``'s
+    last step) when it is a starter-imported scikit-learn class, else ``None``."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in sklearn):
+        return None
+    if expr.func.id == "make_pipeline" or sklearn[expr.func.id][1] == "make_pipeline":
+        return _final_estimator(expr.args[-1], sklearn) if expr.args else None
+    obj = _resolve(*sklearn[expr.func.id])
+    return (expr.func.id, obj) if inspect.isclass(obj) else None
+
+
 def _line_error(expr: ast.expr, bound: frozenset[str], sklearn: dict[str, tuple[str, str]]) -> str | None:
     """Why ``model = <expr>`` in the starter certainly fails at run time, or ``None``."""
     if isinstance(expr, _NOT_AN_ESTIMATOR):
@@ -144,7 +191,10 @@ def _line_error(expr: ast.expr, bound: frozenset[str], sklearn: dict[str, tuple[
         if isinstance(node, ast.Call):
             why = _call_error(node, sklearn)
             if why is not None:
-                return f"TypeError: {why}"
+                return f"TypeError/ValueError: {why}"
+    final = _final_estimator(expr, sklearn)
+    if final is not None and not hasattr(final[1], "predict"):  # every starter predicts after fit
+        return f"AttributeError: {final[0]} has no predict (a transformer, not an estimator of the target)"
     return None
 
 
