@@ -217,11 +217,11 @@ def certain_failure(task: Any, source: Any) -> tuple[str, str] | None:
     decided = check_source(source)
     if decided is not None:
         return decided[0], decided[1]
-    from .tasks import _find_model_line, get_task
+    from .tasks import get_task, model_line_of
 
     spec = get_task(task) if isinstance(task, str) else task
     try:
-        _, line = _find_model_line(source)
+        line = model_line_of(source)
         if spec.starter_code_with(line) != source:
             return None  # not a line-mode solution: the code around the line is not known
         stmt = ast.parse(line).body[0]

@@ -81,6 +81,7 @@ __all__ = [
     "get_task",
     "render_starter_code",
     "BASELINE_MODELS",
+    "model_line_of",
 ]
 
 CATEGORIES: tuple[str, ...] = (
@@ -239,6 +240,15 @@ class TaskSpec:
         if lines is None:
             raise ValueError(f"unknown baseline {baseline!r}; expected 'starter' or one of {sorted(BASELINE_MODELS)}")
         return lines[self.problem_type]
+
+
+def model_line_of(source: str) -> str:
+    """The first line of ``source`` that starts with ``"model = "`` (the line a line-mode agent writes).
+
+    Raises:
+        ValueError: ``source`` has no such line.
+    """
+    return _find_model_line(source)[1]
 
 
 def _find_model_line(source: str) -> tuple[int, str]:
