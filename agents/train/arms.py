@@ -11,6 +11,11 @@ held-out tasks. This module holds what that needs beside the training loop itsel
   ``--cpu-budget-s`` set to the WMRL arm's spent CPU-seconds, its batch the WMRL arm's anchor
   groups per step);
 - :func:`spent_cpu_s` and :func:`budget_reached`: the stop rule at equal compute;
+- :func:`publish_progress` and :class:`CpuBudget`: how the two arms train side by side (one
+  process each; ``--concurrent-arms``, the default on the CPU): the WMRL arm writes its training
+  CPU-seconds after every step to ``RUN_DIR/arm_progress.json``; the real arm starts a step only
+  when :func:`budget_reached` says it would have started it against the WMRL arm's final total,
+  and waits while it cannot tell yet, so it stops at the step a run after the WMRL arm would;
 - :func:`compare_arms`: held-out quality of both arms, paired over tasks with bootstrap CIs, and
   their compute;
 - :func:`arms_rows` and :func:`plot_arms`: the summary's leading rows and ``arms.png``.
@@ -19,21 +24,27 @@ held-out tasks. This module holds what that needs beside the training loop itsel
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["TRAINING_SOURCES", "real_arm_config", "spent_cpu_s", "budget_reached", "compare_arms", "arms_rows",
-           "plot_arms", "paired_over_tasks"]
+__all__ = ["TRAINING_SOURCES", "PROGRESS_FILE", "real_arm_config", "spent_cpu_s", "budget_reached", "CpuBudget",
+           "publish_progress", "read_progress", "compare_arms", "arms_rows", "plot_arms", "paired_over_tasks"]
 
 TRAINING_SOURCES = ("execution", "world_model", "generation", "update")
 """The ledger's sources a run's training compute is made of (held-out evaluation is not: both
 arms pay the same evaluation)."""
 
 
-def real_arm_config(cfg: Any, cpu_budget_s: float) -> Any:
+PROGRESS_FILE = "arm_progress.json"
+"""The WMRL arm's progress, read by the real arm training beside it (:func:`publish_progress`)."""
+
+
+def real_arm_config(cfg: Any, cpu_budget_s: float | None) -> Any:
     """The real arm's :class:`~agents.train.config.TrainConfig` from the WMRL arm's.
 
     Real-execution GRPO: no world model (``world_model="none"``), every group executed
@@ -46,15 +57,16 @@ def real_arm_config(cfg: Any, cpu_budget_s: float) -> Any:
     Args:
         cfg: the WMRL arm's configuration.
         cpu_budget_s: CPU-seconds the real arm may spend on training (> 0): the WMRL arm's
-            :func:`spent_cpu_s`.
+            :func:`spent_cpu_s`; ``None`` when the arms train side by side (the budget is then
+            followed as the WMRL arm spends it: :class:`CpuBudget`).
 
     Returns:
         A new ``TrainConfig`` (``arms=("wmrl",)``: its folder holds one run).
 
     Raises:
-        ValueError: ``cpu_budget_s`` not a positive finite number.
+        ValueError: ``cpu_budget_s`` not ``None`` nor a positive finite number.
     """
-    if not (isinstance(cpu_budget_s, (int, float)) and math.isfinite(cpu_budget_s) and cpu_budget_s > 0):
+    if cpu_budget_s is not None and not (isinstance(cpu_budget_s, (int, float)) and math.isfinite(cpu_budget_s) and cpu_budget_s > 0):
         raise ValueError(f"cpu_budget_s must be a positive number of CPU-seconds, got {cpu_budget_s!r}: the WMRL arm "
                          "spent nothing on training (no step ran?)")
     corr = cfg.correction
@@ -63,7 +75,7 @@ def real_arm_config(cfg: Any, cpu_budget_s: float) -> Any:
     cap = math.ceil(4 * cfg.steps * cfg.groups_per_step / groups)
     return dataclasses.replace(
         cfg, arms=("wmrl",), world_model="none", judge_model=None, groups_per_step=groups, steps=cap,
-        real_groups_per_step=None, cpu_budget_s=float(cpu_budget_s), preset=f"{cfg.preset}/real-arm",
+        real_groups_per_step=None, cpu_budget_s=None if cpu_budget_s is None else float(cpu_budget_s), preset=f"{cfg.preset}/real-arm",
         # a shared adapter folder gets a subfolder: the WMRL arm's last adapter may still be loaded
         vllm_adapter_dir=str(Path(cfg.vllm_adapter_dir) / "real-arm") if cfg.vllm_adapter_dir else None,
         # every group executed; nothing to correct; the costs counted as the WMRL arm counts them
@@ -101,6 +113,100 @@ def budget_reached(spent: float, steps_done: int, budget: float | None) -> bool:
 MIN_TASKS_FOR_VERDICT = 5
 """Held-out tasks both arms must have graded before the verdict names a winner: with fewer, even a
 t-interval rests on 1-3 degrees of freedom (a tiny run's 2 tasks)."""
+
+
+def publish_progress(run_dir: str | Path, *, eval_before: Mapping[str, Any], spent: float, steps_trained: int,
+                     final: bool) -> None:
+    """Write the WMRL arm's progress to ``run_dir/arm_progress.json`` (atomically) for the real arm
+    training beside it: the initial policy's held-out evaluation (the real arm's too: the same
+    initial policy), the training CPU-seconds spent so far (:func:`spent_cpu_s`), the steps trained,
+    and whether training is over (``final``: ``spent`` is then the summary's ``training_cpu_s``).
+
+    Args:
+        run_dir: the WMRL arm's run folder.
+        eval_before: :func:`agents.train.evaluation.evaluate`'s dict for the initial policy.
+        spent: training CPU-seconds so far (>= 0).
+        steps_trained: GRPO steps done.
+        final: the WMRL arm trains no further step.
+    """
+    from agents.train.checkpoint import json_default
+    from wmrl_envs.utils import write_json_atomic
+
+    write_json_atomic(Path(run_dir) / PROGRESS_FILE, {"eval_before": eval_before, "training_cpu_s": float(spent),
+                                                      "steps_trained": int(steps_trained), "final": bool(final)},
+                      default=json_default)
+
+
+def read_progress(run_dir: str | Path) -> dict[str, Any] | None:
+    """The dict :func:`publish_progress` wrote in ``run_dir``; ``None`` before the first write."""
+    try:
+        return json.loads((Path(run_dir) / PROGRESS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+
+
+class CpuBudget:
+    """The stop rule of an arm under a CPU budget (:func:`budget_reached`), with the budget either
+    known or followed from the WMRL arm as it trains beside this one.
+
+    Followed (``follow``), the budget is not known until the WMRL arm ends training; until then
+    its spent CPU-seconds are a lower bound of it. :meth:`stop_before` starts a step when the rule
+    says so against that lower bound (it would against the final total too), stops when the total
+    is final and the rule says stop, and otherwise waits for the WMRL arm's next step. So the real
+    arm stops at the same step as it would trained after the WMRL arm, never ahead of its compute.
+
+    Args:
+        cpu_s: a known budget in CPU-seconds (``None`` with ``follow`` unset: no budget).
+        follow: the WMRL arm's run folder, whose :data:`PROGRESS_FILE` gives the budget.
+        poll_s: seconds between reads of that file while waiting.
+        alive: called while waiting; ``False`` means the WMRL arm's process has gone without a
+            final total (default: always alive).
+
+    Raises:
+        ValueError: both ``cpu_s`` and ``follow`` given.
+    """
+
+    def __init__(self, cpu_s: float | None = None, *, follow: str | Path | None = None, poll_s: float = 1.0,
+                 alive: Any = None) -> None:
+        if cpu_s is not None and follow is not None:
+            raise ValueError("CpuBudget takes a known budget (cpu_s) or a run folder to follow, not both")
+        self.cpu_s, self.follow, self.poll_s = cpu_s, None if follow is None else Path(follow), float(poll_s)
+        self._alive = alive or (lambda: True)
+        self.waited_s = 0.0
+        """Seconds :meth:`stop_before` spent waiting for the WMRL arm (wall-clock, no CPU)."""
+
+    def limit(self) -> tuple[float | None, bool]:
+        """``(budget or lower bound in CPU-seconds, whether it is final)``; ``(None, True)``: no budget."""
+        if self.follow is None:
+            return self.cpu_s, True
+        progress = read_progress(self.follow)
+        if progress is None:
+            return 0.0, False
+        return float(progress["training_cpu_s"]), bool(progress["final"])
+
+    def stop_before(self, spent: float, steps_done: int) -> bool:
+        """Whether the arm stops before its next step, having spent ``spent`` CPU-seconds on
+        ``steps_done`` steps; blocks while a followed budget cannot tell yet.
+
+        Raises:
+            RuntimeError: the followed WMRL arm's process ended without a final total.
+        """
+        t0 = time.perf_counter()
+        try:
+            while True:
+                budget, final = self.limit()
+                if final and budget is not None and budget <= 0 and self.follow is not None:
+                    return True  # the WMRL arm trained nothing: no compute to match
+                if not budget_reached(spent, steps_done, budget):
+                    return False
+                if final:
+                    return True
+                if not self._alive():
+                    raise RuntimeError(f"the WMRL arm in {self.follow} stopped before the end of its training; the "
+                                       "real arm waits for its total: resume the run with wmrl train --resume")
+                time.sleep(self.poll_s)
+        finally:
+            self.waited_s += time.perf_counter() - t0
 
 
 def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95) -> dict[str, Any] | None:

@@ -156,6 +156,13 @@ class TrainConfig:
     GRPO from the same initial policy, tasks and seed, with the CPU-seconds the WMRL arm spent on
     training, in RUN_DIR/real; the summary compares the two on the held-out tasks). ``--arms wmrl``
     trains WMRL alone (for a user who only wants the policy)."""
+    concurrent_arms: bool = True
+    """Train the real arm beside the WMRL arm, one process each (on the CPU with one torch thread,
+    no vLLM, ``executor='local'``, >= 2 cores; elsewhere after it): the real arm stops at the step
+    it would have stopped at after the WMRL arm (it starts a step only when the WMRL arm's CPU-seconds
+    so far allow it, and waits while they cannot tell yet), so the comparison is unchanged and the
+    run takes about one arm's wall-clock instead of two. ``--no-concurrent-arms``: one after the
+    other (each arm then has the machine to itself)."""
     real_groups_per_step: int | None = None
     """Groups per step of the real arm; None: the WMRL arm's anchor groups per step
     (groups_per_step x anchor_fraction, at least 1): each real step then executes as many groups as
@@ -283,8 +290,9 @@ def load_config(run_dir: str | Path) -> TrainConfig:
         raise ValueError(f"{path} has unknown keys {unknown}; was it written by another wmrl version?")
     data.setdefault("baseline", "starter")  # a run folder from before --baseline showed the starter's line
     data.setdefault("reward", "leaderboard")  # a run folder from before --reward had the benchmark's reward
-    data["arms"] = tuple(data.get("arms", ["wmrl"]))
-    data.setdefault("static_check", False)  # a run folder from before the static check ran without it  # a run folder from before --arms trained WMRL alone
+    data["arms"] = tuple(data.get("arms", ["wmrl"]))  # a run folder from before --arms trained WMRL alone
+    data.setdefault("static_check", False)  # a run folder from before the static check ran without it
+    data.setdefault("concurrent_arms", False)  # a run folder from before the arms trained side by side
     cfg = TrainConfig(**data, correction=CorrectionConfig(**correction))
     validate(cfg)
     return cfg

@@ -42,7 +42,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agents.grpo import group_batch, group_step, grpo_update
 from agents.train import checkpoint
-from agents.train.arms import arms_rows, budget_reached, compare_arms, plot_arms, real_arm_config, spent_cpu_s
+from agents.train.arms import (PROGRESS_FILE, CpuBudget, arms_rows, compare_arms, plot_arms, publish_progress,
+                               real_arm_config, spent_cpu_s)
 from agents.train.checkpoint import json_default
 from agents.train.build import Components, build_components
 from agents.train.config import TrainConfig, auto_fraction_notes, load_config, next_entropy_coef, update_config, validate
@@ -59,12 +60,15 @@ __all__ = ["train", "distinct_lines"]
 def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
     """Run (or resume) the main job; returns the summary dict (also written to the run folder).
 
-    With ``cfg.arms`` holding ``"real"`` (the default), real-execution GRPO is trained after the
-    WMRL arm in ``run_dir/real``, from the same initial policy and seed, until it has spent the WMRL
-    arm's training CPU-seconds (:func:`agents.train.arms.real_arm_config`); the summary then leads
-    with both arms' held-out quality at equal compute (``"arms"``:
-    :func:`agents.train.arms.compare_arms`) and ``arms.png`` plots it. A resume continues whichever
-    arm was interrupted.
+    With ``cfg.arms`` holding ``"real"`` (the default), real-execution GRPO is also trained in
+    ``run_dir/real``, from the same initial policy and seed, until it has spent the WMRL arm's
+    training CPU-seconds (:func:`agents.train.arms.real_arm_config`); the summary then leads with
+    both arms' held-out quality at equal compute (``"arms"``:
+    :func:`agents.train.arms.compare_arms`) and ``arms.png`` plots it. With
+    ``cfg.concurrent_arms`` on the CPU (the default; :func:`concurrent_arms`) the real arm trains
+    beside the WMRL arm in a second process (log: ``run_dir/real-arm.log``), stopping at the step
+    it would have stopped at after it (:class:`agents.train.arms.CpuBudget`); otherwise after it.
+    A resume continues whichever arm was interrupted.
 
     Args:
         cfg: the configuration (ignored on resume: the run folder's config.json is used).
@@ -86,20 +90,111 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
         if "real" not in cfg.arms or summary.get("arms"):
             raise ValueError(f"the run in {run_dir} is complete (see {run_dir / 'summary.md'}); start a new run "
                              "with --run-dir, nothing to resume")
+        beside = None
     else:
-        summary = _train_arm(cfg, run_dir, resume=resume, quiet=quiet)
+        arm_cfg = load_config(run_dir) if resume and (run_dir / "config.json").exists() else cfg
+        if not resume and not (run_dir / "config.json").exists():
+            (run_dir / PROGRESS_FILE).unlink(missing_ok=True)  # not a run: a stale file must not start the real arm
+        beside = _RealArmBeside(arm_cfg, run_dir, quiet) if concurrent_arms(arm_cfg) else None
+        try:
+            summary = _train_arm(cfg, run_dir, resume=resume, quiet=quiet)
+        except BaseException:
+            if beside is not None:
+                beside.stop()
+            raise
         cfg = load_config(run_dir)
     if "real" not in cfg.arms:
         return summary
-    return _real_arm(cfg, run_dir, summary, quiet)
+    return _real_arm(cfg, run_dir, summary, quiet, beside)
 
 
-def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: bool) -> dict[str, Any]:
+def concurrent_arms(cfg: TrainConfig) -> bool:
+    """Whether :func:`train` trains the two arms side by side: ``cfg.concurrent_arms``, both arms
+    asked for, on the CPU (one torch thread each, ``cfg.threads == 1``), the policy sampled in
+    process (no vLLM) and anchors executed in the step (``executor="local"``), on a machine with at
+    least 2 cores. Elsewhere the real arm trains after the WMRL arm (a GPU or a vLLM server would be
+    shared by both; a Ray pool already takes the other cores)."""
+    from agents.llm.backbone import resolve_device
+
+    return bool(getattr(cfg, "concurrent_arms", False) and "real" in cfg.arms and cfg.threads == 1
+                and cfg.vllm_url is None and not cfg.vllm_colocate and cfg.executor == "local"
+                and len(os.sched_getaffinity(0)) >= 2 and resolve_device(cfg.device).type == "cpu")
+
+
+class _RealArmBeside:
+    """The real arm in a second process (spawned), beside the WMRL arm in this one.
+
+    The process waits for the WMRL arm's first :data:`~agents.train.arms.PROGRESS_FILE` (its
+    initial evaluation, shared), then trains the real arm in ``run_dir/real`` (or resumes it) under
+    a :class:`~agents.train.arms.CpuBudget` that follows the WMRL arm; its output goes to
+    ``run_dir/real-arm.log``."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, quiet: bool) -> None:
+        import multiprocessing
+
+        self.log = run_dir / "real-arm.log"
+        self.process = multiprocessing.get_context("spawn").Process(
+            target=_real_arm_process, args=(cfg, str(run_dir), os.getpid()), name="wmrl-real-arm")
+        self.process.start()
+        Console(quiet=quiet).print(f"[bold]real-execution GRPO arm[/bold]: training beside this one in a second process "
+                                   f"until it has spent this arm's training CPU-s (log: {self.log})")
+
+    def wait(self) -> int:
+        """Wait for the process to end; returns its exit code (0: the real arm finished)."""
+        self.process.join()
+        return int(self.process.exitcode)
+
+    def stop(self) -> None:
+        """End the process (its last checkpoint stays for a resume)."""
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(30)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+
+
+def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
+    """The body of :class:`_RealArmBeside`'s process (a module-level function: spawned processes
+    import it)."""
+    import sys
+
+    from agents.train.arms import read_progress
+
+    run, alive = Path(run_dir), (lambda: os.getppid() == parent_pid)
+    while (progress := read_progress(run)) is None:  # the WMRL arm's initial evaluation is not done yet
+        if not alive():
+            return
+        time.sleep(1.0)
+    log = open(run / "real-arm.log", "a", buffering=1)  # noqa: SIM115 - the process's stdout until it exits
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+    real_dir = run / "real"
+    resume = (real_dir / "checkpoint").exists()
+    if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
+        shutil.rmtree(real_dir)
+    _train_arm(real_arm_config(cfg, None), real_dir, resume=resume, quiet=False, eval_before=progress["eval_before"],
+               show_table=False, adapter_prefix="wmrl-real-policy", budget=CpuBudget(follow=run, alive=alive))
+
+
+def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: bool,
+              beside: _RealArmBeside | None = None) -> dict[str, Any]:
     """Train the real arm in ``run_dir/real`` (or resume it) at the WMRL arm's training CPU-seconds,
-    then add the comparison of the arms to the WMRL arm's summary (``summary.json``, ``summary.md``,
-    ``arms.png``) and print it; returns that summary."""
+    or wait for it to finish beside (``beside``; trained here from its last checkpoint if that
+    process failed), then add the comparison of the arms to the WMRL arm's summary
+    (``summary.json``, ``summary.md``, ``arms.png``) and print it; returns that summary."""
     console = Console(quiet=quiet)
     real_dir = run_dir / "real"
+    schedule = "after the WMRL arm"
+    if beside is not None:
+        console.print(f"waiting for the real-execution arm to finish beside this one (log: {beside.log})")
+        code = beside.wait()
+        if code == 0 and (real_dir / "summary.json").exists():
+            schedule = "beside the WMRL arm (one process each)"
+        else:
+            console.print(f"[yellow]the real arm's process failed[/yellow] (exit code {code}; see {beside.log}): "
+                          "training it here from its last checkpoint")
     if not summary.get("training_cpu_s"):  # e.g. --execution-budget spent before the first step
         summary["arms"] = {"skipped": "the WMRL arm trained no step, so there is no compute to match"}
         write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
@@ -123,8 +218,10 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
         console.print(f"[bold]real-execution GRPO arm[/bold]: {real_cfg.groups_per_step} group(s) per step until "
                       f"{real_cfg.cpu_budget_s:.0f} training CPU-s are spent (the WMRL arm's), in {real_dir}")
         real = _train_arm(real_cfg, real_dir, resume=resume, quiet=quiet, eval_before=summary["heldout_before"],
-                          show_table=False, adapter_prefix="wmrl-real-policy")
+                          show_table=False, adapter_prefix="wmrl-real-policy",
+                          budget=CpuBudget(summary["training_cpu_s"]))
     summary["arms"] = compare_arms(summary, real)
+    summary["arms"]["schedule"] = schedule
     write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
                       indent=2)
     (run_dir / "summary.md").write_text(summary_markdown(summary))
@@ -134,12 +231,14 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
 
 
 def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, eval_before: dict | None = None,
-               show_table: bool = True, adapter_prefix: str = "wmrl-policy") -> dict[str, Any]:
+               show_table: bool = True, adapter_prefix: str = "wmrl-policy", budget: CpuBudget | None = None
+               ) -> dict[str, Any]:
     """One arm of :func:`train`: a run of ``cfg`` in ``run_dir`` (see there), started or resumed.
     ``eval_before``: the initial policy's held-out evaluation when another arm already made it (the
     same initial policy: LoRA starts as the identity). ``show_table``: print the arm's summary.
     ``adapter_prefix``: the names of its LoRA adapters on a vLLM server (one per arm: a server
-    refuses a name it already holds)."""
+    refuses a name it already holds). ``budget``: the stop rule under a CPU budget (default: the
+    configuration's ``cpu_budget_s``)."""
     console = Console(quiet=quiet)
     cfg = _start(cfg, run_dir, resume, console)
     for note in auto_fraction_notes(cfg):
@@ -177,14 +276,18 @@ def _train_arm(cfg: TrainConfig, run_dir: Path, *, resume: bool, quiet: bool, ev
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     try:
-        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start, eval_before, show_table)
+        return _train_loop(cfg, run_dir, resume, c, console, tracker, t_start, eval_before, show_table, budget)
     finally:
         tracker.close()
 
 
 def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, console: Console, tracker: Tracker,
-                t_start: float, shared_eval_before: dict | None = None, show_table: bool = True) -> dict[str, Any]:
-    """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics)."""
+                t_start: float, shared_eval_before: dict | None = None, show_table: bool = True,
+                budget: CpuBudget | None = None) -> dict[str, Any]:
+    """Steps 1-3 of :func:`train` on the built components (``tracker`` mirrors the metrics). The
+    WMRL arm of a two-arm run publishes its progress for the real arm (:func:`publish_progress`)."""
+    budget = budget if budget is not None else CpuBudget(cfg.cpu_budget_s)
+    publishes = "real" in cfg.arms
     policy, wrapper, ledger = c.policy, c.wrapper, c.wrapper.loop.ledger
     update_cfg = update_config(cfg)
     ent_coef = cfg.entropy_coef  # --entropy-floor moves it step by step (next_entropy_coef)
@@ -210,15 +313,19 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         start_step, prior_wall = 0, 0.0
         checkpoint.save_checkpoint(run_dir, c, -1, rng, {"eval_before": eval_before, "wall_s": time.perf_counter() - t_start})
         tracker.log(eval_before, 0, prefix="eval/")
+    steps_done = start_step
+    if publishes:
+        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=False)
 
     # 2. GRPO steps
     with StepProgress(console, cfg.steps, start_step) as progress:
         for step in range(start_step, cfg.steps):
-            if budget_reached(spent_cpu_s(ledger), step, cfg.cpu_budget_s):  # --cpu-budget-s: training ends here
+            if budget.stop_before(spent_cpu_s(ledger), step):  # --cpu-budget-s (or the WMRL arm's): training ends here
+                limit = budget.limit()[0]
                 _append_jsonl(metrics_path, {"step": step, "stopped": "cpu_budget_spent", "training_cpu_s": spent_cpu_s(ledger),
-                                             "cpu_budget_s": cfg.cpu_budget_s, "ledger": ledger.to_dict()})
+                                             "cpu_budget_s": limit, "waited_s": budget.waited_s, "ledger": ledger.to_dict()})
                 console.print(f"[bold]CPU budget reached before step {step}[/bold]: {spent_cpu_s(ledger):.0f} of "
-                              f"{cfg.cpu_budget_s:.0f} training CPU-s spent; training ends here")
+                              f"{limit:.0f} training CPU-s spent; training ends here")
                 break
             t_step = time.perf_counter()
             # sample the step's tasks and take each one's context from the wrapper
@@ -287,11 +394,16 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                                                      "entropy_coef": ent_coef})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
-            if cfg.cpu_budget_s is not None:  # the steps the budget allows, from the mean step so far
+            limit, final = budget.limit()
+            if limit is not None and limit > 0:  # the steps the budget allows, from the mean step so far
                 spent = spent_cpu_s(ledger)
-                info += f" CPU-s {spent:.0f}/{cfg.cpu_budget_s:.0f}"
-                progress.total = min(cfg.steps, max(step + 1, round(cfg.cpu_budget_s / (spent / (step + 1)))))
+                info += f" CPU-s {spent:.0f}/{limit:.0f}{'' if final else '+'}"
+                progress.total = min(cfg.steps, max(step + 1, round(limit / (spent / (step + 1)))))
             progress.advance(rec["step_s"], info)
+            steps_done = step + 1
+            if publishes:
+                publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done,
+                                 final=False)
 
     if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
         console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
@@ -303,6 +415,9 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         # the last checkpoint again, now with their anchor pairs and executions
         checkpoint.save_checkpoint(run_dir, c, cfg.steps - 1, rng, {"eval_before": eval_before, "anchors_in_flight": 0,
                                                           "wall_s": prior_wall + time.perf_counter() - t_start})
+
+    if publishes:  # its total is now final: the real arm beside it can decide its last step
+        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=True)
 
     # 3. the trained policy on the held-out tasks, and the summary
     console.print("evaluating the trained policy on the held-out tasks (real execution)")

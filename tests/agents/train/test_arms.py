@@ -9,7 +9,8 @@ import numpy as np
 
 import pytest
 
-from agents.train.arms import arms_rows, budget_reached, compare_arms, paired_over_tasks, real_arm_config
+from agents.train.arms import (CpuBudget, arms_rows, budget_reached, compare_arms, paired_over_tasks, publish_progress,
+                               read_progress, real_arm_config)
 from agents.train.config import TrainConfig, load_config, validate
 from agents.train.summary import cost_vs_real_grpo, task_weighted_execution_cost
 from wmrl_envs.core import CorrectionConfig, CostLedger
@@ -28,9 +29,64 @@ def test_real_arm_config_is_real_grpo_at_the_anchor_batch():
     assert real_arm_config(TrainConfig(real_groups_per_step=2), 1.0).groups_per_step == 2
     auto = TrainConfig(groups_per_step=10, correction=CorrectionConfig(anchor_fraction="auto", auto_start_fraction=0.3))
     assert real_arm_config(auto, 1.0).groups_per_step == 3
-    for bad in (0.0, -1.0, float("nan"), None):
+    for bad in (0.0, -1.0, float("nan"), "1"):
         with pytest.raises(ValueError, match="cpu_budget_s"):
             real_arm_config(cfg, bad)
+    assert real_arm_config(cfg, None).cpu_budget_s is None  # side by side: the budget is followed (CpuBudget)
+
+
+def _real_arm_stop(budget, real_step_cpu):
+    """The real arm's loop under ``budget``: steps of ``real_step_cpu[k]`` CPU-s while the rule
+    lets it start one; returns (steps trained, CPU-s spent)."""
+    spent, steps = 0.0, 0
+    while steps < len(real_step_cpu) and not budget.stop_before(spent, steps):
+        spent += real_step_cpu[steps]
+        steps += 1
+    return steps, spent
+
+
+@pytest.mark.parametrize("wmrl_steps,real_steps", [
+    ([60.0] * 8, [37.0] * 40),                   # the default run's shape: one WMRL step ~ 1.6 real steps
+    ([5.0, 80.0, 3.0, 50.0], [11.0, 9.0, 30.0] * 10),
+    ([10.0], [4.0] * 20),
+    ([100.0, 100.0], [150.0, 150.0, 150.0]),     # the real arm's step is the longer one
+])
+def test_a_followed_budget_stops_the_real_arm_where_the_final_budget_would(tmp_path, wmrl_steps, real_steps):
+    """Side by side, the real arm sees only the WMRL arm's CPU-seconds so far; it must stop at the
+    same step as a run after the WMRL arm (the final total known), waiting where it cannot tell."""
+    published = [0.0]
+    for x in wmrl_steps:
+        published.append(published[-1] + x)
+    state = {"k": 0}
+
+    def wmrl_arm_advances():  # called once per wait: the WMRL arm finishes its next step
+        state["k"] += 1
+        k = min(state["k"], len(wmrl_steps))
+        publish_progress(tmp_path, eval_before={"overall": 1.0}, spent=published[k], steps_trained=k,
+                         final=k == len(wmrl_steps))
+        return True
+
+    publish_progress(tmp_path, eval_before={"overall": 1.0}, spent=0.0, steps_trained=0, final=False)
+    followed = CpuBudget(follow=tmp_path, poll_s=0.0, alive=wmrl_arm_advances)
+    assert _real_arm_stop(followed, real_steps) == _real_arm_stop(CpuBudget(published[-1]), real_steps)
+    assert followed.limit() == (pytest.approx(published[-1]), True)
+    assert read_progress(tmp_path)["eval_before"] == {"overall": 1.0}
+
+
+def test_a_followed_budget_waits_and_fails_clearly_when_the_wmrl_arm_is_gone(tmp_path):
+    assert CpuBudget(follow=tmp_path).limit() == (0.0, False)  # nothing published yet: the first step runs
+    assert CpuBudget(follow=tmp_path).stop_before(0.0, 0) is False
+    publish_progress(tmp_path, eval_before={}, spent=50.0, steps_trained=1, final=False)
+    calls = []
+    gone = CpuBudget(follow=tmp_path, poll_s=0.0, alive=lambda: calls.append(1) or len(calls) < 3)
+    assert gone.stop_before(10.0, 1) is False  # 10 + 5 < 50: the WMRL arm has spent enough already
+    with pytest.raises(RuntimeError, match="wmrl train --resume"):
+        gone.stop_before(49.0, 1)  # cannot tell before the WMRL arm's next step, and it never comes
+    assert len(calls) == 3
+    publish_progress(tmp_path, eval_before={}, spent=0.0, steps_trained=0, final=True)
+    assert CpuBudget(follow=tmp_path).stop_before(0.0, 0) is True  # the WMRL arm trained nothing
+    with pytest.raises(ValueError, match="not both"):
+        CpuBudget(10.0, follow=tmp_path)
 
 
 @pytest.mark.parametrize("spent,done,budget,stops", [

@@ -1,6 +1,8 @@
 """End to end: `wmrl train --preset tiny --world-model judge` with real sandboxed execution and the real SmolLM2
 judge, killed after its first step and resumed from the checkpoint with its anchor pairs; then its
-real-execution arm, killed after its first step and resumed, and the comparison of the arms."""
+real-execution arm (trained after it, --no-concurrent-arms), killed after its first step and resumed,
+and the comparison of the arms. And the default schedule: both arms side by side, the WMRL arm
+killed after its first step (the real arm's process with it) and the run resumed."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
 
     run = tmp_path / "run"
     train_killed_after_step_0(monkeypatch, ["train", "--preset", "tiny", "--run-dir", str(run), "--quiet",
-                                            "--world-model", "judge"])
+                                            "--world-model", "judge", "--no-concurrent-arms"])
     state0 = json.loads((run / "checkpoint" / "state.json").read_text())
     assert state0["step"] == 0
     pairs0 = state0["wrapper"]["corrector"]["debiaser"]["raw"], state0["wrapper"]["corrector"]["debiaser"]["real"]
@@ -116,6 +118,37 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     # starting a new run in a used folder, or resuming a finished one, is refused
     assert main(["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"]) == 2
     assert main(["train", "--resume", str(run), "--quiet"]) == 2
+
+
+def test_tiny_train_arms_side_by_side_killed_and_resumed(tmp_path, monkeypatch):
+    import multiprocessing
+
+    from agents.cli import main
+    from agents.train.arms import budget_reached, read_progress
+
+    run = tmp_path / "run"
+    train_killed_after_step_0(monkeypatch, ["train", "--preset", "tiny", "--run-dir", str(run), "--quiet"])
+    assert not multiprocessing.active_children()  # the real arm's process ended with the WMRL arm
+    assert read_progress(run)["final"] is False
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    summary = json.loads((run / "summary.json").read_text(), parse_constant=no_nan)
+    real = json.loads((run / "real" / "summary.json").read_text(), parse_constant=no_nan)
+    arms = summary["arms"]
+    assert arms["schedule"] == "beside the WMRL arm (one process each)"
+    assert real["heldout_before"] == summary["heldout_before"]  # the WMRL arm's initial evaluation, shared
+    progress = read_progress(run)
+    assert progress["final"] and progress["training_cpu_s"] == pytest.approx(summary["training_cpu_s"])
+    assert progress["steps_trained"] == summary["steps_trained"] == 2
+    real_lines = [json.loads(l) for l in (run / "real" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in real_lines if "tasks" in r]
+    assert [r["step"] for r in trained] == list(range(real["steps_trained"])) and real["steps_trained"] >= 1
+    if real["steps_trained"] < 16:  # it stopped where a run after the WMRL arm would have
+        stop = real_lines[-1]
+        assert stop["stopped"] == "cpu_budget_spent" and stop["cpu_budget_s"] == pytest.approx(summary["training_cpu_s"])
+        assert budget_reached(real["training_cpu_s"], real["steps_trained"], summary["training_cpu_s"])
+    assert arms["training_cpu_s"]["real"] == pytest.approx(real["training_cpu_s"])
+    assert abs(real["training_cpu_s"] - summary["training_cpu_s"]) <= real["training_cpu_s"] / real["steps_trained"]
+    assert "CPU budget reached" in (run / "real-arm.log").read_text() or real["steps_trained"] == 16
 
 
 @pytest.mark.parametrize(
