@@ -273,7 +273,8 @@ def compare_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, 
         the board's best 0.75) and mean held-out score, and their paired differences WMRL − real
         over the held-out tasks (:func:`paired_over_tasks`); and avg@k of both arms with the
         difference's CI (:func:`agents.train.evaluation.heldout_spread`, resampling tasks within
-        categories). ``verdict``: one sentence.
+        categories). ``verdict``: one sentence. (:func:`agents.train.loop.train` adds
+        ``schedule``: whether the real arm trained beside the WMRL arm or after it.)
     """
     from agents.train.evaluation import heldout_spread
 
@@ -358,6 +359,7 @@ def arms_rows(arms: Mapping[str, Any] | None) -> list[tuple[str, str]]:
          f"{f(c['wmrl'], 0)} / {f(c['real'], 0)} (real / WMRL {f(c['ratio'], 2)})"),
         ("  steps x groups per step, WMRL / real", f"{arms['steps_trained']['wmrl']} x {arms['groups_per_step']['wmrl']} / "
                                                    f"{arms['steps_trained']['real']} x {arms['groups_per_step']['real']}"),
+        ("  the real arm trained", arms.get("schedule", "n/a")),
         ("  held-out relative score (test half; shown line 0.5, board's best 0.75), before / WMRL / real",
          f"{f(h['before']['relative_score'])} / {f(rel['wmrl'])} / {f(rel['real'])}"),
         ("  WMRL - real, relative score, paired over tasks", d(rel["paired"])),
