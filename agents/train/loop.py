@@ -171,6 +171,8 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
     real_dir = run / "real"
+    if (real_dir / "summary.json").exists():  # it finished before the WMRL arm was killed in its evaluation
+        return
     resume = (real_dir / "checkpoint").exists()
     if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
         shutil.rmtree(real_dir)
@@ -189,7 +191,11 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
     schedule = "after the WMRL arm"
     if beside is not None:
         console.print(f"waiting for the real-execution arm to finish beside this one (log: {beside.log})")
-        code = beside.wait()
+        try:
+            code = beside.wait()
+        except BaseException:  # interrupted while waiting: the real arm stops too (a resume continues it)
+            beside.stop()
+            raise
         if code == 0 and (real_dir / "summary.json").exists():
             schedule = "beside the WMRL arm (one process each)"
         else:
