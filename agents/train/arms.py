@@ -116,7 +116,7 @@ t-interval rests on 1-3 degrees of freedom (a tiny run's 2 tasks)."""
 
 
 def publish_progress(run_dir: str | Path, *, eval_before: Mapping[str, Any], spent: float, steps_trained: int,
-                     final: bool) -> None:
+                     final: bool, steps_planned: int | None = None) -> None:
     """Write the WMRL arm's progress to ``run_dir/arm_progress.json`` (atomically) for the real arm
     training beside it: the initial policy's held-out evaluation (the real arm's too: the same
     initial policy), the training CPU-seconds spent so far (:func:`spent_cpu_s`), the steps trained,
@@ -128,12 +128,15 @@ def publish_progress(run_dir: str | Path, *, eval_before: Mapping[str, Any], spe
         spent: training CPU-seconds so far (>= 0).
         steps_trained: GRPO steps done.
         final: the WMRL arm trains no further step.
+        steps_planned: the WMRL arm's configured steps (for the real arm's estimate of the
+            budget while it is not final: :meth:`CpuBudget.estimate`).
     """
     from agents.train.checkpoint import json_default
     from wmrl_envs.utils import write_json_atomic
 
     write_json_atomic(Path(run_dir) / PROGRESS_FILE, {"eval_before": eval_before, "training_cpu_s": float(spent),
-                                                      "steps_trained": int(steps_trained), "final": bool(final)},
+                                                      "steps_trained": int(steps_trained), "final": bool(final),
+                                                      "steps_planned": steps_planned},
                       default=json_default)
 
 
@@ -183,6 +186,19 @@ class CpuBudget:
         if progress is None:
             return 0.0, False
         return float(progress["training_cpu_s"]), bool(progress["final"])
+
+    def estimate(self) -> float | None:
+        """The budget as best known now, for a progress display only (not for the stop rule): a
+        final or known budget as it is; a followed one still growing extrapolated from the WMRL
+        arm's mean step to its planned steps (its lower bound when that is unknown)."""
+        budget, final = self.limit()
+        if final or self.follow is None:
+            return budget
+        progress = read_progress(self.follow) or {}
+        done, planned = progress.get("steps_trained") or 0, progress.get("steps_planned")
+        if done > 0 and planned:
+            return max(budget, budget / done * planned)
+        return budget
 
     def stop_before(self, spent: float, steps_done: int) -> bool:
         """Whether the arm stops before its next step, having spent ``spent`` CPU-seconds on

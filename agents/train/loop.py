@@ -321,7 +321,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
         tracker.log(eval_before, 0, prefix="eval/")
     steps_done = start_step
     if publishes:
-        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=False)
+        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=False,
+                         steps_planned=cfg.steps)
 
     # 2. GRPO steps
     with StepProgress(console, cfg.steps, start_step) as progress:
@@ -400,16 +401,16 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                                                      "entropy_coef": ent_coef})
             reward = rec["reward_mean"] if rec["reward_mean"] is not None else float("nan")
             info = f"reward {reward:.3f} rho {rec['rho']:.2f} pairs {rec['anchor_pairs']}"
-            limit, final = budget.limit()
+            limit, final = budget.estimate(), budget.limit()[1]
             if limit is not None and limit > 0:  # the steps the budget allows, from the mean step so far
                 spent = spent_cpu_s(ledger)
-                info += f" CPU-s {spent:.0f}/{limit:.0f}{'' if final else '+'}"
+                info += f" CPU-s {spent:.0f}/{'' if final else '~'}{limit:.0f}"
                 progress.total = min(cfg.steps, max(step + 1, round(limit / (spent / (step + 1)))))
             progress.advance(rec["step_s"], info)
             steps_done = step + 1
             if publishes:
                 publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done,
-                                 final=False)
+                                 final=False, steps_planned=cfg.steps)
 
     if c.scorer is not None and c.in_flight:  # their pairs still feed the corrections; too late to train
         console.print(f"waiting for {len(c.in_flight)} anchor groups still executing on the Ray pool")
@@ -423,7 +424,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                                                           "wall_s": prior_wall + time.perf_counter() - t_start})
 
     if publishes:  # its total is now final: the real arm beside it can decide its last step
-        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=True)
+        publish_progress(run_dir, eval_before=eval_before, spent=spent_cpu_s(ledger), steps_trained=steps_done, final=True,
+                         steps_planned=cfg.steps)
 
     # 3. the trained policy on the held-out tasks, and the summary
     console.print("evaluating the trained policy on the held-out tasks (real execution)")

@@ -83,6 +83,12 @@ def test_a_followed_budget_waits_and_fails_clearly_when_the_wmrl_arm_is_gone(tmp
     with pytest.raises(RuntimeError, match="wmrl train --resume"):
         gone.stop_before(49.0, 1)  # cannot tell before the WMRL arm's next step, and it never comes
     assert len(calls) == 3
+    # the display's estimate: the WMRL arm's mean step times its planned steps, until final
+    publish_progress(tmp_path, eval_before={}, spent=100.0, steps_trained=2, final=False, steps_planned=8)
+    assert CpuBudget(follow=tmp_path).estimate() == pytest.approx(400.0)
+    assert CpuBudget(follow=tmp_path).limit() == (pytest.approx(100.0), False)  # the stop rule sees the lower bound
+    publish_progress(tmp_path, eval_before={}, spent=300.0, steps_trained=3, final=True, steps_planned=8)
+    assert CpuBudget(follow=tmp_path).estimate() == pytest.approx(300.0) and CpuBudget(50.0).estimate() == 50.0
     publish_progress(tmp_path, eval_before={}, spent=0.0, steps_trained=0, final=True)
     assert CpuBudget(follow=tmp_path).stop_before(0.0, 0) is True  # the WMRL arm trained nothing
     with pytest.raises(ValueError, match="not both"):
