@@ -18,7 +18,7 @@ import numpy as np
 from agents.train.build import Components
 from wmrl_envs.utils import write_json_atomic
 
-__all__ = ["json_default", "save_checkpoint", "load_checkpoint", "resume_state"]
+__all__ = ["json_default", "checkpoint_folder", "save_checkpoint", "load_checkpoint", "resume_state"]
 
 
 def json_default(o: Any) -> Any:
@@ -68,6 +68,15 @@ def save_checkpoint(run_dir: Path, c: Components, step: int, rng: np.random.Gene
     tmp.rename(final)
     if old.exists():
         shutil.rmtree(old)
+
+
+def checkpoint_folder(run_dir: Path) -> Path | None:
+    """The folder of ``run_dir``'s last checkpoint: ``checkpoint/``, or ``checkpoint.old/`` when
+    the run was killed between :func:`save_checkpoint`'s two renames; ``None`` without one."""
+    for name in ("checkpoint", "checkpoint.old"):
+        if (Path(run_dir) / name / "state.json").exists():
+            return Path(run_dir) / name
+    return None
 
 
 def load_checkpoint(run_dir: Path, c: Components, rng: np.random.Generator) -> dict[str, Any]:

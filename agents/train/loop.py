@@ -173,7 +173,7 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
     real_dir = run / "real"
     if (real_dir / "summary.json").exists():  # it finished before the WMRL arm was killed in its evaluation
         return
-    resume = (real_dir / "checkpoint").exists()
+    resume = checkpoint.checkpoint_folder(real_dir) is not None
     if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
         shutil.rmtree(real_dir)
     _train_arm(real_arm_config(cfg, None), real_dir, resume=resume, quiet=False, eval_before=progress["eval_before"],
@@ -188,7 +188,6 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
     (``summary.json``, ``summary.md``, ``arms.png``) and print it; returns that summary."""
     console = Console(quiet=quiet)
     real_dir = run_dir / "real"
-    schedule = "after the WMRL arm"
     if beside is not None:
         console.print(f"waiting for the real-execution arm to finish beside this one (log: {beside.log})")
         try:
@@ -196,9 +195,7 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
         except BaseException:  # interrupted while waiting: the real arm stops too (a resume continues it)
             beside.stop()
             raise
-        if code == 0 and (real_dir / "summary.json").exists():
-            schedule = "beside the WMRL arm (one process each)"
-        else:
+        if code != 0 or not (real_dir / "summary.json").exists():
             console.print(f"[yellow]the real arm's process failed[/yellow] (exit code {code}; see {beside.log}): "
                           "training it here from its last checkpoint")
     if not summary.get("training_cpu_s"):  # e.g. --execution-budget spent before the first step
@@ -217,7 +214,7 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
     if (real_dir / "summary.json").exists():
         real = json.loads((real_dir / "summary.json").read_text())
     else:
-        resume = (real_dir / "checkpoint").exists()
+        resume = checkpoint.checkpoint_folder(real_dir) is not None
         if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
             shutil.rmtree(real_dir)
         real_cfg = real_arm_config(cfg, summary["training_cpu_s"])
@@ -227,7 +224,10 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
                           show_table=False, adapter_prefix="wmrl-real-policy",
                           budget=CpuBudget(summary["training_cpu_s"]))
     summary["arms"] = compare_arms(summary, real)
-    summary["arms"]["schedule"] = schedule
+    # the real arm's own record says how it trained (a resume may find it finished beside): its
+    # budget was followed (None in its config.json) or known when it started
+    followed = json.loads((real_dir / "config.json").read_text()).get("cpu_budget_s") is None
+    summary["arms"]["schedule"] = "beside the WMRL arm (one process each)" if followed else "after the WMRL arm"
     write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
                       indent=2)
     (run_dir / "summary.md").write_text(summary_markdown(summary))
@@ -306,7 +306,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
     if resume and getattr(policy, "sampler", None) is not None:
         policy.sampler.sync(policy)  # the server samples with the adapter of the restored policy
     if resume:
-        saved = json.loads((run_dir / "checkpoint" / "state.json").read_text())
+        saved = json.loads((checkpoint.checkpoint_folder(run_dir) / "state.json").read_text())
         ent_coef = float(saved.get("entropy_coef", cfg.entropy_coef))
         console.print(f"resumed at step {start_step}/{cfg.steps} with {c.wrapper.loop.stats()['anchor_pairs']} anchor pairs")
     else:

@@ -218,3 +218,18 @@ def test_compare_arms_pairs_tasks_and_says_which_is_better():
     assert rows["  each arm - copying the shown line (relative score 0.5): WMRL / real"] == "0.235 / 0.085"
     assert arms_rows({"skipped": "x"}) == [("ARMS AT EQUAL COMPUTE", "no real arm: x")]
     assert arms["heldout"]["avg_at_k"]["wmrl"] == 50.0 and arms_rows(None) == []
+
+
+def test_the_last_checkpoint_is_found_between_the_two_renames(tmp_path):
+    """A run killed between save_checkpoint's renames has only checkpoint.old/: a resume must take
+    it (not delete the arm's folder as a start that never reached a checkpoint)."""
+    from agents.train.checkpoint import checkpoint_folder
+
+    assert checkpoint_folder(tmp_path) is None
+    (tmp_path / "checkpoint.tmp").mkdir()
+    (tmp_path / "checkpoint.old").mkdir()
+    (tmp_path / "checkpoint.old" / "state.json").write_text("{}")
+    assert checkpoint_folder(tmp_path) == tmp_path / "checkpoint.old"
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "state.json").write_text("{}")
+    assert checkpoint_folder(tmp_path) == tmp_path / "checkpoint"

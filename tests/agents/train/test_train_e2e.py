@@ -57,6 +57,7 @@ def test_tiny_train_crash_then_resume(tmp_path, monkeypatch):
     assert abs(real["training_cpu_s"] - summary["training_cpu_s"]) <= mean_step  # equal compute, to a step
     assert arms["heldout"]["relative_score"]["paired"]["n_tasks"] >= 1
     assert arms["verdict"] and (run / "arms.png").stat().st_size > 1000
+    assert arms["schedule"] == "after the WMRL arm"  # --no-concurrent-arms
     assert (run / "summary.md").read_text().splitlines()[2].startswith("| ARMS AT EQUAL COMPUTE")
     final = json.loads((run / "checkpoint" / "state.json").read_text())
     deb = final["wrapper"]["corrector"]["debiaser"]
