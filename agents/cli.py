@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, cfg in PRESETS.items():
                 print(name, dataclasses.asdict(cfg))
             return 0
-    except (ValueError, FileExistsError, FileNotFoundError, SandboxUnavailableError, ServerError) as exc:
+    except (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError, SandboxUnavailableError,
+            ServerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except TooManyUngradedError as exc:  # the stop rule (docs/method.md, "Ungraded rollouts")

@@ -164,17 +164,20 @@ class CpuBudget:
         poll_s: seconds between reads of that file while waiting.
         alive: called while waiting; ``False`` means the WMRL arm's process has gone without a
             final total (default: always alive).
+        log: called with a line when :meth:`stop_before` starts waiting for the WMRL arm and
+            when it goes on (default: silent), e.g. ``print`` for the real arm's log.
 
     Raises:
         ValueError: both ``cpu_s`` and ``follow`` given.
     """
 
     def __init__(self, cpu_s: float | None = None, *, follow: str | Path | None = None, poll_s: float = 1.0,
-                 alive: Any = None) -> None:
+                 alive: Any = None, log: Any = None) -> None:
         if cpu_s is not None and follow is not None:
             raise ValueError("CpuBudget takes a known budget (cpu_s) or a run folder to follow, not both")
         self.cpu_s, self.follow, self.poll_s = cpu_s, None if follow is None else Path(follow), float(poll_s)
         self._alive = alive or (lambda: True)
+        self._log = log or (lambda line: None)
         self.waited_s = 0.0
         """Seconds :meth:`stop_before` spent waiting for the WMRL arm (wall-clock, no CPU)."""
 
@@ -207,7 +210,7 @@ class CpuBudget:
         Raises:
             RuntimeError: the followed WMRL arm's process ended without a final total.
         """
-        t0 = time.perf_counter()
+        t0, waiting = time.perf_counter(), False
         try:
             while True:
                 budget, final = self.limit()
@@ -220,9 +223,15 @@ class CpuBudget:
                 if not self._alive():
                     raise RuntimeError(f"the WMRL arm in {self.follow} stopped before the end of its training; the "
                                        "real arm waits for its total: resume the run with wmrl train --resume")
+                if not waiting:
+                    waiting = True
+                    self._log(f"waiting for the WMRL arm: this arm has spent {spent:.0f} CPU-s in {steps_done} "
+                              f"step(s), the WMRL arm {budget:.0f} CPU-s so far; another step could overrun it")
                 time.sleep(self.poll_s)
         finally:
             self.waited_s += time.perf_counter() - t0
+            if waiting:
+                self._log(f"went on after {time.perf_counter() - t0:.0f} s of waiting for the WMRL arm")
 
 
 def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95) -> dict[str, Any] | None:

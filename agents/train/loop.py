@@ -30,6 +30,7 @@ import math
 import os
 import random
 import shutil
+import threading
 import time
 import warnings
 from dataclasses import asdict
@@ -79,11 +80,13 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     Raises:
         FileExistsError: ``run_dir`` already holds a run and ``resume`` is False.
         FileNotFoundError: ``resume`` without a checkpoint in ``run_dir``.
+        NotADirectoryError: ``run_dir``, or a folder above it, is a file (:func:`check_run_dir`).
         ValueError: invalid configuration.
         TooManyUngradedError: the stop rule fired (the reason is in metrics.jsonl; the last
             checkpoint stays for a resume).
     """
     run_dir = Path(run_dir)
+    check_run_dir(run_dir)
     if resume and (run_dir / "summary.json").exists():  # the WMRL arm is done: the real arm is left
         cfg = load_config(run_dir)
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -106,6 +109,23 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     if "real" not in cfg.arms:
         return summary
     return _real_arm(cfg, run_dir, summary, quiet, beside)
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Raise before anything is built when ``run_dir`` cannot be a folder.
+
+    Raises:
+        NotADirectoryError: ``run_dir`` or the nearest existing path above it is not a folder
+            (e.g. ``--run-dir results.json/run``); the message names that path.
+    """
+    path = Path(run_dir).absolute()
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is" if candidate == path else f"(above {run_dir}) is"
+                raise NotADirectoryError(f"--run-dir {run_dir}: {candidate} {what} a file, not a folder; "
+                                         "choose another --run-dir")
+            return
 
 
 def concurrent_arms(cfg: TrainConfig) -> bool:
@@ -170,6 +190,7 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
+    threading.Thread(target=_exit_with_parent, args=(alive,), name="wmrl-real-arm-parent", daemon=True).start()
     real_dir = run / "real"
     if (real_dir / "summary.json").exists():  # it finished before the WMRL arm was killed in its evaluation
         return
@@ -177,7 +198,25 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
     if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
         shutil.rmtree(real_dir)
     _train_arm(real_arm_config(cfg, None), real_dir, resume=resume, quiet=False, eval_before=progress["eval_before"],
-               show_table=False, adapter_prefix="wmrl-real-policy", budget=CpuBudget(follow=run, alive=alive))
+               show_table=False, adapter_prefix="wmrl-real-policy", budget=CpuBudget(follow=run, alive=alive, log=print))
+
+
+def _exit_with_parent(alive: Any, poll_s: float = 1.0, grace_s: float = 60.0) -> None:
+    """In the real arm's process: stop it within ``poll_s`` of the WMRL arm's process going (e.g.
+    ``kill -9``, which lets that process stop nothing), instead of training on to the end of its
+    step. It interrupts the main thread (``KeyboardInterrupt``: the step's ``finally`` blocks
+    remove their sandboxes) and ends the process after ``grace_s`` if that has not. The last
+    checkpoint stays (written atomically: :mod:`agents.train.checkpoint`); ``wmrl train --resume``
+    continues both arms."""
+    import _thread
+
+    while alive():
+        time.sleep(poll_s)
+    print("the WMRL arm's process is gone: the real arm stops here; wmrl train --resume continues both arms "
+          "from their last checkpoints", flush=True)
+    _thread.interrupt_main()
+    time.sleep(grace_s)
+    os._exit(3)
 
 
 def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: bool,

@@ -518,3 +518,27 @@ def test_world_model_idle_reports_a_call_that_is_still_running():
     finally:
         wm.release.set()
     assert world_model_idle(wm, 60.0)  # returns as soon as the released call finished
+
+
+def test_ctrl_c_during_a_timed_world_model_call_lets_the_call_end_before_it_unwinds():
+    """An interrupt that unwound while the call's daemon thread still computed would let the
+    interpreter exit under it (in torch: "terminate called without an active exception", an abort
+    instead of a KeyboardInterrupt); the call is given its deadline's remainder to end first."""
+    import os
+    import signal
+    import time
+
+    from wmrl_envs.core.world_model_call import _call_with_deadline
+
+    class SlowWM:
+        finished = False
+
+        def predict(self, contexts, actions):
+            time.sleep(0.5)
+            SlowWM.finished = True
+            return [WorldModelPrediction(score=0.5) for _ in actions]
+
+    threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+    with pytest.raises(KeyboardInterrupt):
+        _call_with_deadline(SlowWM(), [None], [A], timeout_s=30.0)
+    assert SlowWM.finished  # before the fix the interrupt unwound at 0.1 s, the call still running

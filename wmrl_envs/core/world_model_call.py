@@ -34,6 +34,8 @@ CPU (see :func:`world_model_cpu_seconds`)."""
 logger = logging.getLogger(__name__)
 
 
+#: seconds a world-model call with a time-out may go on after Ctrl-C before the interrupt unwinds
+INTERRUPT_GRACE_S = 30.0
 _CALL_LOCKS: dict[int, threading.Lock] = {}
 _CALL_LOCKS_GUARD = threading.Lock()
 
@@ -124,6 +126,7 @@ def _call_with_deadline(
             f"{name}.predict: an earlier call that timed out is still running after {timeout_s:g} s more"
         )
     box: dict[str, Any] = {}
+    done = threading.Event()  # not Thread.join: an interrupted join marks a running thread ended (Python 3.11)
 
     def run() -> None:
         try:
@@ -132,12 +135,21 @@ def _call_with_deadline(
             box["exc"] = exc
         finally:
             lock.release()
+            done.set()
 
     # a daemon thread: a call that never returns cannot keep the interpreter from exiting
     worker = threading.Thread(target=run, name=f"wmrl-predict-{name}", daemon=True)
     worker.start()
-    worker.join(max(0.0, deadline - time.monotonic()))
-    if worker.is_alive():
+    try:
+        done.wait(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:
+        # let the call end (within its deadline, at most INTERRUPT_GRACE_S) before the interrupt
+        # unwinds: an interpreter that exits while the thread computes in native code (torch)
+        # aborts the process ("terminate called without an active exception") instead of
+        # raising KeyboardInterrupt to the caller
+        done.wait(max(0.0, min(deadline - time.monotonic(), INTERRUPT_GRACE_S)))
+        raise
+    if not done.is_set():
         return None, WORLD_MODEL_TIMEOUT, (
             f"{name}.predict did not return within world_model_timeout_s={timeout_s:g} s for a batch of "
             f"{len(actions)} (its thread keeps running in the background; later calls wait for it)"

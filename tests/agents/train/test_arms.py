@@ -233,3 +233,50 @@ def test_the_last_checkpoint_is_found_between_the_two_renames(tmp_path):
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "checkpoint" / "state.json").write_text("{}")
     assert checkpoint_folder(tmp_path) == tmp_path / "checkpoint"
+
+
+def test_a_followed_budget_says_in_the_log_when_it_waits_and_when_it_goes_on(tmp_path):
+    publish_progress(tmp_path, eval_before={}, spent=50.0, steps_trained=1, final=False)
+    lines, polls = [], []
+
+    def wmrl_arm_finishes():  # the WMRL arm's total arrives on the second poll
+        polls.append(1)
+        if len(polls) == 2:
+            publish_progress(tmp_path, eval_before={}, spent=200.0, steps_trained=2, final=True)
+        return True
+
+    budget = CpuBudget(follow=tmp_path, poll_s=0.0, alive=wmrl_arm_finishes, log=lines.append)
+    assert budget.stop_before(10.0, 1) is False and lines == []  # no wait: no line
+    assert budget.stop_before(49.0, 1) is False  # waits until the total (200) says go on
+    assert len(lines) == 2 and lines[0].startswith("waiting for the WMRL arm: this arm has spent 49 CPU-s in 1 step")
+    assert lines[1].startswith("went on after")
+
+
+def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tmp_path):
+    """kill -9 of ``wmrl train`` used to leave the real arm training to the end of its step."""
+    import subprocess
+    import sys
+    import time
+
+    flag = tmp_path / "parent-alive"
+    flag.write_text("")
+    script = (
+        "import time, pathlib, threading\n"
+        "from agents.train.loop import _exit_with_parent\n"
+        f"flag = pathlib.Path({str(flag)!r})\n"
+        "threading.Thread(target=_exit_with_parent, args=(flag.exists, 0.05, 30.0), daemon=True).start()\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    while True:\n"
+        "        time.sleep(0.05)  # a step in progress\n"
+        "except KeyboardInterrupt:\n"
+        "    print('step interrupted', flush=True)\n"
+        "    raise SystemExit(5)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    t0 = time.monotonic()
+    flag.unlink()  # the WMRL arm's process is gone
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 5 and "real arm stops here" in out and "step interrupted" in out
+    assert time.monotonic() - t0 < 10

@@ -174,3 +174,13 @@ def test_bad_settings_fail_fast_without_a_run_folder(tmp_path, args, capsys):
     assert main(["train", "--preset", "tiny", "--run-dir", str(run), *args]) == 2
     assert "error:" in capsys.readouterr().err
     assert not run.exists()
+
+
+def test_a_run_dir_under_a_file_fails_before_anything_is_built(tmp_path, capsys):
+    from agents.cli import main
+
+    (tmp_path / "results.json").write_text("{}")
+    assert main(["train", "--preset", "tiny", "--run-dir", str(tmp_path / "results.json" / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and "results.json" in err and "choose another --run-dir" in err
+    assert (tmp_path / "results.json").read_text() == "{}"
