@@ -99,6 +99,14 @@ class AdviseConfig:
     up to it (unset: as shares of your batch), and the advice says the --anchor-window that realises the
     recommended fraction (the router puts at least one anchor group in every window of steps, so
     with the default window of 1 step a fraction below 1 / groups_per_step is not realised)."""
+    world_model_fit_executions: int = 0
+    """Real executions the world model was fitted on before training (e.g. a log of earlier runs), paid
+    once: with --real-steps and --groups-per-step the advice counts their cost (at the pilot's cost per
+    execution) against real GRPO's compute to the target and recommends from the totals. 0: a world
+    model that costs nothing before training (a frozen LLM judge, one learned from its anchors)."""
+    real_steps: int | None = None
+    """Steps real-execution GRPO at your batch would take to your target (e.g. the steps you would train
+    it for): what a one-time fitting cost is weighed against (needed with --world-model-fit-executions)."""
     step_law: str = "adam"
     """The optimiser of the run you plan: "adam" (Adam/AdamW/RMSprop at a fixed learning rate, as wmrl
     train and every benchmark here: steps grow as sqrt(1 + B_noise/B)) or "sgd" (SGD with its learning
@@ -411,6 +419,16 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     if cfg.groups_per_step is not None and not (isinstance(cfg.groups_per_step, int) and cfg.groups_per_step >= 1):
         raise ValueError(f"--groups-per-step must be an integer >= 1 (the groups per step of the run you plan), "
                          f"got {cfg.groups_per_step!r}")
+    fit = cfg.world_model_fit_executions
+    if isinstance(fit, bool) or not isinstance(fit, int) or fit < 0:
+        raise ValueError(f"--world-model-fit-executions must be an integer >= 0 (real executions the world model "
+                         f"was fitted on), got {fit!r}")
+    if fit and (cfg.real_steps is None or cfg.groups_per_step is None):
+        raise ValueError("--world-model-fit-executions is weighed against real GRPO's compute to your target: give "
+                         "--real-steps (its steps to the target at your batch) and --groups-per-step too")
+    if cfg.real_steps is not None and (isinstance(cfg.real_steps, bool) or not isinstance(cfg.real_steps, int)
+                                       or cfg.real_steps < 1):
+        raise ValueError(f"--real-steps must be an integer >= 1 (real GRPO's steps to your target), got {cfg.real_steps!r}")
     if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
     out = Path(cfg.out_dir)
@@ -444,15 +462,47 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
 
     from wmrl_envs.utils import finite_or_none  # strict JSON: NaN and infinities become null
 
+    fitting = fitting_advice(advice, cfg, loop) if fit else None
     (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": asdict(cfg),
-                                                                **advice.to_dict()}), indent=1))
+                                                                **advice.to_dict(), "with_fitting": fitting}), indent=1))
     plot_advice(advice, loop, out / "advice.png")
     log(f"[advise] {source}")
     log(advice.format())
+    if fitting is not None:
+        log(fitting["text"])
     if cfg.groups_per_step is not None and math.isfinite(advice.recommended_fraction) and advice.use_wmrl:
         log(f"[advise] {anchor_window_hint(advice.recommended_fraction, cfg.groups_per_step)}")
     log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'}")
     return advice
+
+
+def fitting_advice(advice: Any, cfg: AdviseConfig, loop: Any) -> dict[str, Any] | None:
+    """Every choice again with the world model's fitting counted (``cfg.world_model_fit_executions``
+    against ``cfg.real_steps`` of real GRPO at ``cfg.groups_per_step``;
+    :func:`wmrl_envs.core.advisor_choices.with_fitting`), and the cheapest of them.
+
+    Returns:
+        ``{"fit_executions", "real_steps", "share" (φ), "choices", "best_choice", "text"}``;
+        ``None`` when the advice priced no choice (too few groups).
+    """
+    from wmrl_envs.core.advisor_choices import Choice, fitting_share, recommend, with_fitting
+
+    if not advice.choices:
+        return None
+    real_groups = loop.advisor.groups()[1]
+    group_size = len(real_groups[-1]) if real_groups else cfg.group_size  # a run folder's own G
+    phi = fitting_share(cfg.world_model_fit_executions, cfg.real_steps, cfg.groups_per_step, group_size, advice.costs)
+    choices = with_fitting([Choice(**{**c, "ci": tuple(c["ci"])}) for c in advice.choices], phi)
+    best, _close, best_text = recommend(choices)
+    lines = [f"counting the world model's fitting ({cfg.world_model_fit_executions} executions = {phi:.0%} of real "
+             f"GRPO's compute to the target in {cfg.real_steps} steps of {cfg.groups_per_step} groups):"]
+    for c in choices:
+        if c.kind != "real":
+            ci = (f" [{c.ci[0]:.2f}, {c.ci[1]:.2f}]" if all(math.isfinite(x) for x in c.ci) else "")
+            lines.append(f"  {c.words}: {c.predicted_speedup:.2f}x{ci} in total")
+    lines.append(f"best choice with the fitting counted: {best_text}")
+    return {"fit_executions": cfg.world_model_fit_executions, "real_steps": cfg.real_steps, "share": phi,
+            "choices": [c.to_dict() for c in choices], "best_choice": best.to_dict(), "text": "\n".join(lines)}
 
 
 def anchor_window_hint(fraction: float, groups_per_step: int) -> str:

@@ -327,3 +327,26 @@ def test_pilot_with_wall_clock_costs_counts_the_wait():
     assert rates.unit == "wall-clock s" and 0.01 <= rates.execution_s < 1.0
     assert CostRates.from_ledger(wall.loop.ledger, cpu=True).execution_s == pytest.approx(2.0)  # the declared CPU-s
     assert AdviseConfig(cost_basis="wall").cost_basis == "wall"
+
+
+def test_wmrl_advise_counts_the_world_models_fitting_when_told_it(tmp_path):
+    cfg = AdviseConfig(groups=12, group_size=4, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+                       policy=f"{__name__}:gaussian_policy", n_boot=50, out_dir=str(tmp_path), groups_per_step=10,
+                       world_model_fit_executions=200, real_steps=10)
+    lines = []
+    advice = main_advise(cfg, log=lines.append)
+    saved = json.loads((tmp_path / "advice.json").read_text())["with_fitting"]
+    assert saved["share"] == pytest.approx(200 / 400, rel=0.01)  # KnownEnv's generation and update cost nothing
+    plain = {c["words"]: c["predicted_speedup"] for c in advice.choices}
+    for c in saved["choices"]:
+        if c["kind"] != "real":
+            assert 1 / c["predicted_speedup"] == pytest.approx(1 / plain[c["words"]] + saved["share"])
+    assert any("counting the world model's fitting (200 executions" in line for line in lines)
+
+
+def test_a_fitting_cost_without_real_steps_is_refused_before_the_pilot(tmp_path):
+    with pytest.raises(ValueError, match="--real-steps"):
+        main_advise(AdviseConfig(world_model_fit_executions=175, groups_per_step=10, env="nowhere_xyz:f",
+                                 out_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="--world-model-fit-executions must be"):
+        main_advise(AdviseConfig(world_model_fit_executions=-1, env="nowhere_xyz:f", out_dir=str(tmp_path)))

@@ -189,3 +189,38 @@ def test_wmrl_advise_refuses_an_unknown_step_law_before_the_pilot():
 
     with pytest.raises(ValueError, match="step_law"):
         main_advise(AdviseConfig(step_law="lion", env="no_such_module:make"), log=lambda s: None)
+
+
+def test_a_world_models_fitting_is_counted_against_real_grpos_compute_to_the_target():
+    from wmrl_envs.core.advisor_choices import fitting_share, with_fitting
+
+    costs = CostRates(2.5, 0.02, other_s=0.0)
+    # 175 logged executions against 10 steps of 10 groups of 4: 175 / 400 of real GRPO's compute
+    phi = fitting_share(175, 10, 10, 4, costs)
+    assert phi == pytest.approx(175 / 400)
+    choices = price_choices(0.5, costs, 8.0, groups_per_step=10, f_min=0.05, r_replicates=[0.4, 0.5, 0.6])
+    counted = with_fitting(choices, phi)
+    for before, after in zip(choices, counted):
+        if before.kind == "real":
+            assert after == before  # a real batch pays no fitting
+        else:  # compute to the target = real's / s + the fitting
+            assert 1 / after.predicted_speedup == pytest.approx(1 / before.predicted_speedup + phi)
+            assert after.ci[0] < after.predicted_speedup < after.ci[1]
+    wm_only = next(c for c in counted if c.kind == "world_model_only")
+    assert wm_only.predicted_speedup < 1 / phi  # the fitting alone bounds what a world model can save
+    # a world model free before training changes nothing; bad counts are named
+    assert with_fitting(choices, 0.0) == list(choices)
+    with pytest.raises(ValueError, match="real_steps"):
+        fitting_share(175, 0, 10, 4, costs)
+    with pytest.raises(ValueError, match=">= 0"):
+        with_fitting(choices, -1.0)
+
+
+def test_counting_the_fitting_can_turn_the_recommendation_to_a_smaller_real_batch():
+    from wmrl_envs.core.advisor_choices import with_fitting
+
+    costs = CostRates(2.5, 0.02, other_s=0.0)
+    choices = price_choices(0.5, costs, 8.0, groups_per_step=10, f_min=0.05)
+    assert recommend(choices)[0].kind == "wmrl"
+    best, _, text = recommend(with_fitting(choices, 2.0))  # a fitting twice real GRPO's compute
+    assert best.kind == "real" and best.groups_per_step < 10 and "real execution with" in text

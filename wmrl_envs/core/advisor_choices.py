@@ -8,7 +8,9 @@ the batch's worth in real groups ``q`` and the gradient noise scale (:func:`step
 batch of ``B'`` of the user's ``B`` groups is worth ``q = B'/B``; WMRL at fraction ``f`` is worth
 ``q = f + (1 − f) r²``; world model only ``q = r²``. :func:`recommend` picks the cheapest choice
 that keeps anchors (world model only is priced, never recommended: its prediction ignores bias,
-which only anchors can watch) and says it in words a user acts on.
+which only anchors can watch) and says it in words a user acts on. :func:`with_fitting` counts a
+one-time cost of the world model (its fitting on logged executions) against real GRPO's compute to
+the target, which per-rollout prices leave out.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import numpy as np
 
 from .advisor_model import CostRates, check_noise_batch_ratio, check_step_law, steps_ratio
 
-__all__ = ["Choice", "DEFAULT_FRACTIONS", "preferred_half_r", "price_choices", "real_batches", "recommend"]
+__all__ = ["Choice", "DEFAULT_FRACTIONS", "fitting_share", "preferred_half_r", "price_choices", "real_batches",
+           "recommend", "with_fitting"]
 
 DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 """WMRL's anchor fractions priced by default (those outside the advisor's [f_min, f_max] are left out)."""
@@ -168,6 +171,57 @@ def price_choices(r: float, costs: CostRates, noise_batch_ratio: float | None = 
                       interval(lambda x: _wmrl_speedup(0.0, x, costs, b, step_law)),
                       1.0 / st0 if st0 > 0 else math.inf,
                       "train on the world model alone (no anchors: nothing corrects or watches its bias)"))
+    return out
+
+
+def fitting_share(fit_executions: int, real_steps: int, groups_per_step: int, group_size: int,
+                  costs: CostRates) -> float:
+    """A world model's one-time fitting cost over real GRPO's compute to the target at the user's batch.
+
+    ``φ = N·c_exec / (S·B·G·(c_exec + c_other))`` for a world model fitted on ``N`` real executions
+    (priced at the pilot's cost per execution) and real GRPO that reaches the target in ``S`` steps
+    of ``B`` groups of ``G`` rollouts. The execution's cost cancels up to ``c_other``, so ``φ`` is
+    close to ``N / (S·B·G)`` whatever the pilot's programs cost (a pilot's untrained policy fails
+    often, and failures execute cheaply).
+
+    Raises:
+        ValueError: ``fit_executions`` < 0 or a count < 1 (each named).
+    """
+    for name, v, lo in (("fit_executions", fit_executions, 0), ("real_steps", real_steps, 1),
+                        ("groups_per_step", groups_per_step, 1), ("group_size", group_size, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    per_rollout = costs.execution_s + costs.other_s
+    if per_rollout <= 0:
+        return 0.0 if fit_executions == 0 else math.inf
+    return fit_executions * costs.execution_s / (real_steps * groups_per_step * group_size * per_rollout)
+
+
+def with_fitting(choices: Sequence[Choice], share: float) -> list[Choice]:
+    """``choices`` with the world model's one-time cost counted: each WMRL and world-model-only
+    speedup ``s`` (and its interval) becomes ``1 / (1/s + φ)``, ``φ`` = :func:`fitting_share` (the
+    compute to the target is real GRPO's over ``s`` plus the fitting); real batches pay none.
+
+    Raises:
+        ValueError: ``share`` negative or not a number.
+    """
+    if not (isinstance(share, (int, float)) and not isinstance(share, bool) and share >= 0 and not math.isnan(share)):
+        raise ValueError(f"the fitting's share of real GRPO's compute must be a number >= 0, got {share!r}")
+
+    def total(s: float) -> float:
+        if math.isnan(s):
+            return s
+        if s <= 0:
+            return 0.0
+        return 1.0 / (1.0 / s + share) if share < math.inf else 0.0
+
+    out = []
+    for c in choices:
+        if c.kind == "real" or share == 0:
+            out.append(c)
+        else:
+            out.append(Choice(c.kind, c.share, c.groups_per_step, total(c.predicted_speedup),
+                              (total(c.ci[0]), total(c.ci[1])), c.steps_factor, c.words))
     return out
 
 
