@@ -83,11 +83,16 @@ def _train(argv: list[str]) -> int:
         return 2
     base = dataclasses.replace(PRESETS[known.preset], preset=known.preset)
     cfg = _parse(type(base), rest, prog="wmrl train", description=_TRAIN_HELP, default=base)
-    if known.resume:
-        train(cfg, known.resume, resume=True, quiet=known.quiet)
-        return 0
-    run_dir = Path(known.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
-    train(cfg, run_dir, quiet=known.quiet)
+    run_dir = Path(known.resume or known.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    try:
+        train(cfg, run_dir, resume=bool(known.resume), quiet=known.quiet)
+    except KeyboardInterrupt:  # Ctrl-C: the last checkpoint stays
+        if (run_dir / "config.json").exists():
+            print(f"\ninterrupted: `wmrl train --resume {run_dir}` continues the run from its last checkpoint",
+                  file=sys.stderr)
+        else:
+            print("\ninterrupted before the run started: nothing to resume", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -121,7 +121,7 @@ def run_one(scenario: str, seed: int, *, change_rule: str = "bonferroni", **kw: 
 
 
 def _run(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, gamma: float,
-         f_min: float, f_max: float, rule: str = "band") -> dict[str, Any]:
+         f_min: float, f_max: float, rule: str = "band", step_law: str = "sgd") -> dict[str, Any]:
     """The run behind :func:`run_one`."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
     from wmrl_envs.core.advisor import optimal_anchor_fraction
@@ -145,7 +145,7 @@ def _run(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, 
         return 0.0 if brk is not None and step >= brk else r0
 
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=gamma, noise_batch_ratio=b, f_min=f_min, f_max=f_max,
-                           min_pairs=10**6, buffer_size=10**6, warmup_groups=10**6)
+                           min_pairs=10**6, buffer_size=10**6, warmup_groups=10**6, auto_step_law=step_law)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "auto is experimental"
         loop = CorrectionLoop(cfg, world_model=_WM(), groups_per_step=groups, seed=seed)
@@ -171,8 +171,10 @@ def _run(scenario: str, seed: int, *, steps: int, groups: int, group_size: int, 
             loop.close_group(t, wm.tolist(), real.tolist())
     fr = np.asarray(fr)
 
-    def model(r: float) -> float:
-        return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma, b)))
+    rule_of = loop.adaptive if rule != "point" else old
+
+    def model(r: float) -> float:  # the rule's own answer for the true r (its step law and anchor weight)
+        return min(f_max, max(f_min, optimal_anchor_fraction(r, gamma, b, rule_of.step_law, rho=rule_of.rho)))
 
     cps = [step for step, _k in getattr(loop.adaptive, "change_points", [])]
     out: dict[str, Any] = {"scenario": scenario, "seed": seed,
@@ -235,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--change-points", action="store_true",
                     help="issue 37's comparison: constant r 0.45 and 0.8 for the false change points, breaks from "
                          "0.45 and 0.8 (gamma=0.01, b=1) for the delay, both change rules (--seeds/--steps apply)")
+    ap.add_argument("--step-law", choices=["sgd", "adam"], default="sgd",
+                    help="CorrectionConfig.auto_step_law of the runs (adam: Adam's law with the run's anchor weight)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="smoke run: 2 seeds, 40 steps")
     ap.add_argument("--out", default="runs/adaptive_fraction.json")
@@ -246,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         args.change_rules = ["bonferroni", "z4"]
     scenarios = [f"r={r}" for r in args.rs] + ([] if args.no_break else [f"break={x}" for x in args.breaks])
     kw = dict(steps=args.steps, groups=args.groups, group_size=args.group_size, gamma=args.gamma,
-              f_min=args.f_min, f_max=args.f_max, rule=args.rule)
+              f_min=args.f_min, f_max=args.f_max, rule=args.rule, step_law=args.step_law)
     t0 = time.time()
     jobs = [(sc, s, dict(kw, change_rule=cr)) for cr in args.change_rules for sc in scenarios for s in range(args.seeds)]
     if args.jobs > 1:

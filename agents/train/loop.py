@@ -95,7 +95,14 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
                              "with --run-dir, nothing to resume")
         beside = None
     else:
-        arm_cfg = load_config(run_dir) if resume and (run_dir / "config.json").exists() else cfg
+        # the checks that need no model, before the real arm's process is announced and started
+        if resume and not (run_dir / "config.json").exists():
+            load_config(run_dir)  # raises: not a run folder
+        if not resume:
+            validate(cfg)
+            if (run_dir / "config.json").exists():
+                raise _holds_a_run(run_dir)
+        arm_cfg = load_config(run_dir) if resume else cfg
         if not resume and not (run_dir / "config.json").exists():
             (run_dir / PROGRESS_FILE).unlink(missing_ok=True)  # not a run: a stale file must not start the real arm
         beside = _RealArmBeside(arm_cfg, run_dir, quiet) if concurrent_arms(arm_cfg) else None
@@ -109,6 +116,11 @@ def train(cfg: TrainConfig, run_dir: str | Path, *, resume: bool = False, quiet:
     if "real" not in cfg.arms:
         return summary
     return _real_arm(cfg, run_dir, summary, quiet, beside)
+
+
+def _holds_a_run(run_dir: Path) -> FileExistsError:
+    return FileExistsError(f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or choose "
+                           "another --run-dir")
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -364,9 +376,12 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                          steps_planned=cfg.steps)
 
     # 2. GRPO steps
+    step_costs: list[float] = []  # training CPU-s of each step trained in this process: the next one's estimate
     with StepProgress(console, cfg.steps, start_step) as progress:
         for step in range(start_step, cfg.steps):
-            if budget.stop_before(spent_cpu_s(ledger), step):  # --cpu-budget-s (or the WMRL arm's): training ends here
+            spent_before = spent_cpu_s(ledger)
+            next_step = sum(step_costs[-3:]) / len(step_costs[-3:]) if step_costs else None
+            if budget.stop_before(spent_before, step, next_step):  # --cpu-budget-s (or the WMRL arm's): training ends here
                 limit = budget.limit()[0]
                 _append_jsonl(metrics_path, {"step": step, "stopped": "cpu_budget_spent", "training_cpu_s": spent_cpu_s(ledger),
                                              "cpu_budget_s": limit, "waited_s": budget.waited_s, "ledger": ledger.to_dict()})
@@ -433,6 +448,7 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
             if c.scorer is not None:
                 rec.update(async_rec)
             _append_jsonl(metrics_path, rec)
+            step_costs.append(spent_cpu_s(ledger) - spent_before)
             tracker.log(rec, step)
             checkpoint.save_checkpoint(run_dir, c, step, rng, {"eval_before": eval_before,
                                                      "wall_s": prior_wall + time.perf_counter() - t_start,
@@ -559,9 +575,7 @@ def _start(cfg: TrainConfig, run_dir: Path, resume: bool, console: Console) -> T
     else:
         validate(cfg)
         if (run_dir / "config.json").exists():
-            raise FileExistsError(
-                f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or choose another --run-dir"
-            )
+            raise _holds_a_run(run_dir)
     random.seed(cfg.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     console.print(f"[bold]wmrl train[/bold] preset={cfg.preset} run_dir={run_dir}" + (" (resuming)" if resume else ""))
@@ -692,8 +706,10 @@ def _fraction_in_force(st: dict[str, Any]) -> dict[str, Any]:
 
 
 def _append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    # strict JSON (NaN and infinities as null): the real arm's calibration figures are NaN
+    line = json.dumps(finite_or_none(json.loads(json.dumps(record, default=json_default))), allow_nan=False)
     with path.open("a") as f:
-        f.write(json.dumps(record, default=json_default) + "\n")
+        f.write(line + "\n")
 
 
 def _step_causes(groups: list[Any]) -> dict[str, int]:

@@ -407,3 +407,36 @@ def test_a_gap_of_four_standard_errors_among_a_hundred_splits_is_not_a_change_po
     wm, real = _step_change(4, 4, z=3.5)
     assert _change_point(wm, real, 4) is None
     assert _change_point(wm, real, 4, z_crit=3.09) == (4, pytest.approx(3.5))
+
+
+def test_f_star_with_the_runs_anchor_weight_keeps_anchors_for_a_world_model_without_signal():
+    # at the optimum ρ = 1/r a useless world model's groups are free (f* = γ); weighted by a fixed ρ
+    # their noise still counts, and Adam's law wants about sqrt(2γ/3) anchors
+    assert optimal_anchor_fraction(0.0, 0.01, None, "adam") == pytest.approx(0.01, rel=0.01)
+    f = optimal_anchor_fraction(0.0, 0.01, None, "adam", rho=2.0)
+    assert f == pytest.approx(0.087, abs=0.003)
+    for r in (0.3, 0.5, 0.8):  # ρ = 1/r is the optimum: the same answer as rho=None
+        for b in (None, 1.0):
+            assert optimal_anchor_fraction(r, 0.2, b, "adam", rho=1 / r) == pytest.approx(
+                optimal_anchor_fraction(r, 0.2, b, "adam"), abs=2e-3)
+    assert optimal_anchor_fraction(0.8, 0.01, None, "adam", rho=2.0) == 0.0  # a useful world model: the floor
+    with pytest.raises(ValueError, match="rho must be"):
+        optimal_anchor_fraction(0.5, 0.01, rho=0.0)
+
+
+def test_auto_under_adams_law_takes_the_runs_anchor_weight_and_saves_it():
+    adaptive = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, auto_step_law="adam").build_adaptive()
+    assert (adaptive.step_law, adaptive.rho) == ("adam", 2.0)  # rho_target: the weight anchors train with
+    assert adaptive._clip(0.0) == pytest.approx(0.087, abs=0.003) and adaptive._clip(0.8) == 0.02
+    plain = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, auto_step_law="adam", denoise=False)
+    assert plain.build_adaptive().rho == 1.0
+    sgd = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01).build_adaptive()
+    assert (sgd.step_law, sgd.rho, sgd._clip(0.0)) == ("sgd", None, 0.5)  # the default: unchanged
+    state = json.loads(json.dumps(adaptive.state_dict()))
+    sgd.load_state_dict(state)
+    assert (sgd.step_law, sgd.rho) == ("adam", 2.0)
+    old = {k: v for k, v in state.items() if k not in ("step_law", "rho")}  # saved before the setting existed
+    sgd.load_state_dict(old)
+    assert (sgd.step_law, sgd.rho) == ("sgd", None)
+    with pytest.raises(ValueError, match="auto_step_law"):
+        CorrectionConfig(anchor_fraction="auto", auto_step_law="rmsprop").build_adaptive()

@@ -21,6 +21,7 @@ from .advisor_model import (
     CostRates,
     Scores,
     check_noise_batch_ratio,
+    check_step_law,
     crossfit_calibrated,
     is_finite_number,
     map_groups,
@@ -227,6 +228,13 @@ class AdaptiveAnchorFraction:
             r's bounds allow before it moves (>= 0).
         execution_budget: real executions allowed (>= 1) or ``None``.
         on_budget_spent: ``"floor"`` or ``"stop"``.
+        step_law: the step law ``f*`` is taken under (:func:`optimal_anchor_fraction`):
+            ``"sgd"`` (default; a useless world model sends the fraction to ``f_max`` without a
+            noise scale) or ``"adam"`` (Adam's law, the advisor's default).
+        rho: the anchor weight f* assumes (:func:`optimal_anchor_fraction`); ``None``: the
+            optimum ``1/r``. With Adam's law and the optimum, f*(0) <= γ: a useless world model
+            kept the fraction at the floor, and training lost to real GRPO
+            (``benchmarks/auto_step_law.py``); give the run's ρ (``CorrectionConfig`` does).
 
     Attributes:
         fraction: the fraction in force.
@@ -244,7 +252,7 @@ class AdaptiveAnchorFraction:
 
     def __init__(self, *, start: float = 0.1, f_min: float = 0.02, f_max: float = 0.5, cost_ratio: float | None = None,
                  noise_batch_ratio: float | None = None, window: int = 16, min_groups: int = 8, hysteresis: float = 0.25, execution_budget: int | None = None,
-                 on_budget_spent: str = "stop") -> None:
+                 on_budget_spent: str = "stop", step_law: str = "sgd", rho: float | None = None) -> None:
         if not (is_finite_number(f_min) and is_finite_number(f_max) and 0.0 <= f_min <= f_max <= 1.0):
             raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
         if not (is_finite_number(start) and 0.0 <= start <= 1.0):
@@ -274,6 +282,10 @@ class AdaptiveAnchorFraction:
         self.window, self.min_groups, self.hysteresis = int(window), int(min_groups), float(hysteresis)
         self.execution_budget = None if execution_budget is None else int(execution_budget)
         self.on_budget_spent = on_budget_spent
+        check_step_law(step_law)
+        if rho is not None and not (is_finite_number(rho) and rho > 0):
+            raise ValueError(f"rho must be the run's anchor weight > 0 (or None: the optimum 1/r), got {rho!r}")
+        self.step_law, self.rho = step_law, None if rho is None else float(rho)
         self.fraction = self.start
         self.gamma: float | None = self.cost_ratio
         self.history: list[tuple[int, float, float]] = []
@@ -346,9 +358,8 @@ class AdaptiveAnchorFraction:
         return r, full[0], full[1] if short is None else min(full[1], short[1])
 
     def _clip(self, r: float) -> float:
-        # SGD's step law, as before issue 39: moving auto to Adam's law (the advisor's default) changes its
-        # targets (f* <= γ without b) and needs benchmarks/adaptive_fraction.py run again
-        f = optimal_anchor_fraction(max(-1.0, min(1.0, r)), self.gamma, self.noise_batch_ratio, step_law="sgd")
+        f = optimal_anchor_fraction(max(-1.0, min(1.0, r)), self.gamma, self.noise_batch_ratio, step_law=self.step_law,
+                                    rho=self.rho)
         return min(self.f_max, max(self.f_min, f))
 
     def target(self, advisor: AnchorAdvisor, calibrate: Callable[[Scores], Sequence[float]] | str | None = None
@@ -491,7 +502,7 @@ class AdaptiveAnchorFraction:
         return {"start": self.start, "f_min": self.f_min, "f_max": self.f_max, "cost_ratio": self.cost_ratio,
                 "noise_batch_ratio": self.noise_batch_ratio, "window": self.window, "min_groups": self.min_groups, "hysteresis": self.hysteresis,
                 "execution_budget": self.execution_budget, "on_budget_spent": self.on_budget_spent,
-                "fraction": self.fraction, "gamma": self.gamma,
+                "step_law": self.step_law, "rho": self.rho, "fraction": self.fraction, "gamma": self.gamma,
                 # strict JSON: an r not estimated yet (NaN) is written as null
                 "history": [[s, f, r if math.isfinite(r) else None] for s, f, r in self.history],
                 "budget_spent": self.budget_spent, "pending": list(self._pending),
@@ -510,7 +521,9 @@ class AdaptiveAnchorFraction:
                                        window=state["window"],
                                        min_groups=state["min_groups"], hysteresis=state["hysteresis"],
                                        execution_budget=state["execution_budget"],
-                                       on_budget_spent=state["on_budget_spent"])
+                                       on_budget_spent=state["on_budget_spent"],
+                                       step_law=state.get("step_law", "sgd"),  # absent before it existed: SGD's
+                                       rho=state.get("rho"))
         if not (is_finite_number(state["fraction"]) and 0.0 <= float(state["fraction"]) <= 1.0):
             raise ValueError(f"a saved adaptive anchor fraction must be in [0, 1], got {state['fraction']!r}")
         if float(state["fraction"]) > 0 and not fresh.f_min <= float(state["fraction"]) <= fresh.f_max:

@@ -261,7 +261,7 @@ def steps_ratio(q: float, noise_batch_ratio: float | None = None, step_law: str 
 
 
 def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | None = None,
-                            step_law: str = "adam") -> float:
+                            step_law: str = "adam", rho: float | None = None) -> float:
     """The anchor fraction that maximises :func:`predicted_speedup` (the GRPO-specific optimum).
 
     Maximises ``steps_ratio(q(f), b) / (f + γ)`` with ``q(f) = f + (1 − f) r²`` over ``f`` in
@@ -285,6 +285,12 @@ def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | N
         gamma: (world model + generation + update) cost per rollout over one execution's, >= 0.
         noise_batch_ratio: ``b = B_noise / B`` >= 0 (:class:`GradientNoiseScale`); ``None``: ``∞``.
         step_law: the optimiser's step law (:data:`STEP_LAWS`).
+        rho: the weight of the anchor groups' advantages the run will train with; ``None``: the
+            inverse-variance optimum ``1/r``, where a step is worth ``q = f + (1 − f) r²``. A
+            fixed ``ρ`` gives ``q = (ρf + (1 − f) r)² / (ρ² f + 1 − f)`` (the weighted sum's signal
+            over its noise; equal at ``ρ = 1/r``): world-model groups without signal still add
+            their noise, so at ``r = 0`` and Adam's law f* is about sqrt(2γ/3) (ρ = 2, γ = 0.01:
+            0.087) instead of γ (``benchmarks/auto_step_law.py`` trains both).
 
     Returns:
         f* in [0, 1] (0: no anchors needed for the variance; the floor decides).
@@ -306,9 +312,14 @@ def optimal_anchor_fraction(r: float, gamma: float, noise_batch_ratio: float | N
         raise ValueError(f"gamma must be a cost ratio >= 0, got {gamma!r}")
     b = check_noise_batch_ratio(noise_batch_ratio)
     check_step_law(step_law)
+    if rho is not None and not (is_finite_number(rho) and rho > 0):
+        raise ValueError(f"rho must be an anchor weight > 0 (or None: the optimum 1/r), got {rho!r}")
     r2 = max(0.0, r) ** 2
     f = _F_GRID
-    q = f + (1.0 - f) * r2
+    if rho is None:
+        q = f + (1.0 - f) * r2
+    else:
+        q = (rho * f + (1.0 - f) * max(0.0, r)) ** 2 / (rho * rho * f + 1.0 - f)
     with np.errstate(divide="ignore", invalid="ignore"):
         if math.isinf(b):
             lin = q

@@ -99,6 +99,11 @@ class CorrectionConfig:
     """anchor_fraction="auto": the last anchor groups the online within-group correlation is taken over."""
     auto_min_groups: int = 8
     """anchor_fraction="auto": usable anchor groups in the window before the fraction adapts."""
+    auto_step_law: Literal["sgd", "adam"] = "sgd"
+    """anchor_fraction="auto": the step law its f* is taken under: "sgd" (a world model without signal sends
+    the fraction to f_max without a noise scale) or "adam" (Adam's law with this run's anchor weight,
+    rho_target when it denoises, 1 when not: a world model without signal needs about sqrt(2 gamma / 3));
+    docs/method.md, "Adaptive anchor fraction"; benchmarks/auto_step_law.py."""
     auto_hysteresis: float = 0.25
     """anchor_fraction="auto": the fraction moves only when it lies outside the range of fractions r's
     confidence bounds allow by more than this factor - 1 (docs/method.md, "Adaptive anchor fraction")."""
@@ -204,11 +209,14 @@ class CorrectionConfig:
             return AdaptiveAnchorFraction(
                 start=self.auto_start_fraction, f_min=self.f_min, f_max=self.f_max, cost_ratio=self.cost_ratio,
                 noise_batch_ratio=self.noise_batch_ratio, window=self.auto_window, min_groups=self.auto_min_groups, hysteresis=self.auto_hysteresis,
-                execution_budget=self.execution_budget, on_budget_spent=self.on_budget_spent)
+                execution_budget=self.execution_budget, on_budget_spent=self.on_budget_spent,
+                step_law=self.auto_step_law,
+                rho=(self.rho_target if self.denoise else 1.0) if self.auto_step_law == "adam" else None)
         except ValueError as exc:
             msg = str(exc)
             for arg, fld in (("min_groups", "auto_min_groups"), ("window", "auto_window"),
-                             ("hysteresis", "auto_hysteresis"), ("start", "auto_start_fraction")):
+                             ("hysteresis", "auto_hysteresis"), ("start", "auto_start_fraction"),
+                             ("step_law", "auto_step_law")):
                 msg = re.sub(rf"(?<![a-z_]){arg}(?![a-z_])", fld, msg)
             raise ValueError(f"CorrectionConfig: {msg}") from None
 
@@ -221,6 +229,6 @@ class CorrectionConfig:
 
 
 _AUTO_FIELDS = ("auto_start_fraction", "f_min", "f_max", "cost_ratio", "noise_batch_ratio", "auto_window", "auto_min_groups",
-                "auto_hysteresis", "execution_budget", "on_budget_spent")
+                "auto_hysteresis", "auto_step_law", "execution_budget", "on_budget_spent")
 """The settings of ``anchor_fraction="auto"`` (refused with a fixed fraction unless at their defaults)."""
 _AUTO_DEFAULTS = {f: CorrectionConfig.__dataclass_fields__[f].default for f in _AUTO_FIELDS}

@@ -280,3 +280,28 @@ def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tm
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 5 and "real arm stops here" in out and "step interrupted" in out
     assert time.monotonic() - t0 < 10
+
+
+def test_the_stop_rule_uses_the_next_steps_expected_cost_when_steps_grow_dearer():
+    # 13 steps spent 541 CPU-s (mean 41.6), the last ones cost about 63: the mean so far takes a 14th step
+    # that ends 36 over a budget of 568, the recent cost stops 27 under it, the nearer of the two
+    assert budget_reached(541.0, 13, 568.0) is False
+    assert budget_reached(541.0, 13, 568.0, next_step=63.0) is True
+    assert budget_reached(541.0, 13, 600.0, next_step=63.0) is False
+    assert CpuBudget(568.0).stop_before(541.0, 13, 63.0) is True
+
+
+def test_an_interrupted_wait_does_not_say_it_went_on(tmp_path):
+    publish_progress(tmp_path, eval_before={}, spent=50.0, steps_trained=1, final=False)
+    lines, polls = [], []
+
+    def interrupted_on_the_second_poll():  # Ctrl-C while waiting
+        polls.append(1)
+        if len(polls) == 2:
+            raise KeyboardInterrupt
+        return True
+
+    with pytest.raises(KeyboardInterrupt):
+        CpuBudget(follow=tmp_path, poll_s=0.0, alive=interrupted_on_the_second_poll,
+                  log=lines.append).stop_before(49.0, 1)
+    assert lines[0].startswith("waiting for the WMRL arm") and not any(line.startswith("went on") for line in lines)

@@ -140,7 +140,7 @@ def test_tiny_train_arms_side_by_side_killed_and_resumed(tmp_path, monkeypatch):
     progress = read_progress(run)
     assert progress["final"] and progress["training_cpu_s"] == pytest.approx(summary["training_cpu_s"])
     assert progress["steps_trained"] == summary["steps_trained"] == 2
-    real_lines = [json.loads(l) for l in (run / "real" / "metrics.jsonl").read_text().splitlines()]
+    real_lines = [json.loads(l, parse_constant=no_nan) for l in (run / "real" / "metrics.jsonl").read_text().splitlines()]  # strict JSON
     trained = [r for r in real_lines if "tasks" in r]
     assert [r["step"] for r in trained] == list(range(real["steps_trained"])) and real["steps_trained"] >= 1
     if real["steps_trained"] < 16:  # it stopped where a run after the WMRL arm would have
@@ -184,3 +184,19 @@ def test_a_run_dir_under_a_file_fails_before_anything_is_built(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "is a file, not a folder" in err and "results.json" in err and "choose another --run-dir" in err
     assert (tmp_path / "results.json").read_text() == "{}"
+
+
+def test_a_refused_start_announces_no_real_arm(tmp_path, capsys):
+    """A setting refused, or a --run-dir that holds a run, used to print 'real-execution GRPO arm:
+    training beside this one ... (log: ...)' first, for a process that never ran."""
+    from agents.cli import main
+
+    assert main(["train", "--preset", "tiny", "--run-dir", str(tmp_path / "a"), "--steps", "0"]) == 2
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "config.json").write_text("{}")
+    assert main(["train", "--preset", "tiny", "--run-dir", str(tmp_path / "b")]) == 2
+    assert main(["train", "--resume", str(tmp_path / "missing")]) == 2
+    out = capsys.readouterr()
+    assert "real-execution GRPO arm" not in out.out + out.err
+    assert "already holds a run" in out.err and "is not a wmrl run folder" in out.err
+    assert not (tmp_path / "a").exists()
