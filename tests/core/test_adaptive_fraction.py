@@ -55,7 +55,7 @@ def _run(loop, steps, r_of_step, g=4, seed=0):
 
 
 def test_auto_follows_f_star_down_for_a_good_world_model_and_up_when_it_breaks():
-    loop = _loop()
+    loop = _loop(auto_step_law="sgd")  # SGD's law: a useless world model calls for f_max
     fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0)
     assert fr[0] == 0.1  # the start fraction during the warm-up
     # a good world model: without a noise scale f* = 0 (its groups are worth their cost), so the floor f_min
@@ -73,8 +73,8 @@ def test_auto_follows_f_star_down_for_a_good_world_model_and_up_when_it_breaks()
 
 
 def test_auto_with_a_measured_noise_scale_rises_to_sqrt_gamma_b_when_the_world_model_breaks():
-    """A useless world model with b = 1 and γ = 0.01: f* = sqrt(γ b) = 0.1, not f_max."""
-    loop = _loop(noise_batch_ratio=1.0)
+    """A useless world model with b = 1 and γ = 0.01, SGD's law: f* = sqrt(γ b) = 0.1, not f_max."""
+    loop = _loop(noise_batch_ratio=1.0, auto_step_law="sgd")
     fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0)
     assert fr[59] == 0.02
     assert fr[-1] == pytest.approx(0.1, abs=0.01) and max(fr) <= 0.1 + 1e-9
@@ -250,8 +250,8 @@ def test_auto_warns_that_it_is_experimental():
 def test_an_anti_correlated_world_model_moves_auto_up_like_a_useless_one():
     # issue 25, finding 3: the cross-fitted map of an anti-correlated world model is flat (r undefined);
     # that is evidence of r <= 0, so auto must rise to f_max as for r = 0, not stay at its start
-    useless, _ = _run(_loop(), 30, lambda s: 0.0, g=8)
-    loop = _loop()
+    useless, _ = _run(_loop(auto_step_law="sgd"), 30, lambda s: 0.0, g=8)
+    loop = _loop(auto_step_law="sgd")  # SGD's law: r = 0 calls for f_max, which makes the move visible
     anti, _ = _run(loop, 30, lambda s: -0.6, g=8)
     assert useless[-1] == 0.5
     assert anti[-1] == 0.5 and anti[0] == 0.1  # the start fraction until the warm-up ends
@@ -430,8 +430,9 @@ def test_auto_under_adams_law_takes_the_runs_anchor_weight_and_saves_it():
     assert adaptive._clip(0.0) == pytest.approx(0.087, abs=0.003) and adaptive._clip(0.8) == 0.02
     plain = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, auto_step_law="adam", denoise=False)
     assert plain.build_adaptive().rho == 1.0
-    sgd = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01).build_adaptive()
-    assert (sgd.step_law, sgd.rho, sgd._clip(0.0)) == ("sgd", None, 0.5)  # the default: unchanged
+    assert CorrectionConfig(anchor_fraction="auto").build_adaptive().step_law == "adam"  # the default
+    sgd = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, auto_step_law="sgd").build_adaptive()
+    assert (sgd.step_law, sgd.rho, sgd._clip(0.0)) == ("sgd", None, 0.5)  # the rule before
     state = json.loads(json.dumps(adaptive.state_dict()))
     sgd.load_state_dict(state)
     assert (sgd.step_law, sgd.rho) == ("adam", 2.0)
@@ -440,3 +441,15 @@ def test_auto_under_adams_law_takes_the_runs_anchor_weight_and_saves_it():
     assert (sgd.step_law, sgd.rho) == ("sgd", None)
     with pytest.raises(ValueError, match="auto_step_law"):
         CorrectionConfig(anchor_fraction="auto", auto_step_law="rmsprop").build_adaptive()
+
+
+def test_auto_under_adams_law_rises_to_the_no_signal_fraction_when_the_world_model_breaks():
+    """The default (Adam's law with the run's ρ = 2): a good world model goes to the floor, a break
+    raises the fraction to clip(f*(0)) = 0.087 at γ = 0.01, not to f_max (benchmarks/auto_step_law.py:
+    faster to the target than SGD's law, which paid for anchors up to f_max)."""
+    loop = _loop()
+    fr, _ = _run(loop, 120, lambda s: 0.9 if s < 60 else 0.0, g=8)
+    assert loop.adaptive.step_law == "adam" and loop.adaptive.rho == 2.0
+    assert fr[59] == 0.02
+    rise = next(i for i in range(60, 120) if fr[i] >= 0.08)
+    assert rise - 60 <= 12 and min(fr[rise:]) >= 0.08 and max(fr) <= 0.1 + 1e-9

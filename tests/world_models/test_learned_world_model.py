@@ -283,7 +283,8 @@ def test_cold_start_on_known_truth_auto_routes_more_to_real_first_and_less_later
     env = KnownTruthEnv(n_tasks=6, n_actions=24, outcome_noise_std=0.1, table_seed=0)
     wm = LearnedWorldModel(_known_truth_featurizer(env), head=Ridge(alpha=1.0), refit_every=1, folds=5)
     cfg = CorrectionConfig(anchor_fraction="auto", cost_ratio=0.01, auto_start_fraction=0.25, f_min=0.05, f_max=0.5,
-                           auto_min_groups=6, auto_window=12, min_pairs=64, refit_every=64)
+                           auto_min_groups=6, auto_window=12, min_pairs=64, refit_every=64,
+                           auto_step_law="sgd")  # SGD's law: r ~ 0 calls for f_max, which makes the rise visible
     with pytest.warns(UserWarning, match="experimental"):
         loop = CorrectionLoop(cfg, world_model=wm, seed=0, groups_per_step=4)
     rng = np.random.default_rng(0)

@@ -195,8 +195,9 @@ class AdaptiveAnchorFraction:
        split with the largest such gap is taken; the groups before it and the older half
        of those after it (a split found that early tends to include a few groups from before the
        change) no longer count for r, its bounds or the cross-fitted map, and the fraction rises at
-       once to ``clip(f*(0))``, the fraction for a world model without signal (``f_max`` without a
-       noise scale, ``sqrt(γ b)`` with one), when that is higher. Until ``min_groups`` groups count
+       once to ``clip(f*(0))``, the fraction for a world model without signal (under SGD's law
+       ``f_max`` without a noise scale, ``sqrt(γ b)`` with one; under Adam's law with the run's
+       ``rho``, about ``sqrt(2γ/3)``), when that is higher. Until ``min_groups`` groups count
        again the fraction stays (step 1's warm-up, without returning to ``start``); then step 4
        lowers it if the groups after the change point show enough signal. Without
        it a measured noise scale kept the fraction at the floor after a break: with b ≈ 1 and γ =
@@ -229,8 +230,9 @@ class AdaptiveAnchorFraction:
         execution_budget: real executions allowed (>= 1) or ``None``.
         on_budget_spent: ``"floor"`` or ``"stop"``.
         step_law: the step law ``f*`` is taken under (:func:`optimal_anchor_fraction`):
-            ``"sgd"`` (default; a useless world model sends the fraction to ``f_max`` without a
-            noise scale) or ``"adam"`` (Adam's law, the advisor's default).
+            ``"sgd"`` (the class default, which needs no ρ: a useless world model sends the
+            fraction to ``f_max`` without a noise scale) or ``"adam"`` (Adam's law;
+            ``CorrectionConfig`` defaults to it, with the run's ρ).
         rho: the anchor weight f* assumes (:func:`optimal_anchor_fraction`); ``None``: the
             optimum ``1/r``. With Adam's law and the optimum, f*(0) <= γ: a useless world model
             kept the fraction at the floor, and training lost to real GRPO

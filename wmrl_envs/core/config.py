@@ -99,11 +99,11 @@ class CorrectionConfig:
     """anchor_fraction="auto": the last anchor groups the online within-group correlation is taken over."""
     auto_min_groups: int = 8
     """anchor_fraction="auto": usable anchor groups in the window before the fraction adapts."""
-    auto_step_law: Literal["sgd", "adam"] = "sgd"
-    """anchor_fraction="auto": the step law its f* is taken under: "sgd" (a world model without signal sends
-    the fraction to f_max without a noise scale) or "adam" (Adam's law with this run's anchor weight,
-    rho_target when it denoises, 1 when not: a world model without signal needs about sqrt(2 gamma / 3));
-    docs/method.md, "Adaptive anchor fraction"; benchmarks/auto_step_law.py."""
+    auto_step_law: Literal["sgd", "adam"] = "adam"
+    """anchor_fraction="auto": the step law its f* is taken under: "adam" (default: Adam's law with this run's
+    anchor weight, rho_target when it denoises, 1 when not; a world model without signal needs about
+    sqrt(2 gamma / 3)) or "sgd" (the rule before: a world model without signal sends the fraction to f_max
+    without a noise scale); docs/method.md, "Adaptive anchor fraction"; benchmarks/auto_step_law.py."""
     auto_hysteresis: float = 0.25
     """anchor_fraction="auto": the fraction moves only when it lies outside the range of fractions r's
     confidence bounds allow by more than this factor - 1 (docs/method.md, "Adaptive anchor fraction")."""
