@@ -406,7 +406,8 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                          " / ".join(_fmt(by[k], 1) for k in ("execution", "world_model", "generation", "update"))))
             rows.append(("executions' share of real-execution GRPO's CPU-s", _fmt(c.get("execution_share_of_real_grpo"), 2)))
         if cv.get("verdict"):
-            rows.append(("measured cost verdict", str(cv["verdict"])))
+            rows.append(("cost of the same rollouts (arithmetic of the anchor fraction, not a measured saving)",
+                         str(cv["verdict"])))
     adv = s.get("anchor_advice")
     if adv:
         if "r" in adv:

@@ -115,4 +115,4 @@ def test_tiny_train_with_the_learned_policy_world_model(tmp_path, monkeypatch):
         assert verdict.startswith(f"these rollouts cost {cv['spent']:.0f} CPU-s") and "arithmetic" in verdict
     assert isinstance(summary["anchor_advice"]["verdict"], str)
     md = (run / "summary.md").read_text()
-    assert "learned-policy (LearnedWorldModel)" in md and "measured cost verdict" in md
+    assert "learned-policy (LearnedWorldModel)" in md and "cost of the same rollouts (arithmetic of the anchor fraction, not a measured saving)" in md
