@@ -193,6 +193,7 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
 
     from agents.train.arms import read_progress
 
+    python_interrupts()
     run, alive = Path(run_dir), (lambda: os.getppid() == parent_pid)
     while (progress := read_progress(run)) is None:  # the WMRL arm's initial evaluation is not done yet
         if not alive():
@@ -213,11 +214,21 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
                show_table=False, adapter_prefix="wmrl-real-policy", budget=CpuBudget(follow=run, alive=alive, log=print))
 
 
+def python_interrupts() -> None:
+    """In a process's main thread: SIGINT raises ``KeyboardInterrupt`` (Python's own handler), even
+    where the process was started with SIGINT ignored (a job started in the background by a shell,
+    ``nohup``), so that :func:`_exit_with_parent` and Ctrl-C can interrupt a step."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _exit_with_parent(alive: Any, poll_s: float = 1.0, grace_s: float = 60.0) -> None:
     """In the real arm's process: stop it within ``poll_s`` of the WMRL arm's process going (e.g.
     ``kill -9``, which lets that process stop nothing), instead of training on to the end of its
-    step. It interrupts the main thread (``KeyboardInterrupt``: the step's ``finally`` blocks
-    remove their sandboxes) and ends the process after ``grace_s`` if that has not. The last
+    step. It interrupts the main thread (``KeyboardInterrupt``, which needs :func:`python_interrupts`
+    in that thread: the step's ``finally`` blocks remove their sandboxes) and ends the process after
+    ``grace_s`` if that has not. The last
     checkpoint stays (written atomically: :mod:`agents.train.checkpoint`); ``wmrl train --resume``
     continues both arms."""
     import _thread

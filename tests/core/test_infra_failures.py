@@ -538,7 +538,11 @@ def test_ctrl_c_during_a_timed_world_model_call_lets_the_call_end_before_it_unwi
             SlowWM.finished = True
             return [WorldModelPrediction(score=0.5) for _ in actions]
 
-    threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT)).start()  # Ctrl-C
-    with pytest.raises(KeyboardInterrupt):
-        _call_with_deadline(SlowWM(), [None], [A], timeout_s=30.0)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job may ignore SIGINT
+    try:
+        threading.Timer(0.1, os.kill, args=(os.getpid(), signal.SIGINT)).start()  # Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            _call_with_deadline(SlowWM(), [None], [A], timeout_s=30.0)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     assert SlowWM.finished  # before the fix the interrupt unwound at 0.1 s, the call still running

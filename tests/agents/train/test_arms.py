@@ -262,7 +262,8 @@ def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tm
     flag.write_text("")
     script = (
         "import time, pathlib, threading\n"
-        "from agents.train.loop import _exit_with_parent\n"
+        "from agents.train.loop import _exit_with_parent, python_interrupts\n"
+        "python_interrupts()  # as the real arm's process does: SIGINT may be ignored in a background job\n"
         f"flag = pathlib.Path({str(flag)!r})\n"
         "threading.Thread(target=_exit_with_parent, args=(flag.exists, 0.05, 30.0), daemon=True).start()\n"
         "print('started', flush=True)\n"
