@@ -363,10 +363,11 @@ def test_the_hub_is_one_named_ray_actor_shared_by_processes():
 def test_adaptive_anchor_fraction_follows_the_world_model_quality(useful, expected):
     """anchor_fraction='auto' in reward_kwargs.correction: the advisor's f* moves the fraction
     from its start (0.3) to f_min for a world model that tracks execution, to f_max for one that
-    does not."""
+    does not (under SGD's step law, auto_step_law='sgd', where a useless world model calls for
+    f_max; the default, Adam's law with the run's ρ, calls for about 0.09, below this f_min)."""
     hub = WMRLHub(4, 10, {"anchor_fraction": "auto", "auto_start_fraction": 0.3, "auto_min_groups": 4,
                           "auto_window": 8, "f_min": 0.1, "f_max": 0.5, "cost_ratio": 0.01,
-                          "min_pairs": 4, "refit_every": 4, "warmup_groups": 1})
+                          "min_pairs": 4, "refit_every": 4, "warmup_groups": 1, "auto_step_law": "sgd"})
     rng = np.random.default_rng(0)
     fractions = []
     for step in range(1, 7):
