@@ -33,7 +33,6 @@ from typing import Any, Mapping
 import numpy as np
 
 __all__ = ["TRAINING_SOURCES", "PROGRESS_FILE", "real_arm_config", "spent_cpu_s", "budget_reached", "CpuBudget",
-           "mean_t_interval",
            "publish_progress", "read_progress", "compare_arms", "arms_rows", "plot_arms", "paired_over_tasks"]
 
 TRAINING_SOURCES = ("execution", "world_model", "generation", "update")
@@ -245,19 +244,6 @@ class CpuBudget:
                 self._log(f"went on after {time.perf_counter() - t0:.0f} s of waiting for the WMRL arm")
 
 
-def mean_t_interval(x: Any, level: float = 0.95) -> list[float] | None:
-    """The Student-t interval of the mean of ``x`` (1-D, e.g. per-task differences) at coverage
-    ``level``; ``None`` with fewer than 2 values. Over a handful of tasks a percentile bootstrap is
-    far too narrow (:func:`paired_over_tasks`)."""
-    from scipy import stats
-
-    d = np.asarray(x, dtype=float)
-    if d.size < 2:
-        return None
-    half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
-    return [float(d.mean() - half), float(d.mean() + half)]
-
-
 def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95) -> dict[str, Any] | None:
     """Mean of ``a[t] - b[t]`` over the tasks both have, with a Student-t interval over tasks.
 
@@ -284,6 +270,8 @@ def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: flo
     if not tasks:
         return None
     d = np.array([a[t] - b[t] for t in tasks], dtype=float)
+    from agents.train.relative import mean_t_interval
+
     ci = mean_t_interval(d, level)
     return {"difference": float(d.mean()), "difference_ci": ci, "share_tasks_a_higher": float(np.mean(d > 0)),
             "share_tasks_tied": float(np.mean(d == 0)), "n_tasks": int(d.size), "method": "t-interval over tasks",

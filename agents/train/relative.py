@@ -406,6 +406,21 @@ def __getattr__(name: str) -> Any:  # the env class is built on first use (no gy
     raise AttributeError(name)
 
 
+def mean_t_interval(x: Any, level: float = 0.95) -> list[float] | None:
+    """The Student-t interval of the mean of ``x`` (1-D, e.g. per-task differences) at coverage
+    ``level``; ``None`` with fewer than 2 values. Over a handful of tasks a percentile bootstrap is
+    far too narrow (:func:`agents.train.arms.paired_over_tasks`)."""
+    import math
+
+    from scipy import stats
+
+    d = np.asarray(x, dtype=float)
+    if d.size < 2:
+        return None
+    half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
+    return [float(d.mean() - half), float(d.mean() + half)]
+
+
 def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2000, seed: int = 0,
                   level: float = 0.95) -> dict[str, Any] | None:
     """The policy against copying the shown line, on the test half of the held-out tasks.
@@ -421,7 +436,7 @@ def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2
         n_boot, seed: unused (kept for callers of the percentile bootstrap this replaced: over a
             handful of tasks it was far too narrow, zero-width from 2 tasks).
         level: the coverage of the Student-t interval over tasks of the mean difference
-            (:func:`agents.train.arms.mean_t_interval`, as the arms' comparison).
+            (:func:`mean_t_interval`, as the arms' comparison).
 
     Returns:
         ``None`` when no task has test scores; else ``{"copy_score": 0.5, "policy_score": mean over
@@ -432,8 +447,6 @@ def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2
     per_task = {t: float(np.mean(v["test_scores"])) for t, v in trajectories.items() if v.get("test_scores")}
     if not per_task:
         return None
-    from agents.train.arms import mean_t_interval
-
     x = np.asarray(list(per_task.values())) - SCORE_AT_SHOWN
     ci = mean_t_interval(x, level)
     return {"copy_score": SCORE_AT_SHOWN, "best_score": SCORE_AT_BEST, "policy_score": float(x.mean() + SCORE_AT_SHOWN),
