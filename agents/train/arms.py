@@ -409,7 +409,8 @@ def arms_rows(arms: Mapping[str, Any] | None) -> list[tuple[str, str]]:
 def plot_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any], path: str | Path) -> None:
     """``arms.png``: held-out relative score (or mean score without ``--reward relative``) against
     training CPU-seconds for both arms: the shared initial policy at 0, each arm's trained policy at
-    its spent CPU-seconds (one run; ``benchmarks/main_job_arms.py`` plots the committed seeds). Each
+    its spent CPU-seconds (one run; ``benchmarks/main_job_arms.py`` plots the committed seeds), joined
+    by a dotted line because nothing was evaluated in between. Each
     trained end carries ± half the paired interval's half-width, so ends whose bars do not overlap
     differ by about what the interval resolves; the relative score's axis is its whole range."""
     import matplotlib
@@ -431,7 +432,10 @@ def plot_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any], path: str | Path
         x = arms["training_cpu_s"][arm]
         if y is None or before is None:
             continue
-        ax.plot([0, x], [before, y], marker="o", color=colour, label="WMRL" if arm == "wmrl" else "real-execution GRPO")
+        # two evaluations only (before and after training): a dotted join, not a measured curve
+        ax.plot([0, x], [before, y], ls=":", lw=1, color=colour, alpha=0.6)
+        ax.plot([0, x], [before, y], ls="none", marker="o", color=colour,
+                label="WMRL" if arm == "wmrl" else "real-execution GRPO")
         if half is not None:  # the paired difference's half-width: how far apart the two ends must be
             ax.errorbar([x], [y], yerr=[[half / 2], [half / 2]], color=colour, capsize=4)
     if key == "relative_score":  # the score's whole range: a zoomed axis makes a tie look like a lead
@@ -439,7 +443,7 @@ def plot_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any], path: str | Path
         ax.set_ylim(0.28, 1.02)
     ax.set_xlabel("training CPU-seconds")
     ax.set_ylabel(label)
-    ax.set_title("wmrl train: both arms at equal compute")
+    ax.set_title("wmrl train: both arms at equal compute\n(evaluated before and after training only)", fontsize=10)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -388,7 +388,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
 
     # 2. GRPO steps
     step_costs: list[float] = []  # training CPU-s of each step trained in this process: the next one's estimate
-    with StepProgress(console, cfg.steps, start_step) as progress:
+    # a real arm following the WMRL arm does not know its steps until the WMRL arm has published some
+    with StepProgress(console, None if budget.follow is not None else cfg.steps, start_step) as progress:
         for step in range(start_step, cfg.steps):
             spent_before = spent_cpu_s(ledger)
             next_step = sum(step_costs[-3:]) / len(step_costs[-3:]) if step_costs else None
@@ -472,6 +473,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
                 spent = spent_cpu_s(ledger)
                 info += f" CPU-s {spent:.0f}/{'' if final else '~'}{limit:.0f}"
                 progress.total = min(cfg.steps, max(step + 1, round(limit / (spent / (step + 1)))))
+            elif limit is not None and not final:  # a followed budget not yet known: no total, no time left
+                progress.total = None
             progress.advance(rec["step_s"], info)
             steps_done = step + 1
             if publishes:
@@ -525,15 +528,17 @@ class StepProgress:
 
     Args:
         console: where to show it (``console.is_terminal`` picks the bar or the lines).
-        total: the run's steps.
+        total: the run's steps; ``None`` while they are unknown (a real arm following a WMRL arm
+            that has published no step yet): the line then shows no total and no time left.
         start: steps already done (a resumed run); the estimate uses only this process's steps.
         clock: seconds now (default ``time.perf_counter``; read on entry and at each step).
 
     Use as a context manager; call :meth:`advance` once per finished step.
     """
 
-    def __init__(self, console: Console, total: int, start: int = 0, clock: Any = time.perf_counter) -> None:
-        self.console, self.total, self.done, self._clock = console, int(total), int(start), clock
+    def __init__(self, console: Console, total: int | None, start: int = 0, clock: Any = time.perf_counter) -> None:
+        self.console, self.done, self._clock = console, int(start), clock
+        self.total: int | None = None if total is None else int(total)
         self._steps_here, self._t0 = 0, 0.0
         self.live = console.is_terminal and not console.quiet
         self._progress = Progress(
@@ -560,10 +565,14 @@ class StepProgress:
             self._progress.update(self._bar, total=self.total)
         self._steps_here += 1
         elapsed = self._clock() - self._t0
-        left = f"~{_clock(elapsed / self._steps_here * max(0, self.total - self.done))} left"
+        if self.total is None:
+            left, of, times = "", "", f"elapsed {_clock(elapsed)}"
+        else:
+            left = f"~{_clock(elapsed / self._steps_here * max(0, self.total - self.done))} left"
+            of, times = f"/{self.total}", f"elapsed {_clock(elapsed)}, {left}"
         self._progress.update(self._bar, advance=1, info=info, left=left)
         if not self.live and not self.console.quiet:  # a log file gets one plain line per step, no bar
-            self.console.print(f"step {self.done}/{self.total} ({step_s:.0f} s, elapsed {_clock(elapsed)}, {left}): {info}",
+            self.console.print(f"step {self.done}{of} ({step_s:.0f} s, {times}): {info}",
                                markup=False, highlight=False, soft_wrap=True)
 
 

@@ -51,3 +51,18 @@ def test_a_quiet_console_shows_nothing():
     out = io.StringIO()
     _run(Console(file=out, quiet=True), 2, 0, [1.0, 1.0])
     assert out.getvalue() == ""
+
+
+def test_unknown_steps_show_no_total_and_no_time_left_until_they_are_known():
+    # the real arm's first step, before the WMRL arm it follows has published any: issue 36's
+    # reviewer saw "step 1/128 (..., ~0:48:22 left)" from the safeguard cap of 128 steps
+    out = io.StringIO()
+    clock = iter([0.0, 23.0, 61.0])
+    with StepProgress(Console(file=out, force_terminal=False), None, 0, clock=lambda: next(clock)) as progress:
+        progress.advance(23.0, "reward 0.106")
+        progress.total = 5
+        progress.advance(38.0, "reward 0.250")
+    assert out.getvalue().splitlines() == [
+        "step 1 (23 s, elapsed 0:00:23): reward 0.106",
+        "step 2/5 (38 s, elapsed 0:01:01, ~0:01:32 left): reward 0.250",
+    ]
