@@ -16,7 +16,7 @@ held-out tasks. This module holds what that needs beside the training loop itsel
   CPU-seconds after every step to ``RUN_DIR/arm_progress.json``; the real arm starts a step only
   when :func:`budget_reached` says it would have started it against the WMRL arm's final total,
   and waits while it cannot tell yet, so it stops at the step a run after the WMRL arm would;
-- :func:`compare_arms`: held-out quality of both arms, paired over tasks with bootstrap CIs, and
+- :func:`compare_arms`: held-out quality of both arms, paired over tasks with Student-t CIs, and
   their compute;
 - :func:`arms_rows` and :func:`plot_arms`: the summary's leading rows and ``arms.png``.
 """
@@ -304,8 +304,8 @@ def compare_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, 
         training, each arm's relative test-half score (``--reward relative``: the shown line 0.5,
         the board's best 0.75) and mean held-out score, and their paired differences WMRL − real
         over the held-out tasks (:func:`paired_over_tasks`); and avg@k of both arms with the
-        difference's CI (:func:`agents.train.evaluation.heldout_spread`, resampling tasks within
-        categories). ``verdict``: one sentence. (:func:`agents.train.loop.train` adds
+        difference's CI (:func:`agents.train.evaluation.heldout_spread`, a t-interval over the
+        tasks). ``verdict``: one sentence. (:func:`agents.train.loop.train` adds
         ``schedule``: whether the real arm trained beside the WMRL arm or after it.)
     """
     from agents.train.evaluation import heldout_spread

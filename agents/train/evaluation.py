@@ -146,46 +146,48 @@ def _task_arrays(ev: Mapping[str, Any], tasks: Sequence[str]) -> tuple[np.ndarra
 
 def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, n_boot: int = 2000,
                    seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """The spread of the held-out figures over evaluation draws: percentile bootstrap CIs of avg@k
+    """The spread of the held-out figures over the held-out tasks: Student-t intervals of avg@k
     (``overall``) and ``mean_score`` before and after training, and of their paired difference
     after − before.
 
-    Each replicate resamples the held-out tasks with replacement within each category (so
-    ``overall`` stays the mean over the same categories), each task with all of its graded
-    trajectories: avg@k takes the best of the task's k trajectories, the mean score pools the
-    resampled tasks' trajectories. A task's figures come from its own k draws, so resampling
-    tasks carries the noise of those draws too; the k trajectories are not resampled again
-    inside a task (a second stage would count that noise twice, and resampling k draws with
-    replacement biases their best down). The difference resamples the same tasks before and
-    after (the tasks graded both times). Seeded: the same evaluations give the same CIs.
+    Each figure is a weighted mean over tasks: avg@k weights task i by ``1 / (C n_c(i))`` (the mean
+    over C categories of the mean over a category's tasks, as :func:`avg_at_k` computes it), the
+    mean score pools the tasks' graded trajectories (a ratio of sums). Its interval treats the tasks
+    as exchangeable draws: the standard error is ``sqrt(sum u_i^2 / (n (n - 1)))`` over the n tasks'
+    linearised contributions ``u_i`` (``n w_i (x_i - estimate)`` for a weighted mean; ``(y_i - R m_i)
+    / mean(m)`` for the ratio R of score sums y to counts m), with n − 1 degrees of freedom; the
+    difference uses each task's after − before contribution, so it pairs the same tasks. A task's
+    figures come from its own k draws, so the interval carries the noise of those draws too. Over a
+    handful of tasks this is the honest width: the percentile bootstrap within categories it
+    replaces (issue 36) had no spread from a category of one task and was too narrow elsewhere.
 
     Args:
         before, after: :func:`evaluate`'s results (their ``trajectories``, ``k``); ``None`` or a
             result without ``trajectories`` (a run resumed from an older checkpoint) gives
             ``None`` for its part.
-        n_boot: bootstrap replicates (>= 1).
-        seed: seed of the resampling (``numpy.random.default_rng``).
+        n_boot, seed: unused (kept for callers of the bootstrap this replaced).
         level: coverage of the intervals, in (0, 1).
 
     Returns:
-        ``{"method", "n_boot", "seed", "level", "before", "after", "difference"}``;
-        ``before``/``after`` are ``{"overall", "overall_ci": [lo, hi], "mean_score",
-        "mean_score_ci", "n_tasks"}`` (percent for avg@k, reward scale for the score),
-        ``difference`` the same for after − before on the tasks graded both times. A part is
-        ``None`` when it has no trajectories; a CI is ``None`` when there is nothing to resample
-        (no category with 2 tasks) or no finite score. No NaN.
+        ``{"method", "level", "before", "after", "difference"}``; ``before``/``after`` are
+        ``{"overall", "overall_ci": [lo, hi], "mean_score", "mean_score_ci", "n_tasks"}`` (percent
+        for avg@k, reward scale for the score), ``difference`` the same for after − before on the
+        tasks graded both times. avg@k's interval is clipped to its range ([0, 100], a difference
+        [-100, 100]). A part is ``None`` when it has no trajectories; a CI is ``None`` with fewer
+        than 2 tasks or no finite score. No NaN.
 
     Raises:
-        ValueError: ``n_boot < 1`` or ``level`` not in (0, 1).
+        ValueError: ``level`` not in (0, 1).
 
     Example:
         >>> ev = {"k": 1, "trajectories": {"a": {"category": "x", "positions": [0.2], "scores": [0.2]},
         ...                                "b": {"category": "x", "positions": [0.6], "scores": [0.6]}}}
-        >>> heldout_spread(ev, None)["before"]["overall"]
-        40.0
+        >>> sp = heldout_spread(ev, None)["before"]
+        >>> sp["overall"], [round(v, 1) for v in sp["overall_ci"]]
+        (40.0, [0.0, 100.0])
     """
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    from scipy import stats
+
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must be in (0, 1), got {level}")
 
@@ -193,46 +195,42 @@ def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
         return dict(ev["trajectories"]) if ev and ev.get("trajectories") else {}
 
     tb, ta = usable(before), usable(after)
-    q = [(1.0 - level) / 2, (1.0 + level) / 2]
 
-    def ci(reps: np.ndarray, resampled: bool) -> list[float] | None:
-        reps = reps[np.isfinite(reps)]
-        return [float(v) for v in np.quantile(reps, q)] if resampled and reps.size else None
+    def ci(point: float, u: np.ndarray) -> list[float] | None:
+        n = u.size
+        if n < 2 or not math.isfinite(point) or not np.all(np.isfinite(u)):
+            return None
+        half = float(stats.t.ppf((1 + level) / 2, n - 1) * math.sqrt(float(np.sum(u * u)) / (n * (n - 1))))
+        return [point - half, point + half]
 
     def part(evs: list[Mapping[str, Any]], tasks: list[str]) -> dict[str, Any] | None:
         if not tasks:
             return None
         cat = evs[-1]["trajectories"]
-        by_cat: dict[str, list[int]] = defaultdict(list)
-        for i, t in enumerate(tasks):
-            by_cat[cat[t]["category"]].append(i)
-        groups = [np.asarray(v) for _, v in sorted(by_cat.items())]
-        resampled = any(g.size >= 2 for g in groups)
-        rng = np.random.default_rng(seed)  # each part its own draws: a part does not depend on the others
-        idx = [g[rng.integers(0, g.size, size=(n_boot, g.size))] for g in groups]  # (n_boot, n_c) per category
+        cats = [cat[t]["category"] for t in tasks]
+        per_cat = {c: cats.count(c) for c in set(cats)}
+        n = len(tasks)
+        w = np.asarray([1.0 / (len(per_cat) * per_cat[c]) for c in cats])
         arrays = [_task_arrays(ev, tasks) for ev in evs]
-        best = arrays[-1][0] - (arrays[0][0] if len(evs) == 2 else 0.0)
-
-        def overall(ix: list[np.ndarray]) -> np.ndarray:
-            return np.mean([best[i].mean(axis=-1) for i in ix], axis=0)
-
-        def score(ix: list[np.ndarray]) -> np.ndarray:
-            out = []
-            for s_sum, n in (a[1:] for a in arrays):
-                tot, cnt = sum(s_sum[i].sum(axis=-1) for i in ix), sum(n[i].sum(axis=-1) for i in ix)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    out.append(np.where(cnt > 0, tot / np.where(cnt > 0, cnt, 1), np.nan))
-            return out[-1] - (out[0] if len(evs) == 2 else 0.0)
-
-        point_s = float(score([g for g in groups]))
-        return {"overall": float(overall(groups)), "overall_ci": ci(overall(idx), resampled),
-                "mean_score": point_s if math.isfinite(point_s) else None,
-                "mean_score_ci": ci(score(idx), resampled), "n_tasks": len(tasks)}
+        overall, u_overall, score, u_score = 0.0, np.zeros(n), 0.0, np.zeros(n)
+        for sign, (best, s_sum, cnt) in zip((-1.0, 1.0) if len(evs) == 2 else (1.0,), arrays):
+            m = float(np.sum(w * best))
+            overall, u_overall = overall + sign * m, u_overall + sign * n * w * (best - m)
+            total = float(cnt.sum())
+            r = float(s_sum.sum()) / total if total > 0 else float("nan")
+            score, u_score = score + sign * r, u_score + sign * (s_sum - r * cnt) / (total / n if total > 0 else 1.0)
+        o_ci = ci(overall, u_overall)
+        if o_ci is not None:  # avg@k lies in [0, 100] percent (a difference in [-100, 100])
+            bound = 100.0 if len(evs) == 2 else 0.0
+            o_ci = [max(o_ci[0], -bound) + 0.0, min(o_ci[1], 100.0)]  # + 0.0: no -0.0
+        return {"overall": float(overall), "overall_ci": o_ci,
+                "mean_score": score if math.isfinite(score) else None,
+                "mean_score_ci": ci(score, u_score), "n_tasks": n}
 
     common = [t for t in tb if t in ta]
-    return {"method": "percentile bootstrap over the held-out tasks within each category, each task with its "
-                      "k trajectories; the difference pairs the same tasks",
-            "n_boot": n_boot, "seed": seed, "level": level,
+    return {"method": "Student-t interval over the held-out tasks (weighted as the figure; each task with its k "
+                      "trajectories); the difference pairs the same tasks",
+            "level": level,
             "before": part([before], list(tb)) if tb else None,
             "after": part([after], list(ta)) if ta else None,
             "difference": part([before, after], common) if common else None}

@@ -40,8 +40,8 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
         groups, anchor groups), the world model (:func:`world_model_record`: its name and kind,
         its within-group r on the anchor groups with a 95% CI), wall-clock and CPU-seconds per cost
         source, ρ, anchor pairs, calibration errors, ungraded counts by cause, the held-out
-        results with their spread over evaluation draws (``heldout_spread``:
-        :func:`agents.train.evaluation.heldout_spread`, seeded bootstrap 95% CIs before, after and of
+        results with their spread over the held-out tasks (``heldout_spread``:
+        :func:`agents.train.evaluation.heldout_spread`, Student-t 95% CIs over tasks before, after and of
         the paired difference), what real-execution GRPO would have cost (:func:`cost_vs_real_grpo`), the
         advisor's verdict (:func:`anchor_advice`) and the task secret's fingerprint.
     """
@@ -337,8 +337,8 @@ def _ci(part: dict[str, Any] | None, key: str, nd: int) -> str:
 
 
 def _heldout_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    """Held-out avg@k and mean score before and after, each with its bootstrap CI over evaluation
-    draws where the summary has one (``heldout_spread``), and their paired difference."""
+    """Held-out avg@k and mean score before and after, each with its t-interval over the held-out
+    tasks where the summary has one (``heldout_spread``), and their paired difference."""
     b, a, sp = s["heldout_before"], s["heldout_after"], s.get("heldout_spread") or {}
     sb, sa, d = sp.get("before"), sp.get("after"), sp.get("difference")
     rows = [

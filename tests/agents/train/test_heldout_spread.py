@@ -1,11 +1,14 @@
 """The held-out figures' spread over evaluation draws in ``wmrl train``'s summary (issue 28):
-seeded bootstrap CIs of avg@k and the mean score before and after, and of their paired difference."""
+Student-t intervals over tasks of avg@k and the mean score before and after, and of their paired
+difference (issue 36 replaced a bootstrap within categories that was too narrow)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from scipy import stats
 
 from agents.train.evaluation import avg_at_k, finite_mean, heldout_spread
 
@@ -38,7 +41,11 @@ def test_the_point_figures_are_the_evaluations_and_the_cis_bracket_them():
     assert heldout_spread(BEFORE, None)["before"] == b  # a part does not depend on the other
     assert sp["difference"]["overall"] == 0.0 and sp["difference"]["overall_ci"] == [0.0, 0.0]
     assert heldout_spread(BEFORE, BEFORE) == sp  # seeded: reproducible
-    assert heldout_spread(BEFORE, BEFORE, seed=1)["before"]["overall_ci"] != b["overall_ci"]
+    # the t-interval by hand: 3 tasks in each of 3 categories weigh 1/9 each, so avg@k's interval is
+    # the ordinary t-interval of the 9 tasks' best positions (percent)
+    best = [100.0 * max(0.0 if p is None else p for p in BEFORE["trajectories"][f"t{i}"]["positions"]) for i in range(9)]
+    half = stats.t.ppf(0.975, 8) * np.std(best, ddof=1) / 3.0
+    assert b["overall_ci"] == pytest.approx([np.mean(best) - half, np.mean(best) + half])
     json.dumps(sp, allow_nan=False)  # strict JSON
 
 
@@ -55,17 +62,28 @@ def test_the_difference_pairs_the_same_tasks():
     assert sa["overall_ci"][1] - sa["overall_ci"][0] > 10.0
 
 
-def test_nothing_to_resample_gives_none():
-    one_per_cat = _ev([0.5, 0.2, 0.1], [[0.3, 0.1]] * 3)  # one task per category: no spread to measure
+def test_a_category_of_one_task_still_has_spread():
+    """The bootstrap within categories this replaced had no spread from a category of one task
+    (issue 36: too narrow over a handful of tasks); across categories the tasks still differ."""
+    one_per_cat = _ev([0.5, 0.2, 0.1], [[0.3, 0.1]] * 3)
     sp = heldout_spread(one_per_cat, None)
     assert sp["before"]["overall"] == pytest.approx(one_per_cat["overall"])
+    half = stats.t.ppf(0.975, 2) * np.std([50.0, 20.0, 10.0], ddof=1) / np.sqrt(3)
+    assert sp["before"]["overall_ci"] == pytest.approx([max(0.0, 80.0 / 3 - half), 80.0 / 3 + half])
+    assert sp["before"]["mean_score_ci"] == pytest.approx([0.2, 0.2])  # every task's scores alike
+
+
+def test_fewer_than_two_tasks_or_no_trajectories_give_none():
+    one = _ev([0.5], [[0.3, 0.1]])
+    sp = heldout_spread(one, None)
+    assert sp["before"]["overall"] == pytest.approx(50.0)
     assert sp["before"]["overall_ci"] is None and sp["before"]["mean_score_ci"] is None
     assert sp["after"] is None and sp["difference"] is None
     old = {k: v for k, v in BEFORE.items() if k != "trajectories"}  # a checkpoint from before the field
     assert heldout_spread(old, BEFORE)["before"] is None and heldout_spread(old, BEFORE)["difference"] is None
     json.dumps(sp, allow_nan=False)
-    with pytest.raises(ValueError, match="n_boot"):
-        heldout_spread(BEFORE, BEFORE, n_boot=0)
+    with pytest.raises(ValueError, match="level"):
+        heldout_spread(BEFORE, BEFORE, level=1.0)
 
 
 
