@@ -69,9 +69,15 @@ class AdviseConfig:
 
     run_dir: str | None = None
     """A ``wmrl train`` run folder: advise from its checkpoint's anchor groups and cost ledger
-    instead of running a pilot (the env, world-model and policy flags are then unused)."""
+    instead of running a pilot (the env, world-model and policy flags are then unused; the groups per
+    step default to the run's own)."""
+    from_advice: str | None = None
+    """An advice.json written by an earlier wmrl advise pilot: advise again from the anchor groups and
+    costs it stored, without a pilot (e.g. with another --groups-per-step, --noise-batch-ratio or fitting
+    flags; --groups-per-step and --run-group-size default to the ones it used)."""
     groups: int = 16
-    """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1)."""
+    """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1). At least
+    --min-groups (default 8): below it the advice has too few groups to give one."""
     group_size: int = 4
     """G, rollouts per group (as in training: the correlation that matters is within groups)."""
     env: str = "agents.advise:autoresearch_env"
@@ -102,11 +108,17 @@ class AdviseConfig:
     world_model_fit_executions: int = 0
     """Real executions the world model was fitted on before training (e.g. a log of earlier runs), paid
     once: with --real-steps and --groups-per-step the advice counts their cost (at the pilot's cost per
-    execution) against real GRPO's compute to the target and recommends from the totals. 0: a world
-    model that costs nothing before training (a frozen LLM judge, one learned from its anchors)."""
+    execution) against real GRPO's compute to the target, and the verdict, the recommended choice and
+    the --anchor-window hint follow the totals. 0: a world model that costs nothing before training
+    (a frozen LLM judge, one learned from its anchors)."""
     real_steps: int | None = None
     """Steps real-execution GRPO at your batch would take to your target (e.g. the steps you would train
-    it for): what a one-time fitting cost is weighed against (needed with --world-model-fit-executions)."""
+    it for), each of --groups-per-step groups of --run-group-size rollouts (default: the pilot's, or the
+    run folder's, group size): what a one-time fitting cost is weighed against (needed with
+    --world-model-fit-executions)."""
+    run_group_size: int | None = None
+    """G of the run you plan, for weighing a fitting cost against real GRPO's compute (--real-steps x
+    --groups-per-step x G rollouts); unset: the pilot's --group-size (the run folder's G with --run-dir)."""
     step_law: str = "adam"
     """The optimiser of the run you plan: "adam" (Adam/AdamW/RMSprop at a fixed learning rate, as wmrl
     train and every benchmark here: steps grow as sqrt(1 + B_noise/B)) or "sgd" (SGD with its learning
@@ -250,28 +262,9 @@ def pilot_progress(total: int, stream: TextIO | None = None, min_interval_s: flo
     yield line
 
 
-def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, *, cost_basis: str = "cpu",
-                    groups_per_step: int | None = None, step_law: str = "adam",
-                    **advisor_settings: Any) -> tuple[Any, Any]:
-    """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
-
-    Args:
-        run_dir: the run folder (its ``checkpoint/state.json`` is read).
-        noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
-        cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
-        groups_per_step: groups per step the choices are priced at (``None``: the run's own).
-        step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
-        advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
-
-    Returns:
-        ``(advice, loop)``: the :class:`~wmrl_envs.core.AnchorAdvice` and the restored
-        :class:`~wmrl_envs.core.CorrectionLoop` (its advisor, debiaser and ledger).
-
-    Raises:
-        FileNotFoundError: no checkpoint in the folder.
-        ValueError: the checkpoint predates the advisor (no anchor groups saved), or holds no
-            execution or world-model call.
-    """
+def _restore_run(run_dir: str | Path, cost_basis: str, advisor_settings: dict[str, Any]) -> Any:
+    """The :class:`~wmrl_envs.core.CorrectionLoop` of a ``wmrl train`` run folder's checkpoint, its
+    advisor set to ``advisor_settings`` (see :func:`advice_from_run` for the errors)."""
     from wmrl_envs.core import CorrectionLoop
 
     if not Path(run_dir).is_dir():
@@ -293,11 +286,54 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         warnings.simplefilter("ignore", UserWarning)
         loop.load_state_dict(state)
     loop.advisor.load_state_dict({**loop.advisor.state_dict(), **advisor_settings})
-    return advise_loop(loop, noise_batch_ratio=noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law), loop
+    return loop
+
+
+def run_setting(run_dir: str | Path, name: str) -> int | None:
+    """A positive integer setting (``"groups_per_step"``, ``"group_size"``) of a ``wmrl train`` run
+    folder's ``config.json`` (``None``: no config.json, or no such integer in it)."""
+    try:
+        v = json.loads((Path(run_dir) / "config.json").read_text()).get(name)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+
+
+def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, *, cost_basis: str = "cpu",
+                    groups_per_step: int | None = None, step_law: str = "adam", fitting_share: float = 0.0,
+                    **advisor_settings: Any) -> tuple[Any, Any]:
+    """The advice for a ``wmrl train`` run folder's training anchor groups and cost ledger.
+
+    Args:
+        run_dir: the run folder (its ``checkpoint/state.json`` is read, and ``config.json`` for
+            the groups per step).
+        noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
+        cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
+        groups_per_step: groups per step the choices are priced at (``None``: the run's own, from
+            its ``config.json``; as shares of it when that cannot be read).
+        step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
+        fitting_share: a world model's one-time fitting over real GRPO's compute to the target
+            (:meth:`~wmrl_envs.core.AnchorAdvisor.advise`; 0: none).
+        advisor_settings: ``f_min``, ``f_max``, ``min_groups``, ``n_boot``, ``seed`` of the advisor.
+
+    Returns:
+        ``(advice, loop)``: the :class:`~wmrl_envs.core.AnchorAdvice` and the restored
+        :class:`~wmrl_envs.core.CorrectionLoop` (its advisor, debiaser and ledger).
+
+    Raises:
+        FileNotFoundError: no checkpoint in the folder.
+        ValueError: the checkpoint predates the advisor (no anchor groups saved), or holds no
+            execution or world-model call.
+    """
+    loop = _restore_run(run_dir, cost_basis, advisor_settings)
+    if groups_per_step is None:
+        groups_per_step = run_setting(run_dir, "groups_per_step")
+    return advise_loop(loop, noise_batch_ratio=noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law,
+                       fitting_share=fitting_share), loop
 
 
 def advise_loop(loop: Any, *, noise_batch_ratio: float | None = None, groups_per_step: int | None = None,
-                step_law: str = "adam", costs: Any = None) -> Any:
+                step_law: str = "adam", costs: Any = None, fitting_share: float = 0.0) -> Any:
     """The advice for a :class:`~wmrl_envs.core.CorrectionLoop`'s own training anchor groups (what
     :meth:`CorrectionLoop.advise <wmrl_envs.core.CorrectionLoop.advise>` answers: the run's calibration,
     its ledger's costs, its adaptive fraction's noise scale when it has one), with every choice priced
@@ -309,6 +345,7 @@ def advise_loop(loop: Any, *, noise_batch_ratio: float | None = None, groups_per
         groups_per_step: the run's groups per step (``None``: real batches as shares of it).
         step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
         costs: per-rollout costs (``None``: the loop's ledger, :meth:`CostRates.from_ledger`).
+        fitting_share: a world model's one-time fitting over real GRPO's compute to the target (0: none).
 
     Returns:
         The :class:`~wmrl_envs.core.AnchorAdvice`.
@@ -317,7 +354,50 @@ def advise_loop(loop: Any, *, noise_batch_ratio: float | None = None, groups_per
         ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet; a bad
             ``step_law`` or ``groups_per_step``.
     """
-    return loop.advise(costs, noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law)
+    return loop.advise(costs, noise_batch_ratio, groups_per_step=groups_per_step, step_law=step_law,
+                       fitting_share=fitting_share)
+
+
+def load_advice_groups(path: str | Path, advisor_settings: dict[str, Any]) -> tuple[Any, Any, str | None, dict[str, Any]]:
+    """The anchor groups and costs an earlier ``wmrl advise`` stored in its ``advice.json``
+    (``"anchor_groups"``), for ``--from-advice``.
+
+    Returns:
+        ``(advisor, costs, calibrate, saved)``: an :class:`~wmrl_envs.core.AnchorAdvisor` with
+        ``advisor_settings`` holding the groups, the :class:`~wmrl_envs.core.CostRates`, the
+        calibration the advice used (``"crossfit"`` or ``None``) and the whole saved advice.
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not JSON, no anchor groups stored (an
+            advice.json of an earlier version), or malformed groups or costs.
+    """
+    from wmrl_envs.core import AnchorAdvisor, CostRates
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--from-advice {path}: no such file (give the advice.json an earlier wmrl advise wrote)")
+    try:
+        saved = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--from-advice {path} is not JSON ({exc}); give the advice.json a wmrl advise wrote") from None
+    stored = saved.get("anchor_groups") if isinstance(saved, dict) else None
+    if not isinstance(stored, dict) or "advisor" not in stored:
+        raise ValueError(f"--from-advice {path} holds no anchor groups (an advice.json written before wmrl advise stored "
+                         "them, or not an advice.json): run the pilot again (wmrl advise ... --out-dir DIR), then "
+                         "advise again from DIR/advice.json")
+    try:
+        advisor = AnchorAdvisor(**advisor_settings)
+        advisor.load_state_dict({**stored["advisor"], **advisor_settings})
+        c = saved["costs"]
+        costs = CostRates(execution_s=c["execution_s"], world_model_s=c["world_model_s"], other_s=c["other_s"],
+                          unit=c["unit"])
+        calibrate = stored.get("calibrate")
+        if calibrate not in ("crossfit", None):
+            raise ValueError(f"unknown calibration {calibrate!r}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"--from-advice {path}: its anchor groups or costs are malformed ({type(exc).__name__}: "
+                         f"{exc}); run the pilot again") from None
+    return advisor, costs, calibrate, saved
 
 
 def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
@@ -382,7 +462,9 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
             a.plot(fs, lo, color="C0", label="noise-limited end")
         a.set_yscale("log")
         a.axhline(1.0, color="grey", ls="--", lw=0.8, label="real-execution GRPO")
-        a.axvline(advice.recommended_fraction, color="C3", ls=":", label=f"recommended f = {advice.recommended_fraction:.3f}")
+        a.axvline(advice.recommended_fraction, color="C3", ls=":",
+                  label=(f"recommended f = {advice.recommended_fraction:.3f}" if advice.use_wmrl
+                         else f"WMRL's f = {advice.recommended_fraction:.3f} (not recommended)"))
         a.legend(fontsize=8)
     a.set_xlabel("anchor fraction f")
     a.set_ylabel("predicted speedup (model; ignores bias)")
@@ -393,49 +475,99 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
     plt.close(fig)
 
 
+_FLAGS = ("f_min", "f_max", "min_groups", "n_boot", "max_groups", "groups_per_step", "step_law", "group_size")
+
+
+def _as_flags(exc: ValueError) -> ValueError:
+    """``exc`` with the settings' field names (``f_min``) written as the flags (``--f-min``)."""
+    import re
+
+    text = re.sub(r"(?<![\w-])(" + "|".join(_FLAGS) + r")\b", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
+    return ValueError(text)
+
+
+def _check_out_dir(out_dir: str) -> None:
+    """Refuse, before any pilot, an ``--out-dir`` that is a file or lies under one, or a folder
+    that cannot be written."""
+    out = Path(out_dir)
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ValueError(f"--out-dir {out_dir}: {p} is a file, not a folder; give --out-dir a folder (new or "
+                                 "existing) for advice.json and advice.png, e.g. --out-dir runs/advise")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise ValueError(f"--out-dir {out_dir}: cannot write in {p}; give --out-dir a folder you can write")
+            return
+
+
 def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
-    """``wmrl advise``: a pilot (or a run folder's groups), then the advice printed, in
-    ``advice.json`` and in ``advice.png``.
+    """``wmrl advise``: a pilot (or a run folder's groups, or an earlier advice.json's), then the
+    advice printed, in ``advice.json`` and in ``advice.png``.
 
     Returns:
         The :class:`~wmrl_envs.core.AnchorAdvice`.
 
     Raises:
-        ValueError: bad settings or factories (named), an incomplete run folder.
+        ValueError: bad settings or factories (named by their flags), an incomplete run folder or
+            advice.json, an ``--out-dir`` that cannot be a folder (all before any pilot).
     """
-    from wmrl_envs.core import AnchorAdvisor
+    from types import SimpleNamespace
 
-    settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
-    AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
+    from wmrl_envs.core import AnchorAdvisor, CostRates
+    from wmrl_envs.core.advisor_choices import fitting_share
     from wmrl_envs.core.advisor_model import check_step_law
 
-    check_step_law(cfg.step_law)
+    settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
+    try:
+        AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
+        check_step_law(cfg.step_law)
+    except ValueError as exc:
+        raise _as_flags(exc) from None
     b = cfg.noise_batch_ratio
     if b is not None and not (isinstance(b, numbers.Real) and not isinstance(b, bool) and b >= 0):
         raise ValueError(f"--noise-batch-ratio must be B_noise / B >= 0 (a measured gradient noise scale over the "
                          f"batch of the run you plan; inf or unset: not measured), got {b!r}")
     if b is not None and math.isinf(b):
         cfg = dataclasses.replace(cfg, noise_batch_ratio=None)
-    if cfg.groups_per_step is not None and not (isinstance(cfg.groups_per_step, int) and cfg.groups_per_step >= 1):
-        raise ValueError(f"--groups-per-step must be an integer >= 1 (the groups per step of the run you plan), "
-                         f"got {cfg.groups_per_step!r}")
+    for flag, v in (("--groups-per-step", cfg.groups_per_step), ("--run-group-size", cfg.run_group_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{flag} must be an integer >= 1 (of the run you plan), got {v!r}")
     fit = cfg.world_model_fit_executions
     if isinstance(fit, bool) or not isinstance(fit, int) or fit < 0:
         raise ValueError(f"--world-model-fit-executions must be an integer >= 0 (real executions the world model "
                          f"was fitted on), got {fit!r}")
-    if fit and (cfg.real_steps is None or cfg.groups_per_step is None):
+    pilot = cfg.run_dir is None and cfg.from_advice is None
+    if cfg.run_dir is not None and cfg.from_advice is not None:
+        raise ValueError("give --run-dir or --from-advice, not both")
+    if fit and (cfg.real_steps is None or (pilot and cfg.groups_per_step is None)):
         raise ValueError("--world-model-fit-executions is weighed against real GRPO's compute to your target: give "
                          "--real-steps (its steps to the target at your batch) and --groups-per-step too")
     if cfg.real_steps is not None and (isinstance(cfg.real_steps, bool) or not isinstance(cfg.real_steps, int)
                                        or cfg.real_steps < 1):
         raise ValueError(f"--real-steps must be an integer >= 1 (real GRPO's steps to your target), got {cfg.real_steps!r}")
-    if cfg.run_dir is None and (cfg.groups < 2 or cfg.group_size < 2):
+    if pilot and (cfg.groups < 2 or cfg.group_size < 2):
         raise ValueError(f"a pilot needs --groups >= 2 and --group-size >= 2, got {cfg.groups} and {cfg.group_size}")
+    if pilot and cfg.groups < cfg.min_groups:
+        raise ValueError(f"--groups {cfg.groups} is below --min-groups {cfg.min_groups}: the advice needs at least "
+                         f"{cfg.min_groups} usable pilot groups, so this pilot would give none; run --groups "
+                         f"{cfg.min_groups} or more (or lower --min-groups, at least 2)")
+    _check_out_dir(cfg.out_dir)
     out = Path(cfg.out_dir)
+    gps, run_g = cfg.groups_per_step, cfg.run_group_size
+    loop = None
     if cfg.run_dir is not None:
-        advice, loop = advice_from_run(cfg.run_dir, noise_batch_ratio=cfg.noise_batch_ratio, cost_basis=cfg.cost_basis,
-                                       groups_per_step=cfg.groups_per_step, step_law=cfg.step_law, **settings)
+        loop = _restore_run(cfg.run_dir, cfg.cost_basis, settings)
+        gps = gps if gps is not None else run_setting(cfg.run_dir, "groups_per_step")
+        real_groups = loop.advisor.groups()[1]
+        pilot_g = run_setting(cfg.run_dir, "group_size") or (len(real_groups[-1]) if real_groups else None)
+        advisor, calibrate = loop.advisor, loop._advice_calibration()
         source = f"run folder {cfg.run_dir}"
+    elif cfg.from_advice is not None:
+        advisor, costs, calibrate, saved = load_advice_groups(cfg.from_advice, settings)
+        old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
+        gps = gps if gps is not None else old.get("groups_per_step")
+        pilot_g = saved["anchor_groups"].get("group_size")
+        source = f"anchor groups stored in {cfg.from_advice} ({saved.get('source', 'an earlier wmrl advise')})"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
         env, wm, policy = make_env(), make_wm(), make_policy()
@@ -451,58 +583,64 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
             getattr(env, "close", lambda: None)()
         loop = wrapper.loop
         loop.advisor.load_state_dict({**loop.advisor.state_dict(), **settings})
-        # calibrated out of sample, as training with debiasing would use the scores
-        from wmrl_envs.core import CostRates
-
-        advice = loop.advisor.advise(CostRates.from_ledger(loop.ledger), calibrate="crossfit",
-                                     noise_batch_ratio=cfg.noise_batch_ratio, groups_per_step=cfg.groups_per_step,
-                                     step_law=cfg.step_law)
+        advisor, calibrate, pilot_g = loop.advisor, "crossfit", cfg.group_size  # calibrated out of sample, as training
         source = f"pilot of {cfg.groups} groups x G = {cfg.group_size} ({cfg.env}, {cfg.world_model}, {cfg.policy})"
+    if loop is not None:
+        costs = CostRates.from_ledger(loop.ledger)
+    run_g = run_g if run_g is not None else pilot_g
+    if fit and (gps is None or run_g is None):
+        raise ValueError("--world-model-fit-executions needs the groups per step and the group size of the run you "
+                         "plan: give --groups-per-step and --run-group-size")
+    phi = fitting_share(fit, cfg.real_steps, gps, run_g, costs) if fit else 0.0
+    if cfg.run_dir is not None:
+        advice = advise_loop(loop, noise_batch_ratio=cfg.noise_batch_ratio, groups_per_step=gps, step_law=cfg.step_law,
+                             costs=costs, fitting_share=phi)
+    else:
+        advice = advisor.advise(costs, calibrate=calibrate, noise_batch_ratio=cfg.noise_batch_ratio,
+                                groups_per_step=gps, step_law=cfg.step_law, fitting_share=phi)
     out.mkdir(parents=True, exist_ok=True)
 
     from wmrl_envs.utils import finite_or_none  # strict JSON: NaN and infinities become null
 
-    fitting = fitting_advice(advice, cfg, loop) if fit else None
-    (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": asdict(cfg),
-                                                                **advice.to_dict(), "with_fitting": fitting}), indent=1))
-    plot_advice(advice, loop, out / "advice.png")
+    fitting = fitting_advice(advice, fit, cfg.real_steps, gps, run_g) if fit else None
+    used = {**asdict(cfg), "groups_per_step": gps, "run_group_size": run_g}
+    if not pilot:  # what a pilot would have used, unused here
+        for k in ("groups", "group_size", "env", "world_model", "policy") + (("cost_basis",) if cfg.from_advice else ()):
+            used.pop(k)
+    stored = {"calibrate": calibrate, "group_size": pilot_g, "advisor": advisor.state_dict()}
+    (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": used, **advice.to_dict(),
+                                                                "with_fitting": fitting, "anchor_groups": stored}),
+                                                indent=1))
+    plot_advice(advice, SimpleNamespace(advisor=advisor), out / "advice.png")
     log(f"[advise] {source}")
-    log(advice.format())
     if fitting is not None:
-        log(fitting["text"])
-    if cfg.groups_per_step is not None and math.isfinite(advice.recommended_fraction) and advice.use_wmrl:
-        log(f"[advise] {anchor_window_hint(advice.recommended_fraction, cfg.groups_per_step)}")
-    log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'}")
+        log(f"[advise] {fitting['text']}")
+    log(advice.format())
+    if gps is not None and math.isfinite(advice.recommended_fraction) and advice.use_wmrl:
+        log(f"[advise] {anchor_window_hint(advice.recommended_fraction, gps)}")
+    log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'} (advise again without a pilot: "
+        f"wmrl advise --from-advice {out / 'advice.json'} ...)")
     return advice
 
 
-def fitting_advice(advice: Any, cfg: AdviseConfig, loop: Any) -> dict[str, Any] | None:
-    """Every choice again with the world model's fitting counted (``cfg.world_model_fit_executions``
-    against ``cfg.real_steps`` of real GRPO at ``cfg.groups_per_step``;
-    :func:`wmrl_envs.core.advisor_choices.with_fitting`), and the cheapest of them.
+def fitting_advice(advice: Any, fit_executions: int, real_steps: int, groups_per_step: int,
+                   group_size: int) -> dict[str, Any] | None:
+    """The fitting-counted figures of ``advice`` (given ``fitting_share`` by :func:`main_advise`) for
+    ``advice.json``'s ``"with_fitting"``.
 
     Returns:
-        ``{"fit_executions", "real_steps", "share" (φ), "choices", "best_choice", "text"}``;
-        ``None`` when the advice priced no choice (too few groups).
+        ``{"fit_executions", "real_steps", "groups_per_step", "group_size", "share" (φ), "choices",
+        "best_choice" (the recommended choice), "text"}``; ``None`` when the advice priced no choice
+        (too few groups).
     """
-    from wmrl_envs.core.advisor_choices import Choice, fitting_share, recommend, with_fitting
-
     if not advice.choices:
         return None
-    real_groups = loop.advisor.groups()[1]
-    group_size = len(real_groups[-1]) if real_groups else cfg.group_size  # a run folder's own G
-    phi = fitting_share(cfg.world_model_fit_executions, cfg.real_steps, cfg.groups_per_step, group_size, advice.costs)
-    choices = with_fitting([Choice(**{**c, "ci": tuple(c["ci"])}) for c in advice.choices], phi)
-    best, _close, best_text = recommend(choices)
-    lines = [f"counting the world model's fitting ({cfg.world_model_fit_executions} executions = {phi:.0%} of real "
-             f"GRPO's compute to the target in {cfg.real_steps} steps of {cfg.groups_per_step} groups):"]
-    for c in choices:
-        if c.kind != "real":
-            ci = (f" [{c.ci[0]:.2f}, {c.ci[1]:.2f}]" if all(math.isfinite(x) for x in c.ci) else "")
-            lines.append(f"  {c.words}: {c.predicted_speedup:.2f}x{ci} in total")
-    lines.append(f"best choice with the fitting counted: {best_text}")
-    return {"fit_executions": cfg.world_model_fit_executions, "real_steps": cfg.real_steps, "share": phi,
-            "choices": [c.to_dict() for c in choices], "best_choice": best.to_dict(), "text": "\n".join(lines)}
+    text = (f"counting the world model's fitting ({fit_executions} executions = {advice.fitting_share:.0%} of real "
+            f"GRPO's compute to the target in {real_steps} steps of {groups_per_step} groups of {group_size} "
+            "rollouts): the verdict follows the totals")
+    return {"fit_executions": fit_executions, "real_steps": real_steps, "groups_per_step": groups_per_step,
+            "group_size": group_size, "share": advice.fitting_share, "choices": list(advice.choices_with_fitting),
+            "best_choice": advice.recommended_choice, "text": text}
 
 
 def anchor_window_hint(fraction: float, groups_per_step: int) -> str:
@@ -522,12 +660,15 @@ def anchor_window_hint(fraction: float, groups_per_step: int) -> str:
         >>> anchor_window_hint(0.05, 10)
         'f = 0.05 at 10 groups per step is 1 anchor group every 2 steps: train with --anchor-fraction 0.05 --anchor-window 2 (with a window of 1 step the floor of one anchor group per step realises 0.1)'
     """
+    from wmrl_envs.core.advisor_choices import groups_text
+
     per_step = fraction * groups_per_step
     if per_step >= 1 - 1e-9:
-        return (f"f = {fraction:.3g} at {groups_per_step} groups per step is {per_step:.3g} anchor groups per step: "
+        n = f"{per_step:.3g} anchor group{'' if abs(per_step - 1) < 1e-9 else 's'}"
+        return (f"f = {fraction:.3g} at {groups_text(groups_per_step)} per step is {n} per step: "
                 f"train with --anchor-fraction {fraction:.3g}")
     window = math.ceil(1 / per_step - 1e-9)
-    return (f"f = {fraction:.3g} at {groups_per_step} groups per step is 1 anchor group every {window} steps: train "
+    return (f"f = {fraction:.3g} at {groups_text(groups_per_step)} per step is 1 anchor group every {window} steps: train "
             f"with --anchor-fraction {fraction:.3g} --anchor-window {window} (with a window of 1 step the floor of "
             f"one anchor group per step realises {1 / groups_per_step:.3g})")
 

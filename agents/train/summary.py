@@ -269,14 +269,22 @@ def anchor_advice(loop: Any) -> dict[str, Any]:
     """The advisor's answer for the run's own anchor groups (:func:`agents.advise.advise_loop`: the
     run's calibration, CPU-seconds from its ledger, and every choice priced at the run's groups per
     step: real execution from the anchor batch up to the run's batch, WMRL at each fraction, world
-    model only; ``docs/method.md``, "Every choice"), as a dict; ``{"verdict": <why there is none>}``
-    when the run has no execution or no world-model prediction to compare."""
-    from agents.advise import advise_loop
+    model only; ``docs/method.md``, "Every choice"), as a dict, with ``"anchor_window_hint"``
+    (:func:`agents.advise.anchor_window_hint`: the ``--anchor-fraction``/``--anchor-window`` that
+    realise the fraction at the run's groups per step) when it recommends WMRL;
+    ``{"verdict": <why there is none>}`` when the run has no execution or no world-model prediction
+    to compare."""
+    from agents.advise import advise_loop, anchor_window_hint
 
+    gps = getattr(loop, "groups_per_step", None)
     try:
-        return advise_loop(loop, groups_per_step=getattr(loop, "groups_per_step", None)).to_dict()
+        advice = advise_loop(loop, groups_per_step=gps)
     except ValueError as exc:
         return {"verdict": f"no advice: {exc}"}
+    out = advice.to_dict()
+    if advice.use_wmrl and gps and math.isfinite(advice.recommended_fraction):  # the flags that realise it
+        out["anchor_window_hint"] = anchor_window_hint(advice.recommended_fraction, gps)
+    return out
 
 
 def _fmt(v: Any, nd: int = 3) -> str:
@@ -425,6 +433,8 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                       and math.isfinite(lo) and math.isfinite(hi) and lo != hi else "")
                 rows.append((f"  {c['words']}", f"{_fmt(c['predicted_speedup'], 2)}x{ci} ({_fmt(c['steps_factor'], 2)}x steps)"))
         rows.append(("advisor's verdict", str(adv["verdict"])))
+        if adv.get("anchor_window_hint"):
+            rows.append(("how to train at the recommended fraction", str(adv["anchor_window_hint"])))
     return rows
 
 

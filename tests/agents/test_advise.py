@@ -155,7 +155,7 @@ def test_real_pilot_on_autoresearch(tmp_path):
 
 def test_bad_factories_and_run_folders_say_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match="--policy factory returned a KnownEnv without a sample"):
-        main_advise(AdviseConfig(groups=2, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
+        main_advise(AdviseConfig(groups=2, min_groups=2, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
                                  policy=f"{__name__}:known_env_policy", out_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="--groups >= 2"):
         main_advise(AdviseConfig(groups=1, env="nowhere_xyz:f", out_dir=str(tmp_path)))  # refused before any factory
@@ -171,8 +171,8 @@ def known_env_policy():
 
 def test_advice_json_is_strict_json(tmp_path):
     cfg = AdviseConfig(groups=2, group_size=2, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
-                       policy=f"{__name__}:gaussian_policy", n_boot=0, out_dir=str(tmp_path))
-    main_advise(cfg, log=lambda s: None)  # 2 groups < min_groups: NaN figures
+                       policy=f"{__name__}:gaussian_policy", n_boot=0, out_dir=str(tmp_path), min_groups=2)
+    main_advise(cfg, log=lambda s: None)  # 2 groups, no bootstrap: NaN figures
     text = (tmp_path / "advice.json").read_text()
     assert "NaN" not in text and json.loads(text)["r_ci"] == [None, None]
 
@@ -282,7 +282,7 @@ def test_pilot_progress_is_shown_when_stderr_is_not_a_terminal(tmp_path, capsys)
     groups take minutes looked hung. It now writes plain lines to stderr: the first and the last
     group always, and one at most every ``min_interval_s`` in between."""
     cfg = AdviseConfig(groups=5, group_size=3, env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm",
-                       policy=f"{__name__}:gaussian_policy", n_boot=20, out_dir=str(tmp_path))
+                       policy=f"{__name__}:gaussian_policy", n_boot=20, out_dir=str(tmp_path), min_groups=5)
     main_advise(cfg, log=lambda s: None)
     err = capsys.readouterr().err.splitlines()
     progress = [ln for ln in err if ln.startswith("[advise] pilot group")]

@@ -161,7 +161,9 @@ def test_a_measured_noise_scale_moves_the_advice():
     assert small_b.predicted_speedup > 1.5
     assert small_b.predicted_speedup_smaller_batch == pytest.approx(2 / (small_b.recommended_fraction + 1))
     assert small_b.predicted_speedup < small_b.predicted_speedup_smaller_batch
-    assert not small_b.use_wmrl and "the world model adds nothing" in small_b.verdict
+    # r ≈ 0 (here -0.005): the pilot shows no signal, so WMRL is not eligible whatever it would predict
+    assert not small_b.use_wmrl and not small_b.wmrl_eligible
+    assert "the pilot has not shown the world model carries signal within groups (r = -0.00 <= 0" in small_b.verdict
     assert "b = 1" in small_b.format() and "noise scale not measured" in unknown.format()
     # a good world model beats the smaller batch by far
     good = AnchorAdvisor(n_boot=0)
@@ -384,9 +386,13 @@ def test_free_world_model_limit_and_uncertain_do_not_verdict():
             adv.add_group(list(z + rng.normal(size=4)), list(z))
         return adv.advise(CostRates(1.0, 0.6), step_law="sgd")
 
-    wide, narrow = three_groups(7), three_groups(0)  # seeds whose intervals do / do not reach 1
+    wide, narrow = three_groups(9), three_groups(0)  # seeds whose intervals do / do not reach 1 (r's above 0)
+    assert wide.wmrl_eligible and narrow.wmrl_eligible
     assert not wide.use_wmrl and wide.predicted_speedup_ci[1] > 1 and "uncertain" in wide.verdict
     assert not narrow.use_wmrl and narrow.predicted_speedup_ci[1] < 1 and "uncertain" not in narrow.verdict
+    # r's interval reaching 0 (seed 7: r = 0.54 [-0.49, 0.89]): the verdict says the pilot has not shown signal
+    unshown = three_groups(7)
+    assert not unshown.use_wmrl and not unshown.wmrl_eligible and "collect more pilot groups" in unshown.verdict
 
 
 def test_blind_spot_found_when_most_real_scores_are_failures():

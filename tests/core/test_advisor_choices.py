@@ -95,7 +95,7 @@ def test_advise_prices_every_choice_and_its_verdict_follows_the_cheapest():
         useless.add_group(w, x)
     a = useless.advise(costs, noise_batch_ratio=1.0, groups_per_step=16)
     assert not a.use_wmrl and "train on real execution with 1 group per step" in a.verdict
-    assert "the world model adds nothing over a smaller real batch" in a.verdict
+    assert "the pilot has not shown the world model carries signal within groups" in a.verdict
     assert a.best_choice.startswith("train on real execution with 1 group per step")
     assert {c["kind"] for c in a.choices} == {"real", "wmrl", "world_model_only"}
     assert "every choice" in a.format() and "best choice:" in a.format()
@@ -187,7 +187,7 @@ def test_train_summary_advises_from_the_runs_own_anchors_at_its_groups_per_step(
 def test_wmrl_advise_refuses_an_unknown_step_law_before_the_pilot():
     from agents.advise import AdviseConfig, main_advise
 
-    with pytest.raises(ValueError, match="step_law"):
+    with pytest.raises(ValueError, match="--step-law must be one of"):
         main_advise(AdviseConfig(step_law="lion", env="no_such_module:make"), log=lambda s: None)
 
 

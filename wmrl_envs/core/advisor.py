@@ -79,13 +79,18 @@ class AnchorAdvice:
         f_star: :func:`optimal_anchor_fraction` for ``r``, γ and ``noise_batch_ratio`` (before
             ``f_min``/``f_max``).
         f_star_ci: its 95% interval (from ``r_ci``'s resamples).
-        recommended_fraction: ``f_star`` clipped to [``f_min``, ``f_max``].
-        predicted_speedup: :func:`predicted_speedup` at the recommended fraction (a model that
-            ignores the world model's bias; without a noise scale, its noise-limited end).
-        predicted_speedup_ci: its 95% interval.
+        recommended_fraction: with ``use_wmrl``, the WMRL fraction recommended (the recommended
+            choice's); otherwise the fraction WMRL would use, ``f_star`` clipped to [``f_min``,
+            ``f_max``] (not a recommendation: :attr:`recommended_choice` is).
+        predicted_speedup: :func:`predicted_speedup` at ``recommended_fraction`` for training alone
+            (a model that ignores the world model's bias; without a noise scale, its noise-limited
+            end; a one-time fitting cost is not in it: see :attr:`choices_with_fitting`).
+        predicted_speedup_ci: its 95% interval (the same as the WMRL row of :attr:`choices` at that
+            fraction: ``r``'s bootstrap replicates at a fixed fraction).
         variance_ratio: ``1 / predicted_speedup``: WMRL's compute to the target relative to
             real-execution GRPO's (< 1: WMRL is cheaper).
-        use_wmrl: the verdict: ``True`` when the predicted speedup exceeds 1 with enough groups.
+        use_wmrl: the verdict: ``True`` when the recommended choice (with a fitting cost counted,
+            when one is given) is WMRL.
         verdict: the verdict in one sentence a user can act on.
     """
 
@@ -111,29 +116,51 @@ class AnchorAdvice:
     to ``b = 0`` (the cost ratio per step): where a measured noise scale would put it (NaN with too
     few groups)."""
     predicted_speedup_smaller_batch: float = float("nan")
-    """What real-execution GRPO on ``recommended_fraction`` × the groups per step gives by itself,
-    ``(1 + b) / (f + b)`` (1 without a noise scale): the verdict says "use WMRL" only when WMRL beats
-    both this and 1, so that a world model whose only merit is a smaller real batch is not credited."""
+    """For reference, what real-execution GRPO on ``recommended_fraction`` × the groups per step would
+    give by itself, ``steps_ratio(f, b) / f`` (:func:`~wmrl_envs.core.advisor_model.steps_ratio`;
+    without a noise scale its ``b = ∞`` end, ``1/sqrt(f)`` under Adam's law). The verdict does not
+    use it: it compares WMRL with the real batches priced in :attr:`choices`, which start at
+    ``max(1, round(f_min × B))`` whole groups, so at ``f × B`` below one group this batch, which
+    cannot be run, is not among them."""
     choices: tuple[dict[str, Any], ...] = ()
     """Every choice priced by one model (:func:`~wmrl_envs.core.advisor_choices.price_choices`, as
     :meth:`Choice.to_dict` dicts): real GRPO from the anchor batch up to the user's, WMRL at each
     fraction, world model only; each with its predicted speedup over real GRPO at the user's batch,
     its 95% interval and its steps."""
     best_choice: str = ""
-    """The cheapest choice that keeps anchors, in words a user acts on, with its interval."""
+    """The recommended choice in words a user acts on, with its interval: the cheapest that keeps
+    anchors (with a fitting cost counted when one is given), a real batch when the pilot has not
+    shown signal (:attr:`wmrl_eligible`)."""
     r_preferred_half: float = float("nan")
     """r among the rollouts the world model rates in the top half of their group
     (:func:`~wmrl_envs.core.advisor_choices.preferred_half_r`): where training's r can drift to when
     the policy follows the world model (NaN when not estimable)."""
     drift_fraction: float = float("nan")
-    """The recommended fraction (clipped f*) if r drifted to :attr:`r_preferred_half`: the fraction
-    that protects against that drift."""
+    """The clipped f* if r drifted to :attr:`r_preferred_half` (above the recommended fraction: the
+    fraction that protects against that drift)."""
     predicted_speedup_drift: float = float("nan")
     """:attr:`predicted_speedup` at the recommended fraction with r at :attr:`r_preferred_half`: what
     training would give if its r drifted there (NaN when not estimable)."""
     step_law: str = "adam"
     """The optimiser's step law the predictions use (``"adam"``: Adam/AdamW at a fixed learning
     rate, steps ``∝ sqrt(1 + B_noise/B)``; ``"sgd"``: ``1 + B_noise/B``)."""
+    recommended_choice: dict[str, Any] | None = None
+    """The recommended choice (:meth:`Choice.to_dict`: ``kind`` ``"real"`` or ``"wmrl"``, its share,
+    groups per step, speedup, interval; the fitting-counted figures when a fitting cost is given;
+    ``None`` with too few groups)."""
+    wmrl_eligible: bool = False
+    """Whether the pilot shows the world model carries signal within groups, which a WMRL
+    recommendation needs: the lower end of ``r``'s 95% interval above 0 (without an interval,
+    ``r > 0``), and no flat calibration map."""
+    fitting_share: float = 0.0
+    """φ, the world model's one-time fitting over real GRPO's compute to the target
+    (:func:`~wmrl_envs.core.advisor_choices.fitting_share`; 0: not counted)."""
+    choices_with_fitting: tuple[dict[str, Any], ...] = ()
+    """:attr:`choices` with the fitting counted (:func:`~wmrl_envs.core.advisor_choices.with_fitting`;
+    empty when ``fitting_share`` is 0): what the verdict follows then."""
+    drift_guard_fraction: float = float("nan")
+    """The largest WMRL fraction priced whose predicted speedup at :attr:`r_preferred_half` still beats
+    the best real batch (NaN: none, or not estimable)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -158,36 +185,79 @@ class AnchorAdvice:
         if not math.isfinite(self.f_star):  # too few groups: no recommendation, no prediction
             lines.append("no recommended anchor fraction and no predicted speedup: too few anchor groups (see the verdict)")
         else:
+            fit = self.fitting_share > 0 and bool(self.choices_with_fitting)
             lines += [
-                f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); recommended anchor fraction "
-                f"{self.recommended_fraction:.3f}",
-                f"predicted speedup over real-execution GRPO {self.predicted_speedup:.2f}x "
-                f"({ci(self.predicted_speedup_ci, '.2f')}; "
+                f"f* = {self.f_star:.3f} ({ci(self.f_star_ci, '.3f')}); "
+                + (f"recommended anchor fraction {self.recommended_fraction:.3f}" if self.use_wmrl
+                   else f"WMRL's fraction {self.recommended_fraction:.3f} (WMRL not recommended: see the verdict)"),
+                f"predicted speedup of WMRL at {self.recommended_fraction:.3f} over real-execution GRPO"
+                + (", training only (the world model's fitting not counted)" if fit else "")
+                + f" {_speedup_text(self.predicted_speedup)} ({ci(self.predicted_speedup_ci, '.2f')}; "
                 + (f"gradient noise scale / batch b = {self.noise_batch_ratio:.3g})" if self.noise_batch_ratio is not None
-                   else f"noise scale not measured: {self.predicted_speedup_range[0]:.2f}x if every step is "
-                        f"noise-limited, up to {self.predicted_speedup_range[1]:.2f}x if the batch is far above the "
-                        "noise scale)"),
+                   else f"noise scale not measured: {_speedup_text(self.predicted_speedup_range[0])} if every step is "
+                        f"noise-limited, up to {_speedup_text(self.predicted_speedup_range[1])} if the batch is far "
+                        "above the noise scale)"),
                 "  a model, not a bound: it ignores the world model's bias (optimistic where bias survives the "
                 "calibration; docs/advisor_check.md)",
             ]
             if self.choices:
-                lines.append("every choice, predicted speedup over real execution at your batch [95% CI] (steps x):")
-                for c in self.choices:
-                    lo, hi = c["ci"]
-                    ci_txt = f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) and lo != hi else ""
-                    lines.append(f"  {c['words']}: {c['predicted_speedup']:.2f}x{ci_txt} ({c['steps_factor']:.2f}x steps)")
-                lines.append(f"best choice: {self.best_choice}")
+                lines.append("every choice, predicted speedup over real execution at your batch [95% CI] (steps x)"
+                             + (", training only (the fitting not counted):" if fit else ":"))
+                lines += [_choice_line(c) for c in self.choices]
+                if self.noise_batch_ratio is None:
+                    lines.append("  (noise scale not measured: each figure assumes every step noise-limited, b = inf; "
+                                 "'b = 0:' is the other end)")
+            if fit:
+                lines.append(f"counting the world model's fitting ({self.fitting_share:.0%} of real GRPO's compute to "
+                             "the target), in total:")
+                lines += [_choice_line(c) for c in self.choices_with_fitting if c["kind"] != "real"]
+                lines.append("  (real batches pay no fitting: as above)")
+            if self.choices:
+                lines.append(f"best choice{' with the fitting counted' if fit else ''}: {self.best_choice}")
             if math.isfinite(self.r_preferred_half):
-                lines.append(
-                    f"drift: among the rollouts the world model prefers (top half of each group) r = "
-                    f"{self.r_preferred_half:.2f} against {self.r:.2f} over all; training moves the policy there, so its r "
-                    f"can drift that far (further for a per-action bias); at that r the recommended fraction is "
-                    f"{self.drift_fraction:.3f}" + ("" if self.drift_fraction <= self.recommended_fraction + 1e-12
-                                                    else " (a larger fraction protects against the drift)")
-                    + f" and the predicted speedup {self.predicted_speedup_drift:.2f}x; if the run's own r (auto, the "
-                    "summary) falls there, the model's fraction does not protect against a bias (it has no term "
-                    "for it): raise the fraction")
+                lines.append(self._drift_line())
         return "\n".join(lines + [f"verdict: {self.verdict}"] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
+
+    def _drift_line(self) -> str:
+        """The drift: r among the rollouts the world model prefers, in the direction it moved."""
+        head = (f"drift: among the rollouts the world model prefers (top half of each group) r = "
+                f"{self.r_preferred_half:.2f} against {self.r:.2f} over all")
+        if self.r_preferred_half >= self.r:
+            return (head + "; the rollouts training moves the policy towards are ranked at least as well, so the pilot "
+                    "shows no sign that training's r drifts below its own (a per-action bias would show there)")
+        head += (f"; training moves the policy there, so its r can drift down that far (further for a per-action "
+                 f"bias); at that r the predicted speedup at {self.recommended_fraction:.3f} is "
+                 f"{_speedup_text(self.predicted_speedup_drift)}")
+        if not self.use_wmrl:
+            return head
+        if self.drift_fraction > self.recommended_fraction + 1e-12:
+            return (head + f" and the model's fraction {self.drift_fraction:.3f}: if the run's own r (auto, the "
+                    f"summary) falls there, raise the fraction to {self.drift_fraction:.3f}")
+        if math.isfinite(self.drift_guard_fraction) and self.drift_guard_fraction > self.recommended_fraction + 1e-12:
+            return (head + f"; the model's fraction stays {self.drift_fraction:.3f} (it has no term for a bias): to "
+                    f"guard against the drift, up to {self.drift_guard_fraction:g} still beats the best real batch at "
+                    "that r, or train with --anchor-fraction auto, which follows the run's own r")
+        return (head + f"; the model's fraction stays {self.drift_fraction:.3f} and it cannot name a larger one that "
+                "still beats the best real batch at that r (it has no term for a bias): train with --anchor-fraction "
+                "auto, which follows the run's own r")
+
+
+def _choice_line(c: Mapping[str, Any]) -> str:
+    """One row of the choices' table: words, speedup, interval or b-range, steps."""
+    lo, hi = c["ci"]
+    txt = f" [{lo:.2f}, {hi:.2f}]" if is_finite_number(lo) and is_finite_number(hi) and lo != hi else ""
+    b_lo, b_hi = c.get("b_range") or (float("nan"), float("nan"))
+    if isinstance(b_hi, float) and not math.isnan(b_hi) and b_hi != b_lo:
+        txt += f" (b = 0: {_speedup_text(b_hi)})"
+    steps = c["steps_factor"]
+    steps_txt = f"{steps:.2f}x steps" if is_finite_number(steps) else "no progress: no signal"
+    return f"  {c['words']}: {_speedup_text(c['predicted_speedup'])}{txt} ({steps_txt})"
+
+
+def _speedup_text(x: float) -> str:
+    """A predicted speedup as text: ``"2.31x"``; an infinite one (free world-model groups at r = 1)
+    as ``"unbounded"``."""
+    return "unbounded" if math.isinf(x) else f"{x:.2f}x"
 
 
 def action_key(action: Any, limit: int = 120) -> str:
@@ -424,7 +494,7 @@ class AnchorAdvisor:
 
     def advise(self, costs: CostRates, *, calibrate: Callable[[Scores], Sequence[float]] | str | None = None,
                noise_batch_ratio: float | None = None, groups_per_step: int | None = None,
-               step_law: str = "adam") -> AnchorAdvice:
+               step_law: str = "adam", fitting_share: float = 0.0) -> AnchorAdvice:
         """The advice for the groups held and these costs.
 
         Args:
@@ -441,6 +511,10 @@ class AnchorAdvisor:
                 :attr:`AnchorAdvice.choices` (``None``: as shares of the user's batch).
             step_law: the optimiser's step law (``"adam"``, default: Adam/AdamW at a fixed learning
                 rate; ``"sgd"``: SGD retuned per batch; ``docs/method.md``, "Choosing the anchor fraction").
+            fitting_share: φ, a world model's one-time fitting cost over real GRPO's compute to the
+                target (:func:`~wmrl_envs.core.advisor_choices.fitting_share`; 0: none): the
+                recommendation, ``use_wmrl``, ``recommended_fraction`` and the verdict then follow
+                the choices with it counted (:attr:`AnchorAdvice.choices_with_fitting`).
 
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
@@ -450,6 +524,9 @@ class AnchorAdvisor:
             recommended fraction is the cheapest choice that keeps anchors, "do not use WMRL: ... train
             on real execution with k groups per step" when a smaller real batch is cheaper, and "do
             not use WMRL: ... not worth its cost" when nothing beats real execution at the user's batch.
+            A WMRL choice is recommended only when the pilot shows signal within groups (the lower
+            end of r's 95% interval above 0; without an interval, r > 0): otherwise the verdict
+            says the pilot has not shown it and names the best real batch.
             When a calibration map (``calibrate`` not ``None``) flattens world-model scores that vary
             within groups as the real ones do, the increasing map found no increasing relation:
             ``r`` is 0 (``r <= 0``), ``use_wmrl`` is False and the verdict says the world model
@@ -457,10 +534,13 @@ class AnchorAdvisor:
 
         Raises:
             TypeError: ``costs`` not a :class:`CostRates`. ValueError: a bad ``noise_batch_ratio``,
-                ``groups_per_step`` or ``step_law``.
+                ``groups_per_step``, ``step_law`` or ``fitting_share``.
         """
         if not isinstance(costs, CostRates):
             raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
+        if not (isinstance(fitting_share, numbers.Real) and not isinstance(fitting_share, bool) and fitting_share >= 0):
+            raise ValueError(f"fitting_share must be a number >= 0 (the fitting's share of real GRPO's compute), "
+                             f"got {fitting_share!r}")
         b = check_noise_batch_ratio(noise_batch_ratio)
         b = None if math.isinf(b) else b
         wm = self._calibrated(calibrate)
@@ -481,9 +561,7 @@ class AnchorAdvisor:
                                 self.blind_spots(), b, step_law=step_law)
         f_star = optimal_anchor_fraction(r, costs.gamma, b, step_law)
         rec = min(self.f_max, max(self.f_min, f_star))
-        s = predicted_speedup(rec, r, costs, b, step_law)
-        s_range = (predicted_speedup(rec, r, costs, None, step_law), predicted_speedup(rec, r, costs, 0.0, step_law))
-        r_ci = f_ci = s_ci = nan2
+        r_ci = f_ci = nan2
         rs: list[float] = []
         if self.n_boot and n >= 2:
             # groups resampled; with "crossfit" the map is fitted again on each resample, so the
@@ -492,54 +570,81 @@ class AnchorAdvisor:
             rs = _bootstrap_pooled_r(self.groups()[0] if refit else wm, real, self.n_boot,
                                      np.random.default_rng(self.seed), refit=refit,
                                      raw=None if refit or calibrate is None else self.groups()[0])
-            fs, ss = [], []
-            for rb in rs:
-                fb = optimal_anchor_fraction(rb, costs.gamma, b, step_law)
-                fs.append(fb)
-                ss.append(predicted_speedup(min(self.f_max, max(self.f_min, fb)), rb, costs, b, step_law))
             if rs:
-                r_ci, f_ci, s_ci = (tuple(float(v) for v in np.percentile(a, [2.5, 97.5])) for a in (rs, fs, ss))
-        # what a smaller real batch gives by itself (real GRPO on rec·B groups per step): fewer real
-        # groups per step cost fewer extra steps than their share, and a world model must beat that, not only 1
-        s_small = 1.0 if rec <= 0 else steps_ratio(rec, b, step_law) / rec
-        from .advisor_choices import DEFAULT_FRACTIONS
+                r_ci = tuple(float(v) for v in np.percentile(rs, [2.5, 97.5]))  # type: ignore[assignment]
+                f_ci = tuple(float(v) for v in np.percentile(  # type: ignore[assignment]
+                    [optimal_anchor_fraction(rb, costs.gamma, b, step_law) for rb in rs], [2.5, 97.5]))
+        from .advisor_choices import DEFAULT_FRACTIONS, with_fitting
 
-        choices = price_choices(r, costs, b, groups_per_step=groups_per_step, fractions=(*DEFAULT_FRACTIONS, rec),
-                                f_min=self.f_min, f_max=self.f_max, r_replicates=rs, step_law=step_law)
-        best, _close, best_text = recommend(choices)
+        price = dict(groups_per_step=groups_per_step, fractions=(*DEFAULT_FRACTIONS, rec), f_min=self.f_min,
+                     f_max=self.f_max, step_law=step_law)
+        choices = price_choices(r, costs, b, r_replicates=rs, **price)  # training only
+        phi = float(fitting_share)
+        totals = with_fitting(choices, phi) if phi > 0 else choices
+        # WMRL is eligible only when the pilot shows signal within groups: r's interval above 0
+        # (without an interval, r > 0); otherwise the recommendation is the best real batch
+        signal = r_ci[0] > 0 if math.isfinite(r_ci[0]) else r > 0
+        signal = signal and not math.isfinite(flat_raw_r)
+        best, _close, best_text = recommend(totals, wmrl_eligible=signal)
+        best_real = max((c for c in totals if c.kind == "real"), key=lambda c: (c.predicted_speedup, -c.steps_factor))
+        real_text = recommend(totals, wmrl_eligible=False)[2]
         use = best.kind == "wmrl"
-        b_txt = f"b = {b:.3g}" if b is not None else "b not measured: every step assumed noise-limited"
         if use:
             rec = best.share  # the cheapest WMRL fraction priced (clip(f*) is among them)
-            s = predicted_speedup(rec, r, costs, b, step_law)
-            lo, hi = best.ci
-            verdict = (f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {s:.2f}x"
-                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
-                       + f" over real execution at your batch, in {best.steps_factor:.2f}x its steps; {b_txt})")
-            if math.isfinite(s_ci[0]) and s_ci[0] <= 1.0:
-                verdict += f"; uncertain: the interval reaches {s_ci[0]:.2f}x, collect more anchor groups to be sure"
-        elif best.share < 1.0:
-            verdict = (f"do not use WMRL: {best_text}; WMRL at {rec:.3f} predicts {s:.2f}x (r = {r:.2f}, gamma = "
-                       f"{costs.gamma:.3g}, {b_txt}): the world model adds nothing over a smaller real batch")
-        else:
-            verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is {s:.2f}x <= 1 (r = {r:.2f}, "
-                       f"gamma = {costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
-            if math.isfinite(s_ci[1]) and s_ci[1] > 1.0:
-                verdict += f"; uncertain: the interval reaches {s_ci[1]:.2f}x, collect more anchor groups to be sure"
+        at_rec = next(c for c in choices if c.kind == "wmrl" and c.share == rec)  # training only
+        at_rec_total = next(c for c in totals if c.kind == "wmrl" and c.share == rec)
+        s, s_ci = at_rec.predicted_speedup, at_rec.ci  # one interval: the table's, at the recommended fraction
+        s_range = (predicted_speedup(rec, r, costs, None, step_law), predicted_speedup(rec, r, costs, 0.0, step_law))
+        b_txt = f"b = {b:.3g}" if b is not None else "b not measured: every step assumed noise-limited"
+        fit_txt = ", the world model's fitting counted" if phi > 0 else ""
+        wm_txt = (f"WMRL at {rec:.3f} predicts {_speedup_text(at_rec_total.predicted_speedup)}"
+                  + (f" with its fitting counted ({_speedup_text(s)} for training alone)" if phi > 0 else ""))
+        r_txt = (f"r = {r:.2f}, 95% CI [{r_ci[0]:.2f}, {r_ci[1]:.2f}] reaches 0" if math.isfinite(r_ci[0])
+                 else f"r = {r:.2f} <= 0; no interval")
         if math.isfinite(flat_raw_r):
-            use = False
             verdict = (f"do not use WMRL: the world model carries no usable signal within groups (its calibration map "
                        f"is flat: its scores do not rise with the real ones, raw within-group r = {flat_raw_r:.2f}; "
-                       "r counts as 0); train on real execution" + (f" ({best_text})" if best.share < 1.0 else ""))
+                       "r counts as 0); train on real execution" + (f" ({real_text})" if best_real.share < 1.0 else ""))
+        elif not signal:
+            verdict = (f"do not use WMRL: the pilot has not shown the world model carries signal within groups ({r_txt})"
+                       f": {real_text}; or collect more "
+                       f"pilot groups to test it ({wm_txt} if r = {r:.2f} held)")
+        elif use:
+            lo, hi = best.ci
+            verdict = (f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {_speedup_text(best.predicted_speedup)}"
+                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+                       + f" over real execution at your batch{fit_txt}, in {best.steps_factor:.2f}x its steps; {b_txt})")
+            if math.isfinite(lo) and lo <= best_real.predicted_speedup:
+                verdict += (f"; uncertain: the interval reaches {lo:.2f}x and {best_real.words} predicts "
+                            f"{best_real.predicted_speedup:.2f}x, inside the interval: collect more anchor groups to "
+                            "be sure")
+        elif best.share < 1.0:
+            verdict = (f"do not use WMRL: {best_text}; {wm_txt} (r = {r:.2f}, gamma = {costs.gamma:.3g}, {b_txt}): "
+                       "the world model adds nothing over a smaller real batch" + (" once its fitting is counted" if phi > 0 else ""))
+        else:
+            verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is "
+                       f"{_speedup_text(at_rec_total.predicted_speedup)} <= 1{fit_txt} (r = {r:.2f}, gamma = "
+                       f"{costs.gamma:.3g}); the world model is not worth its cost here, train on real execution")
+            hi = at_rec_total.ci[1]
+            if math.isfinite(hi) and hi > 1.0:
+                verdict += f"; uncertain: the interval reaches {hi:.2f}x, collect more anchor groups to be sure"
+        # what a smaller real batch gives by itself (real GRPO on rec·B groups per step), for reference
+        s_small = 1.0 if rec <= 0 else steps_ratio(rec, b, step_law) / rec
         r_half = preferred_half_r(wm, real)
-        drift_f = (min(self.f_max, max(self.f_min, optimal_anchor_fraction(max(-1.0, min(1.0, r_half)), costs.gamma, b,
-                                                                            step_law)))
-                   if math.isfinite(r_half) else float("nan"))
-        s_drift = (predicted_speedup(rec, max(-1.0, min(1.0, r_half)), costs, b, step_law) if math.isfinite(r_half)
-                   else float("nan"))
+        drift_f = s_drift = guard = float("nan")
+        if math.isfinite(r_half):
+            rh = max(-1.0, min(1.0, r_half))
+            drift_f = min(self.f_max, max(self.f_min, optimal_anchor_fraction(rh, costs.gamma, b, step_law)))
+            s_drift = predicted_speedup(rec, rh, costs, b, step_law)
+            # the largest fraction priced that, at the drifted r, still beats the best real batch
+            at_half = price_choices(rh, costs, b, **price)
+            at_half = with_fitting(at_half, phi) if phi > 0 else at_half
+            beat = [c.share for c in at_half if c.kind == "wmrl" and c.predicted_speedup > best_real.predicted_speedup]
+            guard = max(beat) if beat else float("nan")
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
                             use, verdict, self.blind_spots(), b, s_range, s_small,
-                            tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, s_drift, step_law)
+                            tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, s_drift, step_law,
+                            best.to_dict(), signal, phi, tuple(c.to_dict() for c in totals) if phi > 0 else (), guard)
 
     def state_dict(self) -> dict[str, Any]:
         """Settings, the groups held and the count of groups ever added (JSON-serialisable)."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from .advisor_model import CostRates, check_noise_batch_ratio, check_step_law, steps_ratio
 
-__all__ = ["Choice", "DEFAULT_FRACTIONS", "fitting_share", "preferred_half_r", "price_choices", "real_batches",
+__all__ = ["Choice", "DEFAULT_FRACTIONS", "fitting_share", "groups_text", "preferred_half_r", "price_choices", "real_batches",
            "recommend", "with_fitting"]
 
 DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
@@ -47,6 +47,9 @@ class Choice:
         steps_factor: this choice's steps to the target over real GRPO's at the user's batch (the
             wall-clock side: fewer groups per step need more, sequential, steps).
         words: what to do, in one phrase ("train on real execution with 2 groups per step").
+        b_range: without a measured noise scale, the prediction from ``b = ∞`` (every step
+            noise-limited: :attr:`predicted_speedup`) to ``b = 0`` (far above the noise scale; a real
+            batch's full ``1 / share``); NaN when ``b`` was given.
     """
 
     kind: str
@@ -56,12 +59,19 @@ class Choice:
     ci: tuple[float, float]
     steps_factor: float
     words: str
+    b_range: tuple[float, float] = (float("nan"), float("nan"))
 
     def to_dict(self) -> dict:
         """JSON-serialisable."""
         d = asdict(self)
         d["ci"] = list(self.ci)
+        d["b_range"] = list(self.b_range)
         return d
+
+
+def groups_text(n: int) -> str:
+    """``"1 group"``, ``"2 groups"``."""
+    return f"{n} group{'' if n == 1 else 's'}"
 
 
 def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float, int | None]]:
@@ -142,19 +152,24 @@ def price_choices(r: float, costs: CostRates, noise_batch_ratio: float | None = 
         if reps.size < 2:
             return nan2
         vals = np.array([fn(float(x)) for x in reps])
-        return tuple(float(v) for v in np.percentile(vals, [2.5, 97.5]))  # type: ignore[return-value]
+        return _percentile_ci(vals)
 
     out: list[Choice] = []
-    unit = "groups per step" if groups_per_step is not None else ""
+    unmeasured = math.isinf(b)
+
+    def b_range(fn) -> tuple[float, float]:  # b = inf (the point) to b = 0, when b is not measured
+        return (fn(math.inf), fn(0.0)) if unmeasured else nan2
+
     for share, g in real_batches(groups_per_step, max(f_min, 1e-6)):
         st = steps_ratio(share, b, step_law)
         s = st / share
         if share == 1.0:
-            words = "train on real execution at your batch" + (f" ({g} {unit})" if g else "")
+            words = "train on real execution at your batch" + (f" ({groups_text(g)} per step)" if g else "")
         else:
-            words = (f"train on real execution with {g} group{'s' if g != 1 else ''} per step" if g is not None
+            words = (f"train on real execution with {groups_text(g)} per step" if g is not None
                      else f"train on real execution with {share:.0%} of your groups per step")
-        out.append(Choice("real", share, g, s, (s, s), 1.0 / st if st > 0 else math.inf, words))
+        out.append(Choice("real", share, g, s, (s, s), 1.0 / st if st > 0 else math.inf, words,
+                          b_range(lambda bb, share=share: steps_ratio(share, bb, step_law) / share)))
     seen = set()
     for f in sorted(min(f_max, max(f_min, float(x))) for x in fractions):
         if f in seen or f <= 0:
@@ -164,14 +179,28 @@ def price_choices(r: float, costs: CostRates, noise_batch_ratio: float | None = 
         q = f + (1 - f) * max(0.0, r) ** 2
         st = steps_ratio(q, b, step_law)
         out.append(Choice("wmrl", f, groups_per_step, s, interval(lambda x, f=f: _wmrl_speedup(f, x, costs, b, step_law)),
-                          1.0 / st if st > 0 else math.inf, f"use WMRL at anchor fraction {f:g}"))
+                          1.0 / st if st > 0 else math.inf, f"use WMRL at anchor fraction {f:g}",
+                          b_range(lambda bb, f=f: _wmrl_speedup(f, r, costs, bb, step_law))))
     s0 = _wmrl_speedup(0.0, r, costs, b, step_law)
     st0 = steps_ratio(max(0.0, r) ** 2, b, step_law)
     out.append(Choice("world_model_only", 0.0, groups_per_step, s0,
                       interval(lambda x: _wmrl_speedup(0.0, x, costs, b, step_law)),
                       1.0 / st0 if st0 > 0 else math.inf,
-                      "train on the world model alone (no anchors: nothing corrects or watches its bias)"))
+                      "train on the world model alone (no anchors: nothing corrects or watches its bias)",
+                      b_range(lambda bb: _wmrl_speedup(0.0, r, costs, bb, step_law))))
     return out
+
+
+def _percentile_ci(vals: np.ndarray) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of ``vals``; an infinite value (a free world model at r = 1)
+    gives an infinite end, not NaN and a RuntimeWarning (``inf - inf`` in the interpolation)."""
+    if np.all(np.isfinite(vals)):
+        return tuple(float(v) for v in np.percentile(vals, [2.5, 97.5]))  # type: ignore[return-value]
+    srt = np.sort(vals)
+    with np.errstate(invalid="ignore"):
+        out = np.percentile(srt, [2.5, 97.5])
+    return tuple(float(v) if not math.isnan(v) else float(srt[min(len(srt) - 1, math.ceil(q * (len(srt) - 1)))])
+                 for v, q in zip(out, (0.025, 0.975)))  # type: ignore[return-value]
 
 
 def fitting_share(fit_executions: int, real_steps: int, groups_per_step: int, group_size: int,
@@ -180,7 +209,8 @@ def fitting_share(fit_executions: int, real_steps: int, groups_per_step: int, gr
 
     ``φ = N·c_exec / (S·B·G·(c_exec + c_other))`` for a world model fitted on ``N`` real executions
     (priced at the pilot's cost per execution) and real GRPO that reaches the target in ``S`` steps
-    of ``B`` groups of ``G`` rollouts. The execution's cost cancels up to ``c_other``, so ``φ`` is
+    of ``B`` groups of ``G`` rollouts (``group_size``: the planned run's G, which ``wmrl advise``
+    takes from ``--run-group-size``, default the pilot's). The execution's cost cancels up to ``c_other``, so ``φ`` is
     close to ``N / (S·B·G)`` whatever the pilot's programs cost (a pilot's untrained policy fails
     often, and failures execute cheaply).
 
@@ -221,24 +251,39 @@ def with_fitting(choices: Sequence[Choice], share: float) -> list[Choice]:
             out.append(c)
         else:
             out.append(Choice(c.kind, c.share, c.groups_per_step, total(c.predicted_speedup),
-                              (total(c.ci[0]), total(c.ci[1])), c.steps_factor, c.words))
+                              (total(c.ci[0]), total(c.ci[1])), c.steps_factor, c.words,
+                              (total(c.b_range[0]), total(c.b_range[1]))))
     return out
 
 
-def recommend(choices: Sequence[Choice]) -> tuple[Choice, list[Choice], str]:
-    """The cheapest choice that keeps anchors (real or WMRL), the choices whose interval reaches
-    its point (as good within the data's uncertainty), and one sentence a user acts on.
+def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple[Choice, list[Choice], str]:
+    """The cheapest choice that keeps anchors (real or WMRL), the choices as good within the data's
+    uncertainty, and one sentence a user acts on.
+
+    "As good within the interval": a choice whose interval reaches the best's point, or whose point
+    lies inside the best's interval (so a real batch, whose interval is its point, counts when the
+    best WMRL choice's interval reaches it).
+
+    Args:
+        choices: :func:`price_choices`' (or :func:`with_fitting`'s) choices.
+        wmrl_eligible: ``False``: only real batches may be recommended (a pilot that has not shown
+            the world model carries signal, :meth:`AnchorAdvisor.advise`); WMRL choices are then
+            never listed as as good either.
 
     Raises:
-        ValueError: no real or WMRL choice among ``choices``.
+        ValueError: no eligible choice among ``choices``.
     """
-    eligible = [c for c in choices if c.kind != "world_model_only" and math.isfinite(c.predicted_speedup)]
+    kinds = ("real", "wmrl") if wmrl_eligible else ("real",)
+    eligible = [c for c in choices if c.kind in kinds and math.isfinite(c.predicted_speedup)]
     if not eligible:
         raise ValueError("no real-execution or WMRL choice to recommend: price them with price_choices first")
     best = max(eligible, key=lambda c: (c.predicted_speedup, -c.steps_factor))
-    close = [c for c in eligible if c is not best and math.isfinite(c.ci[1]) and c.ci[1] >= best.predicted_speedup]
-    ci = best.ci
-    ci_txt = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if all(math.isfinite(x) for x in ci) and ci[0] != ci[1] else ""
+    lo, hi = best.ci
+    has_ci = math.isfinite(lo) and math.isfinite(hi) and lo != hi
+    close = [c for c in eligible if c is not best
+             and ((math.isfinite(c.ci[1]) and c.ci[1] >= best.predicted_speedup)
+                  or (has_ci and lo <= c.predicted_speedup <= hi))]
+    ci_txt = f" [{lo:.2f}, {hi:.2f}]" if has_ci else ""
     text = (f"{best.words}: predicted {best.predicted_speedup:.2f}x{ci_txt} less compute to the same progress than "
             f"real execution at your batch, in {best.steps_factor:.2f}x its steps")
     if close:

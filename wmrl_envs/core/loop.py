@@ -806,7 +806,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
         return {"r": float(r) if np.isfinite(r) else None, "r_groups": int(n)}
 
     def advise(self, costs: CostRates | None = None, noise_batch_ratio: float | None = None, *,
-               groups_per_step: int | None = None, step_law: str = "adam") -> AnchorAdvice:
+               groups_per_step: int | None = None, step_law: str = "adam",
+               fitting_share: float = 0.0) -> AnchorAdvice:
         """The anchor-fraction advice for this run's training anchor groups so far
         (:class:`~wmrl_envs.core.advisor.AnchorAdvisor`; ``docs/method.md``, "Choosing the anchor
         fraction"). When the run debiases, world-model scores are calibrated out of sample
@@ -821,6 +822,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             groups_per_step: the run's groups per step, for pricing real execution at smaller
                 batches (``None``: batches as shares of it; :meth:`AnchorAdvisor.advise`).
             step_law: the optimiser's step law, ``"adam"`` or ``"sgd"`` (:meth:`AnchorAdvisor.advise`).
+            fitting_share: a world model's one-time fitting over real GRPO's compute to the target
+                (:meth:`AnchorAdvisor.advise`; 0: none).
 
         Raises:
             ValueError: ``costs`` omitted and the ledger has no execution or no world-model call yet.
@@ -830,4 +833,5 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             b = noise_batch_ratio if noise_batch_ratio is not None else (
                 self.adaptive.noise_batch_ratio if self.adaptive is not None else None)
             return self.advisor.advise(costs, calibrate=self._advice_calibration(), noise_batch_ratio=b,
-                                       groups_per_step=groups_per_step, step_law=step_law)
+                                       groups_per_step=groups_per_step, step_law=step_law,
+                                       fitting_share=fitting_share)

@@ -1,0 +1,166 @@
+"""``wmrl advise``'s review fixes: the fitting-counted verdict end to end, the run folder's own
+groups per step, ``--out-dir`` and ``--groups`` refused before the pilot, ``--from-advice``,
+``--run-group-size``, the config recorded and errors that name flags (fake, instant components of
+known correlation, as in test_advise.py)."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from agents.advise import AdviseConfig, main_advise, run_pilot
+from agents.cli import main
+from wmrl_envs.world_models.base import WorldModelPrediction
+
+
+class KnownEnv(gym.Env):
+    """Action = a number as text; its real score is that number; each execution declares 2 CPU-s."""
+
+    observation_space = gym.spaces.Discrete(1)
+    action_space = gym.spaces.Text(32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {"task": int(self.np_random.integers(0, 5))}
+
+    def step(self, action):
+        return 0, float(action), True, False, {"execution_cpu_s": 2.0}
+
+
+class NoisyWM:
+    declared_cpu_s_per_prediction = 0.01
+
+    def __init__(self, noise=0.75, seed=12345):
+        self.noise, self.rng = noise, np.random.default_rng(seed)
+
+    def predict(self, contexts, actions):
+        return [WorldModelPrediction(score=float(a) + self.noise * float(self.rng.normal())) for a in actions]
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class GaussianPolicy:
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)
+
+    def sample(self, observation, info, group_size):
+        return [f"{info['task'] + self.rng.normal():.6f}" for _ in range(group_size)]
+
+
+def known_env():
+    return KnownEnv()
+
+
+def noisy_wm():
+    return NoisyWM()
+
+
+def gaussian_policy():
+    return GaussianPolicy()
+
+
+PILOT = dict(env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm", policy=f"{__name__}:gaussian_policy",
+             n_boot=100)
+
+
+def test_the_verdict_hint_and_json_follow_the_fitting_counted_choice_and_re_advise_from_the_json(tmp_path):
+    lines = []
+    cfg = AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), groups_per_step=10,
+                       world_model_fit_executions=175, real_steps=10, **PILOT)
+    a = main_advise(cfg, log=lines.append)
+    saved = json.loads((tmp_path / "a" / "advice.json").read_text())
+    # r ≈ 0.8: WMRL at 0.05 wins on training alone, but 175 executions (44% of real GRPO's compute to the
+    # target) leave it below real execution on 1 group per step
+    assert not a.use_wmrl and not saved["use_wmrl"] and saved["recommended_choice"]["kind"] == "real"
+    assert saved["recommended_choice"]["groups_per_step"] == 1
+    assert a.verdict.startswith("do not use WMRL: train on real execution with 1 group per step")
+    assert not any("--anchor-window" in ln for ln in lines)  # no hint to realise a fraction not recommended
+    assert saved["with_fitting"]["best_choice"] == saved["recommended_choice"]
+    assert saved["with_fitting"]["share"] == pytest.approx(175 / 400, rel=0.02)
+    # the same groups without the fitting, no pilot: WMRL, and the hint
+    lines.clear()
+    b = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "b"),
+                                 n_boot=100), log=lines.append)
+    assert b.r == pytest.approx(a.r) and b.r_ci == pytest.approx(a.r_ci)  # the same groups, the same bootstrap
+    assert b.use_wmrl and b.recommended_fraction == 0.05 and b.costs == a.costs
+    assert any("train with --anchor-fraction 0.05 --anchor-window 2" in ln for ln in lines)  # its groups per step: 10
+    again = json.loads((tmp_path / "b" / "advice.json").read_text())
+    assert again["config"]["groups_per_step"] == 10 and "groups" not in again["config"]
+    assert again["anchor_groups"]["advisor"]["groups"] == saved["anchor_groups"]["advisor"]["groups"]
+    # another planned batch, and the planned run's G: the fitting's share halves at G = 8
+    c = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "c"),
+                                 groups_per_step=10, world_model_fit_executions=175, real_steps=10, run_group_size=8,
+                                 n_boot=100), log=lambda s: None)
+    assert c.fitting_share == pytest.approx(a.fitting_share / 2)
+    assert json.loads((tmp_path / "c" / "advice.json").read_text())["with_fitting"]["group_size"] == 8
+
+
+def test_from_advice_without_groups_or_not_json_is_a_clear_error(tmp_path, capsys):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"verdict": "use WMRL at anchor fraction 0.050", "r": 0.8}))
+    with pytest.raises(ValueError, match="holds no anchor groups"):
+        main_advise(AdviseConfig(from_advice=str(old), out_dir=str(tmp_path / "o")))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["advise", "--from-advice", str(bad), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "is not JSON" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"costs": {}, "anchor_groups": {"advisor": {"groups": "x"}}}))
+    assert main(["advise", "--from-advice", str(broken), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "malformed" in capsys.readouterr().err
+
+
+def test_run_dir_prices_at_the_runs_own_groups_per_step_and_records_what_it_used(tmp_path):
+    wrapper = run_pilot(KnownEnv(), NoisyWM(), GaussianPolicy(), groups=16, group_size=4, seed=0)
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "checkpoint" / "state.json").write_text(json.dumps({"wrapper": wrapper.state_dict()}))
+    (run / "config.json").write_text(json.dumps({"groups_per_step": 16, "group_size": 4}))
+    a = main_advise(AdviseConfig(run_dir=str(run), out_dir=str(tmp_path / "o"), n_boot=50), log=lambda s: None)
+    assert [c["groups_per_step"] for c in a.choices if c["kind"] == "real"] == [16, 8, 4, 2, 1]
+    assert not any("%" in c["words"] for c in a.choices)
+    cfg = json.loads((tmp_path / "o" / "advice.json").read_text())["config"]
+    assert cfg["groups_per_step"] == 16 and cfg["run_dir"] == str(run)
+    assert not {"groups", "group_size", "env", "world_model", "policy"} & set(cfg)
+    # a given --groups-per-step still wins
+    b = main_advise(AdviseConfig(run_dir=str(run), out_dir=str(tmp_path / "o"), n_boot=0, groups_per_step=4),
+                    log=lambda s: None)
+    assert [c["groups_per_step"] for c in b.choices if c["kind"] == "real"] == [4, 2, 1]
+
+
+def test_an_out_dir_that_is_a_file_is_refused_before_the_pilot(tmp_path, capsys):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    for out in (f, f / "under"):  # the factory cannot be imported: the pilot has not started
+        with pytest.raises(ValueError, match=r"--out-dir .*is a file, not a folder"):
+            main_advise(AdviseConfig(out_dir=str(out), env="nowhere_xyz:f"))
+    assert main(["advise", "--out-dir", str(f / "under"), "--env", "nowhere_xyz:f"]) == 2
+    assert "--out-dir" in capsys.readouterr().err
+
+
+def test_groups_below_min_groups_are_refused_before_the_pilot(tmp_path, capsys):
+    with pytest.raises(ValueError, match="--groups 4 is below --min-groups 8"):
+        main_advise(AdviseConfig(groups=4, env="nowhere_xyz:f", out_dir=str(tmp_path)))
+    assert main(["advise", "--groups", "5", "--min-groups", "6", "--env", "nowhere_xyz:f", "--out-dir",
+                 str(tmp_path)]) == 2
+    assert "needs at least 6 usable pilot groups" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["advise", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "At least --min-groups (default 8)" in help_text
+    assert "groups of --run-group-size rollouts" in help_text  # --real-steps says which G
+
+
+def test_setting_errors_name_the_flags(tmp_path):
+    with pytest.raises(ValueError, match=r"--f-min=2.0") as exc:
+        main_advise(AdviseConfig(f_min=2.0, env="nowhere_xyz:f", out_dir=str(tmp_path)))
+    assert "f_min" not in str(exc.value)
+    with pytest.raises(ValueError, match="--n-boot must be an integer >= 0"):
+        main_advise(AdviseConfig(n_boot=-1, env="nowhere_xyz:f", out_dir=str(tmp_path)))

@@ -1,0 +1,205 @@
+"""The advisor's review fixes: the verdict follows the fitting-counted choice, no WMRL without
+evidence of signal, the flat-map verdict's words, "as good within the interval" for real batches,
+real batches' b-range, the drift's wording, one interval per speedup, "1 group", an unbounded
+speedup without a warning, and the train summary's anchor-window hint."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from wmrl_envs.core.advisor import AnchorAdvisor, CostRates
+from wmrl_envs.core.advisor_choices import Choice, fitting_share, price_choices, recommend
+
+
+def groups(r: float, n: int, g: int = 4, seed: int = 0):
+    """Groups whose within-group world-model/real correlation is r."""
+    rng = np.random.default_rng(seed)
+    wm, real = [], []
+    for _ in range(n):
+        z, e = rng.normal(size=g), rng.normal(size=g)
+        real.append(list(z))
+        wm.append(list(r * z + math.sqrt(1 - r * r) * e))
+    return wm, real
+
+
+def advisor(r: float, n: int, seed: int = 0, **kw) -> AnchorAdvisor:
+    adv = AnchorAdvisor(**{"n_boot": 200, "seed": 0, **kw})
+    for w, x in zip(*groups(r, n, seed=seed)):
+        adv.add_group(w, x)
+    return adv
+
+
+def test_with_the_fitting_counted_the_verdict_and_use_wmrl_follow_the_fitting_counted_choice():
+    adv = advisor(0.6, 40)
+    costs = CostRates(2.5, 0.02)
+    plain = adv.advise(costs, groups_per_step=10)
+    assert plain.use_wmrl and plain.recommended_choice["kind"] == "wmrl"
+    phi = fitting_share(175, 10, 10, 4, costs)  # 175 executions against 10 steps of 10 groups of 4
+    a = adv.advise(costs, groups_per_step=10, fitting_share=phi)
+    assert a.fitting_share == pytest.approx(175 / 400)
+    # the fitting-counted best is real GRPO on 1 group per step (3.16x) against WMRL's ~1.9x in total
+    assert not a.use_wmrl and a.recommended_choice["kind"] == "real" and a.recommended_choice["groups_per_step"] == 1
+    assert a.verdict.startswith("do not use WMRL: train on real execution with 1 group per step")
+    assert "once its fitting is counted" in a.verdict
+    total = {c["words"]: c["predicted_speedup"] for c in a.choices_with_fitting}
+    assert total["use WMRL at anchor fraction 0.05"] == pytest.approx(
+        1 / (1 / plain.predicted_speedup + phi))
+    # the training-only figures stay, labelled as such; the prediction itself is unchanged
+    assert a.predicted_speedup == pytest.approx(plain.predicted_speedup)
+    text = a.format()
+    assert "training only (the world model's fitting not counted)" in text
+    assert "best choice with the fitting counted: train on real execution with 1 group per step" in text
+    assert "recommended anchor fraction" not in text  # WMRL's fraction, "not recommended"
+
+
+def test_no_wmrl_without_evidence_of_signal():
+    # r = 0.20, 95% CI [-0.10, 0.41]: the interval reaches 0 and 10 groups per step < 1 / f_min
+    a = advisor(0.35, 16, seed=0).advise(CostRates(1.0, 0.01), groups_per_step=10)
+    assert a.r_ci[0] < 0 < a.r
+    assert not a.wmrl_eligible and not a.use_wmrl and a.recommended_choice["kind"] == "real"
+    assert a.verdict.startswith("do not use WMRL: the pilot has not shown the world model carries signal within "
+                                "groups (r = 0.20, 95% CI [-0.10, 0.41] reaches 0): train on real execution with "
+                                "1 group per step")
+    assert "or collect more pilot groups to test it" in a.verdict
+    # the pricing is unchanged: WMRL at 0.05 still priced above the best real batch, only not eligible
+    wm05 = next(c for c in a.choices if c["kind"] == "wmrl" and c["share"] == 0.05)
+    best_real = max(c["predicted_speedup"] for c in a.choices if c["kind"] == "real")
+    assert wm05["predicted_speedup"] > best_real
+    assert wm05["predicted_speedup"] == pytest.approx(
+        price_choices(a.r, a.costs, None, groups_per_step=10)[4].predicted_speedup)
+    # no interval (n_boot = 0): r > 0 is the rule
+    neg = advisor(-0.17, 300, seed=1, n_boot=0).advise(CostRates(1.0, 0.05), groups_per_step=10)
+    assert neg.r < 0 and not neg.use_wmrl and "<= 0; no interval" in neg.verdict
+    pos = advisor(0.5, 30, seed=1, n_boot=0).advise(CostRates(1.0, 0.05), groups_per_step=10)
+    assert pos.r > 0 and pos.wmrl_eligible and pos.use_wmrl
+
+
+def test_the_flat_map_verdict_names_the_best_real_batch_not_a_wmrl_choice():
+    # an anti-correlated world model: the cross-fitted map is flat, r counts as 0; at 10 groups per step
+    # WMRL at 0.05 is priced above 1 group per step (3.73x against 3.16x), which the verdict used to append
+    rng = np.random.default_rng(3)
+    adv = AnchorAdvisor(n_boot=50)
+    for _ in range(40):
+        z = rng.normal(size=4)
+        adv.add_group(list(-0.6 * z + 0.8 * rng.normal(size=4)), list(z))
+    a = adv.advise(CostRates(1.0, 0.01), calibrate="crossfit", groups_per_step=10)
+    assert a.r == 0.0 and "no usable signal" in a.verdict
+    assert "(train on real execution with 1 group per step: predicted 3.16x" in a.verdict
+    assert "use WMRL at anchor fraction" not in a.verdict
+
+
+def test_a_real_batch_inside_the_best_choices_interval_is_as_good_and_the_verdict_says_uncertain():
+    best = Choice("wmrl", 0.05, 10, 4.9, (2.9, 6.6), 2.0, "use WMRL at anchor fraction 0.05")
+    real1 = Choice("real", 0.1, 1, 3.16, (3.16, 3.16), 3.16, "train on real execution with 1 group per step")
+    real10 = Choice("real", 1.0, 10, 1.0, (1.0, 1.0), 1.0, "train on real execution at your batch (10 groups per step)")
+    b, close, text = recommend([real10, real1, best])
+    assert b is best and close == [real1]
+    assert text.endswith("as good within the interval: train on real execution with 1 group per step")
+    # the advisor's verdict: r = 0.45 [0.20, 0.63], WMRL at 0.05 4.92x [2.96, 6.58] against 3.16x
+    a = advisor(0.35, 16, seed=4).advise(CostRates(1.0, 0.05), groups_per_step=10)
+    assert a.use_wmrl and a.predicted_speedup_ci[0] < 3.16
+    assert ("uncertain: the interval reaches 2.96x and train on real execution with 1 group per step predicts 3.16x, "
+            "inside the interval") in a.verdict
+    assert "as good within the interval: train on real execution with 1 group per step" in a.best_choice
+
+
+def test_real_batches_without_a_noise_scale_show_their_b_range():
+    costs = CostRates(1.0, 0.01)
+    unmeasured = price_choices(0.5, costs, None, groups_per_step=10)
+    one = next(c for c in unmeasured if c.kind == "real" and c.groups_per_step == 1)
+    assert one.b_range == (pytest.approx(math.sqrt(10)), pytest.approx(10.0))  # b = inf: 1/sqrt(share); b = 0: 1/share
+    assert one.predicted_speedup == pytest.approx(one.b_range[0])
+    measured = price_choices(0.5, costs, 1.0, groups_per_step=10)
+    assert all(math.isnan(c.b_range[0]) for c in measured)
+    a = advisor(0.6, 40).advise(costs, groups_per_step=10)
+    text = a.format()
+    assert "  train on real execution with 1 group per step: 3.16x (b = 0: 10.00x) (3.16x steps)" in text
+    assert "every step noise-limited, b = inf" in text
+    assert "(b = 0:" not in advisor(0.6, 40).advise(costs, noise_batch_ratio=1.0, groups_per_step=10).format()
+
+
+def test_the_drift_line_says_which_way_r_moved_and_what_to_do():
+    base = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert base.use_wmrl and base.recommended_fraction == 0.05
+    up = dataclasses.replace(base, r_preferred_half=base.r + 0.1)
+    line = next(ln for ln in up.format().splitlines() if ln.startswith("drift:"))
+    assert "can drift" not in line and "no sign that training's r drifts below" in line
+    higher = dataclasses.replace(base, r_preferred_half=0.2, drift_fraction=0.3)
+    line = next(ln for ln in higher.format().splitlines() if ln.startswith("drift:"))
+    assert "can drift down that far" in line and line.endswith("raise the fraction to 0.300")
+    floor_guard = dataclasses.replace(base, r_preferred_half=0.2, drift_fraction=0.05, drift_guard_fraction=0.2)
+    line = next(ln for ln in floor_guard.format().splitlines() if ln.startswith("drift:"))
+    assert "up to 0.2 still beats the best real batch at that r" in line and "--anchor-fraction auto" in line
+    floor_none = dataclasses.replace(base, r_preferred_half=0.0, drift_fraction=0.05, drift_guard_fraction=float("nan"))
+    line = next(ln for ln in floor_none.format().splitlines() if ln.startswith("drift:"))
+    assert "cannot name a larger one" in line and line.endswith("--anchor-fraction auto, which follows the run's own r")
+    # the guard fraction is the largest priced fraction whose speedup at the drifted r beats the best real batch
+    at_half = price_choices(base.r_preferred_half, base.costs, None, groups_per_step=10,
+                            fractions=(0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.05))
+    best_real = max(c.predicted_speedup for c in at_half if c.kind == "real")
+    beat = [c.share for c in at_half if c.kind == "wmrl" and c.predicted_speedup > best_real]
+    assert base.drift_guard_fraction == (max(beat) if beat else None) and base.drift_guard_fraction > 0.05
+
+
+def test_one_interval_for_the_recommended_speedup_and_one_group_in_words():
+    a = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    row = next(c for c in a.choices if c["kind"] == "wmrl" and c["share"] == a.recommended_fraction)
+    assert a.predicted_speedup_ci == tuple(row["ci"])
+    lo, hi = row["ci"]
+    assert f"(95% CI [{lo:.2f}, {hi:.2f}]" in a.format() and f"{row['predicted_speedup']:.2f}x [{lo:.2f}, {hi:.2f}]" in a.format()
+    assert price_choices(0.5, CostRates(1.0, 0.01), None, groups_per_step=1)[0].words == (
+        "train on real execution at your batch (1 group per step)")
+    from agents.advise import anchor_window_hint
+
+    assert anchor_window_hint(0.05, 1).startswith("f = 0.05 at 1 group per step is 1 anchor group every 20 steps")
+
+
+def test_free_predictions_at_r_one_print_unbounded_without_a_warning():
+    adv = AnchorAdvisor(n_boot=50)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        x = list(rng.normal(size=4))
+        adv.add_group(x, x)  # r = 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = adv.advise(CostRates(1.0, 0.0), groups_per_step=4)
+        text = a.format()
+    alone = next(ln for ln in text.splitlines() if "world model alone" in ln)
+    assert "unbounded" in alone and "inf" not in alone
+    wm_only = next(c for c in a.choices if c["kind"] == "world_model_only")
+    assert wm_only["ci"] == [math.inf, math.inf]
+
+
+def test_train_summary_adds_the_anchor_window_that_realises_its_recommendation():
+    from agents.train.summary import _advice_rows, anchor_advice
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+    from wmrl_envs.world_models.base import WorldModelPrediction
+
+    class WM:
+        def predict(self, contexts, actions):
+            return [WorldModelPrediction(score=float(a)) for a in actions]
+
+        def state_dict(self):
+            return {}
+
+        def load_state_dict(self, state):
+            pass
+
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
+                          world_model=WM(), groups_per_step=4, seed=0)
+    for w, x in zip(*groups(0.8, 40, seed=4)):
+        t = loop.open_group()
+        loop.close_group(t, w, x if t.route == "anchor" else None)
+    loop.ledger.add("execution", seconds=1.0, count=80, cpu_seconds=80.0)
+    loop.ledger.add("world_model", seconds=0.1, count=160, cpu_seconds=1.6)
+    d = anchor_advice(loop)
+    assert d["use_wmrl"] and d["recommended_fraction"] == 0.05
+    assert d["anchor_window_hint"].endswith("train with --anchor-fraction 0.05 --anchor-window 5 (with a window of 1 "
+                                            "step the floor of one anchor group per step realises 0.25)")
+    rows = dict(_advice_rows({"anchor_advice": d}))
+    assert rows["how to train at the recommended fraction"] == d["anchor_window_hint"]
