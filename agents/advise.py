@@ -5,7 +5,8 @@ Holds :class:`AdviseConfig` (the command's flags), :func:`run_pilot` (N groups o
 executed for real *and* scored by the world model, through the same
 :class:`~wmrl_envs.AnchoredWorldModelWrapper` and :class:`~wmrl_envs.core.CorrectionLoop` as
 training), :func:`advice_from_run` (the same advice from a ``wmrl train`` run folder's anchor
-groups), :func:`plot_advice` and the built-in AutoResearch factories. The advice itself is
+groups), :func:`load_advice_groups` (the anchor groups an earlier ``advice.json`` stored, for
+``--from-advice``), :func:`plot_advice` and the built-in AutoResearch factories. The advice itself is
 :class:`wmrl_envs.core.AnchorAdvisor`'s (``docs/method.md``, "Choosing the anchor fraction"): the
 within-group correlation of world-model and real scores with a bootstrap CI, the per-rollout
 costs, the recommended anchor fraction f* and the predicted speedup over real-execution GRPO
@@ -47,6 +48,7 @@ __all__ = [
     "load_factory",
     "run_pilot",
     "advice_from_run",
+    "load_advice_groups",
     "advise_loop",
     "plot_advice",
     "main_advise",
@@ -102,7 +104,8 @@ class AdviseConfig:
     from the noise-limited end."""
     groups_per_step: int | None = None
     """Groups per step of the run you plan: the real batches the advice prices run from the anchor batch
-    up to it (unset: as shares of your batch), and the advice says the --anchor-window that realises the
+    up to it (unset: the run's own with --run-dir, the stored one with --from-advice, else as shares of
+    your batch), and when the advice recommends WMRL it says the --anchor-window that realises the
     recommended fraction (the router puts at least one anchor group in every window of steps, so
     with the default window of 1 step a fraction below 1 / groups_per_step is not realised)."""
     world_model_fit_executions: int = 0
@@ -560,7 +563,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         gps = gps if gps is not None else run_setting(cfg.run_dir, "groups_per_step")
         real_groups = loop.advisor.groups()[1]
         pilot_g = run_setting(cfg.run_dir, "group_size") or (len(real_groups[-1]) if real_groups else None)
-        advisor, calibrate = loop.advisor, loop._advice_calibration()
+        advisor, calibrate = loop.advisor, loop.advice_calibration()
         source = f"run folder {cfg.run_dir}"
     elif cfg.from_advice is not None:
         advisor, costs, calibrate, saved = load_advice_groups(cfg.from_advice, settings)

@@ -7,7 +7,7 @@ Usage:
     wmrl bench sweep [--quick] [--FIELD VALUE ...]
     wmrl bench advisor [--quick] [--FIELD VALUE ...]
     wmrl bench report RESULTS_JSON [--out-dir DIR]
-    wmrl advise [--run-dir RUN_DIR] [--FIELD VALUE ...]
+    wmrl advise [--run-dir RUN_DIR | --from-advice ADVICE_JSON] [--FIELD VALUE ...]
     wmrl libero [--quick] [--FIELD VALUE ...]
     wmrl presets
 
@@ -184,7 +184,8 @@ def _advise(argv: list[str]) -> int:
                              "contexts are the env's observations). The policy: sample(observation, info, group_size) -> "
                              "list of group_size actions for the task the env's reset returned. Example: cd my_project && "
                              "wmrl advise --env my_pkg.advise:make_env --world-model my_pkg.advise:make_wm --policy "
-                             "my_pkg.advise:make_policy --groups 16 --groups-per-step 10.",
+                             "my_pkg.advise:make_policy --groups 16 --groups-per-step 10. Advise again without a pilot from the "
+                             "anchor groups an advice.json stored: --from-advice DIR/advice.json.",
                  default=AdviseConfig())
     main_advise(cfg)
     return 0

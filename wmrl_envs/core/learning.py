@@ -107,3 +107,8 @@ class LearningFromAnchors:
         """How the advice calibrates world-model scores: out of sample (``"crossfit"``) when the
         run debiases, raw otherwise (a map fitted on the same pairs would inflate r)."""
         return "crossfit" if self.corrector.debias else None
+
+    def advice_calibration(self) -> str | None:
+        """How :meth:`advise` calibrates world-model scores (``"crossfit"`` or ``None``: raw), for
+        a caller that advises again from the same anchor groups (``wmrl advise --from-advice``)."""
+        return self._advice_calibration()
