@@ -299,7 +299,8 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
             a = adv.advise(costs, calibrate="crossfit", noise_batch_ratio=reals[real_key(sc)]["noise_batch_ratio"])
             pilots[(e, name)] = {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups,
                                  "recommended_fraction": a.recommended_fraction, "f_star": a.f_star,
-                                 "predicted_at_recommended": a.predicted_speedup, "verdict": a.verdict}
+                                 "predicted_at_recommended": a.predicted_speedup, "verdict": a.verdict,
+                                 "wmrl_eligible": a.wmrl_eligible}
             progress.update(bar, advance=1)
         jobs = []
         for e, name, sc in cell_groups:
@@ -391,6 +392,8 @@ def run_out_of_sample(cfg: AdvisorCheckConfig, log: Callable[[str], None] = prin
 
         def pick(key: str) -> dict[str, Any]:
             cand = [c for c in options if math.isfinite(pred_of(c, key))]
+            if key == "predicted_pilot" and not pil.get("wmrl_eligible", True):
+                cand = [c for c in cand if c["kind"] == "real"]  # the advisor's rule: no WMRL without signal
             return max(cand, key=lambda c: pred_of(c, key))
 
         rec = pil["recommended_fraction"]
