@@ -471,7 +471,8 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
         a.legend(fontsize=8)
     a.set_xlabel("anchor fraction f")
     a.set_ylabel("predicted speedup (model; ignores bias)")
-    a.set_title("predicted speedup vs anchor fraction")
+    a.set_title("predicted speedup vs anchor fraction"
+                + (" (training only: fitting not counted)" if getattr(advice, "fitting_share", 0) > 0 else ""))
     fig.suptitle(advice.verdict if len(advice.verdict) < 110 else advice.verdict[:107] + "...", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
