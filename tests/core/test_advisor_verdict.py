@@ -1,4 +1,4 @@
-"""The advisor's review fixes: the verdict follows the fitting-counted choice, no WMRL without
+"""What the advisor's verdict says and how (issue 39's review): it follows the fitting-counted choice, no WMRL without
 evidence of signal, the flat-map verdict's words, "as good within the interval" for real batches,
 real batches' b-range, the drift's wording, one interval per speedup, "1 group", an unbounded
 speedup without a warning, and the train summary's anchor-window hint."""

@@ -1,4 +1,4 @@
-"""``wmrl advise``'s review fixes: the fitting-counted verdict end to end, the run folder's own
+"""``wmrl advise``'s checks and re-advice (issue 39's review): the fitting-counted verdict end to end, the run folder's own
 groups per step, ``--out-dir`` and ``--groups`` refused before the pilot, ``--from-advice``,
 ``--run-group-size``, the config recorded and errors that name flags (fake, instant components of
 known correlation, as in test_advise.py)."""
