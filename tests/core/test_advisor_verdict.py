@@ -315,3 +315,17 @@ def test_a_drift_that_rounds_away_has_no_line_and_b_0_shows_no_zero_width_interv
     tiny = dataclasses.replace(a, r_preferred_half=a.r - 0.004)
     assert not any(ln.startswith("drift:") for ln in tiny.format().splitlines())
     assert any(ln.startswith("drift:") for ln in dataclasses.replace(a, r_preferred_half=a.r - 0.05).format().splitlines())
+
+
+def test_train_summary_labels_wmrls_fraction_when_the_verdict_rejects_wmrl():
+    from agents.train.summary import _advice_rows
+
+    a = advisor(0.0, 40, seed=2).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert not a.use_wmrl and a.recommended_fraction == 0.05
+    rows = dict(_advice_rows({"anchor_advice": a.to_dict()}))
+    assert "recommended anchor fraction / predicted speedup (a model, not a bound)" not in rows
+    assert rows["WMRL's fraction / its predicted speedup (a model, not a bound)"] == (
+        f"WMRL's fraction 0.050 (WMRL not recommended: see the verdict) / {a.predicted_speedup:.2f}x")
+    ok = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert dict(_advice_rows({"anchor_advice": ok.to_dict()}))[
+        "recommended anchor fraction / predicted speedup (a model, not a bound)"] == f"0.050 / {ok.predicted_speedup:.2f}x"
