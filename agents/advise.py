@@ -76,7 +76,9 @@ class AdviseConfig:
     from_advice: str | None = None
     """An advice.json written by an earlier wmrl advise pilot: advise again from the anchor groups and
     costs it stored, without a pilot (e.g. with another --groups-per-step, --noise-batch-ratio or fitting
-    flags; --groups-per-step and --run-group-size default to the ones it used)."""
+    flags). Every setting it used and you do not give is reused (--seed, --n-boot, --f-min, --f-max,
+    --min-groups, --step-law, the b it used, --groups-per-step, --world-model-fit-executions, --real-steps,
+    --run-group-size), and a line says which; --cost-basis is refused with it (the costs are stored)."""
     groups: int = 16
     """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1). At least
     --min-groups (default 8): below it the advice has too few groups to give one."""
@@ -118,7 +120,7 @@ class AdviseConfig:
     """Steps real-execution GRPO at your batch would take to your target (e.g. the steps you would train
     it for), each of --groups-per-step groups of --run-group-size rollouts (default: the pilot's, or the
     run folder's, group size): what a one-time fitting cost is weighed against (needed with
-    --world-model-fit-executions)."""
+    --world-model-fit-executions, and refused without it)."""
     run_group_size: int | None = None
     """G of the run you plan, for weighing a fitting cost against real GRPO's compute (--real-steps x
     --groups-per-step x G rollouts); unset: the pilot's --group-size (the run folder's G with --run-dir)."""
@@ -328,7 +330,8 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
         cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
         groups_per_step: groups per step the choices are priced at (``None``: the run's own, from
-            its ``config.json``; as shares of it when that cannot be read).
+            its ``config.json`` or else its checkpoint, :func:`run_setting`; as shares of it when
+            neither holds it).
         step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
         fitting_share: a world model's one-time fitting over real GRPO's compute to the target
             (:meth:`~wmrl_envs.core.AnchorAdvisor.advise`; 0: none).

@@ -554,7 +554,11 @@ class AnchorAdvisor:
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
-            undefined for want of spread in the raw world-model or the real scores. Otherwise it is
+            undefined for want of spread in the real scores (or in both). Raw world-model scores that
+            never vary within a group while the real ones do, over ``min_groups`` groups, count as
+            ``r = 0``: "do not use WMRL: the world model's scores do not vary within groups" and the
+            best real batch. An r interval all below 0 says the world model's scores run against the
+            real ones. Otherwise it is
             :attr:`AnchorAdvice.best_choice`'s: "use WMRL at anchor fraction f" when WMRL at the
             recommended fraction is the cheapest choice that keeps anchors, "do not use WMRL: ... train
             on real execution with k groups per step" when a smaller real batch is cheaper, and "do
