@@ -38,7 +38,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Protocol, TextIO
+from typing import Any, Callable, Collection, Iterator, Literal, Protocol, TextIO
 
 import numpy as np
 
@@ -76,7 +76,9 @@ class AdviseConfig:
     from_advice: str | None = None
     """An advice.json written by an earlier wmrl advise pilot: advise again from the anchor groups and
     costs it stored, without a pilot (e.g. with another --groups-per-step, --noise-batch-ratio or fitting
-    flags; --groups-per-step and --run-group-size default to the ones it used)."""
+    flags). Every setting it used and you do not give is reused (--seed, --n-boot, --f-min, --f-max,
+    --min-groups, --step-law, the b it used, --groups-per-step, --world-model-fit-executions, --real-steps,
+    --run-group-size), and a line says which; --cost-basis is refused with it (the costs are stored)."""
     groups: int = 16
     """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1). At least
     --min-groups (default 8): below it the advice has too few groups to give one."""
@@ -118,7 +120,7 @@ class AdviseConfig:
     """Steps real-execution GRPO at your batch would take to your target (e.g. the steps you would train
     it for), each of --groups-per-step groups of --run-group-size rollouts (default: the pilot's, or the
     run folder's, group size): what a one-time fitting cost is weighed against (needed with
-    --world-model-fit-executions)."""
+    --world-model-fit-executions, and refused without it)."""
     run_group_size: int | None = None
     """G of the run you plan, for weighing a fitting cost against real GRPO's compute (--real-steps x
     --groups-per-step x G rollouts); unset: the pilot's --group-size (the run folder's G with --run-dir)."""
@@ -279,6 +281,11 @@ def _restore_run(run_dir: str | Path, cost_basis: str, advisor_settings: dict[st
         state = json.loads(path.read_text())["wrapper"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path} is not a wmrl train checkpoint ({type(exc).__name__}: {exc})") from None
+    ledger = state.get("ledger") if isinstance(state, dict) else None
+    wm_calls = (ledger.get("world_model") or {}).get("count", 0) if isinstance(ledger, dict) else 0
+    if isinstance(state, dict) and state.get("world_model") is None and not wm_calls:
+        raise ValueError(f"--run-dir {run_dir} is a real-execution run (no world model, so no anchor groups to advise "
+                         f"from): give the WMRL run's folder (its parent, {Path(run_dir).resolve().parent})")
     if "advisor" not in state:
         raise ValueError(f"{path} was saved by a wmrl version without the advisor: it holds anchor pairs but not "
                          "their groups; run `wmrl advise` as a pilot instead, or train again")
@@ -294,12 +301,22 @@ def _restore_run(run_dir: str | Path, cost_basis: str, advisor_settings: dict[st
 
 def run_setting(run_dir: str | Path, name: str) -> int | None:
     """A positive integer setting (``"groups_per_step"``, ``"group_size"``) of a ``wmrl train`` run
-    folder's ``config.json`` (``None``: no config.json, or no such integer in it)."""
+    folder: its ``config.json``'s, else the one its checkpoint stored (``checkpoint/state.json``'s
+    wrapper state; ``None``: neither holds such an integer)."""
+    def ok(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
     try:
         v = json.loads((Path(run_dir) / "config.json").read_text()).get(name)
+        if ok(v):
+            return v
     except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        v = json.loads((Path(run_dir) / "checkpoint" / "state.json").read_text())["wrapper"].get(name)
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         return None
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
+    return v if ok(v) else None
 
 
 def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None, *, cost_basis: str = "cpu",
@@ -313,7 +330,8 @@ def advice_from_run(run_dir: str | Path, noise_batch_ratio: float | None = None,
         noise_batch_ratio: ``B_noise / B`` for the prediction (``None``: not measured).
         cost_basis: how the run's ledger is read (``"cpu"`` or ``"wall"``; the ledger holds both).
         groups_per_step: groups per step the choices are priced at (``None``: the run's own, from
-            its ``config.json``; as shares of it when that cannot be read).
+            its ``config.json`` or else its checkpoint, :func:`run_setting`; as shares of it when
+            neither holds it).
         step_law: the optimiser's step law (``"adam"`` or ``"sgd"``).
         fitting_share: a world model's one-time fitting over real GRPO's compute to the target
             (:meth:`~wmrl_envs.core.AnchorAdvisor.advise`; 0: none).
@@ -377,13 +395,8 @@ def load_advice_groups(path: str | Path, advisor_settings: dict[str, Any]) -> tu
     from wmrl_envs.core import AnchorAdvisor, CostRates
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"--from-advice {path}: no such file (give the advice.json an earlier wmrl advise wrote)")
-    try:
-        saved = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--from-advice {path} is not JSON ({exc}); give the advice.json a wmrl advise wrote") from None
-    stored = saved.get("anchor_groups") if isinstance(saved, dict) else None
+    saved = _read_advice(path)
+    stored = saved.get("anchor_groups")
     if not isinstance(stored, dict) or "advisor" not in stored:
         raise ValueError(f"--from-advice {path} holds no anchor groups (an advice.json written before wmrl advise stored "
                          "them, or not an advice.json): run the pilot again (wmrl advise ... --out-dir DIR), then "
@@ -472,8 +485,10 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
     a.set_xlabel("anchor fraction f")
     a.set_ylabel("predicted speedup (model; ignores bias)")
     a.set_title("predicted speedup vs anchor fraction"
-                + (" (training only: fitting not counted)" if getattr(advice, "fitting_share", 0) > 0 else ""))
-    fig.suptitle(advice.verdict if len(advice.verdict) < 110 else advice.verdict[:107] + "...", fontsize=9)
+                + ("\n(training only: fitting not counted)" if getattr(advice, "fitting_share", 0) > 0 else ""))
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.wrap(advice.verdict, 150)), fontsize=8)  # the whole verdict, wrapped
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -504,9 +519,20 @@ def _check_out_dir(out_dir: str) -> None:
             return
 
 
-def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
+def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given: Collection[str] | None = None) -> Any:
     """``wmrl advise``: a pilot (or a run folder's groups, or an earlier advice.json's), then the
     advice printed, in ``advice.json`` and in ``advice.png``.
+
+    With ``--from-advice`` the settings the earlier advice used (:data:`REUSED`: the seed, the
+    bootstrap, the bounds, the step law, b, the groups per step and the fitting flags) are reused
+    unless given; one line says which were reused and which overridden, so a re-advice with no flag
+    gives the same advice.
+
+    Args:
+        cfg: the flags.
+        log: where the lines go.
+        given: the fields the user gave (the CLI passes the flags on its command line); ``None``:
+            those that differ from :class:`AdviseConfig`'s defaults.
 
     Returns:
         The :class:`~wmrl_envs.core.AnchorAdvice`.
@@ -521,6 +547,18 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     from wmrl_envs.core.advisor_choices import fitting_share
     from wmrl_envs.core.advisor_model import check_step_law
 
+    if given is None:
+        default = AdviseConfig()
+        given = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)}
+    given = set(given)
+    if cfg.run_dir is not None and cfg.from_advice is not None:
+        raise ValueError("give --run-dir or --from-advice, not both")
+    reuse_line = None
+    if cfg.from_advice is not None:
+        if "cost_basis" in given:
+            raise ValueError(f"--cost-basis has no effect with --from-advice: the costs are stored in {cfg.from_advice} "
+                             "(their unit with them); leave --cost-basis out, or run the pilot again with it")
+        cfg, reuse_line = _reuse_settings(cfg, _read_advice(cfg.from_advice), given)
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
     try:
         AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
@@ -541,11 +579,15 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         raise ValueError(f"--world-model-fit-executions must be an integer >= 0 (real executions the world model "
                          f"was fitted on), got {fit!r}")
     pilot = cfg.run_dir is None and cfg.from_advice is None
-    if cfg.run_dir is not None and cfg.from_advice is not None:
-        raise ValueError("give --run-dir or --from-advice, not both")
-    if fit and (cfg.real_steps is None or (pilot and cfg.groups_per_step is None)):
+    if "real_steps" in given and cfg.real_steps is not None and not fit:
+        raise ValueError("--real-steps is only the yardstick of a fitting cost: it goes together with "
+                         "--world-model-fit-executions (the real executions the world model was fitted on); give both, "
+                         "or neither")
+    missing = ([] if cfg.real_steps is not None else ["--real-steps (its steps to the target at your batch)"]) + (
+        ["--groups-per-step"] if pilot and cfg.groups_per_step is None else [])
+    if fit and missing:
         raise ValueError("--world-model-fit-executions is weighed against real GRPO's compute to your target: give "
-                         "--real-steps (its steps to the target at your batch) and --groups-per-step too")
+                         + " and ".join(missing) + " too")
     if cfg.real_steps is not None and (isinstance(cfg.real_steps, bool) or not isinstance(cfg.real_steps, int)
                                        or cfg.real_steps < 1):
         raise ValueError(f"--real-steps must be an integer >= 1 (real GRPO's steps to your target), got {cfg.real_steps!r}")
@@ -568,8 +610,6 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
         source = f"run folder {cfg.run_dir}"
     elif cfg.from_advice is not None:
         advisor, costs, calibrate, saved = load_advice_groups(cfg.from_advice, settings)
-        old = saved.get("config") if isinstance(saved.get("config"), dict) else {}
-        gps = gps if gps is not None else old.get("groups_per_step")
         pilot_g = saved["anchor_groups"].get("group_size")
         source = f"anchor groups stored in {cfg.from_advice} ({saved.get('source', 'an earlier wmrl advise')})"
     else:
@@ -594,7 +634,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     run_g = run_g if run_g is not None else pilot_g
     if fit and (gps is None or run_g is None):
         raise ValueError("--world-model-fit-executions needs the groups per step and the group size of the run you "
-                         "plan: give --groups-per-step and --run-group-size")
+                         "plan: give " + " and ".join(f for f, v in (("--groups-per-step", gps), ("--run-group-size", run_g))
+                                                      if v is None))
     phi = fitting_share(fit, cfg.real_steps, gps, run_g, costs) if fit else 0.0
     if cfg.run_dir is not None:
         advice = advise_loop(loop, noise_batch_ratio=cfg.noise_batch_ratio, groups_per_step=gps, step_law=cfg.step_law,
@@ -607,7 +648,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     from wmrl_envs.utils import finite_or_none  # strict JSON: NaN and infinities become null
 
     fitting = fitting_advice(advice, fit, cfg.real_steps, gps, run_g) if fit else None
-    used = {**asdict(cfg), "groups_per_step": gps, "run_group_size": run_g}
+    # what was used: the groups per step and G found, and the b the advice used (a run's adaptive noise scale)
+    used = {**asdict(cfg), "groups_per_step": gps, "run_group_size": run_g, "noise_batch_ratio": advice.noise_batch_ratio}
     if not pilot:  # what a pilot would have used, unused here
         for k in ("groups", "group_size", "env", "world_model", "policy") + (("cost_basis",) if cfg.from_advice else ()):
             used.pop(k)
@@ -617,6 +659,8 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
                                                 indent=1))
     plot_advice(advice, SimpleNamespace(advisor=advisor), out / "advice.png")
     log(f"[advise] {source}")
+    if reuse_line:
+        log(f"[advise] {reuse_line}")
     if fitting is not None:
         log(f"[advise] {fitting['text']}")
     log(advice.format())
@@ -625,6 +669,79 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print) -> Any:
     log(f"[advise] wrote {out / 'advice.json'} and {out / 'advice.png'} (advise again without a pilot: "
         f"wmrl advise --from-advice {out / 'advice.json'} ...)")
     return advice
+
+
+REUSED = ("seed", "n_boot", "f_min", "f_max", "min_groups", "step_law", "noise_batch_ratio", "groups_per_step",
+          "world_model_fit_executions", "real_steps", "run_group_size")
+"""The settings ``--from-advice`` reuses from the advice.json's ``"config"`` unless given."""
+
+
+def _read_advice(path: str | Path) -> dict[str, Any]:
+    """An advice.json as a dict (see :func:`load_advice_groups` for the errors)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"--from-advice {path}: no such file (give the advice.json an earlier wmrl advise wrote)")
+    try:
+        saved = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--from-advice {path} is not JSON ({exc}); give the advice.json a wmrl advise wrote") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"--from-advice {path} holds no anchor groups (not an advice.json): give the advice.json a "
+                         "wmrl advise wrote")
+    return saved
+
+
+def _valid_stored(name: str, v: Any) -> str | None:
+    """Why a stored setting is not valid (``None``: it is)."""
+    def integer(lo: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    def number() -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    checks = {"seed": (integer(0), "an integer >= 0"), "n_boot": (integer(0), "an integer >= 0"),
+              "min_groups": (integer(2), "an integer >= 2"),
+              "f_min": (number() and 0 <= v <= 1, "a number in [0, 1]"), "f_max": (number() and 0 <= v <= 1, "a number in [0, 1]"),
+              "step_law": (v in ("adam", "sgd"), "'adam' or 'sgd'"),
+              "noise_batch_ratio": (v is None or (number() and v >= 0), "a number >= 0 or null"),
+              "groups_per_step": (v is None or integer(1), "an integer >= 1 or null"),
+              "run_group_size": (v is None or integer(1), "an integer >= 1 or null"),
+              "world_model_fit_executions": (integer(0), "an integer >= 0"),
+              "real_steps": (v is None or integer(1), "an integer >= 1 or null")}
+    good, what = checks[name]
+    return None if good else what
+
+
+def _reuse_settings(cfg: AdviseConfig, saved: dict[str, Any], given: set[str]) -> tuple[AdviseConfig, str]:
+    """``cfg`` with the settings of :data:`REUSED` the advice.json ``saved`` used, those in ``given``
+    kept, and the line that says which were reused and which overridden.
+
+    Raises:
+        ValueError: a stored setting is not valid (the message names the file and the field).
+    """
+    old = saved.get("config")
+    old = old if isinstance(old, dict) else {}
+    if "noise_batch_ratio" in saved:  # the b the advice used (an earlier file stored the flag in its config)
+        old = {**old, "noise_batch_ratio": saved["noise_batch_ratio"]}
+    reused, overridden, changes = [], [], {}
+
+    def flag(name: str, v: Any) -> str:
+        return f"--{name.replace('_', '-')} {'unset' if v is None else v}"
+
+    for name in REUSED:
+        if name in given:
+            overridden.append(flag(name, getattr(cfg, name)))
+        elif name in old:
+            v = old[name]
+            why = _valid_stored(name, v)
+            if why is not None:
+                raise ValueError(f"--from-advice {cfg.from_advice}: its config.{name} is {v!r}, not {why} (was the file "
+                                 f"edited?): give --{name.replace('_', '-')}, or advise from the advice.json as written")
+            changes[name] = v
+            reused.append(flag(name, v))
+    line = (f"settings of {cfg.from_advice}: reused " + (", ".join(reused) or "none")
+            + "; overridden: " + (", ".join(overridden) or "none"))
+    return dataclasses.replace(cfg, **changes), line
 
 
 def fitting_advice(advice: Any, fit_executions: int, real_steps: int, groups_per_step: int,
@@ -639,9 +756,12 @@ def fitting_advice(advice: Any, fit_executions: int, real_steps: int, groups_per
     """
     if not advice.choices:
         return None
-    text = (f"counting the world model's fitting ({fit_executions} executions = {advice.fitting_share:.0%} of real "
-            f"GRPO's compute to the target in {real_steps} steps of {groups_per_step} groups of {group_size} "
-            "rollouts): the verdict follows the totals")
+    def n(k: int, what: str) -> str:
+        return f"{k} {what}{'' if k == 1 else 's'}"
+
+    text = (f"counting the world model's fitting ({n(fit_executions, 'execution')} = {advice.fitting_share:.0%} of real "
+            f"GRPO's compute to the target in {n(real_steps, 'step')} of {n(groups_per_step, 'group')} of "
+            f"{n(group_size, 'rollout')}): the verdict follows the totals")
     return {"fit_executions": fit_executions, "real_steps": real_steps, "groups_per_step": groups_per_step,
             "group_size": group_size, "share": advice.fitting_share, "choices": list(advice.choices_with_fitting),
             "best_choice": advice.recommended_choice, "text": text}

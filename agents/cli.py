@@ -187,7 +187,9 @@ def _advise(argv: list[str]) -> int:
                              "my_pkg.advise:make_policy --groups 16 --groups-per-step 10. Advise again without a pilot from the "
                              "anchor groups an advice.json stored: --from-advice DIR/advice.json.",
                  default=AdviseConfig())
-    main_advise(cfg)
+    fields = {f.name for f in dataclasses.fields(AdviseConfig)}
+    given = {t[2:].split("=", 1)[0].replace("-", "_") for t in argv if t.startswith("--")} & fields
+    main_advise(cfg, given=given)  # --from-advice reuses the stored settings the command line does not give
     return 0
 
 

@@ -422,9 +422,16 @@ def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append(("advisor's within-group r (95% CI; n/a below its 8 anchor groups)",
                          f"{_fmt(adv['r'])} [{_fmt(adv['r_ci'][0])}, {_fmt(adv['r_ci'][1])}]"))
             finite = isinstance(adv.get("predicted_speedup"), float) and math.isfinite(adv["predicted_speedup"])
-            rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
-                         f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x" if finite
-                         else "none: too few anchor groups (see the verdict)"))
+            if not finite:
+                rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
+                             "none: too few anchor groups (see the verdict)"))
+            elif adv.get("use_wmrl"):
+                rows.append(("recommended anchor fraction / predicted speedup (a model, not a bound)",
+                             f"{_fmt(adv['recommended_fraction'])} / {_fmt(adv['predicted_speedup'], 2)}x"))
+            else:  # as wmrl advise says it: WMRL's fraction, not a recommendation
+                rows.append(("WMRL's fraction / its predicted speedup (a model, not a bound)",
+                             f"WMRL's fraction {_fmt(adv['recommended_fraction'])} (WMRL not recommended: see the "
+                             f"verdict) / {_fmt(adv['predicted_speedup'], 2)}x"))
             if adv.get("best_choice"):
                 rows.append(("advisor's best choice (every choice priced from this run's anchors)", str(adv["best_choice"])))
             for c in adv.get("choices") or ():

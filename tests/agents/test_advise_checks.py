@@ -84,10 +84,11 @@ def test_the_verdict_hint_and_json_follow_the_fitting_counted_choice_and_re_advi
     assert not any("--anchor-window" in ln for ln in lines)  # no hint to realise a fraction not recommended
     assert saved["with_fitting"]["best_choice"] == saved["recommended_choice"]
     assert saved["with_fitting"]["share"] == pytest.approx(175 / 400, rel=0.02)
-    # the same groups without the fitting, no pilot: WMRL, and the hint
+    # the same groups without the fitting (--world-model-fit-executions 0 given), no pilot: WMRL, and the hint
     lines.clear()
     b = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "b"),
-                                 n_boot=100), log=lines.append)
+                                 n_boot=100, world_model_fit_executions=0), log=lines.append,
+                    given={"world_model_fit_executions"})
     assert b.r == pytest.approx(a.r) and b.r_ci == pytest.approx(a.r_ci)  # the same groups, the same bootstrap
     assert b.use_wmrl and b.recommended_fraction == 0.05 and b.costs == a.costs
     assert any("train with --anchor-fraction 0.05 --anchor-window 2" in ln for ln in lines)  # its groups per step: 10
@@ -164,3 +165,134 @@ def test_setting_errors_name_the_flags(tmp_path):
     assert "f_min" not in str(exc.value)
     with pytest.raises(ValueError, match="--n-boot must be an integer >= 0"):
         main_advise(AdviseConfig(n_boot=-1, env="nowhere_xyz:f", out_dir=str(tmp_path)))
+
+
+# ---- the second review (issue 39b)
+def _run_folder(tmp_path, name="run", config=True, **wrapper_changes):
+    """A wmrl train run folder from a pilot's wrapper state (config.json optional)."""
+    wrapper = run_pilot(KnownEnv(), NoisyWM(), GaussianPolicy(), groups=16, group_size=4, seed=0)
+    run = tmp_path / name
+    (run / "checkpoint").mkdir(parents=True)
+    state = {**wrapper.state_dict(), **wrapper_changes}
+    (run / "checkpoint" / "state.json").write_text(json.dumps({"wrapper": state}))
+    if config:
+        (run / "config.json").write_text(json.dumps({"groups_per_step": 16, "group_size": 4}))
+    return run
+
+
+def _same(a, b):
+    """Two advice.json's equal but for the bookkeeping (source, config)."""
+    drop = ("source", "config")
+    return {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+
+
+def test_from_advice_without_flags_gives_the_same_advice_reusing_every_stored_setting(tmp_path):
+    cfg = AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), seed=3, f_min=0.02, f_max=0.6,
+                       step_law="sgd", noise_batch_ratio=0.5, groups_per_step=10, world_model_fit_executions=175,
+                       real_steps=10, run_group_size=8, **{**PILOT, "n_boot": 80})
+    a = main_advise(cfg, log=lambda s: None)
+    assert a.fitting_share == pytest.approx(175 / 800, rel=0.02)  # the planned run's G = 8, not the pilot's 4
+    lines = []
+    b = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "b")),
+                    log=lines.append, given=set())
+    first, again = (json.loads((tmp_path / d / "advice.json").read_text()) for d in "ab")
+    assert _same(first, again)  # field by field, the fitting-counted figures and the stored groups included
+    assert b.fitting_share == a.fitting_share and again["with_fitting"]["group_size"] == 8
+    assert again["config"]["seed"] == 3 and again["config"]["step_law"] == "sgd" and again["config"]["f_min"] == 0.02
+    line = next(ln for ln in lines if "settings of" in ln)
+    assert ("reused --seed 3, --n-boot 80, --f-min 0.02, --f-max 0.6, --min-groups 8, --step-law sgd, "
+            "--noise-batch-ratio 0.5, --groups-per-step 10, --world-model-fit-executions 175, --real-steps 10, "
+            "--run-group-size 8; overridden: none") in line
+    # a given flag wins, and the line says so
+    lines.clear()
+    c = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "c"),
+                                 groups_per_step=4), log=lines.append, given={"groups_per_step"})
+    assert [ch["groups_per_step"] for ch in c.choices if ch["kind"] == "real"] == [4, 2, 1]
+    assert c.fitting_share == pytest.approx(a.fitting_share * 10 / 4)  # G = 8 still reused
+    assert "overridden: --groups-per-step 4" in next(ln for ln in lines if "settings of" in ln)
+
+
+def test_from_advice_reuses_the_b_a_run_folders_advice_used(tmp_path, monkeypatch):
+    from wmrl_envs.core import CorrectionLoop
+
+    run = _run_folder(tmp_path)
+    plain = CorrectionLoop.advise
+
+    def adaptive(self, costs=None, noise_batch_ratio=None, **kw):  # a run whose adaptive fraction measured b = 0.7
+        return plain(self, costs, 0.7 if noise_batch_ratio is None else noise_batch_ratio, **kw)
+
+    monkeypatch.setattr(CorrectionLoop, "advise", adaptive)
+    a = main_advise(AdviseConfig(run_dir=str(run), out_dir=str(tmp_path / "a"), n_boot=50), log=lambda s: None)
+    monkeypatch.setattr(CorrectionLoop, "advise", plain)
+    saved = json.loads((tmp_path / "a" / "advice.json").read_text())
+    assert a.noise_batch_ratio == 0.7 and saved["config"]["noise_batch_ratio"] == 0.7  # what was used, not the flag
+    b = main_advise(AdviseConfig(from_advice=str(tmp_path / "a" / "advice.json"), out_dir=str(tmp_path / "b")),
+                    log=lambda s: None, given=set())
+    assert b.noise_batch_ratio == 0.7 and b.predicted_speedup == pytest.approx(a.predicted_speedup)
+    # a file of the first review's version stored the flag (null) in its config: the top-level b is reused
+    old = {**saved, "config": {**saved["config"], "noise_batch_ratio": None}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    c = main_advise(AdviseConfig(from_advice=str(tmp_path / "old.json"), out_dir=str(tmp_path / "c")),
+                    log=lambda s: None, given=set())
+    assert c.noise_batch_ratio == 0.7
+    d = main_advise(AdviseConfig(from_advice=str(tmp_path / "old.json"), out_dir=str(tmp_path / "d"),
+                                 noise_batch_ratio=0.2), log=lambda s: None, given={"noise_batch_ratio"})
+    assert d.noise_batch_ratio == 0.2  # a given flag still wins
+
+
+def test_a_run_folder_without_config_json_prices_at_the_checkpoints_groups_per_step(tmp_path):
+    run = _run_folder(tmp_path, config=False, groups_per_step=8)
+    a = main_advise(AdviseConfig(run_dir=str(run), out_dir=str(tmp_path / "o"), n_boot=0), log=lambda s: None)
+    assert [c["groups_per_step"] for c in a.choices if c["kind"] == "real"] == [8, 4, 2, 1]
+    assert not any("%" in c["words"] for c in a.choices) and "pass --groups-per-step" not in a.verdict
+
+
+def test_a_real_execution_arms_folder_is_named_as_such(tmp_path, capsys):
+    run = _run_folder(tmp_path, name="real", world_model=None)
+    state = json.loads((run / "checkpoint" / "state.json").read_text())
+    state["wrapper"]["ledger"].pop("world_model", None)
+    (run / "checkpoint" / "state.json").write_text(json.dumps(state))
+    assert main(["advise", "--run-dir", str(run), "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "is a real-execution run (no world model" in err and f"its parent, {tmp_path.resolve()}" in err
+    assert "the ledger has no world-model prediction" not in err
+
+
+def test_flags_that_would_do_nothing_are_refused_and_name_what_is_missing(tmp_path, capsys):
+    a = main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), **PILOT), log=lambda s: None)
+    assert a.n_groups == 16
+    path = str(tmp_path / "a" / "advice.json")
+    assert main(["advise", "--from-advice", path, "--cost-basis", "wall", "--out-dir", str(tmp_path / "o")]) == 2
+    assert "--cost-basis has no effect with --from-advice: the costs are stored in" in capsys.readouterr().err
+    assert main(["advise", "--real-steps", "10", "--groups", "8", "--out-dir", str(tmp_path / "o")]) == 2
+    assert "it goes together with --world-model-fit-executions" in capsys.readouterr().err
+    run = _run_folder(tmp_path)
+    assert main(["advise", "--run-dir", str(run), "--world-model-fit-executions", "175",
+                 "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "give --real-steps (its steps to the target at your batch) too" in err and "--groups-per-step" not in err
+    tampered = json.loads((tmp_path / "a" / "advice.json").read_text())
+    tampered["config"]["groups_per_step"] = "ten"
+    (tmp_path / "t.json").write_text(json.dumps(tampered))
+    assert main(["advise", "--from-advice", str(tmp_path / "t.json"), "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"--from-advice {tmp_path / 't.json'}: its config.groups_per_step is 'ten', not an integer >= 1" in err
+
+
+def test_fitting_text_counts_one_step_and_the_plot_wraps_titles(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import matplotlib.figure
+
+    from agents.advise import fitting_advice
+
+    adv = SimpleNamespace(choices=({"kind": "real"},), fitting_share=0.5, choices_with_fitting=(), recommended_choice={})
+    text = fitting_advice(adv, 1, 1, 1, 4)["text"]
+    assert "(1 execution = 50% of real GRPO's compute to the target in 1 step of 1 group of 4 rollouts)" in text
+    figs = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: figs.append(self))
+    a = main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), groups_per_step=10,
+                                 world_model_fit_executions=175, real_steps=10, **PILOT), log=lambda s: None)
+    fig = figs[-1]
+    assert len(a.verdict) > 110 and fig._suptitle.get_text().replace("\n", " ") == a.verdict  # whole, wrapped
+    assert fig.axes[3].get_title() == "predicted speedup vs anchor fraction\n(training only: fitting not counted)"

@@ -203,3 +203,129 @@ def test_train_summary_adds_the_anchor_window_that_realises_its_recommendation()
                                             "step the floor of one anchor group per step realises 0.25)")
     rows = dict(_advice_rows({"anchor_advice": d}))
     assert rows["how to train at the recommended fraction"] == d["anchor_window_hint"]
+
+
+# ---- the second review (issue 39b)
+def test_f_min_0_gives_advice_when_real_execution_wins_and_the_world_model_alone_is_wmrls_fraction():
+    costs = CostRates(2.5, 0.02)
+    phi = fitting_share(175, 10, 10, 4, costs)
+    a = advisor(0.9, 40, f_min=0.0).advise(costs, groups_per_step=10, fitting_share=phi)  # no StopIteration
+    assert a.f_star == 0.0 and a.recommended_fraction == 0.0 and not a.use_wmrl
+    assert a.recommended_choice["kind"] == "real" and a.recommended_choice["groups_per_step"] == 1
+    alone = next(c for c in a.choices if c["kind"] == "world_model_only")
+    assert a.predicted_speedup == pytest.approx(alone["predicted_speedup"])
+    assert "the world model alone (fraction 0) predicts" in a.verdict and "WMRL at 0.000" not in a.verdict
+    # WMRL recommended at 0.02 while the model's own fraction at the drifted r is 0: not "stays 0.000"
+    b = advisor(0.9, 40, f_min=0.0).advise(costs, groups_per_step=10)
+    assert b.use_wmrl and b.recommended_fraction == 0.02 and b.drift_fraction == 0.0
+    drift = next(ln for ln in b.format().splitlines() if ln.startswith("drift:"))
+    assert "stays 0.000" not in drift and "the model's fraction at that r is 0.000, not above 0.020" in drift
+
+
+def test_a_constant_world_model_over_enough_groups_is_a_do_not_use_verdict_not_collect_more():
+    adv = AnchorAdvisor(n_boot=100)
+    wm, real = groups(0.5, 12)
+    for x in real:
+        adv.add_group([0.5] * 4, x)
+    a = adv.advise(CostRates(2.0, 0.02), calibrate="crossfit", groups_per_step=8)
+    assert a.n_groups == 12 and a.r == 0.0 and not a.use_wmrl and not a.wmrl_eligible
+    assert "not enough anchor groups" not in a.verdict and "collect more" not in a.verdict
+    assert a.verdict.startswith("do not use WMRL: the world model's scores do not vary within groups (over 12 groups")
+    # plus the best real batch (b not measured: 1 group per step, sqrt(8) = 2.83x)
+    assert a.recommended_choice["groups_per_step"] == 1 and "train on real execution with 1 group per step" in a.verdict
+    # below min_groups it is still "not enough"
+    few = AnchorAdvisor(n_boot=0)
+    for x in real[:5]:
+        few.add_group([0.5] * 4, x)
+    assert "not enough anchor groups yet (5 usable anchor groups, need 8)" in few.advise(CostRates(2.0, 0.02)).verdict
+
+
+def test_the_drift_line_says_the_best_real_batch_is_cheaper_at_the_drifted_r():
+    a = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert a.use_wmrl and a.recommended_fraction == 0.05
+    best_real = max(c["predicted_speedup"] for c in a.choices if c["kind"] == "real")  # 1 group per step: 3.16x
+    assert best_real == pytest.approx(math.sqrt(10))
+    # the reviewer's sc0adv: at the drifted r WMRL at 0.05 predicts 1.98x, under the best real batch
+    drifted = dataclasses.replace(a, r_preferred_half=a.r - 0.3, predicted_speedup_drift=1.98,
+                                  drift_fraction=0.05, drift_guard_fraction=float("nan"))
+    line = next(ln for ln in drifted.format().splitlines() if ln.startswith("drift:"))
+    assert "at that r real execution with 1 group per step is predicted cheaper (3.16x)" in line
+    assert "cannot name a larger one" not in line and "still beats" not in line
+
+
+def test_with_a_fitting_cost_the_drift_speedup_is_the_fitting_counted_one_and_says_so():
+    costs = CostRates(2.5, 0.02)
+    adv = advisor(0.95, 40)
+    plain = adv.advise(costs, groups_per_step=10)
+    phi = 0.05
+    a = adv.advise(costs, groups_per_step=10, fitting_share=phi)
+    assert a.use_wmrl and math.isfinite(a.r_preferred_half) and a.r_preferred_half < a.r - 0.01
+    assert plain.predicted_speedup_drift > 2
+    assert a.predicted_speedup_drift == pytest.approx(1 / (1 / plain.predicted_speedup_drift + phi))
+    line = next(ln for ln in a.format().splitlines() if ln.startswith("drift:"))
+    assert f"is {a.predicted_speedup_drift:.2f}x with the world model's fitting counted" in line
+
+
+def test_recommend_lists_every_choice_as_good_and_names_three_and_how_many_more():
+    cs = [Choice("real", 1.0, 10, 1.0, (1.0, 1.0), 1.0, "train on real execution at your batch (10 groups per step)")]
+    cs += [Choice("wmrl", f, 10, 5.0 - f, (3.0, 7.0), 1.1, f"use WMRL at anchor fraction {f:g}")
+           for f in (0.02, 0.05, 0.1, 0.2, 0.3)]
+    best, close, text = recommend(cs)
+    assert best.share == 0.02 and [c.share for c in close] == [0.05, 0.1, 0.2, 0.3]
+    assert text.endswith("as good within the interval: use WMRL at anchor fraction 0.05, use WMRL at anchor fraction "
+                         "0.1, use WMRL at anchor fraction 0.2 and 1 more")
+    adv = advisor(0.6, 40)
+    a = adv.advise(CostRates(2.5, 0.02), groups_per_step=10)
+    _, close, _ = recommend([Choice(**{**c, "ci": tuple(c["ci"]), "b_range": tuple(c["b_range"])}) for c in a.choices])
+    assert [c["words"] for c in a.as_good_choices] == [c.words for c in close]
+    assert "as_good_choices" in a.to_dict()
+
+
+def test_the_users_batch_as_best_says_nothing_priced_is_cheaper():
+    cs = price_choices(0.0, CostRates(1.0, 0.5), 1.0, groups_per_step=1)
+    _, _, text = recommend(cs, wmrl_eligible=False)
+    assert text == "train on real execution at your batch (1 group per step): nothing priced is predicted cheaper"
+
+
+def test_without_groups_per_step_a_share_is_never_recommended_only_hinted():
+    a = advisor(0.0, 40, seed=2).advise(CostRates(2.5, 0.02))
+    assert a.recommended_choice["kind"] == "real" and a.recommended_choice["groups_per_step"] is None
+    assert a.recommended_choice["share"] < 1
+    assert "of your groups per step per step" not in a.verdict
+    assert a.best_choice.startswith("a smaller real batch is predicted cheaper (real execution with 6% of your groups")
+    assert "pass --groups-per-step to price real batches of whole groups" in a.verdict
+    assert "train on real execution with 6%" not in a.verdict
+
+
+def test_an_r_interval_all_below_0_says_the_scores_run_against_the_real_ones():
+    a = advisor(-0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)  # raw scores: no map to flatten them
+    assert a.r_ci[1] < 0 and not a.use_wmrl
+    assert a.verdict.startswith("do not use WMRL: the world model's scores run against the real ones within groups "
+                                f"(r = {a.r:.2f}, 95% CI [{a.r_ci[0]:.2f}, {a.r_ci[1]:.2f}], all below 0): "
+                                "train on real execution with 1 group per step")
+    assert "reaches 0" not in a.verdict and "predicts" not in a.verdict.split("):", 1)[1].replace(
+        "predicted", "")
+
+
+def test_a_drift_that_rounds_away_has_no_line_and_b_0_shows_no_zero_width_interval():
+    a = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10, noise_batch_ratio=0.0)
+    assert a.use_wmrl and a.predicted_speedup_ci[0] == a.predicted_speedup_ci[1]  # b = 0: r does not matter
+    s = a.predicted_speedup
+    assert f"(predicted speedup {s:.2f}x over" in a.verdict and f"[{s:.2f}, {s:.2f}]" not in a.verdict
+    tiny = dataclasses.replace(a, r_preferred_half=a.r - 0.004)
+    assert not any(ln.startswith("drift:") for ln in tiny.format().splitlines())
+    assert any(ln.startswith("drift:") for ln in dataclasses.replace(a, r_preferred_half=a.r - 0.05).format().splitlines())
+
+
+def test_train_summary_labels_wmrls_fraction_when_the_verdict_rejects_wmrl():
+    from agents.train.summary import _advice_rows
+
+    a = advisor(0.0, 40, seed=2).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert not a.use_wmrl and a.recommended_fraction == 0.05
+    rows = dict(_advice_rows({"anchor_advice": a.to_dict()}))
+    assert "recommended anchor fraction / predicted speedup (a model, not a bound)" not in rows
+    assert rows["WMRL's fraction / its predicted speedup (a model, not a bound)"] == (
+        f"WMRL's fraction 0.050 (WMRL not recommended: see the verdict) / {a.predicted_speedup:.2f}x")
+    ok = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert dict(_advice_rows({"anchor_advice": ok.to_dict()}))[
+        "recommended anchor fraction / predicted speedup (a model, not a bound)"] == f"0.050 / {ok.predicted_speedup:.2f}x"

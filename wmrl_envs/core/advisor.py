@@ -140,7 +140,8 @@ class AnchorAdvice:
     fraction that protects against that drift)."""
     predicted_speedup_drift: float = float("nan")
     """:attr:`predicted_speedup` at the recommended fraction with r at :attr:`r_preferred_half`: what
-    training would give if its r drifted there (NaN when not estimable)."""
+    training would give if its r drifted there, with the fitting counted when :attr:`fitting_share` is
+    above 0, as the verdict (NaN when not estimable)."""
     step_law: str = "adam"
     """The optimiser's step law the predictions use (``"adam"``: Adam/AdamW at a fixed learning
     rate, steps ``∝ sqrt(1 + B_noise/B)``; ``"sgd"``: ``1 + B_noise/B``)."""
@@ -161,6 +162,10 @@ class AnchorAdvice:
     drift_guard_fraction: float = float("nan")
     """The largest WMRL fraction priced whose predicted speedup at :attr:`r_preferred_half` still beats
     the best real batch (NaN: none, or not estimable)."""
+
+    as_good_choices: tuple[dict[str, Any], ...] = ()
+    """Every choice as good as the recommended one within the interval (:func:`~wmrl_envs.core.advisor_choices.recommend`'s
+    list, all of them; :attr:`best_choice` names up to 3 and how many more)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable (NaN stays NaN)."""
@@ -214,32 +219,62 @@ class AnchorAdvice:
                 lines.append("  (real batches pay no fitting: as above)")
             if self.choices:
                 lines.append(f"best choice{' with the fitting counted' if fit else ''}: {self.best_choice}")
-            if math.isfinite(self.r_preferred_half):
-                lines.append(self._drift_line())
+            drift = self._drift_line() if math.isfinite(self.r_preferred_half) else None
+            if drift:
+                lines.append(drift)
         return "\n".join(lines + [f"verdict: {self.verdict}"] + ([f"WARNING: {self.blind_spots['warning']}"] if self.blind_spots and self.blind_spots.get("warning") else []))
 
-    def _drift_line(self) -> str:
-        """The drift: r among the rollouts the world model prefers, in the direction it moved."""
+    def _drift_line(self) -> str | None:
+        """The drift: r among the rollouts the world model prefers, in the direction it moved (``None``
+        when the difference rounds away: under 0.01)."""
+        if abs(self.r_preferred_half - self.r) < 0.01:
+            return None
         head = (f"drift: among the rollouts the world model prefers (top half of each group) r = "
                 f"{self.r_preferred_half:.2f} against {self.r:.2f} over all")
         if self.r_preferred_half >= self.r:
             return (head + "; the rollouts training moves the policy towards are ranked at least as well, so the pilot "
                     "shows no sign that training's r drifts below its own (a per-action bias would show there)")
+        fit = self.fitting_share > 0 and bool(self.choices_with_fitting)
+        rec = self.recommended_fraction
         head += (f"; training moves the policy there, so its r can drift down that far (further for a per-action "
-                 f"bias); at that r the predicted speedup at {self.recommended_fraction:.3f} is "
-                 f"{_speedup_text(self.predicted_speedup_drift)}")
+                 f"bias); at that r the predicted speedup at {rec:.3f} is {_speedup_text(self.predicted_speedup_drift)}"
+                 + (" with the world model's fitting counted" if fit else ""))
         if not self.use_wmrl:
             return head
-        if self.drift_fraction > self.recommended_fraction + 1e-12:
+        reals = [c for c in self.choices if c["kind"] == "real"]
+        best_real = max(reals, key=lambda c: (c["predicted_speedup"], -c["steps_factor"])) if reals else None
+        guard = self.drift_guard_fraction
+        if best_real is not None and self.predicted_speedup_drift <= best_real["predicted_speedup"]:
+            real_words = best_real["words"].removeprefix("train on ")
+            head += (f"; at that r {real_words} is predicted cheaper ({_speedup_text(best_real['predicted_speedup'])})")
+            if math.isfinite(guard) and guard > rec + 1e-12:
+                return (head + f": to guard against the drift, an anchor fraction up to {guard:g} still beats it at "
+                        "that r, or train with --anchor-fraction auto, which follows the run's own r")
+            return (head + ": if the run's own r (auto, the summary) falls there, switch to it, or train with "
+                    "--anchor-fraction auto, which follows the run's own r")
+        if self.drift_fraction > rec + 1e-12:
             return (head + f" and the model's fraction {self.drift_fraction:.3f}: if the run's own r (auto, the "
                     f"summary) falls there, raise the fraction to {self.drift_fraction:.3f}")
-        if math.isfinite(self.drift_guard_fraction) and self.drift_guard_fraction > self.recommended_fraction + 1e-12:
-            return (head + f"; the model's fraction stays {self.drift_fraction:.3f} (it has no term for a bias): to "
-                    f"guard against the drift, up to {self.drift_guard_fraction:g} still beats the best real batch at "
-                    "that r, or train with --anchor-fraction auto, which follows the run's own r")
-        return (head + f"; the model's fraction stays {self.drift_fraction:.3f} and it cannot name a larger one that "
-                "still beats the best real batch at that r (it has no term for a bias): train with --anchor-fraction "
-                "auto, which follows the run's own r")
+        stays = (f"the model's fraction at that r is {self.drift_fraction:.3f}, not above {rec:.3f}"
+                 if self.drift_fraction < rec - 1e-12 else f"the model's fraction stays {rec:.3f}")
+        if math.isfinite(guard) and guard > rec + 1e-12:
+            return (head + f"; {stays} (it has no term for a bias): to guard against the drift, up to {guard:g} still "
+                    "beats the best real batch at that r, or train with --anchor-fraction auto, which follows the run's "
+                    "own r")
+        return (head + f"; {stays} and it cannot name a larger one that still beats the best real batch at that r (it "
+                "has no term for a bias): train with --anchor-fraction auto, which follows the run's own r")
+
+
+def _constant_within_groups(world_model: Sequence[Scores], real: Sequence[Scores]) -> bool:
+    """Whether the world-model scores never vary within a group (over the rollouts scored both ways)
+    while the real scores vary in at least one group."""
+    wm_spread = real_spread = False
+    for w, x in zip(world_model, real):
+        both = [(a, b) for a, b in zip(w, x) if is_finite_number(a) and is_finite_number(b)]
+        if len(both) >= 2:
+            wm_spread |= max(a for a, _ in both) - min(a for a, _ in both) > 1e-12
+            real_spread |= max(b for _, b in both) - min(b for _, b in both) > 1e-12
+    return real_spread and not wm_spread
 
 
 def _choice_line(c: Mapping[str, Any]) -> str:
@@ -519,7 +554,11 @@ class AnchorAdvisor:
         Returns:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
-            undefined for want of spread in the raw world-model or the real scores. Otherwise it is
+            undefined for want of spread in the real scores (or in both). Raw world-model scores that
+            never vary within a group while the real ones do, over ``min_groups`` groups, count as
+            ``r = 0``: "do not use WMRL: the world model's scores do not vary within groups" and the
+            best real batch. An r interval all below 0 says the world model's scores run against the
+            real ones. Otherwise it is
             :attr:`AnchorAdvice.best_choice`'s: "use WMRL at anchor fraction f" when WMRL at the
             recommended fraction is the cheapest choice that keeps anchors, "do not use WMRL: ... train
             on real execution with k groups per step" when a smaller real batch is cheaper, and "do
@@ -550,6 +589,11 @@ class AnchorAdvisor:
         flat_raw_r = (flat_map_raw_r(self.groups()[0], wm, real) if n >= self.min_groups and calibrate is not None
                       else float("nan"))
         if math.isfinite(flat_raw_r):
+            r = 0.0
+        # raw world-model scores that never vary within a group while the real ones do: no signal, whatever the
+        # number of groups (more groups cannot help), not missing data
+        const_wm = n >= self.min_groups and not math.isfinite(r) and _constant_within_groups(self.groups()[0], real)
+        if const_wm:
             r = 0.0
         n_pairs = sum(1 for w, x in zip(wm, real) for a, b in zip(w, x) if a is not None and b is not None)
         nan2 = (float("nan"), float("nan"))
@@ -585,23 +629,37 @@ class AnchorAdvisor:
         # (without an interval, r > 0); otherwise the recommendation is the best real batch
         signal = r_ci[0] > 0 if math.isfinite(r_ci[0]) else r > 0
         signal = signal and not math.isfinite(flat_raw_r)
-        best, _close, best_text = recommend(totals, wmrl_eligible=signal)
+        best, close, best_text = recommend(totals, wmrl_eligible=signal)
         best_real = max((c for c in totals if c.kind == "real"), key=lambda c: (c.predicted_speedup, -c.steps_factor))
         real_text = recommend(totals, wmrl_eligible=False)[2]
         use = best.kind == "wmrl"
         if use:
             rec = best.share  # the cheapest WMRL fraction priced (clip(f*) is among them)
-        at_rec = next(c for c in choices if c.kind == "wmrl" and c.share == rec)  # training only
-        at_rec_total = next(c for c in totals if c.kind == "wmrl" and c.share == rec)
+
+        def at(cs: Sequence[Choice]) -> Choice:  # WMRL at rec; at rec = 0 (f_min = 0) the world model alone
+            return next(c for c in cs if (c.kind == "wmrl" and c.share == rec)
+                        or (rec <= 0 and c.kind == "world_model_only"))
+
+        at_rec, at_rec_total = at(choices), at(totals)  # training only; the fitting counted when it is
         s, s_ci = at_rec.predicted_speedup, at_rec.ci  # one interval: the table's, at the recommended fraction
         s_range = (predicted_speedup(rec, r, costs, None, step_law), predicted_speedup(rec, r, costs, 0.0, step_law))
         b_txt = f"b = {b:.3g}" if b is not None else "b not measured: every step assumed noise-limited"
         fit_txt = ", the world model's fitting counted" if phi > 0 else ""
-        wm_txt = (f"WMRL at {rec:.3f} predicts {_speedup_text(at_rec_total.predicted_speedup)}"
+        wm_txt = ((f"WMRL at {rec:.3f}" if rec > 0 else "the world model alone (fraction 0)")
+                  + f" predicts {_speedup_text(at_rec_total.predicted_speedup)}"
                   + (f" with its fitting counted ({_speedup_text(s)} for training alone)" if phi > 0 else ""))
         r_txt = (f"r = {r:.2f}, 95% CI [{r_ci[0]:.2f}, {r_ci[1]:.2f}] reaches 0" if math.isfinite(r_ci[0])
                  else f"r = {r:.2f} <= 0; no interval")
-        if math.isfinite(flat_raw_r):
+        against = math.isfinite(r_ci[1]) and r_ci[1] < 0  # the whole interval below 0
+        if const_wm:
+            spread = sum(1 for x in real if len({v for v in x if v is not None}) >= 2)
+            verdict = (f"do not use WMRL: the world model's scores do not vary within groups (over {n} groups, "
+                       f"{spread} of them with real scores that do), so it cannot rank a group's rollouts and more "
+                       f"pilot groups cannot change that: {real_text}")
+        elif against:
+            verdict = (f"do not use WMRL: the world model's scores run against the real ones within groups (r = "
+                       f"{r:.2f}, 95% CI [{r_ci[0]:.2f}, {r_ci[1]:.2f}], all below 0): {real_text}")
+        elif math.isfinite(flat_raw_r):
             verdict = (f"do not use WMRL: the world model carries no usable signal within groups (its calibration map "
                        f"is flat: its scores do not rise with the real ones, raw within-group r = {flat_raw_r:.2f}; "
                        "r counts as 0); train on real execution" + (f" ({real_text})" if best_real.share < 1.0 else ""))
@@ -612,7 +670,7 @@ class AnchorAdvisor:
         elif use:
             lo, hi = best.ci
             verdict = (f"use WMRL at anchor fraction {rec:.3f} (predicted speedup {_speedup_text(best.predicted_speedup)}"
-                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+                       + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) and lo != hi else "")
                        + f" over real execution at your batch{fit_txt}, in {best.steps_factor:.2f}x its steps; {b_txt})")
             if math.isfinite(lo) and lo <= best_real.predicted_speedup:
                 verdict += (f"; uncertain: the interval reaches {lo:.2f}x and {best_real.words} predicts "
@@ -636,6 +694,8 @@ class AnchorAdvisor:
             rh = max(-1.0, min(1.0, r_half))
             drift_f = min(self.f_max, max(self.f_min, optimal_anchor_fraction(rh, costs.gamma, b, step_law)))
             s_drift = predicted_speedup(rec, rh, costs, b, step_law)
+            if phi > 0:  # as the verdict: the fitting counted (with_fitting's total)
+                s_drift = with_fitting([Choice("wmrl", rec, None, s_drift, nan2, 1.0, "")], phi)[0].predicted_speedup
             # the largest fraction priced that, at the drifted r, still beats the best real batch
             at_half = price_choices(rh, costs, b, **price)
             at_half = with_fitting(at_half, phi) if phi > 0 else at_half
@@ -644,7 +704,8 @@ class AnchorAdvisor:
         return AnchorAdvice(n, n_pairs, r, r_ci, costs, f_star, f_ci, rec, s, s_ci, 1.0 / s if s > 0 else float("inf"),
                             use, verdict, self.blind_spots(), b, s_range, s_small,
                             tuple(c.to_dict() for c in choices), best_text, r_half, drift_f, s_drift, step_law,
-                            best.to_dict(), signal, phi, tuple(c.to_dict() for c in totals) if phi > 0 else (), guard)
+                            best.to_dict(), signal, phi, tuple(c.to_dict() for c in totals) if phi > 0 else (), guard,
+                            tuple(c.to_dict() for c in close))
 
     def state_dict(self) -> dict[str, Any]:
         """Settings, the groups held and the count of groups ever added (JSON-serialisable)."""

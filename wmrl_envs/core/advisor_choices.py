@@ -262,7 +262,12 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
 
     "As good within the interval": a choice whose interval reaches the best's point, or whose point
     lies inside the best's interval (so a real batch, whose interval is its point, counts when the
-    best WMRL choice's interval reaches it).
+    best WMRL choice's interval reaches it). The sentence names up to 3 of them and says how many
+    more there are; the list returned holds them all.
+
+    The sentence for the user's own batch says nothing priced is cheaper; for a real batch priced as
+    a share of a batch whose groups per step are unknown (so possibly under one group), it does not
+    recommend the share: it says to pass ``--groups-per-step`` to price real batches of whole groups.
 
     Args:
         choices: :func:`price_choices`' (or :func:`with_fitting`'s) choices.
@@ -284,10 +289,20 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
              and ((math.isfinite(c.ci[1]) and c.ci[1] >= best.predicted_speedup)
                   or (has_ci and lo <= c.predicted_speedup <= hi))]
     ci_txt = f" [{lo:.2f}, {hi:.2f}]" if has_ci else ""
-    text = (f"{best.words}: predicted {best.predicted_speedup:.2f}x{ci_txt} less compute to the same progress than "
-            f"real execution at your batch, in {best.steps_factor:.2f}x its steps")
+    if best.kind == "real" and best.share == 1.0:  # the user's own batch: nothing to compare it with
+        text = f"{best.words}: nothing priced is predicted cheaper"
+    elif best.kind == "real" and best.groups_per_step is None:  # a share of an unknown batch: maybe under one group
+        text = (f"a smaller real batch is predicted cheaper ({best.words.removeprefix('train on ')}: "
+                f"{best.predicted_speedup:.2f}x less compute than real execution at your batch, in "
+                f"{best.steps_factor:.2f}x its steps, if that is at least one group): pass --groups-per-step to price "
+                "real batches of whole groups")
+    else:
+        text = (f"{best.words}: predicted {best.predicted_speedup:.2f}x{ci_txt} less compute to the same progress than "
+                f"real execution at your batch, in {best.steps_factor:.2f}x its steps")
     if close:
         text += "; as good within the interval: " + ", ".join(c.words for c in close[:3])
+        if len(close) > 3:
+            text += f" and {len(close) - 3} more"
     return best, close, text
 
 
