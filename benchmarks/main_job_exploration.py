@@ -42,6 +42,10 @@ def run_figures(d: Path) -> dict[str, Any]:
     lines = [r["distinct_lines"] for r in steps]
     last = [x for r in lines[-3:] for x in (r or [])]
     after = (s.get("copy_baseline") or {}).get("after") or {}
+    if after.get("per_task"):  # today's Student-t interval over tasks (runs before it carry a bootstrap CI)
+        from agents.train.relative import SCORE_AT_SHOWN, mean_t_interval
+
+        after = {**after, "difference_ci": mean_t_interval(np.asarray(list(after["per_task"].values())) - SCORE_AT_SHOWN)}
     return {
         "seed": cfg["seed"], "temperature": cfg["temperature"], "kl_coef": cfg["kl_coef"],
         "entropy_coef": cfg["entropy_coef"], "entropy_floor": cfg.get("entropy_floor"),
