@@ -329,3 +329,18 @@ def test_train_summary_labels_wmrls_fraction_when_the_verdict_rejects_wmrl():
     ok = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
     assert dict(_advice_rows({"anchor_advice": ok.to_dict()}))[
         "recommended anchor fraction / predicted speedup (a model, not a bound)"] == f"0.050 / {ok.predicted_speedup:.2f}x"
+
+
+def test_f_min_0_without_groups_per_step_prices_shares_down_to_a_sixteenth_only():
+    # review 3, item 1: f_min = 0 priced shares down to 2^-19 of an unknown batch (724x) and rejected WMRL
+    from wmrl_envs.core.advisor_choices import real_batches
+
+    assert [s for s, _ in real_batches(None, 0.0)] == [1.0, 0.5, 0.25, 0.125, 0.0625]
+    assert [s for s, _ in real_batches(None, 0.2)] == [1.0, 0.5, 0.25]
+    costs = CostRates(0.02007, 0.0002101, 3.734e-06)  # gamma ~ 0.01, as the review's toy pilot
+    reals = [c for c in price_choices(0.39, costs, None, f_min=0.0) if c.kind == "real"]
+    assert min(c.share for c in reals) == 0.0625
+    assert max(c.predicted_speedup for c in reals) == pytest.approx(4.0)
+    a = advisor(0.6, 40, f_min=0.0).advise(costs)
+    assert min(c["share"] for c in a.choices if c["kind"] == "real") == 0.0625
+    assert a.use_wmrl and a.verdict.startswith("use WMRL at anchor fraction")

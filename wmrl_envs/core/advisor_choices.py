@@ -16,6 +16,7 @@ the target, which per-rollout prices leave out.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from .advisor_model import CostRates, check_noise_batch_ratio, check_step_law, steps_ratio
 
-__all__ = ["Choice", "DEFAULT_FRACTIONS", "fitting_share", "groups_text", "preferred_half_r", "price_choices", "real_batches",
+__all__ = ["Choice", "DEFAULT_FRACTIONS", "UNKNOWN_BATCH_FLOOR", "fitting_share", "groups_text", "preferred_half_r", "price_choices", "real_batches",
            "recommend", "with_fitting"]
 
 DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
@@ -74,9 +75,16 @@ def groups_text(n: int) -> str:
     return f"{n} group{'' if n == 1 else 's'}"
 
 
+UNKNOWN_BATCH_FLOOR = 1 / 16
+"""The smallest share of a batch of unknown groups per step that :func:`real_batches` prices."""
+
+
 def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float, int | None]]:
     """The real batches priced: from the anchor batch (``max(1, round(f_min × B))`` groups) up to the
-    user's ``B``, by halving from ``B``; without ``B`` the shares 1, 1/2, 1/4, ... down to ``f_min``.
+    user's ``B``, by halving from ``B``; without ``B`` the shares 1, 1/2, 1/4, ... down to
+    ``max(f_min, 1/16)`` (:data:`UNKNOWN_BATCH_FLOOR`): a share of a batch whose size is unknown may be
+    under one group, and the smaller the share the likelier, so the shares stop at 1/16 whatever
+    ``f_min`` (``f_min = 0`` would otherwise price shares of ever smaller fractions of a group).
 
     Returns:
         ``[(share, groups or None), ...]``, largest first.
@@ -84,11 +92,11 @@ def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float,
     Raises:
         ValueError: ``groups_per_step`` not an integer >= 1 (or ``None``), ``f_min`` outside (0, 1].
     """
-    if not (isinstance(f_min, (int, float)) and 0 < f_min <= 1):
-        raise ValueError(f"f_min must be in (0, 1] to bound the smallest real batch, got {f_min!r}")
+    if not (isinstance(f_min, numbers.Real) and not isinstance(f_min, bool) and 0 <= f_min <= 1):
+        raise ValueError(f"f_min must be in [0, 1] to bound the smallest real batch, got {f_min!r}")
     if groups_per_step is None:
         out, s = [], 1.0
-        while s >= f_min * (1 - 1e-9):
+        while s >= max(f_min, UNKNOWN_BATCH_FLOOR) * (1 - 1e-9):
             out.append((s, None))
             s /= 2
         return out
