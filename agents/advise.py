@@ -469,11 +469,12 @@ def plot_advice(advice: Any, loop: Any, path: str | Path) -> None:
     if math.isfinite(advice.r):
         fs = np.linspace(0.005, 1.0, 400)
         b = advice.noise_batch_ratio
+        law = getattr(advice, "step_law", "adam")  # the curve under the step law the advice priced with
         if b is not None:
-            a.plot(fs, [predicted_speedup(float(f), advice.r, c, b) for f in fs], color="C0", label=f"b = {b:.3g}")
+            a.plot(fs, [predicted_speedup(float(f), advice.r, c, b, law) for f in fs], color="C0", label=f"b = {b:.3g}")
         else:  # the model's range: noise-limited batch (lower) to a batch far above the noise scale (upper)
-            lo = [predicted_speedup(float(f), advice.r, c) for f in fs]
-            hi = [predicted_speedup(float(f), advice.r, c, 0.0) for f in fs]
+            lo = [predicted_speedup(float(f), advice.r, c, None, law) for f in fs]
+            hi = [predicted_speedup(float(f), advice.r, c, 0.0, law) for f in fs]
             a.fill_between(fs, lo, hi, color="C0", alpha=0.2, label="noise scale unmeasured: range")
             a.plot(fs, lo, color="C0", label="noise-limited end")
         a.set_yscale("log")

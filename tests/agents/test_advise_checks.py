@@ -296,3 +296,17 @@ def test_fitting_text_counts_one_step_and_the_plot_wraps_titles(tmp_path, monkey
     fig = figs[-1]
     assert len(a.verdict) > 110 and fig._suptitle.get_text().replace("\n", " ") == a.verdict  # whole, wrapped
     assert fig.axes[3].get_title() == "predicted speedup vs anchor fraction\n(training only: fitting not counted)"
+
+
+def test_the_plotted_speedup_curve_follows_the_step_law(tmp_path, monkeypatch):
+    # review 3, item 2: the figure drew Adam's law under --step-law sgd
+    import matplotlib.figure
+
+    figs = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: figs.append(self))
+    for law in ("sgd", "adam"):
+        a = main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / law), groups_per_step=10,
+                                     noise_batch_ratio=4.0, step_law=law, **PILOT), log=lambda s: None)
+        assert a.step_law == law
+        x, y = figs[-1].axes[3].get_lines()[0].get_data()
+        assert np.interp(a.recommended_fraction, x, y) == pytest.approx(a.predicted_speedup, rel=0.02)
