@@ -344,3 +344,12 @@ def test_f_min_0_without_groups_per_step_prices_shares_down_to_a_sixteenth_only(
     a = advisor(0.6, 40, f_min=0.0).advise(costs)
     assert min(c["share"] for c in a.choices if c["kind"] == "real") == 0.0625
     assert a.use_wmrl and a.verdict.startswith("use WMRL at anchor fraction")
+
+
+def test_the_users_batch_as_best_with_a_cheaper_wmrl_left_out_says_no_real_batch_is_cheaper():
+    # review 3, item 3: WMRL priced cheaper but not eligible (no signal): "nothing priced" was wrong
+    cs = price_choices(0.5, CostRates(1.0, 0.01), 1.0, groups_per_step=1)
+    assert max(c.predicted_speedup for c in cs if c.kind == "wmrl") > 1.0
+    best, _, text = recommend(cs, wmrl_eligible=False)
+    assert best.share == 1.0
+    assert text == "train on real execution at your batch (1 group per step): no real batch priced is predicted cheaper"

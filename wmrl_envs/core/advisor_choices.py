@@ -273,7 +273,8 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
     best WMRL choice's interval reaches it). The sentence names up to 3 of them and says how many
     more there are; the list returned holds them all.
 
-    The sentence for the user's own batch says nothing priced is cheaper; for a real batch priced as
+    The sentence for the user's own batch says nothing priced is cheaper (no real batch priced is
+    cheaper, when a choice left out, WMRL without signal, is priced cheaper); for a real batch priced as
     a share of a batch whose groups per step are unknown (so possibly under one group), it does not
     recommend the share: it says to pass ``--groups-per-step`` to price real batches of whole groups.
 
@@ -298,7 +299,9 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
                   or (has_ci and lo <= c.predicted_speedup <= hi))]
     ci_txt = f" [{lo:.2f}, {hi:.2f}]" if has_ci else ""
     if best.kind == "real" and best.share == 1.0:  # the user's own batch: nothing to compare it with
-        text = f"{best.words}: nothing priced is predicted cheaper"
+        cheaper_excluded = any(c.kind not in kinds and c.predicted_speedup > best.predicted_speedup for c in choices)
+        text = f"{best.words}: " + ("no real batch priced is predicted cheaper" if cheaper_excluded
+                                    else "nothing priced is predicted cheaper")
     elif best.kind == "real" and best.groups_per_step is None:  # a share of an unknown batch: maybe under one group
         text = (f"a smaller real batch is predicted cheaper ({best.words.removeprefix('train on ')}: "
                 f"{best.predicted_speedup:.2f}x less compute than real execution at your batch, in "
