@@ -353,3 +353,21 @@ def test_the_users_batch_as_best_with_a_cheaper_wmrl_left_out_says_no_real_batch
     best, _, text = recommend(cs, wmrl_eligible=False)
     assert best.share == 1.0
     assert text == "train on real execution at your batch (1 group per step): no real batch priced is predicted cheaper"
+
+
+def test_a_smaller_real_batch_with_wmrl_as_good_says_uncertain_and_f_max_0_says_no_fraction_is_left():
+    # review 3, item 4: "adds nothing over a smaller real batch" contradicted an as-good list holding WMRL
+    a = advisor(0.4, 20, seed=0).advise(CostRates(1.0, 0.1), groups_per_step=10)
+    assert a.recommended_choice["kind"] == "real" and a.recommended_choice["groups_per_step"] == 1
+    assert [c["share"] for c in a.as_good_choices if c["kind"] == "wmrl"] == [0.05]
+    assert "adds nothing" not in a.verdict
+    assert a.verdict.endswith("uncertain, WMRL at 0.05 is as good within the interval: collect more anchor groups "
+                              "to be sure")
+    # --f-max 0: no WMRL fraction is priced, only the world model alone, which is never recommended
+    z = advisor(0.6, 40, f_min=0.0, f_max=0.0).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    assert not z.use_wmrl and not any(c["kind"] == "wmrl" for c in z.choices)
+    assert z.verdict.startswith("do not use WMRL: --f-max 0 leaves no anchor fraction to recommend (only the world "
+                                "model alone, which is never recommended")
+    assert z.verdict.endswith(": train on real execution with 1 group per step: predicted 3.16x less compute to the "
+                              "same progress than real execution at your batch, in 3.16x its steps")
+    assert "adds nothing" not in z.verdict

@@ -676,9 +676,16 @@ class AnchorAdvisor:
                 verdict += (f"; uncertain: the interval reaches {lo:.2f}x and {best_real.words} predicts "
                             f"{best_real.predicted_speedup:.2f}x, inside the interval: collect more anchor groups to "
                             "be sure")
+        elif not any(c.kind == "wmrl" for c in totals):  # f_max = 0: only the world model alone, never recommended
+            verdict = (f"do not use WMRL: --f-max {self.f_max:g} leaves no anchor fraction to recommend (only the world "
+                       f"model alone, which is never recommended: nothing corrects or watches its bias): {real_text}")
         elif best.share < 1.0:
-            verdict = (f"do not use WMRL: {best_text}; {wm_txt} (r = {r:.2f}, gamma = {costs.gamma:.3g}, {b_txt}): "
-                       "the world model adds nothing over a smaller real batch" + (" once its fitting is counted" if phi > 0 else ""))
+            close_wmrl = [c for c in close if c.kind == "wmrl"]
+            verdict = (f"do not use WMRL: {best_text}; {wm_txt} (r = {r:.2f}, gamma = {costs.gamma:.3g}, {b_txt})"
+                       + (f": uncertain, WMRL at {close_wmrl[0].share:g} is as good within the interval: collect more "
+                          "anchor groups to be sure" if close_wmrl else
+                          ": the world model adds nothing over a smaller real batch"
+                          + (" once its fitting is counted" if phi > 0 else "")))
         else:
             verdict = (f"do not use WMRL: the predicted speedup at the best anchor fraction is "
                        f"{_speedup_text(at_rec_total.predicted_speedup)} <= 1{fit_txt} (r = {r:.2f}, gamma = "
