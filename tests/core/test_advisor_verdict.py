@@ -371,3 +371,17 @@ def test_a_smaller_real_batch_with_wmrl_as_good_says_uncertain_and_f_max_0_says_
     assert z.verdict.endswith(": train on real execution with 1 group per step: predicted 3.16x less compute to the "
                               "same progress than real execution at your batch, in 3.16x its steps")
     assert "adds nothing" not in z.verdict
+
+
+def test_shares_of_an_unknown_batch_are_flagged_if_at_least_one_group_in_the_uncertain_clause_and_as_good_list():
+    # review 3, item 5: "6% of your groups per step predicts 4.00x" may be under one group
+    a = advisor(0.4, 20, seed=0).advise(CostRates(1.0, 0.02))
+    assert a.use_wmrl and a.recommended_fraction == 0.05
+    assert a.verdict.endswith("uncertain: the interval reaches 3.72x and train on real execution with 6% of your "
+                              "groups per step (if at least one group) predicts 4.00x, inside the interval: collect "
+                              "more anchor groups to be sure")
+    assert a.best_choice.endswith("as good within the interval: train on real execution with 6% of your groups per "
+                                  "step (if at least one group)")
+    # with the batch known the groups are whole: no flag
+    k = advisor(0.4, 20, seed=0).advise(CostRates(1.0, 0.02), groups_per_step=16)
+    assert "if at least one group" not in k.verdict + k.best_choice

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .advisor_choices import Choice, preferred_half_r, price_choices, recommend
+from .advisor_choices import Choice, maybe_group_words, preferred_half_r, price_choices, recommend
 from .advisor_model import (
     CostRates,
     GradientNoiseScale,
@@ -673,7 +673,7 @@ class AnchorAdvisor:
                        + (f" [{lo:.2f}, {hi:.2f}]" if math.isfinite(lo) and math.isfinite(hi) and lo != hi else "")
                        + f" over real execution at your batch{fit_txt}, in {best.steps_factor:.2f}x its steps; {b_txt})")
             if math.isfinite(lo) and lo <= best_real.predicted_speedup:
-                verdict += (f"; uncertain: the interval reaches {lo:.2f}x and {best_real.words} predicts "
+                verdict += (f"; uncertain: the interval reaches {lo:.2f}x and {maybe_group_words(best_real)} predicts "
                             f"{best_real.predicted_speedup:.2f}x, inside the interval: collect more anchor groups to "
                             "be sure")
         elif not any(c.kind == "wmrl" for c in totals):  # f_max = 0: only the world model alone, never recommended

@@ -24,8 +24,8 @@ import numpy as np
 
 from .advisor_model import CostRates, check_noise_batch_ratio, check_step_law, steps_ratio
 
-__all__ = ["Choice", "DEFAULT_FRACTIONS", "UNKNOWN_BATCH_FLOOR", "fitting_share", "groups_text", "preferred_half_r", "price_choices", "real_batches",
-           "recommend", "with_fitting"]
+__all__ = ["Choice", "DEFAULT_FRACTIONS", "UNKNOWN_BATCH_FLOOR", "fitting_share", "groups_text", "maybe_group_words",
+           "preferred_half_r", "price_choices", "real_batches", "recommend", "with_fitting"]
 
 DEFAULT_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 """WMRL's anchor fractions priced by default (those outside the advisor's [f_min, f_max] are left out)."""
@@ -77,6 +77,14 @@ def groups_text(n: int) -> str:
 
 UNKNOWN_BATCH_FLOOR = 1 / 16
 """The smallest share of a batch of unknown groups per step that :func:`real_batches` prices."""
+
+
+def maybe_group_words(c: Choice) -> str:
+    """``c.words``, flagged ``"(if at least one group)"`` for a real batch priced as a share under 1 of a
+    batch whose groups per step are unknown (it may be under one group, and then cannot be run)."""
+    if c.kind == "real" and c.groups_per_step is None and c.share < 1.0:
+        return c.words + " (if at least one group)"
+    return c.words
 
 
 def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float, int | None]]:
@@ -271,7 +279,8 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
     "As good within the interval": a choice whose interval reaches the best's point, or whose point
     lies inside the best's interval (so a real batch, whose interval is its point, counts when the
     best WMRL choice's interval reaches it). The sentence names up to 3 of them and says how many
-    more there are; the list returned holds them all.
+    more there are; the list returned holds them all. A share of a batch whose groups per step are
+    unknown is named with "(if at least one group)" (:func:`maybe_group_words`).
 
     The sentence for the user's own batch says nothing priced is cheaper (no real batch priced is
     cheaper, when a choice left out, WMRL without signal, is priced cheaper); for a real batch priced as
@@ -311,7 +320,7 @@ def recommend(choices: Sequence[Choice], *, wmrl_eligible: bool = True) -> tuple
         text = (f"{best.words}: predicted {best.predicted_speedup:.2f}x{ci_txt} less compute to the same progress than "
                 f"real execution at your batch, in {best.steps_factor:.2f}x its steps")
     if close:
-        text += "; as good within the interval: " + ", ".join(c.words for c in close[:3])
+        text += "; as good within the interval: " + ", ".join(maybe_group_words(c) for c in close[:3])
         if len(close) > 3:
             text += f" and {len(close) - 3} more"
     return best, close, text
