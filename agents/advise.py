@@ -401,6 +401,15 @@ def load_advice_groups(path: str | Path, advisor_settings: dict[str, Any]) -> tu
         raise ValueError(f"--from-advice {path} holds no anchor groups (an advice.json written before wmrl advise stored "
                          "them, or not an advice.json): run the pilot again (wmrl advise ... --out-dir DIR), then "
                          "advise again from DIR/advice.json")
+    groups = stored["advisor"].get("groups") if isinstance(stored["advisor"], dict) else None
+    for i, g in enumerate(groups if isinstance(groups, list) else []):
+        for side, name in ((0, "world-model"), (1, "real")):
+            scores = g[side] if isinstance(g, list) and len(g) > side and isinstance(g[side], list) else []
+            for j, v in enumerate(scores):
+                if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))):
+                    raise ValueError(f"--from-advice {path}: its anchor_groups.advisor.groups[{i}][{side}][{j}] (a "
+                                     f"{name} score) is {v!r}, not a number or null (was the file edited?): advise "
+                                     "from the advice.json as written, or run the pilot again")
     try:
         advisor = AnchorAdvisor(**advisor_settings)
         advisor.load_state_dict({**stored["advisor"], **advisor_settings})
@@ -612,6 +621,10 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
     elif cfg.from_advice is not None:
         advisor, costs, calibrate, saved = load_advice_groups(cfg.from_advice, settings)
         pilot_g = saved["anchor_groups"].get("group_size")
+        if pilot_g is not None and (isinstance(pilot_g, bool) or not isinstance(pilot_g, int) or pilot_g < 1):
+            raise ValueError(f"--from-advice {cfg.from_advice}: its anchor_groups.group_size is {pilot_g!r}, not an "
+                             "integer >= 1 or null (was the file edited?): give --run-group-size, or advise from the "
+                             "advice.json as written")
         source = f"anchor groups stored in {cfg.from_advice} ({saved.get('source', 'an earlier wmrl advise')})"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
@@ -722,8 +735,10 @@ def _reuse_settings(cfg: AdviseConfig, saved: dict[str, Any], given: set[str]) -
     """
     old = saved.get("config")
     old = old if isinstance(old, dict) else {}
+    where = {name: f"config.{name}" for name in old}
     if "noise_batch_ratio" in saved:  # the b the advice used (an earlier file stored the flag in its config)
         old = {**old, "noise_batch_ratio": saved["noise_batch_ratio"]}
+        where["noise_batch_ratio"] = "noise_batch_ratio"  # the top-level field, not the config's
     reused, overridden, changes = [], [], {}
 
     def flag(name: str, v: Any) -> str:
@@ -736,7 +751,7 @@ def _reuse_settings(cfg: AdviseConfig, saved: dict[str, Any], given: set[str]) -
             v = old[name]
             why = _valid_stored(name, v)
             if why is not None:
-                raise ValueError(f"--from-advice {cfg.from_advice}: its config.{name} is {v!r}, not {why} (was the file "
+                raise ValueError(f"--from-advice {cfg.from_advice}: its {where[name]} is {v!r}, not {why} (was the file "
                                  f"edited?): give --{name.replace('_', '-')}, or advise from the advice.json as written")
             changes[name] = v
             reused.append(flag(name, v))

@@ -310,3 +310,29 @@ def test_the_plotted_speedup_curve_follows_the_step_law(tmp_path, monkeypatch):
         assert a.step_law == law
         x, y = figs[-1].axes[3].get_lines()[0].get_data()
         assert np.interp(a.recommended_fraction, x, y) == pytest.approx(a.predicted_speedup, rel=0.02)
+
+
+def test_from_advice_errors_name_the_file_and_the_stored_field_that_is_bad(tmp_path, capsys):
+    # review 3, item 6
+    main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), groups_per_step=10,
+                             **{**PILOT, "n_boot": 20}), log=lambda s: None)
+    good = json.loads((tmp_path / "a" / "advice.json").read_text())
+
+    def err(edit, name):
+        d = json.loads(json.dumps(good))
+        edit(d)
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(d))
+        assert main(["advise", "--from-advice", str(p), "--out-dir", str(tmp_path / "o")]) == 2
+        return " ".join(capsys.readouterr().err.split())
+
+    for v in ("4", 0):
+        text = err(lambda d, v=v: d["anchor_groups"].update(group_size=v), f"g{v}")
+        assert f"g{v}.json: its anchor_groups.group_size is {v!r}, not an integer >= 1 or null" in text
+    text = err(lambda d: d.update(noise_batch_ratio="x"), "nbr")
+    assert "nbr.json: its noise_batch_ratio is 'x', not a number >= 0 or null" in text
+    assert "config.noise_batch_ratio" not in text
+    text = err(lambda d: d["anchor_groups"]["advisor"]["groups"][2][0].__setitem__(1, "0.5"), "wmstr")
+    assert "wmstr.json: its anchor_groups.advisor.groups[2][0][1] (a world-model score) is '0.5', not a number or null" in text
+    text = err(lambda d: d["anchor_groups"]["advisor"]["groups"][0][1].__setitem__(3, "1"), "realstr")
+    assert "realstr.json: its anchor_groups.advisor.groups[0][1][3] (a real score) is '1', not a number or null" in text
