@@ -385,3 +385,18 @@ def test_shares_of_an_unknown_batch_are_flagged_if_at_least_one_group_in_the_unc
     # with the batch known the groups are whole: no flag
     k = advisor(0.4, 20, seed=0).advise(CostRates(1.0, 0.02), groups_per_step=16)
     assert "if at least one group" not in k.verdict + k.best_choice
+
+
+def test_a_constant_world_model_needs_two_groups_whose_real_scores_vary_for_its_do_not_use_verdict():
+    # review 3, item 7: the doc and the code agree on at least 2 groups whose real scores vary
+    def adv(varying: int) -> AnchorAdvisor:
+        a = AnchorAdvisor(n_boot=0)
+        for i in range(8):
+            a.add_group([0.5] * 4, [0.0, 1.0, 0.0, 1.0] if i < varying else [1.0] * 4)
+        return a
+
+    one = adv(1).advise(CostRates(2.0, 0.02), calibrate="crossfit", groups_per_step=8)
+    assert one.verdict.startswith("not enough anchor groups yet (no within-group spread")
+    two = adv(2).advise(CostRates(2.0, 0.02), calibrate="crossfit", groups_per_step=8)
+    assert two.verdict.startswith("do not use WMRL: the world model's scores do not vary within groups (over 8 groups, "
+                                  "2 of them with real scores that do)")

@@ -267,14 +267,14 @@ class AnchorAdvice:
 
 def _constant_within_groups(world_model: Sequence[Scores], real: Sequence[Scores]) -> bool:
     """Whether the world-model scores never vary within a group (over the rollouts scored both ways)
-    while the real scores vary in at least one group."""
-    wm_spread = real_spread = False
+    while the real scores vary in at least 2 groups (one could be chance)."""
+    wm_spread, real_spread = False, 0
     for w, x in zip(world_model, real):
         both = [(a, b) for a, b in zip(w, x) if is_finite_number(a) and is_finite_number(b)]
         if len(both) >= 2:
             wm_spread |= max(a for a, _ in both) - min(a for a, _ in both) > 1e-12
-            real_spread |= max(b for _, b in both) - min(b for _, b in both) > 1e-12
-    return real_spread and not wm_spread
+            real_spread += max(b for _, b in both) - min(b for _, b in both) > 1e-12
+    return real_spread >= 2 and not wm_spread
 
 
 def _choice_line(c: Mapping[str, Any]) -> str:
@@ -555,7 +555,7 @@ class AnchorAdvisor:
             An :class:`AnchorAdvice`; its verdict says "not enough anchor groups" (and
             ``use_wmrl`` is False) below ``min_groups`` usable groups or when the correlation is
             undefined for want of spread in the real scores (or in both). Raw world-model scores that
-            never vary within a group while the real ones do, over ``min_groups`` groups, count as
+            never vary within a group while the real ones do in at least 2 of ``min_groups`` groups, count as
             ``r = 0``: "do not use WMRL: the world model's scores do not vary within groups" and the
             best real batch. An r interval all below 0 says the world model's scores run against the
             real ones. Otherwise it is
