@@ -224,3 +224,27 @@ def test_counting_the_fitting_can_turn_the_recommendation_to_a_smaller_real_batc
     assert recommend(choices)[0].kind == "wmrl"
     best, _, text = recommend(with_fitting(choices, 2.0))  # a fitting twice real GRPO's compute
     assert best.kind == "real" and best.groups_per_step < 10 and "real execution with" in text
+
+
+def test_numpy_integers_are_counts_and_bad_arguments_are_refused_clearly():
+    # review 3, item 8
+    from wmrl_envs.core.advisor import CostRates
+    from wmrl_envs.core.advisor_choices import fitting_share
+
+    costs = CostRates(1.0, 0.01)
+    assert [g for _, g in real_batches(np.int64(16), 0.05)] == [16, 8, 4, 2, 1]
+    assert [c.groups_per_step for c in price_choices(0.5, costs, groups_per_step=np.int32(10)) if c.kind == "real"] == [
+        10, 5, 2, 1]
+    assert fitting_share(np.int64(100), np.int64(10), np.int64(10), np.int64(4), CostRates(1.0, 0.01, 0.0)) == 0.25
+    with pytest.raises(ValueError, match="groups_per_step must be an integer"):
+        real_batches(True, 0.05)
+    with pytest.raises(TypeError, match="f_min must be a number"):
+        price_choices(0.5, costs, f_min="0.05")
+    with pytest.raises(TypeError, match="costs must be a CostRates"):
+        price_choices(0.5, {"execution_s": 1.0})
+    with pytest.raises(ValueError, match="fractions must be finite numbers.*nan"):
+        price_choices(0.5, costs, fractions=(0.1, float("nan")))
+    with pytest.raises(ValueError, match=r"r_replicates must be correlations in \[-1, 1\].*1.5"):
+        price_choices(0.5, costs, r_replicates=[0.4, 1.5])
+    # NaN replicates stay allowed (a resample without a correlation), and are left out
+    assert len(price_choices(0.5, costs, r_replicates=[0.4, float("nan"), 0.6])) > 0

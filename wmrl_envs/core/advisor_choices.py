@@ -108,9 +108,10 @@ def real_batches(groups_per_step: int | None, f_min: float) -> list[tuple[float,
             out.append((s, None))
             s /= 2
         return out
-    if isinstance(groups_per_step, bool) or not isinstance(groups_per_step, int) or groups_per_step < 1:
+    if isinstance(groups_per_step, bool) or not isinstance(groups_per_step, numbers.Integral) or groups_per_step < 1:
         raise ValueError(f"groups_per_step must be an integer >= 1 (the groups per step of the run you plan), "
                          f"got {groups_per_step!r}")
+    groups_per_step = int(groups_per_step)
     lo = max(1, int(round(f_min * groups_per_step)))
     sizes, b = {groups_per_step, lo}, groups_per_step
     while b > lo:
@@ -152,13 +153,26 @@ def price_choices(r: float, costs: CostRates, noise_batch_ratio: float | None = 
         The choices: real batches (largest first), WMRL fractions (smallest first), world model only.
 
     Raises:
-        ValueError: ``r`` not a finite correlation, a bad ``noise_batch_ratio``, ``step_law``,
-            ``groups_per_step`` or bound.
+        TypeError: ``costs`` not a :class:`CostRates`, a bound not a number. ValueError: ``r`` not a
+            finite correlation, a bad ``noise_batch_ratio``, ``step_law``, ``groups_per_step`` or
+            bound, a non-finite fraction, a replicate outside [-1, 1].
     """
-    if not (isinstance(r, (int, float)) and math.isfinite(r) and -1.0 <= r <= 1.0):
+    if not (isinstance(r, numbers.Real) and not isinstance(r, bool) and math.isfinite(r) and -1.0 <= r <= 1.0):
         raise ValueError(f"r must be a correlation in [-1, 1], got {r!r}")
+    if not isinstance(costs, CostRates):
+        raise TypeError(f"costs must be a CostRates (e.g. CostRates.from_ledger(ledger)), got {type(costs).__name__}")
+    for name, v in (("f_min", f_min), ("f_max", f_max)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a number in [0, 1], got {v!r}")
     if not (0.0 <= f_min <= f_max <= 1.0):
         raise ValueError(f"need 0 <= f_min <= f_max <= 1, got f_min={f_min!r}, f_max={f_max!r}")
+    bad = [x for x in fractions if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"fractions must be finite numbers (anchor fractions), got {bad[0]!r}")
+    bad = [x for x in r_replicates
+           if isinstance(x, bool) or not isinstance(x, numbers.Real) or (math.isfinite(x) and not -1.0 <= x <= 1.0)]
+    if bad:
+        raise ValueError(f"r_replicates must be correlations in [-1, 1] (NaN: a replicate without one), got {bad[0]!r}")
     b = check_noise_batch_ratio(noise_batch_ratio)
     check_step_law(step_law)
     reps = np.array([x for x in r_replicates if math.isfinite(x)], dtype=float)
@@ -235,8 +249,10 @@ def fitting_share(fit_executions: int, real_steps: int, groups_per_step: int, gr
     """
     for name, v, lo in (("fit_executions", fit_executions, 0), ("real_steps", real_steps, 1),
                         ("groups_per_step", groups_per_step, 1), ("group_size", group_size, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    fit_executions, real_steps, groups_per_step, group_size = (
+        int(fit_executions), int(real_steps), int(groups_per_step), int(group_size))
     per_rollout = costs.execution_s + costs.other_s
     if per_rollout <= 0:
         return 0.0 if fit_executions == 0 else math.inf
