@@ -625,7 +625,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
             raise ValueError(f"--from-advice {cfg.from_advice}: its anchor_groups.group_size is {pilot_g!r}, not an "
                              "integer >= 1 or null (was the file edited?): give --run-group-size, or advise from the "
                              "advice.json as written")
-        source = f"anchor groups stored in {cfg.from_advice} ({saved.get('source', 'an earlier wmrl advise')})"
+        source = f"{_original_source(saved.get('source'))}; re-advised from {cfg.from_advice}"
     else:
         make_env, make_wm, make_policy = (load_factory(s) for s in (cfg.env, cfg.world_model, cfg.policy))
         env, wm, policy = make_env(), make_wm(), make_policy()
@@ -705,6 +705,21 @@ def _read_advice(path: str | Path) -> dict[str, Any]:
     return saved
 
 
+def _original_source(source: Any) -> str:
+    """The first advice's source (the pilot's), without the re-advices that followed it: a re-advice
+    of a re-advice names the pilot and its own file once, not every file between."""
+    if not isinstance(source, str) or not source:
+        return "an earlier wmrl advise"
+    source = source.split("; re-advised from ")[0]
+    while source.startswith("anchor groups stored in ") and source.endswith(")") and " (" in source:
+        source = source[source.index(" (") + 2:-1]  # an earlier version's nesting
+    return source
+
+
+MAX_N_BOOT = 100_000
+"""The most bootstrap resamples a stored advice.json may ask for (more would run for hours)."""
+
+
 def _valid_stored(name: str, v: Any) -> str | None:
     """Why a stored setting is not valid (``None``: it is)."""
     def integer(lo: int) -> bool:
@@ -713,7 +728,8 @@ def _valid_stored(name: str, v: Any) -> str | None:
     def number() -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
-    checks = {"seed": (integer(0), "an integer >= 0"), "n_boot": (integer(0), "an integer >= 0"),
+    checks = {"seed": (integer(0), "an integer >= 0"),
+              "n_boot": (integer(0) and v <= MAX_N_BOOT, f"an integer from 0 to {MAX_N_BOOT}"),
               "min_groups": (integer(2), "an integer >= 2"),
               "f_min": (number() and 0 <= v <= 1, "a number in [0, 1]"), "f_max": (number() and 0 <= v <= 1, "a number in [0, 1]"),
               "step_law": (v in ("adam", "sgd"), "'adam' or 'sgd'"),
@@ -754,6 +770,8 @@ def _reuse_settings(cfg: AdviseConfig, saved: dict[str, Any], given: set[str]) -
                 raise ValueError(f"--from-advice {cfg.from_advice}: its {where[name]} is {v!r}, not {why} (was the file "
                                  f"edited?): give --{name.replace('_', '-')}, or advise from the advice.json as written")
             changes[name] = v
+            if name == "real_steps" and not changes.get("world_model_fit_executions", cfg.world_model_fit_executions):
+                continue  # the yardstick of a fitting cost: without one it does nothing, so it is not shown as reused
             reused.append(flag(name, v))
     line = (f"settings of {cfg.from_advice}: reused " + (", ".join(reused) or "none")
             + "; overridden: " + (", ".join(overridden) or "none"))

@@ -336,3 +336,30 @@ def test_from_advice_errors_name_the_file_and_the_stored_field_that_is_bad(tmp_p
     assert "wmstr.json: its anchor_groups.advisor.groups[2][0][1] (a world-model score) is '0.5', not a number or null" in text
     text = err(lambda d: d["anchor_groups"]["advisor"]["groups"][0][1].__setitem__(3, "1"), "realstr")
     assert "realstr.json: its anchor_groups.advisor.groups[0][1][3] (a real score) is '1', not a number or null" in text
+
+
+def test_re_advice_keeps_the_pilots_source_reuses_no_idle_real_steps_and_caps_a_stored_n_boot(tmp_path, capsys):
+    # review 3, item 9
+    main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), groups_per_step=10,
+                             **{**PILOT, "n_boot": 20}), log=lambda s: None)
+    first = json.loads((tmp_path / "a" / "advice.json").read_text())
+    assert first["source"].startswith("pilot of 16 groups x G = 4")
+    prev = tmp_path / "a" / "advice.json"
+    for d in "bc":
+        main_advise(AdviseConfig(from_advice=str(prev), out_dir=str(tmp_path / d)), log=lambda s: None, given=set())
+        prev = tmp_path / d / "advice.json"
+    assert json.loads(prev.read_text())["source"] == f"{first['source']}; re-advised from {tmp_path / 'b' / 'advice.json'}"
+    # a stored real_steps without a fitting does nothing: not shown as reused
+    d = json.loads(json.dumps(first))
+    d["config"]["real_steps"] = 10
+    p = tmp_path / "rs.json"
+    p.write_text(json.dumps(d))
+    lines = []
+    main_advise(AdviseConfig(from_advice=str(p), out_dir=str(tmp_path / "r")), log=lines.append, given=set())
+    line = next(ln for ln in lines if "settings of" in ln)
+    assert "--real-steps" not in line and "--world-model-fit-executions 0" in line
+    # a stored n_boot of 10^12 would hang: refused
+    d["config"]["n_boot"] = 10 ** 12
+    p.write_text(json.dumps(d))
+    assert main(["advise", "--from-advice", str(p), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "its config.n_boot is 1000000000000, not an integer from 0 to 100000" in " ".join(capsys.readouterr().err.split())

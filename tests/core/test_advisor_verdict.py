@@ -400,3 +400,15 @@ def test_a_constant_world_model_needs_two_groups_whose_real_scores_vary_for_its_
     two = adv(2).advise(CostRates(2.0, 0.02), calibrate="crossfit", groups_per_step=8)
     assert two.verdict.startswith("do not use WMRL: the world model's scores do not vary within groups (over 8 groups, "
                                   "2 of them with real scores that do)")
+
+
+def test_the_drift_line_of_a_negative_r_does_not_say_the_preferred_half_is_ranked_at_least_as_well():
+    # review 3, item 9: -0.24 against -0.31 is higher, but no signal either
+    a = advisor(0.6, 40).advise(CostRates(2.5, 0.02), groups_per_step=10)
+    neg = dataclasses.replace(a, r=-0.31, r_preferred_half=-0.24, use_wmrl=False)
+    line = neg._drift_line()
+    assert "at least as well" not in line
+    assert line.endswith("r = -0.24 against -0.31 over all; the world model ranks the rollouts training would move the "
+                         "policy towards no better than chance either")
+    pos = dataclasses.replace(a, r=0.31, r_preferred_half=0.40)
+    assert "ranked at least as well" in pos._drift_line()

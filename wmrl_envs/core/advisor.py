@@ -231,6 +231,9 @@ class AnchorAdvice:
             return None
         head = (f"drift: among the rollouts the world model prefers (top half of each group) r = "
                 f"{self.r_preferred_half:.2f} against {self.r:.2f} over all")
+        if self.r_preferred_half >= self.r and self.r_preferred_half <= 0:  # higher, but no signal either
+            return (head + "; the world model ranks the rollouts training would move the policy towards no better than "
+                    "chance either")
         if self.r_preferred_half >= self.r:
             return (head + "; the rollouts training moves the policy towards are ranked at least as well, so the pilot "
                     "shows no sign that training's r drifts below its own (a per-action bias would show there)")
