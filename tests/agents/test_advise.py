@@ -42,6 +42,12 @@ class NoisyWM:
     def predict(self, contexts, actions):
         return [WorldModelPrediction(score=float(a) + self.noise * float(self.rng.normal())) for a in actions]
 
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
 
 class GaussianPolicy:
     def __init__(self, seed=0):

@@ -7,66 +7,17 @@ from __future__ import annotations
 
 import json
 
-import gymnasium as gym
 import numpy as np
 import pytest
 
 from agents.advise import AdviseConfig, main_advise, run_pilot
 from agents.cli import main
-from wmrl_envs.world_models.base import WorldModelPrediction
 
 
-class KnownEnv(gym.Env):
-    """Action = a number as text; its real score is that number; each execution declares 2 CPU-s."""
+# the fake, instant components of known correlation (pytest puts this folder on sys.path)
+from test_advise import GaussianPolicy, KnownEnv, NoisyWM, gaussian_policy, known_env, noisy_wm  # noqa: E402,F401
 
-    observation_space = gym.spaces.Discrete(1)
-    action_space = gym.spaces.Text(32)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return 0, {"task": int(self.np_random.integers(0, 5))}
-
-    def step(self, action):
-        return 0, float(action), True, False, {"execution_cpu_s": 2.0}
-
-
-class NoisyWM:
-    declared_cpu_s_per_prediction = 0.01
-
-    def __init__(self, noise=0.75, seed=12345):
-        self.noise, self.rng = noise, np.random.default_rng(seed)
-
-    def predict(self, contexts, actions):
-        return [WorldModelPrediction(score=float(a) + self.noise * float(self.rng.normal())) for a in actions]
-
-    def state_dict(self):
-        return {}
-
-    def load_state_dict(self, state):
-        pass
-
-
-class GaussianPolicy:
-    def __init__(self, seed=0):
-        self.rng = np.random.default_rng(seed)
-
-    def sample(self, observation, info, group_size):
-        return [f"{info['task'] + self.rng.normal():.6f}" for _ in range(group_size)]
-
-
-def known_env():
-    return KnownEnv()
-
-
-def noisy_wm():
-    return NoisyWM()
-
-
-def gaussian_policy():
-    return GaussianPolicy()
-
-
-PILOT = dict(env=f"{__name__}:known_env", world_model=f"{__name__}:noisy_wm", policy=f"{__name__}:gaussian_policy",
+PILOT = dict(env="test_advise:known_env", world_model="test_advise:noisy_wm", policy="test_advise:gaussian_policy",
              n_boot=100)
 
 

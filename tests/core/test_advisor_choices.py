@@ -156,8 +156,10 @@ def test_train_summary_rows_show_every_choice():
     assert rows["advisor's verdict"] == d["verdict"]
 
 
-def test_train_summary_advises_from_the_runs_own_anchors_at_its_groups_per_step():
-    from agents.train.summary import anchor_advice
+def loop_with_anchor_groups(groups_per_step: int, world_model_groups, real_groups):
+    """A :class:`CorrectionLoop` at anchor fraction 0.5 whose world model scores an action as the
+    number it is, fed these groups (real scores only on its anchor groups), with a ledger of 80
+    executions (80 CPU-s) and 160 predictions (1.6 CPU-s): what ``wmrl train``'s summary advises from."""
     from wmrl_envs.core import CorrectionConfig, CorrectionLoop
     from wmrl_envs.world_models.base import WorldModelPrediction
 
@@ -172,12 +174,19 @@ def test_train_summary_advises_from_the_runs_own_anchors_at_its_groups_per_step(
             pass
 
     loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
-                          world_model=WM(), groups_per_step=8, seed=0)
-    for w, x in zip(*synthetic_groups(0.8, 40, seed=4, offset_scale=0.0)):
+                          world_model=WM(), groups_per_step=groups_per_step, seed=0)
+    for w, x in zip(world_model_groups, real_groups):
         t = loop.open_group()
         loop.close_group(t, w, x if t.route == "anchor" else None)
     loop.ledger.add("execution", seconds=1.0, count=80, cpu_seconds=80.0)
     loop.ledger.add("world_model", seconds=0.1, count=160, cpu_seconds=1.6)
+    return loop
+
+
+def test_train_summary_advises_from_the_runs_own_anchors_at_its_groups_per_step():
+    from agents.train.summary import anchor_advice
+
+    loop = loop_with_anchor_groups(8, *synthetic_groups(0.8, 40, seed=4, offset_scale=0.0))
     d = anchor_advice(loop)
     assert d["n_groups"] == len(loop.advisor) >= 8
     assert [c["groups_per_step"] for c in d["choices"] if c["kind"] == "real"] == [8, 4, 2, 1]

@@ -177,26 +177,9 @@ def test_free_predictions_at_r_one_print_unbounded_without_a_warning():
 
 def test_train_summary_adds_the_anchor_window_that_realises_its_recommendation():
     from agents.train.summary import _advice_rows, anchor_advice
-    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
-    from wmrl_envs.world_models.base import WorldModelPrediction
+    from test_advisor_choices import loop_with_anchor_groups  # pytest puts this folder on sys.path
 
-    class WM:
-        def predict(self, contexts, actions):
-            return [WorldModelPrediction(score=float(a)) for a in actions]
-
-        def state_dict(self):
-            return {}
-
-        def load_state_dict(self, state):
-            pass
-
-    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=0.5, min_pairs=4, refit_every=4, warmup_groups=1),
-                          world_model=WM(), groups_per_step=4, seed=0)
-    for w, x in zip(*groups(0.8, 40, seed=4)):
-        t = loop.open_group()
-        loop.close_group(t, w, x if t.route == "anchor" else None)
-    loop.ledger.add("execution", seconds=1.0, count=80, cpu_seconds=80.0)
-    loop.ledger.add("world_model", seconds=0.1, count=160, cpu_seconds=1.6)
+    loop = loop_with_anchor_groups(4, *groups(0.8, 40, seed=4))
     d = anchor_advice(loop)
     assert d["use_wmrl"] and d["recommended_fraction"] == 0.05
     assert d["anchor_window_hint"].endswith("train with --anchor-fraction 0.05 --anchor-window 5 (with a window of 1 "
