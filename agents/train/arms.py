@@ -244,7 +244,8 @@ class CpuBudget:
                 self._log(f"went on after {time.perf_counter() - t0:.0f} s of waiting for the WMRL arm")
 
 
-def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95) -> dict[str, Any] | None:
+def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95,
+                      bounds: tuple[float, float] | None = (-1.0, 1.0)) -> dict[str, Any] | None:
     """Mean of ``a[t] - b[t]`` over the tasks both have, with a Student-t interval over tasks.
 
     A percentile bootstrap over a handful of tasks is far too narrow (a fresh review measured 13%
@@ -255,6 +256,8 @@ def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: flo
     Args:
         a, b: ``{task: figure}`` (non-finite figures are left out).
         level: the interval's coverage, in (0, 1).
+        bounds: the range of the mean difference, to which the interval is clipped (default
+            ``(-1, 1)``: figures on the reward scale [0, 1]); ``None`` leaves it unclipped.
 
     Returns:
         ``{"difference", "difference_ci": [lo, hi] or None (fewer than 2 tasks), "share_tasks_a_higher",
@@ -272,7 +275,7 @@ def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: flo
     d = np.array([a[t] - b[t] for t in tasks], dtype=float)
     from agents.train.relative import mean_t_interval
 
-    ci = mean_t_interval(d, level)
+    ci = mean_t_interval(d, level, bounds)
     return {"difference": float(d.mean()), "difference_ci": ci, "share_tasks_a_higher": float(np.mean(d > 0)),
             "share_tasks_tied": float(np.mean(d == 0)), "n_tasks": int(d.size), "method": "t-interval over tasks",
             "per_task": {t: float(x) for t, x in zip(tasks, d)}}

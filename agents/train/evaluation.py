@@ -172,8 +172,9 @@ def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
         ``{"method", "level", "before", "after", "difference"}``; ``before``/``after`` are
         ``{"overall", "overall_ci": [lo, hi], "mean_score", "mean_score_ci", "n_tasks"}`` (percent
         for avg@k, reward scale for the score), ``difference`` the same for after − before on the
-        tasks graded both times. avg@k's interval is clipped to its range ([0, 100], a difference
-        [-100, 100]). A part is ``None`` when it has no trajectories; a CI is ``None`` with fewer
+        tasks graded both times. Each interval is clipped to its figure's range (avg@k [0, 100], the
+        mean score the reward scale [0, 1]; a difference [-100, 100] and [-1, 1]): from 2 or 3
+        tasks t's quantile (12.7, 4.3) reaches past it. A part is ``None`` when it has no trajectories; a CI is ``None`` with fewer
         than 2 tasks or no finite score. No NaN.
 
     Raises:
@@ -203,6 +204,11 @@ def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
         half = float(stats.t.ppf((1 + level) / 2, n - 1) * math.sqrt(float(np.sum(u * u)) / (n * (n - 1))))
         return [point - half, point + half]
 
+    def clip(interval: list[float] | None, top: float, paired: bool) -> list[float] | None:
+        if interval is None:
+            return None
+        return [max(interval[0], -top if paired else 0.0) + 0.0, min(interval[1], top)]  # + 0.0: no -0.0
+
     def part(evs: list[Mapping[str, Any]], tasks: list[str]) -> dict[str, Any] | None:
         if not tasks:
             return None
@@ -219,13 +225,11 @@ def heldout_spread(before: Mapping[str, Any] | None, after: Mapping[str, Any] | 
             total = float(cnt.sum())
             r = float(s_sum.sum()) / total if total > 0 else float("nan")
             score, u_score = score + sign * r, u_score + sign * (s_sum - r * cnt) / (total / n if total > 0 else 1.0)
-        o_ci = ci(overall, u_overall)
-        if o_ci is not None:  # avg@k lies in [0, 100] percent (a difference in [-100, 100])
-            bound = 100.0 if len(evs) == 2 else 0.0
-            o_ci = [max(o_ci[0], -bound) + 0.0, min(o_ci[1], 100.0)]  # + 0.0: no -0.0
-        return {"overall": float(overall), "overall_ci": o_ci,
+        paired = len(evs) == 2
+        # avg@k lies in [0, 100] percent, the mean score in [0, 1] (a difference in [-100, 100], [-1, 1])
+        return {"overall": float(overall), "overall_ci": clip(ci(overall, u_overall), 100.0, paired),
                 "mean_score": score if math.isfinite(score) else None,
-                "mean_score_ci": ci(score, u_score), "n_tasks": n}
+                "mean_score_ci": clip(ci(score, u_score), 1.0, paired), "n_tasks": n}
 
     common = [t for t in tb if t in ta]
     return {"method": "Student-t interval over the held-out tasks (weighted as the figure; each task with its k "

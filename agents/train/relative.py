@@ -406,10 +406,17 @@ def __getattr__(name: str) -> Any:  # the env class is built on first use (no gy
     raise AttributeError(name)
 
 
-def mean_t_interval(x: Any, level: float = 0.95) -> list[float] | None:
+def mean_t_interval(x: Any, level: float = 0.95, bounds: tuple[float, float] | None = None) -> list[float] | None:
     """The Student-t interval of the mean of ``x`` (1-D, e.g. per-task differences) at coverage
     ``level``; ``None`` with fewer than 2 values. Over a handful of tasks a percentile bootstrap is
-    far too narrow (:func:`agents.train.arms.paired_over_tasks`)."""
+    far too narrow (:func:`agents.train.arms.paired_over_tasks`). ``bounds`` (lo, hi): the range the
+    mean can take (e.g. ``(-0.5, 0.5)`` for a relative score minus the copy's 0.5); the interval is
+    clipped to it, which matters from 2 or 3 tasks, where t's quantile is 12.7 or 4.3.
+
+    Example:
+        >>> mean_t_interval([0.1, 0.3], bounds=(-0.5, 0.5))
+        [-0.5, 0.5]
+    """
     import math
 
     from scipy import stats
@@ -418,7 +425,10 @@ def mean_t_interval(x: Any, level: float = 0.95) -> list[float] | None:
     if d.size < 2:
         return None
     half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
-    return [float(d.mean() - half), float(d.mean() + half)]
+    lo, hi = float(d.mean() - half), float(d.mean() + half)
+    if bounds is not None:
+        lo, hi = max(lo, float(bounds[0])), min(hi, float(bounds[1]))
+    return [lo, hi]
 
 
 def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2000, seed: int = 0,
@@ -436,7 +446,8 @@ def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2
         n_boot, seed: unused (kept for callers of the percentile bootstrap this replaced: over a
             handful of tasks it was far too narrow, zero-width from 2 tasks).
         level: the coverage of the Student-t interval over tasks of the mean difference
-            (:func:`mean_t_interval`, as the arms' comparison).
+            (:func:`mean_t_interval`, as the arms' comparison), clipped to the difference's range
+            [-0.5, 0.5] (a task's figure lies in [0, 1]).
 
     Returns:
         ``None`` when no task has test scores; else ``{"copy_score": 0.5, "policy_score": mean over
@@ -448,7 +459,7 @@ def copy_baseline(trajectories: Mapping[str, Mapping[str, Any]], n_boot: int = 2
     if not per_task:
         return None
     x = np.asarray(list(per_task.values())) - SCORE_AT_SHOWN
-    ci = mean_t_interval(x, level)
+    ci = mean_t_interval(x, level, bounds=(-SCORE_AT_SHOWN, 1.0 - SCORE_AT_SHOWN))  # a task's figure is in [0, 1]
     return {"copy_score": SCORE_AT_SHOWN, "best_score": SCORE_AT_BEST, "policy_score": float(x.mean() + SCORE_AT_SHOWN),
             "difference": float(x.mean()), "difference_ci": ci, "share_tasks_beaten": float(np.mean(x > 0)),
             "n_tasks": int(x.size), "per_task": per_task}

@@ -141,6 +141,12 @@ def test_paired_over_tasks():
     half = 4.302652729911275 * np.std([0.1, 0.0, 0.3], ddof=1) / np.sqrt(3)
     assert p["difference_ci"] == pytest.approx([p["difference"] - half, p["difference"] + half])
     assert paired_over_tasks({"a": 1.0}, {"a": 0.5})["difference_ci"] is None
+    # 2 tasks (the tiny preset): t is 12.7, and the interval is clipped to the range of a difference
+    # of rewards, [-1, 1]; bounds=None leaves it as t gives it
+    two_a, two_b = {"a": 0.9, "b": 0.3}, {"a": 0.2, "b": 0.4}
+    assert paired_over_tasks(two_a, two_b)["difference_ci"] == [-1.0, 1.0]
+    lo, hi = paired_over_tasks(two_a, two_b, bounds=None)["difference_ci"]
+    assert lo < -1.0 and hi > 1.0
     assert paired_over_tasks({"a": 1.0}, {"b": 0.5}) is None
     assert paired_over_tasks({"a": float("nan"), "b": 1.0}, {"a": 0.5, "b": 0.5})["n_tasks"] == 1
 

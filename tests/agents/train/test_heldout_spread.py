@@ -73,6 +73,17 @@ def test_a_category_of_one_task_still_has_spread():
     assert sp["before"]["mean_score_ci"] == pytest.approx([0.2, 0.2])  # every task's scores alike
 
 
+def test_two_tasks_intervals_stay_in_the_figures_range():
+    """The tiny preset holds out 2 tasks: t on 1 degree of freedom is 12.7, and the mean score's
+    interval reached past the reward scale (issue 36). Every interval stays in its figure's range."""
+    before, after = _ev([0.1, 0.9], [[0.1, 0.2], [0.9, 1.0]]), _ev([0.9, 0.1], [[1.0, 0.9], [0.0, 0.1]])
+    sp = heldout_spread(before, after)
+    assert sp["before"]["mean_score_ci"] == [0.0, 1.0] and sp["before"]["overall_ci"] == [0.0, 100.0]
+    assert sp["difference"]["mean_score_ci"] == [-1.0, 1.0] and sp["difference"]["overall_ci"] == [-100.0, 100.0]
+    # inside the range an interval is the t-interval itself
+    assert heldout_spread(BEFORE, None)["before"]["mean_score_ci"][0] > 0.0
+
+
 def test_fewer_than_two_tasks_or_no_trajectories_give_none():
     one = _ev([0.5], [[0.3, 0.1]])
     sp = heldout_spread(one, None)

@@ -123,8 +123,11 @@ def test_copy_baseline_compares_the_policy_with_the_shown_line_on_the_test_half(
     # a Student t over the 3 tasks (the percentile bootstrap it replaced gave about [-0.13, +0.17]: too narrow)
     d = np.array([0.2, -0.2, 0.1])
     half = 4.302653 * d.std(ddof=1) / np.sqrt(3)
-    assert (lo, hi) == (pytest.approx(d.mean() - half), pytest.approx(d.mean() + half))
+    assert d.mean() + half > 0.5  # past the range of policy - copy: clipped there
+    assert (lo, hi) == (pytest.approx(d.mean() - half), 0.5)
     assert copy_baseline({"d": {"positions": [None]}}) is None
+    # 2 tasks (the tiny preset): the interval stays in the range of policy - copy, [-0.5, 0.5]
+    assert copy_baseline({"a": {"test_scores": [0.9]}, "b": {"test_scores": [0.1]}})["difference_ci"] == [-0.5, 0.5]
 
 
 def test_the_summary_prints_the_copy_baseline_beside_the_policy():
@@ -135,7 +138,7 @@ def test_the_summary_prints_the_copy_baseline_beside_the_policy():
     rows = dict(_copy_rows({"copy_baseline": {"before": None, "after": after}}))
     assert rows["held-out test half after: policy / copy the shown line / board's best (relative score)"] == "0.650 / 0.500 / 0.750"
     assert rows["held-out tasks where the policy beats the copy (after)"] == "1.00"
-    assert rows["held-out test half after: policy - copy, paired on 2 tasks"].startswith("+0.150 [95% CI -0.485, 0.785]")
+    assert rows["held-out test half after: policy - copy, paired on 2 tasks"].startswith("+0.150 [95% CI -0.485, 0.500]")  # t on 1 df reaches 0.785: clipped to the range
     assert _copy_rows({}) == []  # --reward leaderboard: no rows
 
 
