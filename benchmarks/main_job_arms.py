@@ -80,9 +80,22 @@ def _seed_figures(d: Path) -> dict[str, Any]:
         "calibration_mse": {"raw": s.get("calibration_mse_raw"), "calibrated": s.get("calibration_mse_calibrated")},
         "debias_map": s.get("debias_map"),
         "within_group_r": (s.get("world_model") or {}).get("within_group_r"),
+        "r_among_valid": _seed_r_among_valid(d),
         "distinct_lines_last_step": steps[-1].get("distinct_lines_mean") if steps else None,
         "verdict": arms["verdict"],
     }
+
+
+def _seed_r_among_valid(d: Path) -> dict[str, Any] | None:
+    """The seed's r among valid programs, recomputed from its last checkpoint's anchor groups (runs
+    made before the summary carried it have the groups, not the figure)."""
+    from agents.train.summary import r_among_valid
+
+    try:
+        groups = json.loads((d / "state.json").read_text())["wrapper"]["advisor"]["groups"]
+    except (OSError, KeyError, ValueError):
+        return None
+    return r_among_valid([g[0] for g in groups], [g[1] for g in groups], "crossfit", 2000, 0)
 
 
 def _pooled_difference(per_seed: list[dict[str, float]], n_boot: int = 4000, seed: int = 0) -> dict[str, Any] | None:
@@ -102,16 +115,13 @@ def _pooled_difference(per_seed: list[dict[str, float]], n_boot: int = 4000, see
 
 
 def _pooled_r(dirs: list[Path]) -> dict[str, Any]:
-    from wmrl_envs.core import CostRates
-    from wmrl_envs.core.advisor import AnchorAdvisor
+    """The learned world model's within-group r over every seed's anchor groups (out-of-sample
+    isotonic calibration, as each run's summary), and the same among the valid programs."""
+    from agents.train.summary import _pooled_r as pooled, r_among_valid
 
-    adv = AnchorAdvisor(min_groups=2, n_boot=2000, seed=0)
-    for d in dirs:
-        state = json.loads((d / "state.json").read_text())["wrapper"]["advisor"]
-        for g in state["groups"]:
-            adv.add_group(*g)
-    a = adv.advise(CostRates(execution_s=1.0, world_model_s=0.0), calibrate="crossfit")
-    return {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups}
+    groups = [g for d in dirs for g in json.loads((d / "state.json").read_text())["wrapper"]["advisor"]["groups"]]
+    wm, real = [g[0] for g in groups], [g[1] for g in groups]
+    return {**pooled(wm, real, "crossfit", 2000, 0), "among_valid": r_among_valid(wm, real, "crossfit", 2000, 0)}
 
 
 def aggregate(out_dir: Path) -> dict[str, Any]:
@@ -137,10 +147,27 @@ def _ci(p: dict[str, Any] | None, nd: int = 3) -> str:
     return f"{p['difference']:+.{nd}f}" + (f" [{ci[0]:+.{nd}f}, {ci[1]:+.{nd}f}]" if ci else "")
 
 
+def _validity_note(r: dict[str, Any]) -> str:
+    """What the two r's say together: when r among the valid programs lies below the overall r's
+    interval, most of r is the world model telling valid programs from failed ones."""
+    v, lo = (r.get("among_valid") or {}).get("r"), (r.get("r_ci") or [None])[0]
+    if isinstance(v, (int, float)) and isinstance(lo, (int, float)) and math.isfinite(v) and math.isfinite(lo) and v < lo:
+        return ": most of r is telling valid from failed programs, not better from worse valid ones"
+    return ""
+
+
+def _r_ci(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "n/a"
+    ci = r.get("r_ci") or [None, None]
+    return f"{_f(r.get('r'), 2)} [{_f(ci[0], 2)}, {_f(ci[1], 2)}]"
+
+
 def table(res: dict[str, Any]) -> str:
     rows = ["| seed | training CPU-s WMRL / real | steps WMRL / real | relative score before / WMRL / real | "
-            "WMRL − real (paired, 95% CI) | WMRL − copy | real − copy | ρ left 1 | calib. MSE raw → cal. | r (within group) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "WMRL − real (paired, 95% CI) | WMRL − copy | real − copy | ρ left 1 | calib. MSE raw → cal. | r (within group) | "
+            "r among valid programs |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in res["seeds"]:
         c, st, rel = s["training_cpu_s"], s["steps_trained"], s["relative_score"]
         r = s["within_group_r"] or {}
@@ -149,13 +176,15 @@ def table(res: dict[str, Any]) -> str:
             f"{_f(s['relative_before'])} / {_f(rel['wmrl'])} / {_f(rel['real'])} | {_ci(s['wmrl_minus_real'])} | "
             f"{_ci(s['wmrl_minus_copy'])} | {_ci(s['real_minus_copy'])} | {'yes' if s['rho_left_1'] else 'no'} | "
             f"{_f(s['calibration_mse']['raw'])} → {_f(s['calibration_mse']['calibrated'])} ({s['debias_map']}) | "
-            f"{_f(r.get('r'), 2)} |")
+            f"{_f(r.get('r'), 2)} | {_r_ci(s.get('r_among_valid'))} |")
     p, r = res["pooled_wmrl_minus_real"], res["pooled_within_group_r"]
     rows.append("")
     rows.append(f"Pooled over seeds: WMRL − real = {_ci(p)} over {p['n_pairs'] if p else 0} (seed, task) pairs "
                 f"(two-stage bootstrap); learned world model's within-group r over all seeds' anchor groups "
                 f"{_f(r.get('r'), 2)} [{_f((r.get('r_ci') or [None])[0], 2)}, {_f((r.get('r_ci') or [None, None])[1], 2)}]"
-                f" on {r.get('n_groups')} groups.")
+                f" on {r.get('n_groups')} groups; among the valid programs {_r_ci(r.get('among_valid'))} on "
+                f"{(r.get('among_valid') or {}).get('n_groups')} groups ({(r.get('among_valid') or {}).get('n_rollouts')} "
+                f"rollouts){_validity_note(r)}.")
     return "\n".join(rows) + "\n"
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["secret_record", "summarise", "world_model_record", "anchor_group_r", "task_weighted_execution_cost", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
+__all__ = ["secret_record", "summarise", "world_model_record", "anchor_group_r", "r_among_valid", "task_weighted_execution_cost", "cost_vs_real_grpo", "anchor_advice", "summary_markdown", "print_summary", "plot_calibration"]
 
 
 def secret_record() -> dict[str, Any]:
@@ -136,26 +136,81 @@ def world_model_record(cfg: Any, c: Any) -> dict[str, Any]:
 def anchor_group_r(loop: Any, n_boot: int = 1000) -> dict[str, Any]:
     """The world model's pooled within-group correlation r with the real scores on the run's
     training anchor groups, with its 95% bootstrap CI over groups, from 2 groups on (the
-    advisor's verdict needs ``min_groups``; this figure does not).
+    advisor's verdict needs ``min_groups``; this figure does not); and the same r among the
+    rollouts that ran validly (:func:`r_among_valid`).
 
     The scores are those the advisor holds (a learned world model's are out of fold after each
     refit, so no group's outcome enters its own score), calibrated as the advisor calibrates them
     (``"crossfit"``, an isotonic map fitted out of sample, when the run debiases; raw otherwise).
 
     Returns:
-        ``{"r", "r_ci": [lo, hi], "n_groups", "calibration"}`` (NaN where not defined: fewer
-        than 2 groups with 2 rollouts scored both ways, or no within-group spread).
+        ``{"r", "r_ci": [lo, hi], "n_groups", "calibration", "among_valid"}`` (NaN where not
+        defined: fewer than 2 groups with 2 rollouts scored both ways, or no within-group spread);
+        ``among_valid`` is :func:`r_among_valid`'s record.
     """
+    wm_scores, real = loop.advisor.groups()
+    calibration = "crossfit" if loop.corrector.debias else None
+    seed = getattr(loop.advisor, "seed", 0)
+    out = _pooled_r(wm_scores, real, calibration, n_boot, seed)
+    out["calibration"] = calibration or "raw"
+    out["among_valid"] = r_among_valid(wm_scores, real, calibration, n_boot, seed)
+    return out
+
+
+def _pooled_r(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[Any]], calibrate: str | None, n_boot: int,
+              seed: int) -> dict[str, Any]:
+    """``{"r", "r_ci", "n_groups"}``: the advisor's pooled within-group r of these groups (scores
+    calibrated by ``calibrate``, as :meth:`~wmrl_envs.core.advisor.AnchorAdvisor.advise` does)."""
     from wmrl_envs.core import CostRates
     from wmrl_envs.core.advisor import AnchorAdvisor
 
-    wm_scores, real = loop.advisor.groups()
-    adv = AnchorAdvisor(min_groups=2, n_boot=n_boot, seed=getattr(loop.advisor, "seed", 0))
+    adv = AnchorAdvisor(min_groups=2, n_boot=n_boot, seed=seed)
     for w, r in zip(wm_scores, real):
         adv.add_group(w, r)
-    calibration = "crossfit" if loop.corrector.debias else None
-    a = adv.advise(CostRates(execution_s=1.0, world_model_s=0.0), calibrate=calibration)
-    return {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups, "calibration": calibration or "raw"}
+    a = adv.advise(CostRates(execution_s=1.0, world_model_s=0.0), calibrate=calibrate)
+    return {"r": a.r, "r_ci": list(a.r_ci), "n_groups": a.n_groups}
+
+
+def r_among_valid(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[Any]], calibrate: str | None = "crossfit",
+                  n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The world model's within-group r among the anchor rollouts that ran validly: what it tells
+    GRPO about *which* valid program is better, beside telling valid from failed.
+
+    On AutoResearch a failed program scores at most 0.2 (``STATUS_SCORES``) and a valid one at
+    least 0.3, so most of the within-group spread of a group with failures is validity, which a
+    static check or a small model learns quickly; the task's metric lives in the valid programs'
+    spread. A high r overall with r near 0 here says the world model teaches format, not quality
+    (issue 36). The scores are calibrated over *all* groups first (``calibrate``, as
+    :func:`anchor_group_r`), then each group keeps its rollouts whose real score is above the
+    highest failure score; groups with fewer than 2 such rollouts drop out. World-model scores that
+    are constant among a group's valid rollouts carry no ranking: r is 0 there when no group's vary
+    (the advisor's rule).
+
+    Args:
+        wm_scores, real: per anchor group, the raw world-model and the real scores of its rollouts
+            (``AnchorAdvisor.groups()``; ``None`` = missing).
+        calibrate: ``"crossfit"`` (out-of-sample isotonic) or ``None`` (raw).
+        n_boot, seed: the bootstrap over groups of the 95% CI.
+
+    Returns:
+        ``{"r", "r_ci": [lo, hi], "n_groups", "n_rollouts", "above"}`` (``above``: the failure
+        score the real scores must exceed; NaN where undefined, e.g. fewer than 2 groups).
+    """
+    from wmrl_envs.core.advisor_model import crossfit_calibrated
+    from wmrl_envs.envs.autoresearch.grading import STATUS_SCORES
+
+    above = max(STATUS_SCORES.values())
+    scored = crossfit_calibrated(wm_scores, real) if calibrate == "crossfit" else [list(w) for w in wm_scores]
+    kept_w, kept_r = [], []
+    for w, r in zip(scored, real):
+        keep = [i for i, x in enumerate(r) if x is not None and math.isfinite(x) and x > above
+                and w[i] is not None and math.isfinite(w[i])]
+        if len(keep) >= 2:
+            kept_w.append([w[i] for i in keep])
+            kept_r.append([r[i] for i in keep])
+    out = _pooled_r(kept_w, kept_r, None, n_boot, seed)
+    out.update(n_rollouts=sum(len(x) for x in kept_r), above=above)
+    return out
 
 
 def _metric_steps(metrics_path: Path | None) -> list[dict[str, Any]]:
@@ -392,8 +447,12 @@ def _fmt_world_model(w: dict[str, Any] | None) -> str:
     ci = r.get("r_ci") or [None, None]
     learned = (f"; learned from {w.get('observed_groups')} anchor groups (refits: {w.get('refits')}, "
                f"{_fmt(w.get('fit_cpu_s'), 2)} CPU-s)" if w.get("learns") else "")
+    v = r.get("among_valid") or {}
+    vci = v.get("r_ci") or [None, None]
+    valid = (f"; among the valid programs ({v.get('n_rollouts')} rollouts in {v.get('n_groups')} groups) "
+             f"{_fmt(v.get('r'))} [95% CI {_fmt(vci[0])}, {_fmt(vci[1])}]" if v else "")
     return (f"{w.get('name')} ({w.get('kind')}){learned}; within-group r on {r.get('n_groups')} anchor groups "
-            f"({r.get('calibration')}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]")
+            f"({r.get('calibration')}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]{valid}")
 
 
 def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
