@@ -71,14 +71,15 @@ class AdviseConfig:
 
     run_dir: str | None = None
     """A ``wmrl train`` run folder: advise from its checkpoint's anchor groups and cost ledger
-    instead of running a pilot (the env, world-model and policy flags are then unused; the groups per
-    step default to the run's own)."""
+    instead of running a pilot (the pilot's flags, --groups, --group-size, --env, --world-model and
+    --policy, are refused with it; the groups per step default to the run's own)."""
     from_advice: str | None = None
     """An advice.json written by an earlier wmrl advise pilot: advise again from the anchor groups and
     costs it stored, without a pilot (e.g. with another --groups-per-step, --noise-batch-ratio or fitting
     flags). Every setting it used and you do not give is reused (--seed, --n-boot, --f-min, --f-max,
     --min-groups, --step-law, the b it used, --groups-per-step, --world-model-fit-executions, --real-steps,
-    --run-group-size), and a line says which; --cost-basis is refused with it (the costs are stored)."""
+    --run-group-size), and a line says which; --cost-basis and the pilot's flags are refused with it
+    (the costs and groups are stored)."""
     groups: int = 16
     """Pilot groups; each is executed for real and scored by the world model (anchor fraction 1). At least
     --min-groups (default 8): below it the advice has too few groups to give one."""
@@ -570,6 +571,9 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
                              "(their unit with them); leave --cost-basis out, or run the pilot again with it")
         cfg, reuse_line = _reuse_settings(cfg, _read_advice(cfg.from_advice), given)
     settings = dict(f_min=cfg.f_min, f_max=cfg.f_max, min_groups=cfg.min_groups, n_boot=cfg.n_boot, seed=cfg.seed)
+    if isinstance(cfg.n_boot, int) and cfg.n_boot > MAX_N_BOOT:  # as a stored one (each resample refits the groups)
+        raise ValueError(f"--n-boot must be at most {MAX_N_BOOT} (bootstrap resamples; the intervals settle well "
+                         f"below), got {cfg.n_boot}")
     try:
         AnchorAdvisor(**settings)  # refuse bad settings before a pilot spends anything
         check_step_law(cfg.step_law)
@@ -589,6 +593,12 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
         raise ValueError(f"--world-model-fit-executions must be an integer >= 0 (real executions the world model "
                          f"was fitted on), got {fit!r}")
     pilot = cfg.run_dir is None and cfg.from_advice is None
+    unused = [f"--{k.replace('_', '-')}" for k in PILOT_ONLY if k in given]
+    if not pilot and unused:
+        raise ValueError(f"{', '.join(unused)} set{'s' if len(unused) == 1 else ''} the pilot, and "
+                         f"{'--run-dir' if cfg.run_dir is not None else '--from-advice'} runs none (its anchor groups "
+                         "are already scored): leave " + ("it" if len(unused) == 1 else "them") + " out"
+                         + ("; the G of the run you plan is --run-group-size" if "--group-size" in unused else ""))
     if "real_steps" in given and cfg.real_steps is not None and not fit:
         raise ValueError("--real-steps is only the yardstick of a fitting cost: it goes together with "
                          "--world-model-fit-executions (the real executions the world model was fitted on); give both, "
@@ -665,7 +675,7 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
     # what was used: the groups per step and G found, and the b the advice used (a run's adaptive noise scale)
     used = {**asdict(cfg), "groups_per_step": gps, "run_group_size": run_g, "noise_batch_ratio": advice.noise_batch_ratio}
     if not pilot:  # what a pilot would have used, unused here
-        for k in ("groups", "group_size", "env", "world_model", "policy") + (("cost_basis",) if cfg.from_advice else ()):
+        for k in PILOT_ONLY + (("cost_basis",) if cfg.from_advice else ()):
             used.pop(k)
     stored = {"calibrate": calibrate, "group_size": pilot_g, "advisor": advisor.state_dict()}
     (out / "advice.json").write_text(json.dumps(finite_or_none({"source": source, "config": used, **advice.to_dict(),
@@ -684,6 +694,9 @@ def main_advise(cfg: AdviseConfig, log: Callable[[str], None] = print, *, given:
         f"wmrl advise --from-advice {out / 'advice.json'} ...)")
     return advice
 
+
+PILOT_ONLY = ("groups", "group_size", "env", "world_model", "policy")
+"""The flags only a pilot uses: refused with ``--run-dir`` or ``--from-advice``."""
 
 REUSED = ("seed", "n_boot", "f_min", "f_max", "min_groups", "step_law", "noise_batch_ratio", "groups_per_step",
           "world_model_fit_executions", "real_steps", "run_group_size")

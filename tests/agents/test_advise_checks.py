@@ -314,3 +314,22 @@ def test_re_advice_keeps_the_pilots_source_reuses_no_idle_real_steps_and_caps_a_
     p.write_text(json.dumps(d))
     assert main(["advise", "--from-advice", str(p), "--out-dir", str(tmp_path / "o")]) == 2
     assert "its config.n_boot is 1000000000000, not an integer from 0 to 100000" in " ".join(capsys.readouterr().err.split())
+
+
+def test_pilot_only_flags_with_a_stored_source_and_a_huge_n_boot_are_refused_before_anything_runs(tmp_path, capsys):
+    # noticed after issue 39's third review: both were taken silently (a CLI --n-boot of 10^12 hung)
+    main_advise(AdviseConfig(groups=16, group_size=4, out_dir=str(tmp_path / "a"), groups_per_step=10,
+                             **{**PILOT, "n_boot": 20}), log=lambda s: None)
+    prev = str(tmp_path / "a" / "advice.json")
+    assert main(["advise", "--from-advice", prev, "--group-size", "8", "--out-dir", str(tmp_path / "o")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--group-size sets the pilot, and --from-advice runs none" in err and "--run-group-size" in err
+    assert main(["advise", "--run-dir", str(tmp_path), "--groups", "32", "--policy", "x:y",
+                 "--out-dir", str(tmp_path / "o")]) == 2
+    assert "--groups, --policy set the pilot, and --run-dir runs none" in " ".join(capsys.readouterr().err.split())
+    assert main(["advise", "--from-advice", prev, "--n-boot", str(10 ** 12), "--out-dir", str(tmp_path / "o")]) == 2
+    assert "--n-boot must be at most 100000" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()  # nothing written
+    # the stored settings still re-advise
+    main_advise(AdviseConfig(from_advice=prev, out_dir=str(tmp_path / "b")), log=lambda s: None, given=set())
+    assert (tmp_path / "b" / "advice.json").exists()
