@@ -95,7 +95,14 @@ def _seed_r_among_valid(d: Path) -> dict[str, Any] | None:
         groups = json.loads((d / "state.json").read_text())["wrapper"]["advisor"]["groups"]
     except (OSError, KeyError, ValueError):
         return None
-    return r_among_valid([g[0] for g in groups], [g[1] for g in groups], "crossfit", 2000, 0)
+    return r_among_valid([g[0] for g in groups], [g[1] for g in groups], _valid_calibration([d]), 2000, 0)
+
+
+def _valid_calibration(dirs: list[Path]) -> str | None:
+    """``"crossfit"`` when every run trained with an isotonic debiasing map (it can flatten the
+    valid programs' scores), else ``None`` (identity and linear maps keep their ranking)."""
+    maps = {json.loads((d / "summary.json").read_text()).get("debias_map") for d in dirs}
+    return "crossfit" if maps == {"isotonic"} else None
 
 
 def _pooled_difference(per_seed: list[dict[str, float]], n_boot: int = 4000, seed: int = 0) -> dict[str, Any] | None:
@@ -121,7 +128,8 @@ def _pooled_r(dirs: list[Path]) -> dict[str, Any]:
 
     groups = [g for d in dirs for g in json.loads((d / "state.json").read_text())["wrapper"]["advisor"]["groups"]]
     wm, real = [g[0] for g in groups], [g[1] for g in groups]
-    return {**pooled(wm, real, "crossfit", 2000, 0), "among_valid": r_among_valid(wm, real, "crossfit", 2000, 0)}
+    return {**pooled(wm, real, "crossfit", 2000, 0),
+            "among_valid": r_among_valid(wm, real, _valid_calibration(dirs), 2000, 0)}
 
 
 def aggregate(out_dir: Path) -> dict[str, Any]:

@@ -142,6 +142,9 @@ def anchor_group_r(loop: Any, n_boot: int = 1000) -> dict[str, Any]:
     The scores are those the advisor holds (a learned world model's are out of fold after each
     refit, so no group's outcome enters its own score), calibrated as the advisor calibrates them
     (``"crossfit"``, an isotonic map fitted out of sample, when the run debiases; raw otherwise).
+    Among valid programs the calibration follows the map the run trains with: an isotonic one
+    (out of sample, as above) can flatten the valid programs' scores; an identity or linear one
+    leaves their ranking as it is (the raw scores, sign-flipped by a decreasing line).
 
     Returns:
         ``{"r", "r_ci": [lo, hi], "n_groups", "calibration", "among_valid"}`` (NaN where not
@@ -153,7 +156,16 @@ def anchor_group_r(loop: Any, n_boot: int = 1000) -> dict[str, Any]:
     seed = getattr(loop.advisor, "seed", 0)
     out = _pooled_r(wm_scores, real, calibration, n_boot, seed)
     out["calibration"] = calibration or "raw"
-    out["among_valid"] = r_among_valid(wm_scores, real, calibration, n_boot, seed)
+    debiaser = loop.corrector.debiaser
+    valid_cal: Any = None
+    if loop.corrector.debias and debiaser.chosen == "isotonic":
+        valid_cal = "crossfit"
+    elif loop.corrector.debias and debiaser.chosen == "linear":
+        valid_cal = "linear"
+        wm_scores = [[None if x is None else float(y) for x, y in zip(w, debiaser.transform(
+            [np.nan if x is None else x for x in w]))] for w in wm_scores]
+    out["among_valid"] = r_among_valid(wm_scores, real, "crossfit" if valid_cal == "crossfit" else None, n_boot, seed)
+    out["among_valid"]["calibration"] = valid_cal or "raw"
     return out
 
 
@@ -172,7 +184,7 @@ def _pooled_r(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[Any]],
 
 
 def r_among_valid(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[Any]], calibrate: str | None = "crossfit",
-                  n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+                  n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """The world model's within-group r among the anchor rollouts that ran validly: what it tells
     GRPO about *which* valid program is better, beside telling valid from failed.
 
@@ -180,23 +192,28 @@ def r_among_valid(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[An
     least 0.3, so most of the within-group spread of a group with failures is validity, which a
     static check or a small model learns quickly; the task's metric lives in the valid programs'
     spread. A high r overall with r near 0 here says the world model teaches format, not quality
-    (issue 36). The scores are calibrated over *all* groups first (``calibrate``, as
-    :func:`anchor_group_r`), then each group keeps its rollouts whose real score is above the
-    highest failure score; groups with fewer than 2 such rollouts drop out. World-model scores that
-    are constant among a group's valid rollouts carry no ranking: r is 0 there when no group's vary
-    (the advisor's rule).
+    (issue 36). The scores are calibrated over *all* groups first (``calibrate``), then each group
+    keeps its rollouts whose real score is above the highest failure score; groups with fewer than
+    2 such rollouts drop out. The interval is a percentile bootstrap over those groups: a
+    resample whose world-model scores never vary among valid programs while the real ones do
+    counts as r = 0 (no ranking), one whose real scores never vary is drawn again, so a figure
+    carried by a single group gets the width it deserves.
 
     Args:
-        wm_scores, real: per anchor group, the raw world-model and the real scores of its rollouts
-            (``AnchorAdvisor.groups()``; ``None`` = missing).
-        calibrate: ``"crossfit"`` (out-of-sample isotonic) or ``None`` (raw).
-        n_boot, seed: the bootstrap over groups of the 95% CI.
+        wm_scores, real: per anchor group, the world-model scores (raw, or already mapped) and the
+            real scores of its rollouts (``AnchorAdvisor.groups()``; ``None`` = missing).
+        calibrate: ``"crossfit"`` (an out-of-sample isotonic map, as the run's isotonic debiasing)
+            or ``None`` (the scores as given).
+        n_boot, seed, level: the bootstrap over groups and the interval's coverage.
 
     Returns:
-        ``{"r", "r_ci": [lo, hi], "n_groups", "n_rollouts", "above"}`` (``above``: the failure
-        score the real scores must exceed; NaN where undefined, e.g. fewer than 2 groups).
+        ``{"r", "r_ci": [lo, hi], "n_groups", "n_rollouts", "above", "world_model_varies"}``.
+        ``above`` is the failure score the real scores must exceed. ``world_model_varies`` is False
+        when no kept group's world-model scores vary: ``r`` is then ``None`` (nothing ranked, so no
+        correlation to report; the summary says so). ``r`` is NaN with fewer than 2 kept groups or
+        no real spread; ``r_ci`` is ``[NaN, NaN]`` wherever no interval can be drawn.
     """
-    from wmrl_envs.core.advisor_model import crossfit_calibrated
+    from wmrl_envs.core.advisor_model import crossfit_calibrated, pooled_within_group_correlation
     from wmrl_envs.envs.autoresearch.grading import STATUS_SCORES
 
     above = max(STATUS_SCORES.values())
@@ -206,11 +223,31 @@ def r_among_valid(wm_scores: Sequence[Sequence[Any]], real: Sequence[Sequence[An
         keep = [i for i, x in enumerate(r) if x is not None and math.isfinite(x) and x > above
                 and w[i] is not None and math.isfinite(w[i])]
         if len(keep) >= 2:
-            kept_w.append([w[i] for i in keep])
-            kept_r.append([r[i] for i in keep])
-    out = _pooled_r(kept_w, kept_r, None, n_boot, seed)
-    out.update(n_rollouts=sum(len(x) for x in kept_r), above=above)
-    return out
+            kept_w.append(np.asarray([w[i] for i in keep], dtype=float))
+            kept_r.append(np.asarray([r[i] for i in keep], dtype=float))
+    nan2 = [float("nan"), float("nan")]
+    out: dict[str, Any] = {"n_groups": len(kept_r), "n_rollouts": int(sum(x.size for x in kept_r)), "above": above}
+    varies_w = [bool(np.ptp(w) > 1e-12) for w in kept_w]
+    varies_r = [bool(np.ptp(r) > 1e-12) for r in kept_r]
+    out["world_model_varies"] = any(varies_w)
+    if len(kept_r) < 2 or not any(varies_r):
+        return {**out, "r": float("nan"), "r_ci": nan2}
+    if not any(varies_w):
+        return {**out, "r": None, "r_ci": nan2}
+    r_point, _ = pooled_within_group_correlation(kept_w, kept_r)
+    rng = np.random.default_rng(seed)
+    reps = []
+    for _ in range(int(n_boot)):
+        idx = rng.integers(0, len(kept_r), len(kept_r))
+        if not any(varies_r[i] for i in idx):
+            continue
+        if not any(varies_w[i] for i in idx):
+            reps.append(0.0)
+            continue
+        rb, _ = pooled_within_group_correlation([kept_w[i] for i in idx], [kept_r[i] for i in idx])
+        reps.append(rb if math.isfinite(rb) else 0.0)
+    ci = ([float(v) for v in np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])] if len(reps) >= 20 else nan2)
+    return {**out, "r": float(r_point), "r_ci": ci}
 
 
 def _metric_steps(metrics_path: Path | None) -> list[dict[str, Any]]:
@@ -449,8 +486,13 @@ def _fmt_world_model(w: dict[str, Any] | None) -> str:
                f"{_fmt(w.get('fit_cpu_s'), 2)} CPU-s)" if w.get("learns") else "")
     v = r.get("among_valid") or {}
     vci = v.get("r_ci") or [None, None]
-    valid = (f"; among the valid programs ({v.get('n_rollouts')} rollouts in {v.get('n_groups')} groups) "
-             f"{_fmt(v.get('r'))} [95% CI {_fmt(vci[0])}, {_fmt(vci[1])}]" if v else "")
+    where = f"among the valid programs ({v.get('n_rollouts')} rollouts in {v.get('n_groups')} groups"
+    if not v:
+        valid = ""
+    elif v.get("world_model_varies") is False and v.get("n_groups"):
+        valid = f"; {where}) none: its scores do not vary among them ({v.get('calibration', 'calibrated')}), so they rank nothing"
+    else:
+        valid = f"; {where}, {v.get('calibration', 'calibrated')}) {_fmt(v.get('r'))} [95% CI {_fmt(vci[0])}, {_fmt(vci[1])}]"
     return (f"{w.get('name')} ({w.get('kind')}){learned}; within-group r on {r.get('n_groups')} anchor groups "
             f"({r.get('calibration')}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]{valid}")
 

@@ -51,12 +51,30 @@ def test_a_world_model_that_ranks_valid_programs_keeps_its_r():
     assert r_among_valid(wm, real, calibrate="crossfit", n_boot=500)["r"] > 0.9
 
 
-def test_constant_scores_among_valid_programs_are_r_zero_and_groups_without_two_valid_drop_out():
+def test_constant_scores_among_valid_programs_rank_nothing_and_groups_without_two_valid_drop_out():
     wm = [[0.1, 0.7, 0.7, 0.7], [0.1, 0.7, 0.7, 0.7], [0.1, 0.1, 0.1, 0.7]]
     real = [[0.0, 0.4, 0.6, 0.9], [0.1, 0.5, 0.8, 0.3], [0.0, 0.1, 0.2, 0.9]]
     among = r_among_valid(wm, real, calibrate=None, n_boot=200)
-    assert among["r"] == 0.0 and among["n_groups"] == 2 and among["n_rollouts"] == 6
+    # nothing ranked: no correlation to report (the review's "0.000 [n/a]" read as a measurement)
+    assert among["r"] is None and not among["world_model_varies"]
+    assert among["n_groups"] == 2 and among["n_rollouts"] == 6
     assert math.isnan(r_among_valid(wm[:1], real[:1], calibrate=None)["r"])  # one group: undefined
+
+
+def test_a_figure_carried_by_one_group_gets_a_wide_interval():
+    """Review of session 7: 10 groups, only one of which ranks its valid programs at all. The
+    advisor's bootstrap dropped the resamples without that group and gave [-0.066, -0.035]; here
+    they count as r = 0 and the interval reaches 0."""
+    rng = np.random.default_rng(3)
+    wm, real = [], []
+    for g in range(10):
+        r = list(rng.uniform(0.3, 1.0, 5))
+        w = [0.6 + 0.1 * rng.standard_normal() for _ in r] if g == 0 else [0.7] * 5
+        wm.append(w)
+        real.append(r)
+    among = r_among_valid(wm, real, calibrate=None, n_boot=2000)
+    assert among["world_model_varies"] and among["r_ci"][0] <= 0.0 <= among["r_ci"][1]
+    assert among["r_ci"][1] - among["r_ci"][0] > 0.1
 
 
 def test_the_committed_default_runs_r_is_mostly_validity():
@@ -80,7 +98,11 @@ def test_the_summary_prints_r_among_valid_beside_r():
 
     w = {"name": "learned-policy", "kind": "K", "learns": False,
          "within_group_r": {"r": 0.91, "r_ci": [0.85, 0.95], "n_groups": 8, "calibration": "crossfit",
-                            "among_valid": {"r": 0.13, "r_ci": [-0.01, 0.32], "n_groups": 7, "n_rollouts": 36}}}
+                            "among_valid": {"r": 0.13, "r_ci": [-0.01, 0.32], "n_groups": 7, "n_rollouts": 36,
+                                            "world_model_varies": True, "calibration": "raw"}}}
     line = _fmt_world_model(w)
     assert "(crossfit) 0.910 [95% CI 0.850, 0.950]" in line
-    assert "among the valid programs (36 rollouts in 7 groups) 0.130 [95% CI -0.010, 0.320]" in line
+    assert "among the valid programs (36 rollouts in 7 groups, raw) 0.130 [95% CI -0.010, 0.320]" in line
+    w["within_group_r"]["among_valid"].update(r=None, world_model_varies=False, r_ci=[None, None], calibration="crossfit")
+    assert ("among the valid programs (36 rollouts in 7 groups) none: its scores do not vary among them (crossfit), "
+            "so they rank nothing") in _fmt_world_model(w)
