@@ -30,6 +30,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -64,9 +65,27 @@ def _parse(cls: type, args: list[str], *, prog: str, description: str, default: 
         raise _UsageError(f"invalid settings for {prog} (see the message above; {prog} --help lists them)") from None
 
 
+def _terminate_as_interrupt() -> Any:
+    """SIGTERM (``kill PID``) stops ``wmrl train`` as Ctrl-C does: ``KeyboardInterrupt`` in the main
+    thread, so the step's sandboxes are removed, the real arm's process is stopped and the resume
+    hint is printed. A run started in the background (``nohup ... &``) ignores SIGINT by the shell's
+    convention, so ``kill PID`` is how such a run is stopped; Python's default for SIGTERM ends the
+    process without running any of that. Returns the handler it replaced (``None`` outside the
+    main thread, where it installs nothing)."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
 def _train(argv: list[str]) -> int:
     pre = argparse.ArgumentParser(prog="wmrl train", add_help=False)
-    pre.add_argument("--preset", default="default")
+    pre.add_argument("--preset", default=None)
     pre.add_argument("--run-dir", default=None)
     pre.add_argument("--resume", default=None, metavar="RUN_DIR")
     pre.add_argument("--quiet", action="store_true")
@@ -74,6 +93,17 @@ def _train(argv: list[str]) -> int:
     from agents.train.config import PRESETS
     from agents.train.loop import train
 
+    if known.resume is not None:
+        given = [flag for flag, v in (("--preset", known.preset), ("--run-dir", known.run_dir)) if v is not None]
+        if given:
+            print(f"error: wmrl train --resume {known.resume} takes no {' or '.join(given)}: the run's folder and its "
+                  "config.json say where and how it continues", file=sys.stderr)
+            return 2
+        if not Path(known.resume).is_dir():
+            print(f"error: --resume {known.resume}: no such run folder (give the folder a wmrl train run wrote, "
+                  "e.g. runs/default-<time>)", file=sys.stderr)
+            return 2
+    known.preset = known.preset or "default"
     if known.preset not in PRESETS:
         print(f"error: unknown preset {known.preset!r}; choose one of {sorted(PRESETS)}", file=sys.stderr)
         return 2
@@ -84,15 +114,21 @@ def _train(argv: list[str]) -> int:
     base = dataclasses.replace(PRESETS[known.preset], preset=known.preset)
     cfg = _parse(type(base), rest, prog="wmrl train", description=_TRAIN_HELP, default=base)
     run_dir = Path(known.resume or known.run_dir or f"runs/{cfg.preset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    previous = _terminate_as_interrupt()
     try:
         train(cfg, run_dir, resume=bool(known.resume), quiet=known.quiet)
-    except KeyboardInterrupt:  # Ctrl-C: the last checkpoint stays
+    except KeyboardInterrupt:  # Ctrl-C or kill (SIGTERM): the last checkpoint stays
         if (run_dir / "config.json").exists():
             print(f"\ninterrupted: `wmrl train --resume {run_dir}` continues the run from its last checkpoint",
                   file=sys.stderr)
         else:
             print("\ninterrupted before the run started: nothing to resume", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

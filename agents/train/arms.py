@@ -217,7 +217,7 @@ class CpuBudget:
         Raises:
             RuntimeError: the followed WMRL arm's process ended without a final total.
         """
-        t0, waiting, decided = time.perf_counter(), False, False
+        t0, waiting, decided = time.perf_counter(), False, None
         try:
             while True:
                 budget, final = self.limit()
@@ -225,7 +225,7 @@ class CpuBudget:
                     decided = True
                     return True  # the WMRL arm trained nothing: no compute to match
                 if not budget_reached(spent, steps_done, budget, next_step):
-                    decided = True
+                    decided = False
                     return False
                 if final:
                     decided = True
@@ -240,8 +240,9 @@ class CpuBudget:
                 time.sleep(self.poll_s)
         finally:
             self.waited_s += time.perf_counter() - t0
-            if waiting and decided:  # not on an interrupt or an error
-                self._log(f"went on after {time.perf_counter() - t0:.0f} s of waiting for the WMRL arm")
+            if waiting and decided is not None:  # not on an interrupt or an error
+                self._log(f"{'stops here' if decided else 'went on'} after {time.perf_counter() - t0:.0f} s of waiting "
+                          "for the WMRL arm" + (": its final total leaves no room for another step" if decided else ""))
 
 
 def paired_over_tasks(a: Mapping[str, float], b: Mapping[str, float], level: float = 0.95,
@@ -403,7 +404,8 @@ def arms_rows(arms: Mapping[str, Any] | None) -> list[tuple[str, str]]:
          f"{f(rel['real'] - 0.5 if rel['real'] is not None else None)}"),
         ("  held-out mean score, WMRL / real; WMRL - real", f"{f(ms['wmrl'])} / {f(ms['real'])}; {d(ms['paired'])}"),
         (f"  held-out avg@{ak.get('k')}, WMRL / real; WMRL - real",
-         f"{f(ak['wmrl'], 1)} / {f(ak['real'], 1)}; {f(ak['difference'], 1)}"
+         f"{f(ak['wmrl'], 1)} / {f(ak['real'], 1)}; "
+         + (f"{ak['difference']:+.1f}" if isinstance(ak.get("difference"), (int, float)) else "n/a")
          + (f" [95% CI {ak_ci[0]:+.1f}, {ak_ci[1]:+.1f}]" if ak_ci else "")),
         ("  verdict at equal compute", arms["verdict"]),
     ]

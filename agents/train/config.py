@@ -317,7 +317,7 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.executor in ("local", "ray"), f"executor must be 'local' or 'ray', got {cfg.executor!r}"),
         (cfg.world_model in WORLD_MODELS,
          f"world_model must be one of {', '.join(WORLD_MODELS)} (--world-model), got {cfg.world_model!r}"),
-        (bool(cfg.arms) and set(cfg.arms) <= set(ARMS) and "wmrl" in cfg.arms,
+        (bool(cfg.arms) and set(cfg.arms) <= set(ARMS) and "wmrl" in cfg.arms and len(set(cfg.arms)) == len(cfg.arms),
          f"arms must be 'wmrl' or 'wmrl real' (--arms; the real arm needs the WMRL arm's compute), got {cfg.arms!r}"),
         (cfg.world_model != "none" or cfg.correction.anchor_fraction == 1.0,
          "--world-model none executes every group, so it needs --anchor-fraction 1 (real-execution GRPO); "

@@ -72,6 +72,10 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
         "groups": stats["groups_routed"],
         "realised_anchor_fraction": stats["realised_anchor_fraction"],
         "configured_anchor_fraction": cfg.correction.anchor_fraction,
+        # the floor of min_anchor_groups anchor groups per anchor_window steps, as a share of the groups:
+        # above the configured fraction it sets the realised one (the tiny preset: 1 of 2 groups)
+        "anchor_floor_share": (cfg.correction.min_anchor_groups
+                               / (cfg.correction.anchor_window * max(1, cfg.groups_per_step))),
         "world_model": world_model_record(cfg, c),
         "seconds": {s: led.seconds(s) for s in ("execution", "world_model", "generation", "update")},
         "cpu_seconds": {s: led.cpu_seconds(s) for s in ("execution", "world_model", "generation", "update")},
@@ -107,7 +111,8 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
         "wall_clock_s": wall,
         # real-execution GRPO executes every turn of every episode (max_turns each: world-model episodes
         # always take all of them)
-        "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1)), per_exec),
+        "cost_vs_real_grpo": cost_vs_real_grpo(led, stats["episodes"] * int(getattr(cfg, "max_turns", 1)), per_exec,
+                                               real_execution=c.judge is None),
         "anchor_advice": anchor_advice(c.wrapper.loop),
     }
 
@@ -305,7 +310,8 @@ def task_weighted_execution_cost(steps: list[dict[str, Any]]) -> dict[str, Any] 
             "groups_imputed": int(sum(n for t, n in groups.items() if t not in means))}
 
 
-def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] | None = None) -> dict[str, Any]:
+def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] | None = None, *,
+                      real_execution: bool = False) -> dict[str, Any]:
     """What the run's training rollouts cost, beside what the same rollouts would have cost under
     real-execution GRPO: every rollout executed at this run's measured cost per execution, no world
     model, the same generation and update.
@@ -320,6 +326,8 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] 
             episodes × turns per episode).
         per_execution: :func:`task_weighted_execution_cost`'s result: its task-weighted CPU-seconds
             per execution replace the ledger's plain mean in ``cpu_s`` (None: the plain mean).
+        real_execution: the run *is* real-execution GRPO (no world model: the real arm); the
+            verdict says so instead of comparing the run with itself.
 
     Returns:
         ``{"cpu_s": {...}, "wall_s": {...}, "verdict": str}``; each of the first two with
@@ -344,7 +352,10 @@ def cost_vs_real_grpo(ledger: Any, rollouts: int, per_execution: dict[str, Any] 
                     "spent_by_source": {s: sec(s) for s in ("execution", "world_model", "generation", "update")}}
     out["cpu_s"]["per_execution_weighting"] = per_execution or {"weighting": "none (plain mean of the ledger)"}
     c = out["cpu_s"]
-    if not math.isfinite(c["saving"]):
+    if real_execution:
+        out["verdict"] = (f"this run is real-execution GRPO (every rollout executed): {c['spent']:.0f} CPU-s; set "
+                          "against WMRL at equal compute in the arms' comparison")
+    elif not math.isfinite(c["saving"]):
         out["verdict"] = "no measured execution: the cost of real-execution GRPO is unknown"
     elif c["saving"] < 1.0:
         out["verdict"] = (f"these rollouts cost more than executing each of them would have: {c['spent']:.0f} CPU-s "
@@ -387,7 +398,34 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return str(v)
 
 
+_CORRECTION_ROWS = ("world-model predictions (one per turn)", "anchor groups / groups", "realised anchor fraction (configured)",
+                    "seconds in the world model", "seconds per world-model prediction", "anchor weight rho",
+                    "anchor pairs (debiaser fitted)",
+                    "debiasing map in use (out-of-fold MSE of identity / linear / isotonic)",
+                    "world-model groups corrected with a flat map", "calibration MAE before (raw WM)",
+                    "calibration MAE after (calibrated, prequential)", "calibration MSE before / after (prequential)",
+                    "ungraded scores incl. world model on anchors (by cause)")
+"""Rows of the world model and its corrections: left out of a real-execution run's table (the real arm)."""
+
+
+def _fraction(s: dict[str, Any]) -> str:
+    """The realised anchor fraction, the configured one, and the floor when the floor set it."""
+    real, conf, floor = s["realised_anchor_fraction"], s["configured_anchor_fraction"], s.get("anchor_floor_share")
+    text = f"{_fmt(real, 2)} ({_fmt(conf, 2)})"
+    if isinstance(floor, float) and isinstance(conf, float) and floor > conf:
+        text += (f"; the floor of --min-anchor-groups per --anchor-window steps is {floor:.2f} of the groups, above "
+                 "the configured fraction")
+    return text
+
+
 def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = _all_rows(s)
+    if (s.get("world_model") or {}).get("name") == "none":  # real-execution GRPO: no world model, nothing corrected
+        rows = [r for r in rows if r[0] not in _CORRECTION_ROWS]
+    return rows
+
+
+def _all_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     sec = s["seconds"]
     return [
         ("rollouts (training episodes)", _fmt(s["rollouts"])),
@@ -398,7 +436,7 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         *([("  of which LLM calls / pre-checks", f"{_fmt(s['world_model_calls'].get('n_model_calls'))} / "
             f"{_fmt(s['world_model_calls'].get('n_precheck'))}")] if s.get("world_model_calls") else []),
         ("anchor groups / groups", f"{s['anchor_groups']} / {s['groups']}"),
-        ("realised anchor fraction (configured)", f"{_fmt(s['realised_anchor_fraction'], 2)} ({_fmt(s['configured_anchor_fraction'], 2)})"),
+        ("realised anchor fraction (configured)", _fraction(s)),
         ("seconds executing", _fmt(sec["execution"], 1)),
         ("seconds in the world model", _fmt(sec["world_model"], 1)),
         ("seconds generating", _fmt(sec["generation"], 1)),
@@ -500,6 +538,14 @@ def _fmt_world_model(w: dict[str, Any] | None) -> str:
 def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     cv = s.get("cost_vs_real_grpo")
+    if (s.get("world_model") or {}).get("name") == "none":  # the real arm: nothing to set against itself, no advice
+        by = (cv or {}).get("cpu_s", {}).get("spent_by_source")
+        if by:
+            rows.append(("CPU-s by source: execution / world model / generation / update",
+                         " / ".join(_fmt(by[k], 1) for k in ("execution", "world_model", "generation", "update"))))
+        if (cv or {}).get("verdict"):
+            rows.append(("cost", str(cv["verdict"])))
+        return rows
     if cv:
         c = cv["cpu_s"]
         rows.append(("CPU-s spent / the same rollouts had each been executed (arithmetic, not quality)",

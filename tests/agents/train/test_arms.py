@@ -110,6 +110,7 @@ def test_validate_rejects_inconsistent_arms():
     for cfg, match in [
         (TrainConfig(arms=("real",)), "arms must be"),
         (TrainConfig(arms=()), "arms must be"),
+        (TrainConfig(arms=("wmrl", "wmrl")), "arms must be"),  # review of session 7: a repeated arm was taken
         (TrainConfig(world_model="none", arms=("wmrl",)), "anchor-fraction 1"),
         (TrainConfig(world_model="none", correction=CorrectionConfig(anchor_fraction=1.0)), "--arms wmrl"),
         (TrainConfig(real_groups_per_step=0), "real_groups_per_step"),
@@ -224,6 +225,9 @@ def test_compare_arms_pairs_tasks_and_says_which_is_better():
     assert rows["  each arm - copying the shown line (relative score 0.5): WMRL / real"] == "0.235 / 0.085"
     assert arms_rows({"skipped": "x"}) == [("ARMS AT EQUAL COMPUTE", "no real arm: x")]
     assert arms["heldout"]["avg_at_k"]["wmrl"] == 50.0 and arms_rows(None) == []
+    # the avg@k difference is signed like its interval (review of session 7: "6.2 [95% CI -100.0, +100.0]")
+    ak = next(v for k, v in rows.items() if k.startswith("  held-out avg@"))
+    assert ak.split("; ")[1].startswith(("+", "-"))
 
 
 def test_the_last_checkpoint_is_found_between_the_two_renames(tmp_path):
@@ -298,6 +302,23 @@ def test_the_stop_rule_uses_the_next_steps_expected_cost_when_steps_grow_dearer(
     assert CpuBudget(568.0).stop_before(541.0, 13, 63.0) is True
 
 
+def test_a_wait_that_ends_in_a_stop_says_it_stops(tmp_path):
+    """Review of session 7: the WMRL arm's final total left no room for another step, the arm
+    stopped, and its log said 'went on after 1 s of waiting'."""
+    publish_progress(tmp_path, eval_before={}, spent=50.0, steps_trained=1, final=False)
+    lines, polls = [], []
+
+    def wmrl_arm_ends_at_60():  # the WMRL arm's final total (60) arrives on the second poll
+        polls.append(1)
+        if len(polls) == 2:
+            publish_progress(tmp_path, eval_before={}, spent=60.0, steps_trained=2, final=True)
+        return True
+
+    budget = CpuBudget(follow=tmp_path, poll_s=0.0, alive=wmrl_arm_ends_at_60, log=lines.append)
+    assert budget.stop_before(49.0, 1, next_step=30.0) is True
+    assert lines[-1].startswith("stops here after") and not any(line.startswith("went on") for line in lines)
+
+
 def test_an_interrupted_wait_does_not_say_it_went_on(tmp_path):
     publish_progress(tmp_path, eval_before={}, spent=50.0, steps_trained=1, final=False)
     lines, polls = [], []
@@ -312,3 +333,43 @@ def test_an_interrupted_wait_does_not_say_it_went_on(tmp_path):
         CpuBudget(follow=tmp_path, poll_s=0.0, alive=interrupted_on_the_second_poll,
                   log=lines.append).stop_before(49.0, 1)
     assert lines[0].startswith("waiting for the WMRL arm") and not any(line.startswith("went on") for line in lines)
+
+
+def test_the_real_arms_summary_shows_no_correction_and_no_saving_over_itself(make_summary):
+    """Review of session 7: the real arm's summary said 'these rollouts cost 50 CPU-s against 50
+    had each been executed (1.00x less: the anchor fraction's arithmetic...)' and listed ρ and
+    anchor pairs, none of which a real-execution run has."""
+    from agents.train.summary import _rows
+
+    led = CostLedger()
+    for _ in range(4):
+        led.add("execution", 1.0, cpu_seconds=2.0)
+    led.add("generation", 1.0, cpu_seconds=1.0)
+    cv = cost_vs_real_grpo(led, 4, real_execution=True)
+    assert cv["verdict"].startswith("this run is real-execution GRPO (every rollout executed): 9 CPU-s")
+    s = make_summary(world_model={"name": "none"}, cost_vs_real_grpo=cv, realised_anchor_fraction=1.0,
+                     configured_anchor_fraction=1.0, **_heldout())
+    rows = dict(_rows(s))
+    assert "anchor weight rho" not in rows and "anchor pairs (debiaser fitted)" not in rows
+    assert not any("same rollouts had each been executed" in k for k in rows)
+    assert rows["cost"] == cv["verdict"]
+    # a WMRL run keeps its rows and its arithmetic
+    rows = dict(_rows(make_summary(cost_vs_real_grpo=cost_vs_real_grpo(led, 16), **_heldout())))
+    assert "anchor weight rho" in rows and "cost of the same rollouts (arithmetic of the anchor fraction, not a measured saving)" in rows
+
+
+def test_the_summary_says_when_the_anchor_floor_sets_the_fraction(make_summary):
+    """The tiny preset configures 0.1 at 2 groups per step: the floor of one anchor group per step
+    realises 0.5, which the summary showed without a word (review of session 7)."""
+    from agents.train.summary import _rows
+
+    s = make_summary(realised_anchor_fraction=0.5, configured_anchor_fraction=0.1, anchor_floor_share=0.5, **_heldout())
+    assert "the floor of --min-anchor-groups per --anchor-window steps is 0.50 of the groups" in dict(_rows(s))[
+        "realised anchor fraction (configured)"]
+    s = make_summary(anchor_floor_share=0.25, **_heldout())  # floor = configured fraction: nothing to say
+    assert dict(_rows(s))["realised anchor fraction (configured)"] == "0.25 (0.25)"
+
+
+def _heldout() -> dict:
+    ev = {"overall": 10.0, "k": 2, "mean_score": 0.3, "ungraded": {}}
+    return {"heldout_before": ev, "heldout_after": ev}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import pytest
 import tyro
@@ -199,3 +200,40 @@ def test_the_learned_world_models_take_the_static_check_and_an_older_run_folder_
     del old["static_check"]
     write_json_atomic(tmp_path / "config.json", old, indent=2, default=json_default)
     assert load_config(tmp_path).static_check is False
+
+
+def test_resume_refuses_a_run_dir_or_preset_and_names_a_missing_folder(tmp_path, capsys):
+    """Review of session 7: `--resume RUN --run-dir X` dropped --run-dir without a word, and a
+    missing folder was reported as 'config.json is missing'."""
+    from agents.cli import main
+
+    (tmp_path / "run").mkdir()
+    assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", str(tmp_path / "x")]) == 2
+    assert "takes no --run-dir" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "run"), "--preset", "tiny"]) == 2
+    assert "takes no --preset" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    assert "no such run folder" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "nothing").exists()
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does(monkeypatch, capsys, tmp_path):
+    """A run started in the background (`nohup ... &`) ignores SIGINT (review of session 7):
+    `kill PID` (SIGTERM) interrupts it as Ctrl-C does, with the resume hint, and the handler
+    before the run is restored after it."""
+    import os
+    import signal
+
+    import agents.train.loop as loop
+    from agents.cli import main
+
+    def build_then_terminated(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises KeyboardInterrupt here
+        raise AssertionError("SIGTERM did not interrupt the run")
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(loop, "build_components", build_then_terminated)
+    assert main(["train", "--preset", "tiny", "--quiet", "--run-dir", str(tmp_path / "run")]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == before
