@@ -303,8 +303,10 @@ def compare_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, 
         wmrl, real: the WMRL arm's and the real arm's summaries (:func:`agents.train.summary.summarise`).
 
     Returns:
-        ``{"training_cpu_s": {"wmrl", "real", "ratio"}, "steps_trained", "rollouts",
-        "real_executions", "groups_per_step", "heldout": {...}}`` where ``heldout`` holds, after
+        ``{"training_cpu_s": {"wmrl", "real", "ratio"}, "cpu_s_per_execution": {"real", "wmrl_estimate"},
+        "steps_trained", "rollouts", "real_executions", "groups_per_step", "heldout": {...}}``
+        (``cpu_s_per_execution``: measured over the real arm's executions, and the WMRL arm's
+        task-weighted figure from its anchors behind ``cost_vs_real_grpo``) where ``heldout`` holds, after
         training, each arm's relative test-half score (``--reward relative``: the shown line 0.5,
         the board's best 0.75) and mean held-out score, and their paired differences WMRL − real
         over the held-out tasks (:func:`paired_over_tasks`); and avg@k of both arms with the
@@ -333,8 +335,16 @@ def compare_arms(wmrl: Mapping[str, Any], real: Mapping[str, Any]) -> dict[str, 
                                                  or {})),
                    "avg_at_k": (wmrl.get("heldout_before") or {}).get("overall")},
     }
+    # what one execution cost: measured over the real arm's executions, and the WMRL arm's anchors' figure
+    # behind its "cost of the same rollouts" arithmetic (a few anchor groups, e.g. free syntax errors)
+    n_real_exec = real.get("real_executions") or 0
+    per_exec = {"real": ((real.get("cpu_seconds") or {}).get("execution", float("nan")) / n_real_exec
+                         if n_real_exec else float("nan")),
+                "wmrl_estimate": ((wmrl.get("cost_vs_real_grpo") or {}).get("cpu_s") or {}).get("seconds_per_execution",
+                                                                                                 float("nan"))}
     out = {
         "training_cpu_s": {"wmrl": cw, "real": cr, "ratio": cr / cw if cw > 0 else float("nan")},
+        "cpu_s_per_execution": per_exec,
         "steps_trained": {"wmrl": wmrl.get("steps_trained"), "real": real.get("steps_trained")},
         "groups_per_step": {"wmrl": wmrl.get("groups_per_step"), "real": real.get("groups_per_step")},
         "rollouts": {"wmrl": wmrl.get("rollouts"), "real": real.get("rollouts")},
@@ -396,6 +406,9 @@ def arms_rows(arms: Mapping[str, Any] | None) -> list[tuple[str, str]]:
         ("  steps x groups per step, WMRL / real", f"{arms['steps_trained']['wmrl']} x {arms['groups_per_step']['wmrl']} / "
                                                    f"{arms['steps_trained']['real']} x {arms['groups_per_step']['real']}"),
         ("  the real arm trained", arms.get("schedule", "n/a")),
+        *([("  CPU-s per execution: measured on the real arm / the WMRL arm's estimate from its anchors",
+            f"{f(arms['cpu_s_per_execution']['real'], 2)} / {f(arms['cpu_s_per_execution']['wmrl_estimate'], 2)} (the "
+            "estimate prices 'the cost of the same rollouts' below)")] if arms.get("cpu_s_per_execution") else []),
         ("  held-out relative score (test half; shown line 0.5, board's best 0.75), before / WMRL / real",
          f"{f(h['before']['relative_score'])} / {f(rel['wmrl'])} / {f(rel['real'])}"),
         ("  WMRL - real, relative score, paired over tasks", d(rel["paired"])),

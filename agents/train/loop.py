@@ -153,6 +153,16 @@ def concurrent_arms(cfg: TrainConfig) -> bool:
                 and len(os.sched_getaffinity(0)) >= 2 and resolve_device(cfg.device).type == "cpu")
 
 
+def arms_schedule(followed: bool, trained_here: bool) -> str:
+    """How the real arm trained, for the arms' table: ``followed`` (its config.json has no fixed
+    budget: it started beside the WMRL arm, following its CPU-s) and ``trained_here`` (this process
+    trained some of it after the WMRL arm ended: a resume, or a failed second process)."""
+    if not followed:
+        return "after the WMRL arm"
+    return "beside the WMRL arm, then after it (a resume finished it here)" if trained_here else \
+        "beside the WMRL arm (one process each)"
+
+
 class _RealArmBeside:
     """The real arm in a second process (spawned), beside the WMRL arm in this one.
 
@@ -210,17 +220,29 @@ def _real_arm_process(cfg: TrainConfig, run_dir: str, parent_pid: int) -> None:
     resume = checkpoint.checkpoint_folder(real_dir) is not None
     if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
         shutil.rmtree(real_dir)
-    _train_arm(real_arm_config(cfg, None), real_dir, resume=resume, quiet=False, eval_before=progress["eval_before"],
-               show_table=False, adapter_prefix="wmrl-real-policy", budget=CpuBudget(follow=run, alive=alive, log=print))
+    try:
+        _train_arm(real_arm_config(cfg, None), real_dir, resume=resume, quiet=False, eval_before=progress["eval_before"],
+                   show_table=False, adapter_prefix="wmrl-real-policy",
+                   budget=CpuBudget(follow=run, alive=alive, log=print))
+    except KeyboardInterrupt:  # the WMRL arm's process stopped this one (Ctrl-C, kill, or it is gone)
+        print("the real arm was stopped (its last checkpoint stays): wmrl train --resume continues both arms",
+              flush=True)
+        raise SystemExit(130) from None
 
 
 def python_interrupts() -> None:
     """In a process's main thread: SIGINT raises ``KeyboardInterrupt`` (Python's own handler), even
     where the process was started with SIGINT ignored (a job started in the background by a shell,
-    ``nohup``), so that :func:`_exit_with_parent` and Ctrl-C can interrupt a step."""
+    ``nohup``), so that :func:`_exit_with_parent` and Ctrl-C can interrupt a step; and so does
+    SIGTERM (:meth:`_RealArmBeside.stop`'s ``terminate``), so a stopped arm removes its sandboxes
+    and says in its log that it was stopped."""
     import signal
 
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _exit_with_parent(alive: Any, poll_s: float = 1.0, grace_s: float = 60.0) -> None:
@@ -273,9 +295,11 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
         warnings.warn("the arms are compared at equal CPU-seconds of this machine; on a GPU the accelerator's time is "
                       "not in them (generation, update and world model run there): read the comparison as equal CPU, "
                       "or train --arms wmrl", UserWarning, stacklevel=2)
+    trained_here = False  # whether this process trained (part of) the real arm after the WMRL arm
     if (real_dir / "summary.json").exists():
         real = json.loads((real_dir / "summary.json").read_text())
     else:
+        trained_here = True
         resume = checkpoint.checkpoint_folder(real_dir) is not None
         if not resume and real_dir.exists():  # a start killed before its first checkpoint: begin again
             shutil.rmtree(real_dir)
@@ -289,7 +313,7 @@ def _real_arm(cfg: TrainConfig, run_dir: Path, summary: dict[str, Any], quiet: b
     # the real arm's own record says how it trained (a resume may find it finished beside): its
     # budget was followed (None in its config.json) or known when it started
     followed = json.loads((real_dir / "config.json").read_text()).get("cpu_budget_s") is None
-    summary["arms"]["schedule"] = "beside the WMRL arm (one process each)" if followed else "after the WMRL arm"
+    summary["arms"]["schedule"] = arms_schedule(followed, trained_here)
     write_json_atomic(run_dir / "summary.json", finite_or_none(json.loads(json.dumps(summary, default=json_default))),
                       indent=2)
     (run_dir / "summary.md").write_text(summary_markdown(summary))

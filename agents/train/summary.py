@@ -524,15 +524,26 @@ def _fmt_world_model(w: dict[str, Any] | None) -> str:
                f"{_fmt(w.get('fit_cpu_s'), 2)} CPU-s)" if w.get("learns") else "")
     v = r.get("among_valid") or {}
     vci = v.get("r_ci") or [None, None]
-    where = f"among the valid programs ({v.get('n_rollouts')} rollouts in {v.get('n_groups')} groups"
+    ng = v.get("n_groups")
+    where = f"among the valid programs ({v.get('n_rollouts')} rollouts in {ng} group{'' if ng == 1 else 's'}"
     if not v:
         valid = ""
-    elif v.get("world_model_varies") is False and v.get("n_groups"):
-        valid = f"; {where}) none: its scores do not vary among them ({v.get('calibration', 'calibrated')}), so they rank nothing"
+    elif v.get("world_model_varies") is False and ng:
+        valid = (f"; {where}) none: its scores ({_calibration_name(v.get('calibration'))}) do not vary among them, "
+                 "so they rank nothing")
     else:
-        valid = f"; {where}, {v.get('calibration', 'calibrated')}) {_fmt(v.get('r'))} [95% CI {_fmt(vci[0])}, {_fmt(vci[1])}]"
+        valid = (f"; {where}, {_calibration_name(v.get('calibration'))}) {_fmt(v.get('r'))} "
+                 f"[95% CI {_fmt(vci[0])}, {_fmt(vci[1])}]")
     return (f"{w.get('name')} ({w.get('kind')}){learned}; within-group r on {r.get('n_groups')} anchor groups "
-            f"({r.get('calibration')}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]{valid}")
+            f"({_calibration_name(r.get('calibration'))}) {_fmt(r.get('r'))} [95% CI {_fmt(ci[0])}, {_fmt(ci[1])}]"
+            f"{valid}")
+
+
+def _calibration_name(c: Any) -> str:
+    """How a printed r's scores were calibrated, in words (the run's own debiasing map may differ:
+    the overall r is calibrated as the advisor calibrates, out of sample)."""
+    return {"crossfit": "isotonic map fitted out of sample", "raw": "raw scores",
+            "linear": "the run's linear map"}.get(c, str(c) if c else "calibration unknown")
 
 
 def _advice_rows(s: dict[str, Any]) -> list[tuple[str, str]]:

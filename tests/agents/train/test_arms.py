@@ -293,6 +293,32 @@ def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tm
     assert time.monotonic() - t0 < 10
 
 
+def test_terminate_interrupts_the_real_arms_step_so_it_cleans_up(tmp_path):
+    """Review of session 7: the WMRL arm's stop() terminates the real arm's process, which ended at
+    once (no finally blocks, nothing in its log). SIGTERM now interrupts its step as Ctrl-C does."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import time\n"
+        "from agents.train.loop import python_interrupts\n"
+        "python_interrupts()\n"
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    while True:\n"
+        "        time.sleep(0.05)  # a step in progress\n"
+        "except KeyboardInterrupt:\n"
+        "    print('step interrupted', flush=True)\n"
+        "    raise SystemExit(5)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 5 and "step interrupted" in out
+
+
 def test_the_stop_rule_uses_the_next_steps_expected_cost_when_steps_grow_dearer():
     # 13 steps spent 541 CPU-s (mean 41.6), the last ones cost about 63: the mean so far takes a 14th step
     # that ends 36 over a budget of 568, the recent cost stops 27 under it, the nearer of the two
@@ -373,3 +399,29 @@ def test_the_summary_says_when_the_anchor_floor_sets_the_fraction(make_summary):
 def _heldout() -> dict:
     ev = {"overall": 10.0, "k": 2, "mean_score": 0.3, "ungraded": {}}
     return {"heldout_before": ev, "heldout_after": ev}
+
+
+def test_the_schedule_says_when_a_resume_finished_a_real_arm_started_beside():
+    """Review of session 7: killed while the real arm trained beside, then resumed (the real arm
+    finished after the WMRL arm, in the main process), the table still said 'beside'."""
+    from agents.train.loop import arms_schedule
+
+    assert arms_schedule(followed=True, trained_here=False) == "beside the WMRL arm (one process each)"
+    assert arms_schedule(followed=True, trained_here=True) == "beside the WMRL arm, then after it (a resume finished it here)"
+    assert arms_schedule(followed=False, trained_here=True) == "after the WMRL arm"
+
+
+def test_the_arms_table_sets_the_real_arms_measured_cost_per_execution_beside_the_estimate():
+    """Review of session 7: the WMRL arm's 'cost of the same rollouts' (1.29 CPU-s per execution,
+    two of its anchors free syntax errors) contradicted the arms' table on the same page (the real
+    arm measured 2.08); the table now shows both."""
+    tasks = [f"t{i}" for i in range(8)]
+    wmrl = _arm_summary(44.0, {t: 0.6 for t in tasks}, {t: 0.6 for t in tasks}, 2, 4)
+    wmrl["cost_vs_real_grpo"] = {"cpu_s": {"seconds_per_execution": 1.29}}
+    real = _arm_summary(49.0, {t: 0.6 for t in tasks}, {t: 0.6 for t in tasks}, 2, 1)
+    real.update(real_executions=8, cpu_seconds={"execution": 16.64})
+    arms = compare_arms(wmrl, real)
+    assert arms["cpu_s_per_execution"] == {"real": pytest.approx(2.08), "wmrl_estimate": 1.29}
+    row = dict(arms_rows(arms))["  CPU-s per execution: measured on the real arm / the WMRL arm's estimate from its anchors"]
+    assert row.startswith("2.08 / 1.29")
+    json.dumps(compare_arms(_arm_summary(1.0, {"a": 0.5}, {"a": 0.5}, 1, 1), _arm_summary(1.0, {"a": 0.5}, {"a": 0.5}, 1, 1)))

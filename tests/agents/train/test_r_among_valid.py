@@ -101,8 +101,10 @@ def test_the_summary_prints_r_among_valid_beside_r():
                             "among_valid": {"r": 0.13, "r_ci": [-0.01, 0.32], "n_groups": 7, "n_rollouts": 36,
                                             "world_model_varies": True, "calibration": "raw"}}}
     line = _fmt_world_model(w)
-    assert "(crossfit) 0.910 [95% CI 0.850, 0.950]" in line
-    assert "among the valid programs (36 rollouts in 7 groups, raw) 0.130 [95% CI -0.010, 0.320]" in line
+    assert "(isotonic map fitted out of sample) 0.910 [95% CI 0.850, 0.950]" in line
+    assert "among the valid programs (36 rollouts in 7 groups, raw scores) 0.130 [95% CI -0.010, 0.320]" in line
     w["within_group_r"]["among_valid"].update(r=None, world_model_varies=False, r_ci=[None, None], calibration="crossfit")
-    assert ("among the valid programs (36 rollouts in 7 groups) none: its scores do not vary among them (crossfit), "
-            "so they rank nothing") in _fmt_world_model(w)
+    assert ("among the valid programs (36 rollouts in 7 groups) none: its scores (isotonic map fitted out of sample) "
+            "do not vary among them, so they rank nothing") in _fmt_world_model(w)
+    w["within_group_r"]["among_valid"].update(n_groups=1, n_rollouts=2)
+    assert "(2 rollouts in 1 group)" in _fmt_world_model(w)
