@@ -198,5 +198,5 @@ def test_a_refused_start_announces_no_real_arm(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "missing")]) == 2
     out = capsys.readouterr()
     assert "real-execution GRPO arm" not in out.out + out.err
-    assert "already holds a run" in out.err and "is not a wmrl run folder" in out.err
+    assert "already holds a run" in out.err and "no such run folder" in out.err
     assert not (tmp_path / "a").exists()

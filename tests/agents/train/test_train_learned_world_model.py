@@ -101,7 +101,8 @@ def test_tiny_train_with_the_learned_policy_world_model(tmp_path, monkeypatch):
 
     # the summary: r with its CI on the anchor groups, the cost split, real GRPO's cost, the verdicts
     r = w["within_group_r"]
-    assert set(r) == {"r", "r_ci", "n_groups", "calibration"} and len(r["r_ci"]) == 2
+    assert set(r) == {"r", "r_ci", "n_groups", "calibration", "among_valid"} and len(r["r_ci"]) == 2
+    assert {"r", "r_ci", "n_groups", "n_rollouts", "world_model_varies", "calibration"} <= set(r["among_valid"])
     assert r["calibration"] == "crossfit" and r["n_groups"] <= n_anchor
     cv = summary["cost_vs_real_grpo"]["cpu_s"]
     assert set(cv["spent_by_source"]) == {"execution", "world_model", "generation", "update"}
