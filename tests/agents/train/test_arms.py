@@ -4,6 +4,7 @@ equal compute, the task-weighted cost per execution and the comparison of the ar
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -262,30 +263,33 @@ def test_a_followed_budget_says_in_the_log_when_it_waits_and_when_it_goes_on(tmp
     assert lines[1].startswith("went on after")
 
 
-def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tmp_path):
-    """kill -9 of ``wmrl train`` used to leave the real arm training to the end of its step."""
+def _step_in_a_process(setup: str) -> Any:
+    """A Python process that runs ``setup``, then a 'step' (a sleep loop) that exits 5 with 'step
+    interrupted' on KeyboardInterrupt; its SIGINT and SIGTERM set as the real arm's process sets
+    them (``python_interrupts``: SIGINT may be ignored in a background job). Returns the Popen once
+    the step has started."""
     import subprocess
     import sys
+
+    script = ("import time\nfrom agents.train.loop import python_interrupts\npython_interrupts()\n" + setup
+              + "try:\n    print('started', flush=True)\n    while True:\n        time.sleep(0.05)\n"
+              "except KeyboardInterrupt:\n    print('step interrupted', flush=True)\n    raise SystemExit(5)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    return proc
+
+
+def test_the_real_arms_process_stops_soon_after_the_wmrl_arms_process_is_gone(tmp_path):
+    """kill -9 of ``wmrl train`` used to leave the real arm training to the end of its step."""
     import time
 
     flag = tmp_path / "parent-alive"
     flag.write_text("")
-    script = (
-        "import time, pathlib, threading\n"
-        "from agents.train.loop import _exit_with_parent, python_interrupts\n"
-        "python_interrupts()  # as the real arm's process does: SIGINT may be ignored in a background job\n"
+    proc = _step_in_a_process(
+        "import pathlib, threading\n"
+        "from agents.train.loop import _exit_with_parent\n"
         f"flag = pathlib.Path({str(flag)!r})\n"
-        "threading.Thread(target=_exit_with_parent, args=(flag.exists, 0.05, 30.0), daemon=True).start()\n"
-        "print('started', flush=True)\n"
-        "try:\n"
-        "    while True:\n"
-        "        time.sleep(0.05)  # a step in progress\n"
-        "except KeyboardInterrupt:\n"
-        "    print('step interrupted', flush=True)\n"
-        "    raise SystemExit(5)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "started"
+        "threading.Thread(target=_exit_with_parent, args=(flag.exists, 0.05, 30.0), daemon=True).start()\n")
     t0 = time.monotonic()
     flag.unlink()  # the WMRL arm's process is gone
     out, _ = proc.communicate(timeout=20)
@@ -300,20 +304,7 @@ def test_terminate_interrupts_the_real_arms_step_so_it_cleans_up(tmp_path):
     import subprocess
     import sys
 
-    script = (
-        "import time\n"
-        "from agents.train.loop import python_interrupts\n"
-        "python_interrupts()\n"
-        "try:\n"
-        "    print('started', flush=True)\n"
-        "    while True:\n"
-        "        time.sleep(0.05)  # a step in progress\n"
-        "except KeyboardInterrupt:\n"
-        "    print('step interrupted', flush=True)\n"
-        "    raise SystemExit(5)\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "started"
+    proc = _step_in_a_process("")
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 5 and "step interrupted" in out
