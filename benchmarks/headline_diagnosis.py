@@ -1,0 +1,205 @@
+"""Why the headline run's denoising never acts and its learned world model's curve flattens
+(issue 35): two measurements on a ``wmrl bench`` run's committed output, no execution.
+
+1. **ρ's warm-up, from the step records.** Inverse-variance denoising keeps ρ = 1 until
+   ``warmup_groups`` anchor groups have *counted* (:class:`wmrl_envs.core.denoise.InverseVarianceDenoiser`):
+   a group counts only once the debiaser has its first fit and only when its real scores vary
+   (a group whose G rollouts score the same has no ``s²``). Every counted group moves the pooled
+   disagreement ``s̄²``, and nothing else moves it before the warm-up ends (a learned model's ρ
+   recalibration needs the warm-up too), so the steps where the logged ``disagreement_ema``
+   changes are the steps whose anchor group counted. Per method and seed: anchor groups, groups
+   that counted, the last step with one, against ``warmup_groups``.
+2. **Collapse within groups, from the policy snapshots.** Every step's grammar-policy snapshot is
+   in ``snapshots/seed<k>.pt``. At the evaluated steps of each method's curve, the snapshot samples
+   ``--draws`` groups of G programs on every training task (its own generator, so the run's state
+   is untouched) and counts the groups whose G programs make the same grammar choices (the
+   rollout's random state aside). Such a group's real scores are equal when its program is
+   deterministic, and a world model that scores code gives it equal scores too: its GRPO
+   advantages are zero and it teaches nothing.
+
+Run (about a minute per seed on one core)::
+
+    .venv/bin/python benchmarks/headline_diagnosis.py --run-dir results/headline_run \\
+        --out results/headline_run/diagnosis.json
+
+Writes the JSON, ``diagnosis.md`` (the tables) and ``diagnosis.png`` (share of collapsed groups
+and held-out score against step, median over seeds per method) beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["counted_anchor_groups", "collapsed_share", "main"]
+
+
+def counted_anchor_groups(records: Sequence[dict[str, Any]]) -> list[int]:
+    """Steps (1-based, as logged) whose anchor group entered ρ's pooled disagreement ``s̄²``.
+
+    Args:
+        records: a method run's step records (``results.json``'s ``records``), each with
+            ``disagreement_ema`` (float or ``None`` before the first counted group).
+
+    Returns:
+        The steps at which ``disagreement_ema`` took a new value (the first defined value
+        included). Exact before ρ's warm-up ends; after it a learned model's recalibration also
+        moves ``s̄²``, so the list can then hold steps without a counted group.
+    """
+    out, prev = [], None
+    for rec in records:
+        ema = rec.get("disagreement_ema")
+        if ema is not None and ema != prev:
+            out.append(int(rec["step"]))
+        prev = ema
+    return out
+
+
+def collapsed_share(snapshot: dict[str, Any], seed: int, tasks: Sequence[str], group_size: int, draws: int,
+                    sample_seed: int = 12345) -> tuple[float, float]:
+    """Share of groups whose programs all make the same grammar choices, and mean distinct
+    choice-sets per group, for one grammar-policy snapshot.
+
+    Args:
+        snapshot: a :class:`agents.grammar.policy.GrammarPolicy` state dict.
+        seed: the run's seed (builds the policy the snapshot is loaded into).
+        tasks: training task ids; each gets ``draws`` groups.
+        group_size: G.
+        draws: groups per task (>= 1).
+        sample_seed: the sampling generator's seed (the same for every snapshot: paired).
+
+    Returns:
+        ``(share of groups with one distinct program, mean distinct programs per group)``.
+    """
+    from agents.grammar.policy import GrammarPolicy
+
+    policy = GrammarPolicy(seed=seed)
+    policy.load_state_dict(snapshot)
+    policy.generator.manual_seed(int(sample_seed))
+    groups = policy.sample(list(tasks) * int(draws), group_size)
+    distinct = [len({(p.slot_ids, p.option_ids) for p in g}) for g in groups]
+    return sum(d == 1 for d in distinct) / len(distinct), sum(distinct) / len(distinct)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run-dir", type=Path, default=Path("results/headline_run"),
+                    help="a wmrl bench --out-dir with results.json and snapshots/")
+    ap.add_argument("--out", type=Path, default=None, help="JSON output (default RUN_DIR/diagnosis.json)")
+    ap.add_argument("--draws", type=int, default=8, help="groups sampled per training task at each evaluated step")
+    args = ap.parse_args(argv)
+    if args.draws < 1:
+        ap.error(f"--draws must be >= 1, got {args.draws}")
+    results_path = args.run_dir / "results.json"
+    if not results_path.is_file():
+        ap.error(f"{results_path} is missing: pass the --out-dir of a wmrl bench run")
+    import torch
+
+    from agents.experiments.bench_config import BENCH_METHODS
+    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+
+    res = json.loads(results_path.read_text())
+    cfg = res["config"]
+    if cfg.get("agent") != "grammar":
+        ap.error(f"{results_path}: agent {cfg.get('agent')!r}; the snapshots this reads are the grammar agent's")
+    warmup = int(cfg["correction"]["warmup_groups"])
+    group_size = int(cfg["group_size"])
+    tasks = list_tasks("train")
+    out: dict[str, Any] = {"run_dir": str(args.run_dir), "warmup_groups": warmup, "group_size": group_size,
+                           "draws_per_task": args.draws, "train_tasks": len(tasks), "methods": {}}
+    for name, entry in res["methods"].items():
+        per_seed = []
+        for s in entry["seeds"]:
+            seed, records = int(s["seed"]), s["records"]
+            row: dict[str, Any] = {"seed": seed, "steps": len(records), "stopped": s.get("stopped")}
+            spec = BENCH_METHODS.get(name)
+            if records and spec is not None and spec.denoise:
+                counted = counted_anchor_groups(records)
+                row.update(anchor_groups=int(records[-1]["anchor_groups"]), counted_groups=len(counted),
+                           last_counted_step=counted[-1] if counted else None,
+                           rho_max=max(float(r["rho"]) for r in records))
+            snap_path = args.run_dir / "snapshots" / f"seed{seed}.pt"
+            if snap_path.is_file():
+                snaps = torch.load(snap_path, weights_only=True).get(name)
+                if snaps:
+                    curve = s["curve"]
+                    pts = []
+                    for step, score in zip(curve["step"], curve["score"]):
+                        if 0 <= int(step) < len(snaps):
+                            share, distinct = collapsed_share(snaps[int(step)], seed, tasks, group_size, args.draws)
+                            pts.append({"step": int(step), "heldout": float(score), "collapsed_share": share,
+                                        "distinct_per_group": distinct})
+                    row["collapse"] = pts
+            per_seed.append(row)
+            print(f"[diagnosis] {name} seed {seed}: " + ", ".join(
+                f"{k}={row[k]}" for k in ("steps", "anchor_groups", "counted_groups", "last_counted_step") if k in row)
+                + (f", collapsed at last step {row['collapse'][-1]['collapsed_share']:.2f}" if row.get("collapse") else ""),
+                flush=True)
+        out["methods"][name] = per_seed
+    out_path = args.out or (args.run_dir / "diagnosis.json")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=1))
+    _write_markdown(out, out_path.with_suffix(".md"))
+    _plot(out, out_path.with_suffix(".png"))
+    print(f"[diagnosis] wrote {out_path}, {out_path.with_suffix('.md')}, {out_path.with_suffix('.png')}")
+    return out
+
+
+def _write_markdown(out: dict[str, Any], path: Path) -> None:
+    lines = [f"# Headline run: ρ's warm-up and collapse within groups ({out['run_dir']})", "",
+             "`benchmarks/headline_diagnosis.py`. Anchor groups that counted toward ρ's warm-up "
+             f"(needs {out['warmup_groups']}), per seed:", "",
+             "| method | seed | steps | anchor groups | counted (real scores varied) | last step with one | max ρ |",
+             "|---|---|---|---|---|---|---|"]
+    for name, rows in out["methods"].items():
+        for r in rows:
+            if "counted_groups" in r:
+                lines.append(f"| `{name}` | {r['seed']} | {r['steps']} | {r['anchor_groups']} | {r['counted_groups']} | "
+                             f"{r['last_counted_step']} | {r['rho_max']:.2f} |")
+    lines += ["", f"Groups of G = {out['group_size']} whose programs are all the same (sampled from the snapshot, "
+              f"{out['draws_per_task']} groups on each of {out['train_tasks']} training tasks), first and last "
+              "evaluated step, per seed (held-out score in brackets):", "",
+              "| method | seed | first step | last step | collapsed share, first → last | distinct per group, first → last |",
+              "|---|---|---|---|---|---|"]
+    for name, rows in out["methods"].items():
+        for r in rows:
+            pts = r.get("collapse") or []
+            if pts:
+                a, b = pts[0], pts[-1]
+                lines.append(f"| `{name}` | {r['seed']} | {a['step']} ({a['heldout']:.1f}) | {b['step']} ({b['heldout']:.1f}) | "
+                             f"{a['collapsed_share']:.2f} → {b['collapsed_share']:.2f} | "
+                             f"{a['distinct_per_group']:.2f} → {b['distinct_per_group']:.2f} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for name, rows in out["methods"].items():
+        for i, r in enumerate(rows):
+            pts = r.get("collapse") or []
+            if not pts:
+                continue
+            steps = [p["step"] for p in pts]
+            kw = {"label": name} if i == 0 else {}
+            color = {"real": "C0", "real_mid_batch": "C1", "real_anchor_batch": "C2", "wm_only": "C3",
+                     "wmrl": "C4", "wmrl_learned": "C5"}.get(name, "k")
+            axes[0].plot(steps, [p["collapsed_share"] for p in pts], color=color, alpha=0.7, **kw)
+            axes[1].plot(steps, [p["heldout"] for p in pts], color=color, alpha=0.7, **kw)
+    axes[0].set(xlabel="training step", ylabel="share of groups with one distinct program", xscale="symlog")
+    axes[1].set(xlabel="training step", ylabel="held-out score", xscale="symlog")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Collapse within groups and held-out score, one line per seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""benchmarks/headline_diagnosis.py: the steps whose anchor group counted toward ρ's warm-up, and
+the share of groups whose G programs are the same (collapse within groups)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from agents.grammar.policy import GrammarPolicy
+from benchmarks.headline_diagnosis import collapsed_share, counted_anchor_groups
+from wmrl_envs.core.denoise import InverseVarianceDenoiser
+
+
+def test_counted_groups_are_the_steps_where_the_denoiser_counted_one():
+    # a real denoiser fed groups with and without real variance: its logged s̄² changes exactly at
+    # the groups that counted, and counted_anchor_groups finds those steps
+    den = InverseVarianceDenoiser(warmup_groups=64)
+    groups = [([0.2, 0.8], [0.0, 1.0]), ([0.5, 0.5], [0.7, 0.7]), ([0.1, 0.9], [0.3, 0.6]),
+              ([0.4, 0.4], [0.2, 0.2]), ([0.3, 0.6], [0.9, 0.1])]
+    records = []
+    for step, (cal, real) in enumerate(groups, start=1):
+        den.update(cal, real)
+        records.append({"step": step, "disagreement_ema": None if den.n_scored_groups == 0 else den.ema})
+    assert den.n_scored_groups == 3 and den.n_skipped == 2
+    assert counted_anchor_groups(records) == [1, 3, 5]
+    assert den.rho == 1.0  # 3 of 64: the warm-up has not ended
+
+
+def test_counted_groups_none_before_the_first_fit():
+    assert counted_anchor_groups([{"step": 1, "disagreement_ema": None}, {"step": 2, "disagreement_ema": None}]) == []
+
+
+def test_collapsed_share_of_a_fresh_and_a_collapsed_policy():
+    tasks = ["house-prices", "land-cover"]
+    fresh = GrammarPolicy(seed=0)
+    share, distinct = collapsed_share(fresh.state_dict(), 0, tasks, group_size=4, draws=8)
+    assert share < 0.1 and distinct > 3.5  # the prior spreads over many programs
+    # every slot's bias pushed to one option: the policy writes one program per task
+    state = copy.deepcopy(fresh.state_dict())
+    for k, v in state.items():
+        if k.startswith("weight_"):
+            state[k] = torch.zeros_like(v)
+        elif k.startswith("bias_"):  # the prior's favourite valid option of each slot, at +-50
+            valid = getattr(fresh, k.replace("bias_", "valid_"))
+            top = torch.nn.functional.one_hot(v.masked_fill(~valid, float("-inf")).argmax(-1), v.shape[-1]).bool()
+            state[k] = torch.where(top, torch.tensor(50.0), torch.tensor(-50.0))
+    share, distinct = collapsed_share(state, 0, tasks, group_size=4, draws=8)
+    assert share == 1.0 and distinct == 1.0
