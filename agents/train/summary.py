@@ -83,6 +83,9 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
         "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
         "rho": stats["rho"],
         "disagreement_ema": stats["disagreement_ema"],
+        # rho's warm-up: anchor groups that counted, of those it needs; skipped: real scores all equal
+        "rho_warmup": {"counted": stats.get("denoiser_groups_counted"), "needed": stats.get("denoiser_warmup_groups"),
+                       "skipped": stats.get("denoiser_groups_skipped")},
         "anchor_pairs": stats["anchor_pairs"],
         "debiaser_fitted": stats["debiaser_fitted"],
         # the debiasing map in use (debias_map="auto" chooses it out of fold) and the candidates' errors
@@ -443,7 +446,7 @@ def _all_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("seconds updating", _fmt(sec["update"], 1)),
         ("seconds per real execution", _fmt(s["seconds_per_execution"], 2)),
         ("seconds per world-model prediction", _fmt(s["seconds_per_world_model_prediction"], 2)),
-        ("anchor weight rho", _fmt(s["rho"], 2)),
+        ("anchor weight rho", _fmt(s["rho"], 2) + _rho_warmup_note(s)),
         ("anchor pairs (debiaser fitted)", f"{s['anchor_pairs']} ({s['debiaser_fitted']})"),
         ("debiasing map in use (out-of-fold MSE of identity / linear / isotonic)",
          f"{s.get('debias_map')} ({' / '.join(_fmt(s.get('debias_oof_mse', {}).get(k)) for k in ('identity', 'linear', 'isotonic'))})"),
@@ -511,6 +514,17 @@ def _copy_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             (f"held-out tasks where the policy beats the copy ({when})", _fmt(r["share_tasks_beaten"], 2)),
         ]
     return rows
+
+
+def _rho_warmup_note(s: dict[str, Any]) -> str:
+    """`` (warm-up: 27 of 64 anchor groups counted; 93 skipped, real scores all equal)`` while ρ's
+    warm-up has not ended, else ``""`` (also for a summary written before the field existed)."""
+    w = s.get("rho_warmup") or {}
+    counted, needed, skipped = w.get("counted"), w.get("needed"), w.get("skipped")
+    if counted is None or needed is None or counted >= needed:
+        return ""
+    return (f" (warm-up: {counted} of {needed} anchor groups counted"
+            + (f"; {skipped} skipped, real scores all equal)" if skipped else ")"))
 
 
 def _fmt_world_model(w: dict[str, Any] | None) -> str:

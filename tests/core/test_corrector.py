@@ -111,3 +111,44 @@ def test_calibration_error_mae_and_brier_on_binary_outcomes():
     other.load_state_dict(state)
     assert other.calibration_error() == err
     assert corr.stats()["calibration_mse_calibrated"] == pytest.approx(err["calibrated_mse"])
+
+
+def test_a_stalled_rho_warm_up_is_counted_and_warned_about_once(caplog):
+    """Issue 35: in the headline run rho never left 1 — once the policy wrote one program per
+    group, its anchor groups' real scores were all equal and skipped, so the 64-group warm-up
+    never ended (results/headline_run/diagnosis.md). The stats count it and the corrector says so."""
+    import logging
+
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=16))
+    corr.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.2, 0.5, 1.0])  # before the first fit
+    for _ in range(3):  # counted: the real scores vary
+        corr.correct_group("anchor", raw=[0.1, 0.5, 0.9, 0.3], real=[0.1, 0.6, 0.8, 0.2])
+    st = corr.stats()
+    assert (st["denoiser_groups_uncalibrated"], st["denoiser_groups_counted"], st["denoiser_groups_skipped"],
+            st["denoiser_warmup_groups"]) == (1, 3, 0, 16)
+    with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        for i in range(7):  # one action per group: real scores all equal, skipped
+            corr.correct_group("anchor", raw=[0.5, 0.5, 0.5, 0.5], real=[0.7, 0.7, 0.7, 0.7])
+        assert not corr.warmup_stalled() and not caplog.records  # 7 skipped: below max(8, 16 // 2)
+        corr.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
+        assert corr.warmup_stalled() and corr.rho == 1.0
+        for _ in range(5):
+            corr.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
+    warned = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert len(warned) == 1
+    assert "3 of the 16 anchor groups it needs have counted, and 8 anchor groups were skipped" in warned[0]
+    assert corr.stats()["denoiser_groups_skipped"] == 13
+    # as many counted as skipped: not stalled, the warm-up is still moving
+    moving = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=64))
+    moving.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.2, 0.5, 1.0])
+    for _ in range(40):
+        moving.correct_group("anchor", raw=[0.1, 0.5, 0.9, 0.3], real=[0.1, 0.6, 0.8, 0.2])
+        moving.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
+    assert not moving.warmup_stalled() and moving.stats()["denoiser_groups_skipped"] == 40
+    # with denoise=False nothing is said: rho is not used
+    off = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=16), denoise=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        for _ in range(12):
+            off.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
+    assert off.warmup_stalled() and not [r for r in caplog.records if "stalled" in r.getMessage()]

@@ -125,3 +125,22 @@ def test_the_printed_summary_keeps_bracketed_values(make_summary):
     console = Console(record=True, width=200)
     print_summary(console, s)
     assert "0.211 [n/a, n/a]" in console.export_text()
+
+
+def test_the_rho_row_says_where_the_warm_up_stands(make_summary):
+    """Issue 35: rho at 1.00 read as 'the world model is as good as execution'; it can also mean the
+    warm-up never ended. The row says how many anchor groups counted and how many were skipped."""
+    from agents.train.summary import _rows
+
+    rows = dict(_rows(make_summary(rho_warmup={"counted": 3, "needed": 16, "skipped": 9}, **_heldout_pair())))
+    assert rows["anchor weight rho"] == "1.00 (warm-up: 3 of 16 anchor groups counted; 9 skipped, real scores all equal)"
+    rows = dict(_rows(make_summary(rho_warmup={"counted": 2, "needed": 3, "skipped": 0}, **_heldout_pair())))
+    assert rows["anchor weight rho"] == "1.00 (warm-up: 2 of 3 anchor groups counted)"
+    rows = dict(_rows(make_summary(rho=2.0, rho_warmup={"counted": 5, "needed": 3, "skipped": 4}, **_heldout_pair())))
+    assert rows["anchor weight rho"] == "2.00"  # warmed up: rho speaks for itself
+    assert dict(_rows(make_summary(**_heldout_pair())))["anchor weight rho"] == "1.00"  # a summary from before the field
+
+
+def _heldout_pair() -> dict:
+    ev = {"overall": 10.0, "k": 2, "mean_score": 0.3, "ungraded": {}}
+    return {"heldout_before": ev, "heldout_after": ev}
