@@ -4,26 +4,33 @@
 1. **ρ's warm-up, from the step records.** Inverse-variance denoising keeps ρ = 1 until
    ``warmup_groups`` anchor groups have *counted* (:class:`wmrl_envs.core.denoise.InverseVarianceDenoiser`):
    a group counts only once the debiaser has its first fit and only when its real scores vary
-   (a group whose G rollouts score the same has no ``s²``). Every counted group moves the pooled
-   disagreement ``s̄²``, and nothing else moves it before the warm-up ends (a learned model's ρ
-   recalibration needs the warm-up too), so the steps where the logged ``disagreement_ema``
-   changes are the steps whose anchor group counted. Per method and seed: anchor groups, groups
-   that counted, the last step with one, against ``warmup_groups``.
+   (a group whose G rollouts score the same has no ``s²``). Before the warm-up ends nothing but a
+   counted group moves the pooled disagreement ``s̄²`` (a learned model's ρ recalibration needs
+   the warm-up to have ended), and a counted group moves it unless its ``s²`` equals ``s̄²``
+   exactly, which happens when ``s̄²`` is exactly 1 and the group's calibrated scores are equal
+   (a flat map or a constant world model: ``s² = 1``). So the steps where the logged
+   ``disagreement_ema`` changes are the steps whose anchor group counted, and the steps where it
+   stays at exactly 1.0 may have counted too: the count is given as a range. Per method and seed
+   (one anchor group per step): anchor groups, groups before ``s̄²``'s first value (the debiaser's
+   first fit), groups that counted, the last step with one, against ``warmup_groups``.
 2. **Collapse within groups, from the policy snapshots.** Every step's grammar-policy snapshot is
    in ``snapshots/seed<k>.pt``. At the evaluated steps of each method's curve, the snapshot samples
-   ``--draws`` groups of G programs on every training task (its own generator, so the run's state
-   is untouched) and counts the groups whose G programs make the same grammar choices (the
-   rollout's random state aside). Such a group's real scores are equal when its program is
-   deterministic, and a world model that scores code gives it equal scores too: its GRPO
-   advantages are zero and it teaches nothing.
+   ``--draws`` groups of G programs on every training task (its own generator, seeded the same for
+   every snapshot, so the run's state is untouched and snapshots are compared on paired draws)
+   and counts the groups whose G programs make the same grammar choices (the rollout's random
+   state aside). Such a group teaches GRPO nothing whatever its scores: its G rollouts have the
+   same log-probability gradient, and their advantages sum to zero within the group. Its real
+   scores are also equal as a rule (608 of the 629 held-out programs in the run's evaluation
+   cache that differ from another only in their random state score the same), so it cannot count
+   towards ρ's warm-up either.
 
-Run (about a minute per seed on one core)::
+Run (about 5 CPU-s per seed)::
 
     .venv/bin/python benchmarks/headline_diagnosis.py --run-dir results/headline_run \\
         --out results/headline_run/diagnosis.json
 
 Writes the JSON, ``diagnosis.md`` (the tables) and ``diagnosis.png`` (share of collapsed groups
-and held-out score against step, median over seeds per method) beside it.
+and held-out score against step, one line per method and seed) beside it.
 """
 
 from __future__ import annotations
@@ -36,23 +43,32 @@ from typing import Any, Sequence
 __all__ = ["counted_anchor_groups", "collapsed_share", "main"]
 
 
-def counted_anchor_groups(records: Sequence[dict[str, Any]]) -> list[int]:
-    """Steps (1-based, as logged) whose anchor group entered ρ's pooled disagreement ``s̄²``.
+def counted_anchor_groups(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Which steps' anchor groups entered ρ's pooled disagreement ``s̄²`` (one anchor group per step).
 
     Args:
-        records: a method run's step records (``results.json``'s ``records``), each with
-            ``disagreement_ema`` (float or ``None`` before the first counted group).
+        records: a method run's step records (``results.json``'s ``records``), each with ``step``
+            and ``disagreement_ema`` (float, or ``None`` before the first counted group).
 
     Returns:
-        The steps at which ``disagreement_ema`` took a new value (the first defined value
-        included). Exact before ρ's warm-up ends; after it a learned model's recalibration also
-        moves ``s̄²``, so the list can then hold steps without a counted group.
+        ``{"counted": steps, "maybe": steps, "before": steps}``: the steps at which
+        ``disagreement_ema`` took a new value (the first defined value included: those groups
+        counted); the steps at which it stayed at exactly 1.0 (a counted group with equal calibrated
+        scores leaves it there, a skipped one too); and the steps before its first value. Exact
+        before ρ's warm-up ends (module docstring); after it a learned model's recalibration also
+        moves ``s̄²``.
     """
-    out, prev = [], None
+    out: dict[str, list[int]] = {"counted": [], "maybe": [], "before": []}
+    prev = None
     for rec in records:
-        ema = rec.get("disagreement_ema")
-        if ema is not None and ema != prev:
-            out.append(int(rec["step"]))
+        ema, step = rec.get("disagreement_ema"), int(rec["step"])
+        if ema is None:
+            if prev is None:
+                out["before"].append(step)
+        elif ema != prev:
+            out["counted"].append(step)
+        elif ema == 1.0:
+            out["maybe"].append(step)
         prev = ema
     return out
 
@@ -72,8 +88,15 @@ def collapsed_share(snapshot: dict[str, Any], seed: int, tasks: Sequence[str], g
 
     Returns:
         ``(share of groups with one distinct program, mean distinct programs per group)``.
+
+    Raises:
+        ValueError: no tasks, ``draws < 1`` or ``group_size < 1``.
     """
     from agents.grammar.policy import GrammarPolicy
+
+    if not tasks or draws < 1 or group_size < 1:
+        raise ValueError(f"need tasks, draws >= 1 and group_size >= 1, got {len(tasks)} tasks, draws={draws}, "
+                         f"group_size={group_size}")
 
     policy = GrammarPolicy(seed=seed)
     policy.load_state_dict(snapshot)
@@ -100,29 +123,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from agents.experiments.bench_config import BENCH_METHODS
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
 
-    res = json.loads(results_path.read_text())
-    cfg = res["config"]
+    try:
+        res = json.loads(results_path.read_text())
+        cfg, methods = res["config"], res["methods"]
+        warmup = int(cfg["correction"]["warmup_groups"])
+    except (ValueError, KeyError, TypeError) as err:
+        ap.error(f"{results_path} is not a wmrl bench results.json ({type(err).__name__}: {err})")
     if cfg.get("agent") != "grammar":
         ap.error(f"{results_path}: agent {cfg.get('agent')!r}; the snapshots this reads are the grammar agent's")
-    warmup = int(cfg["correction"]["warmup_groups"])
     group_size = int(cfg["group_size"])
     tasks = list_tasks("train")
     out: dict[str, Any] = {"run_dir": str(args.run_dir), "warmup_groups": warmup, "group_size": group_size,
                            "draws_per_task": args.draws, "train_tasks": len(tasks), "methods": {}}
-    for name, entry in res["methods"].items():
+    snapshot_files: dict[int, dict[str, Any]] = {}
+    for name, entry in methods.items():
         per_seed = []
         for s in entry["seeds"]:
             seed, records = int(s["seed"]), s["records"]
             row: dict[str, Any] = {"seed": seed, "steps": len(records), "stopped": s.get("stopped")}
             spec = BENCH_METHODS.get(name)
             if records and spec is not None and spec.denoise:
-                counted = counted_anchor_groups(records)
-                row.update(anchor_groups=int(records[-1]["anchor_groups"]), counted_groups=len(counted),
-                           last_counted_step=counted[-1] if counted else None,
+                steps = counted_anchor_groups(records)
+                row.update(anchor_groups=int(records[-1]["anchor_groups"]), before_first_fit=len(steps["before"]),
+                           counted_groups=len(steps["counted"]), maybe_counted=len(steps["maybe"]),
+                           last_counted_step=steps["counted"][-1] if steps["counted"] else None,
                            rho_max=max(float(r["rho"]) for r in records))
             snap_path = args.run_dir / "snapshots" / f"seed{seed}.pt"
-            if snap_path.is_file():
-                snaps = torch.load(snap_path, weights_only=True).get(name)
+            if seed not in snapshot_files and snap_path.is_file():
+                snapshot_files[seed] = torch.load(snap_path, weights_only=True)
+            if seed in snapshot_files:
+                snaps = snapshot_files[seed].get(name)
                 if snaps:
                     curve = s["curve"]
                     pts = []
@@ -134,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     row["collapse"] = pts
             per_seed.append(row)
             print(f"[diagnosis] {name} seed {seed}: " + ", ".join(
-                f"{k}={row[k]}" for k in ("steps", "anchor_groups", "counted_groups", "last_counted_step") if k in row)
+                f"{k}={row[k]}" for k in ("steps", "anchor_groups", "counted_groups", "maybe_counted", "last_counted_step")
+                if k in row)
                 + (f", collapsed at last step {row['collapse'][-1]['collapsed_share']:.2f}" if row.get("collapse") else ""),
                 flush=True)
         out["methods"][name] = per_seed
@@ -151,13 +182,19 @@ def _write_markdown(out: dict[str, Any], path: Path) -> None:
     lines = [f"# Headline run: ρ's warm-up and collapse within groups ({out['run_dir']})", "",
              "`benchmarks/headline_diagnosis.py`. Anchor groups that counted toward ρ's warm-up "
              f"(needs {out['warmup_groups']}), per seed:", "",
-             "| method | seed | steps | anchor groups | counted (real scores varied) | last step with one | max ρ |",
-             "|---|---|---|---|---|---|---|"]
+             "| method | seed | steps | anchor groups | before the debiaser's first fit | counted | "
+             "last step with a counted group | max ρ |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, rows in out["methods"].items():
         for r in rows:
             if "counted_groups" in r:
-                lines.append(f"| `{name}` | {r['seed']} | {r['steps']} | {r['anchor_groups']} | {r['counted_groups']} | "
-                             f"{r['last_counted_step']} | {r['rho_max']:.2f} |")
+                counted = (f"{r['counted_groups']}" if not r["maybe_counted"]
+                           else f"{r['counted_groups']}–{r['counted_groups'] + r['maybe_counted']}")
+                lines.append(f"| `{name}` | {r['seed']} | {r['steps']} | {r['anchor_groups']} | {r['before_first_fit']} | "
+                             f"{counted} | {r['last_counted_step']} | {r['rho_max']:.2f} |")
+    lines += ["", "Counted: the steps where the logged s̄² moved; a range where s̄² sat at exactly 1.0, which a "
+              "counted group with equal calibrated scores leaves unchanged. The other anchor groups after the first "
+              "fit had real scores that did not vary (or fewer than 2 graded rollouts: see the run's ungraded counts)."]
     lines += ["", f"Groups of G = {out['group_size']} whose programs are all the same (sampled from the snapshot, "
               f"{out['draws_per_task']} groups on each of {out['train_tasks']} training tasks), first and last "
               "evaluated step, per seed (held-out score in brackets):", "",

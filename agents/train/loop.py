@@ -730,7 +730,8 @@ def distinct_lines(texts: list[list[str]], n_groups: int) -> dict[str, Any]:
 UNGRADED_KEYS = ("ungraded_rollouts", "rollouts", "ungraded_share", "ungraded_by_cause")
 CORRECTION_KEYS = ("rho", "disagreement_ema", "anchor_pairs", "debiaser_fitted", "debiaser_fits", "calibration_mae_raw",
                    "calibration_mae_calibrated", "calibration_mse_raw", "calibration_mse_calibrated", "anchor_groups",
-                   "world_model_groups", "flat_map_groups")
+                   "world_model_groups", "flat_map_groups", "denoiser_groups_counted", "denoiser_groups_no_spread",
+                   "denoiser_warmup_stalled")
 
 
 def _pick(stats: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

@@ -83,9 +83,11 @@ def summarise(cfg: Any, c: Any, before: dict, after: dict, wall: float, metrics_
         "seconds_per_world_model_prediction": led.seconds("world_model") / max(1, led.count("world_model")),
         "rho": stats["rho"],
         "disagreement_ema": stats["disagreement_ema"],
-        # rho's warm-up: anchor groups that counted, of those it needs; skipped: real scores all equal
-        "rho_warmup": {"counted": stats.get("denoiser_groups_counted"), "needed": stats.get("denoiser_warmup_groups"),
-                       "skipped": stats.get("denoiser_groups_skipped")},
+        # rho's warm-up: anchor groups that counted, of those it needs; no_spread: real scores all equal
+        # (None when rho is off: nothing to warm up)
+        "rho_warmup": None if not cfg.correction.denoise else {
+            "counted": stats.get("denoiser_groups_counted"), "needed": stats.get("denoiser_warmup_groups"),
+            "no_spread": stats.get("denoiser_groups_no_spread")},
         "anchor_pairs": stats["anchor_pairs"],
         "debiaser_fitted": stats["debiaser_fitted"],
         # the debiasing map in use (debias_map="auto" chooses it out of fold) and the candidates' errors
@@ -517,14 +519,14 @@ def _copy_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _rho_warmup_note(s: dict[str, Any]) -> str:
-    """`` (warm-up: 27 of 64 anchor groups counted; 93 skipped, real scores all equal)`` while ρ's
-    warm-up has not ended, else ``""`` (also for a summary written before the field existed)."""
+    """`` (warm-up: 27 of 64 anchor groups counted; 93 not, their real scores all equal)`` while ρ's
+    warm-up has not ended, else ``""`` (also with ρ off, and for a summary written before the field)."""
     w = s.get("rho_warmup") or {}
-    counted, needed, skipped = w.get("counted"), w.get("needed"), w.get("skipped")
-    if counted is None or needed is None or counted >= needed:
+    counted, needed, no_spread = w.get("counted"), w.get("needed"), w.get("no_spread")
+    if counted is None or needed is None or counted >= max(1, needed):
         return ""
-    return (f" (warm-up: {counted} of {needed} anchor groups counted"
-            + (f"; {skipped} skipped, real scores all equal)" if skipped else ")"))
+    return (f" (warm-up: {counted} of {max(1, needed)} anchor groups counted"
+            + (f"; {no_spread} not, their real scores all equal)" if no_spread else ")"))
 
 
 def _fmt_world_model(w: dict[str, Any] | None) -> str:

@@ -115,40 +115,74 @@ def test_calibration_error_mae_and_brier_on_binary_outcomes():
 
 def test_a_stalled_rho_warm_up_is_counted_and_warned_about_once(caplog):
     """Issue 35: in the headline run rho never left 1 — once the policy wrote one program per
-    group, its anchor groups' real scores were all equal and skipped, so the 64-group warm-up
-    never ended (results/headline_run/diagnosis.md). The stats count it and the corrector says so."""
+    group, its anchor groups' real scores were all equal and never counted, so the 64-group
+    warm-up never ended (results/headline_run/diagnosis.md). The stats count it and the corrector
+    says so once, when the last max(16, warm-up / 2) anchor groups all lacked real spread."""
     import logging
 
-    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=16))
+    corr = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=40))
     corr.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.2, 0.5, 1.0])  # before the first fit
     for _ in range(3):  # counted: the real scores vary
         corr.correct_group("anchor", raw=[0.1, 0.5, 0.9, 0.3], real=[0.1, 0.6, 0.8, 0.2])
+    corr.correct_group("anchor", raw=[0.5, None, None, None], real=[0.7, None, None, None])  # too few scored
     st = corr.stats()
-    assert (st["denoiser_groups_uncalibrated"], st["denoiser_groups_counted"], st["denoiser_groups_skipped"],
-            st["denoiser_warmup_groups"]) == (1, 3, 0, 16)
+    assert (st["denoiser_groups_uncalibrated"], st["denoiser_groups_counted"], st["denoiser_groups_no_spread"],
+            st["denoiser_warmup_groups"], st["denoiser_warmup_stalled"]) == (1, 3, 0, 40, False)
+    assert corr.denoiser.stall_groups == 20
     with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
-        for i in range(7):  # one action per group: real scores all equal, skipped
+        for _ in range(19):  # one action per group: real scores all equal, never counted
             corr.correct_group("anchor", raw=[0.5, 0.5, 0.5, 0.5], real=[0.7, 0.7, 0.7, 0.7])
-        assert not corr.warmup_stalled() and not caplog.records  # 7 skipped: below max(8, 16 // 2)
-        corr.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
-        assert corr.warmup_stalled() and corr.rho == 1.0
+        assert not corr.denoiser.warmup_stalled and not caplog.records  # 19 in a row: not yet
+        corr.correct_group("anchor", raw=[0.5, None, 0.5, 0.5], real=[0.7, 0.7, None, 0.7])  # 2 scored, equal: the 20th
+        assert corr.denoiser.warmup_stalled and corr.rho == 1.0 and corr.stats()["denoiser_warmup_stalled"]
         for _ in range(5):
             corr.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
     warned = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
     assert len(warned) == 1
-    assert "3 of the 16 anchor groups it needs have counted, and 8 anchor groups were skipped" in warned[0]
-    assert corr.stats()["denoiser_groups_skipped"] == 13
-    # as many counted as skipped: not stalled, the warm-up is still moving
+    assert "the last 20 anchor groups' real scores were all equal" in warned[0]
+    assert "(3 of the 40 anchor groups the warm-up needs have counted)" in warned[0]
+    assert corr.stats()["denoiser_groups_no_spread"] == 25
+    # the once-only flag and the run survive a resume: no second warning
+    back = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=40))
+    back.load_state_dict(json.loads(json.dumps(corr.state_dict())))
+    assert back.denoiser.no_spread_run == 25 and back.stats()["denoiser_groups_no_spread"] == 25
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
+        back.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
+    assert not [r for r in caplog.records if "stalled" in r.getMessage()]
+    # a group with real spread ends the run of groups without it
+    back.correct_group("anchor", raw=[0.1, 0.5, 0.9, 0.3], real=[0.1, 0.6, 0.8, 0.2])
+    assert back.denoiser.no_spread_run == 0 and not back.denoiser.warmup_stalled
+
+
+def test_no_warm_up_stall_without_a_world_model_or_with_spread(caplog):
+    """Review of session 8: real-execution GRPO through the loop (world_model=None: no raw scores)
+    skipped every anchor group and was told its real scores were all equal. Without scores on both
+    sides a group is neither counted nor 'without spread'; a warm-up that half the groups advance
+    is not stalled."""
+    import logging
+
+    import numpy as np
+
+    from wmrl_envs.core import CorrectionConfig, CorrectionLoop
+
+    rng = np.random.default_rng(0)
+    loop = CorrectionLoop(CorrectionConfig(anchor_fraction=1.0), world_model=None)
+    for _ in range(60):
+        ticket = loop.open_group()
+        loop.close_group(ticket, [None] * 4, list(rng.random(4)))
+    st = loop.stats()
+    assert st["denoiser_groups_no_spread"] == 0 and not st["denoiser_warmup_stalled"]
     moving = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=64))
     moving.correct_group("anchor", raw=[0.1, 0.4, 0.6, 0.9], real=[0.0, 0.2, 0.5, 1.0])
     for _ in range(40):
         moving.correct_group("anchor", raw=[0.1, 0.5, 0.9, 0.3], real=[0.1, 0.6, 0.8, 0.2])
         moving.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
-    assert not moving.warmup_stalled() and moving.stats()["denoiser_groups_skipped"] == 40
+    assert not moving.denoiser.warmup_stalled and moving.stats()["denoiser_groups_no_spread"] == 40
     # with denoise=False nothing is said: rho is not used
     off = WMRLCorrector(IsotonicDebiaser(min_pairs=4, refit_every=4), InverseVarianceDenoiser(warmup_groups=16), denoise=False)
-    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="wmrl_envs.core.corrector"):
-        for _ in range(12):
+        for _ in range(20):
             off.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
-    assert off.warmup_stalled() and not [r for r in caplog.records if "stalled" in r.getMessage()]
+    seen = [r.getMessage() for r in caplog.records]
+    assert off.denoiser.warmup_stalled and not [m for m in seen if "stalled" in m]

@@ -223,7 +223,7 @@ class WMRLCorrector:
             self.debiaser.add_pairs(raw_c, real_c, training=True)
             if not was_warm and self.denoiser.warmed_up and not self.debias and self.denoise:
                 self._warn_raw_scale_rho()
-            if self.denoise and not self._stalled_warned and self.warmup_stalled():
+            if self.denoise and not self._stalled_warned and self.denoiser.warmup_stalled:
                 self._warn_warmup_stalled()
         self.groups_corrected[ANCHOR] += 1
         return GroupCorrection(ANCHOR, raw_c, cal, real_c, list(real_c), rho, s2, group_id)
@@ -238,29 +238,19 @@ class WMRLCorrector:
             "(rho's warm-up then starts after the isotonic map's first fit, on calibrated scores), or denoise=False "
             "(docs/method.md, 'Inverse-variance denoising').", UserWarning, stacklevel=3)
 
-    def warmup_stalled(self) -> bool:
-        """Whether ρ's warm-up is stalled for want of real spread: it has not ended, and at least
-        ``max(8, warmup_groups // 2)`` anchor groups were skipped because their real scores did not
-        vary, more than the groups that counted. Such groups say nothing about the world model's
-        error within a group (a policy that repeats one action per group, or binary outcomes all
-        0 or all 1), so ρ stays 1 however long the run goes on while they dominate (measured in
-        the headline run: ``results/headline_run/diagnosis.md``)."""
-        d = self.denoiser
-        return (not d.warmed_up and d.n_skipped >= max(8, d.warmup_groups // 2)
-                and d.n_skipped > d.n_scored_groups)
-
     def _warn_warmup_stalled(self) -> None:
-        """Say once, as a log warning, that ρ's warm-up is stalled (:meth:`warmup_stalled`)."""
+        """Say once, as a log warning, that ρ's warm-up is stalled
+        (:attr:`~wmrl_envs.core.denoise.InverseVarianceDenoiser.warmup_stalled`)."""
         self._stalled_warned = True
         d = self.denoiser
         logger.warning(
-            "the anchor weight rho is still 1 and its warm-up is stalled: %d of the %d anchor groups it needs have "
-            "counted, and %d anchor groups were skipped because their real scores were all equal (no within-group "
-            "spread to measure the world model's error on: the policy repeats one action per group, or binary "
-            "outcomes are all 0 or all 1). Until the warm-up ends anchor groups get no extra weight (plain anchored "
-            "GRPO). Raise group_size or lower warmup_groups (CorrectionConfig); docs/method.md, 'Inverse-variance "
-            "denoising'. Counted in stats()['denoiser_groups_counted'] and ['denoiser_groups_skipped'].",
-            d.n_scored_groups, d.warmup_groups, d.n_skipped)
+            "the anchor weight rho is still 1 and its warm-up is stalled: the last %d anchor groups' real scores "
+            "were all equal, so none of them counted (%d of the %d anchor groups the warm-up needs have counted). "
+            "Such a group says nothing about the world model's error within a group: the policy repeats one action "
+            "per group, or binary outcomes are all 0 or all 1. Until the warm-up ends anchor groups get no extra "
+            "weight (plain anchored GRPO). Raise group_size or lower warmup_groups (CorrectionConfig); "
+            "docs/method.md, 'Inverse-variance denoising'. Counted in stats()['denoiser_groups_no_spread'].",
+            d.no_spread_run, d.n_scored_groups, max(1, d.warmup_groups))
 
     def _flat_map_group(self) -> None:
         """Count a training world-model group scored by a flat map; warn the first time."""
@@ -306,9 +296,9 @@ class WMRLCorrector:
 
     def stats(self) -> dict[str, Any]:
         """Flat dict for logging: ρ, s̄², pairs, fits, calibration errors, group counts, and ρ's
-        warm-up (``denoiser_groups_counted`` of ``denoiser_warmup_groups``; ``denoiser_groups_skipped``:
-        anchor groups whose real scores did not vary; ``denoiser_groups_uncalibrated``: anchor groups
-        before the debiaser's first fit)."""
+        warm-up (``denoiser_groups_counted`` of ``denoiser_warmup_groups``; ``denoiser_groups_no_spread``:
+        anchor groups whose real scores did not vary, which never count; ``denoiser_groups_uncalibrated``:
+        anchor groups with spread seen before the debiaser's first fit; ``denoiser_warmup_stalled``)."""
         err = self.calibration_error()
         ema = self.denoiser.ema
         return {
@@ -329,9 +319,10 @@ class WMRLCorrector:
             # rho's warm-up: anchor groups that counted, skipped (real scores all equal) and seen
             # before the debiaser's first fit, against the warm-up's length
             "denoiser_groups_counted": self.denoiser.n_scored_groups,
-            "denoiser_groups_skipped": self.denoiser.n_skipped,
+            "denoiser_groups_no_spread": self.denoiser.n_no_spread,
             "denoiser_groups_uncalibrated": self.denoiser.n_uncalibrated,
             "denoiser_warmup_groups": self.denoiser.warmup_groups,
+            "denoiser_warmup_stalled": self.denoiser.warmup_stalled,
         }
 
     # ------------------------------------------------------------------ state
@@ -349,6 +340,7 @@ class WMRLCorrector:
             "sq_err_cal": self._sq_err_cal,
             "groups_corrected": dict(self.groups_corrected),
             "flat_map_groups": self.flat_map_groups,
+            "stalled_warned": self._stalled_warned,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -364,4 +356,5 @@ class WMRLCorrector:
         self._sq_err_cal = float(state["sq_err_cal"])
         self.groups_corrected = {ANCHOR: int(state["groups_corrected"][ANCHOR]), WORLD_MODEL: int(state["groups_corrected"][WORLD_MODEL])}
         self.flat_map_groups = int(state.get("flat_map_groups", 0))  # absent: saved before it was counted
+        self._stalled_warned = bool(state.get("stalled_warned", False))  # the stall warning is said once per run
         self.training = self._training

@@ -76,6 +76,12 @@ def group_disagreement(calibrated: Sequence[float | None], real: Sequence[float 
     return None if parts is None else parts[0] / parts[1]
 
 
+def _both_scored(calibrated: Sequence[float | None], real: Sequence[float | None]) -> int:
+    """Rollouts with both a calibrated and a real score (finite)."""
+    return sum(1 for c, r in zip(calibrated, real)
+               if c is not None and r is not None and math.isfinite(float(c)) and math.isfinite(float(r)))
+
+
 class InverseVarianceDenoiser:
     """Pools the anchor groups' disagreement into ``s̄²`` and gives the anchor weight ``ρ``.
 
@@ -124,6 +130,10 @@ class InverseVarianceDenoiser:
         n_scored_groups: groups that counted (entered ``s̄²`` and the warm-up).
         n_uncalibrated: groups with a defined ``s²`` that did not count (not on the training scale).
         n_skipped: groups without a defined ``s²`` (fewer than 2 graded rollouts, constant real scores).
+        n_no_spread: of those, the groups whose real scores did not vary (at least 2 rollouts with
+            both scores): a policy that repeats one action per group, binary outcomes all 0 or 1.
+        no_spread_run: such groups in a row since the last group whose real scores varied (groups
+            with fewer than 2 rollouts scored by both leave it as it is).
         n_since_calibration: groups counted since ``c`` was last fixed (at the warm-up's end or by
             :meth:`recalibrate`).
         n_recalibrations: times :meth:`recalibrate` measured ``s̄²`` again (and fixed ``c`` again).
@@ -173,6 +183,8 @@ class InverseVarianceDenoiser:
         self.n_scored_groups = 0
         self.n_uncalibrated = 0
         self.n_skipped = 0
+        self.n_no_spread = 0
+        self.no_spread_run = 0
         self.n_since_calibration = 0
         self.n_recalibrations = 0
         self.c = 1.0 if mode == "parameter_free" else float("nan")
@@ -223,7 +235,11 @@ class InverseVarianceDenoiser:
         parts = group_disagreement_parts(calibrated, real)
         if parts is None:
             self.n_skipped += 1
+            if _both_scored(calibrated, real) >= 2:  # scored, but the real scores do not vary
+                self.n_no_spread += 1
+                self.no_spread_run += 1
             return None
+        self.no_spread_run = 0
         resid, var_r = parts
         s2 = resid / var_r
         if not calibrated_scale:
@@ -249,6 +265,25 @@ class InverseVarianceDenoiser:
             self.c = (self.rho_target - 1.0) / max(self.ema, self.disagreement_floor)
             self.n_since_calibration = 0
         return s2
+
+    @property
+    def stall_groups(self) -> int:
+        """Anchor groups without real spread in a row that make a warm-up stalled:
+        ``max(16, warmup_groups // 2)`` (:attr:`warmup_stalled`)."""
+        return max(16, self.warmup_groups // 2)
+
+    @property
+    def warmup_stalled(self) -> bool:
+        """Whether ρ's warm-up is stalled: it has not ended, and the last :attr:`stall_groups`
+        anchor groups with scores all had real scores that did not vary, so none of them counted.
+
+        Simulated (``benchmarks/rho_warmup_stall.py``, ``results/rho_warmup_stall.json``, 2,000 seeds
+        per cell): when each anchor group's real scores vary with probability q, the share of runs
+        flagged before their warm-up ends is at most 0.1% at q = 0.5 and 2.6–9.7% at q = 0.3 for
+        warm-ups of 8 to 32 groups (0.0% at 64); at q = 0.1, where the warm-up takes 10 times its
+        length, 81–100% are flagged; a stall (q = 0) is flagged after :attr:`stall_groups` groups.
+        """
+        return not self.warmed_up and self.no_spread_run >= self.stall_groups
 
     @property
     def recalibration_due(self) -> bool:
@@ -325,6 +360,8 @@ class InverseVarianceDenoiser:
             "n_scored_groups": self.n_scored_groups,
             "n_uncalibrated": self.n_uncalibrated,
             "n_skipped": self.n_skipped,
+            "n_no_spread": self.n_no_spread,
+            "no_spread_run": self.no_spread_run,
             "n_since_calibration": self.n_since_calibration,
             "n_recalibrations": self.n_recalibrations,
             "c": nan_to_none(self.c),
@@ -337,8 +374,8 @@ class InverseVarianceDenoiser:
         ``1e-6``, the guard their ``c`` was computed with, so that ρ stays what that ``c``
         implies; without ``ema_var_real`` (s̄² was an EMA of the groups' ``s²``) the pooled
         average of ``Var(r)`` starts at the next counted group's, so ``s̄²`` continues from the
-        saved value; without ``n_uncalibrated`` it is 0; without ``n_since_calibration`` it counts
-        from the warm-up's end.
+        saved value; without ``n_uncalibrated``, ``n_no_spread`` or ``no_spread_run`` they are 0;
+        without ``n_since_calibration`` it counts from the warm-up's end.
         """
         training = self.training
         self.__init__(
@@ -356,6 +393,8 @@ class InverseVarianceDenoiser:
         self.n_scored_groups = int(state["n_scored_groups"])
         self.n_uncalibrated = int(state.get("n_uncalibrated", 0))
         self.n_skipped = int(state["n_skipped"])
+        self.n_no_spread = int(state.get("n_no_spread", 0))  # absent before issue 35's session 8
+        self.no_spread_run = int(state.get("no_spread_run", 0))
         # absent before issue 37: counted from the warm-up's end (c was fixed then, never again)
         self.n_since_calibration = int(state.get("n_since_calibration",
                                                  max(0, self.n_scored_groups - self.warmup_groups)))

@@ -756,8 +756,8 @@ class CorrectionLoop(GroupScoring, LearningFromAnchors, LoopState):
             anchor weight in use, 1.0 with ``denoise=False``; ``disagreement_ema``, ``anchor_pairs``, ``debiaser_fitted``, ``debiaser_fits``,
             ``calibration_mae_raw``/``_calibrated``, ``calibration_mse_raw``/``_calibrated``,
             ``anchor_groups`` and ``world_model_groups`` corrected, ``flat_map_groups``, ρ's warm-up:
-            ``denoiser_groups_counted`` of ``denoiser_warmup_groups``, ``denoiser_groups_skipped``
-            (real scores all equal), ``denoiser_groups_uncalibrated``); the
+            ``denoiser_groups_counted`` of ``denoiser_warmup_groups``, ``denoiser_groups_no_spread``
+            (real scores all equal), ``denoiser_groups_uncalibrated``, ``denoiser_warmup_stalled``); the
             ungraded monitor's :meth:`~wmrl_envs.core.UngradedMonitor.stats`
             (``ungraded_rollouts``, ``rollouts``, ``ungraded_share``, ``ungraded_by_cause``);
             ``denoiser_rho``: the ρ the denoiser estimates (also with ``denoise=False``);

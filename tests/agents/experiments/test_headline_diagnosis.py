@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from agents.grammar.policy import GrammarPolicy
@@ -18,17 +19,32 @@ def test_counted_groups_are_the_steps_where_the_denoiser_counted_one():
     den = InverseVarianceDenoiser(warmup_groups=64)
     groups = [([0.2, 0.8], [0.0, 1.0]), ([0.5, 0.5], [0.7, 0.7]), ([0.1, 0.9], [0.3, 0.6]),
               ([0.4, 0.4], [0.2, 0.2]), ([0.3, 0.6], [0.9, 0.1])]
-    records = []
-    for step, (cal, real) in enumerate(groups, start=1):
+    records = [{"step": 1, "disagreement_ema": None}]  # before the debiaser's first fit
+    for step, (cal, real) in enumerate(groups, start=2):
         den.update(cal, real)
         records.append({"step": step, "disagreement_ema": None if den.n_scored_groups == 0 else den.ema})
     assert den.n_scored_groups == 3 and den.n_skipped == 2
-    assert counted_anchor_groups(records) == [1, 3, 5]
+    assert counted_anchor_groups(records) == {"counted": [2, 4, 6], "maybe": [], "before": [1]}
     assert den.rho == 1.0  # 3 of 64: the warm-up has not ended
 
 
+def test_a_counted_group_that_leaves_s2_at_one_is_a_maybe():
+    """Review of session 8: a counted group with equal calibrated scores has s² = 1 exactly, so once
+    s̄² is 1.0 it does not move: such steps are reported as a range, not as skipped."""
+    den = InverseVarianceDenoiser(warmup_groups=64)
+    records = []
+    for step in range(1, 5):  # a constant world model: calibrated scores all 0.42
+        den.update([0.42] * 4, [0.1 * step, 0.5, 0.9, 0.3])
+        records.append({"step": step, "disagreement_ema": den.ema})
+    den.update([0.42] * 4, [0.6] * 4)  # equal real scores: skipped
+    records.append({"step": 5, "disagreement_ema": den.ema})
+    assert den.n_scored_groups == 4 and all(r["disagreement_ema"] == 1.0 for r in records)
+    assert counted_anchor_groups(records) == {"counted": [1], "maybe": [2, 3, 4, 5], "before": []}
+
+
 def test_counted_groups_none_before_the_first_fit():
-    assert counted_anchor_groups([{"step": 1, "disagreement_ema": None}, {"step": 2, "disagreement_ema": None}]) == []
+    assert counted_anchor_groups([{"step": 1, "disagreement_ema": None}, {"step": 2, "disagreement_ema": None}]) == {
+        "counted": [], "maybe": [], "before": [1, 2]}
 
 
 def test_collapsed_share_of_a_fresh_and_a_collapsed_policy():
@@ -47,3 +63,8 @@ def test_collapsed_share_of_a_fresh_and_a_collapsed_policy():
             state[k] = torch.where(top, torch.tensor(50.0), torch.tensor(-50.0))
     share, distinct = collapsed_share(state, 0, tasks, group_size=4, draws=8)
     assert share == 1.0 and distinct == 1.0
+
+
+def test_collapsed_share_refuses_an_empty_sample():
+    with pytest.raises(ValueError, match="draws >= 1"):
+        collapsed_share(GrammarPolicy(seed=0).state_dict(), 0, ["house-prices"], group_size=4, draws=0)

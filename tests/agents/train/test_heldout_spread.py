@@ -132,12 +132,15 @@ def test_the_rho_row_says_where_the_warm_up_stands(make_summary):
     warm-up never ended. The row says how many anchor groups counted and how many were skipped."""
     from agents.train.summary import _rows
 
-    rows = dict(_rows(make_summary(rho_warmup={"counted": 3, "needed": 16, "skipped": 9}, **_heldout_pair())))
-    assert rows["anchor weight rho"] == "1.00 (warm-up: 3 of 16 anchor groups counted; 9 skipped, real scores all equal)"
-    rows = dict(_rows(make_summary(rho_warmup={"counted": 2, "needed": 3, "skipped": 0}, **_heldout_pair())))
+    rows = dict(_rows(make_summary(rho_warmup={"counted": 3, "needed": 16, "no_spread": 9}, **_heldout_pair())))
+    assert rows["anchor weight rho"] == "1.00 (warm-up: 3 of 16 anchor groups counted; 9 not, their real scores all equal)"
+    rows = dict(_rows(make_summary(rho_warmup={"counted": 2, "needed": 3, "no_spread": 0}, **_heldout_pair())))
     assert rows["anchor weight rho"] == "1.00 (warm-up: 2 of 3 anchor groups counted)"
-    rows = dict(_rows(make_summary(rho=2.0, rho_warmup={"counted": 5, "needed": 3, "skipped": 4}, **_heldout_pair())))
+    rows = dict(_rows(make_summary(rho_warmup={"counted": 0, "needed": 0, "no_spread": 5}, **_heldout_pair())))
+    assert rows["anchor weight rho"] == "1.00 (warm-up: 0 of 1 anchor groups counted; 5 not, their real scores all equal)"
+    rows = dict(_rows(make_summary(rho=2.0, rho_warmup={"counted": 5, "needed": 3, "no_spread": 4}, **_heldout_pair())))
     assert rows["anchor weight rho"] == "2.00"  # warmed up: rho speaks for itself
+    assert dict(_rows(make_summary(rho_warmup=None, **_heldout_pair())))["anchor weight rho"] == "1.00"  # denoise off
     assert dict(_rows(make_summary(**_heldout_pair())))["anchor weight rho"] == "1.00"  # a summary from before the field
 
 
