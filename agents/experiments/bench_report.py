@@ -447,6 +447,47 @@ def format_sensitivity_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_decomposition(results: dict[str, Any], learned: str = "wmrl_learned") -> str:
+    """Where the saving comes from (issue 35's report), from ``results["speedup"]["sensitivity"]``:
+    per target, real GRPO → the best real-GRPO batch (the batch size's share of the saving) → the
+    anchored method ``learned`` (the world model's share: its speedup over the best real batch,
+    chosen inside each bootstrap replicate), and world model only over the best real batch; then
+    whether world model only and ``learned`` plateau: seeds that reach each target and the median
+    last held-out score of every method. The two shares multiply to the total only roughly (each
+    is a ratio of medians over seeds). Empty string without a sensitivity table or ``learned``."""
+    sens = (results.get("speedup") or {}).get("sensitivity") or {}
+    if not sens or learned not in results["methods"]:
+        return ""
+    n_seeds = {name: len(m["seeds"]) for name, m in results["methods"].items()}
+    lines = ["### Where the saving comes from (total CPU-s to target, fitting included)\n",
+             f"Real GRPO at {results['config'].get('groups_per_step', '?')} groups a step → the best real-GRPO batch (batch size alone) → {METHODS[learned].label} "
+             "(the world model on top of a small real batch). Speedups are ratios of medians over seeds with paired "
+             "95% bootstrap CIs; the two steps multiply to the total only roughly.\n",
+             f"| target | best real batch | batch size: its speedup over real GRPO | world model: {learned} over the best "
+             f"real batch | {learned} over real GRPO | world model only over the best real batch |",
+             "|---|---|---|---|---|---|"]
+    for g, block in sens.items():
+        best, rows = block["best_real"], block["methods"]
+        batch = "1 (real GRPO's own batch)" if best == "real" else _fmt_speedup(rows[best]["speedup_total"])
+        wm_only = rows.get("wm_only")
+        lines.append(f"| {float(g):.0%} ({block['target']:.1f}) | {METHODS[best].label} | {batch} | "
+                     f"{_fmt_speedup(rows[learned]['speedup_over_best_real'])} | {_fmt_speedup(rows[learned]['speedup_total'])} | "
+                     f"{_fmt_speedup(wm_only['speedup_over_best_real']) if wm_only else '—'} |")
+    reach = []
+    for name in results["methods"]:
+        per_target = ", ".join(f"{float(g):.0%} {block['methods'][name]['n_reached']}/{n_seeds[name]}"
+                               for g, block in sens.items() if name in block["methods"])
+        last = [e["eval"]["last"]["overall"] for e in results["methods"][name]["seeds"]
+                if "last" in e.get("eval", {}) and e["eval"]["last"].get("overall") is not None]
+        med = f"{float(np.median(last)):.1f}" if last else "—"
+        reach.append(f"| {METHODS[name].label} | {per_target} | {med} |")
+    lines += ["", "Plateaus: seeds that reach each target, and the held-out score where each method's training "
+              "stopped (median over seeds; a method stops at its stop target or at real GRPO's compute to it).\n",
+              "| method | seeds reaching each target (share of real GRPO's gain) | last held-out score (median) |",
+              "|---|---|---|", *reach]
+    return "\n".join(lines) + "\n"
+
+
 CAUSE_WORDS = {"steps": "end of its S steps", "compute budget": "compute budget (real GRPO's compute)",
                "target": "provisional stop target (set from the seeds run before it)",
                "step cap": "step cap (max_steps_factor × S)"}
@@ -565,6 +606,9 @@ def write_report(results: dict[str, Any], out_dir: Path) -> None:
     sens = format_sensitivity_table(results)
     if sens:
         parts.append(sens)
+    decomposition = format_decomposition(results)
+    if decomposition:
+        parts.append(decomposition)
     parts.append(format_cost_table(results))
     for point, title in (("steps", f"Equal steps ({cfg['steps']})"), ("compute_wmrl", "Equal compute: WMRL's"),
                          ("compute_real", "Equal compute: real-execution GRPO's"),

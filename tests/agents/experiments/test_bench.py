@@ -381,3 +381,42 @@ def test_a_run_logged_to_a_file_shows_each_step_and_evaluation(tmp_path):
                                                   for k in range(1, n[m] + 1)]
     assert any(s.startswith("[bench] wmrl seed 0 held-out evaluation of step ") for s in lines)
     assert any(s.startswith("[bench] seed 0: stop target ") for s in lines)
+
+
+def test_the_decomposition_splits_the_saving_into_batch_size_and_world_model():
+    """Issue 35's report: real GRPO → the best real batch → wmrl_learned, and the plateaus."""
+    from agents.experiments.bench_report import format_decomposition
+
+    def est(point, low, high, reached=3):
+        return {"point": point, "low": low, "high": high, "n_seeds": 3, "n_reached": reached, "real_median": 1.0,
+                "method_median": 1.0 if reached >= 2 else float("inf"), "confidence": 0.95, "n_boot": 100}
+
+    def seeds(*last):
+        return {"seeds": [{"eval": {"last": {"overall": v}}} for v in last]}
+
+    res = {"config": {"groups_per_step": 10},
+           "methods": {"real": seeds(60, 70, 80), "real_mid_batch": seeds(61, 71, 81), "wm_only": seeds(50, 52, 54),
+                       "wmrl_learned": seeds(55, 57, 59)},
+           "speedup": {"sensitivity": {
+               "0.5": {"target": 45.0, "best_real": "real_mid_batch", "methods": {
+                   "real": {"n_reached": 3, "speedup_total": None, "speedup_over_best_real": None},
+                   "real_mid_batch": {"n_reached": 3, "speedup_total": est(1.6, 1.2, 2.1), "speedup_over_best_real": None},
+                   "wm_only": {"n_reached": 3, "speedup_total": est(0.8, 0.7, 1.0),
+                               "speedup_over_best_real": est(0.5, 0.4, 0.6)},
+                   "wmrl_learned": {"n_reached": 3, "speedup_total": est(2.0, 1.5, 3.0),
+                                    "speedup_over_best_real": est(1.3, 1.0, 1.7)}}},
+               "1": {"target": 62.0, "best_real": "real", "methods": {
+                   "real": {"n_reached": 3, "speedup_total": None, "speedup_over_best_real": None},
+                   "real_mid_batch": {"n_reached": 2, "speedup_total": est(0.9, 0.0, 1.5, 2), "speedup_over_best_real": None},
+                   "wm_only": {"n_reached": 1, "speedup_total": est(0.0, 0.0, 1.0, 1),
+                               "speedup_over_best_real": est(0.0, 0.0, 1.0, 1)},
+                   "wmrl_learned": {"n_reached": 0, "speedup_total": est(0.0, 0.0, 0.0, 0),
+                                    "speedup_over_best_real": est(0.0, 0.0, 0.0, 0)}}}}}}
+    text = format_decomposition(res)
+    assert "Real GRPO at 10 groups a step → the best real-GRPO batch" in text
+    assert ("| 50% (45.0) | GRPO, real execution, middle batch | 1.6× [1.2, 2.1] | 1.3× [1.0, 1.7] | 2.0× [1.5, 3.0] | "
+            "0.5× [0.4, 0.6] |") in text
+    assert "| 100% (62.0) | GRPO, real execution | 1 (real GRPO's own batch) | not reached" in text
+    assert "| GRPO, world model only | 50% 3/3, 100% 1/3 | 52.0 |" in text
+    assert "| WMRL, world model learned from its anchors | 50% 3/3, 100% 0/3 | 57.0 |" in text
+    assert format_decomposition({**res, "methods": {k: v for k, v in res["methods"].items() if k != "wmrl_learned"}}) == ""
