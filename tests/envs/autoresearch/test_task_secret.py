@@ -563,3 +563,16 @@ def test_leaderboard_builds_happen_at_reset_never_inside_step(monkeypatch):
     assert calls[2] == ("reset", "hastie-noisy")
     with pytest.raises(ValueError, match="not this environment's tasks"):
         env.prepare_leaderboards(["digits-shifted"])
+
+
+def test_the_secret_folder_is_hidden_when_the_variable_supplies_the_secret(tmp_path, monkeypatch):
+    """Session 8: the headline run (WMRL_TASK_SECRET set) built its sandbox before the secret
+    folder existed, so the folder was not hidden; a test run then created this installation's
+    secret file there, readable from the sandbox (AutoResearchEnv warned 'does not hide')."""
+    home = tmp_path / "not-yet"
+    monkeypatch.setenv(S.HOME_ENV_VAR, str(home))
+    monkeypatch.setenv(S.SECRET_ENV_VAR, "wmrl-reference")
+    assert not home.exists()
+    hidden = S.sandbox_hidden_paths()
+    assert str(home) in hidden and home.is_dir() and not (home / S.SECRET_FILE_NAME).exists()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
