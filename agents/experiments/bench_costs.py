@@ -142,7 +142,7 @@ class ExecutionCostModel:
             if key not in table and (name, key) not in self._warned:
                 self._warned.add((name, key))
                 warnings.warn(f"execution cost model: {name} {key!r} was not measured; it is charged at the mean "
-                              f"level of its {name}s (re-measure with benchmarks/execution_load.py to include it)",
+                              f"of the measured {name} levels (re-measure with benchmarks/execution_load.py to include it)",
                               stacklevel=2)
             parts.append(table.get(key, 0.0))
         return max(0.0, math.exp(sum(parts)) - self.offset)
