@@ -40,7 +40,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["counted_anchor_groups", "collapsed_share", "main"]
+__all__ = ["counted_anchor_groups", "collapsed_share", "collapse_at_steps", "main"]
 
 
 def counted_anchor_groups(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
@@ -208,7 +208,38 @@ def _write_markdown(out: dict[str, Any], path: Path) -> None:
                 lines.append(f"| `{name}` | {r['seed']} | {a['step']} ({a['heldout']:.1f}) | {b['step']} ({b['heldout']:.1f}) | "
                              f"{a['collapsed_share']:.2f} → {b['collapsed_share']:.2f} | "
                              f"{a['distinct_per_group']:.2f} → {b['distinct_per_group']:.2f} |")
+    eq = collapse_at_steps(out)
+    ks = list(next(iter(eq.values())).keys()) if eq else []
+    lines += ["", "At equal training steps (collapsed share at the last evaluated step at or before k, median over the "
+              "seeds whose run lasted at least 0.8·k steps; n seeds):", "",
+              "| method | " + " | ".join(f"step {k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for name, row in eq.items():
+        lines.append(f"| `{name}` | " + " | ".join("—" if row[k] is None else f"{row[k][0]:.2f} ({row[k][1]})" for k in ks)
+                     + " |")
     path.write_text("\n".join(lines) + "\n")
+
+
+def collapse_at_steps(out: dict[str, Any], steps: Sequence[int] = (10, 20, 30, 50, 80)) -> dict[str, dict[int, Any]]:
+    """The collapsed share at equal training steps: per method and step k, the median over seeds of
+    the share at the last evaluated step at or before k, over the seeds whose run lasted at least
+    0.8·k steps (``None`` when none did).
+
+    Returns:
+        ``{method: {k: (median share, seeds) or None}}``.
+    """
+    import statistics
+
+    table: dict[str, dict[int, Any]] = {}
+    for name, rows in out["methods"].items():
+        table[name] = {}
+        for k in steps:
+            vals = []
+            for r in rows:
+                pts = [p for p in r.get("collapse") or [] if p["step"] <= k]
+                if pts and r["collapse"][-1]["step"] >= 0.8 * k:
+                    vals.append(pts[-1]["collapsed_share"])
+            table[name][k] = (statistics.median(vals), len(vals)) if vals else None
+    return table
 
 
 def _plot(out: dict[str, Any], path: Path) -> None:

@@ -68,3 +68,17 @@ def test_collapsed_share_of_a_fresh_and_a_collapsed_policy():
 def test_collapsed_share_refuses_an_empty_sample():
     with pytest.raises(ValueError, match="draws >= 1"):
         collapsed_share(GrammarPolicy(seed=0).state_dict(), 0, ["house-prices"], group_size=4, draws=0)
+
+
+def test_collapse_at_equal_steps_reads_the_last_evaluated_step_at_or_before_k():
+    from benchmarks.headline_diagnosis import collapse_at_steps
+
+    def run(*pts):
+        return {"collapse": [{"step": s, "collapsed_share": c} for s, c in pts]}
+
+    out = {"methods": {"a": [run((0, 0.0), (8, 0.1), (25, 0.3)), run((0, 0.0), (12, 0.5))],
+                       "b": [run((0, 0.0), (5, 0.2))]}}
+    eq = collapse_at_steps(out, steps=(10, 30))
+    assert eq["a"][10] == (0.05, 2)  # step 8 (0.1) and step 0 (0.0): both runs lasted >= 8 steps
+    assert eq["a"][30] == (0.3, 1)  # the second run ended at step 12 < 24: left out
+    assert eq["b"] == {10: None, 30: None}  # a 5-step run says nothing about step 10
