@@ -18,8 +18,9 @@
    ``--draws`` groups of G programs on every training task (its own generator, seeded the same for
    every snapshot, so the run's state is untouched and snapshots are compared on paired draws)
    and counts the groups whose G programs make the same grammar choices (the rollout's random
-   state aside). Such a group teaches GRPO nothing whatever its scores: its G rollouts have the
-   same log-probability gradient, and their advantages sum to zero within the group. Its real
+   state aside). With this run's GRPO (one epoch, so the PPO ratio is 1; no KL or entropy term)
+   such a group teaches nothing whatever its scores: its G rollouts have the same
+   log-probability gradient, and their advantages sum to zero within the group. Its real
    scores are also equal as a rule (608 of the 629 held-out programs in the run's evaluation
    cache that differ from another only in their random state score the same), so it cannot count
    towards ρ's warm-up either.

@@ -7,7 +7,9 @@ Each anchor group (G = 4, on the calibrated scale) has real scores that vary wit
 that repeats one action). A run feeds groups to a real :class:`InverseVarianceDenoiser` until its
 warm-up ends or the rule flags it (or 50 × the warm-up's length). Per (warm-up length, q): the share
 of runs flagged before their warm-up ended, with a 95% Wilson interval, and the median number of
-groups to the flag or to the warm-up's end.
+groups to the flag or to the warm-up's end. Groups are drawn independently: a policy that
+collapses makes runs of groups without spread, so on a real run the flagged shares are lower
+bounds; groups before the debiaser's first fit are left out (the denoiser sees calibrated scores).
 
 Run (about 70 CPU-s)::
 

@@ -452,8 +452,9 @@ def format_decomposition(results: dict[str, Any], learned: str = "wmrl_learned")
     per target, real GRPO → the best real-GRPO batch (the batch size's share of the saving) → the
     anchored method ``learned`` (the world model's share: its speedup over the best real batch,
     chosen inside each bootstrap replicate), and world model only over the best real batch; then
-    whether world model only and ``learned`` plateau: seeds that reach each target and the median
-    last held-out score of every method. The two shares multiply to the total only roughly (each
+    where each method stopped: seeds that reach each target and the median last held-out score of
+    every method (a plateau shows only in a method that spent real GRPO's compute below its stop
+    target). The two shares multiply to the total only roughly (each
     is a ratio of medians over seeds). Empty string without a sensitivity table or ``learned``."""
     sens = (results.get("speedup") or {}).get("sensitivity") or {}
     if not sens or learned not in results["methods"]:
@@ -463,11 +464,13 @@ def format_decomposition(results: dict[str, Any], learned: str = "wmrl_learned")
              f"Real GRPO at {results['config'].get('groups_per_step', '?')} groups a step → the best real-GRPO batch (batch size alone) → {METHODS[learned].label} "
              "(the world model on top of a small real batch). Speedups are ratios of medians over seeds with paired "
              "95% bootstrap CIs; the two steps multiply to the total only roughly.\n",
-             f"| target | best real batch | batch size: its speedup over real GRPO | world model: {learned} over the best "
-             f"real batch | {learned} over real GRPO | world model only over the best real batch |",
+             f"| target | best real batch | batch size: its speedup over real GRPO | world model: {METHODS[learned].label} "
+             f"over the best real batch | {METHODS[learned].label} over real GRPO | world model only over the best real batch |",
              "|---|---|---|---|---|---|"]
     for g, block in sens.items():
-        best, rows = block["best_real"], block["methods"]
+        best, rows = block.get("best_real"), block.get("methods", {})
+        if best not in rows or learned not in rows:
+            continue  # a block saved without them (nothing to decompose)
         batch = "1 (real GRPO's own batch)" if best == "real" else _fmt_speedup(rows[best]["speedup_total"])
         wm_only = rows.get("wm_only")
         lines.append(f"| {float(g):.0%} ({block['target']:.1f}) | {METHODS[best].label} | {batch} | "
@@ -481,8 +484,9 @@ def format_decomposition(results: dict[str, Any], learned: str = "wmrl_learned")
                 if "last" in e.get("eval", {}) and e["eval"]["last"].get("overall") is not None]
         med = f"{float(np.median(last)):.1f}" if last else "—"
         reach.append(f"| {METHODS[name].label} | {per_target} | {med} |")
-    lines += ["", "Plateaus: seeds that reach each target, and the held-out score where each method's training "
-              "stopped (median over seeds; a method stops at its stop target or at real GRPO's compute to it).\n",
+    lines += ["", "Where each method stopped: seeds that reach each target, and the held-out score at its last step "
+              "(median over seeds). A method stops at its stop target or at real GRPO's compute to it, so a plateau "
+              "shows only in a method that spent that compute below its stop target.\n",
               "| method | seeds reaching each target (share of real GRPO's gain) | last held-out score (median) |",
               "|---|---|---|", *reach]
     return "\n".join(lines) + "\n"

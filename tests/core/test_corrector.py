@@ -186,3 +186,4 @@ def test_no_warm_up_stall_without_a_world_model_or_with_spread(caplog):
             off.correct_group("anchor", raw=[0.5] * 4, real=[0.7] * 4)
     seen = [r.getMessage() for r in caplog.records]
     assert off.denoiser.warmup_stalled and not [m for m in seen if "stalled" in m]
+    assert off.stats()["denoiser_warmup_stalled"] is False  # rho is off: nothing stalls (review of session 8)

@@ -322,7 +322,7 @@ class WMRLCorrector:
             "denoiser_groups_no_spread": self.denoiser.n_no_spread,
             "denoiser_groups_uncalibrated": self.denoiser.n_uncalibrated,
             "denoiser_warmup_groups": self.denoiser.warmup_groups,
-            "denoiser_warmup_stalled": self.denoiser.warmup_stalled,
+            "denoiser_warmup_stalled": self.denoise and self.denoiser.warmup_stalled,  # rho off: nothing stalls
         }
 
     # ------------------------------------------------------------------ state

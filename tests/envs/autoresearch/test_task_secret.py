@@ -576,3 +576,21 @@ def test_the_secret_folder_is_hidden_when_the_variable_supplies_the_secret(tmp_p
     hidden = S.sandbox_hidden_paths()
     assert str(home) in hidden and home.is_dir() and not (home / S.SECRET_FILE_NAME).exists()
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
+
+
+def test_a_secret_folder_that_cannot_be_created_does_not_stop_the_sandbox(tmp_path, monkeypatch):
+    """Review of session 8: with the secret in the variable and a read-only home, creating the
+    folder raised and every command that builds a sandbox failed."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        monkeypatch.setenv(S.HOME_ENV_VAR, str(ro / "wmrl"))
+        monkeypatch.setenv(S.SECRET_ENV_VAR, "wmrl-reference")
+        if os.access(ro, os.W_OK):  # root writes anyway: make the parent a file instead
+            monkeypatch.setenv(S.HOME_ENV_VAR, str(tmp_path / "a-file" / "wmrl"))
+            (tmp_path / "a-file").write_text("")
+        hidden = S.sandbox_hidden_paths()
+        assert hidden and str(S.secret_dir()) not in hidden
+    finally:
+        ro.chmod(0o700)

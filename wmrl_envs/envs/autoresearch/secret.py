@@ -202,8 +202,8 @@ def sandbox_hidden_paths() -> list[str]:
     """Host paths an isolating sandbox must hide from the programs it runs.
 
     * the folder of the secret file (:func:`secret_dir`); the file is created first (unless
-      :data:`SECRET_ENV_VAR` overrides it, when the folder alone is created), so that the folder
-      exists to be hidden;
+      :data:`SECRET_ENV_VAR` overrides it, when the folder alone is created, if it can be), so that
+      the folder exists to be hidden;
     * the sandboxes' own defaults (:func:`wmrl_envs.sandbox.base.default_hidden_paths`: this
       project's installed files, which a ``hidden_paths`` list would otherwise replace) and
       the imported ``wmrl_envs`` package (the task generators and leaderboards);
@@ -228,7 +228,10 @@ def sandbox_hidden_paths() -> list[str]:
     # The folder is hidden even when SECRET_ENV_VAR supplies the secret and no file was created:
     # a path that does not exist when the sandbox is built cannot be hidden, and a later run
     # without the variable (or a test) writes this installation's secret file there.
-    secret_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        secret_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:  # a read-only home: no secret file can be written there later either
+        pass
     found: list[str] = [str(secret_dir()), *default_hidden_paths()]  # the latter holds the wmrl_envs folder
     roots = list(site.getsitepackages()) + [site.getusersitepackages()] + list(sys.path)
     # The sandboxes bind the base installation and /usr too (not only the venv): a scikit-learn
