@@ -420,7 +420,8 @@ def _train_loop(cfg: TrainConfig, run_dir: Path, resume: bool, c: Components, co
             if budget.stop_before(spent_before, step, next_step):  # --cpu-budget-s (or the WMRL arm's): training ends here
                 limit = budget.limit()[0]
                 _append_jsonl(metrics_path, {"step": step, "stopped": "cpu_budget_spent", "training_cpu_s": spent_cpu_s(ledger),
-                                             "cpu_budget_s": limit, "waited_s": budget.waited_s, "ledger": ledger.to_dict()})
+                                             "cpu_budget_s": limit, "next_step_cpu_s": next_step, "waited_s": budget.waited_s,
+                                             "ledger": ledger.to_dict()})
                 console.print(f"[bold]CPU budget reached before step {step + 1}[/bold]: {spent_cpu_s(ledger):.0f} of "
                               f"{limit:.0f} training CPU-s spent; training ends here")
                 break

@@ -146,7 +146,9 @@ def test_tiny_train_arms_side_by_side_killed_and_resumed(tmp_path, monkeypatch):
     if real["steps_trained"] < 16:  # it stopped where a run after the WMRL arm would have
         stop = real_lines[-1]
         assert stop["stopped"] == "cpu_budget_spent" and stop["cpu_budget_s"] == pytest.approx(summary["training_cpu_s"])
-        assert budget_reached(real["training_cpu_s"], real["steps_trained"], summary["training_cpu_s"])
+        # the rule the loop applied: the next step estimated from the last steps (at most 3) of this process
+        assert stop["next_step_cpu_s"] is None or stop["next_step_cpu_s"] > 0
+        assert budget_reached(real["training_cpu_s"], real["steps_trained"], summary["training_cpu_s"], stop["next_step_cpu_s"])
     assert arms["training_cpu_s"]["real"] == pytest.approx(real["training_cpu_s"])
     assert abs(real["training_cpu_s"] - summary["training_cpu_s"]) <= real["training_cpu_s"] / real["steps_trained"]
     assert "CPU budget reached" in (run / "real-arm.log").read_text() or real["steps_trained"] == 16
