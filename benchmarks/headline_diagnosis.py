@@ -1,5 +1,5 @@
 """Why the headline run's denoising never acts and its learned world model's curve flattens
-(issue 35): two measurements on a ``wmrl bench`` run's committed output, no execution.
+(issue 35), and how many groups carry no gradient: three measurements on a ``wmrl bench`` run's committed output, no execution.
 
 1. **ρ's warm-up, from the step records.** Inverse-variance denoising keeps ρ = 1 until
    ``warmup_groups`` anchor groups have *counted* (:class:`wmrl_envs.core.denoise.InverseVarianceDenoiser`):
@@ -25,13 +25,29 @@
    cache that differ from another only in their random state score the same), so it cannot count
    towards ρ's warm-up either.
 
+3. **Groups without real spread, from the held-out evaluations.** A group whose G real scores are
+   all equal has zero advantages: it gives GRPO no gradient whatever its programs, and at one
+   group per step (``real_anchor_batch``) such a step trains nothing. The held-out evaluation of an
+   evaluated step sampled ``eval_draws`` programs per held-out task from that step's snapshot with
+   the bench's evaluation seed (``1_000_003 + seed``) and stored every graded outcome in the run's
+   evaluation cache (``eval_cache.pkl``). The same draws are sampled again here and their scores
+   read back from the cache (nothing is executed); per task, the share of the G-subsets of those
+   draws whose scores are all equal estimates the chance that a group of G has no real spread
+   (an unbiased U-statistic), averaged over the held-out tasks. It is measured on held-out tasks,
+   not on the training tasks the groups were trained on (no training outcome is stored). Per
+   method and seed it is also averaged over the run's steps (linear between evaluated steps): an
+   upper bound on the share of steps without a gradient before the run reached its targets,
+   because the share grows as the policy converges. This tests the cause
+   ``docs/advisor_check.md`` proposed for the advisor's miss at one group per step.
+
 Run (about 5 CPU-s per seed)::
 
     .venv/bin/python benchmarks/headline_diagnosis.py --run-dir results/headline_run \\
         --out results/headline_run/diagnosis.json
 
-Writes the JSON, ``diagnosis.md`` (the tables) and ``diagnosis.png`` (share of collapsed groups
-and held-out score against step, one line per method and seed) beside it.
+Writes the JSON, ``diagnosis.md`` (the tables) and ``diagnosis.png`` (share of collapsed groups,
+held-out score and share of groups without real spread against step, one line per method and
+seed) beside it.
 """
 
 from __future__ import annotations
@@ -41,7 +57,8 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["counted_anchor_groups", "collapsed_share", "collapse_at_steps", "main"]
+__all__ = ["counted_anchor_groups", "collapsed_share", "equal_score_share", "no_spread_share", "mean_over_steps",
+           "collapse_at_steps", "main"]
 
 
 def counted_anchor_groups(records: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
@@ -107,6 +124,88 @@ def collapsed_share(snapshot: dict[str, Any], seed: int, tasks: Sequence[str], g
     return sum(d == 1 for d in distinct) / len(distinct), sum(distinct) / len(distinct)
 
 
+def equal_score_share(scores: Sequence[float], group_size: int) -> float | None:
+    """The chance that ``group_size`` draws taken without replacement from ``scores`` all score the
+    same: the share of the ``group_size``-subsets of ``scores`` whose values are equal (an unbiased
+    estimate, from ``len(scores)`` i.i.d. draws, of the chance that a group of that size has no
+    spread). Scores are compared to 9 decimals.
+
+    Returns:
+        The share in [0, 1]; ``None`` when there are fewer scores than ``group_size``.
+
+    Raises:
+        ValueError: ``group_size < 2``.
+
+    Example:
+        >>> equal_score_share([0.5, 0.5, 0.5, 0.9], 2)  # 3 of the 6 pairs are equal
+        0.5
+    """
+    import math
+    from collections import Counter
+
+    if group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of one always lacks spread), got {group_size}")
+    if len(scores) < group_size:
+        return None
+    counts = Counter(round(float(x), 9) for x in scores)
+    return sum(math.comb(n, group_size) for n in counts.values()) / math.comb(len(scores), group_size)
+
+
+def no_spread_share(snapshot: dict[str, Any], seed: int, tasks: Sequence[str], cache: dict[tuple[str, str], Any],
+                    draws: int, group_size: int, eval_seed: int) -> tuple[float | None, int]:
+    """The held-out evaluation's draws of one snapshot, re-sampled and scored from the run's
+    evaluation cache: the mean over tasks of :func:`equal_score_share`.
+
+    Args:
+        snapshot: a :class:`agents.grammar.policy.GrammarPolicy` state dict.
+        seed: the run's seed (builds the agent the snapshot is loaded into).
+        tasks: the held-out task ids, in the bench's order (the draws depend on it).
+        cache: ``(task id, program) -> grade`` (the run's ``eval_cache.pkl``; a grade has ``score``).
+        draws: programs per task (the run's ``eval_draws``).
+        group_size: G.
+        eval_seed: the sampling seed the bench evaluated with (``1_000_003 + seed``).
+
+    Returns:
+        ``(share or None when no task has G cached draws, draws missing from the cache)``. A draw
+        is missing when its outcome was ungraded or timed out (neither is cached).
+    """
+    from agents.experiments.bench_agents import GrammarBenchAgent
+
+    agent = GrammarBenchAgent(seed)
+    agent.restore(snapshot)
+    agent.reseed(eval_seed)
+    actions, _ = agent.sample(list(tasks), draws)
+    shares, missing = [], 0
+    for task, programs in zip(tasks, actions):
+        scores = []
+        for program in programs:
+            grade = cache.get((task, program))
+            if grade is None:
+                missing += 1
+            else:
+                scores.append(float(grade.score))
+        share = equal_score_share(scores, group_size)
+        if share is not None:
+            shares.append(share)
+    return (sum(shares) / len(shares) if shares else None), missing
+
+
+def mean_over_steps(points: Sequence[tuple[int, float]], last: int) -> float | None:
+    """The mean of a quantity over the steps ``0..last - 1`` of a run, linear between the
+    evaluated steps ``points`` (``(step, value)``, steps increasing) and flat beyond them.
+
+    Example:
+        >>> mean_over_steps([(0, 0.0), (4, 0.4)], 5)  # steps 0..4: 0, 0.1, 0.2, 0.3, 0.4
+        0.2
+    """
+    import numpy as np
+
+    if not points or last < 1:
+        return None
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return float(np.mean(np.interp(np.arange(last), xs, ys)))
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run-dir", type=Path, default=Path("results/headline_run"),
@@ -122,6 +221,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import torch
 
     from agents.experiments.bench_config import BENCH_METHODS
+    from agents.experiments.bench_resume import load_eval_cache
     from wmrl_envs.envs.autoresearch.tasks import list_tasks
 
     try:
@@ -134,8 +234,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ap.error(f"{results_path}: agent {cfg.get('agent')!r}; the snapshots this reads are the grammar agent's")
     group_size = int(cfg["group_size"])
     tasks = list_tasks("train")
+    heldout = list_tasks("heldout")
+    cache = load_eval_cache(args.run_dir)  # {} when the run kept none: no spread measurement then
+    eval_draws = int(cfg.get("eval_draws") or cfg.get("eval_k") or 1)
     out: dict[str, Any] = {"run_dir": str(args.run_dir), "warmup_groups": warmup, "group_size": group_size,
-                           "draws_per_task": args.draws, "train_tasks": len(tasks), "methods": {}}
+                           "draws_per_task": args.draws, "train_tasks": len(tasks), "heldout_tasks": len(heldout),
+                           "eval_draws": eval_draws, "eval_cache_entries": len(cache), "methods": {}}
     snapshot_files: dict[int, dict[str, Any]] = {}
     for name, entry in methods.items():
         per_seed = []
@@ -160,14 +264,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     for step, score in zip(curve["step"], curve["score"]):
                         if 0 <= int(step) < len(snaps):
                             share, distinct = collapsed_share(snaps[int(step)], seed, tasks, group_size, args.draws)
-                            pts.append({"step": int(step), "heldout": float(score), "collapsed_share": share,
-                                        "distinct_per_group": distinct})
+                            pt = {"step": int(step), "heldout": float(score), "collapsed_share": share,
+                                  "distinct_per_group": distinct}
+                            if cache and eval_draws >= group_size:
+                                pt["equal_scores_share"], pt["draws_not_cached"] = no_spread_share(
+                                    snaps[int(step)], seed, heldout, cache, eval_draws, group_size, 1_000_003 + seed)
+                            pts.append(pt)
                     row["collapse"] = pts
+                    spread = [(p["step"], p["equal_scores_share"]) for p in pts if p.get("equal_scores_share") is not None]
+                    row["equal_scores_mean_over_steps"] = mean_over_steps(spread, len(records))
             per_seed.append(row)
             print(f"[diagnosis] {name} seed {seed}: " + ", ".join(
                 f"{k}={row[k]}" for k in ("steps", "anchor_groups", "counted_groups", "maybe_counted", "last_counted_step")
                 if k in row)
-                + (f", collapsed at last step {row['collapse'][-1]['collapsed_share']:.2f}" if row.get("collapse") else ""),
+                + (f", collapsed at last step {row['collapse'][-1]['collapsed_share']:.2f}" if row.get("collapse") else "")
+                + (f", equal real scores {row['equal_scores_mean_over_steps']:.2f} over its steps"
+                   if row.get("equal_scores_mean_over_steps") is not None else ""),
                 flush=True)
         out["methods"][name] = per_seed
     out_path = args.out or (args.run_dir / "diagnosis.json")
@@ -217,13 +329,40 @@ def _write_markdown(out: dict[str, Any], path: Path) -> None:
     for name, row in eq.items():
         lines.append(f"| `{name}` | " + " | ".join("—" if row[k] is None else f"{row[k][0]:.2f} ({row[k][1]})" for k in ks)
                      + " |")
+    rows_spread = {name: [r for r in rows if r.get("equal_scores_mean_over_steps") is not None]
+                   for name, rows in out["methods"].items()}
+    if any(rows_spread.values()):
+        import statistics
+
+        lines += ["", f"Groups of G = {out['group_size']} whose real scores are all equal (no advantage, no gradient), "
+                  f"estimated from the held-out evaluations' {out['eval_draws']} draws per task on "
+                  f"{out['heldout_tasks']} held-out tasks, scored from the run's evaluation cache. Mean over each "
+                  "run's steps (linear between evaluated steps; an upper bound before its targets, the share grows "
+                  "with training), and at the last evaluated step:", "",
+                  "| method | seeds | mean over its steps, median [min, max] | at the last step, median [min, max] |",
+                  "|---|---|---|---|"]
+        for name, rows in rows_spread.items():
+            if not rows:
+                continue
+            means = [r["equal_scores_mean_over_steps"] for r in rows]
+            lasts = [p["equal_scores_share"] for r in rows for p in r["collapse"][-1:]
+                     if p.get("equal_scores_share") is not None]
+            lines.append(f"| `{name}` | {len(rows)} | {statistics.median(means):.2f} [{min(means):.2f}, {max(means):.2f}] | "
+                         + (f"{statistics.median(lasts):.2f} [{min(lasts):.2f}, {max(lasts):.2f}] |" if lasts else "— |"))
+        eq = collapse_at_steps(out, key="equal_scores_share")
+        lines += ["", "Equal real scores at equal training steps (as above, median over seeds; n seeds):", "",
+                  "| method | " + " | ".join(f"step {k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+        for name, row in eq.items():
+            lines.append(f"| `{name}` | " + " | ".join("—" if row[k] is None else f"{row[k][0]:.2f} ({row[k][1]})"
+                                                        for k in ks) + " |")
     path.write_text("\n".join(lines) + "\n")
 
 
-def collapse_at_steps(out: dict[str, Any], steps: Sequence[int] = (10, 20, 30, 50, 80)) -> dict[str, dict[int, Any]]:
-    """The collapsed share at equal training steps: per method and step k, the median over seeds of
-    the share at the last evaluated step at or before k, over the seeds whose run lasted at least
-    0.8·k steps (``None`` when none did).
+def collapse_at_steps(out: dict[str, Any], steps: Sequence[int] = (10, 20, 30, 50, 80),
+                      key: str = "collapsed_share") -> dict[str, dict[int, Any]]:
+    """A share at equal training steps: per method and step k, the median over seeds of the share
+    ``key`` (``"collapsed_share"`` or ``"equal_scores_share"``) at the last evaluated step at or
+    before k, over the seeds whose run lasted at least 0.8·k steps (``None`` when none did).
 
     Returns:
         ``{method: {k: (median share, seeds) or None}}``.
@@ -236,9 +375,9 @@ def collapse_at_steps(out: dict[str, Any], steps: Sequence[int] = (10, 20, 30, 5
         for k in steps:
             vals = []
             for r in rows:
-                pts = [p for p in r.get("collapse") or [] if p["step"] <= k]
+                pts = [p for p in r.get("collapse") or [] if p["step"] <= k and p.get(key) is not None]
                 if pts and r["collapse"][-1]["step"] >= 0.8 * k:
-                    vals.append(pts[-1]["collapsed_share"])
+                    vals.append(pts[-1][key])
             table[name][k] = (statistics.median(vals), len(vals)) if vals else None
     return table
 
@@ -249,7 +388,7 @@ def _plot(out: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for name, rows in out["methods"].items():
         for i, r in enumerate(rows):
             pts = r.get("collapse") or []
@@ -261,10 +400,14 @@ def _plot(out: dict[str, Any], path: Path) -> None:
                      "wmrl": "C4", "wmrl_learned": "C5"}.get(name, "k")
             axes[0].plot(steps, [p["collapsed_share"] for p in pts], color=color, alpha=0.7, **kw)
             axes[1].plot(steps, [p["heldout"] for p in pts], color=color, alpha=0.7, **kw)
+            spread = [(p["step"], p["equal_scores_share"]) for p in pts if p.get("equal_scores_share") is not None]
+            if spread:
+                axes[2].plot(*zip(*spread), color=color, alpha=0.7, **kw)
     axes[0].set(xlabel="training step", ylabel="share of groups with one distinct program", xscale="symlog")
     axes[1].set(xlabel="training step", ylabel="held-out score", xscale="symlog")
+    axes[2].set(xlabel="training step", ylabel="share of groups with equal real scores (held-out)", xscale="symlog")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Collapse within groups and held-out score, one line per seed")
+    fig.suptitle("Collapse within groups, held-out score and groups without real spread, one line per seed")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -82,3 +82,56 @@ def test_collapse_at_equal_steps_reads_the_last_evaluated_step_at_or_before_k():
     assert eq["a"][10] == (0.05, 2)  # step 8 (0.1) and step 0 (0.0): both runs lasted >= 8 steps
     assert eq["a"][30] == (0.3, 1)  # the second run ended at step 12 < 24: left out
     assert eq["b"] == {10: None, 30: None}  # a 5-step run says nothing about step 10
+
+
+def test_equal_score_share_is_the_share_of_equal_subsets():
+    import itertools
+
+    from benchmarks.headline_diagnosis import equal_score_share
+
+    scores = [0.5, 0.5, 0.5, 0.9, 0.9, 0.5, 0.1, 0.5]
+    subsets = list(itertools.combinations(scores, 4))
+    brute = sum(len(set(s)) == 1 for s in subsets) / len(subsets)
+    assert equal_score_share(scores, 4) == pytest.approx(brute) == pytest.approx(5 / 70)  # C(5,4) of C(8,4)
+    assert equal_score_share([0.3] * 8, 4) == 1.0 and equal_score_share([0.1, 0.2, 0.3, 0.4], 4) == 0.0
+    assert equal_score_share([0.3, 0.3, 0.3], 4) is None  # fewer draws than a group
+    with pytest.raises(ValueError, match="group_size must be >= 2"):
+        equal_score_share([0.3, 0.3], 1)
+
+
+def test_mean_over_steps_interpolates_between_evaluated_steps():
+    from benchmarks.headline_diagnosis import mean_over_steps
+
+    assert mean_over_steps([(0, 0.0), (10, 1.0)], 11) == pytest.approx(0.5)
+    assert mean_over_steps([(0, 0.2), (2, 0.4)], 6) == pytest.approx((0.2 + 0.3 + 0.4 * 4) / 6)  # flat past the last point
+    assert mean_over_steps([], 5) is None and mean_over_steps([(0, 0.1)], 0) is None
+
+
+def test_no_spread_share_rescores_the_evaluation_draws_from_the_cache():
+    """The draws are the bench evaluation's (same agent, same evaluation seed): a cache filled from
+    them is hit, and the share follows the cached scores."""
+    from types import SimpleNamespace
+
+    from agents.experiments.bench_agents import GrammarBenchAgent
+    from benchmarks.headline_diagnosis import no_spread_share
+
+    tasks, seed, draws = ["house-prices", "land-cover"], 3, 8
+    agent = GrammarBenchAgent(seed)
+    snap = agent.snapshot()
+    agent.reseed(1_000_003 + seed)
+    actions, _ = agent.sample(tasks, draws)  # what evaluate_snapshot sampled
+    # task 0: every program scores the same; task 1: every distinct program its own score
+    cache = {(tasks[0], p): SimpleNamespace(score=0.7) for p in actions[0]}
+    cache.update({(tasks[1], p): SimpleNamespace(score=0.1 + 0.01 * i) for i, p in enumerate(dict.fromkeys(actions[1]))})
+    share, missing = no_spread_share(snap, seed, tasks, cache, draws, 4, 1_000_003 + seed)
+    assert missing == 0
+    distinct1 = len(set(actions[1]))
+    assert distinct1 == draws  # the fresh prior's draws differ
+    assert share == pytest.approx((1.0 + 0.0) / 2)
+    # a draw the cache lacks (ungraded or timed out) is counted and left out
+    del cache[(tasks[1], actions[1][0])]
+    share, missing = no_spread_share(snap, seed, tasks, cache, draws, 4, 1_000_003 + seed)
+    assert missing == 1 and share == pytest.approx(0.5)
+    # another evaluation seed samples other programs: they miss the cache
+    _, missing = no_spread_share(snap, seed, tasks, cache, draws, 4, 7)
+    assert missing > draws
