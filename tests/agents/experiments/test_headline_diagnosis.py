@@ -107,6 +107,40 @@ def test_mean_over_steps_interpolates_between_evaluated_steps():
     assert mean_over_steps([], 5) is None and mean_over_steps([(0, 0.1)], 0) is None
 
 
+def test_no_spread_share_finds_every_draw_the_bench_evaluation_cached(monkeypatch):
+    """Review of session 9: the re-sampling is checked against the bench's own evaluation, not a
+    copy of its sampling code: evaluate_snapshot (its executions replaced by a fake grade) fills
+    the cache, and no_spread_share then finds every one of its draws there."""
+    from types import SimpleNamespace
+
+    import wmrl_envs.envs.autoresearch.env as ar_env
+    from agents.experiments.bench_agents import GrammarBenchAgent
+    from agents.experiments.bench_run import evaluate_snapshot
+    from benchmarks.headline_diagnosis import no_spread_share
+    from wmrl_envs.envs.autoresearch.tasks import list_tasks
+
+    def fake_run(task, program, sandbox):  # every program of a task scores the same
+        return (SimpleNamespace(score=0.5, status="valid", position=0.5, timed_out=False),)
+
+    monkeypatch.setattr(ar_env, "evaluate", fake_run)
+    tasks, seed, draws = list_tasks("heldout")[:3], 2, 8
+    agent = GrammarBenchAgent(seed)
+    snap = agent.snapshot()
+    cache: dict = {}
+    res = evaluate_snapshot(agent, snap, tasks, 1, None, 1, eval_seed=1_000_003 + seed, cache=cache, draws=draws)
+    assert res["executed"] == len(cache) > 0
+    share, missing = no_spread_share(snap, seed, tasks, cache, draws, 4, 1_000_003 + seed)
+    assert (share, missing) == (1.0, 0)
+
+
+def test_step_to_target_interpolates_like_compute_to_target():
+    from benchmarks.headline_diagnosis import step_to_target
+
+    assert step_to_target([0, 4, 8], [30.0, 50.0, 70.0], 60.0) == pytest.approx(6.0)
+    assert step_to_target([0, 4, 8], [30.0, 50.0, 70.0], 20.0) == 0.0  # the initial policy already there
+    assert step_to_target([0, 4, 8], [30.0, 50.0, 55.0], 60.0) is None  # never reached
+
+
 def test_no_spread_share_rescores_the_evaluation_draws_from_the_cache():
     """The draws are the bench evaluation's (same agent, same evaluation seed): a cache filled from
     them is hit, and the share follows the cached scores."""
