@@ -1,4 +1,4 @@
-"""Offline, out-of-sample within-group r of the headline run's world models on its own program distribution.
+"""Offline, predicted-before-observed within-group r of the headline run's world models on its own program distribution.
 
 Why: in ``results/headline_run/`` (``wmrl bench``, grammar agent on AutoResearch) the curve of
 ``wmrl_learned`` flattens. One hypothesis is that its world model (a
@@ -18,8 +18,15 @@ Two world models score them:
 * ``learned``: a fresh world model as the bench builds it
   (:func:`agents.experiments.bench_agents.build_learned_world_model`, ``refit_every`` = the run's
   ``learned_refit_every``), fed the pseudo-groups in time order: every evaluated step's groups are
-  *predicted before any of them is observed* (strictly out of sample), then observed one by one
-  (``observe`` refits when due);
+  *predicted before any of them is observed* (out of sample in time), then observed one by one
+  (``observe`` refits when due). Out of sample in time is not out of sample in programs: the
+  policy draws the same programs again at later steps, so many predicted draws repeat a (task,
+  program) the model has already observed with its real score (on ``wmrl_learned``'s draws in the
+  headline run, 63% of the scored draws are exact source repeats and 73% once the program's
+  ``random_state=<int>`` is normalised, :func:`program_key`; 33% and 51% when learning from the
+  first 4 draws of each group; on ``wmrl``'s draws 48% and 54%), and the model can have memorised
+  them. The "repeats left out" figures drop those draws (normalised) and are the
+  memorisation-free ones;
 * ``embedding``: the frozen pre-fitted world model of ``wmrl`` / ``wm_only``
   (:func:`agents.experiments.bench_agents.build_world_model`, fitted on the shipped log of real
   executions of the *training* tasks; held-out tasks go to its head fitted on all of them).
@@ -28,10 +35,13 @@ Both are scored on the same groups: those of every evaluated step but a seed's f
 model predicts that step with its cold-start constant, before any data). Reported per seed and
 pooled over seeds: the pooled within-group r
 (:func:`wmrl_envs.core.advisor_model.pooled_within_group_correlation`) of the raw world-model
-scores with the real ones, overall and among the valid programs only
-(:func:`agents.train.summary.r_among_valid` with ``calibrate=None`` on the programs whose grade
-status is ``"valid"``: groups with >= 2 of them, centred among them), each with a percentile
-bootstrap CI over groups; and the median with [min, max] over seeds.
+scores with the real ones, overall and among the valid programs only (those whose grade status
+is ``"valid"``: groups with >= 2 of them, centred among them; a world model that never varies
+among them while the real scores do gets r = 0 in the bootstrap, as in
+:func:`agents.train.summary.r_among_valid`), each also with the repeats left out; each with a
+95% percentile *cluster* bootstrap CI (a held-out task's groups share programs across steps, so
+per seed the bootstrap resamples held-out tasks, all of a task's groups together, and pooled
+over seeds it resamples (seed, task) pairs); and the median with [min, max] over seeds.
 
 Run (a few CPU-minutes on one core, most of it the sentence encoder and the learned head's fits):
 
@@ -61,6 +71,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,8 +79,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["PseudoGroup", "reconstruct_groups", "score_online", "seen_before", "score_frozen", "within_group_record",
-           "summarise_seeds", "main"]
+__all__ = ["PseudoGroup", "reconstruct_groups", "score_online", "program_key", "seen_before", "score_frozen",
+           "within_group_record", "summarise_seeds", "main"]
 
 EVAL_SEED_OFFSET = 1_000_003
 """The bench's held-out sampling seed is ``EVAL_SEED_OFFSET + seed``."""
@@ -138,10 +149,11 @@ def _scores(preds: Sequence[Any]) -> list[float]:
 
 def score_online(steps: Sequence[Sequence[PseudoGroup]], model: Any,
                  observe_first: int | None = None) -> list[tuple[PseudoGroup, list[float], bool]]:
-    """Feed the groups to an online world model in time order, strictly out of sample.
+    """Feed the groups to an online world model in time order, each step predicted before it is observed.
 
     At each step every group is predicted (``model.predict([task] * G, programs)``) before any
-    group of that step is observed; then each is observed
+    group of that step is observed (out of sample in time; a program drawn again at a later step
+    has been observed, see :func:`seen_before`); then each is observed
     (``model.observe([task] * n, programs[:n], scores[:n], group_id=...)``, ``n`` =
     ``observe_first`` or G; missing scores are ``None``).
 
@@ -170,17 +182,49 @@ def score_online(steps: Sequence[Sequence[PseudoGroup]], model: Any,
     return out
 
 
-def seen_before(steps: Sequence[Sequence[PseudoGroup]], observe_first: int | None = None) -> list[list[bool]]:
-    """Per group (in :func:`score_online`'s order) and draw: whether the same (task, program) pair,
+RANDOM_STATE = re.compile(r"\brandom_state=\d+\b")
+"""The grammar agent writes its estimators' random state as ``random_state=<int>`` (once or twice
+per program, e.g. a ``PCA`` and the model); :func:`program_key` normalises it."""
+
+
+def program_key(program: str) -> str:
+    """The program's source with every ``random_state=<int>`` replaced by ``random_state=<seed>``.
+
+    Programs that differ only in the random state score the same almost always (in the headline
+    run's evaluation cache its 6,061 (task, program) entries collapse to 3,753 keys, 52 of them with
+    differing scores), so an online model that has observed one has in effect observed the others.
+
+    Example:
+        >>> program_key("PCA(n_components=4, random_state=7), Tree(random_state=7)")
+        'PCA(n_components=4, random_state=<seed>), Tree(random_state=<seed>)'
+    """
+    return RANDOM_STATE.sub("random_state=<seed>", program)
+
+
+def seen_before(steps: Sequence[Sequence[PseudoGroup]], observe_first: int | None = None,
+                normalise: bool = True) -> list[list[bool]]:
+    """Per group (in :func:`score_online`'s order) and draw: whether the same task and program,
     with a real score, was observed at an earlier step by :func:`score_online` with this
-    ``observe_first`` (a repeat the online model can have memorised; grades are deterministic)."""
+    ``observe_first`` (a repeat the online model can have memorised; grades are deterministic).
+
+    Args:
+        steps: per step (in time order), its groups.
+        observe_first: as :func:`score_online` (``None``: every draw of a group is observed).
+        normalise: compare programs by :func:`program_key` (the source up to the random state;
+            default) rather than by their exact source.
+
+    Returns:
+        Per group, a list of G booleans (True: a repeat). Draws of the same step never count as
+        repeats of one another (the step is predicted before any of it is observed).
+    """
+    key = program_key if normalise else (lambda x: x)
     seen: set[tuple[str, str]] = set()
     out = []
     for groups in steps:
-        out += [[(g.task, p) in seen for p in g.programs] for g in groups]
+        out += [[(g.task, key(p)) in seen for p in g.programs] for g in groups]
         for g in groups:
             n = len(g.programs) if observe_first is None else int(observe_first)
-            seen.update((g.task, p) for p, s in zip(g.programs[:n], g.scores[:n]) if s is not None)
+            seen.update((g.task, key(p)) for p, s in zip(g.programs[:n], g.scores[:n]) if s is not None)
     return out
 
 
@@ -193,77 +237,120 @@ def score_frozen(groups: Sequence[PseudoGroup], model: Any) -> list[tuple[Pseudo
     return [(g, _scores(model.predict([g.task] * len(g.programs), g.programs)), True) for g in groups]
 
 
-def _bootstrap_pooled_r(wm: list[np.ndarray], real: list[np.ndarray], n_boot: int, seed: int,
-                        level: float = 0.95) -> list[float]:
-    """Percentile bootstrap over groups of the pooled within-group r, with
-    :func:`agents.train.summary.r_among_valid`'s conventions (a resample whose world-model scores
-    never vary while the real ones do counts as r = 0; one whose real scores never vary is skipped)."""
-    from wmrl_envs.core.advisor_model import pooled_within_group_correlation
+def _cluster_bootstrap_r(wm: Sequence[np.ndarray], real: Sequence[np.ndarray], clusters: Sequence[Any],
+                         n_boot: int, seed: int, level: float = 0.95) -> list[float]:
+    """Percentile *cluster* bootstrap of the pooled within-group r.
 
-    varies_w = [bool(np.ptp(w) > 1e-12) for w in wm]
-    varies_r = [bool(np.ptp(r) > 1e-12) for r in real]
-    rng = np.random.default_rng(seed)
-    reps = []
-    for _ in range(int(n_boot)):
-        idx = rng.integers(0, len(real), len(real))
-        if not any(varies_r[i] for i in idx):
-            continue
-        if not any(varies_w[i] for i in idx):
-            reps.append(0.0)
-            continue
-        rb, _ = pooled_within_group_correlation([wm[i] for i in idx], [real[i] for i in idx])
-        reps.append(rb if math.isfinite(rb) else 0.0)
-    if len(reps) < 20:
+    Each resample draws as many clusters as there are, with replacement, and takes every group of a
+    drawn cluster (groups that share programs are not independent, so resampling them one by one
+    would make the interval too narrow). Conventions of
+    :func:`agents.train.summary.r_among_valid`: a resample whose world-model scores never vary
+    within a group while the real ones do counts as r = 0; one whose real scores never vary is
+    skipped.
+
+    Args:
+        wm, real: per group, the world-model and real scores (finite, equal lengths >= 2).
+        clusters: per group, its cluster label (hashable).
+        n_boot, seed, level: resamples, the generator's seed and the interval's coverage.
+
+    Returns:
+        ``[lo, hi]``; ``[NaN, NaN]`` with fewer than 20 usable resamples.
+    """
+    if not real or n_boot <= 0:
+        return [float("nan"), float("nan")]
+    index = {c: i for i, c in enumerate(dict.fromkeys(clusters))}
+    k = len(index)
+    mom = np.zeros((k, 5))  # per cluster: Σ d̃·r̃, Σ d̃², Σ r̃², any world-model spread, any real spread
+    for w, r, c in zip(wm, real, clusters):
+        x = np.column_stack([np.asarray(w, float), np.asarray(r, float)])
+        x -= x.mean(axis=0)
+        mom[index[c]] += [x[:, 0] @ x[:, 1], x[:, 0] @ x[:, 0], x[:, 1] @ x[:, 1],
+                          float(np.ptp(w) > 1e-12), float(np.ptp(r) > 1e-12)]
+    counts = np.random.default_rng(seed).multinomial(k, np.full(k, 1.0 / k), size=int(n_boot))
+    sxy, sxx, syy, vw, vr = (counts @ mom).T
+    use = vr > 0
+    reps = np.where(vw > 0, sxy / np.sqrt(np.maximum(sxx * syy, 1e-300)), 0.0)[use]
+    if reps.size < 20:
         return [float("nan"), float("nan")]
     return [float(v) for v in np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])]
+
+
+def _kept(pred: Sequence[Any], real: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The draws with a finite prediction and a finite real score (``None``: fewer than 2)."""
+    keep = [i for i, (w, r) in enumerate(zip(pred, real)) if r is not None and math.isfinite(r)
+            and w is not None and math.isfinite(w)]
+    if len(keep) < 2:
+        return None
+    return np.asarray([pred[i] for i in keep], float), np.asarray([real[i] for i in keep], float)
 
 
 def within_group_record(scored: Sequence[tuple[PseudoGroup, list[float], bool]], n_boot: int = 1000,
                         seed: int = 0, drop: Sequence[Sequence[bool]] | None = None) -> dict[str, Any]:
     """Pooled within-group r of predicted vs real scores, overall and among valid programs.
 
+    The intervals are percentile cluster bootstraps: a cluster is a group's ``(seed, task)``, so
+    all the groups of one held-out task (which share programs across steps) are resampled
+    together; within one seed that is resampling tasks, pooled over seeds resampling (seed, task)
+    pairs.
+
     Args:
         scored: ``(group, G predicted scores, fitted)`` triples (:func:`score_online`,
             :func:`score_frozen`); every triple given is used (filter the cold ones first).
-        n_boot, seed: the bootstrap over groups (0: no interval).
+        n_boot, seed: the cluster bootstrap's resamples and seed (0 resamples: no interval).
         drop: per triple and draw, True to leave that draw out (e.g. :func:`seen_before`'s repeats).
 
     Returns:
-        ``{"r", "r_ci": [lo, hi], "n_groups", "n_rollouts", "world_model_varies", "among_valid"}``:
-        ``r`` in [-1, 1] over the rollouts with a real score (NaN without within-group spread on
-        either side; groups of < 2 scored rollouts drop out); ``among_valid`` is
-        :func:`agents.train.summary.r_among_valid`'s record (``calibrate=None``) on the programs
-        whose status is ``"valid"`` (``r`` ``None`` when the world model never varies among them,
-        NaN with < 2 groups of >= 2 valid programs).
+        ``{"r", "r_ci": [lo, hi], "n_groups", "n_clusters", "n_rollouts", "world_model_varies",
+        "among_valid"}``: ``r`` in [-1, 1] over the rollouts with a real score (groups of < 2
+        scored rollouts drop out; NaN without any within-group spread of the real scores, or of
+        either side; 0 when the world model never varies within a group while the real scores do).
+        ``among_valid`` is the same record on the programs whose grade status is ``"valid"``
+        (groups with >= 2 of them, centred among them), with ``r`` ``None`` when the world model
+        never varies among them while the real scores do, NaN with < 2 such groups or no real
+        spread. ``n_clusters`` counts the clusters of the groups kept; ``r_ci`` is ``[NaN, NaN]``
+        where no interval can be drawn.
 
     Raises:
         ValueError: a group's predictions and programs differ in length, or ``drop`` has another length.
     """
-    from agents.train.summary import r_among_valid
     from wmrl_envs.core.advisor_model import pooled_within_group_correlation
 
-    wm_all, real_all, wm_valid, real_valid = [], [], [], []
+    nan2 = [float("nan"), float("nan")]
     if drop is not None and len(drop) != len(scored):
         raise ValueError(f"{len(drop)} drop masks for {len(scored)} groups")
+    wm_all, real_all, cl_all, wm_valid, real_valid, cl_valid = [], [], [], [], [], []
     for j, (g, pred, _) in enumerate(scored):
         if len(pred) != len(g.programs):
             raise ValueError(f"{g.task} step {g.step}: {len(pred)} predictions for {len(g.programs)} programs")
         out_ = drop[j] if drop is not None else [False] * len(g.programs)
         real = [None if d else s for s, d in zip(g.scores, out_)]
-        keep = [i for i, s in enumerate(real) if s is not None and math.isfinite(s)]
-        if len(keep) >= 2:
-            wm_all.append(np.asarray([pred[i] for i in keep], float))
-            real_all.append(np.asarray([real[i] for i in keep], float))
-        wm_valid.append(list(pred))
-        real_valid.append([s if v else None for s, v in zip(real, g.valid)])
+        for (w_out, r_out, c_out), reals in (((wm_all, real_all, cl_all), real),
+                                             ((wm_valid, real_valid, cl_valid),
+                                              [s if v else None for s, v in zip(real, g.valid)])):
+            kept = _kept(pred, reals)
+            if kept is not None:
+                w_out.append(kept[0])
+                r_out.append(kept[1])
+                c_out.append((g.seed, g.task))
+
     r, n = pooled_within_group_correlation(wm_all, real_all) if wm_all else (float("nan"), 0)
     varies = any(bool(np.ptp(w) > 1e-12) for w in wm_all)
     if wm_all and not varies and any(bool(np.ptp(x) > 1e-12) for x in real_all):
         r = 0.0  # a world model that never varies within a group ranks nothing
-    ci = _bootstrap_pooled_r(wm_all, real_all, n_boot, seed) if n_boot and n >= 2 else [float("nan")] * 2
-    return {"r": r, "r_ci": ci, "n_groups": n, "n_rollouts": int(sum(x.size for x in real_all)),
-            "world_model_varies": varies,
-            "among_valid": r_among_valid(wm_valid, real_valid, None, n_boot, seed)}
+    ci = _cluster_bootstrap_r(wm_all, real_all, cl_all, n_boot, seed) if n_boot and n >= 2 else nan2
+
+    valid: dict[str, Any] = {"n_groups": len(real_valid), "n_clusters": len(set(cl_valid)),
+                             "n_rollouts": int(sum(x.size for x in real_valid)),
+                             "world_model_varies": any(bool(np.ptp(w) > 1e-12) for w in wm_valid)}
+    if len(real_valid) < 2 or not any(bool(np.ptp(x) > 1e-12) for x in real_valid):
+        valid.update(r=float("nan"), r_ci=nan2)
+    elif not valid["world_model_varies"]:
+        valid.update(r=None, r_ci=nan2)  # nothing ranked among the valid programs
+    else:
+        valid.update(r=float(pooled_within_group_correlation(wm_valid, real_valid)[0]),
+                     r_ci=_cluster_bootstrap_r(wm_valid, real_valid, cl_valid, n_boot, seed) if n_boot else nan2)
+    return {"r": r, "r_ci": ci, "n_groups": n, "n_clusters": len(set(cl_all)),
+            "n_rollouts": int(sum(x.size for x in real_all)), "world_model_varies": varies, "among_valid": valid}
 
 
 def _num(v: Any) -> float | None:
@@ -310,25 +397,32 @@ def _markdown(out: Mapping[str, Any]) -> str:
     lines = ["# Within-group r of the headline run's world models on its held-out draws (offline)", "",
              f"`benchmarks/learned_wm_heldout_r.py` on `{out['run_dir']}`. Pseudo-groups: the {out['eval_draws']} "
              f"held-out draws per task ({out['n_heldout_tasks']} tasks) at each evaluated step, re-sampled from the "
-             "snapshots and scored from the run's evaluation cache. Raw world-model scores; r pooled within groups, "
-             "95% bootstrap CI over groups; groups of every evaluated step but each seed's first (the learned model's "
-             "cold start). `learned`: a fresh `build_learned_world_model` fed the groups in time order, each step "
-             f"predicted before it is observed{' (CPU-budgeted)' if out['cpu_budget'] else ' (no CPU budget)'}"
+             "snapshots and scored from the run's evaluation cache. Raw world-model scores; r pooled within groups; "
+             "95% percentile cluster-bootstrap CI: a seed's row resamples its held-out tasks (all of a task's groups, "
+             "which share programs across steps, together), the pooled row resamples (seed, task) pairs; groups of "
+             "every evaluated step but each seed's first (the learned model's cold start). `learned`: a fresh "
+             "`build_learned_world_model` fed the groups in time order, each step predicted before any of it is "
+             f"observed{' (CPU-budgeted)' if out['cpu_budget'] else ' (no CPU budget)'}, so out of sample in time "
+             "but not in programs (they repeat across steps)"
              + (f"; `learned_obs{obs}`: the same, learning from only the first {obs} draws of each group (about the "
                 "run's anchor rollouts per task)" if obs else "")
              + "; `embedding`: the frozen pre-fitted world model of `wmrl`/`wm_only`. Valid: grade status `valid`; "
-             "groups with >= 2 valid programs. Repeats: predicted draws whose (task, program) the learned model had "
-             "already observed with its real score; the last column leaves them out.", ""]
+             "groups with >= 2 valid programs. Repeats: predicted draws whose task and program, up to the "
+             "program's `random_state=<int>` (which almost never changes the score), the learned model had already "
+             "observed with its real score (in parentheses: exact source repeats only); the last column leaves them "
+             "out, the memorisation-free figure (for `embedding`, frozen, the learned model's repeats are left out, "
+             "for the same draws).", ""]
     for method, m in out["methods"].items():
         lines += [f"## Draws of `{method}`'s snapshots", "",
                   "| world model | seed | groups | r overall [CI] | groups (>= 2 valid) | r among valid [CI] | "
-                  "repeats | r among valid, repeats left out [CI] |",
+                  "repeats (exact) | r among valid, repeats left out [CI] |",
                   "|---|---|---|---|---|---|---|---|"]
         for wm_name, w in m["world_models"].items():
             for row in w["per_seed"] + [dict(w["pooled"], seed="pooled")]:
                 v, u = row["among_valid"], row["unseen"]["among_valid"]
                 lines.append(f"| {wm_name} | {row['seed']} | {row['n_groups']} | {_fmt(row['r'], row['r_ci'])} | "
-                             f"{v['n_groups']} | {_fmt(v['r'], v['r_ci'])} | {row['repeat_share']:.0%} | "
+                             f"{v['n_groups']} | {_fmt(v['r'], v['r_ci'])} | {row['repeat_share']:.0%} "
+                             f"({row['exact_repeat_share']:.0%}) | "
                              f"{_fmt(u['r'], u['r_ci'])} ({u['n_groups']} groups) |")
             s = w["over_seeds"]
 
@@ -422,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         per_wm: dict[str, list[dict[str, Any]]] = {k: [] for k in names}
         pooled: dict[str, list[Any]] = {k: [] for k in names}
         pooled_seen: dict[str, list[list[bool]]] = {k: [] for k in names}
+        pooled_exact: dict[str, list[list[bool]]] = {k: [] for k in names}
         missing_total = n_roll = n_valid = 0
         for s in seeds:
             seed = int(s["seed"])
@@ -434,6 +529,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             n_cold = len(steps[0])  # the first evaluated step: predicted before any data, left out
             scored: dict[str, list[Any]] = {}
             seen: dict[str, list[list[bool]]] = {}
+            exact: dict[str, list[list[bool]]] = {}
             info: dict[str, dict[str, Any]] = {}
             for name, n_obs in variants.items():
                 SentenceEncoder.clear_shared_caches()  # every model pays for its own embeddings, as in the bench
@@ -449,13 +545,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                               "cpu_s": round(time.process_time() - t0, 1)}
                 scored[name] = online[n_cold:]
                 seen[name] = seen_before(steps, n_obs)[n_cold:]
+                exact[name] = seen_before(steps, n_obs, normalise=False)[n_cold:]
             groups = [x[0] for x in scored["learned"]]
             if embedding is not None:
                 scored["embedding"] = score_frozen(groups, embedding)
                 seen["embedding"] = seen["learned"]
+                exact["embedding"] = exact["learned"]
             for k, rows in scored.items():
                 rec = within_group_record(rows, args.n_boot, seed)
                 rec["repeat_share"] = float(np.mean([x for m in seen[k] for x in m]))
+                rec["exact_repeat_share"] = float(np.mean([x for m in exact[k] for x in m]))
                 rec["unseen"] = within_group_record(rows, args.n_boot, seed, drop=seen[k])
                 rec.update(seed=seed, evaluated_steps=len(steps), first_step_left_out=steps[0][0].step)
                 if k in info:
@@ -463,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 per_wm[k].append(rec)
                 pooled[k] += rows
                 pooled_seen[k] += seen[k]
+                pooled_exact[k] += exact[k]
             n_roll += sum(sum(x is not None for x in g.scores) for g in groups)
             n_valid += sum(sum(g.valid) for g in groups)
             print(f"[heldout-r] {method} seed {seed}: {len(steps)} evaluated steps, {missing} draws not cached; "
@@ -473,6 +573,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for k in names:
             p = within_group_record(pooled[k], args.n_boot, 0)
             p["repeat_share"] = float(np.mean([x for m in pooled_seen[k] for x in m])) if pooled_seen[k] else float("nan")
+            p["exact_repeat_share"] = (float(np.mean([x for m in pooled_exact[k] for x in m])) if pooled_exact[k]
+                                       else float("nan"))
             p["unseen"] = within_group_record(pooled[k], args.n_boot, 0, drop=pooled_seen[k])
             over = summarise_seeds(per_wm[k])
             over["unseen_r_among_valid"] = summarise_seeds([r["unseen"] for r in per_wm[k]])["r_among_valid"]
