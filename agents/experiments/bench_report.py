@@ -342,7 +342,7 @@ def _prefitted(name: str) -> bool:
 def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, steps: int | None = None,
                      fitting_cpu_s: float = 0.0, fitting_executions: int | None = None,
                      n_boot: int = 10_000, sensitivity_gains: Sequence[float] = SENSITIVITY_GAINS,
-                     n_boot_sensitivity: int = 2_000) -> dict[str, Any]:
+                     n_boot_sensitivity: int | None = None) -> dict[str, Any]:
     """The headline: total compute-to-target of every method and its speedup over real-execution GRPO.
 
     The target is ``gain_fraction`` of real GRPO's gain from the untrained policy to its score
@@ -352,6 +352,9 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
     including the learned model's refits, generation, update; interpolated between evaluated
     snapshots; ``inf`` when not reached) comes from its own curve; the speedup is the ratio of
     medians over seeds with a paired 95% bootstrap CI (:func:`agents.experiments.speedup.speedup`).
+    The sensitivity table's intervals use ``n_boot_sensitivity`` replicates (default: ``n_boot``,
+    so its row at ``gain_fraction`` repeats the headline's interval digit for digit; with fewer, a
+    bootstrap of a median over a few seeds moves its ends by a step of its discrete distribution).
 
     Total compute (``total_ctt``): a method on the pre-fitted world model also pays its fitting,
     added to each seed's compute-to-target: ``fitting_executions`` executions charged at this
@@ -416,7 +419,7 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
             tg = real_target(results, steps=steps, gain_fraction=float(g))[0]
         except ValueError:
             continue
-        rows, best = rows_at(tg, n_boot_sensitivity)
+        rows, best = rows_at(tg, n_boot if n_boot_sensitivity is None else n_boot_sensitivity)
         out["sensitivity"][f"{float(g):g}"] = {"target": tg, "best_real": best, "methods": {
             n: {"median_total_ctt": float(np.median(r["total_ctt"])) if r["total_ctt"] else float("nan"),
                 "n_reached": int(np.isfinite(r["total_ctt"]).sum()),

@@ -83,6 +83,18 @@ def test_results_written_before_the_bracket_fields_get_them_from_their_curves():
     assert "**seed 1: 13.1%** (steps 7–8" in format_bracket_table(res)
 
 
+def test_the_sensitivity_row_at_the_headline_target_repeats_the_headline_interval():
+    """One quantity, one interval: table.md printed wmrl_learned at 90% as 3.5x [1.7, 6.5] in the
+    headline and [2.0, 6.5] in the sensitivity table (10,000 against 2,000 replicates)."""
+    res = _results()
+    res["methods"]["wmrl"]["seeds"][1] = _entry(1, [0, 10, 30], [0.0, 100.0, 300.0], [20.0, 62.0, 70.0])
+    sp = compute_speedups(res, gain_fraction=0.9, steps=10, n_boot=300)
+    head = sp["methods"]["wmrl"]["speedup_total"]
+    row = sp["sensitivity"]["0.9"]["methods"]["wmrl"]["speedup_total"]
+    assert head["n_boot"] == 300 and row == head
+    assert sp["sensitivity"]["0.5"]["methods"]["wmrl"]["speedup_total"]["n_boot"] == 300
+
+
 # --------------------------------------------------------------------------- refinement, synthetic
 def _refine(step_fn, steps, score, compute, target, n):
     ev = list(steps)
