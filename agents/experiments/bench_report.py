@@ -352,9 +352,10 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
     including the learned model's refits, generation, update; interpolated between evaluated
     snapshots; ``inf`` when not reached) comes from its own curve; the speedup is the ratio of
     medians over seeds with a paired 95% bootstrap CI (:func:`agents.experiments.speedup.speedup`).
-    The sensitivity table's intervals use ``n_boot_sensitivity`` replicates (default: ``n_boot``,
-    so its row at ``gain_fraction`` repeats the headline's interval digit for digit; with fewer, a
-    bootstrap of a median over a few seeds moves its ends by a step of its discrete distribution).
+    The sensitivity table's intervals (and the report's decomposition, which reads them) use
+    ``n_boot_sensitivity`` replicates. The default, ``n_boot``, makes its row at ``gain_fraction``
+    (when that share is one of ``sensitivity_gains``) repeat the headline's interval digit for
+    digit; any other count draws other replicates and can move the ends.
 
     Total compute (``total_ctt``): a method on the pre-fitted world model also pays its fitting,
     added to each seed's compute-to-target: ``fitting_executions`` executions charged at this

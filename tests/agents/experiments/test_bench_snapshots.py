@@ -86,13 +86,25 @@ def test_results_written_before_the_bracket_fields_get_them_from_their_curves():
 def test_the_sensitivity_row_at_the_headline_target_repeats_the_headline_interval():
     """One quantity, one interval: table.md printed wmrl_learned at 90% as 3.5x [1.7, 6.5] in the
     headline and [2.0, 6.5] in the sensitivity table (10,000 against 2,000 replicates)."""
-    res = _results()
-    res["methods"]["wmrl"]["seeds"][1] = _entry(1, [0, 10, 30], [0.0, 100.0, 300.0], [20.0, 62.0, 70.0])
-    sp = compute_speedups(res, gain_fraction=0.9, steps=10, n_boot=300)
+    real_cost = [900.0, 1300.0, 1000.0, 1700.0, 1100.0, 1500.0, 950.0, 1250.0]
+    wmrl_cost = [300.0, 150.0, 420.0, 260.0, 510.0, 180.0, 350.0, 230.0]
+
+    def seed(i, c):  # 20 -> 70 at step 10 -> 80: the 90% target (65) is crossed at 0.9 c
+        return _entry(i, [0, 10, 20], [0.0, c, 2 * c], [20.0, 70.0, 80.0])
+
+    res = {"config": {"steps": 10, "target_gain": 0.9, "seeds": 8, "groups_per_step": 10, "group_size": 4},
+           "methods": {"real": {"seeds": [seed(i, c) for i, c in enumerate(real_cost)]},
+                       "wmrl": {"seeds": [seed(i, c) for i, c in enumerate(wmrl_cost)]}}}
+    sp = compute_speedups(res, gain_fraction=0.9, steps=10, n_boot=1000)
     head = sp["methods"]["wmrl"]["speedup_total"]
-    row = sp["sensitivity"]["0.9"]["methods"]["wmrl"]["speedup_total"]
-    assert head["n_boot"] == 300 and row == head
-    assert sp["sensitivity"]["0.5"]["methods"]["wmrl"]["speedup_total"]["n_boot"] == 300
+    assert sp["methods"]["wmrl"]["ctt"] == pytest.approx([0.9 * c for c in wmrl_cost])
+    assert math.isfinite(head["low"]) and head["low"] < head["point"] < head["high"]
+    assert sp["sensitivity"]["0.9"]["methods"]["wmrl"]["speedup_total"] == head
+    assert sp["sensitivity"]["0.5"]["methods"]["wmrl"]["speedup_total"]["n_boot"] == 1000
+    # the control: another replicate count moves the ends of the same quantity
+    other = compute_speedups(res, gain_fraction=0.9, steps=10, n_boot=1000, n_boot_sensitivity=2000)
+    row = other["sensitivity"]["0.9"]["methods"]["wmrl"]["speedup_total"]
+    assert row["point"] == head["point"] and (row["low"], row["high"]) != (head["low"], head["high"])
 
 
 # --------------------------------------------------------------------------- refinement, synthetic
