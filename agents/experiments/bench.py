@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -148,9 +149,13 @@ def run_bench(
     and each curve gets up to ``refine_evals`` more evaluations inside the interval where it
     first crosses the target (:func:`~agents.experiments.bench_run.bracket_refinement_step`),
     until that bracket is at most ``max_bracket_share`` of its compute-to-target or one step
-    wide, so its compute-to-target is read from close snapshots. ``--resume`` on a finished run
-    runs this refinement again over every seed whose snapshots were saved (e.g. with a larger
-    ``refine_evals``). With the default ``evaluate``, held-out results are cached by (task,
+    wide, so its compute-to-target is read from close snapshots. Each refined curve is saved at
+    once (with ``refine_target`` and ``refine_evals_done`` in its entry), so a refinement stopped
+    part-way continues with ``--resume`` where it stopped: ``refine_evals`` is the total per curve
+    and target over the parts, and a resumed refinement evaluates the snapshots an unstopped one
+    would. ``--resume`` on a finished run refines again every seed whose snapshots were saved up
+    to that total (a larger ``refine_evals`` or a smaller ``max_bracket_share`` evaluates more; a
+    target moved by more seeds starts each curve's count again). With the default ``evaluate``, held-out results are cached by (task,
     program) across the whole run and its ``--resume`` parts (``eval_cache``); training executions never are.
 
     Args:
@@ -379,7 +384,12 @@ def run_bench(
                             continue
                         entry = results["methods"][name]["seeds"][seed]
                         compute = [runs[name].compute_at(k) for k in range(len(runs[name].records) + 1)]
-                        for _ in range(cfg.refine_evals):  # until the bracket is within max_bracket_share
+                        # refine_evals counts per curve and target across --resume parts, so a
+                        # refinement stopped part-way and resumed evaluates what an unstopped one would
+                        same = entry.get("refine_target") is not None and math.isclose(entry["refine_target"], target, rel_tol=1e-12)
+                        done = int(entry.get("refine_evals_done", 0)) if same else 0
+                        new = 0
+                        for _ in range(max(0, cfg.refine_evals - done)):  # until the bracket is within max_bracket_share
                             idx = bracket_refinement_step(entry["curve"]["step"], entry["curve"]["score"], compute,
                                                           target, cfg.max_bracket_share)
                             progress.update(bar, advance=1)
@@ -387,6 +397,10 @@ def run_bench(
                                 break
                             evaluated[name][idx] = evaluate_at(agent, runs[name], idx, seed)
                             _set_curve(entry, runs[name], evaluated[name])
+                            new += 1
+                        if new:  # each refined curve is saved: a stopped refinement loses at most one curve
+                            entry["refine_target"], entry["refine_evals_done"] = target, done + new
+                            save()
         if "real" in results["methods"]:
             try:
                 results["speedup"] = compute_speedups(results, gain_fraction=cfg.target_gain, steps=cfg.steps,

@@ -174,8 +174,8 @@ class BenchConfig:
     """The compute-to-target headline's target: this share of real-execution GRPO's gain from the
     untrained policy to its score after S steps (its mean curve over seeds)."""
     refine_evals: int = 6
-    """At most this many extra evaluations per curve inside the interval where it first crosses the
-    target (bracket_refinement_step: at the expected crossing, kept in the bracket's middle half),
+    """At most this many extra evaluations per curve (over all of a run's --resume parts, for one
+    target) inside the interval where it first crosses the target (bracket_refinement_step: at the expected crossing, kept in the bracket's middle half),
     stopping once the bracket is within --max-bracket-share or one step wide. On the committed
     reference and ablation curves (benchmarks/bracket_schedule.py) 6 reaches that in every case, at
     about the evaluations the earlier fixed 2 bisections spent (6.3 per curve against 6.1)."""

@@ -312,7 +312,7 @@ def format_bracket_table(results: dict[str, Any]) -> str:
     if wide:
         lines.append(f"\n**{wide} bracket(s) above {limit:.0%} span more than one step**: evaluating the saved "
                      "snapshots inside them narrows them (`wmrl bench --resume` on the finished run, with its settings, "
-                     "runs the refinement again up to `--refine-evals` per curve).")
+                     "refines each curve up to `--refine-evals` evaluations in all; a larger `--refine-evals` allows more).")
     return "\n".join(lines) + "\n"
 
 

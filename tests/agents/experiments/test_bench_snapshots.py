@@ -190,6 +190,50 @@ def test_a_finished_run_resumed_with_refinement_narrows_its_brackets(tmp_path):
     assert "Interpolation brackets" in (tmp_path / "run" / "table.md").read_text()
 
 
+def test_a_refinement_stopped_part_way_resumes_where_it_stopped(tmp_path):
+    """The refinement runs once every seed is done (the headline run's last part). Stopped during
+    it, the curves it finished are already in results.json; --resume evaluates only the rest and
+    ends with the curves and counts of an unstopped run (before: nothing of it was saved, and
+    the resumed part evaluated every refinement snapshot again)."""
+    cfg = fake_config(steps=5, max_steps_factor=3, out_dir=str(tmp_path / "whole"))
+    whole = run_bench(cfg, **run_kw(evaluate=fake_eval))
+    coarse = run_bench(replace(cfg, refine_evals=0, out_dir=str(tmp_path / "coarse")), **run_kw(evaluate=fake_eval))
+    n_train = coarse["evaluation"]["evaluations"]
+    n_refine = whole["evaluation"]["evaluations"] - n_train
+    assert n_refine >= 3, "the coarse curves should need several refinement evaluations"
+    calls = []
+
+    def stopped_at_the_last(*a, **k):  # Ctrl-C during the refinement's last evaluation
+        calls.append(1)
+        if len(calls) == n_train + n_refine:
+            raise KeyboardInterrupt
+        return fake_eval(*a, **k)
+
+    stopped = replace(cfg, out_dir=str(tmp_path / "stopped"))
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(stopped, **run_kw(evaluate=stopped_at_the_last))
+    saved = restore_nonfinite(json.loads((tmp_path / "stopped" / "results.json").read_text()))
+    assert saved["evaluation"]["evaluations"] > n_train  # the finished curves' refinement is kept
+    resumed_calls = []
+
+    def counted(*a, **k):
+        resumed_calls.append(1)
+        return fake_eval(*a, **k)
+
+    resumed = run_bench(replace(stopped, resume=True), **run_kw(evaluate=counted))
+    assert 1 <= len(resumed_calls) == n_train + n_refine - saved["evaluation"]["evaluations"] < n_refine
+    assert resumed["evaluation"]["evaluations"] == whole["evaluation"]["evaluations"]
+    for name in ("real", "wmrl"):
+        for a, b in zip(whole["methods"][name]["seeds"], resumed["methods"][name]["seeds"]):
+            assert (b["curve"]["step"], b["curve"]["score"]) == (a["curve"]["step"], a["curve"]["score"])
+            assert b.get("refine_evals_done") == a.get("refine_evals_done")
+    # (the compute of each step is measured live, so it differs between the two runs by milliseconds)
+    # a finished refinement is not run again: the same command evaluates nothing more
+    again = []
+    run_bench(replace(stopped, resume=True), **run_kw(evaluate=lambda *a, **k: again.append(1) or fake_eval(*a, **k)))
+    assert again == []
+
+
 def test_a_run_is_split_into_parts_of_seeds_with_resume(tmp_path):
     """The parts benchmarks/README.md names: --seeds 1 finishes (refined, reported), then --resume
     --seeds 2 keeps seed 0 as it is (not retrained) and runs seed 1 only."""
