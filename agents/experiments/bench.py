@@ -154,8 +154,10 @@ def run_bench(
     part-way continues with ``--resume`` where it stopped: ``refine_evals`` is the total per curve
     and target over the parts, and a resumed refinement evaluates the snapshots an unstopped one
     would. ``--resume`` on a finished run refines again every seed whose snapshots were saved up
-    to that total (a larger ``refine_evals`` or a smaller ``max_bracket_share`` evaluates more; a
-    target moved by more seeds starts each curve's count again). With the default ``evaluate``, held-out results are cached by (task,
+    to that total: a larger ``refine_evals`` evaluates more; a smaller ``max_bracket_share`` only
+    where a curve has evaluations left; a target moved by more seeds starts each curve's count
+    again. Until a refinement finishes, ``results.json`` holds no headline (``wmrl bench report``
+    computes one from whatever curves it holds). With the default ``evaluate``, held-out results are cached by (task,
     program) across the whole run and its ``--resume`` parts (``eval_cache``); training executions never are.
 
     Args:
@@ -234,14 +236,17 @@ def run_bench(
         log(f"[bench] resuming {out_dir}: seeds 0..{first_seed - 1} kept"
             + (f" (seeds {missing} without saved snapshots: their curves are not refined)" if missing else ""))
 
+    def count_evaluation(res: dict[str, Any], method: str, seed: int) -> None:
+        eval_counts["evaluations"] += 1
+        eval_counts["executed"] += int(res.get("executed", len(heldout_tasks) * cfg.eval_draws))
+        entry_ungraded[(method, seed)] = entry_ungraded.get((method, seed), 0) + sum(
+            int(v) for v in res.get("ungraded", {}).values())
+        eval_counts["cached"] += int(res.get("cached", 0))
+
     def evaluate_at(agent: Any, run: MethodRun, idx: int, seed: int) -> dict[str, Any]:
         res = evaluate(agent, run.snapshots[idx], heldout_tasks, cfg.eval_k, sandbox, cfg.eval_parallel,
                        eval_seed=1_000_003 + seed)
-        eval_counts["evaluations"] += 1
-        eval_counts["executed"] += int(res.get("executed", len(heldout_tasks) * cfg.eval_draws))
-        entry_ungraded[(run.method, seed)] = entry_ungraded.get((run.method, seed), 0) + sum(
-            int(v) for v in res.get("ungraded", {}).values())
-        eval_counts["cached"] += int(res.get("cached", 0))
+        count_evaluation(res, run.method, seed)
         return res
 
     def save() -> None:
@@ -268,6 +273,9 @@ def run_bench(
             partial = load_partial_seed(cfg, seed)  # methods this seed finished before a stop (--resume)
             if partial is not None:
                 runs, evaluated, budget_real, stop_target = partial
+                for name, points in evaluated.items():  # their evaluations count as an unstopped run's do
+                    for res in points.values():
+                        count_evaluation(res, name, seed)
                 log(f"[bench] resuming seed {seed} after its finished methods {sorted(runs)}")
             for name in order:
                 if name in runs:  # finished in an earlier part of the run

@@ -231,6 +231,8 @@ def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
             assert b["curve"]["score"] == pytest.approx(a["curve"]["score"])
             assert b["stop_target"] == pytest.approx(a["stop_target"])
     assert resumed["speedup"]["target"] == pytest.approx(full["speedup"]["target"])
+    # real GRPO's evaluations before the stop are counted, as the unstopped run counts them
+    assert resumed["evaluation"] == full["evaluation"]
     assert not (tmp_path / "stopped" / "partial" / "seed0.pkl").exists()
     # a partial file of another configuration is refused, by name
     monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
