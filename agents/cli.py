@@ -66,9 +66,9 @@ def _parse(cls: type, args: list[str], *, prog: str, description: str, default: 
 
 
 def _terminate_as_interrupt() -> Any:
-    """SIGTERM (``kill PID``) stops ``wmrl train`` as Ctrl-C does: ``KeyboardInterrupt`` in the main
-    thread, so the step's sandboxes are removed, the real arm's process is stopped and the resume
-    hint is printed. A run started in the background (``nohup ... &``) ignores SIGINT by the shell's
+    """SIGTERM (``kill PID``) stops a long run (``wmrl train``, ``wmrl bench`` and its ``sweep`` and
+    ``advisor``, ``wmrl libero``) as Ctrl-C does: ``KeyboardInterrupt`` in the main thread, so the
+    step's sandboxes are removed, the real arm's process is stopped and the resume hint is printed. A run started in the background (``nohup ... &``) ignores SIGINT by the shell's
     convention, so ``kill PID`` is how such a run is stopped; Python's default for SIGTERM ends the
     process without running any of that. Returns the handler it replaced (``None`` outside the
     main thread, where it installs nothing)."""
@@ -173,7 +173,22 @@ def _run_preset(prog: str, argv: list[str]) -> int:
         return getattr(importlib.import_module(module), name)
 
     entry, presets, description = _PRESET_COMMANDS[prog]
-    load(entry)(_parse_preset(load(presets), argv, prog=prog, description=description))
+    cfg = _parse_preset(load(presets), argv, prog=prog, description=description)
+    previous = _terminate_as_interrupt()  # `kill PID` of a background run stops it as Ctrl-C does
+    try:
+        load(entry)(cfg)
+    except KeyboardInterrupt:  # what was saved stays: a bench run's finished seeds, methods and curves
+        hint = {"wmrl bench": "the same command with --resume continues the run from its finished seeds, methods "
+                              "and refined curves (the one in progress starts again)",
+                "wmrl libero": "the same command continues the run (--resume is on by default) from its finished "
+                               "cells and the last checkpoint of the cell in progress"}.get(prog, "nothing to resume")
+        print(f"\ninterrupted: {hint}", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -241,3 +241,37 @@ def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "run_method", original)
     with pytest.raises(ValueError, match="partial.*steps: here 4, there 3"):
         run_bench(replace(cfg, resume=True, steps=4, out_dir=str(tmp_path / "other")), **kw)
+
+
+@pytest.mark.parametrize("prog,hint", [("bench", "--resume continues"), ("libero", "--resume is on by default"),
+                                       ("bench sweep", "nothing to resume")])
+def test_kill_stops_a_long_run_as_ctrl_c_does_with_its_resume_hint(monkeypatch, capsys, prog, hint):
+    """A background `wmrl bench` (`nohup ... &`) is stopped with `kill PID` (SIGTERM): it stops as
+    Ctrl-C does (exit 130, the hint that says how to continue) instead of dying with no word, and
+    the SIGTERM handler from before the run is back after it. Before, SIGTERM reached the handler
+    installed here, which no command had replaced."""
+    import importlib
+    import os
+    import signal
+    import time
+
+    from agents.cli import _PRESET_COMMANDS, main
+
+    module, name = _PRESET_COMMANDS[f"wmrl {prog}"][0].split(":")
+
+    def terminated(cfg):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the command's handler raises KeyboardInterrupt here
+        raise AssertionError("SIGTERM did not interrupt the run")
+
+    def unreplaced(signum, frame):
+        raise AssertionError("the command installed no SIGTERM handler")
+
+    monkeypatch.setattr(importlib.import_module(module), name, terminated)
+    before = signal.signal(signal.SIGTERM, unreplaced)
+    try:
+        assert main(prog.split() + ["--quick"]) == 130
+        assert signal.getsignal(signal.SIGTERM) is unreplaced
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert hint in capsys.readouterr().err
