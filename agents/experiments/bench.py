@@ -382,7 +382,11 @@ def run_bench(
                 target = None
                 log(f"[bench] no compute-to-target: {exc}")
             if target is not None:
-                bar = progress.add_task("refine near the target", total=len(kept) * len(order) * cfg.refine_evals, info="")
+                # one tick per curve: how many evaluations a curve needs is known only once its bracket is narrow
+                curves = [(seed, name) for seed, restored in enumerate(kept) if restored is not None
+                          for name in order if name not in reused]
+                bar = progress.add_task("refine near the target (curves)", total=len(curves), info="")
+                refined = 0
                 for seed, restored in enumerate(kept):
                     if restored is None:  # a resumed seed without saved snapshots
                         continue
@@ -400,12 +404,17 @@ def run_bench(
                         for _ in range(max(0, cfg.refine_evals - done)):  # until the bracket is within max_bracket_share
                             idx = bracket_refinement_step(entry["curve"]["step"], entry["curve"]["score"], compute,
                                                           target, cfg.max_bracket_share)
-                            progress.update(bar, advance=1)
                             if idx is None or idx in evaluated[name]:
                                 break
                             evaluated[name][idx] = evaluate_at(agent, runs[name], idx, seed)
                             _set_curve(entry, runs[name], evaluated[name])
                             new += 1
+                            refined += 1
+                            progress.update(bar, info=f"{refined} evaluations")
+                            if plain:  # a log file gets a line per refinement evaluation, as per training step
+                                log(f"[bench] refine {name} seed {seed} near {target:.2f}: held-out evaluation of step "
+                                    f"{idx}: {evaluated[name][idx]['overall']:.1f} ({refined} so far)")
+                        progress.update(bar, advance=1)
                         if new:  # each refined curve is saved: a stopped refinement loses at most one curve
                             entry["refine_target"], entry["refine_evals_done"] = target, done + new
                             save()

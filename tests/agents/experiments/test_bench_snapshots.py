@@ -177,9 +177,14 @@ def test_a_finished_run_resumed_with_refinement_narrows_its_brackets(tmp_path):
     coarse = run_bench(cfg, **kw)
     assert _wide(coarse), "the coarse schedule should leave a wide bracket for this test to mean anything"
     evals_before = coarse["evaluation"]["evaluations"]
-    resumed = run_bench(replace(cfg, refine_evals=BenchConfig().refine_evals, resume=True), **kw)
+    lines: list[str] = []
+    resumed = run_bench(replace(cfg, refine_evals=BenchConfig().refine_evals, resume=True), **{**kw, "log": lines.append})
     assert _wide(resumed) == []
     assert resumed["evaluation"]["evaluations"] > evals_before
+    # a log file (no terminal: no bar) shows the refinement as it goes, one line per evaluation
+    refine = [s for s in lines if s.startswith("[bench] refine ")]
+    assert len(refine) == resumed["evaluation"]["evaluations"] - evals_before
+    assert refine[-1].endswith(f"({len(refine)} so far)")
     for name in ("real", "wmrl"):
         for a, b in zip(coarse["methods"][name]["seeds"], resumed["methods"][name]["seeds"]):
             assert set(a["curve"]["step"]) <= set(b["curve"]["step"])  # the earlier snapshots are kept
