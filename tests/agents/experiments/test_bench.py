@@ -301,6 +301,13 @@ def test_fitting_is_charged_at_the_runs_own_cpu_per_execution_and_new_methods_ru
         want = speedup(sp["methods"][best]["total_ctt"], row["total_ctt"], n_boot=10_000)
         assert row["speedup_over_best_real"]["point"] == want.point
         assert row["speedup_total"]["point"] == speedup(sp["methods"]["real"]["total_ctt"], row["total_ctt"]).point
+    # the goal's other comparison: over world model only, both with their fitting counted, paired by seed
+    for name in ("wmrl", "wmrl_learned"):
+        want = speedup(sp["methods"]["wm_only"]["total_ctt"], sp["methods"][name]["total_ctt"], n_boot=10_000)
+        got = sp["methods"][name]["speedup_over_wm_only"]
+        assert (got["point"], got["low"], got["high"]) == (want.point, want.low, want.high)
+        assert sp["sensitivity"]["0.9"]["methods"][name]["speedup_over_wm_only"]["point"] == want.point
+    assert all(sp["methods"][n]["speedup_over_wm_only"] is None for n in ("real", "real_mid_batch", "wm_only"))
     # sensitivity: the target at 50/70/90/100% of real GRPO's gain after S steps
     sens = sp["sensitivity"]
     assert list(sens) == ["0.5", "0.7", "0.9", "1"]
@@ -404,7 +411,15 @@ def test_the_decomposition_splits_the_saving_into_batch_size_and_world_model():
                    "wm_only": {"n_reached": 3, "speedup_total": est(0.8, 0.7, 1.0),
                                "speedup_over_best_real": est(0.5, 0.4, 0.6)},
                    "wmrl_learned": {"n_reached": 3, "speedup_total": est(2.0, 1.5, 3.0),
-                                    "speedup_over_best_real": est(1.3, 1.0, 1.7)}}},
+                                    "speedup_over_best_real": est(1.3, 1.0, 1.7),
+                                    "speedup_over_wm_only": est(2.5, 1.8, 3.4)}}},
+               "0.7": {"target": 52.0, "best_real": "real", "methods": {
+                   "real": {"n_reached": 3, "speedup_total": None, "speedup_over_best_real": None},
+                   "wm_only": {"n_reached": 1, "speedup_total": est(0.0, 0.0, 1.0, 1),
+                               "speedup_over_best_real": est(0.0, 0.0, 1.0, 1)},
+                   "wmrl_learned": {"n_reached": 3, "speedup_total": est(2.0, 1.5, 3.0),
+                                    "speedup_over_best_real": est(2.0, 1.5, 3.0),
+                                    "speedup_over_wm_only": {**est(9.0, 2.0, 9.0), "real_median": float("inf")}}}},
                "1": {"target": 62.0, "best_real": "real", "methods": {
                    "real": {"n_reached": 3, "speedup_total": None, "speedup_over_best_real": None},
                    "real_mid_batch": {"n_reached": 2, "speedup_total": est(0.9, 0.0, 1.5, 2), "speedup_over_best_real": None},
@@ -415,8 +430,12 @@ def test_the_decomposition_splits_the_saving_into_batch_size_and_world_model():
     text = format_decomposition(res)
     assert "Real GRPO at 10 groups a step → the best real-GRPO batch" in text
     assert ("| 50% (45.0) | GRPO, real execution, middle batch | 1.6× [1.2, 2.1] | 1.3× [1.0, 1.7] | 2.0× [1.5, 3.0] | "
-            "0.5× [0.4, 0.6] |") in text
+            "0.5× [0.4, 0.6] | 2.5× [1.8, 3.4] |") in text
+    # world model only's own median not reached: said of it, not of real GRPO
+    assert "| not reached within budget (1/3 seeds reached) | world model only not reached; this method reached (3/3 seeds) |" in text
+    # the 100% block was saved without the comparison (a results.json from before it): a dash
+    assert text.split("| 100% (62.0)")[1].split("\n")[0].endswith("| — |")
     assert "| 100% (62.0) | GRPO, real execution | 1 (real GRPO's own batch) | not reached" in text
-    assert "| GRPO, world model only | 50% 3/3, 100% 1/3 | 52.0 |" in text
-    assert "| WMRL, world model learned from its anchors | 50% 3/3, 100% 0/3 | 57.0 |" in text
+    assert "| GRPO, world model only | 50% 3/3, 70% 1/3, 100% 1/3 | 52.0 |" in text
+    assert "| WMRL, world model learned from its anchors | 50% 3/3, 70% 3/3, 100% 0/3 | 57.0 |" in text
     assert format_decomposition({**res, "methods": {k: v for k, v in res["methods"].items() if k != "wmrl_learned"}}) == ""
