@@ -67,11 +67,13 @@ def _parse(cls: type, args: list[str], *, prog: str, description: str, default: 
 
 def _terminate_as_interrupt() -> Any:
     """SIGTERM (``kill PID``) stops a long run (``wmrl train``, ``wmrl bench`` and its ``sweep`` and
-    ``advisor``, ``wmrl libero``) as Ctrl-C does: ``KeyboardInterrupt`` in the main thread, so the
-    step's sandboxes are removed, the real arm's process is stopped and the resume hint is printed. A run started in the background (``nohup ... &``) ignores SIGINT by the shell's
-    convention, so ``kill PID`` is how such a run is stopped; Python's default for SIGTERM ends the
-    process without running any of that. Returns the handler it replaced (``None`` outside the
-    main thread, where it installs nothing)."""
+    ``advisor``, ``wmrl libero``) as Ctrl-C does: ``KeyboardInterrupt`` in the main thread. The
+    sandbox running in the main thread is killed with its process group, executions already running
+    in worker threads finish first (each within its sandbox's time limit), worker processes are terminated, the real arm's process
+    is stopped and the resume hint is printed. A run started in the background (``nohup ... &``)
+    ignores SIGINT by the shell's convention, so ``kill PID`` is how such a run is stopped; Python's
+    default for SIGTERM ends the process without running any of that. Returns the handler it
+    replaced (``None`` outside the main thread, where it installs nothing)."""
     import signal
     import threading
 
@@ -165,7 +167,9 @@ _PRESET_COMMANDS = {
 
 def _run_preset(prog: str, argv: list[str]) -> int:
     """Run the command ``prog`` of :data:`_PRESET_COMMANDS`: parse ``argv`` on its preset
-    (:func:`_parse_preset`) and call its entry point on the config."""
+    (:func:`_parse_preset`) and call its entry point on the config. Ctrl-C or ``kill PID``
+    (:func:`_terminate_as_interrupt`) stops it with a line that says how to continue; returns 0,
+    or 130 when stopped."""
     import importlib
 
     def load(ref: str):

@@ -133,15 +133,9 @@ def _run_oos_jobs(jobs: list[tuple], errors: dict[str, Any], workers: int, progr
             out[i] = _oos_job((errors, j))
             progress.update(bar, advance=1)
         return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from .sweep_run import map_in_processes
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futs = {pool.submit(_oos_job, (errors, j)): i for i, j in enumerate(jobs)}
-        for fut in as_completed(futs):
-            out[futs[fut]] = fut.result()
-            progress.update(bar, advance=1)
-    return out
+    return map_in_processes(_oos_job, [(errors, j) for j in jobs], workers, lambda: progress.update(bar, advance=1))
 
 
 def _pilot_groups(sc: SweepConfig, level: str, seed: int, groups: int) -> tuple[list, list]:

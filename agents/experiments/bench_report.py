@@ -414,7 +414,7 @@ def compute_speedups(results: dict[str, Any], *, gain_fraction: float = 0.9, ste
                 row["speedup_over_best_real"] = asdict(speedup_over_best(real_refs, total[name], n_boot=nb)[0])
             # the goal's other comparison (issue 35): the same world model's job done without anchors,
             # fitting counted; paired by seed like every other speedup
-            if name not in REAL_METHODS and name != "wm_only" and len(total.get("wm_only", ())) == len(total[name]):
+            if name not in REAL_METHODS and name != "wm_only" and "wm_only" in total and len(total["wm_only"]) == len(total[name]):
                 row["speedup_over_wm_only"] = asdict(speedup(total["wm_only"], total[name], n_boot=nb))
             rows[name] = row
         return rows, best

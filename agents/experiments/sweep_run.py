@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,7 +16,8 @@ import numpy as np
 from .methods import COST_SOURCES
 from .sweep_config import BREAKING, REAL_AT_F, SweepConfig
 
-__all__ = ["TabularSoftmaxPolicy", "SweepRun", "make_env", "wm_error", "make_world_model", "run_sweep_method", "run_jobs"]
+__all__ = ["TabularSoftmaxPolicy", "SweepRun", "make_env", "wm_error", "make_world_model", "run_sweep_method", "run_jobs",
+           "map_in_processes"]
 
 
 class TabularSoftmaxPolicy:
@@ -292,10 +292,40 @@ def _job(args: tuple) -> SweepRun:
     return run_sweep_method(method, level, fraction, seed, cfg, **kw)
 
 
+def _indexed(args: tuple) -> tuple[int, Any]:
+    i, fn, item = args
+    return i, fn(item)
+
+
+def map_in_processes(fn: Callable[[Any], Any], items: Sequence[Any], workers: int,
+                     on_result: Callable[[], None] = lambda: None) -> list[Any]:
+    """``[fn(x) for x in items]`` in ``workers`` spawned processes, results in ``items``' order;
+    ``on_result()`` is called as each one arrives (a progress bar's advance).
+
+    An interruption (Ctrl-C, or ``kill PID`` where the command turns SIGTERM into
+    ``KeyboardInterrupt``), or an error in a job, terminates the workers at once: a
+    ``concurrent.futures`` pool would first run every job already queued, so a stopped sweep kept
+    running for as long as it had left. ``fn`` must be picklable (a module-level function).
+
+    Raises:
+        Whatever a job raised, re-raised here, after the workers are terminated.
+    """
+    import multiprocessing
+
+    out: list[Any] = [None] * len(items)
+    # Pool's context exit is terminate(): the workers are stopped, not drained
+    with multiprocessing.get_context("spawn").Pool(processes=workers) as pool:
+        for i, res in pool.imap_unordered(_indexed, [(i, fn, x) for i, x in enumerate(items)]):
+            out[i] = res
+            on_result()
+    return out
+
+
 def run_jobs(jobs: list[tuple], cfg: SweepConfig, progress: Any, label: str) -> list[SweepRun]:
     """Run :func:`run_sweep_method` for each ``(method, level, fraction, seed, cfg, kwargs)`` job, in
-    this process (``cfg.workers == 1``) or in ``cfg.workers`` spawned processes, advancing a ``rich``
-    progress bar named ``label``.
+    this process (``cfg.workers == 1``) or in ``cfg.workers`` spawned processes
+    (:func:`map_in_processes`: a stop ends the workers at once), advancing a ``rich`` progress bar
+    named ``label``.
 
     Returns:
         The :class:`SweepRun` of each job, in the jobs' order.
@@ -307,11 +337,5 @@ def run_jobs(jobs: list[tuple], cfg: SweepConfig, progress: Any, label: str) -> 
             out[i] = _job(j)
             progress.update(bar, advance=1)
     else:
-        import multiprocessing
-
-        with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futs = {pool.submit(_job, j): i for i, j in enumerate(jobs)}
-            for fut in as_completed(futs):
-                out[futs[fut]] = fut.result()
-                progress.update(bar, advance=1)
+        out = map_in_processes(_job, jobs, cfg.workers, lambda: progress.update(bar, advance=1))
     return [r for r in out if r is not None]

@@ -244,7 +244,7 @@ def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("prog,hint", [("bench", "--resume continues"), ("libero", "--resume is on by default"),
-                                       ("bench sweep", "nothing to resume")])
+                                       ("bench sweep", "nothing to resume"), ("bench advisor", "nothing to resume")])
 def test_kill_stops_a_long_run_as_ctrl_c_does_with_its_resume_hint(monkeypatch, capsys, prog, hint):
     """A background `wmrl bench` (`nohup ... &`) is stopped with `kill PID` (SIGTERM): it stops as
     Ctrl-C does (exit 130, the hint that says how to continue) instead of dying with no word, and
