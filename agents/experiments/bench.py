@@ -77,9 +77,8 @@ from .bench_agents import (GrammarBenchAgent, LLMBenchAgent, build_learned_world
                            world_model_fitting_cost, world_model_fitting_executions)
 from .bench_config import BENCH_METHODS, LEARNED_WM_METHODS, BenchConfig, check_bench_config, method_groups_per_step
 from .bench_report import compute_speedups, cost_summary, real_target, strict_results, write_report
-from .bench_resume import (drop_partial_seed, load_eval_cache, load_partial_seed, restore_seed, resumed_state,
-                           reused_entries, save_eval_cache, save_partial_seed,
-                           save_snapshots)
+from .bench_resume import (drop_partial_seed, load_eval_cache, load_partial_seed, partial_seed_wall_clock, restore_seed,
+                           resumed_state, reused_entries, save_eval_cache, save_partial_seed, save_snapshots)
 from .bench_run import MethodRun, bracket_refinement_step, evaluate_snapshot, run_method
 
 __all__ = ["run_bench", "headline_lines", "main_bench", "provisional_stop_target"]
@@ -273,6 +272,8 @@ def run_bench(
             partial = load_partial_seed(cfg, seed)  # methods this seed finished before a stop (--resume)
             if partial is not None:
                 runs, evaluated, budget_real, stop_target = partial
+                # the time of the methods a stopped part finished in this seed (results.json had not got it)
+                prior_wall = max(prior_wall, partial_seed_wall_clock(out_dir, seed) or 0.0)
                 for name, points in evaluated.items():  # their evaluations count as an unstopped run's do
                     for res in points.values():
                         count_evaluation(res, name, seed)
@@ -346,7 +347,8 @@ def run_bench(
                         "(the sandbox could not measure it): their compute is missing from every figure")
                 if name == "real":
                     budget_real = last.compute_cpu_s
-                save_partial_seed(out_dir, seed, results["config"], runs, evaluated, budget_real, stop_target)
+                save_partial_seed(out_dir, seed, results["config"], runs, evaluated, budget_real, stop_target,
+                                  wall_clock_s=prior_wall + time.perf_counter() - t_all)
                 if eval_cache is not None:  # the evaluations behind it, for the next part
                     save_eval_cache(out_dir, eval_cache)
             for name in order:

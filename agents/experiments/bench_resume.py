@@ -16,7 +16,8 @@ from .bench_report import restore_nonfinite
 from .bench_run import MethodRun, StepRecord
 
 __all__ = ["reused_entries", "resumed_state", "restore_seed", "save_snapshots", "settings_differ", "load_eval_cache",
-           "save_eval_cache", "EVAL_CACHE_FILE", "save_partial_seed", "load_partial_seed", "drop_partial_seed"]
+           "save_eval_cache", "EVAL_CACHE_FILE", "save_partial_seed", "load_partial_seed", "drop_partial_seed",
+           "partial_seed_wall_clock"]
 
 EVAL_CACHE_FILE = "eval_cache.pkl"
 """The held-out evaluation cache of a run, in its ``out_dir``: ``{(task id, program source): grade}``."""
@@ -215,7 +216,7 @@ def _partial_path(out_dir: Path, seed: int) -> Path:
 
 def save_partial_seed(out_dir: Path, seed: int, config: dict[str, Any], runs: dict[str, MethodRun],
                       evaluated: dict[str, dict[int, dict[str, Any]]], budget_real: float | None,
-                      stop_target: float | None) -> None:
+                      stop_target: float | None, wall_clock_s: float | None = None) -> None:
     """``partial/seed<k>.pkl`` (atomically): the methods of seed ``seed`` finished so far — each
     one's step records, snapshots, stop reason, ungraded counts and evaluated points — with real
     GRPO's budget and the seed's stop target, so that ``--resume`` continues the seed at its next
@@ -225,13 +226,15 @@ def save_partial_seed(out_dir: Path, seed: int, config: dict[str, Any], runs: di
         config: the run's ``results["config"]`` (checked against the resuming run's settings).
         runs, evaluated: the finished methods' :class:`MethodRun` and ``{step: evaluation}``.
         budget_real, stop_target: as the bench's seed loop holds them.
+        wall_clock_s: the run's wall-clock so far, seconds, earlier parts included
+            (:func:`partial_seed_wall_clock`; ``results.json`` is written only when a seed ends).
     """
     import pickle
 
     path = _partial_path(out_dir, seed)
     path.parent.mkdir(exist_ok=True)
     payload = {"seed": seed, "config": json.loads(json.dumps(config, default=float)),
-               "budget_real": budget_real, "stop_target": stop_target,
+               "budget_real": budget_real, "stop_target": stop_target, "wall_clock_s": wall_clock_s,
                "methods": {name: {"records": [asdict(r) for r in run.records], "snapshots": list(run.snapshots),
                                   "stopped": run.stopped, "ungraded": run.ungraded, "evaluated": evaluated[name]}
                            for name, run in runs.items()}}
@@ -268,6 +271,21 @@ def load_partial_seed(cfg: BenchConfig, seed: int
                                snapshots=list(m["snapshots"]), stopped=m["stopped"], ungraded=m["ungraded"])
         evaluated[name] = {int(k): v for k, v in m["evaluated"].items()}
     return runs, evaluated, payload["budget_real"], payload["stop_target"]
+
+
+def partial_seed_wall_clock(out_dir: Path, seed: int) -> float | None:
+    """The run's wall-clock (seconds, earlier parts included) when seed ``seed``'s last finished
+    method was saved (:func:`save_partial_seed`), so that a part stopped inside a seed still counts
+    the time of the methods it finished; ``None`` without a partial file or for one written before
+    this was recorded."""
+    import pickle
+
+    path = _partial_path(Path(out_dir), seed)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as fh:  # this run's own file (written by save_partial_seed)
+        value = pickle.load(fh).get("wall_clock_s")  # noqa: S301
+    return None if value is None else float(value)
 
 
 def drop_partial_seed(out_dir: Path, seed: int) -> None:

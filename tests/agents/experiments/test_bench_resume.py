@@ -275,3 +275,37 @@ def test_kill_stops_a_long_run_as_ctrl_c_does_with_its_resume_hint(monkeypatch, 
     finally:
         signal.signal(signal.SIGTERM, before)
     assert hint in capsys.readouterr().err
+
+
+def test_a_part_stopped_inside_a_seed_still_counts_its_wall_clock(tmp_path, monkeypatch):
+    """results.json is written when a seed ends, so a part stopped inside a seed added none of its
+    time to `wall_clock_s` (the headline run recorded 37,469 s where its logs sum to about 19 h).
+    The partial file keeps the run's wall-clock at each finished method, and the resumed part
+    starts from it."""
+    import agents.experiments.bench as bench
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: float(next(ticks)))  # 1 s per call
+    cfg = fake_config(steps=3, max_steps_factor=2, refine_evals=0, out_dir=str(tmp_path / "run"))
+    kw = run_kw()
+    original = bench.run_method
+
+    def stop_at_wmrl(spec, seed, *a, **k):
+        if spec.name == "wmrl":
+            raise KeyboardInterrupt("stopped inside seed 0")
+        return original(spec, seed, *a, **k)
+
+    monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(cfg, **kw)
+    monkeypatch.setattr(bench, "run_method", original)
+    from agents.experiments.bench_resume import partial_seed_wall_clock
+
+    before_stop = partial_seed_wall_clock(tmp_path / "run", 0)
+    assert before_stop is not None and before_stop > 0  # real GRPO's run and its evaluations
+    start = bench.time.perf_counter()
+    resumed = run_bench(replace(cfg, resume=True), **kw)
+    this_part = bench.time.perf_counter() - start
+    # this part alone can record at most `this_part`; with the stopped part's time it records more,
+    # and never more than both parts together
+    assert this_part < resumed["wall_clock_s"] <= before_stop + this_part
