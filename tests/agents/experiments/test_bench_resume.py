@@ -193,6 +193,16 @@ def test_the_heldout_evaluation_cache_is_kept_across_resume_parts(tmp_path, monk
     assert seen and set(first) <= set(seen[0])  # the second part's first evaluation already holds the first's
 
 
+def _stopped_at(method: str, run_method):
+    """``run_method`` that raises KeyboardInterrupt (a stop) when ``method`` starts."""
+    def stopped(spec, seed, *a, **k):
+        if spec.name == method:
+            raise KeyboardInterrupt(f"stopped inside seed {seed}")
+        return run_method(spec, seed, *a, **k)
+
+    return stopped
+
+
 def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
     """A seed of the headline run takes hours: a run stopped inside a seed, after real GRPO
     finished, resumes at the seed's next method (real GRPO not trained again, its budget and stop
@@ -204,11 +214,7 @@ def test_resume_continues_a_seed_at_its_next_method(tmp_path, monkeypatch):
     kw = run_kw()
     full = run_bench(cfg, **kw)
     original = bench.run_method
-
-    def stop_at_wmrl(spec, seed, *a, **k):
-        if spec.name == "wmrl":
-            raise KeyboardInterrupt("stopped inside seed 0")
-        return original(spec, seed, *a, **k)
+    stop_at_wmrl = _stopped_at("wmrl", original)
 
     monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
     stopped = replace(cfg, out_dir=str(tmp_path / "stopped"))
@@ -289,11 +295,7 @@ def test_a_part_stopped_inside_a_seed_still_counts_its_wall_clock(tmp_path, monk
     cfg = fake_config(steps=3, max_steps_factor=2, refine_evals=0, out_dir=str(tmp_path / "run"))
     kw = run_kw()
     original = bench.run_method
-
-    def stop_at_wmrl(spec, seed, *a, **k):
-        if spec.name == "wmrl":
-            raise KeyboardInterrupt("stopped inside seed 0")
-        return original(spec, seed, *a, **k)
+    stop_at_wmrl = _stopped_at("wmrl", original)
 
     monkeypatch.setattr(bench, "run_method", stop_at_wmrl)
     with pytest.raises(KeyboardInterrupt):
